@@ -1,0 +1,49 @@
+"""Command line: `python -m pipeline COMMAND [options]`; each command lives in its own module.
+
+Every command prints a human summary, or one JSON object with `--json`, and exits non-zero with a
+clear message (no traceback) when a `PipelineError` is raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+from pipeline.errors import PipelineError
+
+# command -> (module, one-line purpose); each module has `main(argv: list[str]) -> int`.
+COMMANDS = {
+    "import": ("pipeline.importers", "import a folder of recordings into the sample library"),
+    "samples": ("pipeline.samples", "list the sample library with check results"),
+    "build": ("pipeline.dataset", "build the train/eval dataset from the sample library"),
+    "make-tiny-model": ("pipeline.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
+    "estimate": ("pipeline.memory", "estimate (and optionally measure) fine-tuning peak memory"),
+    "train": ("pipeline.train", "LoRA fine-tune Gemma 3n on the built dataset"),
+    "infer": ("pipeline.infer", "tutor feedback for one clip, base or tuned"),
+    "evaluate": ("pipeline.evaluate", "score a run's feedback against expert scores on the eval split"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: python -m pipeline COMMAND [options]\n\ncommands:")
+        for name, (_, purpose) in COMMANDS.items():
+            print(f"  {name:<16} {purpose}")
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
+            return 2
+        return 0
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    try:
+        return int(module.main(argv[1:]) or 0)
+    except PipelineError as error:
+        if "--json" in argv:
+            print(json.dumps({"error": str(error), "type": type(error).__name__}))
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

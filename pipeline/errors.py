@@ -1,0 +1,37 @@
+"""Typed errors raised by `pipeline/`; `app.py` turns them into `gr.Error` in one place.
+
+Every message names the offending value, what was expected and how to fix it, e.g.
+"Clip `kate_03.m4a` is 41.2 s; Gemma 3n hears at most 30 s. Trim it or split it."
+"""
+
+
+class PipelineError(Exception):
+    """Base class of every error a person can act on (bad input, missing files, no memory)."""
+
+
+class AudioError(PipelineError):
+    """Audio that cannot be decoded or fails a check (too short/long, silent, clipped, NaN)."""
+
+
+class SampleError(PipelineError):
+    """A sample library operation failed (unknown id, duplicate audio, empty text, bad manifest)."""
+
+
+class ImportFormatError(PipelineError):
+    """A source folder or metadata file is not in the expected layout (lists what was found)."""
+
+
+class DatasetError(PipelineError):
+    """The dataset cannot be built or loaded (no samples, nothing trainable, missing folder)."""
+
+
+class ModelLoadError(PipelineError):
+    """The model or processor cannot be loaded (not logged in, gated, offline, missing timm, disk)."""
+
+
+class ConfigError(PipelineError):
+    """A training/estimate setting is out of range; the message names the flag and the fix."""
+
+
+class TrainingError(PipelineError):
+    """Training cannot start or failed (empty dataset, a run already active, out of memory)."""

@@ -1,0 +1,41 @@
+"""Shared fixtures: offline mode, the real speechocean762 subset, and one tiny Gemma 3n per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _speechocean_dir() -> Path:
+    override = os.environ.get("SPEECHOCEAN_DIR")
+    if override:
+        return Path(override)
+    return REPO_ROOT.parent / "shared" / "data" / "speechocean762-mini"
+
+
+@pytest.fixture(scope="session")
+def speechocean_dir() -> Path:
+    """The 60-utterance speechocean762 subset in its original Kaldi layout (read-only)."""
+    path = _speechocean_dir()
+    if not (path / "resource" / "scores.json").exists():
+        pytest.fail(f"speechocean762-mini not found at {path}; set SPEECHOCEAN_DIR to its folder.")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 3n + processor written by `make-tiny-model`, built once per test session."""
+    from pipeline.tiny_model import make_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny-gemma3n")
+    make_tiny_model(out)
+    return out
