@@ -1,0 +1,411 @@
+"""Audio ingest: every path (import, microphone, try-out) turns its input into 16 kHz mono float32 here.
+
+`load_audio(source)` accepts a file path (wav, flac, ogg, mp3, m4a/aac, webm/opus), raw file bytes,
+or a Gradio microphone value `(sample_rate_hz, ndarray)`, decodes it with libsndfile (`soundfile`)
+or, for containers libsndfile cannot read (m4a/aac/webm, some mp3), with FFmpeg through PyAV (`av`);
+downmixes to mono by averaging channels, resamples with soxr (high quality), and runs the checks
+below. Each failing check raises `AudioError` with the measured value and a fix.
+
+Checks (constants below; levels are dBFS, 0 dBFS = full scale):
+- unreadable/corrupt input, or no samples at all;
+- NaN / infinite samples;
+- too short: under `MIN_DURATION_S` (0.3 s);
+- too long: over `MAX_DURATION_S` (30 s, the longest clip Gemma 3n's feature extractor hears: it
+  silently truncates at 480,000 samples); refused unless `trim=True`, which keeps the first 30 s;
+- clipped: more than `CLIPPED_FRACTION_MAX` (0.5 %) of the source samples at full scale
+  (|x| >= `CLIP_LEVEL`); between `CLIPPED_FRACTION_WARN` (0.05 %) and that, a warning;
+- silent: the loudest 0.25 s of the clip has an RMS level below `SILENCE_DBFS` (-50 dBFS).
+  Reasoning for -50: speech recorded at a usable distance measures about -35 to -15 dBFS RMS
+  over its loud parts, while a quiet room's noise floor through a laptop or phone microphone is
+  about -70 to -55 dBFS, and digital silence is -inf. Using the loudest window (not the whole-clip
+  RMS) keeps a short word inside a long, mostly quiet clip from being called silent. Between
+  -50 and `QUIET_DBFS` (-35 dBFS) the clip passes with a "quiet" warning.
+
+It deliberately does not do voice-activity detection, denoising or loudness normalization: the
+model should hear what the learner recorded.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import AudioError
+
+TARGET_SAMPLE_RATE_HZ = 16000
+MIN_DURATION_S = 0.3
+MAX_DURATION_S = 30.0
+
+SILENCE_DBFS = -50.0
+"""Loudest-0.25 s RMS below this is "silent" (no speech energy); see the module docstring."""
+QUIET_DBFS = -35.0
+"""Loudest-0.25 s RMS below this (but above `SILENCE_DBFS`) passes with a warning."""
+LOUDEST_WINDOW_S = 0.25
+"""Length of the window whose RMS decides silence (about one stressed syllable)."""
+CLIP_LEVEL = 0.999
+"""|sample| at or above this fraction of full scale counts as clipped (int16: >= 32735)."""
+CLIPPED_FRACTION_MAX = 0.005
+"""More than this fraction of clipped source samples is refused as too loud."""
+CLIPPED_FRACTION_WARN = 0.0005
+"""More than this fraction of clipped source samples passes with a warning."""
+FLOAT_SCALE_MAX = 2.0
+"""Float input peaking above this is not [-1, 1] audio (probably unscaled integers): refused."""
+
+# libsndfile cannot read these containers; go straight to PyAV (FFmpeg).
+_PYAV_FIRST_SUFFIXES = {".m4a", ".aac", ".mp4", ".webm", ".weba", ".opus", ".3gp", ".amr", ".wma", ".mka"}
+AUDIO_SUFFIXES = frozenset(
+    {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aif", ".aiff", ".au"} | _PYAV_FIRST_SUFFIXES
+)
+"""File name endings (lower case) treated as audio by folder importers."""
+
+
+@dataclass
+class AudioReport:
+    """What `load_audio` measured.
+
+    Attributes:
+        source_rate_hz: sample rate of the input, Hz.
+        channels: channel count of the input.
+        duration_s: duration of the returned 16 kHz audio, seconds (after any trim).
+        source_duration_s: duration of the input, seconds.
+        peak: max |sample| of the returned audio, fraction of full scale (0-1).
+        rms: RMS of the returned audio, fraction of full scale.
+        level_dbfs: RMS of the loudest `LOUDEST_WINDOW_S` window, dBFS (-inf for digital silence;
+            stored as -120.0 so it stays JSON-safe).
+        clipped_fraction: fraction of input samples (all channels) with |x| >= `CLIP_LEVEL`.
+        trimmed: True when the input was longer than 30 s and cut because `trim=True`.
+        warnings: human-readable notes on checks that passed with a caveat.
+    """
+
+    source_rate_hz: int
+    channels: int
+    duration_s: float
+    source_duration_s: float
+    peak: float
+    rms: float
+    level_dbfs: float
+    clipped_fraction: float
+    trimmed: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict (rounded floats)."""
+        out = asdict(self)
+        for key in ("duration_s", "source_duration_s"):
+            out[key] = round(float(out[key]), 3)
+        for key in ("peak", "rms"):
+            out[key] = round(float(out[key]), 5)
+        out["level_dbfs"] = round(float(out["level_dbfs"]), 1)
+        out["clipped_fraction"] = round(float(out["clipped_fraction"]), 6)
+        out["warnings"] = list(out["warnings"])
+        return out
+
+
+@dataclass
+class Audio:
+    """Decoded, checked audio: `samples` float32 of shape (n,), values in [-1, 1], at 16 kHz."""
+
+    samples: np.ndarray
+    report: AudioReport
+    sample_rate_hz: int = TARGET_SAMPLE_RATE_HZ
+
+    @property
+    def duration_s(self) -> float:
+        """Length in seconds (`len(samples) / 16000`)."""
+        return len(self.samples) / self.sample_rate_hz
+
+
+def _describe(source: Any, name: str | None) -> str:
+    if name:
+        return str(name)
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source).name
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"uploaded audio ({len(source)} bytes)"
+    return "recording"
+
+
+def _decode_soundfile(data: Any) -> tuple[np.ndarray, int]:
+    """Decode with libsndfile; returns (frames, channels) float32 and the sample rate in Hz."""
+    import soundfile as sf
+
+    samples, rate = sf.read(data, dtype="float32", always_2d=True)
+    return samples, int(rate)
+
+
+def _decode_pyav(data: Any) -> tuple[np.ndarray, int]:
+    """Decode the first audio stream with FFmpeg (PyAV); returns (frames, channels) float32 and Hz."""
+    import av
+
+    with av.open(data, mode="r") as container:
+        if not container.streams.audio:
+            raise ValueError("the file has no audio stream")
+        stream = container.streams.audio[0]
+        chunks = []
+        rate = None
+        channels = None
+        for frame in container.decode(stream):
+            # Planar float keeps the channel layout and rate: to_ndarray() is (channels, n).
+            array = frame.to_ndarray()
+            fmt = frame.format
+            nch = len(frame.layout.channels)
+            if not fmt.is_planar:
+                array = array.reshape(-1, nch).T
+            if np.issubdtype(array.dtype, np.integer):
+                info = np.iinfo(array.dtype)
+                if info.min == 0:  # unsigned 8-bit
+                    array = (array.astype(np.float32) - 128.0) / 128.0
+                else:
+                    array = array.astype(np.float32) / float(-info.min)
+            chunks.append(np.asarray(array, dtype=np.float32))
+            rate = frame.sample_rate
+            channels = nch
+        if not chunks or rate is None:
+            raise ValueError("the audio stream decoded to no samples")
+    merged = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
+    assert merged.shape[0] == channels
+    return np.ascontiguousarray(merged.T), int(rate)
+
+
+def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
+    """Decode a path or bytes: libsndfile first (PyAV first for m4a/aac/webm), then the other."""
+    is_path = isinstance(source, (str, os.PathLike))
+    if is_path:
+        path = Path(source)
+        if not path.exists():
+            raise AudioError(f"Audio file `{path}` does not exist; check the path or file name.")
+        if path.is_dir():
+            raise AudioError(f"`{path}` is a folder, not an audio file; pick a file inside it.")
+        if path.stat().st_size == 0:
+            raise AudioError(f"Audio file `{label}` is empty (0 bytes); record or export it again.")
+        suffix = path.suffix.lower()
+        order = ("pyav", "soundfile") if suffix in _PYAV_FIRST_SUFFIXES else ("soundfile", "pyav")
+    else:
+        if len(source) == 0:
+            raise AudioError(f"{label} is empty (0 bytes); record or upload the clip again.")
+        order = ("soundfile", "pyav")
+    problems = []
+    for decoder in order:
+        data = str(source) if is_path else io.BytesIO(bytes(source))
+        try:
+            if decoder == "soundfile":
+                return _decode_soundfile(data)
+            return _decode_pyav(data)
+        except Exception as error:  # noqa: BLE001 - any decoder failure means "try the next one"
+            problems.append(f"{decoder}: {str(error).strip()[:160] or type(error).__name__}")
+    raise AudioError(
+        f"Cannot decode `{label}`: it is not a readable audio file or it is corrupt "
+        f"({'; '.join(problems)}). Supported: wav, flac, ogg, mp3, m4a/aac, webm/opus; "
+        "re-export the clip as WAV or FLAC."
+    )
+
+
+def _from_array(rate: Any, data: Any, label: str) -> tuple[np.ndarray, int]:
+    """A microphone value `(sample_rate_hz, ndarray)` -> (frames, channels) float32 and Hz.
+
+    Integer data is scaled by its type's full scale (int16: /32768, int32: /2**31, uint8: (x-128)/128);
+    float data is taken as [-1, 1]. 2-D data may be (frames, channels) or (channels, frames): the
+    shorter axis, when it has at most 8 entries, is the channel axis.
+    """
+    try:
+        rate = int(rate)
+    except (TypeError, ValueError):
+        raise AudioError(
+            f"{label}: the sample rate {rate!r} is not a number; expected (sample_rate_hz, samples)."
+        ) from None
+    if rate <= 0:
+        raise AudioError(f"{label}: the sample rate {rate} Hz is not positive; expected e.g. 48000.")
+    array = np.asarray(data)
+    if array.dtype == object or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
+        raise AudioError(f"{label}: samples of type {array.dtype} are not audio; expected int16 or float.")
+    if array.ndim == 1:
+        array = array[:, None]
+    elif array.ndim == 2:
+        rows, cols = array.shape
+        if rows <= 8 and cols > rows:  # (channels, frames)
+            array = array.T
+    else:
+        raise AudioError(
+            f"{label}: samples have shape {array.shape}; expected (frames,) or (frames, channels)."
+        )
+    if np.issubdtype(array.dtype, np.integer):
+        info = np.iinfo(array.dtype)
+        if info.min == 0:
+            mid = (info.max + 1) / 2.0
+            floats = (array.astype(np.float64) - mid) / mid
+        else:
+            floats = array.astype(np.float64) / float(-info.min)
+        return floats.astype(np.float32), rate
+    return array.astype(np.float32, copy=False), rate
+
+
+def _loudest_window_dbfs(mono: np.ndarray, rate: int) -> float:
+    """RMS in dBFS of the loudest `LOUDEST_WINDOW_S` window (10 ms hop); -120.0 for digital silence."""
+    hop = max(1, rate // 100)
+    n_frames = len(mono) // hop
+    if n_frames == 0:
+        energy = float(np.mean(np.square(mono, dtype=np.float64))) if len(mono) else 0.0
+    else:
+        frames = mono[: n_frames * hop].astype(np.float64).reshape(n_frames, hop)
+        frame_energy = np.mean(np.square(frames), axis=1)
+        width = max(1, min(n_frames, int(round(LOUDEST_WINDOW_S * 100))))
+        cumulative = np.concatenate(([0.0], np.cumsum(frame_energy)))
+        energy = float(np.max(cumulative[width:] - cumulative[:-width]) / width)
+    if energy <= 1e-12:
+        return -120.0
+    return 10.0 * math.log10(energy)
+
+
+def _resample(mono: np.ndarray, rate: int) -> np.ndarray:
+    if rate == TARGET_SAMPLE_RATE_HZ:
+        return mono
+    import soxr
+
+    return soxr.resample(mono, rate, TARGET_SAMPLE_RATE_HZ, quality="HQ").astype(np.float32, copy=False)
+
+
+def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> Audio:
+    """Decode, downmix, resample and check one clip.
+
+    Args:
+        source: a path (`str`/`os.PathLike`), raw file bytes, a Gradio microphone value
+            `(sample_rate_hz, ndarray)` (int16/int32/uint8/float, mono or multi-channel in either
+            axis order), a Gradio file dict with a `"path"` key, an `Audio` (returned as is), or
+            `None` (nothing recorded).
+        name: how to call the clip in messages (defaults to the file name).
+        trim: when the clip is longer than 30 s, keep its first 30 s instead of refusing it.
+
+    Returns:
+        `Audio` with `samples` float32 of shape (n,), in [-1, 1], at 16 kHz, and its `AudioReport`.
+
+    Raises:
+        AudioError: no audio, unreadable/corrupt, NaN/inf, shorter than 0.3 s, longer than 30 s
+            (without `trim`), clipped, or silent; the message gives the measured value and a fix.
+    """
+    if isinstance(source, Audio):
+        return source
+    if isinstance(source, dict) and "path" in source:
+        source = source["path"]
+    label = _describe(source, name)
+    if source is None:
+        raise AudioError(
+            "No audio received: nothing was recorded or the upload had not finished. "
+            "Record or upload the clip, wait until it shows, then try again."
+        )
+    if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
+        frames, rate = _decode_file_or_bytes(source, label)
+    elif isinstance(source, (tuple, list)) and len(source) == 2:
+        first, second = source
+        if isinstance(first, np.ndarray) and not isinstance(second, np.ndarray):
+            first, second = second, first  # (ndarray, rate) order
+        if second is None:
+            raise AudioError("No audio received: the recording is empty. Record the clip again.")
+        frames, rate = _from_array(first, second, label)
+    else:
+        raise AudioError(
+            f"{label}: unsupported audio value of type {type(source).__name__}; expected a file path, "
+            "file bytes or a microphone value (sample_rate_hz, samples)."
+        )
+
+    n_source, channels = frames.shape
+    if n_source == 0 or channels == 0:
+        raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
+    source_duration_s = n_source / rate
+    bad = int(np.count_nonzero(~np.isfinite(frames)))
+    if bad:
+        raise AudioError(
+            f"`{label}` has {bad} NaN or infinite samples out of {frames.size}; the recording is "
+            "corrupt. Record or export it again."
+        )
+    source_peak = float(np.max(np.abs(frames)))
+    if source_peak > FLOAT_SCALE_MAX:
+        raise AudioError(
+            f"`{label}` has float samples up to {source_peak:.1f}; expected values in [-1, 1]. "
+            "Pass integer (int16) samples or divide the floats by 32768."
+        )
+    if source_duration_s < MIN_DURATION_S:
+        raise AudioError(
+            f"`{label}` is {source_duration_s:.2f} s long; a clip needs at least {MIN_DURATION_S} s. "
+            "Record the whole sentence (start recording before speaking)."
+        )
+    warnings: list[str] = []
+    trimmed = False
+    if source_duration_s > MAX_DURATION_S:
+        if not trim:
+            raise AudioError(
+                f"`{label}` is {source_duration_s:.1f} s; Gemma 3n hears at most {MAX_DURATION_S:.0f} s. "
+                "Trim it or split it (or import with trimming on to keep its first 30 s)."
+            )
+        frames = frames[: int(MAX_DURATION_S * rate)]
+        trimmed = True
+        warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {MAX_DURATION_S:.0f} s")
+
+    clipped_fraction = float(np.count_nonzero(np.abs(frames) >= CLIP_LEVEL)) / frames.size
+    if clipped_fraction > CLIPPED_FRACTION_MAX:
+        raise AudioError(
+            f"`{label}` is clipped: {clipped_fraction:.1%} of samples are at full scale (at most "
+            f"{CLIPPED_FRACTION_MAX:.1%} allowed); it was recorded too loud. Lower the input volume "
+            "or move the microphone away and record again."
+        )
+    if clipped_fraction > CLIPPED_FRACTION_WARN:
+        warnings.append(f"slightly clipped ({clipped_fraction:.2%} of samples at full scale)")
+
+    mono = frames[:, 0] if channels == 1 else frames.mean(axis=1, dtype=np.float32)
+    mono = np.ascontiguousarray(mono, dtype=np.float32)
+    level_dbfs = _loudest_window_dbfs(mono, rate)
+    if level_dbfs < SILENCE_DBFS:
+        level_text = "digital silence" if level_dbfs <= -120.0 else f"{level_dbfs:.1f} dBFS"
+        raise AudioError(
+            f"`{label}` is silent: its loudest {LOUDEST_WINDOW_S} s measures {level_text}, below the "
+            f"{SILENCE_DBFS:.0f} dBFS speech threshold. Check the microphone is selected and unmuted, "
+            "then speak closer to it."
+        )
+    if level_dbfs < QUIET_DBFS:
+        warnings.append(f"quiet ({level_dbfs:.1f} dBFS at its loudest; speak closer to the microphone)")
+    if rate < TARGET_SAMPLE_RATE_HZ:
+        warnings.append(f"low sample rate ({rate} Hz, upsampled to 16 kHz; detail above {rate // 2} Hz is missing)")
+
+    samples = _resample(mono, rate)
+    np.clip(samples, -1.0, 1.0, out=samples)
+    report = AudioReport(
+        source_rate_hz=int(rate),
+        channels=int(channels),
+        duration_s=len(samples) / TARGET_SAMPLE_RATE_HZ,
+        source_duration_s=source_duration_s,
+        peak=float(np.max(np.abs(samples))) if len(samples) else 0.0,
+        rms=float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if len(samples) else 0.0,
+        level_dbfs=level_dbfs,
+        clipped_fraction=clipped_fraction,
+        trimmed=trimmed,
+        warnings=warnings,
+    )
+    return Audio(samples=samples, report=report)
+
+
+def pcm16(samples: np.ndarray) -> np.ndarray:
+    """float32 (n,) in [-1, 1] -> int16 (n,): x * 32768, rounded, clipped to [-32768, 32767].
+
+    The scale 32768 is the inverse of libsndfile's int16 -> float read (x / 32768), so a 16 kHz
+    mono int16 WAV goes through `load_audio` and back bit-exactly (same content hash).
+    """
+    array = np.asarray(samples, dtype=np.float32)
+    if array.ndim != 1:
+        raise AudioError(f"Expected mono samples of shape (n,), got shape {array.shape}.")
+    return np.clip(np.round(array.astype(np.float64) * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def wav_bytes(samples: np.ndarray, sample_rate_hz: int = TARGET_SAMPLE_RATE_HZ) -> bytes:
+    """Encode mono float32 samples (n,) in [-1, 1] as a PCM16 WAV file (16 kHz by default); returns bytes."""
+    import soundfile as sf
+
+    buffer = io.BytesIO()
+    sf.write(buffer, pcm16(samples), sample_rate_hz, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()

@@ -1,0 +1,437 @@
+"""The sample library: clips with their target text and tutor feedback, kept in a workspace folder.
+
+On disk (see `pipeline.workspace`):
+    WS/samples/manifest.json    {"version": 1, "samples": [Sample.to_dict(), ...]}, written atomically
+    WS/samples/audio/<id>.wav   the clip after `pipeline.audio.load_audio`: 16 kHz mono PCM16
+
+Every change re-reads the manifest, applies the change and writes the whole manifest once with
+`pipeline.fileio.atomic_write_json`, so a crash or a failed import leaves either the old or the new
+manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
+spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples.
+
+It deliberately does not build datasets (`pipeline.dataset`) or parse folders (`pipeline.importers`).
+Writers in one process are serialized by a lock; two processes writing the same workspace at the
+same moment are not coordinated (the last manifest written wins, and it is always complete).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import threading
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from pipeline.errors import PipelineError, SampleError
+from pipeline.fileio import atomic_write_bytes, atomic_write_json
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+MANIFEST_VERSION = 1
+EDITABLE_FIELDS = ("target_text", "feedback", "transcript", "speaker", "scores", "source")
+"""Fields `SampleLibrary.update` may change; audio is replaced by deleting and adding again."""
+_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+_LOCKS: dict[Path, threading.RLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def nfc(text: str | None) -> str | None:
+    """NFC-normalize and strip `text`; `None` stays `None`."""
+    if text is None:
+        return None
+    return unicodedata.normalize("NFC", str(text)).strip()
+
+
+def make_sample_id(name: str) -> str:
+    """A file-name-safe id from `name` (letters, digits, `-`, `_`, `.`; at most 80 characters).
+
+    E.g. "Kate 03 (take 2)" -> "Kate-03-take-2". Non-ASCII letters are reduced to their ASCII base
+    where possible ("Zoë" -> "Zoe"); an empty result gives "sample".
+    """
+    ascii_name = unicodedata.normalize("NFKD", str(name)).encode("ascii", "ignore").decode("ascii")
+    slug = _ID_CHARS.sub("-", ascii_name).strip("-.")[:80].strip("-.")
+    return slug or "sample"
+
+
+def audio_sha256(samples: np.ndarray) -> str:
+    """SHA-256 hex digest of the PCM16 form of 16 kHz mono float32 `samples` (what is stored)."""
+    from pipeline.audio import pcm16
+
+    return hashlib.sha256(pcm16(samples).tobytes()).hexdigest()
+
+
+@dataclass
+class Sample:
+    """One clip in the library.
+
+    Attributes:
+        id: unique, file-name-safe id (also the audio file's stem).
+        audio_file: path of the 16 kHz mono PCM16 WAV relative to `WS/samples/` (`audio/<id>.wav`).
+        target_text: the sentence the learner was asked to read (NFC, never empty).
+        feedback: the tutor's answer to train on (NFC; may be "" until written: such samples are
+            listed as excluded when the dataset is built).
+        transcript: what was actually said, when known.
+        speaker: learner id (used for speaker-disjoint splits).
+        scores: structured expert scores (speechocean762 layout: accuracy, fluency, prosodic, total,
+            completeness, words[...]) when the sample came with them.
+        source: where it came from (file path or "microphone").
+        checks: `AudioReport.to_dict()` of the clip.
+        audio_sha256: SHA-256 of the stored PCM16 samples (duplicate detection).
+        duration_s: clip length in seconds.
+    """
+
+    id: str
+    audio_file: str
+    target_text: str
+    feedback: str = ""
+    transcript: str | None = None
+    speaker: str | None = None
+    scores: dict | None = None
+    source: str | None = None
+    checks: dict = field(default_factory=dict)
+    audio_sha256: str = ""
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (the manifest entry)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Sample":
+        """Inverse of `to_dict`; unknown keys (from newer versions) are ignored."""
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        missing = [name for name in ("id", "audio_file", "target_text") if name not in known]
+        if missing:
+            raise SampleError(f"Manifest entry {data!r:.120} lacks {missing}; the manifest is damaged.")
+        return cls(**known)
+
+
+def _lock_for(path: Path) -> threading.RLock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path, threading.RLock())
+
+
+class SampleLibrary:
+    """Add, edit, delete and list the samples of one workspace.
+
+    Args:
+        workspace: a `Workspace` or the path of its folder (created on first write).
+    """
+
+    def __init__(self, workspace: Workspace | str | Path):
+        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+        self._lock = _lock_for(self.workspace.manifest_path)
+
+    # ----------------------------------------------------------------- manifest
+    def _read(self) -> list[Sample]:
+        path = self.workspace.manifest_path
+        if not path.exists():
+            return []
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise SampleError(
+                f"The sample manifest `{path}` cannot be read ({error}). Restore it from a backup or "
+                "move it away to start an empty library (the audio stays in samples/audio/)."
+            ) from None
+        entries = data.get("samples") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise SampleError(
+                f"The sample manifest `{path}` has no `samples` list; expected "
+                '{"version": 1, "samples": [...]}. Restore it from a backup or move it away.'
+            )
+        return [Sample.from_dict(entry) for entry in entries]
+
+    def _write(self, samples: list[Sample]) -> None:
+        atomic_write_json(
+            self.workspace.manifest_path,
+            {"version": MANIFEST_VERSION, "samples": [sample.to_dict() for sample in samples]},
+        )
+
+    # ----------------------------------------------------------------- reading
+    def list(self) -> list[Sample]:
+        """All samples in the order they were added. Raises `SampleError` on a damaged manifest."""
+        return self._read()
+
+    def get(self, sample_id: str) -> Sample:
+        """The sample with `sample_id`; raises `SampleError` naming the id when there is none."""
+        for sample in self._read():
+            if sample.id == sample_id:
+                return sample
+        raise SampleError(
+            f"No sample with id `{sample_id}` in `{self.workspace.root}`; "
+            "`python -m pipeline samples --workspace WS` lists the ids."
+        )
+
+    def audio_path(self, sample: Sample | str) -> Path:
+        """Absolute path of the sample's stored 16 kHz WAV (`sample` is a `Sample` or an id)."""
+        if isinstance(sample, str):
+            sample = self.get(sample)
+        return self.workspace.samples_dir / sample.audio_file
+
+    def load_samples_audio(self, sample: Sample | str) -> np.ndarray:
+        """The stored clip as float32 (n,) in [-1, 1] at 16 kHz. Raises `SampleError` if the file is gone."""
+        import soundfile as sf
+
+        path = self.audio_path(sample)
+        if not path.exists():
+            raise SampleError(
+                f"Audio of sample `{path.stem}` is missing (`{path}`); delete the sample and add it again."
+            )
+        samples, _ = sf.read(str(path), dtype="float32", always_2d=False)
+        return np.ascontiguousarray(samples, dtype=np.float32)
+
+    # ----------------------------------------------------------------- writing
+    def _prepare(
+        self,
+        audio: Any,
+        target_text: str,
+        feedback: str | None,
+        *,
+        transcript: str | None,
+        speaker: str | None,
+        scores: dict | None,
+        source: str | None,
+        sample_id: str | None,
+        trim: bool,
+        name: str | None,
+        taken_ids: set[str],
+        hashes: dict[str, str],
+    ) -> tuple[Sample, bytes]:
+        """Validate and decode one clip; returns the Sample and its WAV bytes (nothing written)."""
+        from pipeline.audio import load_audio, wav_bytes
+
+        target = nfc(target_text) if target_text is not None else ""
+        if not target:
+            raise SampleError(
+                f"Target text of {name or 'the clip'} is empty; type the sentence the learner was asked to read."
+            )
+        if scores is not None and not isinstance(scores, dict):
+            raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
+        if isinstance(audio, (str, Path)) and name is None:
+            name = Path(audio).name
+        clip = load_audio(audio, name=name, trim=trim)
+        digest = audio_sha256(clip.samples)
+        if digest in hashes:
+            raise SampleError(
+                f"{name or 'This clip'} has the same audio as sample `{hashes[digest]}`; it was not added twice."
+            )
+        base = make_sample_id(sample_id) if sample_id else f"s-{digest[:10]}"
+        new_id, counter = base, 2
+        while new_id in taken_ids:
+            new_id, counter = f"{base}-{counter}", counter + 1
+        sample = Sample(
+            id=new_id,
+            audio_file=f"audio/{new_id}.wav",
+            target_text=target,
+            feedback=nfc(feedback) or "",
+            transcript=nfc(transcript) or None,
+            speaker=nfc(speaker) or None,
+            scores=scores,
+            source=str(source) if source is not None else (str(audio) if isinstance(audio, (str, Path)) else None),
+            checks=clip.report.to_dict(),
+            audio_sha256=digest,
+            duration_s=round(clip.duration_s, 3),
+        )
+        return sample, wav_bytes(clip.samples)
+
+    def add(
+        self,
+        audio: Any,
+        target_text: str,
+        feedback: str | None = "",
+        *,
+        transcript: str | None = None,
+        speaker: str | None = None,
+        scores: dict | None = None,
+        source: str | None = None,
+        sample_id: str | None = None,
+        trim: bool = False,
+    ) -> Sample:
+        """Check, normalize and store one clip; returns the new `Sample`.
+
+        Args:
+            audio: anything `pipeline.audio.load_audio` accepts (path, bytes, microphone tuple, Audio).
+            target_text: the sentence to read; NFC-normalized, must not be empty.
+            feedback: the tutor's answer; may be empty (then the sample is excluded from training).
+            sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);
+                default `s-` + the first 10 hex digits of the audio hash.
+            trim: keep the first 30 s of a longer clip instead of refusing it.
+
+        Raises:
+            SampleError: empty target text, duplicate audio (names the existing id), bad manifest.
+            AudioError: the clip fails a check in `load_audio`.
+        """
+        added, skipped = self.add_many(
+            [
+                dict(
+                    audio=audio, target_text=target_text, feedback=feedback, transcript=transcript,
+                    speaker=speaker, scores=scores, source=source, sample_id=sample_id, trim=trim,
+                )
+            ],
+            _raise=True,
+        )
+        return added[0]
+
+    def add_many(
+        self,
+        items: Iterable[dict[str, Any]],
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        _raise: bool = False,
+    ) -> tuple[list[Sample], list[dict[str, str]]]:
+        """Add several clips with ONE manifest write at the end.
+
+        Args:
+            items: dicts with the keyword arguments of `add` (`audio`, `target_text`, `feedback`,
+                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`) plus an optional
+                `file` (how the item is named in the report; default: the audio path).
+            progress: called as `progress(done, total)` after each item.
+
+        Returns:
+            `(added, skipped)`: the new Samples, and `{"file", "reason"}` for each item that failed
+            a check (bad audio, empty text, duplicate). One bad item never stops the others.
+
+        If writing fails (disk full, interrupted), the audio files written by this call are removed
+        and the manifest is unchanged. When nothing is added the manifest is not rewritten.
+        """
+        items = list(items)
+        added: list[Sample] = []
+        skipped: list[dict[str, str]] = []
+        written: list[Path] = []
+        with self._lock:
+            existing = self._read()
+            taken = {sample.id for sample in existing}
+            hashes = {sample.audio_sha256: sample.id for sample in existing if sample.audio_sha256}
+            try:
+                for index, item in enumerate(items):
+                    item = dict(item)
+                    label = item.pop("file", None)
+                    audio = item.get("audio")
+                    if label is None and isinstance(audio, (str, Path)):
+                        label = Path(audio).name
+                    try:
+                        sample, data = self._prepare(
+                            audio,
+                            item.get("target_text"),
+                            item.get("feedback"),
+                            transcript=item.get("transcript"),
+                            speaker=item.get("speaker"),
+                            scores=item.get("scores"),
+                            source=item.get("source"),
+                            sample_id=item.get("sample_id"),
+                            trim=bool(item.get("trim", False)),
+                            name=None if label is None else str(label),
+                            taken_ids=taken,
+                            hashes=hashes,
+                        )
+                    except PipelineError as error:
+                        if _raise:
+                            raise
+                        skipped.append({"file": str(label or f"item {index + 1}"), "reason": str(error)})
+                    else:
+                        path = self.workspace.samples_dir / sample.audio_file
+                        atomic_write_bytes(path, data)
+                        written.append(path)
+                        taken.add(sample.id)
+                        hashes[sample.audio_sha256] = sample.id
+                        added.append(sample)
+                    if progress is not None:
+                        progress(index + 1, len(items))
+                if added:
+                    self._write(existing + added)
+            except BaseException:
+                for path in written:
+                    path.unlink(missing_ok=True)
+                raise
+        return added, skipped
+
+    def update(self, sample_id: str, **fields: Any) -> Sample:
+        """Change text fields or scores of one sample (see `EDITABLE_FIELDS`); returns the updated Sample.
+
+        Raises:
+            SampleError: unknown id, a field that cannot be edited, or an empty `target_text`.
+        """
+        unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
+        if unknown:
+            raise SampleError(
+                f"Cannot edit {unknown} of a sample; editable fields are {list(EDITABLE_FIELDS)}. "
+                "To replace the audio, delete the sample and add it again."
+            )
+        for key in ("target_text", "feedback", "transcript", "speaker"):
+            if key in fields:
+                fields[key] = nfc(fields[key])
+        if "target_text" in fields and not fields["target_text"]:
+            raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
+        if "feedback" in fields and fields["feedback"] is None:
+            fields["feedback"] = ""
+        for key in ("transcript", "speaker"):
+            if key in fields and not fields[key]:
+                fields[key] = None
+        if "scores" in fields and fields["scores"] is not None and not isinstance(fields["scores"], dict):
+            raise SampleError(f"`scores` must be a dict, got {type(fields['scores']).__name__}.")
+        with self._lock:
+            samples = self._read()
+            for index, sample in enumerate(samples):
+                if sample.id == sample_id:
+                    updated = Sample.from_dict({**sample.to_dict(), **fields})
+                    samples[index] = updated
+                    self._write(samples)
+                    return updated
+        raise SampleError(
+            f"No sample with id `{sample_id}`; `python -m pipeline samples --workspace WS` lists the ids."
+        )
+
+    def delete(self, sample_id: str) -> Sample:
+        """Remove a sample and its audio file; returns the removed Sample. Raises `SampleError` on unknown id."""
+        with self._lock:
+            samples = self._read()
+            keep = [sample for sample in samples if sample.id != sample_id]
+            if len(keep) == len(samples):
+                raise SampleError(
+                    f"No sample with id `{sample_id}`; `python -m pipeline samples --workspace WS` lists the ids."
+                )
+            removed = next(sample for sample in samples if sample.id == sample_id)
+            self._write(keep)
+            (self.workspace.samples_dir / removed.audio_file).unlink(missing_ok=True)
+        return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline samples --workspace WS [--json]`: list the library with its check results."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline samples", description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    library = SampleLibrary(args.workspace)
+    samples = library.list()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "workspace": str(library.workspace.root),
+                    "count": len(samples),
+                    "samples": [sample.to_dict() for sample in samples],
+                },
+                ensure_ascii=False,
+            )
+        )
+        return 0
+    print(f"{len(samples)} samples in {library.workspace.root}")
+    for sample in samples:
+        notes = sample.checks.get("warnings") or []
+        feedback = "no feedback yet" if not sample.feedback else f"feedback {len(sample.feedback)} chars"
+        print(
+            f"  {sample.id:<16} {sample.duration_s:5.1f} s  speaker={sample.speaker or '-':<8} "
+            f"{feedback:<20} {sample.target_text[:50]}"
+            + (f"  [{'; '.join(notes)}]" if notes else "")
+        )
+    without = sum(1 for sample in samples if not sample.feedback)
+    if without:
+        print(f"{without} samples have no feedback yet; they are left out of the training dataset.")
+    return 0
