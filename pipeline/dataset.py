@@ -1,0 +1,808 @@
+"""Sample library -> chat-formatted Hugging Face `DatasetDict` (train / eval) for Gemma 3n.
+
+One function, `build_messages`, defines the conversation the tutor sees; training, the memory
+estimate and inference all call it, so the prompt cannot drift between them. `build_dataset` splits
+the library (speaker-disjoint when speakers are known), measures every row's length in tokens as
+Gemma 3n sees it (text tokens + the fixed audio span), lists rows that cannot be trained on with
+the reason, saves the result atomically to `WS/dataset` and exports JSONL / Parquet to `WS/exports`.
+
+What it deliberately does not do: truncate anything (a row too long is excluded, never cut), decode
+audio with `datasets`' `Audio` feature (audio is stored as 16 kHz PCM16 WAV bytes and decoded with
+`pipeline.audio`, so nothing depends on torchcodec / FFmpeg), or tokenize audio features (the
+feature extractor runs at training time; every clip takes the same number of positions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from pipeline.errors import DatasetError, PipelineError
+from pipeline.workspace import Workspace
+
+DEFAULT_MODEL = "google/gemma-3n-E2B-it"
+SPLITS = ("train", "eval")
+BUILD_REPORT_NAME = "build_report.json"
+MAX_AUDIO_S = 30.0
+"""Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
+
+AUDIO_SOFT_TOKENS = 188
+"""Audio soft tokens per clip in Gemma 3n (`Gemma3nProcessor.audio_seq_length`, config
+`audio_soft_tokens_per_image`), whatever the clip's length; with `<start_of_audio>`,
+`<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
+
+# The columns of every split, in this order (also the Parquet / JSONL export columns).
+COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens")
+
+
+# --------------------------------------------------------------------------------------------------
+# The conversation
+# --------------------------------------------------------------------------------------------------
+
+_TASK = (
+    "You are a patient pronunciation tutor for learners of a language. You hear a recording of a "
+    "learner reading a sentence aloud and you are given the sentence they were asked to read. "
+    "Listen to how each word was actually pronounced, compare it with the sentence, and give "
+    "feedback the learner can act on: scores for the whole sentence, the words that were "
+    "mispronounced, which sounds were wrong and what was heard instead, and one concrete piece "
+    "of advice."
+)
+
+
+def _answer_format() -> str:
+    """Describe the answer template of `pipeline.feedback` (imported lazily, it owns the format)."""
+    try:
+        from pipeline import feedback
+    except ImportError:  # pragma: no cover - only while feedback.py is being written
+        return ""
+    for name in ("TEMPLATE_DESCRIPTION", "FORMAT_DESCRIPTION", "ANSWER_FORMAT", "TEMPLATE_HELP"):
+        text = getattr(feedback, name, None)
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    return ""
+
+
+def _system_prompt() -> str:
+    answer_format = _answer_format()
+    if answer_format:
+        return f"{_TASK}\n\nAnswer in exactly this format:\n{answer_format}"
+    return _TASK
+
+
+SYSTEM_PROMPT = _system_prompt()
+"""System instruction of every conversation: the tutor's job and the answer template of
+`pipeline.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
+
+
+def _nfc(text: str | None) -> str:
+    return unicodedata.normalize("NFC", text or "").strip()
+
+
+def user_prompt(target_text: str) -> str:
+    """The text of the user turn that follows the audio: the sentence the learner was asked to read.
+
+    `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
+    """
+    text = _nfc(target_text)
+    if not text:
+        raise DatasetError(
+            "The target text is empty; give the sentence the learner was asked to read "
+            "(e.g. `The cat sat on the mat.`)."
+        )
+    return f'The learner was asked to read this sentence aloud:\n"{text}"\n\nGive your feedback on their pronunciation.'
+
+
+def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
+    """The Gemma 3n chat conversation for one clip.
+
+    Args:
+        target_text: the sentence the learner was asked to read (NFC-normalized here).
+        feedback: the tutor's answer; when given (training), it becomes the assistant turn; when
+            None (inference, prompt length), the conversation ends with the user turn.
+        audio: float32 numpy array of shape (n,), 16 kHz mono in [-1, 1]. When None the user turn
+            holds a bare `{"type": "audio"}` placeholder: rendering to text (`tokenize=False`) works
+            and shows the audio token, while `apply_chat_template(tokenize=True)` needs the array.
+
+    Returns:
+        `[{"role": "system", ...}, {"role": "user", "content": [audio, text]}, ({"role": "assistant",
+        ...})]`, each content a list of `{"type": "text", "text": ...}` / `{"type": "audio", ...}`
+        blocks as `processor.apply_chat_template` expects.
+
+    Raises:
+        DatasetError: empty target text, or `feedback` given but empty.
+    """
+    audio_block: dict[str, Any] = {"type": "audio"}
+    if audio is not None:
+        audio_block["audio"] = audio
+    messages: list[dict] = [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "user", "content": [audio_block, {"type": "text", "text": user_prompt(target_text)}]},
+    ]
+    if feedback is not None:
+        answer = _nfc(feedback)
+        if not answer:
+            raise DatasetError("The feedback is empty; write the tutor's answer for this clip before training on it.")
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+    return messages
+
+
+# --------------------------------------------------------------------------------------------------
+# Token lengths as Gemma 3n sees them
+# --------------------------------------------------------------------------------------------------
+
+
+class TokenCounter:
+    """Counts a conversation's tokens exactly as `processor.apply_chat_template(tokenize=True)` would.
+
+    The processor renders the chat template, replaces each audio placeholder with its fixed audio
+    span (`processor.full_audio_sequence`: blank line, `<start_of_audio>`, 188 audio soft tokens,
+    `<end_of_audio>`, blank line; see transformers `models/gemma3n/processing_gemma3n.py`) and
+    tokenizes the result without adding a second `<bos>`. This class does the same text work but
+    skips the mel feature extraction (the span does not depend on the clip), and tokenizes many rows
+    in one batched call: about 100x faster than the full processor. `tests/test_dataset.py` checks
+    that both give the same count.
+    """
+
+    def __init__(self, processor: Any):
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.audio_token = getattr(processor, "audio_token", None)
+        span = getattr(processor, "full_audio_sequence", None)
+        if self.audio_token is None or span is None:
+            tok = self.tokenizer
+            try:
+                n = int(getattr(processor, "audio_seq_length", AUDIO_SOFT_TOKENS))
+                self.audio_token = self.audio_token or tok.audio_token
+                span = f"\n\n{tok.boa_token}{tok.audio_token * n}{tok.eoa_token}\n\n"
+            except AttributeError as error:
+                raise DatasetError(
+                    f"The processor {type(processor).__name__} has no audio tokens ({error}); "
+                    "use a Gemma 3n processor (e.g. google/gemma-3n-E2B-it)."
+                ) from error
+        self.audio_span = span
+        self.bos = getattr(self.tokenizer, "bos_token", None)
+
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str:
+        """Chat template text with each audio placeholder expanded to the audio span."""
+        plain = [_strip_audio_arrays(m) for m in messages]
+        text = self.processor.apply_chat_template(
+            plain, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        return text.replace(self.audio_token, self.audio_span)
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Token count of each rendered text (batched; `<bos>` added only if the text lacks it)."""
+        if not texts:
+            return []
+        counts: list[int] = [0] * len(texts)
+        groups: dict[bool, list[int]] = {True: [], False: []}
+        for i, text in enumerate(texts):
+            groups[bool(self.bos) and text.startswith(self.bos)].append(i)
+        for starts_with_bos, indices in groups.items():
+            if not indices:
+                continue
+            encoded = self.tokenizer([texts[i] for i in indices], add_special_tokens=not starts_with_bos)["input_ids"]
+            for i, ids in zip(indices, encoded):
+                counts[i] = len(ids)
+        return counts
+
+    def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
+        """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
+        return self.count_texts([self.render(m, add_generation_prompt=add_generation_prompt) for m in messages_list])
+
+
+def _strip_audio_arrays(message: dict) -> dict:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {
+        **message,
+        "content": [{"type": "audio"} if block.get("type") == "audio" else block for block in content],
+    }
+
+
+def load_processor(model: str) -> Any:
+    """The model's processor (tokenizer, chat template, audio feature extractor).
+
+    Uses `pipeline.model.load_processor` (typed `ModelLoadError`s for gated / offline / missing
+    models). Raises `DatasetError` if the processor has no chat template.
+    """
+    try:
+        from pipeline.model import load_processor as _load
+    except ImportError:  # model.py is being written in parallel; same call without its friendlier errors
+        from transformers import AutoProcessor
+
+        from pipeline.errors import ModelLoadError
+
+        def _load(model_id):
+            try:
+                return AutoProcessor.from_pretrained(str(model_id))
+            except (OSError, ValueError) as error:
+                raise ModelLoadError(f"Cannot load the processor of `{model_id}` ({error}).") from error
+
+    processor = _load(model)
+    if getattr(processor, "chat_template", None) is None:
+        raise DatasetError(
+            f"The processor of `{model}` has no chat template; use an instruction-tuned Gemma 3n "
+            "such as google/gemma-3n-E2B-it."
+        )
+    return processor
+
+
+# --------------------------------------------------------------------------------------------------
+# Length statistics
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LengthStats:
+    """Distribution of row lengths in tokens (text tokens + audio positions).
+
+    `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
+    the last bin closed. `p90` is the nearest-rank 90th percentile.
+    """
+
+    count: int = 0
+    min: int = 0
+    median: float = 0.0
+    mean: float = 0.0
+    p90: int = 0
+    max: int = 0
+    histogram: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
+        values = sorted(int(v) for v in lengths)
+        if not values:
+            return cls()
+        p90 = values[max(0, math.ceil(0.9 * len(values)) - 1)]
+        lo, hi = values[0], values[-1]
+        width = max(1, math.ceil((hi - lo + 1) / bins))
+        histogram = []
+        edge = lo
+        while edge <= hi:
+            top = edge + width
+            n = sum(1 for v in values if edge <= v < top)
+            histogram.append({"lo": edge, "hi": top, "count": n})
+            edge = top
+        return cls(
+            count=len(values),
+            min=lo,
+            median=float(statistics.median(values)),
+            mean=round(statistics.fmean(values), 1),
+            p90=p90,
+            max=hi,
+            histogram=histogram,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LengthStats":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+# --------------------------------------------------------------------------------------------------
+# Splitting
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """Result of `split_ids`: sample ids per split, the method used and notes for the person."""
+
+    train: list[str]
+    eval: list[str]
+    method: str  # "speaker" (speaker-disjoint) or "sample"
+    notes: list[str] = field(default_factory=list)
+
+
+def split_ids(
+    rows: Sequence[tuple[str, str | None]], *, eval_fraction: float = 0.2, seed: int = 42
+) -> Split:
+    """Split `(sample_id, speaker)` pairs into train and eval ids.
+
+    Speaker-disjoint when at least two speakers are known: whole speakers go to eval, chosen in a
+    seeded shuffle, each added if it brings the eval row count closer to `eval_fraction * n`; at
+    least one speaker stays on each side. Samples without a speaker are then split at sample level
+    (a note says so). With one known speaker or none, the split is sample-level, with a note.
+    The result depends only on the set of pairs, `eval_fraction` and `seed` (not their order).
+
+    Raises `DatasetError` when `eval_fraction` is outside [0, 1).
+    """
+    if not isinstance(eval_fraction, (int, float)) or not 0.0 <= float(eval_fraction) < 1.0:
+        raise DatasetError(
+            f"`--eval-fraction` must be in [0, 1) (share of rows held out for evaluation), got {eval_fraction!r}; "
+            "0.2 is a good default."
+        )
+    rng = random.Random(seed)
+    by_speaker: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    for sample_id, speaker in sorted(rows, key=lambda r: r[0]):
+        speaker = (speaker or "").strip()
+        if speaker:
+            by_speaker.setdefault(speaker, []).append(sample_id)
+        else:
+            unknown.append(sample_id)
+    n = len(rows)
+    target = eval_fraction * n
+    notes: list[str] = []
+    if eval_fraction == 0 or n < 2:
+        if eval_fraction > 0:
+            notes.append(f"Only {n} trainable row(s): nothing held out for evaluation; add more samples.")
+        return Split(train=sorted(r[0] for r in rows), eval=[], method="none", notes=notes)
+
+    if len(by_speaker) >= 2:
+        speakers = sorted(by_speaker)
+        rng.shuffle(speakers)
+        known_target = eval_fraction * sum(len(v) for v in by_speaker.values())
+        eval_speakers: list[str] = []
+        count = 0
+        for speaker in speakers:
+            if len(eval_speakers) == len(speakers) - 1:
+                break
+            size = len(by_speaker[speaker])
+            if not eval_speakers or abs(count + size - known_target) < abs(count - known_target):
+                eval_speakers.append(speaker)
+                count += size
+        train_ids = [i for s in speakers if s not in eval_speakers for i in by_speaker[s]]
+        eval_ids = [i for s in eval_speakers for i in by_speaker[s]]
+        if unknown:
+            extra = _sample_split(unknown, eval_fraction, rng)
+            train_ids += extra[0]
+            eval_ids += extra[1]
+            notes.append(
+                f"{len(unknown)} sample(s) have no speaker and were split sample by sample; give them a "
+                "speaker so that no learner ends up in both splits."
+            )
+        return Split(sorted(train_ids), sorted(eval_ids), "speaker", notes)
+
+    train_ids, eval_ids = _sample_split([r[0] for r in rows], eval_fraction, rng)
+    if len(by_speaker) == 1:
+        notes.append(
+            "All samples come from one speaker, so the split is sample by sample (the eval clips are "
+            "from the same learner as the training clips); add a second speaker for a speaker-disjoint split."
+        )
+    else:
+        notes.append(
+            "No sample has a speaker, so the split is sample by sample and one learner may appear in both "
+            "splits; set each sample's speaker for a speaker-disjoint split."
+        )
+    del target
+    return Split(sorted(train_ids), sorted(eval_ids), "sample", notes)
+
+
+def _sample_split(ids: list[str], eval_fraction: float, rng: random.Random) -> tuple[list[str], list[str]]:
+    ids = sorted(ids)
+    rng.shuffle(ids)
+    n_eval = round(eval_fraction * len(ids))
+    if len(ids) >= 2:
+        n_eval = min(max(n_eval, 1), len(ids) - 1)
+    else:
+        n_eval = 0
+    return ids[n_eval:], ids[:n_eval]
+
+
+# --------------------------------------------------------------------------------------------------
+# Building
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildReport:
+    """What `build_dataset` made: where, how many rows per split, what was left out and why.
+
+    `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?}]`. `speakers`: split
+    name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
+    `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
+    """
+
+    path: str
+    splits: dict[str, int]
+    excluded: list[dict]
+    length_stats: dict
+    speakers: dict[str, list[str]]
+    split_method: str
+    notes: list[str]
+    model: str
+    max_length: int
+    eval_fraction: float
+    seed: int
+    exports: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """A few human-readable lines (used by the command line and the app)."""
+        s = self.length_stats
+        lines = [
+            f"Dataset saved to {self.path}",
+            "  " + ", ".join(f"{name}: {rows} rows" for name, rows in self.splits.items())
+            + f" (split by {self.split_method})",
+        ]
+        for name, speakers in self.speakers.items():
+            if speakers:
+                lines.append(f"  {name} speakers: {', '.join(speakers)}")
+        if s.get("count"):
+            lines.append(
+                f"  length in tokens: min {s['min']}, median {s['median']:g}, p90 {s['p90']}, max {s['max']} "
+                f"(max allowed {self.max_length})"
+            )
+        if self.excluded:
+            lines.append(f"  excluded {len(self.excluded)} row(s):")
+            lines.extend(f"    {e['id']}: {e['reason']}" for e in self.excluded)
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def _features():
+    from datasets import Features, Value
+
+    return Features(
+        {
+            "id": Value("string"),
+            "speaker": Value("string"),
+            "target_text": Value("string"),
+            "feedback": Value("string"),
+            "scores": Value("string"),
+            "audio_wav": Value("binary"),
+            "num_tokens": Value("int32"),
+        }
+    )
+
+
+def _read_wav(path: Path) -> bytes:
+    """The sample's stored WAV as 16 kHz mono PCM16 bytes (re-encoded through our ingest if not)."""
+    import soundfile
+
+    info = soundfile.info(str(path))
+    if info.samplerate == 16000 and info.channels == 1 and info.subtype == "PCM_16" and info.format == "WAV":
+        return path.read_bytes()
+    from pipeline.audio import load_audio, wav_bytes
+
+    return wav_bytes(load_audio(path).samples)
+
+
+def build_dataset(
+    workspace: Workspace | str | os.PathLike,
+    model: Any = DEFAULT_MODEL,
+    *,
+    eval_fraction: float = 0.2,
+    seed: int = 42,
+    max_length: int = 512,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> BuildReport:
+    """Build `WS/dataset` (a `datasets.DatasetDict` with `train` and `eval`) from the sample library.
+
+    Args:
+        workspace: the workspace folder (or `Workspace`).
+        model: hub id or local folder of the model whose processor measures lengths, or an already
+            loaded processor.
+        eval_fraction: share of rows held out, in [0, 1); speaker-disjoint when speakers are known.
+        seed: seed of the split; the same library, fraction and seed give the same split.
+        max_length: longest row in tokens; longer rows are excluded with the reason, never cut.
+        progress: optional `progress(done, total, message)` callback.
+
+    Returns a `BuildReport`. Also writes `WS/dataset/build_report.json`, and
+    `WS/exports/{train,eval}.{jsonl,parquet}`. The dataset folder is replaced atomically: it is
+    built in a temporary folder beside it and swapped in only when complete, so a failed build
+    leaves the previous dataset as it was.
+
+    Raises:
+        DatasetError: empty library, no trainable row, bad `eval_fraction` / `max_length`.
+        ModelLoadError: the processor cannot be loaded.
+    """
+    started = time.perf_counter()
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
+        raise DatasetError(f"`--max-length` must be a whole number of tokens >= 1, got {max_length!r}; 512 is typical.")
+    split_ids([], eval_fraction=eval_fraction, seed=seed)  # validates eval_fraction early
+
+    def report_progress(done: int, total: int, message: str) -> None:
+        if progress is not None:
+            progress(done, total, message)
+
+    from pipeline.samples import SampleLibrary
+
+    library = SampleLibrary(ws)
+    samples = library.list()
+    if not samples:
+        raise DatasetError(
+            f"The sample library in {ws.root} is empty; add or import samples first "
+            f"(e.g. `python -m pipeline import --workspace {ws.root} --source FOLDER`)."
+        )
+    report_progress(0, len(samples), "loading the processor")
+    processor = load_processor(model) if isinstance(model, (str, os.PathLike)) else model
+    model_name = str(model) if isinstance(model, (str, os.PathLike)) else getattr(processor, "name_or_path", type(processor).__name__)
+    counter = TokenCounter(processor)
+
+    excluded: list[dict] = []
+    candidates: list[dict] = []
+    full_texts: list[str] = []
+    prompt_texts: list[str] = []
+    for index, sample in enumerate(samples):
+        target = _nfc(sample.target_text)
+        answer = _nfc(sample.feedback)
+        reason = None
+        if not target:
+            reason = "target text is empty; enter the sentence the learner read"
+        elif not answer:
+            reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
+        elif sample.duration_s is not None and float(sample.duration_s) > MAX_AUDIO_S:
+            reason = f"clip is {float(sample.duration_s):.1f} s; Gemma 3n hears at most {MAX_AUDIO_S:.0f} s: trim or split it"
+        if reason is None:
+            path = library.audio_path(sample)
+            try:
+                wav = _read_wav(path)
+            except PipelineError as error:
+                reason = f"audio cannot be used: {error}"
+            except (OSError, RuntimeError) as error:
+                reason = f"audio file {path} cannot be read ({error}); re-add the clip"
+        if reason is not None:
+            excluded.append({"id": sample.id, "reason": reason})
+            continue
+        candidates.append(
+            {
+                "id": sample.id,
+                "speaker": (sample.speaker or "").strip(),
+                "target_text": target,
+                "feedback": answer,
+                "scores": json.dumps(sample.scores, ensure_ascii=False, sort_keys=True) if sample.scores else "",
+                "audio_wav": wav,
+            }
+        )
+        full_texts.append(counter.render(build_messages(target, answer)))
+        prompt_texts.append(counter.render(build_messages(target), add_generation_prompt=True))
+        if index % 50 == 0:
+            report_progress(index, len(samples), "reading clips")
+
+    report_progress(len(samples), len(samples), "counting tokens")
+    totals = counter.count_texts(full_texts)
+    prompts = counter.count_texts(prompt_texts)
+    rows: list[dict] = []
+    for row, total, prompt in zip(candidates, totals, prompts):
+        if prompt >= max_length:
+            excluded.append(
+                {
+                    "id": row["id"],
+                    "reason": f"the prompt alone (instructions, audio, target text) is {prompt} tokens, not under "
+                    f"--max-length {max_length}: no room for the answer; raise --max-length to at least {total}",
+                    "num_tokens": total,
+                }
+            )
+        elif total > max_length:
+            excluded.append(
+                {
+                    "id": row["id"],
+                    "reason": f"{total} tokens > --max-length {max_length}: the answer ({total - prompt} tokens) "
+                    f"would be cut; raise --max-length to {total} or shorten the feedback",
+                    "num_tokens": total,
+                }
+            )
+        else:
+            row["num_tokens"] = total
+            rows.append(row)
+    excluded.sort(key=lambda e: e["id"])
+
+    if not rows:
+        reasons = "; ".join(f"{e['id']}: {e['reason']}" for e in excluded[:5])
+        raise DatasetError(
+            f"None of the {len(samples)} samples can be trained on ({reasons}"
+            f"{'; ...' if len(excluded) > 5 else ''}). The previous dataset, if any, is kept."
+        )
+
+    split = split_ids([(r["id"], r["speaker"]) for r in rows], eval_fraction=eval_fraction, seed=seed)
+    by_id = {r["id"]: r for r in rows}
+    split_rows = {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
+    speakers = {name: sorted({r["speaker"] for r in rs if r["speaker"]}) for name, rs in split_rows.items()}
+    report = BuildReport(
+        path=str(ws.dataset_dir),
+        splits={name: len(rs) for name, rs in split_rows.items()},
+        excluded=excluded,
+        length_stats=LengthStats.from_lengths(r["num_tokens"] for r in rows).to_dict(),
+        speakers=speakers,
+        split_method=split.method,
+        notes=split.notes,
+        model=model_name,
+        max_length=max_length,
+        eval_fraction=float(eval_fraction),
+        seed=seed,
+    )
+
+    report_progress(len(samples), len(samples), "saving")
+    _save_atomically(ws, split_rows, report)
+    report.exports = _export(ws, split_rows, library)
+    report.seconds = round(time.perf_counter() - started, 3)
+    from pipeline.fileio import atomic_write_json
+
+    atomic_write_json(ws.dataset_dir / BUILD_REPORT_NAME, report.to_dict())
+    report_progress(len(samples), len(samples), "done")
+    return report
+
+
+def _to_dataset_dict(split_rows: dict[str, list[dict]]):
+    from datasets import Dataset, DatasetDict
+
+    features = _features()
+    return DatasetDict(
+        {
+            name: Dataset.from_dict({c: [r[c] for r in rs] for c in COLUMNS}, features=features)
+            for name, rs in split_rows.items()
+        }
+    )
+
+
+def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: BuildReport) -> None:
+    """save_to_disk into `WS/.dataset-tmp-*`, then swap it in place of `WS/dataset`."""
+    from pipeline.fileio import atomic_write_json
+
+    ws.root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".dataset-tmp-", dir=ws.root))
+    new_dir = staging / "dataset"
+    try:
+        _to_dataset_dict(split_rows).save_to_disk(str(new_dir))
+        atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
+        target = ws.dataset_dir
+        old = staging / "previous"
+        if target.exists():
+            os.replace(target, old)
+        try:
+            os.replace(new_dir, target)
+        except BaseException:
+            if old.exists() and not target.exists():
+                os.replace(old, target)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _export(ws: Workspace, split_rows: dict[str, list[dict]], library: Any) -> dict[str, str]:
+    """Write `WS/exports/{split}.jsonl` (text, scores, audio path, messages) and `{split}.parquet` (with WAV bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.fileio import atomic_write_bytes, atomic_write_text
+
+    ws.exports_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    samples = {s.id: s for s in library.list()}
+    for name, rows in split_rows.items():
+        lines = []
+        for r in rows:
+            audio_path = str(library.audio_path(samples[r["id"]])) if r["id"] in samples else ""
+            messages = build_messages(r["target_text"], r["feedback"])
+            for m in messages:
+                for block in m["content"]:
+                    if block["type"] == "audio":
+                        block["path"] = audio_path
+            lines.append(
+                json.dumps(
+                    {
+                        "id": r["id"],
+                        "speaker": r["speaker"],
+                        "target_text": r["target_text"],
+                        "feedback": r["feedback"],
+                        "scores": json.loads(r["scores"]) if r["scores"] else None,
+                        "num_tokens": r["num_tokens"],
+                        "audio_path": audio_path,
+                        "messages": messages,
+                    },
+                    ensure_ascii=False,
+                )
+            )
+        jsonl = ws.exports_dir / f"{name}.jsonl"
+        atomic_write_text(jsonl, "".join(line + "\n" for line in lines))
+        table = pa.table(
+            {
+                "id": pa.array([r["id"] for r in rows], pa.string()),
+                "speaker": pa.array([r["speaker"] for r in rows], pa.string()),
+                "target_text": pa.array([r["target_text"] for r in rows], pa.string()),
+                "feedback": pa.array([r["feedback"] for r in rows], pa.string()),
+                "scores": pa.array([r["scores"] for r in rows], pa.string()),
+                "audio_wav": pa.array([r["audio_wav"] for r in rows], pa.binary()),
+                "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
+            }
+        )
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer)
+        parquet = ws.exports_dir / f"{name}.parquet"
+        atomic_write_bytes(parquet, buffer.getvalue())
+        written[f"{name}.jsonl"] = str(jsonl)
+        written[f"{name}.parquet"] = str(parquet)
+    return written
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+def load_built_dataset(workspace: Workspace | str | os.PathLike):
+    """The `datasets.DatasetDict` saved by `build_dataset` (splits `train`, `eval`).
+
+    Rows: `id`, `speaker`, `target_text`, `feedback` (str), `scores` (JSON str, "" when none),
+    `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.audio.load_audio(bytes)` or
+    `decode_wav`), `num_tokens` (int). Raises `DatasetError` when the folder is missing or unreadable.
+    """
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    path = ws.dataset_dir
+    if not (path / "dataset_dict.json").exists():
+        raise DatasetError(
+            f"No built dataset in {path}; build it first with "
+            f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`."
+        )
+    from datasets import load_from_disk
+
+    try:
+        return load_from_disk(str(path))
+    except (OSError, ValueError, FileNotFoundError) as error:
+        raise DatasetError(f"The dataset in {path} cannot be read ({error}); rebuild it with `python -m pipeline build`.") from error
+
+
+def load_build_report(workspace: Workspace | str | os.PathLike) -> dict:
+    """The `build_report.json` of the built dataset (a `BuildReport.to_dict()`); `DatasetError` if missing."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    path = ws.dataset_dir / BUILD_REPORT_NAME
+    if not path.exists():
+        raise DatasetError(f"No build report at {path}; build the dataset first with `python -m pipeline build`.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def decode_wav(data: bytes):
+    """A row's `audio_wav` bytes -> float32 numpy array (n,), 16 kHz mono in [-1, 1].
+
+    Decoded with soundfile (libsndfile), no torchcodec / FFmpeg. Raises `DatasetError` on bad bytes.
+    """
+    import numpy as np
+    import soundfile
+
+    try:
+        samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise DatasetError(f"A dataset row's audio is not a readable WAV ({error}); rebuild the dataset.") from error
+    if rate != 16000 or samples.ndim != 1:
+        raise DatasetError(f"A dataset row's audio is {rate} Hz with shape {samples.shape}; expected 16 kHz mono. Rebuild the dataset.")
+    return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline build --workspace WS --model M [--eval-fraction F] [--seed N] [--max-length TOKENS] [--json]`."""
+    from pipeline.workspace import DEFAULT_WORKSPACE
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline build", description="Build the train/eval dataset from the sample library.")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local folder whose processor measures lengths")
+    parser.add_argument("--eval-fraction", type=float, default=0.2, help="share of rows held out for evaluation (default 0.2)")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the split (default 42)")
+    parser.add_argument("--max-length", type=int, default=512, help="longest row in tokens; longer rows are excluded (default 512)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    args = parser.parse_args(argv)
+
+    report = build_dataset(
+        args.workspace, args.model, eval_fraction=args.eval_fraction, seed=args.seed, max_length=args.max_length
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+    else:
+        print(report.summary())
+    return 0

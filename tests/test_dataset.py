@@ -1,0 +1,313 @@
+"""Dataset build: conversation format, split, token lengths, exclusions, atomic save, command line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import dataset as ds
+from pipeline.errors import DatasetError
+from pipeline.workspace import Workspace
+
+RATE = 16000
+
+
+def tone(seconds: float = 1.0, freq: float = 220.0, seed: int = 0) -> np.ndarray:
+    """A 16 kHz float32 tone plus a little noise (distinct per seed, so hashes differ)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * freq * t) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def processor(tiny_model_dir):
+    return ds.load_processor(str(tiny_model_dir))
+
+
+def make_library(root: Path, specs: list[tuple[str, str | None, str, str]]) -> Workspace:
+    """specs: (sample_id, speaker, target_text, feedback)."""
+    from pipeline.samples import SampleLibrary
+
+    ws = Workspace(root)
+    library = SampleLibrary(ws)
+    for index, (sample_id, speaker, target, feedback) in enumerate(specs):
+        library.add((RATE, tone(0.8 + 0.05 * index, 200 + 10 * index, seed=index)), target, feedback, speaker=speaker, sample_id=sample_id)
+    return ws
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# ------------------------------------------------------------------------------ conversation
+
+
+def test_messages_have_system_user_audio_text_and_assistant():
+    audio = tone()
+    messages = ds.build_messages("The cat sat.", "Total 7/10.", audio)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert messages[0]["content"] == [{"type": "text", "text": ds.SYSTEM_PROMPT}]
+    audio_block, text_block = messages[1]["content"]
+    assert audio_block["type"] == "audio" and audio_block["audio"] is audio
+    assert text_block == {"type": "text", "text": ds.user_prompt("The cat sat.")}
+    assert "The cat sat." in text_block["text"]
+    assert messages[2]["content"] == [{"type": "text", "text": "Total 7/10."}]
+    # inference: no assistant turn, and no array gives a bare placeholder
+    prompt = ds.build_messages("The cat sat.")
+    assert [m["role"] for m in prompt] == ["system", "user"]
+    assert prompt[1]["content"][0] == {"type": "audio"}
+
+
+def test_system_prompt_describes_the_tutor_job():
+    assert "pronunciation" in ds.SYSTEM_PROMPT and "advice" in ds.SYSTEM_PROMPT
+
+
+def test_nfd_text_becomes_nfc():
+    nfd = unicodedata.normalize("NFD", "Un café très naïf")
+    assert nfd != unicodedata.normalize("NFC", nfd)
+    messages = ds.build_messages(nfd, unicodedata.normalize("NFD", "Très bien"))
+    assert unicodedata.normalize("NFC", "Un café très naïf") in messages[1]["content"][1]["text"]
+    assert messages[2]["content"][0]["text"] == unicodedata.normalize("NFC", "Très bien")
+
+
+@pytest.mark.parametrize("target, feedback", [("  ", "ok"), ("The cat.", "   ")])
+def test_empty_text_raises(target, feedback):
+    with pytest.raises(DatasetError, match="empty"):
+        ds.build_messages(target, feedback)
+
+
+# ------------------------------------------------------------------------------ split
+
+
+def rows_for(speakers: dict[str, int]) -> list[tuple[str, str]]:
+    return [(f"{spk}-{i:02d}", spk) for spk, n in speakers.items() for i in range(n)]
+
+
+def test_split_is_speaker_disjoint_and_reproducible():
+    rows = rows_for({"a": 10, "b": 12, "c": 8, "d": 10, "e": 9})
+    first = ds.split_ids(rows, eval_fraction=0.2, seed=7)
+    assert first.method == "speaker"
+    speaker_of = dict(rows)
+    train_speakers = {speaker_of[i] for i in first.train}
+    eval_speakers = {speaker_of[i] for i in first.eval}
+    assert train_speakers and eval_speakers and not train_speakers & eval_speakers
+    assert sorted(first.train + first.eval) == sorted(i for i, _ in rows)
+    # same seed and rows in another order: same split
+    again = ds.split_ids(list(reversed(rows)), eval_fraction=0.2, seed=7)
+    assert (again.train, again.eval) == (first.train, first.eval)
+    # the eval share is close to the fraction (whole speakers of 8-12 rows each)
+    assert 5 <= len(first.eval) <= 15
+    # different seeds choose different speakers at least once
+    choices = {tuple(ds.split_ids(rows, eval_fraction=0.2, seed=s).eval) for s in range(10)}
+    assert len(choices) > 1
+
+
+def test_split_keeps_a_speaker_on_each_side_even_with_a_large_fraction():
+    rows = rows_for({"a": 3, "b": 3})
+    split = ds.split_ids(rows, eval_fraction=0.9, seed=1)
+    assert split.train and split.eval
+    assert {i[0] for i in split.train}.isdisjoint({i[0] for i in split.eval})
+
+
+def test_single_speaker_falls_back_to_sample_split_and_says_so():
+    rows = rows_for({"solo": 10})
+    split = ds.split_ids(rows, eval_fraction=0.2, seed=3)
+    assert split.method == "sample"
+    assert len(split.eval) == 2 and len(split.train) == 8
+    assert any("one speaker" in note for note in split.notes)
+
+
+def test_unknown_speakers_fall_back_to_sample_split_and_say_so():
+    rows = [(f"x{i}", None) for i in range(5)]
+    split = ds.split_ids(rows, eval_fraction=0.2, seed=3)
+    assert split.method == "sample" and len(split.eval) == 1
+    assert any("No sample has a speaker" in note and "sample by sample" in note for note in split.notes)
+
+
+def test_mixed_known_and_unknown_speakers_notes_the_unknown():
+    rows = rows_for({"a": 5, "b": 5}) + [("u1", ""), ("u2", None)]
+    split = ds.split_ids(rows, eval_fraction=0.3, seed=0)
+    assert split.method == "speaker"
+    assert any("2 sample(s) have no speaker" in note for note in split.notes)
+    assert sorted(split.train + split.eval) == sorted(i for i, _ in rows)
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.0, 1.5])
+def test_bad_eval_fraction_raises(fraction):
+    with pytest.raises(DatasetError, match="eval-fraction"):
+        ds.split_ids(rows_for({"a": 3}), eval_fraction=fraction)
+
+
+def test_length_stats():
+    stats = ds.LengthStats.from_lengths([300, 310, 320, 330, 340, 350, 360, 370, 380, 500])
+    assert (stats.min, stats.max, stats.median, stats.p90) == (300, 500, 345.0, 380)
+    assert sum(b["count"] for b in stats.histogram) == 10
+    assert stats.histogram[0]["lo"] == 300 and stats.histogram[-1]["hi"] > 500
+
+
+# ------------------------------------------------------------------------------ token lengths
+
+
+@pytest.mark.parametrize(
+    "target, feedback",
+    [
+        ("The cat sat on the mat.", "Accuracy 7/10. GREY: /EY/ sounded like /AY/. Keep your lips wide."),
+        (unicodedata.normalize("NFD", "Un café très naïf, s'il vous plaît."), "Très bien ! Prosodie 8/10."),
+        ("Short.", None),
+    ],
+)
+def test_token_count_equals_full_processor_rendering(processor, target, feedback):
+    messages = ds.build_messages(target, feedback, tone(2.0))
+    generation = feedback is None
+    full = processor.apply_chat_template(
+        messages, tokenize=True, return_dict=True, add_generation_prompt=generation
+    )
+    expected = len(full["input_ids"][0])
+    counter = ds.TokenCounter(processor)
+    assert counter.count([messages], add_generation_prompt=generation) == [expected]
+    # the audio takes <start_of_audio> + 188 soft tokens + <end_of_audio> (+ the blank lines)
+    ids = list(full["input_ids"][0])
+    assert ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == ds.AUDIO_SOFT_TOKENS
+
+
+# ------------------------------------------------------------------------------ build
+
+
+SPECS = [
+    ("a1", "anna", "The cat sat on the mat.", "Accuracy 8/10. Good."),
+    ("a2", "anna", "A grey day.", "Accuracy 6/10. GREY: /EY/ heard as /AY/."),
+    ("b1", "ben", "We see the sea.", "Accuracy 9/10."),
+    ("b2", "ben", "She sells shells.", "Accuracy 5/10. SHELLS sounded like SELLS."),
+    ("c1", "chen", "Red lorry, yellow lorry.", "Accuracy 4/10. LORRY: /L/ and /R/ swapped."),
+    ("c2", "chen", "Thank you.", "Accuracy 7/10."),
+    ("d1", "dora", "Good morning.", ""),  # no feedback: excluded
+]
+
+
+def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny_model_dir, processor):
+    from datasets import load_from_disk
+
+    long_answer = "Listen again and repeat slowly. " * 60
+    ws = make_library(tmp_path / "ws", SPECS + [("e1", "eve", "Hello there.", long_answer)])
+    report = ds.build_dataset(ws, str(tiny_model_dir), eval_fraction=0.25, seed=1, max_length=512)
+
+    assert report.path == str(ws.dataset_dir)
+    assert report.split_method == "speaker"
+    reasons = {e["id"]: e["reason"] for e in report.excluded}
+    assert set(reasons) == {"d1", "e1"}
+    assert "feedback is empty" in reasons["d1"]
+    assert "--max-length 512" in reasons["e1"] and "would be cut" in reasons["e1"]
+    assert report.splits["train"] + report.splits["eval"] == 6
+    assert report.splits["eval"] >= 1
+    assert not set(report.speakers["train"]) & set(report.speakers["eval"])
+
+    loaded = load_from_disk(report.path)
+    assert set(loaded) == {"train", "eval"}
+    assert loaded["train"].column_names == list(ds.COLUMNS)
+    row = loaded["train"][0]
+    audio = ds.decode_wav(row["audio_wav"])
+    assert audio.dtype == np.float32 and audio.ndim == 1 and 0.7 * RATE < audio.size < 1.2 * RATE
+    # every kept row's num_tokens is what the full processor gives for its conversation
+    counter = ds.TokenCounter(processor)
+    for split in loaded.values():
+        for r in split:
+            assert r["num_tokens"] <= 512
+            messages = ds.build_messages(r["target_text"], r["feedback"], ds.decode_wav(r["audio_wav"]))
+            assert counter.count([messages]) == [r["num_tokens"]]
+    full = processor.apply_chat_template(
+        ds.build_messages(row["target_text"], row["feedback"], audio), tokenize=True, return_dict=True
+    )
+    assert len(full["input_ids"][0]) == row["num_tokens"]
+
+    stats = report.length_stats
+    assert stats["count"] == 6 and stats["min"] <= stats["median"] <= stats["p90"] <= stats["max"] <= 512
+    assert sum(b["count"] for b in stats["histogram"]) == 6
+    on_disk = ds.load_build_report(ws)
+    assert on_disk["splits"] == report.splits and on_disk["excluded"] == report.excluded
+
+    for name in ("train.jsonl", "eval.jsonl", "train.parquet", "eval.parquet"):
+        assert (ws.exports_dir / name).exists(), name
+    lines = (ws.exports_dir / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == report.splits["train"]
+    first = json.loads(lines[0])
+    assert Path(first["audio_path"]).exists() and first["messages"][2]["role"] == "assistant"
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(ws.exports_dir / "eval.parquet")
+    assert table.num_rows == report.splits["eval"] and "audio_wav" in table.column_names
+
+    # same library, same seed: same split; the reloaded dataset is the same object graph
+    again = ds.build_dataset(ws, processor, eval_fraction=0.25, seed=1, max_length=512)
+    assert again.speakers == report.speakers
+    assert ds.load_built_dataset(ws)["eval"]["id"] == loaded["eval"]["id"]
+
+
+def test_prompt_longer_than_max_length_is_excluded_with_its_reason(tmp_path, processor):
+    ws = make_library(tmp_path / "ws", SPECS[:3])
+    with pytest.raises(DatasetError, match="None of the 3 samples") as info:
+        ds.build_dataset(ws, processor, max_length=100)
+    assert "no room for the answer" in str(info.value)
+
+
+def test_failed_build_keeps_the_previous_dataset(tmp_path, processor, monkeypatch):
+    from pipeline.samples import SampleLibrary
+
+    ws = make_library(tmp_path / "ws", SPECS[:4])
+    ds.build_dataset(ws, processor, eval_fraction=0.5, seed=0)
+    before = tree_digest(ws.dataset_dir)
+
+    # 1) a crash while saving (disk full, killed): the old dataset stays, no temp folder is left
+    library = SampleLibrary(ws)
+    library.add((RATE, tone(1.0, 300, seed=99)), "New clip.", "Accuracy 5/10.", speaker="zoe", sample_id="z1")
+
+    def broken_save(self, path, *args, **kwargs):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "half-written.arrow").write_bytes(b"\0" * 10)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("datasets.DatasetDict.save_to_disk", broken_save)
+    with pytest.raises(OSError):
+        ds.build_dataset(ws, processor, eval_fraction=0.5, seed=0)
+    monkeypatch.undo()
+    assert tree_digest(ws.dataset_dir) == before
+    assert not [p for p in ws.root.iterdir() if p.name.startswith(".dataset-tmp-")]
+
+    # 2) nothing trainable: a clear error, the old dataset stays
+    for sample in library.list():
+        library.update(sample.id, feedback="")
+    with pytest.raises(DatasetError, match="previous dataset"):
+        ds.build_dataset(ws, processor)
+    assert tree_digest(ws.dataset_dir) == before
+    assert len(ds.load_built_dataset(ws)["train"]) + len(ds.load_built_dataset(ws)["eval"]) == 4
+
+
+def test_empty_library_and_missing_dataset_give_clear_errors(tmp_path, processor):
+    with pytest.raises(DatasetError, match="empty"):
+        ds.build_dataset(tmp_path / "ws", processor)
+    with pytest.raises(DatasetError, match="python -m pipeline build"):
+        ds.load_built_dataset(tmp_path / "ws")
+
+
+def test_command_line_json(tmp_path, tiny_model_dir, capsys):
+    ws = make_library(tmp_path / "ws", SPECS)
+    code = ds.main(
+        ["--workspace", str(ws.root), "--model", str(tiny_model_dir), "--eval-fraction", "0.3", "--seed", "5", "--json"]
+    )
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["path"] == str(ws.dataset_dir)
+    assert sum(out["splits"].values()) == 6
+    assert out["excluded"] == [{"id": "d1", "reason": out["excluded"][0]["reason"]}]
+    assert set(out["speakers"]) == {"train", "eval"}
+    assert {"min", "median", "p90", "max", "histogram"} <= set(out["length_stats"])
+    code = ds.main(["--workspace", str(ws.root), "--model", str(tiny_model_dir)])
+    assert code == 0 and "Dataset saved to" in capsys.readouterr().out
