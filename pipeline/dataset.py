@@ -52,33 +52,39 @@ COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "n
 # --------------------------------------------------------------------------------------------------
 
 _TASK = (
-    "You are a patient pronunciation tutor for learners of a language. You hear a recording of a "
-    "learner reading a sentence aloud and you are given the sentence they were asked to read. "
-    "Listen to how each word was actually pronounced, compare it with the sentence, and give "
-    "feedback the learner can act on: scores for the whole sentence, the words that were "
-    "mispronounced, which sounds were wrong and what was heard instead, and one concrete piece "
-    "of advice."
+    "You are a pronunciation tutor. You hear a learner read a sentence aloud. Compare how each word "
+    "was pronounced with the sentence and answer in three lines, like this example:"
 )
 
 
 def _answer_format() -> str:
-    """Describe the answer template of `pipeline.feedback` (imported lazily, it owns the format)."""
-    try:
-        from pipeline import feedback
-    except ImportError:  # pragma: no cover - only while feedback.py is being written
-        return ""
-    for name in ("TEMPLATE_DESCRIPTION", "FORMAT_DESCRIPTION", "ANSWER_FORMAT", "TEMPLATE_HELP"):
-        text = getattr(feedback, name, None)
-        if isinstance(text, str) and text.strip():
-            return text.strip()
-    return ""
+    """The answer template of `pipeline.feedback`, its example lines written by its own writer.
+
+    `feedback.render_feedback` writes the example, so the format asked for is exactly the one
+    `feedback.parse_feedback` reads back and the one expert-score imports train on. Kept short:
+    the system prompt is repeated in every row and costs activation memory per token.
+    """
+    from pipeline.feedback import FlaggedWord, ParsedFeedback, PhoneError, render_feedback
+
+    example = render_feedback(
+        ParsedFeedback(
+            accuracy=6.0,
+            fluency=7.0,
+            prosody=7.0,
+            total=5.0,
+            words=[FlaggedWord("GREY", 3.0, [PhoneError("G", "K"), PhoneError("R", "<unk>")])],
+            advice="one concrete piece of advice.",
+        )
+    )
+    return (
+        f"{example}\n"
+        "List each mispronounced word with its score and wrong ARPAbet sounds (`G as K`, `R unclear`, "
+        "`T missing`), separated by `; `, or write `Words to practise: none`."
+    )
 
 
 def _system_prompt() -> str:
-    answer_format = _answer_format()
-    if answer_format:
-        return f"{_TASK}\n\nAnswer in exactly this format:\n{answer_format}"
-    return _TASK
+    return f"{_TASK}\n{_answer_format()}"
 
 
 SYSTEM_PROMPT = _system_prompt()
@@ -101,7 +107,7 @@ def user_prompt(target_text: str) -> str:
             "The target text is empty; give the sentence the learner was asked to read "
             "(e.g. `The cat sat on the mat.`)."
         )
-    return f'The learner was asked to read this sentence aloud:\n"{text}"\n\nGive your feedback on their pronunciation.'
+    return f'The learner was asked to read: "{text}"'
 
 
 def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:

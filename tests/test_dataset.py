@@ -67,8 +67,15 @@ def test_messages_have_system_user_audio_text_and_assistant():
     assert prompt[1]["content"][0] == {"type": "audio"}
 
 
-def test_system_prompt_describes_the_tutor_job():
-    assert "pronunciation" in ds.SYSTEM_PROMPT and "advice" in ds.SYSTEM_PROMPT
+def test_system_prompt_asks_for_the_template_that_parse_feedback_reads():
+    from pipeline.feedback import parse_feedback
+
+    assert "pronunciation tutor" in ds.SYSTEM_PROMPT
+    parsed = parse_feedback(ds.SYSTEM_PROMPT)
+    assert parsed.scores == {"accuracy": 6.0, "fluency": 7.0, "prosody": 7.0, "total": 5.0}
+    assert parsed.flagged_words == ["GREY"]
+    assert [(e.phone, e.heard) for e in parsed.words[0].phones] == [("G", "K"), ("R", "<unk>")]
+    assert parsed.advice
 
 
 def test_nfd_text_becomes_nfc():
