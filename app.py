@@ -1,0 +1,890 @@
+#!/usr/bin/env python
+"""Pronunciation Tutor Studio: the Gradio app (Samples -> Dataset -> Memory -> Train -> Try).
+
+    python app.py [--workspace DIR] [--port N] [--host 127.0.0.1] [--share]
+
+Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. Every handler
+reads its widgets, calls ONE function of `pipeline/`, and formats the result with
+`pipeline.ui_format`; a `PipelineError` becomes a `gr.Error` in one place (`ui_errors`). Widget
+defaults come from `pipeline.config.TrainConfig`, like the command line's flags.
+
+This module deliberately imports no torch / transformers / datasets at import time or while
+building the page: those load inside the handlers (or in the training process), so the first
+page is up in a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+
+from pipeline import ui_format as fmt  # noqa: E402
+from pipeline.config import (  # noqa: E402
+    DEVICES,
+    KNOWN_MODELS,
+    LORA_TARGETS,
+    LR_SCHEDULES,
+    OPTIMIZERS,
+    QUANTIZATIONS,
+    TrainConfig,
+)
+from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent
+ASSETS_DIR = REPO_ROOT / "assets"
+SAMPLE_PACK_DIR = REPO_ROOT / "sample_data"
+TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
+DEFAULTS = TrainConfig()
+IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+POLL_SECONDS = 2.0
+MAX_SUGGESTIONS = 4
+
+# The training settings shown as widgets, in the order the handlers receive them. Memory-relevant
+# ones live on the Memory tab, the rest on the Train tab; both build one `TrainConfig`.
+CONFIG_FIELDS = (
+    "model",
+    "device",
+    "quantization",
+    "lora_rank",
+    "lora_targets",
+    "batch_size",
+    "grad_accum",
+    "max_length",
+    "gradient_checkpointing",
+    "optimizer",
+    "lora_alpha",
+    "lora_dropout",
+    "learning_rate",
+    "lr_schedule",
+    "epochs",
+    "max_steps",
+    "eval_steps",
+    "save_steps",
+)
+_FIELD_TYPES = {f.name: type(getattr(DEFAULTS, f.name)) for f in fields(TrainConfig)}
+
+_ERROR_TITLES = {
+    "AudioError": "Problem with the recording",
+    "SampleError": "Sample library",
+    "ImportFormatError": "Cannot import that folder",
+    "DatasetError": "Dataset",
+    "ModelLoadError": "Cannot load the model",
+    "ConfigError": "Check the settings",
+    "TrainingError": "Training",
+}
+
+
+def ui_errors(fn: Callable) -> Callable:
+    """The one place where a `PipelineError` becomes a `gr.Error` (a red message in the browser).
+
+    The message is the library's own (it names the value, what was expected and the fix); the title
+    names the area. Any other exception is a bug: Gradio shows a generic error and logs the traceback.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PipelineError as error:
+            raise gr.Error(str(error), title=_ERROR_TITLES.get(type(error).__name__, "Cannot do that"),
+                           duration=None, print_exception=False) from error
+
+    return wrapper
+
+
+def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
+    """A validated `TrainConfig` from widget values (dict by field name, or values in `CONFIG_FIELDS` order).
+
+    Numbers from `gr.Number` arrive as float; they are cast to the field's type. Raises `ConfigError`.
+    """
+    if not isinstance(values, dict):
+        values = dict(zip(CONFIG_FIELDS, values))
+    clean: dict[str, Any] = {}
+    for name, value in values.items():
+        if value is None or value == "":
+            continue
+        kind = _FIELD_TYPES[name]
+        if kind is int and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        elif kind is float and isinstance(value, int):
+            value = float(value)
+        elif kind is str:
+            value = str(value).strip()
+        clean[name] = value
+    return TrainConfig(**clean)
+
+
+def _progress_callback(progress: gr.Progress | None, unit: str = "clips") -> Callable[..., None] | None:
+    """Adapt a `gr.Progress` to the library's `progress(done, total[, message])` callbacks."""
+    if progress is None:
+        return None
+
+    def callback(done: int, total: int, message: str | None = None) -> None:
+        progress((int(done), int(total) if total else None), desc=message, unit=unit)
+
+    return callback
+
+
+class TutorApp:
+    """The handlers of the app, bound to one workspace folder. Each calls one `pipeline/` function.
+
+    Handlers are plain methods (testable without a browser): they take widget values and return
+    widget values; bad input raises `gr.Error` through `ui_errors`.
+    """
+
+    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
+        self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
+
+    # ------------------------------------------------------------------ model picker
+
+    @property
+    def tiny_model_dir(self) -> Path:
+        """Where the offline tiny test model is written: `WS/models/tiny-gemma3n`."""
+        return self.ws.root / TINY_MODEL_SUBDIR
+
+    def model_choices(self) -> list[str]:
+        """The real Gemma 3n checkpoints, plus the workspace's tiny test model once it exists."""
+        choices = list(KNOWN_MODELS)
+        if (self.tiny_model_dir / "config.json").exists():
+            choices.append(str(self.tiny_model_dir))
+        return choices
+
+    @ui_errors
+    def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
+        """Write the offline tiny random Gemma 3n into the workspace and select it."""
+        from pipeline.tiny_model import make_tiny_model
+
+        progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
+        path = make_tiny_model(self.tiny_model_dir)
+        return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
+
+    def describe_model(self, model: str | None) -> str:
+        """One line under the model picker: what the chosen model is and what it needs."""
+        from pipeline.tiny_model import is_tiny_random_model
+
+        if not model:
+            return "Pick a model."
+        if is_tiny_random_model(model):
+            return (
+                "⚠️ **Offline tiny test model with random weights.** Everything runs end to end, "
+                "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
+            )
+        if model in KNOWN_MODELS:
+            return (
+                f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
+                "license accepted: `huggingface-cli login`)."
+            )
+        return f"Local model folder `{model}`."
+
+    # ------------------------------------------------------------------ samples
+
+    @ui_errors
+    def check_clip(self, audio: Any) -> str:
+        """Decode and check a recording/upload; returns the check results as Markdown."""
+        from pipeline.audio import load_audio
+
+        clip = load_audio(audio, name=_clip_name(audio))
+        return fmt.checks_markdown(clip.report)
+
+    @ui_errors
+    def save_sample(self, audio: Any, target_text: str, feedback: str, speaker: str):
+        """Check and save a new sample; returns (status, samples table, cleared audio)."""
+        from pipeline.samples import SampleLibrary
+
+        source = "microphone" if isinstance(audio, tuple) else _clip_name(audio)
+        sample = SampleLibrary(self.ws).add(
+            audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
+            source=source,
+        )
+        status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + fmt.checks_markdown(
+            sample.checks, title="Saved clip"
+        )
+        return status, self.samples_table(), None
+
+    @ui_errors
+    def samples_table(self):
+        """The sample library as a table (one row per sample)."""
+        from pipeline.samples import SampleLibrary
+
+        return fmt.samples_frame(SampleLibrary(self.ws).list())
+
+    @ui_errors
+    def select_sample(self, table: Any, evt: gr.SelectData):
+        """Load the clicked sample into the editor: (id, audio path, target, feedback, speaker, checks)."""
+        from pipeline.samples import SampleLibrary
+
+        row = evt.row_value if evt is not None and evt.row_value else None
+        if not row:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        library = SampleLibrary(self.ws)
+        sample = library.get(str(row[0]))
+        return (
+            sample.id,
+            str(library.audio_path(sample)),
+            sample.target_text,
+            sample.feedback,
+            sample.speaker or "",
+            fmt.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
+        )
+
+    @ui_errors
+    def update_sample(self, sample_id: str, target_text: str, feedback: str, speaker: str):
+        """Save edits of the selected sample; returns (status, samples table)."""
+        from pipeline.samples import SampleLibrary
+
+        if not sample_id:
+            raise gr.Error("Click a sample in the table first, then edit it.", title="Sample library")
+        sample = SampleLibrary(self.ws).update(
+            sample_id, target_text=target_text or "", feedback=feedback or "", speaker=speaker or None
+        )
+        return f"Saved changes to **{sample.id}**.", self.samples_table()
+
+    @ui_errors
+    def delete_sample(self, sample_id: str):
+        """Delete the selected sample and its audio; returns (status, table, cleared editor fields)."""
+        from pipeline.samples import SampleLibrary
+
+        if not sample_id:
+            raise gr.Error("Click a sample in the table first, then delete it.", title="Sample library")
+        removed = SampleLibrary(self.ws).delete(sample_id)
+        return f"Deleted **{removed.id}**.", self.samples_table(), "", None, "", "", "", ""
+
+    @ui_errors
+    def import_folder(self, folder: str, format_name: str, progress: gr.Progress = gr.Progress()):
+        """Import every clip of a folder (any supported layout); returns (summary, per-file table, samples)."""
+        from pipeline.importers import import_folder
+
+        if not folder or not str(folder).strip():
+            raise gr.Error("Type the path of a folder on this computer, e.g. /home/me/recordings.",
+                           title="Cannot import that folder")
+        source = str(Path(str(folder).strip()).expanduser())
+        report = import_folder(self.ws, source, format=format_name or "auto", progress=_progress_callback(progress))
+        return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
+                self.samples_table())
+
+    def load_sample_pack(self, progress: gr.Progress = gr.Progress()):
+        """One click: import the bundled `sample_data/` pack (real speechocean762 clips, with attribution)."""
+        summary, table, samples = self.import_folder(str(SAMPLE_PACK_DIR), "auto", progress)
+        return summary + "\n\n" + _sample_pack_attribution(), table, samples
+
+    # ------------------------------------------------------------------ dataset
+
+    @ui_errors
+    def build_dataset(self, model: str, eval_fraction: float, seed: float, max_length: float,
+                      progress: gr.Progress = gr.Progress()):
+        """Build the train/eval dataset; returns (summary, speakers, histogram, excluded, export files, memory max length)."""
+        from pipeline.dataset import build_dataset
+
+        report = build_dataset(
+            self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction), seed=int(seed),
+            max_length=int(max_length), progress=_progress_callback(progress, unit="rows"),
+        )
+        return self._dataset_outputs(report.to_dict())
+
+    def dataset_on_load(self):
+        """The last build's report (if any), shown when the page opens."""
+        from pipeline.dataset import load_build_report
+
+        try:
+            report = load_build_report(self.ws)
+        except PipelineError:
+            return ("No dataset built yet.", None, None, None, None, gr.skip())
+        return self._dataset_outputs(report)
+
+    def _dataset_outputs(self, report: dict):
+        splits = report.get("splits", {})
+        stats = report.get("length_stats", {}) or {}
+        lines = [
+            "**Rows:** " + ", ".join(f"{name} **{rows}**" for name, rows in splits.items())
+            + f" (split by {report.get('split_method', '?')}, seed {report.get('seed')})",
+            f"**Excluded:** {len(report.get('excluded', []))} row(s)",
+        ]
+        if stats.get("count"):
+            lines.append(
+                f"**Tokens per row:** min {stats['min']}, median {stats['median']:g}, p90 {stats['p90']}, "
+                f"longest **{stats['max']}** (limit {report.get('max_length')})"
+            )
+        lines += [f"- {note}" for note in report.get("notes", [])]
+        lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
+        lengths = report.get("lengths") or _lengths_from_histogram(stats)
+        figure = fmt.length_histogram(lengths, report.get("max_length"))
+        exports = [path for path in (report.get("exports") or {}).values() if Path(path).exists()]
+        longest = int(stats.get("max") or 0)
+        memory_max_length = gr.update(value=max(256, longest)) if longest else gr.skip()
+        return (
+            "\n\n".join(lines),
+            fmt.speakers_frame(report.get("speakers", {})),
+            figure,
+            fmt.excluded_frame(report.get("excluded", [])),
+            exports or None,
+            memory_max_length,
+        )
+
+    # ------------------------------------------------------------------ memory
+
+    @ui_errors
+    def detect_device(self, device: str) -> str:
+        """Which device `device` resolves to and how much memory it has (total, free, usable)."""
+        from pipeline.memory import device_memory
+
+        info = device_memory(device or "auto")
+        return fmt.device_markdown(info)
+
+    @ui_errors
+    def estimate(self, memory_gb: float | None, *values: Any):
+        """Estimate peak memory of the run the settings describe; returns plot, verdict, table, suggestions."""
+        from pipeline.memory import estimate_for_workspace
+
+        config = config_from_values(values)
+        result = estimate_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
+        return self._estimate_outputs(result)
+
+    def _estimate_outputs(self, result: Any, measured: int | None = None):
+        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        figure = fmt.memory_bar(
+            data["components"], data.get("usable_bytes"), device_total_bytes=data.get("device_total_bytes"),
+            measured_bytes=measured,
+        )
+        verdict = fmt.verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"))
+        suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
+        buttons = []
+        for index in range(MAX_SUGGESTIONS):
+            if index < len(suggestions):
+                buttons.append(gr.Button(value=fmt.suggestion_label(suggestions[index]), visible=True))
+            else:
+                buttons.append(gr.Button(visible=False))
+        hint = fmt.suggestions_markdown(suggestions, data.get("verdict"))
+        return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons)
+
+    def apply_suggestion(self, index: int, suggestions: list[dict]):
+        """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting."""
+        if not suggestions or index >= len(suggestions):
+            return tuple(gr.skip() for _ in CONFIG_FIELDS)
+        changes = suggestions[index].get("changes") or suggestions[index].get("settings") or {}
+        return tuple(gr.update(value=changes[name]) if name in changes else gr.skip() for name in CONFIG_FIELDS)
+
+    @ui_errors
+    def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
+        """Run the real one-step probe in a child process; returns (markdown, plot with the measured peak)."""
+        from pipeline.memory import measure_for_workspace
+
+        config = config_from_values(values)
+        progress(None, desc="Running one real training step on the longest batch…")
+        result = measure_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
+        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        measured = data.get("measured_peak_bytes")
+        estimated = data.get("total_bytes")
+        text = fmt.measured_markdown(measured, estimated, data)
+        figure = fmt.memory_bar(data["components"], data.get("usable_bytes"),
+                                device_total_bytes=data.get("device_total_bytes"), measured_bytes=measured)
+        return text, figure
+
+    # ------------------------------------------------------------------ train
+
+    @ui_errors
+    def start_training(self, run_name: str, *values: Any):
+        """Start a training run in its own process; returns (current run, status, timer on)."""
+        from pipeline.runs import start_run
+
+        config = config_from_values(values)
+        name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
+        start_run(self.ws, name, config)
+        return name, f"Started **{name}** in its own process; progress appears below.", gr.Timer(active=True), ""
+
+    @ui_errors
+    def stop_training(self, run_name: str) -> str:
+        """Ask the run to save a checkpoint and stop at the next step."""
+        from pipeline.runs import request_stop
+
+        if not run_name:
+            raise gr.Error("No run is selected; start one or pick one from the list.", title="Training")
+        request_stop(self.ws, run_name)
+        return f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the next step."
+
+    @ui_errors
+    def resume_training(self, run_name: str):
+        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on)."""
+        from pipeline.runs import resume_run
+
+        if not run_name:
+            raise gr.Error("Pick a stopped run to resume.", title="Training")
+        resume_run(self.ws, run_name)
+        return run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), ""
+
+    def poll(self, run_name: str, seen: int | None):
+        """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
+        from pipeline.runs import run_status
+
+        if not run_name:
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False), gr.skip())
+        try:
+            status = run_status(self.ws, run_name)
+        except PipelineError as error:
+            return (gr.skip(),) * 4 + (f"❌ {error}", seen, gr.Timer(active=False), gr.skip())
+        data = status.to_dict() if hasattr(status, "to_dict") else dict(status)
+        rows = data.get("progress") or []
+        running = bool(data.get("running"))
+        curves = fmt.loss_curves(rows) if len(rows) != (seen or 0) or not running else gr.skip()
+        return (
+            fmt.progress_html(data.get("step"), data.get("max_steps"), data.get("elapsed_s"), data.get("eta_s"),
+                              data.get("status"), label=run_name),
+            curves,
+            fmt.train_memory_markdown(data),
+            data.get("log_tail") or "",
+            fmt.failure_markdown(data),
+            len(rows),
+            gr.Timer(active=running),
+            fmt.runs_frame(_list_runs(self.ws)) if not running else gr.skip(),
+        )
+
+    def runs_table(self):
+        """Past runs with their results."""
+        return fmt.runs_frame(_list_runs(self.ws))
+
+    def on_load(self):
+        """Page (re)opened: re-attach to a running job, list runs and adapters."""
+        from pipeline.runs import active_run
+
+        active = active_run(self.ws)
+        name = _get_name(active) if active else None
+        adapters = self.adapter_choices()
+        status = f"Re-attached to the running job **{name}**." if name else ""
+        return (
+            name or "",
+            gr.Timer(active=bool(name)),
+            status,
+            self.runs_table(),
+            gr.Dropdown(choices=adapters, value=adapters[0] if adapters else None),
+            gr.Dropdown(choices=self.resumable_choices()),
+        )
+
+    def resumable_choices(self) -> list[str]:
+        """Runs that were stopped (or failed) and have a checkpoint."""
+        return [_get_name(run) for run in _list_runs(self.ws) if (_get(run, "status") in ("stopped", "failed"))]
+
+    def adapter_choices(self) -> list[str]:
+        """Runs that saved an adapter (usable in the Try tab), newest first."""
+        return [_get_name(run) for run in _list_runs(self.ws) if (self.ws.run_dir(_get_name(run)) / "adapter").is_dir()]
+
+    def refresh_run_lists(self):
+        adapters = self.adapter_choices()
+        return (
+            self.runs_table(),
+            gr.Dropdown(choices=self.resumable_choices()),
+            gr.Dropdown(choices=adapters, value=adapters[0] if adapters else None),
+        )
+
+    # ------------------------------------------------------------------ try
+
+    @ui_errors
+    def tuned_feedback(self, audio: Any, target_text: str, run_name: str, model: str) -> tuple[str, str]:
+        """The tuned tutor's feedback (adapter of `run_name`); returns (text, note on the model)."""
+        from pipeline.infer import feedback_for_clip
+
+        if not run_name:
+            raise gr.Error("Pick a finished run (a trained adapter) first; the Train tab makes one.", title="Try")
+        text = feedback_for_clip(_run_model(self.ws, run_name, model), audio, target_text or "", run=run_name,
+                                 workspace=self.ws)
+        return text, self.describe_model(_run_model(self.ws, run_name, model))
+
+    @ui_errors
+    def base_feedback(self, audio: Any, target_text: str, run_name: str, model: str) -> str:
+        """The base model's feedback for the same clip (no adapter), for comparison."""
+        from pipeline.infer import feedback_for_clip
+
+        return feedback_for_clip(_run_model(self.ws, run_name, model), audio, target_text or "", run=None,
+                                 workspace=self.ws)
+
+
+# ---------------------------------------------------------------------------------------------
+# small helpers (no pipeline work)
+
+
+def _clip_name(audio: Any) -> str | None:
+    if isinstance(audio, (str, os.PathLike)):
+        return Path(audio).name
+    if isinstance(audio, dict) and audio.get("path"):
+        return Path(audio["path"]).name
+    return None
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def _get_name(run: Any) -> str:
+    if isinstance(run, str):
+        return run
+    return _get(run, "name") or _get(run, "run_name")
+
+
+def _list_runs(ws: Workspace) -> list[Any]:
+    from pipeline.runs import list_runs
+
+    return list(list_runs(ws))
+
+
+def _run_model(ws: Workspace, run_name: str | None, model: str | None) -> str:
+    """The base model a run was trained on (from its config.json), else the picker's model."""
+    if run_name:
+        config_path = ws.run_dir(run_name) / "config.json"
+        if config_path.exists():
+            import json
+
+            try:
+                return json.loads(config_path.read_text(encoding="utf-8")).get("model") or model or DEFAULTS.model
+            except ValueError:
+                pass
+    return model or DEFAULTS.model
+
+
+def _lengths_from_histogram(stats: dict) -> dict[str, list[int]]:
+    """Expand `LengthStats.histogram` bins into representative lengths (bin midpoints) for plotting."""
+    values: list[int] = []
+    for item in stats.get("histogram") or []:
+        mid = (int(item["lo"]) + int(item["hi"]) - 1) // 2
+        values.extend([mid] * int(item["count"]))
+    return {"all rows": values}
+
+
+def _sample_pack_attribution() -> str:
+    readme = SAMPLE_PACK_DIR / "README.md"
+    if readme.exists():
+        first = next((line.strip() for line in readme.read_text(encoding="utf-8").splitlines()
+                      if line.strip() and not line.startswith("#")), "")
+        return f"*Sample pack:* {first} (see `sample_data/README.md`)."
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+
+INTRO = """\
+Turn recordings into a **fine-tuned pronunciation tutor** (LoRA on Google's Gemma 3n), in the order
+you work: **1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try**. Everything is saved in the
+workspace folder, so closing this tab loses nothing.
+"""
+
+
+def build_ui(app: TutorApp) -> gr.Blocks:
+    """Build the `gr.Blocks` page for `app`'s workspace (no heavy imports happen here)."""
+    d = DEFAULTS
+    with gr.Blocks(title="Pronunciation Tutor Studio", analytics_enabled=False) as demo:
+        with gr.Row(elem_id="header"):
+            gr.HTML(_logo_html(), elem_id="logo", padding=False, scale=0, min_width=64)
+            gr.Markdown(INTRO + f"\nWorkspace: `{app.ws.root}`", elem_id="intro")
+        with gr.Row(equal_height=True):
+            model = gr.Dropdown(
+                app.model_choices(), value=d.model, allow_custom_value=True, label="Model",
+                info="A Gemma 3n checkpoint from Hugging Face, or the path of a local model folder.",
+                elem_id="model", scale=3,
+            )
+            tiny_button = gr.Button("Create offline tiny test model", elem_id="make-tiny", scale=1)
+        model_note = gr.Markdown(app.describe_model(d.model), elem_id="model-note")
+
+        with gr.Tabs(elem_id="tabs"):
+            # ---------------------------------------------------------------- 1 samples
+            with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
+                with gr.Row(equal_height=True):
+                    pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
+                                            elem_id="load-pack", scale=0, min_width=340)
+                    gr.Markdown("New here? Load a few real learner recordings with expert feedback and try every "
+                                "step at once.")
+                with gr.Row():
+                    with gr.Column(scale=1):
+                        gr.Markdown("### Add a recording")
+                        audio_in = gr.Audio(sources=["microphone", "upload"], type="filepath",
+                                            label="Record or upload a clip (0.3–30 s)", elem_id="sample-audio")
+                        target_in = gr.Textbox(label="Target sentence (what the learner was asked to read)",
+                                               elem_id="sample-target")
+                        feedback_in = gr.Textbox(label="Tutor feedback (what a good tutor would say)", lines=4,
+                                                 elem_id="sample-feedback")
+                        speaker_in = gr.Textbox(label="Speaker (optional; keeps each learner in one split)",
+                                                elem_id="sample-speaker")
+                        with gr.Row():
+                            check_button = gr.Button("Check clip", elem_id="check-clip")
+                            save_button = gr.Button("Save sample", variant="primary", elem_id="save-sample")
+                    with gr.Column(scale=1):
+                        checks_out = gr.Markdown("Record or upload a clip, then **Check clip**.", elem_id="checks")
+                with gr.Accordion("Import a folder", open=False, elem_id="import-accordion"):
+                    with gr.Row():
+                        folder_in = gr.Textbox(label="Folder on this computer", scale=3, elem_id="import-folder",
+                                               placeholder="/home/me/recordings")
+                        format_in = gr.Dropdown(list(IMPORT_FORMATS), value="auto", label="Layout", scale=1,
+                                                info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
+                                                     "audio + .txt")
+                        import_button = gr.Button("Import", scale=0, elem_id="import-button")
+                import_summary = gr.Markdown(elem_id="import-summary")
+                import_table = gr.Dataframe(label="Per-file report", interactive=False, visible=False,
+                                            elem_id="import-report", max_height=240)
+                gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it.")
+                samples_df = gr.Dataframe(app.samples_table, label="Sample library", interactive=False,
+                                          elem_id="samples-table", max_height=360, wrap=True)
+                with gr.Row():
+                    with gr.Column(scale=1):
+                        edit_id = gr.Textbox(label="Selected sample", interactive=False, elem_id="edit-id")
+                        edit_audio = gr.Audio(label="Playback", type="filepath", interactive=False,
+                                              elem_id="edit-audio")
+                        edit_checks = gr.Markdown()
+                    with gr.Column(scale=1):
+                        edit_target = gr.Textbox(label="Target sentence", elem_id="edit-target")
+                        edit_feedback = gr.Textbox(label="Tutor feedback", lines=5, elem_id="edit-feedback")
+                        edit_speaker = gr.Textbox(label="Speaker", elem_id="edit-speaker")
+                        with gr.Row():
+                            update_button = gr.Button("Save changes", elem_id="update-sample")
+                            delete_button = gr.Button("Delete sample", variant="stop", elem_id="delete-sample")
+                        edit_status = gr.Markdown()
+
+            # ---------------------------------------------------------------- 2 dataset
+            with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset"):
+                with gr.Row():
+                    eval_fraction = gr.Slider(0.0, 0.5, value=0.2, step=0.05, label="Held-out share (eval split)",
+                                              info="Learners are kept in one split when speakers are known.")
+                    seed_in = gr.Number(value=d.seed, precision=0, label="Split seed")
+                    build_max_length = gr.Number(value=d.max_length, precision=0, minimum=256,
+                                                 label="Max tokens per row",
+                                                 info="Longer rows are listed below and left out, never cut.")
+                build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
+                dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
+                with gr.Row():
+                    length_plot = gr.Plot(label="Token lengths", elem_id="length-plot")
+                    with gr.Column():
+                        speakers_df = gr.Dataframe(fmt.speakers_frame({}), label="Speakers per split", interactive=False,
+                                                   elem_id="speakers-table", wrap=True)
+                        excluded_df = gr.Dataframe(fmt.excluded_frame([]), label="Rows left out, with the reason", interactive=False,
+                                                   elem_id="excluded-table", wrap=True)
+                export_files = gr.File(label="Export (JSONL with messages; Parquet with audio)",
+                                       file_count="multiple", interactive=False, elem_id="exports")
+
+            # ---------------------------------------------------------------- 3 memory
+            with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory"):
+                gr.Markdown("Will the fine-tune fit? The estimate uses your dataset's **longest** row, "
+                            "not the average: that is the batch that runs out of memory hours in.")
+                with gr.Row():
+                    device = gr.Dropdown(list(DEVICES), value=d.device, label="Device", elem_id="device",
+                                         info="auto: CUDA GPU, then Apple silicon (MPS), then CPU")
+                    memory_gb = gr.Number(value=0, minimum=0, label="Memory budget (GiB)",
+                                          info="0: use what the device reports; or type your own budget.")
+                    detect_button = gr.Button("Detect device", scale=0)
+                device_note = gr.Markdown(elem_id="device-note")
+                with gr.Row():
+                    quantization = gr.Radio(list(QUANTIZATIONS), value=d.quantization, label="Quantization",
+                                            info="4bit = NF4 weights (bitsandbytes)")
+                    lora_rank = gr.Number(value=d.lora_rank, precision=0, minimum=1, label="LoRA rank r")
+                    lora_targets = gr.Radio(list(LORA_TARGETS), value=d.lora_targets, label="LoRA on")
+                    optimizer = gr.Dropdown(list(OPTIMIZERS), value=d.optimizer, label="Optimizer")
+                with gr.Row():
+                    batch_size = gr.Number(value=d.batch_size, precision=0, minimum=1, label="Batch size")
+                    grad_accum = gr.Number(value=d.grad_accum, precision=0, minimum=1,
+                                           label="Gradient accumulation")
+                    max_length = gr.Number(value=d.max_length, precision=0, minimum=256, label="Max length (tokens)",
+                                           info="Set to the dataset's longest row after a build.",
+                                           elem_id="max-length")
+                    gradient_checkpointing = gr.Checkbox(value=d.gradient_checkpointing,
+                                                         label="Gradient checkpointing (less memory, ~30 % slower)")
+                with gr.Row():
+                    estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate")
+                    measure_button = gr.Button("Measure (one real step)", elem_id="measure")
+                verdict_out = gr.Markdown(elem_id="verdict")
+                memory_plot = gr.Plot(label="Peak memory by component", elem_id="memory-plot")
+                suggestions_note = gr.Markdown(elem_id="suggestions-note")
+                with gr.Row():
+                    suggestion_buttons = [
+                        gr.Button(visible=False, size="sm", elem_id=f"suggestion-{i}") for i in range(MAX_SUGGESTIONS)
+                    ]
+                suggestions_state = gr.State([])
+                measured_out = gr.Markdown(elem_id="measured")
+                with gr.Accordion("Estimate per component (bytes)", open=False):
+                    components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
+
+            # ---------------------------------------------------------------- 4 train
+            with gr.Tab("4 · Train", id="train", elem_id="tab-train"):
+                gr.Markdown("Uses the model above and the Memory tab's settings. Training runs in its own "
+                            "process: you can close this tab and come back.")
+                with gr.Row():
+                    run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name")
+                    learning_rate = gr.Number(value=d.learning_rate, label="Learning rate")
+                    lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule")
+                    epochs = gr.Number(value=d.epochs, label="Epochs")
+                    max_steps = gr.Number(value=d.max_steps, precision=0, label="Max steps (-1: use epochs)",
+                                          elem_id="max-steps")
+                with gr.Accordion("More settings", open=False):
+                    with gr.Row():
+                        lora_alpha = gr.Number(value=d.lora_alpha, precision=0, label="LoRA alpha")
+                        lora_dropout = gr.Number(value=d.lora_dropout, label="LoRA dropout")
+                        eval_steps = gr.Number(value=d.eval_steps, precision=0, label="Eval every N steps",
+                                               elem_id="eval-steps")
+                        save_steps = gr.Number(value=d.save_steps, precision=0, label="Checkpoint every N steps",
+                                               elem_id="save-steps")
+                with gr.Row():
+                    start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
+                    stop_button = gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="stop-training")
+                with gr.Row(equal_height=True):
+                    resume_choice = gr.Dropdown([], label="Stopped run to continue", elem_id="resume-choice",
+                                                scale=3, allow_custom_value=True)
+                    resume_button = gr.Button("Resume", elem_id="resume-training", scale=1)
+                current_run = gr.Textbox(label="Watching run", interactive=False, elem_id="current-run")
+                train_status = gr.Markdown(elem_id="train-status")
+                progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")
+                failure_out = gr.Markdown(elem_id="train-failure")
+                with gr.Row():
+                    loss_plot = gr.Plot(label="Loss", elem_id="loss-plot")
+                    with gr.Column():
+                        train_memory = gr.Markdown(elem_id="train-memory")
+                        log_tail = gr.Textbox(label="Log (last lines)", lines=12, max_lines=12, interactive=False,
+                                              autoscroll=True, elem_id="log-tail")
+                gr.Markdown("### Past runs")
+                runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True)
+                refresh_runs = gr.Button("Refresh list", size="sm")
+                seen_rows = gr.State(0)
+                timer = gr.Timer(POLL_SECONDS, active=False)
+
+            # ---------------------------------------------------------------- 5 try
+            with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
+                with gr.Row():
+                    with gr.Column():
+                        try_audio = gr.Audio(sources=["microphone", "upload"], type="filepath",
+                                             label="Say the sentence (record or upload)", elem_id="try-audio")
+                        try_target = gr.Textbox(label="Target sentence", elem_id="try-target")
+                        with gr.Row():
+                            try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
+                                                  allow_custom_value=True)
+                            try_refresh = gr.Button("↻", size="sm", scale=0)
+                        try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
+                try_note = gr.Markdown(elem_id="try-note")
+                with gr.Row():
+                    tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
+                    base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
+
+        # ---------------------------------------------------------------- wiring
+        settings = {
+            "model": model, "device": device, "quantization": quantization, "lora_rank": lora_rank,
+            "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
+            "max_length": max_length, "gradient_checkpointing": gradient_checkpointing, "optimizer": optimizer,
+            "lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "learning_rate": learning_rate,
+            "lr_schedule": lr_schedule, "epochs": epochs, "max_steps": max_steps, "eval_steps": eval_steps,
+            "save_steps": save_steps,
+        }
+        setting_widgets = [settings[name] for name in CONFIG_FIELDS]
+
+        tiny_button.click(app.make_tiny_model, outputs=[model, model_note])
+        model.change(app.describe_model, inputs=model, outputs=model_note)
+
+        check_button.click(app.check_clip, inputs=audio_in, outputs=checks_out)
+        audio_in.stop_recording(app.check_clip, inputs=audio_in, outputs=checks_out)
+        audio_in.upload(app.check_clip, inputs=audio_in, outputs=checks_out)
+        save_button.click(app.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in],
+                          outputs=[checks_out, samples_df, audio_in])
+        pack_button.click(app.load_sample_pack, outputs=[import_summary, import_table, samples_df])
+        import_button.click(app.import_folder, inputs=[folder_in, format_in],
+                            outputs=[import_summary, import_table, samples_df])
+        samples_df.select(app.select_sample, inputs=samples_df,
+                          outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
+        update_button.click(app.update_sample, inputs=[edit_id, edit_target, edit_feedback, edit_speaker],
+                            outputs=[edit_status, samples_df])
+        delete_button.click(app.delete_sample, inputs=edit_id,
+                            outputs=[edit_status, samples_df, edit_id, edit_audio, edit_target, edit_feedback,
+                                     edit_speaker, edit_checks])
+
+        dataset_outputs = [dataset_summary, speakers_df, length_plot, excluded_df, export_files, max_length]
+        build_button.click(app.build_dataset, inputs=[model, eval_fraction, seed_in, build_max_length],
+                           outputs=dataset_outputs)
+
+        detect_button.click(app.detect_device, inputs=device, outputs=device_note)
+        estimate_outputs = [memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
+                            *suggestion_buttons]
+        estimate_button.click(app.estimate, inputs=[memory_gb, *setting_widgets], outputs=estimate_outputs)
+        for index, button in enumerate(suggestion_buttons):
+            button.click(functools.partial(app.apply_suggestion, index), inputs=suggestions_state,
+                         outputs=setting_widgets).then(
+                app.estimate, inputs=[memory_gb, *setting_widgets], outputs=estimate_outputs)
+        measure_button.click(app.measure, inputs=[memory_gb, *setting_widgets], outputs=[measured_out, memory_plot])
+
+        poll_outputs = [progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer, runs_df]
+        start_button.click(app.start_training, inputs=[run_name, *setting_widgets],
+                           outputs=[current_run, train_status, timer, failure_out])
+        stop_button.click(app.stop_training, inputs=current_run, outputs=train_status)
+        resume_button.click(app.resume_training, inputs=resume_choice,
+                            outputs=[current_run, train_status, timer, failure_out])
+        timer.tick(app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")
+        run_lists = [runs_df, resume_choice, try_run]
+        refresh_runs.click(app.refresh_run_lists, outputs=run_lists)
+        try_refresh.click(app.refresh_run_lists, outputs=run_lists)
+
+        try_button.click(app.tuned_feedback, inputs=[try_audio, try_target, try_run, model],
+                         outputs=[tuned_out, try_note])
+        try_button.click(app.base_feedback, inputs=[try_audio, try_target, try_run, model], outputs=base_out)
+
+        demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice])
+        demo.load(app.dataset_on_load, outputs=dataset_outputs)
+    return demo
+
+
+def _logo_html() -> str:
+    logo = ASSETS_DIR / "logo.svg"
+    svg = logo.read_text(encoding="utf-8") if logo.exists() else ""
+    return f'<div class="logo">{svg}</div>'
+
+
+def _css() -> str:
+    path = ASSETS_DIR / "app.css"
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python app.py",
+        description="Pronunciation Tutor Studio: record, build, check memory, fine-tune Gemma 3n, try the tutor.",
+    )
+    parser.add_argument("--workspace", default=str(DEFAULT_WORKSPACE),
+                        help=f"folder holding samples, dataset and runs (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this computer only; 0.0.0.0 exposes it "
+                             "to your network)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument("--share", action="store_true",
+                        help="also create a public gradio.live link (off by default: anyone with the link can "
+                             "use the app)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the page and serve it until Ctrl+C; prints the URL."""
+    args = parse_args(argv)
+    started = time.perf_counter()
+    app = TutorApp(args.workspace)
+    demo = build_ui(app)
+    demo.queue(default_concurrency_limit=4)
+    _, local_url, share_url = demo.launch(
+        server_name=args.host, server_port=args.port, share=args.share, inbrowser=False,
+        prevent_thread_lock=True, quiet=True, ssr_mode=False, css=_css(), theme=gr.themes.Soft(),
+        allowed_paths=[str(app.ws.root)], footer_links=["gradio"],
+    )
+    print(f"Pronunciation Tutor Studio is running at {local_url}  (workspace: {app.ws.root}; "
+          f"ready in {time.perf_counter() - started:.1f} s)", flush=True)
+    if share_url:
+        print(f"Public link (anyone with it can use the app): {share_url}", flush=True)
+    print("Press Ctrl+C to stop.", flush=True)
+    try:
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        demo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,458 @@
+"""Pure formatting for the app: numbers to words, results to tables, figures and small HTML.
+
+Everything here turns a result of `pipeline/` (dicts, dataclasses, lists) into something a widget
+shows: a `pandas.DataFrame`, a Markdown string, an HTML snippet or a `matplotlib.figure.Figure`.
+It does not import gradio, torch or any pipeline module that does work, so it is cheap to import
+and easy to test. Figures are built with the object-oriented `matplotlib.figure.Figure` API (no
+`pyplot`, so no global figure state is shared between browser sessions or threads).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+GIB = 1024**3
+MIB = 1024**2
+
+# Colours of the memory components in the stacked bar (stable order, colour-blind friendly Tableau 10).
+_PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# numbers
+
+
+def format_bytes(num_bytes: float | int | None) -> str:
+    """`7_000_000_000` -> `"6.52 GiB"` (binary units, as `nvidia-smi` and PyTorch report them)."""
+    if num_bytes is None:
+        return "–"
+    value = float(num_bytes)
+    if abs(value) >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if abs(value) >= MIB:
+        return f"{value / MIB:.0f} MiB"
+    if abs(value) >= 1024:
+        return f"{value / 1024:.0f} KiB"
+    return f"{value:.0f} B"
+
+
+def format_seconds(seconds: float | int | None) -> str:
+    """`3725` -> `"1 h 02 min"`, `95` -> `"1 min 35 s"`, `4.2` -> `"4 s"`; None or NaN -> `"–"`."""
+    if seconds is None or (isinstance(seconds, float) and not math.isfinite(seconds)):
+        return "–"
+    seconds = max(0, int(round(float(seconds))))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def dbfs(amplitude: float | None) -> str:
+    """Linear amplitude in [0, 1] -> decibels relative to full scale, `20*log10(a)` (`"-23.1 dBFS"`)."""
+    if amplitude is None:
+        return "–"
+    if amplitude <= 0:
+        return "-inf dBFS"
+    return f"{20 * math.log10(amplitude):.1f} dBFS"
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    """Field `name` of a dict or an object (results arrive as either)."""
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+# --------------------------------------------------------------------------------------------
+# samples
+
+
+def checks_markdown(report: Any, *, title: str = "Check results") -> str:
+    """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
+
+    Each line shows the measured value and a mark: ✅ passed, ⚠️ passed with the library's warning.
+    (A clip that fails a check never gets here: `load_audio` raises `AudioError` with the reason.)
+    """
+    duration = _get(report, "duration_s")
+    peak = _get(report, "peak")
+    level = _get(report, "level_dbfs")
+    clipped = float(_get(report, "clipped_fraction") or 0.0)
+    warnings = [str(w) for w in (_get(report, "warnings") or [])]
+    rate = _get(report, "source_rate_hz")
+    channels = _get(report, "channels")
+
+    def mark(*words: str) -> str:
+        hit = any(word in w.lower() for w in warnings for word in words)
+        return "⚠️" if hit else "✅"
+
+    level_text = f"{level:.1f} dBFS in the loudest 0.25 s" if isinstance(level, (int, float)) else "–"
+    lines = [
+        f"**{title}**",
+        "",
+        "| check | measured | |",
+        "|---|---|---|",
+        f"| duration | {duration:.2f} s (0.3–30 s is heard) | {mark('short', 'long', 'trim')} |"
+        if isinstance(duration, (int, float)) else "| duration | – | |",
+        f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'silen', 'soft')} |",
+        f"| clipping | {clipped * 100:.2f} % of samples at full scale | {mark('clip', 'loud')} |",
+        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | ✅ |",
+    ]
+    if warnings:
+        lines += ["", *[f"- ⚠️ {w}" for w in warnings]]
+    else:
+        lines += ["", "All checks passed."]
+    return "\n".join(lines)
+
+
+def samples_frame(samples: Iterable[Any]):
+    """Table of saved samples for the library view: one row per `Sample` (dict or object).
+
+    Columns: id, speaker, duration (s), target sentence, feedback (first 80 characters), warnings.
+    """
+    import pandas as pd
+
+    rows = []
+    for sample in samples:
+        checks = _get(sample, "checks") or {}
+        warnings = _get(checks, "warnings") or []
+        feedback = _get(sample, "feedback") or ""
+        rows.append(
+            {
+                "id": _get(sample, "id"),
+                "speaker": _get(sample, "speaker") or "",
+                "seconds": round(float(_get(sample, "duration_s") or 0.0), 2),
+                "target sentence": _get(sample, "target_text") or "",
+                "feedback": feedback if len(feedback) <= 80 else feedback[:79] + "…",
+                "warnings": "; ".join(warnings),
+            }
+        )
+    columns = ["id", "speaker", "seconds", "target sentence", "feedback", "warnings"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def import_report_frame(report: Any):
+    """Per-file table of an `ImportReport`: imported ids then skipped files with the reason."""
+    import pandas as pd
+
+    rows = [{"file / sample": sid, "result": "imported", "reason": ""} for sid in _get(report, "imported") or []]
+    for item in _get(report, "skipped") or []:
+        rows.append({"file / sample": _get(item, "file"), "result": "skipped", "reason": _get(item, "reason")})
+    return pd.DataFrame(rows, columns=["file / sample", "result", "reason"])
+
+
+def import_summary(report: Any, source: str) -> str:
+    """One Markdown line: how many clips were imported and skipped from `source`."""
+    imported = len(_get(report, "imported") or [])
+    skipped = len(_get(report, "skipped") or [])
+    fmt = _get(report, "format")
+    fmt_text = f" ({fmt} layout)" if fmt else ""
+    line = f"Imported **{imported}** clip(s) from `{source}`{fmt_text}; skipped **{skipped}**."
+    if skipped:
+        line += " The table below says why each skipped file was left out."
+    return line
+
+
+# --------------------------------------------------------------------------------------------
+# dataset
+
+
+def length_histogram(lengths_by_split: Mapping[str, Sequence[int]], max_length: int | None = None):
+    """Histogram of token lengths per split (overlaid bars) with the max-length limit as a line.
+
+    `lengths_by_split`: split name -> tokens per row (text tokens + ~192 audio positions per clip).
+    Returns a `matplotlib.figure.Figure`.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    all_lengths = [n for values in lengths_by_split.values() for n in values]
+    if not all_lengths:
+        ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    low, high = min(all_lengths), max(all_lengths)
+    if max_length:
+        high = max(high, max_length)
+    bins = min(30, max(5, len(all_lengths) // 2))
+    edges = [low + (high - low + 1) * i / bins for i in range(bins + 1)]
+    for i, (name, values) in enumerate(lengths_by_split.items()):
+        if values:
+            ax.hist(list(values), bins=edges, alpha=0.65, label=f"{name} ({len(values)})", color=_PALETTE[i % 10])
+    if max_length:
+        ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"max length {max_length}")
+    ax.set_xlabel("tokens per row (text + ~192 audio positions)")
+    ax.set_ylabel("rows")
+    ax.set_title("Token length of each training row")
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def speakers_frame(speakers: Mapping[str, Any]):
+    """Table: split -> number of speakers and their ids (`speakers`: split -> list of ids or a count)."""
+    import pandas as pd
+
+    rows = []
+    for split, value in speakers.items():
+        if isinstance(value, (list, tuple, set)):
+            ids = sorted(str(v) for v in value)
+            rows.append({"split": split, "speakers": len(ids), "ids": ", ".join(ids)})
+        else:
+            rows.append({"split": split, "speakers": value, "ids": ""})
+    return pd.DataFrame(rows, columns=["split", "speakers", "ids"])
+
+
+def excluded_frame(excluded: Iterable[Any]):
+    """Table of rows left out of the dataset: sample id and the reason."""
+    import pandas as pd
+
+    rows = [{"sample": _get(item, "id"), "reason": _get(item, "reason")} for item in excluded]
+    return pd.DataFrame(rows, columns=["sample", "reason"])
+
+
+# --------------------------------------------------------------------------------------------
+# memory
+
+
+def memory_bar(
+    components: Mapping[str, int],
+    usable_bytes: int | None,
+    *,
+    device_total_bytes: int | None = None,
+    measured_bytes: int | None = None,
+    title: str = "Estimated peak memory",
+):
+    """One horizontal stacked bar of the estimate per component against the usable memory.
+
+    `components`: name -> bytes (zero-byte components are left out). A dashed line marks the
+    usable budget, a dotted one the device total, a diamond the measured peak when given.
+    Returns a `matplotlib.figure.Figure`.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 2.9), layout="constrained")
+    ax = fig.add_subplot()
+    left = 0.0
+    parts = [(name, value) for name, value in components.items() if value and value > 0]
+    for i, (name, value) in enumerate(parts):
+        width = value / GIB
+        ax.barh([0], [width], left=left, color=_PALETTE[i % 10], edgecolor="white", height=0.5,
+                label=f"{name}: {format_bytes(value)}")
+        if width > 0.06 * max(1e-9, sum(v for _, v in parts) / GIB):
+            ax.text(left + width / 2, 0, name.split(" ")[0][:10], ha="center", va="center", fontsize=7, color="white")
+        left += width
+    total = left
+    limit = total
+    if usable_bytes:
+        ax.axvline(usable_bytes / GIB, color="#e15759", linestyle="--", linewidth=2,
+                   label=f"usable: {format_bytes(usable_bytes)}")
+        limit = max(limit, usable_bytes / GIB)
+    if device_total_bytes:
+        ax.axvline(device_total_bytes / GIB, color="#555555", linestyle=":", linewidth=1.5,
+                   label=f"device total: {format_bytes(device_total_bytes)}")
+        limit = max(limit, device_total_bytes / GIB)
+    if measured_bytes:
+        ax.plot([measured_bytes / GIB], [0.38], marker="D", color="black", linestyle="none",
+                label=f"measured peak: {format_bytes(measured_bytes)}")
+        limit = max(limit, measured_bytes / GIB)
+    ax.set_xlim(0, limit * 1.08 if limit > 0 else 1)
+    ax.set_ylim(-0.6, 0.6)
+    ax.set_yticks([])
+    ax.set_xlabel("GiB")
+    ax.set_title(f"{title}: {format_bytes(total * GIB)}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=7, frameon=False)
+    return fig
+
+
+def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None) -> str:
+    """Verdict line: fits / tight / does not fit, with the margin in bytes and percent."""
+    name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
+    margin = _get(verdict, "margin_bytes") if not isinstance(verdict, str) else None
+    if margin is None and total_bytes is not None and usable_bytes:
+        margin = usable_bytes - total_bytes
+    icon = {"fits": "✅", "tight": "⚠️", "does not fit": "❌"}.get(name.replace("_", " "), "ℹ️")
+    parts = [f"### {icon} {name.replace('_', ' ').capitalize()}"]
+    if total_bytes is not None and usable_bytes:
+        pct = 100.0 * (margin or 0) / usable_bytes
+        side = "left over" if (margin or 0) >= 0 else "short"
+        parts.append(
+            f"Estimated peak **{format_bytes(total_bytes)}** of **{format_bytes(usable_bytes)}** usable: "
+            f"{format_bytes(abs(margin or 0))} {side} ({abs(pct):.0f} %)."
+        )
+    return "\n\n".join(parts)
+
+
+def components_frame(components: Mapping[str, int], measured: Mapping[str, int] | None = None):
+    """Table of the estimate per component (GiB and bytes)."""
+    import pandas as pd
+
+    rows = [{"component": k, "estimate": format_bytes(v), "bytes": int(v)} for k, v in components.items()]
+    return pd.DataFrame(rows, columns=["component", "estimate", "bytes"])
+
+
+def device_markdown(info: Any) -> str:
+    """Detected device and its memory: name, total, free, usable budget and the headroom kept."""
+    name = _get(info, "device") or _get(info, "kind") or "?"
+    label = _get(info, "name") or _get(info, "description") or ""
+    total = _get(info, "total_bytes")
+    free = _get(info, "free_bytes") or _get(info, "available_bytes")
+    usable = _get(info, "usable_bytes")
+    note = _get(info, "note") or _get(info, "headroom_note") or ""
+    parts = [f"**Device:** `{name}`" + (f" ({label})" if label else "")]
+    if total:
+        parts.append(f"total {format_bytes(total)}")
+    if free:
+        parts.append(f"free now {format_bytes(free)}")
+    if usable:
+        parts.append(f"**usable for training {format_bytes(usable)}**")
+    text = " · ".join(parts)
+    return text + (f"\n\n{note}" if note else "")
+
+
+def suggestion_label(suggestion: Mapping[str, Any]) -> str:
+    """Button text of one "make it fit" suggestion: the change and its new estimate."""
+    changes = suggestion.get("changes") or suggestion.get("settings") or {}
+    what = suggestion.get("title") or suggestion.get("label") or ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items())
+    total = suggestion.get("total_bytes")
+    return f"Apply: {what}" + (f" → {format_bytes(total)}" if total else "")
+
+
+def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any) -> str:
+    """The "make it fit" list: each suggestion's change, new estimate and its cost in words."""
+    name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
+    if not suggestions:
+        if name == "fits":
+            return ""
+        return "No setting change found that fits this device; try a smaller model or a device with more memory."
+    lines = ["**Make it fit** (click a button below to apply the settings, then the estimate reruns):"]
+    for item in suggestions:
+        cost = item.get("cost") or item.get("tradeoff") or ""
+        lines.append(f"- {suggestion_label(item)[7:]}" + (f": {cost}" if cost else ""))
+    return "\n".join(lines)
+
+
+def measured_markdown(measured: int | None, estimated: int | None, data: Mapping[str, Any]) -> str:
+    """Measured peak vs estimate, with the relative error."""
+    if not measured:
+        return "The probe returned no measurement."
+    lines = [f"**Measured peak:** {format_bytes(measured)} (one real optimizer step on the longest batch)"]
+    if estimated:
+        err = 100.0 * (estimated - measured) / measured
+        lines.append(f"**Estimated:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
+    kind = data.get("measure_kind") or data.get("measured_kind")
+    if kind:
+        lines.append(f"Measured as: {kind}")
+    return "\n\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# training
+
+
+def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
+                  status: str | None, *, label: str = "") -> str:
+    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status."""
+    step = int(step or 0)
+    total = int(max_steps or 0)
+    fraction = min(1.0, step / total) if total > 0 else 0.0
+    status_text = html.escape(status or "not started")
+    label_text = f"<b>{html.escape(label)}</b> · " if label else ""
+    return (
+        '<div class="train-progress">'
+        f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
+        f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
+        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)} · ETA {format_seconds(eta_s)} · '
+        f"status: <b>{status_text}</b></div></div>"
+    )
+
+
+def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
+    """Training loss and eval loss against the optimizer step (from `progress.jsonl` rows).
+
+    Returns a `matplotlib.figure.Figure`; an empty figure with a note before the first step.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.0), layout="constrained")
+    ax = fig.add_subplot()
+    train = [(r["step"], r["loss"]) for r in progress_rows if r.get("loss") is not None and "step" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in progress_rows if r.get("eval_loss") is not None and "step" in r]
+    if not train and not evals:
+        ax.text(0.5, 0.5, "waiting for the first step…", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    if train:
+        ax.plot(*zip(*train), color=_PALETTE[0], marker="." if len(train) < 40 else None, label="train loss")
+    if evals:
+        ax.plot(*zip(*evals), color=_PALETTE[1], marker="o", label="eval loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (cross-entropy on the tutor's answer)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def runs_frame(runs: Iterable[Any]):
+    """Table of past runs: name, status, steps, final loss, eval loss, peak memory, reason."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        result = _get(run, "result") or {}
+        rows.append(
+            {
+                "run": _get(run, "name") or _get(run, "run_name"),
+                "status": _get(run, "status") or _get(result, "status") or "",
+                "steps": _first(run, result, "step", "global_step", "steps"),
+                "loss": _round(_first(run, result, "train_loss", "loss", "final_loss")),
+                "eval loss": _round(_first(run, result, "eval_loss")),
+                "peak memory": format_bytes(_first(run, result, "peak_memory_bytes", "peak_bytes")),
+                "model": _get(_get(run, "config") or {}, "model") or "",
+                "note": _first(run, result, "reason", "message") or "",
+            }
+        )
+    return pd.DataFrame(rows, columns=["run", "status", "steps", "loss", "eval loss", "peak memory", "model", "note"])
+
+
+def _first(primary: Any, secondary: Any, *names: str) -> Any:
+    for source in (primary, secondary):
+        for name in names:
+            value = _get(source, name)
+            if value is not None:
+                return value
+    return None
+
+
+def _round(value: Any) -> Any:
+    return round(float(value), 4) if isinstance(value, (int, float)) else value
+
+
+def train_memory_markdown(status: Mapping[str, Any]) -> str:
+    """Peak memory of a run so far against the estimate it was started with."""
+    peak = status.get("peak_memory_bytes")
+    estimate = status.get("estimate_bytes") or status.get("estimated_peak_bytes")
+    if not peak and not estimate:
+        return ""
+    text = f"**Peak memory:** {format_bytes(peak)}"
+    if estimate:
+        text += f" · estimate {format_bytes(estimate)}"
+        if peak:
+            text += f" ({100.0 * peak / estimate:.0f} % of it)"
+    return text
+
+
+def failure_markdown(status: Mapping[str, Any]) -> str:
+    """Why a run failed and what to change (empty unless the run failed)."""
+    if status.get("status") != "failed":
+        return ""
+    reason = status.get("reason") or status.get("error") or "the run ended with an error (see the log)."
+    fix = status.get("fix") or status.get("suggestion") or ""
+    return f"### ❌ Training failed\n\n{reason}" + (f"\n\n**What to change:** {fix}" if fix else "")
