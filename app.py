@@ -395,9 +395,9 @@ class TutorApp:
     @ui_errors
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on)."""
+        config = config_from_values(values)
         from pipeline.runs import start_run
 
-        config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
         start_run(self.ws, name, config)
         return name, f"Started **{name}** in its own process; progress appears below.", gr.Timer(active=True), ""

@@ -1,0 +1,147 @@
+"""Handler-level tests of the app: bad input from the UI gives a clear `gr.Error` and changes nothing saved.
+
+The handlers are the methods of `app.TutorApp` that the buttons call; these tests call them the way
+Gradio does (widget values in, widget values out), without a browser.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+import soundfile
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import app as app_module  # noqa: E402
+from app import TutorApp, config_from_values  # noqa: E402
+
+RATE = 16000
+
+
+def speech_like(seconds: float = 1.5, rate: int = RATE, seed: int = 0) -> np.ndarray:
+    """A voiced-sounding test signal: 150 Hz harmonics with a syllable-rate envelope plus noise, float32."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    voice = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 6))
+    envelope = 0.5 * (1 + np.sin(2 * np.pi * 3 * t))
+    signal = 0.2 * voice * envelope + 0.01 * rng.standard_normal(t.size)
+    return (signal / np.max(np.abs(signal)) * 0.5).astype(np.float32)
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = RATE) -> str:
+    soundfile.write(str(path), samples, rate, subtype="PCM_16")
+    return str(path)
+
+
+@pytest.fixture()
+def ui(tmp_path) -> TutorApp:
+    """A TutorApp on a fresh workspace holding one saved sample (so the manifest exists)."""
+    ui = TutorApp(tmp_path / "ws")
+    clip = write_wav(tmp_path / "first.wav", speech_like(seed=1))
+    status, table, cleared = ui.save_sample(clip, "The cat sat.", "Clear and accurate.", "spk1")
+    assert "Saved sample" in status and len(table) == 1 and cleared is None
+    return ui
+
+
+def manifest_bytes(ui: TutorApp) -> bytes:
+    return ui.ws.manifest_path.read_bytes()
+
+
+def assert_error(excinfo, *words: str) -> None:
+    message = str(excinfo.value.message if hasattr(excinfo.value, "message") else excinfo.value)
+    for word in words:
+        assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
+
+
+# ------------------------------------------------------------------------------------------- samples
+
+
+def test_check_clip_reports_duration_loudness_clipping(ui, tmp_path):
+    clip = write_wav(tmp_path / "check.wav", speech_like(2.0, seed=2))
+    text = ui.check_clip(clip)
+    assert "2.00 s" in text and "dBFS" in text and "clipping" in text
+
+
+def test_no_audio_gives_clear_error_and_keeps_manifest(ui):
+    before = manifest_bytes(ui)
+    with pytest.raises(gr.Error) as excinfo:
+        ui.save_sample(None, "The cat sat.", "Good.", "")
+    assert_error(excinfo, "No audio received")
+    with pytest.raises(gr.Error):
+        ui.check_clip(None)
+    assert manifest_bytes(ui) == before
+
+
+def test_silent_microphone_recording_is_refused(ui):
+    before = manifest_bytes(ui)
+    silence = (48000, np.zeros((48000 * 2, 2), dtype=np.int16))  # 2 s stereo 48 kHz, as Gradio sends it
+    with pytest.raises(gr.Error) as excinfo:
+        ui.save_sample(silence, "The cat sat.", "Good.", "")
+    assert_error(excinfo, "silent", "microphone")
+    assert manifest_bytes(ui) == before
+
+
+def test_too_long_recording_is_refused(ui, tmp_path):
+    before = manifest_bytes(ui)
+    clip = write_wav(tmp_path / "long.wav", np.tile(speech_like(1.0, seed=3), 31))
+    with pytest.raises(gr.Error) as excinfo:
+        ui.save_sample(clip, "The cat sat.", "Good.", "")
+    assert_error(excinfo, "31.0 s", "30 s", "trim")
+    assert manifest_bytes(ui) == before
+
+
+def test_empty_target_and_duplicate_are_refused(ui, tmp_path):
+    before = manifest_bytes(ui)
+    with pytest.raises(gr.Error):
+        ui.save_sample(write_wav(tmp_path / "new.wav", speech_like(seed=4)), "  ", "Good.", "")
+    duplicate = write_wav(tmp_path / "dup.wav", speech_like(seed=1))
+    with pytest.raises(gr.Error) as excinfo:
+        ui.save_sample(duplicate, "The cat sat.", "Good.", "")
+    assert_error(excinfo, "same audio")
+    assert manifest_bytes(ui) == before
+
+
+def test_edit_and_delete_without_selection_are_refused(ui):
+    before = manifest_bytes(ui)
+    with pytest.raises(gr.Error):
+        ui.update_sample("", "x", "y", "")
+    with pytest.raises(gr.Error):
+        ui.delete_sample("")
+    with pytest.raises(gr.Error):
+        ui.delete_sample("no-such-id")
+    assert manifest_bytes(ui) == before
+
+
+def test_edit_then_delete_a_sample(ui):
+    sample_id = ui.samples_table().iloc[0]["id"]
+    status, table = ui.update_sample(sample_id, "The dog sat.", "Say 'dog' with a short o.", "spk1")
+    assert "Saved changes" in status and table.iloc[0]["target sentence"] == "The dog sat."
+    status, table, *cleared = ui.delete_sample(sample_id)
+    assert sample_id in status and len(table) == 0
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+def test_widget_values_become_a_validated_config():
+    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values.update(lora_rank=8.0, batch_size=2.0, max_steps=-1.0, learning_rate=1e-4)
+    config = config_from_values([values[name] for name in app_module.CONFIG_FIELDS])
+    assert config.lora_rank == 8 and isinstance(config.lora_rank, int) and config.batch_size == 2
+
+
+def test_bad_setting_from_the_ui_becomes_gr_error(ui):
+    values = [getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS]
+    values[app_module.CONFIG_FIELDS.index("max_length")] = 100
+    with pytest.raises(gr.Error) as excinfo:
+        ui.start_training("run-bad", *values)
+    assert_error(excinfo, "max-length", "256")
+    assert not (ui.ws.runs_dir / "run-bad").exists()
