@@ -1,0 +1,616 @@
+"""Importers: turn a folder of recordings in a common layout into samples of the library.
+
+Formats (`detect_format` picks one; `--format` forces it):
+- `kaldi`: Kaldi data folder(s) with `wav.scp`, `text`, optional `utt2spk`, e.g. speechocean762
+  (the source itself, or its subfolders such as `train/` and `test/`). Expert scores are read from
+  `resource/scores.json` (or `scores.json`) in the data folder or any folder above it up to the
+  source's parent; a scored utterance gets `feedback.feedback_from_scores` as its feedback and keeps
+  the scores structured in `Sample.scores`. `wav.scp` paths are resolved against the data folder,
+  then each folder above it (Kaldi recipes use paths relative to the recipe root).
+- `audiofolder`: Hugging Face audiofolder, `metadata.csv` / `metadata.jsonl` / `metadata.parquet`
+  (in the source or its split subfolders) with a file-name column (`file_name`, relative to the
+  metadata file) and a target-text column (`target_text`, `sentence`, `text`, `prompt`,
+  `transcription` ...; see `COLUMN_ALIASES`); optional `feedback`, `speaker`, `transcript`, `scores`
+  (JSON) columns. Spreadsheet CSVs work: UTF-8 BOM, `,` `;` tab or `|` delimiters (sniffed from the
+  header), spaces and case in headers.
+- `ljspeech`: `metadata.csv`, `|`-separated, no header (`id|transcription|normalized`), `wavs/<id>.wav`.
+- `commonvoice`: Common Voice TSVs (`path`, `sentence`, `client_id` read by name) and `clips/`;
+  train/dev/test TSVs when present, else `validated.tsv`, else every TSV with those columns.
+- `folder`: audio files (any depth) with a same-named `.txt` sidecar holding the sentence read, and
+  optionally `<name>.feedback.txt` holding the feedback. A first-level subfolder names the speaker
+  (`kate/01.wav` -> speaker `kate`).
+
+Formats without feedback import with feedback "" (such samples are listed as excluded when the
+dataset is built until their feedback is written). Every file is reported as imported or skipped
+with a reason; one bad file never stops the rest. All samples are added with one manifest write at
+the end (`SampleLibrary.add_many`), so a failing import leaves the existing manifest unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.audio import AUDIO_SUFFIXES
+from pipeline.errors import ImportFormatError, PipelineError
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+
+COLUMN_ALIASES = {
+    "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
+    "target_text": ("target_text", "target", "sentence", "text", "prompt", "reference", "transcription"),
+    "feedback": ("feedback", "tutor_feedback", "answer", "response"),
+    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
+    "transcript": ("transcript", "transcription", "heard"),
+    "scores": ("scores",),
+}
+"""Accepted column names (compared lower-case, with spaces and `-` read as `_`), in order of preference."""
+
+_CV_SKIP_TSVS = {"invalidated.tsv", "reported.tsv", "other.tsv", "validated_sentences.tsv",
+                 "unvalidated_sentences.tsv", "clip_durations.tsv", "times.tsv"}
+_CV_SPLITS = ("train.tsv", "dev.tsv", "test.tsv")
+
+
+@dataclass
+class ImportReport:
+    """Result of `import_folder`: ids added, `{file, reason}` for each file skipped."""
+
+    source: str
+    format: str
+    imported: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Files seen: imported + skipped."""
+        return len(self.imported) + len(self.skipped)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `--json` object: `imported` (count), `ids`, `skipped` [{file, reason}], `source`, `format`."""
+        return {
+            "source": self.source,
+            "format": self.format,
+            "imported": len(self.imported),
+            "ids": list(self.imported),
+            "skipped": list(self.skipped),
+            "total": self.total,
+        }
+
+
+# ----------------------------------------------------------------------------- helpers
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _norm_header(name: Any) -> str:
+    return str(name).replace("\ufeff", "").strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def _pick_column(columns: list[str], role: str, exclude: tuple[str, ...] = ()) -> str | None:
+    """The original column name for `role` (see COLUMN_ALIASES), or None."""
+    normalized = {_norm_header(c): c for c in columns}
+    for alias in COLUMN_ALIASES[role]:
+        if alias in normalized and normalized[alias] not in exclude:
+            return normalized[alias]
+    return None
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value != value:  # NaN from pandas
+        return ""
+    return str(value).strip()
+
+
+def _read_kaldi_table(path: Path) -> dict[str, str]:
+    """A Kaldi `key value...` table: first whitespace-separated field -> the rest of the line.
+
+    This is Kaldi's own table format (not CSV: values contain spaces and no quoting); parsed the way
+    Kaldi's `utils/` scripts do, with `str.split(maxsplit=1)`.
+    """
+    table: dict[str, str] = {}
+    with open(path, encoding="utf-8-sig") as handle:
+        for line in handle:
+            parts = line.strip().split(maxsplit=1)
+            if parts:
+                table[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    return table
+
+
+def _audio_files(root: Path) -> list[Path]:
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES and not p.name.startswith((".", "._"))
+        and not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])
+    )
+
+
+def _found(root: Path) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())
+    shown = ", ".join(names[:15]) + (f" ... ({len(names)} entries)" if len(names) > 15 else "")
+    return shown or "nothing (the folder is empty)"
+
+
+# ----------------------------------------------------------------------------- detection
+def _kaldi_dirs(source: Path) -> list[Path]:
+    candidates = [source] + sorted(source.glob("*/")) + sorted(source.glob("*/*/"))
+    return [d for d in candidates if (d / "wav.scp").is_file()]
+
+
+def _metadata_files(source: Path) -> list[Path]:
+    out = []
+    for folder in [source] + sorted(p for p in source.iterdir() if p.is_dir()):
+        for name in ("metadata.csv", "metadata.jsonl", "metadata.parquet"):
+            if (folder / name).is_file():
+                out.append(folder / name)
+    return out
+
+
+def _looks_like_ljspeech(source: Path) -> bool:
+    metadata = source / "metadata.csv"
+    if not metadata.is_file() or not (source / "wavs").is_dir():
+        return False
+    with open(metadata, encoding="utf-8-sig", errors="replace") as handle:
+        first = handle.readline()
+    fields = first.rstrip("\r\n").split("|")
+    return len(fields) >= 2 and _norm_header(fields[0]) not in COLUMN_ALIASES["file"]
+
+
+def _cv_tsvs(source: Path) -> list[Path]:
+    usable = []
+    for tsv in sorted(source.glob("*.tsv")):
+        if tsv.name in _CV_SKIP_TSVS:
+            continue
+        with open(tsv, encoding="utf-8-sig", errors="replace") as handle:
+            header = [_norm_header(h) for h in handle.readline().rstrip("\r\n").split("\t")]
+        if "path" in header and "sentence" in header:
+            usable.append(tsv)
+    splits = [t for t in usable if t.name in _CV_SPLITS]
+    if splits:
+        return splits
+    validated = [t for t in usable if t.name == "validated.tsv"]
+    return validated or usable
+
+
+def detect_format(source: str | Path) -> str:
+    """Which of `FORMATS` the folder `source` is in.
+
+    Order: `wav.scp` (here or in a subfolder) -> kaldi; a TSV with `path`+`sentence` -> commonvoice;
+    headerless `|` metadata.csv with `wavs/` -> ljspeech; `metadata.csv/.jsonl/.parquet` ->
+    audiofolder; any audio files -> folder.
+
+    Raises:
+        ImportFormatError: `source` is missing, not a folder, or holds none of these (lists what it holds).
+    """
+    root = _check_source(source)
+    if _kaldi_dirs(root):
+        return "kaldi"
+    if _cv_tsvs(root):
+        return "commonvoice"
+    if _looks_like_ljspeech(root):
+        return "ljspeech"
+    if _metadata_files(root):
+        return "audiofolder"
+    if _audio_files(root):
+        return "folder"
+    raise ImportFormatError(
+        f"`{root}` is in no known layout: it has no wav.scp (Kaldi), no Common Voice TSV, no "
+        f"metadata.csv/.jsonl/.parquet (audiofolder, LJSpeech) and no audio files. Found: {_found(root)}."
+    )
+
+
+def _check_source(source: str | Path) -> Path:
+    root = Path(source).expanduser()
+    if not root.exists():
+        raise ImportFormatError(f"Source folder `{root}` does not exist; check the path.")
+    if not root.is_dir():
+        raise ImportFormatError(
+            f"Source `{root}` is a file; pass the folder that holds the recordings and their metadata "
+            f"(e.g. `{root.parent}`)."
+        )
+    return root.resolve()
+
+
+# ----------------------------------------------------------------------------- readers
+# Each reader returns (items for SampleLibrary.add_many, skipped [{file, reason}]).
+Items = tuple[list[dict[str, Any]], list[dict[str, str]]]
+
+
+def _find_scores(data_dir: Path, root: Path) -> Path | None:
+    folder = data_dir
+    stop = root.parent
+    while True:
+        for candidate in (folder / "resource" / "scores.json", folder / "scores.json"):
+            if candidate.is_file():
+                return candidate
+        if folder == stop or folder.parent == folder:
+            return None
+        folder = folder.parent
+
+
+def _load_scores(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ImportFormatError(
+            f"Expert scores `{path}` cannot be read ({error}); fix or remove the file and import again."
+        ) from None
+    if not isinstance(data, dict):
+        raise ImportFormatError(
+            f"Expert scores `{path}` hold a {type(data).__name__}; expected an object keyed by utterance id "
+            "(speechocean762's resource/scores.json layout)."
+        )
+    return data
+
+
+def _resolve_wav(entry: str, data_dir: Path, root: Path) -> Path | None:
+    candidate = Path(entry)
+    if candidate.is_absolute():
+        return candidate if candidate.is_file() else None
+    folder = data_dir
+    while True:
+        if (folder / candidate).is_file():
+            return folder / candidate
+        if folder == root.parent or folder.parent == folder:
+            return None
+        folder = folder.parent
+
+
+def _read_kaldi(root: Path) -> Items:
+    from pipeline.feedback import feedback_from_scores
+
+    dirs = _kaldi_dirs(root)
+    if not dirs:
+        raise ImportFormatError(f"No Kaldi data folder (with wav.scp) in `{root}`. Found: {_found(root)}.")
+    items, skipped = [], []
+    for data_dir in dirs:
+        if (data_dir / "segments").is_file():
+            raise ImportFormatError(
+                f"`{_rel(data_dir / 'segments', root)}` cuts recordings into segments, which this importer "
+                "does not do; export one audio file per utterance and import again."
+            )
+        if not (data_dir / "text").is_file():
+            raise ImportFormatError(
+                f"Kaldi folder `{data_dir}` has wav.scp but no `text` file (utterance id + sentence per line). "
+                f"Found: {_found(data_dir)}."
+            )
+        wavs = _read_kaldi_table(data_dir / "wav.scp")
+        texts = _read_kaldi_table(data_dir / "text")
+        utt2spk = _read_kaldi_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
+        scores_path = _find_scores(data_dir, root)
+        all_scores = _load_scores(scores_path)
+        for utt, entry in wavs.items():
+            label = f"{_rel(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
+            if entry.endswith("|"):
+                skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
+                                "write the audio to a file and list the file instead."})
+                continue
+            path = _resolve_wav(entry, data_dir, root)
+            if path is None:
+                skipped.append({"file": label, "reason": f"audio file `{entry}` listed in wav.scp was not found "
+                                f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
+                continue
+            label = _rel(path, root)
+            text = texts.get(utt)
+            if not text:
+                skipped.append({"file": label, "reason": f"utterance `{utt}` has no line in `text`; add "
+                                f"`{utt} <sentence>` to {_rel(data_dir / 'text', root)}."})
+                continue
+            scores = all_scores.get(utt)
+            feedback = ""
+            if isinstance(scores, dict):
+                try:
+                    feedback = feedback_from_scores(text, scores)
+                except PipelineError as error:
+                    skipped.append({"file": label, "reason": f"expert scores of `{utt}`: {error}"})
+                    continue
+            else:
+                scores = None
+            items.append(dict(
+                audio=path, file=label, target_text=text, feedback=feedback, speaker=utt2spk.get(utt),
+                scores=scores, source=str(path), sample_id=utt,
+            ))
+    return items, skipped
+
+
+def _sniff_delimiter(header_line: str) -> str:
+    """The delimiter of a CSV header line among `,` `;` tab `|` (csv.Sniffer, then the most frequent)."""
+    try:
+        return csv.Sniffer().sniff(header_line, delimiters=",;\t|").delimiter
+    except csv.Error:
+        counts = {d: header_line.count(d) for d in (",", ";", "\t", "|")}
+        return max(counts, key=counts.get) if max(counts.values()) else ","
+
+
+def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
+    """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
+    import pandas as pd
+
+    bad: list[dict[str, str]] = []
+    suffix = metadata.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            frame = pd.read_parquet(metadata)
+            return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
+        if suffix == ".jsonl":
+            rows, columns = [], []
+            with open(metadata, encoding="utf-8-sig") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
+                        continue
+                    if not isinstance(row, dict):
+                        bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
+                        continue
+                    rows.append(row)
+                    columns.extend(k for k in row if k not in columns)
+            return rows, columns, bad
+        text = metadata.read_text(encoding="utf-8-sig")
+        header = text.split("\n", 1)[0]
+        frame = pd.read_csv(
+            io.StringIO(text), sep=_sniff_delimiter(header), dtype=str, keep_default_na=False,
+            skipinitialspace=True, engine="python",
+        )
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(
+            f"`{metadata}` is not UTF-8 text ({error}); save it as 'CSV UTF-8' and import again."
+        ) from None
+    except Exception as error:  # pandas/pyarrow parse errors
+        raise ImportFormatError(f"`{metadata}` cannot be parsed: {error}. Check its format.") from None
+    return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
+
+
+def _read_audiofolder(root: Path) -> Items:
+    from pipeline.feedback import feedback_from_scores
+
+    metadata_files = _metadata_files(root)
+    if not metadata_files:
+        raise ImportFormatError(
+            f"No metadata.csv, metadata.jsonl or metadata.parquet in `{root}` or its subfolders. Found: {_found(root)}."
+        )
+    items, skipped = [], []
+    for metadata in metadata_files:
+        rows, columns, bad = _read_table(metadata)
+        skipped.extend(bad)
+        shown = [c.replace("\ufeff", "").strip() for c in columns]
+        file_col = _pick_column(columns, "file")
+        target_col = _pick_column(columns, "target_text")
+        if file_col is None or target_col is None:
+            role = "the audio file name" if file_col is None else "the target text"
+            expected = COLUMN_ALIASES["file" if file_col is None else "target_text"]
+            raise ImportFormatError(
+                f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}; "
+                f"columns found: {shown}. Rename that column in the first row and import again."
+            )
+        feedback_col = _pick_column(columns, "feedback")
+        speaker_col = _pick_column(columns, "speaker")
+        transcript_col = _pick_column(columns, "transcript", exclude=(target_col,))
+        scores_col = _pick_column(columns, "scores")
+        for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
+            name = _cell(row.get(file_col))
+            if not name:
+                skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
+                continue
+            path = (metadata.parent / name)
+            label = _rel(path, root)
+            if not path.is_file():
+                skipped.append({"file": label, "reason": f"audio file not found (named in {_rel(metadata, root)} "
+                                f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
+                continue
+            target = _cell(row.get(target_col))
+            feedback = _cell(row.get(feedback_col)) if feedback_col else ""
+            scores = None
+            if scores_col and _cell(row.get(scores_col)):
+                raw = row.get(scores_col)
+                try:
+                    scores = raw if isinstance(raw, dict) else json.loads(_cell(raw))
+                except json.JSONDecodeError:
+                    skipped.append({"file": label, "reason": f"`{scores_col}` is not valid JSON"})
+                    continue
+                if not isinstance(scores, dict):
+                    scores = None
+                elif not feedback and target:
+                    try:
+                        feedback = feedback_from_scores(target, scores)
+                    except PipelineError as error:
+                        skipped.append({"file": label, "reason": str(error)})
+                        continue
+            items.append(dict(
+                audio=path, file=label, target_text=target, feedback=feedback,
+                speaker=_cell(row.get(speaker_col)) if speaker_col else None,
+                transcript=_cell(row.get(transcript_col)) if transcript_col else None,
+                scores=scores, source=str(path), sample_id=Path(name).with_suffix("").as_posix(),
+            ))
+    return items, skipped
+
+
+def _read_ljspeech(root: Path) -> Items:
+    metadata = root / "metadata.csv"
+    if not metadata.is_file():
+        raise ImportFormatError(f"LJSpeech layout needs `metadata.csv` in `{root}`. Found: {_found(root)}.")
+    items, skipped = [], []
+    with open(metadata, encoding="utf-8-sig", newline="") as handle:
+        # LJSpeech text contains unbalanced quotes: read with quoting off.
+        for number, fields in enumerate(csv.reader(handle, delimiter="|", quoting=csv.QUOTE_NONE), start=1):
+            if not fields or not fields[0].strip():
+                continue
+            clip_id = fields[0].strip()
+            if len(fields) < 2:
+                skipped.append({"file": f"metadata.csv:{number}", "reason": "expected `id|transcription[|normalized]`"})
+                continue
+            text = fields[2].strip() if len(fields) > 2 and fields[2].strip() else fields[1].strip()
+            path = root / "wavs" / f"{clip_id}.wav"
+            if not path.is_file():
+                matches = sorted((root / "wavs").glob(f"{clip_id}.*"))
+                path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
+            if not path.is_file():
+                skipped.append({"file": f"wavs/{clip_id}.wav", "reason": "audio file not found"})
+                continue
+            items.append(dict(audio=path, file=_rel(path, root), target_text=text, feedback="",
+                              source=str(path), sample_id=clip_id))
+    return items, skipped
+
+
+def _read_commonvoice(root: Path) -> Items:
+    import pandas as pd
+
+    tsvs = _cv_tsvs(root)
+    if not tsvs:
+        raise ImportFormatError(
+            f"No Common Voice TSV (with `path` and `sentence` columns) in `{root}`. Found: {_found(root)}."
+        )
+    clips = root / "clips" if (root / "clips").is_dir() else root
+    items, skipped, seen = [], [], set()
+    for tsv in tsvs:
+        frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
+                            encoding="utf-8-sig")
+        frame.columns = [_norm_header(c) for c in frame.columns]
+        for row in frame.to_dict(orient="records"):
+            name = _cell(row.get("path"))
+            if not name or name in seen:
+                continue
+            seen.add(name)
+            path = clips / name
+            if not path.is_file() and not path.suffix:
+                path = clips / f"{name}.mp3"
+            if not path.is_file():
+                skipped.append({"file": _rel(clips / name, root), "reason": f"audio file not found (listed in {tsv.name})"})
+                continue
+            items.append(dict(
+                audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
+                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=Path(name).stem,
+            ))
+    return items, skipped
+
+
+def _read_sidecar(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig").strip()
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"`{path.name}` is not UTF-8 text; save it as UTF-8.") from None
+
+
+def _read_folder(root: Path) -> Items:
+    files = _audio_files(root)
+    if not files:
+        raise ImportFormatError(f"No audio files in `{root}`. Found: {_found(root)}.")
+    items, skipped = [], []
+    for path in files:
+        label = _rel(path, root)
+        sidecar = path.with_suffix(".txt")
+        if not sidecar.is_file():
+            skipped.append({"file": label, "reason": f"no `{sidecar.name}` next to it; create it with the sentence "
+                            "that was read."})
+            continue
+        try:
+            text = _read_sidecar(sidecar)
+            feedback_file = path.with_name(path.stem + ".feedback.txt")
+            feedback = _read_sidecar(feedback_file) if feedback_file.is_file() else ""
+        except ImportFormatError as error:
+            skipped.append({"file": label, "reason": str(error)})
+            continue
+        parts = path.relative_to(root).parts
+        items.append(dict(
+            audio=path, file=label, target_text=text, feedback=feedback,
+            speaker=parts[0] if len(parts) > 1 else None, source=str(path),
+            sample_id=path.relative_to(root).with_suffix("").as_posix(),
+        ))
+    return items, skipped
+
+
+_READERS: dict[str, Callable[[Path], Items]] = {
+    "kaldi": _read_kaldi,
+    "audiofolder": _read_audiofolder,
+    "ljspeech": _read_ljspeech,
+    "commonvoice": _read_commonvoice,
+    "folder": _read_folder,
+}
+
+
+def import_folder(
+    workspace: Workspace | str | Path,
+    source: str | Path,
+    format: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    trim: bool = False,
+) -> ImportReport:
+    """Import every clip of the folder `source` into the workspace's sample library.
+
+    Args:
+        workspace: the workspace (or its folder) whose library receives the samples.
+        source: the folder to import (see the module docstring for the layouts).
+        format: one of `FORMATS`, or "auto" (`detect_format`).
+        progress: called as `progress(done, total)` while clips are checked and stored.
+        trim: keep the first 30 s of longer clips instead of skipping them.
+
+    Returns:
+        `ImportReport` with the ids added and `{file, reason}` for every file skipped (missing
+        file or text, failed audio check, duplicate audio, ...).
+
+    Raises:
+        ImportFormatError: unknown format, missing folder, or metadata in the wrong layout (e.g. a
+            missing column; the message lists the columns found). Nothing is changed then.
+    """
+    from pipeline.samples import SampleLibrary
+
+    root = _check_source(source)
+    if format == "auto":
+        format = detect_format(root)
+    if format not in _READERS:
+        raise ImportFormatError(f"Unknown import format `{format}`; expected auto or one of {', '.join(FORMATS)}.")
+    items, skipped = _READERS[format](root)
+    for item in items:
+        item["trim"] = trim
+    library = SampleLibrary(workspace)
+    added, failed = library.add_many(items, progress=progress) if items else ([], [])
+    if not items and progress is not None:
+        progress(0, 0)
+    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped + failed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline import --workspace WS --source PATH [--format F] [--trim] [--json]`.
+
+    Exit status 0 when the import ran (even if some files were skipped), 1 when nothing was imported
+    and a file was skipped for a reason other than being a duplicate, or on a format error.
+    """
+    parser = argparse.ArgumentParser(prog="python -m pipeline import", description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
+    parser.add_argument("--source", type=Path, required=True, help="folder of recordings to import")
+    parser.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="layout of --source")
+    parser.add_argument("--trim", action="store_true", help="keep the first 30 s of longer clips instead of skipping them")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    workspace = Workspace(args.workspace)
+    report = import_folder(workspace, args.source, args.format, trim=args.trim)
+    failed = not report.imported and any("same audio as sample" not in s["reason"] for s in report.skipped)
+    if args.json:
+        print(json.dumps({**report.to_dict(), "workspace": str(workspace.root)}, ensure_ascii=False))
+    else:
+        print(
+            f"Imported {len(report.imported)} of {report.total} clips from {report.source} "
+            f"({report.format} layout) into {workspace.root}; skipped {len(report.skipped)}."
+        )
+        for entry in report.skipped:
+            print(f"  skipped {entry['file']}: {entry['reason']}")
+    if failed:
+        print("error: nothing was imported; see the reasons above.", file=sys.stderr)
+    return 1 if failed else 0
