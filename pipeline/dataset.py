@@ -414,6 +414,7 @@ class BuildReport:
     `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?}]`. `speakers`: split
     name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
+    `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
     """
 
     path: str
@@ -427,6 +428,7 @@ class BuildReport:
     max_length: int
     eval_fraction: float
     seed: int
+    lengths: list[int] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -628,6 +630,7 @@ def build_dataset(
         max_length=max_length,
         eval_fraction=float(eval_fraction),
         seed=seed,
+        lengths=sorted(r["num_tokens"] for r in rows),
     )
 
     report_progress(len(samples), len(samples), "saving")
@@ -660,6 +663,10 @@ def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: B
     ws.root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".dataset-tmp-", dir=ws.root))
     new_dir = staging / "dataset"
+    import datasets
+
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # keep stdout/stderr clean for `--json`; our own progress reports saving
     try:
         _to_dataset_dict(split_rows).save_to_disk(str(new_dir))
         atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
@@ -674,6 +681,8 @@ def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: B
                 os.replace(old, target)
             raise
     finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
         shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -238,6 +238,8 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     stats = report.length_stats
     assert stats["count"] == 6 and stats["min"] <= stats["median"] <= stats["p90"] <= stats["max"] <= 512
     assert sum(b["count"] for b in stats["histogram"]) == 6
+    kept = sorted(r["num_tokens"] for split in loaded.values() for r in split)
+    assert report.lengths == kept and kept[0] == stats["min"] and kept[-1] == stats["max"]
     on_disk = ds.load_build_report(ws)
     assert on_disk["splits"] == report.splits and on_disk["excluded"] == report.excluded
 
