@@ -105,6 +105,21 @@ def _pick_column(columns: list[str], role: str, exclude: tuple[str, ...] = ()) -
     return None
 
 
+def _row_value(row: dict[str, Any], role: str, exclude: tuple[str, ...] = ()) -> tuple[str, str | None]:
+    """First non-empty value among `role`'s column aliases in `row`, and the column it came from.
+
+    Per row, so JSONL rows that name the text differently (`text` in one, `sentence` in another) work.
+    """
+    normalized = {_norm_header(k): k for k in row}
+    for alias in COLUMN_ALIASES[role]:
+        key = normalized.get(alias)
+        if key is not None and key not in exclude:
+            value = _cell(row.get(key))
+            if value:
+                return value, key
+    return "", None
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -399,12 +414,8 @@ def _read_audiofolder(root: Path) -> Items:
                 f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}; "
                 f"columns found: {shown}. Rename that column in the first row and import again."
             )
-        feedback_col = _pick_column(columns, "feedback")
-        speaker_col = _pick_column(columns, "speaker")
-        transcript_col = _pick_column(columns, "transcript", exclude=(target_col,))
-        scores_col = _pick_column(columns, "scores")
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
-            name = _cell(row.get(file_col))
+            name, _ = _row_value(row, "file")
             if not name:
                 skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
                 continue
@@ -414,15 +425,17 @@ def _read_audiofolder(root: Path) -> Items:
                 skipped.append({"file": label, "reason": f"audio file not found (named in {_rel(metadata, root)} "
                                 f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
                 continue
-            target = _cell(row.get(target_col))
-            feedback = _cell(row.get(feedback_col)) if feedback_col else ""
+            target, target_key = _row_value(row, "target_text")
+            feedback, _ = _row_value(row, "feedback")
+            speaker, _ = _row_value(row, "speaker")
+            transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
             scores = None
-            if scores_col and _cell(row.get(scores_col)):
-                raw = row.get(scores_col)
+            raw_scores = next((row[k] for k in row if _norm_header(k) == "scores"), None)
+            if isinstance(raw_scores, dict) or _cell(raw_scores):
                 try:
-                    scores = raw if isinstance(raw, dict) else json.loads(_cell(raw))
+                    scores = raw_scores if isinstance(raw_scores, dict) else json.loads(_cell(raw_scores))
                 except json.JSONDecodeError:
-                    skipped.append({"file": label, "reason": f"`{scores_col}` is not valid JSON"})
+                    skipped.append({"file": label, "reason": "the `scores` cell is not valid JSON"})
                     continue
                 if not isinstance(scores, dict):
                     scores = None
@@ -434,8 +447,7 @@ def _read_audiofolder(root: Path) -> Items:
                         continue
             items.append(dict(
                 audio=path, file=label, target_text=target, feedback=feedback,
-                speaker=_cell(row.get(speaker_col)) if speaker_col else None,
-                transcript=_cell(row.get(transcript_col)) if transcript_col else None,
+                speaker=speaker or None, transcript=transcript or None,
                 scores=scores, source=str(path), sample_id=Path(name).with_suffix("").as_posix(),
             ))
     return items, skipped
