@@ -35,6 +35,7 @@ from pipeline.workspace import Workspace
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
+SUMMARY_EXCLUDED_LINES = 15
 MAX_AUDIO_S = 30.0
 """Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
 
@@ -453,7 +454,10 @@ class BuildReport:
             )
         if self.excluded:
             lines.append(f"  excluded {len(self.excluded)} row(s):")
-            lines.extend(f"    {e['id']}: {e['reason']}" for e in self.excluded)
+            shown = self.excluded[:SUMMARY_EXCLUDED_LINES]
+            lines.extend(f"    {e['id']}: {e['reason']}" for e in shown)
+            if len(self.excluded) > len(shown):
+                lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -615,6 +619,12 @@ def build_dataset(
         )
 
     split = split_ids([(r["id"], r["speaker"]) for r in rows], eval_fraction=eval_fraction, seed=seed)
+    too_long = [e["num_tokens"] for e in excluded if "num_tokens" in e]
+    if too_long:
+        split.notes.append(
+            f"{len(too_long)} row(s) are longer than --max-length {max_length}; --max-length {max(too_long)} "
+            "keeps them all (each token costs activation memory: check the memory estimate)."
+        )
     by_id = {r["id"]: r for r in rows}
     split_rows = {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
     speakers = {name: sorted({r["speaker"] for r in rs if r["speaker"]}) for name, rs in split_rows.items()}
