@@ -43,7 +43,7 @@ from pipeline.workspace import DEFAULT_WORKSPACE, Workspace  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent
 ASSETS_DIR = REPO_ROOT / "assets"
-SAMPLE_PACK_DIR = REPO_ROOT / "sample_data"
+SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
 DEFAULTS = TrainConfig()
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
@@ -317,8 +317,7 @@ class TutorApp:
             )
         lines += [f"- {note}" for note in report.get("notes", [])]
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
-        lengths = report.get("lengths") or _lengths_from_histogram(stats)
-        figure = fmt.length_histogram(lengths, report.get("max_length"))
+        figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"))
         exports = [path for path in (report.get("exports") or {}).values() if Path(path).exists()]
         longest = int(stats.get("max") or 0)
         memory_max_length = gr.update(value=max(256, longest)) if longest else gr.skip()
@@ -549,22 +548,12 @@ def _run_model(ws: Workspace, run_name: str | None, model: str | None) -> str:
     return model or DEFAULTS.model
 
 
-def _lengths_from_histogram(stats: dict) -> dict[str, list[int]]:
-    """Expand `LengthStats.histogram` bins into representative lengths (bin midpoints) for plotting."""
-    values: list[int] = []
-    for item in stats.get("histogram") or []:
-        mid = (int(item["lo"]) + int(item["hi"]) - 1) // 2
-        values.extend([mid] * int(item["count"]))
-    return {"all rows": values}
-
-
 def _sample_pack_attribution() -> str:
-    readme = SAMPLE_PACK_DIR / "README.md"
-    if readme.exists():
-        first = next((line.strip() for line in readme.read_text(encoding="utf-8").splitlines()
-                      if line.strip() and not line.startswith("#")), "")
-        return f"*Sample pack:* {first} (see `sample_data/README.md`)."
-    return ""
+    return (
+        "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
+        "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
+        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`."
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,34 +164,34 @@ def import_summary(report: Any, source: str) -> str:
 # dataset
 
 
-def length_histogram(lengths_by_split: Mapping[str, Sequence[int]], max_length: int | None = None):
-    """Histogram of token lengths per split (overlaid bars) with the max-length limit as a line.
+def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: int | None = None,
+                          longest: int | None = None):
+    """Bar chart of a `LengthStats.histogram` (`[{lo, hi, count}]`, tokens per row) with the limit line.
 
-    `lengths_by_split`: split name -> tokens per row (text tokens + ~192 audio positions per clip).
     Returns a `matplotlib.figure.Figure`.
     """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 3.2), layout="constrained")
     ax = fig.add_subplot()
-    all_lengths = [n for values in lengths_by_split.values() for n in values]
-    if not all_lengths:
+    bins = [b for b in histogram if b.get("hi") is not None]
+    if not bins:
         ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
-    low, high = min(all_lengths), max(all_lengths)
-    if max_length:
-        high = max(high, max_length)
-    bins = min(30, max(5, len(all_lengths) // 2))
-    edges = [low + (high - low + 1) * i / bins for i in range(bins + 1)]
-    for i, (name, values) in enumerate(lengths_by_split.items()):
-        if values:
-            ax.hist(list(values), bins=edges, alpha=0.65, label=f"{name} ({len(values)})", color=_PALETTE[i % 10])
-    if max_length:
-        ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"max length {max_length}")
+    ax.bar([b["lo"] for b in bins], [b["count"] for b in bins], width=[b["hi"] - b["lo"] for b in bins],
+           align="edge", color=_PALETTE[0], edgecolor="white", label="rows")
+    if longest:
+        ax.axvline(longest, color=_PALETTE[1], linewidth=1.5, label=f"longest row {longest}")
+    top = max(b["hi"] for b in bins)
+    title = "Token length of the training rows"
+    if max_length and max_length <= 1.3 * top:
+        ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"limit {max_length}")
+    elif max_length:
+        title += f" (limit {max_length}, off the chart)"
     ax.set_xlabel("tokens per row (text + ~192 audio positions)")
     ax.set_ylabel("rows")
-    ax.set_title("Token length of each training row")
+    ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
     return fig
 

@@ -145,3 +145,66 @@ def test_bad_setting_from_the_ui_becomes_gr_error(ui):
         ui.start_training("run-bad", *values)
     assert_error(excinfo, "max-length", "256")
     assert not (ui.ws.runs_dir / "run-bad").exists()
+
+
+# ------------------------------------------------------------------------------------------- import
+
+
+def test_csv_with_wrong_columns_lists_the_columns_and_keeps_manifest(ui, tmp_path):
+    folder = tmp_path / "upload"
+    folder.mkdir()
+    write_wav(folder / "a.wav", speech_like(seed=5))
+    (folder / "metadata.csv").write_text("\ufeffaudio ; words\na.wav;The cat sat.\n", encoding="utf-8")
+    before = manifest_bytes(ui)
+    with pytest.raises(gr.Error) as excinfo:
+        ui.import_folder(str(folder), "audiofolder")
+    assert_error(excinfo, "metadata.csv", "columns found", "audio", "words")
+    assert manifest_bytes(ui) == before
+
+
+def test_import_of_a_missing_folder_or_empty_path_is_refused(ui, tmp_path):
+    before = manifest_bytes(ui)
+    for folder in ("", str(tmp_path / "nowhere")):
+        with pytest.raises(gr.Error):
+            ui.import_folder(folder, "auto")
+    assert manifest_bytes(ui) == before
+
+
+def test_import_reports_each_file(ui, tmp_path):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    write_wav(folder / "good.wav", speech_like(seed=6))
+    (folder / "good.txt").write_text("A good sentence.", encoding="utf-8")
+    write_wav(folder / "quiet.wav", np.zeros(RATE, dtype=np.float32))
+    (folder / "quiet.txt").write_text("A silent one.", encoding="utf-8")
+    summary, table, samples = ui.import_folder(str(folder), "auto")
+    rows = {row[0]: row[1:] for row in table.value["data"]}
+    assert "Imported **1**" in summary and "skipped **1**" in summary
+    assert len(samples) == 2
+    assert rows["quiet.wav"][0] == "skipped" and "silent" in rows["quiet.wav"][1]
+    assert sorted(r[0] for r in rows.values()) == ["imported", "skipped"]
+
+
+# ------------------------------------------------------------------------------------------- dataset
+
+
+def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model_dir):
+    ui = TutorApp(tmp_path / "ws")
+    summary, table, samples = ui.load_sample_pack()
+    assert "Imported **8**" in summary and "speechocean762" in summary and len(samples) == 8
+    text, speakers, figure, excluded, exports, memory_max = ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    assert "train **" in text and "eval **" in text and "longest" in text
+    assert set(speakers["split"]) == {"train", "eval"}
+    assert figure.axes and figure.axes[0].patches, "the histogram has bars"
+    assert any(path.endswith(".parquet") for path in exports)
+    assert memory_max["value"] >= 256
+    # Reopening the page shows the same build.
+    assert ui.dataset_on_load()[0] == text
+
+
+def test_build_with_an_empty_library_is_refused(tmp_path, tiny_model_dir):
+    ui = TutorApp(tmp_path / "ws")
+    with pytest.raises(gr.Error) as excinfo:
+        ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    assert_error(excinfo, "empty")
+    assert not (ui.ws.dataset_dir / "dataset_dict.json").exists()
