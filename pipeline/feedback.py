@@ -396,7 +396,16 @@ def parse_feedback(text: str | None) -> ParsedFeedback:
             setattr(result, key, _to_number(match.group(1)))
     words_line = _WORDS_LINE.search(text)
     if words_line:
-        result.words = _parse_words(words_line.group(1))
+        content = words_line.group(1)
+        if not content.strip(" *_"):  # the words as a bulleted list under the heading
+            bullets = []
+            for line in text[words_line.end():].splitlines()[1:]:
+                match = re.match(r"^\s*(?:[-*•]|\d+[.)])\s+(.*)$", line)
+                if not match:
+                    break
+                bullets.append(match.group(1))
+            content = "; ".join(bullets)
+        result.words = _parse_words(content)
     advice_line = _ADVICE_LINE.search(text)
     if advice_line and advice_line.group(1).strip():
         result.advice = advice_line.group(1).strip()

@@ -77,6 +77,8 @@ FILE_CASES = [
     ("ogg-vorbis-48k", ".ogg", lambda: encode(speech_like(1.5, 48000), 48000, "OGG", "VORBIS"), 48000, 1),
     ("mp3-44k", ".mp3", lambda: encode(speech_like(1.5, 44100), 44100, "MP3", "MPEG_LAYER_III"), 44100, 1),
     ("m4a-aac-44k", ".m4a", lambda: encode_pyav(speech_like(1.5, 44100)[:, 0], 44100, "ipod", "aac"), 44100, 1),
+    ("aac-adts-32k", ".aac", lambda: encode_pyav(speech_like(1.5, 32000)[:, 0], 32000, "adts", "aac"), 32000, 1),
+    ("ogg-opus-48k", ".opus", lambda: encode_pyav(speech_like(1.5, 48000)[:, 0], 48000, "ogg", "libopus"), 48000, 1),
     ("webm-opus-48k", ".webm", lambda: encode_pyav(speech_like(1.5, 48000)[:, 0], 48000, "webm", "libopus"), 48000, 1),
 ]
 

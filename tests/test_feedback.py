@@ -108,6 +108,8 @@ MODEL_ANSWERS = [
      dict(accuracy=7.5, fluency=9, prosody=None, total=None), [], []),
     ("word-without-score", "Words to practise: GREY (EY as IH, R weak)",
      dict(accuracy=None, fluency=None, prosody=None, total=None), ["GREY"], [("GREY", "EY", "IH"), ("GREY", "R", None)]),
+    ("bulleted-words", "Scores (0-10): total 4\nWords to practise:\n- GREY 0/10 (G as F)\n* CAT 4/10\nAdvice: x",
+     dict(accuracy=None, fluency=None, prosody=None, total=4), ["GREY", "CAT"], [("GREY", "G", "F")]),
     ("missing-lines", "Nice job, keep going!", dict(accuracy=None, fluency=None, prosody=None, total=None), [], []),
     ("empty", "", dict(accuracy=None, fluency=None, prosody=None, total=None), [], []),
     ("garbage-numbers", "Scores (0-10): accuracy 60, fluency seven\nWords to practise: ((;;",
