@@ -3,10 +3,10 @@
 Formats (`detect_format` picks one; `--format` forces it):
 - `kaldi`: Kaldi data folder(s) with `wav.scp`, `text`, optional `utt2spk`, e.g. speechocean762
   (the source itself, or its subfolders such as `train/` and `test/`). Expert scores are read from
-  `resource/scores.json` (or `scores.json`) in the data folder or any folder above it up to the
-  source's parent; a scored utterance gets `feedback.feedback_from_scores` as its feedback and keeps
+  `resource/scores.json` (or `scores.json`) in the data folder or any folder above it, up to two
+  folders above the source; a scored utterance gets `feedback.feedback_from_scores` as its feedback and keeps
   the scores structured in `Sample.scores`. `wav.scp` paths are resolved against the data folder,
-  then each folder above it (Kaldi recipes use paths relative to the recipe root).
+  then each folder above it up to the same limit (Kaldi recipes use paths relative to the recipe root).
 - `audiofolder`: Hugging Face audiofolder, `metadata.csv` / `metadata.jsonl` / `metadata.parquet`
   (in the source or its split subfolders) with a file-name column (`file_name`, relative to the
   metadata file) and a target-text column (`target_text`, `sentence`, `text`, `prompt`,
@@ -56,6 +56,9 @@ COLUMN_ALIASES = {
 _CV_SKIP_TSVS = {"invalidated.tsv", "reported.tsv", "other.tsv", "validated_sentences.tsv",
                  "unvalidated_sentences.tsv", "clip_durations.tsv", "times.tsv"}
 _CV_SPLITS = ("train.tsv", "dev.tsv", "test.tsv")
+LEVELS_ABOVE_SOURCE = 2
+"""How many folders above the source are searched for `scores.json` and relative `wav.scp` paths
+(e.g. source `corpus/data/test`, scores in `corpus/resource/scores.json`)."""
 
 
 @dataclass
@@ -242,9 +245,17 @@ def _check_source(source: str | Path) -> Path:
 Items = tuple[list[dict[str, Any]], list[dict[str, str]]]
 
 
+def _top(root: Path) -> Path:
+    """The highest folder searched: `LEVELS_ABOVE_SOURCE` above the source."""
+    top = root
+    for _ in range(LEVELS_ABOVE_SOURCE):
+        top = top.parent
+    return top
+
+
 def _find_scores(data_dir: Path, root: Path) -> Path | None:
     folder = data_dir
-    stop = root.parent
+    stop = _top(root)
     while True:
         for candidate in (folder / "resource" / "scores.json", folder / "scores.json"):
             if candidate.is_file():
@@ -279,7 +290,7 @@ def _resolve_wav(entry: str, data_dir: Path, root: Path) -> Path | None:
     while True:
         if (folder / candidate).is_file():
             return folder / candidate
-        if folder == root.parent or folder.parent == folder:
+        if folder == _top(root) or folder.parent == folder:
             return None
         folder = folder.parent
 

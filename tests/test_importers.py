@@ -215,6 +215,12 @@ def test_scores_found_in_parent_folder(tmp_path):
     report = import_folder(tmp_path / "ws", corpus / "test", "kaldi")
     assert report.imported == ["u2001"]
     assert "BAT 3/10" in SampleLibrary(tmp_path / "ws").get("u2001").feedback
+    # Kaldi recipe layout: corpus/data/train, paths and scores relative to corpus/ (two levels up).
+    (corpus / "data").mkdir()
+    (corpus / "train").rename(corpus / "data" / "train")
+    report = import_folder(tmp_path / "ws2", corpus / "data" / "train", "kaldi")
+    assert sorted(report.imported) == ["u1001", "u1002"] and report.skipped == []
+    assert "CAT 3/10" in SampleLibrary(tmp_path / "ws2").get("u1001").feedback
 
 
 def test_missing_column_lists_columns_found(tmp_path):
