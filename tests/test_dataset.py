@@ -320,3 +320,37 @@ def test_command_line_json(tmp_path, tiny_model_dir, capsys):
     assert {"min", "median", "p90", "max", "histogram"} <= set(out["length_stats"])
     code = ds.main(["--workspace", str(ws.root), "--model", str(tiny_model_dir)])
     assert code == 0 and "Dataset saved to" in capsys.readouterr().out
+
+
+def test_real_speechocean_subset_builds_speaker_disjoint_and_reloads(tmp_path, speechocean_dir, processor):
+    from datasets import load_from_disk
+
+    from pipeline.importers import import_folder
+
+    ws = Workspace(tmp_path / "ws")
+    imported = import_folder(ws, speechocean_dir, format="kaldi")
+    assert len(imported.imported) == 60 and not imported.skipped
+    report = ds.build_dataset(ws, processor, eval_fraction=0.2, seed=42, max_length=2048)
+    assert report.split_method == "speaker" and not report.excluded
+    assert report.splits["train"] + report.splits["eval"] == 60
+    assert report.speakers["train"] and report.speakers["eval"]
+    assert not set(report.speakers["train"]) & set(report.speakers["eval"])
+
+    loaded = load_from_disk(report.path)
+    train_speakers = set(loaded["train"]["speaker"])
+    eval_speakers = set(loaded["eval"]["speaker"])
+    assert train_speakers == set(report.speakers["train"]) and not train_speakers & eval_speakers
+    row = next(r for split in loaded.values() for r in split if r["id"].endswith("000050083"))
+    assert "GREY" in row["feedback"]
+    scores = json.loads(row["scores"])
+    assert any(w["text"] == "GREY" for w in scores["words"])
+    # the stored audio is the clip, 16 kHz, same length as the original
+    import soundfile
+
+    original, rate = soundfile.read(speechocean_dir / "WAVE" / "SPEAKER0005" / "000050083.WAV", dtype="float32")
+    audio = ds.decode_wav(row["audio_wav"])
+    assert rate == 16000 and audio.shape == original.shape
+    assert np.max(np.abs(audio - original)) < 1e-3
+    # a second build with the same seed gives the same split
+    again = ds.build_dataset(ws, processor, eval_fraction=0.2, seed=42, max_length=2048)
+    assert again.speakers == report.speakers and again.splits == report.splits
