@@ -45,7 +45,7 @@ AUDIO_SOFT_TOKENS = 188
 `<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
 
 # The columns of every split, in this order (also the Parquet / JSONL export columns).
-COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens")
+COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens", "duration_s")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -258,7 +258,9 @@ class LengthStats:
     """Distribution of row lengths in tokens (text tokens + audio positions).
 
     `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
-    the last bin closed. `p90` is the nearest-rank 90th percentile.
+    the last bin closed. `p90` is the nearest-rank 90th percentile. The figures cover every kept
+    row; `row_tokens` (sorted) and `max_clip_s` (seconds) cover the train split, the rows whose
+    worst case sets training memory (read by `pipeline.memory.length_stats_from_workspace`).
     """
 
     count: int = 0
@@ -268,6 +270,8 @@ class LengthStats:
     p90: int = 0
     max: int = 0
     histogram: list[dict] = field(default_factory=list)
+    row_tokens: list[int] = field(default_factory=list)
+    max_clip_s: float = 0.0
 
     @classmethod
     def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
@@ -474,20 +478,30 @@ def _features():
             "scores": Value("string"),
             "audio_wav": Value("binary"),
             "num_tokens": Value("int32"),
+            "duration_s": Value("float32"),
         }
     )
 
 
-def _read_wav(path: Path) -> bytes:
-    """The sample's stored WAV as 16 kHz mono PCM16 bytes (re-encoded through our ingest if not)."""
+def _read_wav(path: Path) -> tuple[bytes, float]:
+    """The sample's stored WAV as 16 kHz mono PCM16 bytes (re-encoded through our ingest if not),
+    and its duration in seconds."""
     import soundfile
 
     info = soundfile.info(str(path))
     if info.samplerate == 16000 and info.channels == 1 and info.subtype == "PCM_16" and info.format == "WAV":
-        return path.read_bytes()
+        return path.read_bytes(), info.frames / 16000
     from pipeline.audio import load_audio, wav_bytes
 
-    return wav_bytes(load_audio(path).samples)
+    clip = load_audio(path)
+    return wav_bytes(clip.samples), clip.samples.size / 16000
+
+
+def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
+    stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
+    stats.row_tokens = sorted(r["num_tokens"] for r in train_rows)
+    stats.max_clip_s = max((r["duration_s"] for r in train_rows), default=0.0)
+    return stats
 
 
 def build_dataset(
@@ -555,16 +569,16 @@ def build_dataset(
             reason = "target text is empty; enter the sentence the learner read"
         elif not answer:
             reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
-        elif sample.duration_s is not None and float(sample.duration_s) > MAX_AUDIO_S:
-            reason = f"clip is {float(sample.duration_s):.1f} s; Gemma 3n hears at most {MAX_AUDIO_S:.0f} s: trim or split it"
         if reason is None:
             path = library.audio_path(sample)
             try:
-                wav = _read_wav(path)
+                wav, duration_s = _read_wav(path)
             except PipelineError as error:
                 reason = f"audio cannot be used: {error}"
             except (OSError, RuntimeError) as error:
                 reason = f"audio file {path} cannot be read ({error}); re-add the clip"
+        if reason is None and duration_s > MAX_AUDIO_S + 1e-3:
+            reason = f"clip is {duration_s:.1f} s; Gemma 3n hears at most {MAX_AUDIO_S:.0f} s: trim or split it"
         if reason is not None:
             excluded.append({"id": sample.id, "reason": reason})
             continue
@@ -576,6 +590,7 @@ def build_dataset(
                 "feedback": answer,
                 "scores": json.dumps(sample.scores, ensure_ascii=False, sort_keys=True) if sample.scores else "",
                 "audio_wav": wav,
+                "duration_s": round(duration_s, 3),
             }
         )
         full_texts.append(counter.render(build_messages(target, answer)))
@@ -632,7 +647,7 @@ def build_dataset(
         path=str(ws.dataset_dir),
         splits={name: len(rs) for name, rs in split_rows.items()},
         excluded=excluded,
-        length_stats=LengthStats.from_lengths(r["num_tokens"] for r in rows).to_dict(),
+        length_stats=_length_stats(rows, split_rows["train"]).to_dict(),
         speakers=speakers,
         split_method=split.method,
         notes=split.notes,
@@ -724,6 +739,7 @@ def _export(ws: Workspace, split_rows: dict[str, list[dict]], library: Any) -> d
                         "feedback": r["feedback"],
                         "scores": json.loads(r["scores"]) if r["scores"] else None,
                         "num_tokens": r["num_tokens"],
+                        "duration_s": r["duration_s"],
                         "audio_path": audio_path,
                         "messages": messages,
                     },
@@ -741,6 +757,7 @@ def _export(ws: Workspace, split_rows: dict[str, list[dict]], library: Any) -> d
                 "scores": pa.array([r["scores"] for r in rows], pa.string()),
                 "audio_wav": pa.array([r["audio_wav"] for r in rows], pa.binary()),
                 "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
+                "duration_s": pa.array([r["duration_s"] for r in rows], pa.float32()),
             }
         )
         buffer = io.BytesIO()
@@ -762,7 +779,8 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
 
     Rows: `id`, `speaker`, `target_text`, `feedback` (str), `scores` (JSON str, "" when none),
     `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.audio.load_audio(bytes)` or
-    `decode_wav`), `num_tokens` (int). Raises `DatasetError` when the folder is missing or unreadable.
+    `decode_wav`), `num_tokens` (int, text tokens + audio positions), `duration_s` (float, seconds
+    of audio). Raises `DatasetError` when the folder is missing or unreadable.
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     path = ws.dataset_dir

@@ -240,6 +240,9 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     assert sum(b["count"] for b in stats["histogram"]) == 6
     kept = sorted(r["num_tokens"] for split in loaded.values() for r in split)
     assert report.lengths == kept and kept[0] == stats["min"] and kept[-1] == stats["max"]
+    assert stats["row_tokens"] == sorted(loaded["train"]["num_tokens"])
+    assert stats["max_clip_s"] == pytest.approx(max(loaded["train"]["duration_s"]), abs=1e-3)
+    assert 0.7 < stats["max_clip_s"] < 1.3
     on_disk = ds.load_build_report(ws)
     assert on_disk["splits"] == report.splits and on_disk["excluded"] == report.excluded
 
