@@ -54,7 +54,7 @@ _BASE_SPECIALS = [
 ]
 _MULTIMODAL_VOCAB = 8
 """Rows of each multimodal embedder (`Gemma3nMultimodalEmbedder.vocab_size`); 128 in the real model."""
-_TARGET_TEXT_VOCAB = 1024
+_TARGET_TEXT_VOCAB = 2048
 """Text vocabulary size T (ids below T get per-layer embeddings)."""
 
 # The chat template of google/gemma-3n-E2B-it (`chat_template.jinja` on the hub): `<bos>`, a system
@@ -151,6 +151,12 @@ def _corpus() -> list[str]:
         "0123456789 .,;:!?'\"()[]{}-_/\\+*=%&#@$<>|~^` \n\t",
         "ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz",
     ]
+    try:  # the product's own instruction, so prompts take about as many tokens as with Gemma's 262k vocabulary
+        from pipeline.dataset import SYSTEM_PROMPT, user_prompt
+
+        lines += [SYSTEM_PROMPT] * 4 + [user_prompt("We call it bear.")] * 4
+    except ImportError:  # pragma: no cover - dataset.py is part of the package
+        pass
     return lines
 
 
@@ -169,7 +175,14 @@ def _build_tokenizer(extra_special_tokens: dict[str, str]):
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
     trainer_model = Tokenizer(BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     trainer_model.normalizer = normalizers.Replace(" ", "▁")
-    trainer_model.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous")
+    # Learn merges within "▁word" pieces only (like SentencePiece); GemmaTokenizer applies them as is.
+    # and never across a newline, so `model\n` + answer keeps its token boundary as in Gemma's vocabulary.
+    trainer_model.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(pattern="▁", behavior="merged_with_next"),
+            pre_tokenizers.Split(pattern="\n", behavior="isolated"),
+        ]
+    )
     trainer = BpeTrainer(
         vocab_size=_TARGET_TEXT_VOCAB,
         special_tokens=_BASE_SPECIALS + byte_tokens,
