@@ -36,6 +36,8 @@ DEFAULT_MODEL = "google/gemma-3n-E2B-it"
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
+STALE_STAGING_S = 3600.0
+"""A `WS/.dataset-tmp-*` staging folder older than this (seconds) is a crashed build's leftover."""
 MAX_AUDIO_S = 30.0
 """Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
 
@@ -659,6 +661,7 @@ def build_dataset(
     )
 
     report_progress(len(samples), len(samples), "saving")
+    _recover_interrupted_swap(ws)
     _save_atomically(ws, split_rows, report)
     report.exports = _export(ws, split_rows, library)
     report.seconds = round(time.perf_counter() - started, 3)
@@ -679,6 +682,28 @@ def _to_dataset_dict(split_rows: dict[str, list[dict]]):
             for name, rs in split_rows.items()
         }
     )
+
+
+def _recover_interrupted_swap(ws: Workspace) -> None:
+    """Undo a swap cut short by a crash (old dataset moved aside, new one not yet in place) and
+    remove staging folders left by crashed builds (older than `STALE_STAGING_S`, so a build running
+    at the same moment keeps its own). Called before every build and load."""
+    if not ws.root.is_dir():
+        return
+    staging = sorted(ws.root.glob(".dataset-tmp-*"))
+    if not ws.dataset_dir.exists():
+        for folder in staging:
+            previous = folder / "previous"
+            if (previous / "dataset_dict.json").exists():
+                os.replace(previous, ws.dataset_dir)
+                break
+    for folder in staging:
+        try:
+            stale = time.time() - folder.stat().st_mtime > STALE_STAGING_S
+        except FileNotFoundError:
+            continue
+        if stale or not folder.exists() or not any(folder.iterdir()):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: BuildReport) -> None:
@@ -785,6 +810,8 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     path = ws.dataset_dir
     if not (path / "dataset_dict.json").exists():
+        _recover_interrupted_swap(ws)
+    if not (path / "dataset_dict.json").exists():
         raise DatasetError(
             f"No built dataset in {path}; build it first with "
             f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`."
@@ -801,6 +828,8 @@ def load_build_report(workspace: Workspace | str | os.PathLike) -> dict:
     """The `build_report.json` of the built dataset (a `BuildReport.to_dict()`); `DatasetError` if missing."""
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     path = ws.dataset_dir / BUILD_REPORT_NAME
+    if not path.exists():
+        _recover_interrupted_swap(ws)
     if not path.exists():
         raise DatasetError(f"No build report at {path}; build the dataset first with `python -m pipeline build`.")
     return json.loads(path.read_text(encoding="utf-8"))

@@ -198,6 +198,18 @@ def summary(metrics: dict) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+def _row_reference(row: dict) -> Any:
+    """A dataset row's reference: its expert scores when they carry any, else its feedback text."""
+    from pipeline.errors import SampleError
+
+    if row.get("scores"):
+        try:
+            return summarize_scores(row["target_text"], json.loads(row["scores"]))
+        except (SampleError, json.JSONDecodeError, TypeError):
+            pass
+    return row.get("feedback") or ""
+
+
 def _answer_clips(model: str, run: str | None, workspace: Any, clips: list[tuple[Any, str]]) -> list[str]:
     """Answers of the tutor (base `model`, plus the adapter of `run` if given) for `(audio, target)` clips."""
     from pipeline import infer
@@ -257,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "id": r["id"],
             "target_text": r["target_text"],
             "answer": answer,
-            "reference": r["scores"] or r["feedback"],
+            "reference": _row_reference(r),
         }
         for r, answer in zip(rows, answers)
     ]

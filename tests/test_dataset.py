@@ -357,3 +357,18 @@ def test_real_speechocean_subset_builds_speaker_disjoint_and_reloads(tmp_path, s
     # a second build with the same seed gives the same split
     again = ds.build_dataset(ws, processor, eval_fraction=0.2, seed=42, max_length=2048)
     assert again.speakers == report.speakers and again.splits == report.splits
+
+
+def test_a_swap_cut_short_by_a_crash_is_recovered_on_load(tmp_path, processor):
+    ws = make_library(tmp_path / "ws", SPECS[:4])
+    ds.build_dataset(ws, processor, eval_fraction=0.5, seed=0)
+    before = tree_digest(ws.dataset_dir)
+    # what a power cut between the two renames of the swap leaves behind
+    staging = ws.root / ".dataset-tmp-crashed"
+    staging.mkdir()
+    ws.dataset_dir.rename(staging / "previous")
+    assert not ws.dataset_dir.exists()
+    data = ds.load_built_dataset(ws)
+    assert len(data["train"]) + len(data["eval"]) == 4
+    assert tree_digest(ws.dataset_dir) == before
+    assert ds.load_build_report(ws)["splits"] == {"train": len(data["train"]), "eval": len(data["eval"])}
