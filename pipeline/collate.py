@@ -1,0 +1,187 @@
+"""Dataset rows -> a Gemma 3n training batch whose labels supervise only the tutor's answer.
+
+Rendering and tokenizing happen in ONE call, `processor.apply_chat_template(tokenize=True,
+return_dict=True)`, on the conversation of `pipeline.dataset.build_messages`: rendering to text and
+calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312).
+
+Labels are -100 everywhere except the answer: the tokens after the last `<start_of_turn>model\\n`
+up to and including its `<end_of_turn>` (FIELD_NOTES "Train only on the answer"). A row whose answer
+is missing or cut has no supervised token and would make the loss NaN (trl #6668): such rows are
+refused before training (`check_rows`), never truncated.
+
+Padding side is set on the tokenizer only: passing `padding_side` to the processor leaks into the
+audio feature extractor and shifts the audio (unsloth PR #6157).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from pipeline.errors import DatasetError
+
+IGNORE_INDEX = -100
+"""Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
+
+MODEL_TURN_HEADER = "model\n"
+"""Text between `<start_of_turn>` and the answer in Gemma 3n's chat template."""
+
+
+def _row_audio(row: dict) -> np.ndarray:
+    """16 kHz mono float32 samples of a dataset row (`audio` array or `audio_wav` WAV bytes)."""
+    if row.get("audio") is not None:
+        return np.asarray(row["audio"], dtype=np.float32)
+    data = row.get("audio_wav")
+    if not data:
+        raise DatasetError(f"Row `{row.get('id', '?')}` has no audio; rebuild the dataset with `python -m pipeline build`.")
+    from pipeline.dataset import decode_wav
+
+    return decode_wav(data)
+
+
+def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | None:
+    """Half-open span `[start, end)` of the answer tokens in one tokenized conversation.
+
+    The answer starts after the last `<start_of_turn>` + `model\\n` and ends after the first
+    `<end_of_turn>` that follows (included, so the model learns to stop). Returns None when there
+    is no model turn or its `<end_of_turn>` is missing (answer cut off).
+
+    Raises:
+        DatasetError: the tokens after the last `<start_of_turn>` do not spell `model\\n` on a
+            token boundary (a chat template this code does not know).
+    """
+    ids = list(input_ids)
+    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
+    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    positions = [i for i, t in enumerate(ids) if t == start_turn]
+    if not positions:
+        return None
+    s = positions[-1] + 1
+    header_end = None
+    for j in range(s + 1, min(len(ids), s + 8) + 1):
+        text = tokenizer.decode(ids[s:j])
+        if text == MODEL_TURN_HEADER:
+            header_end = j
+            break
+        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
+            header_end = j - 1
+            break
+        if not MODEL_TURN_HEADER.startswith(text):
+            break
+    if header_end is None:
+        head = tokenizer.decode(ids[s : s + 4])
+        if head.startswith("user"):
+            return None  # the conversation ends with a user turn: nothing to supervise
+        raise DatasetError(
+            f"The last turn starts with {head!r}, not {MODEL_TURN_HEADER!r}: the processor's chat template is not "
+            "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
+        )
+    for k in range(header_end, len(ids)):
+        if ids[k] == end_turn:
+            return header_end, k + 1
+    return None
+
+
+def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Any) -> torch.Tensor:
+    """Labels for a padded batch: `input_ids` inside each answer span, -100 elsewhere.
+
+    Args:
+        input_ids: int64 tensor (batch, seq).
+        attention_mask: 0/1 tensor (batch, seq); padded positions are never supervised.
+
+    Returns:
+        int64 tensor (batch, seq). Rows without an answer span are all -100.
+    """
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    for row in range(input_ids.shape[0]):
+        span = answer_spans(input_ids[row].tolist(), tokenizer)
+        if span is not None:
+            start, end = span
+            labels[row, start:end] = input_ids[row, start:end]
+    labels[attention_mask == 0] = IGNORE_INDEX
+    return labels
+
+
+class ChatCollator:
+    """Collate dataset rows into a training batch for `Gemma3nForConditionalGeneration`.
+
+    Rows are dicts with `target_text`, `feedback` and the clip (`audio_wav` 16 kHz WAV bytes, or
+    `audio` float32 array). Output (all torch tensors):
+        input_ids (B, T) int64, attention_mask (B, T) int64, token_type_ids (B, T),
+        input_features (B, F, 128) float32 log-mel frames, input_features_mask (B, F) bool,
+        labels (B, T) int64 (-100 outside the answers).
+    T is the longest row of the batch (right padding with `<pad>`); F the longest clip's frames.
+
+    Raises:
+        DatasetError: a row is longer than `max_length` tokens, or has no supervised token.
+    """
+
+    def __init__(self, processor: Any, *, max_length: int | None = None, padding_side: str = "right"):
+        self.processor = processor
+        self.max_length = max_length
+        # On the tokenizer only (see the module docstring).
+        processor.tokenizer.padding_side = padding_side
+
+    def conversations(self, rows: Sequence[dict]) -> list[list[dict]]:
+        """The `build_messages` conversation (with its audio array) of each row."""
+        from pipeline.dataset import build_messages
+
+        return [build_messages(r["target_text"], r["feedback"], _row_audio(r)) for r in rows]
+
+    def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.processor.apply_chat_template(
+            self.conversations(rows),
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+            processor_kwargs={"text_kwargs": {"padding": "longest"}},
+        )
+        input_ids = batch["input_ids"]
+        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        if self.max_length is not None:
+            too_long = [(r.get("id", i), n) for i, (r, n) in enumerate(zip(rows, lengths)) if n > self.max_length]
+            if too_long:
+                raise DatasetError(
+                    f"Rows {too_long} are longer than --max-length {self.max_length} tokens; rows are never cut. "
+                    "Raise --max-length or rebuild the dataset with the same --max-length to exclude them."
+                )
+        labels = build_labels(input_ids, batch["attention_mask"], self.processor.tokenizer)
+        empty = [rows[i].get("id", i) for i in range(len(rows)) if not bool((labels[i] != IGNORE_INDEX).any())]
+        if empty:
+            raise DatasetError(f"Rows {empty} have no answer token to learn from (empty or cut feedback); fix or remove them.")
+        out = dict(batch)
+        out["labels"] = labels
+        return out
+
+
+def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list[dict]:
+    """Rows that cannot be trained on, as `[{"id", "reason"}]`; [] when all are fine.
+
+    Fast: renders each conversation's text with the audio span expanded (no mel features), using
+    `pipeline.dataset.TokenCounter`, and checks length <= `max_length` and at least one supervised
+    answer token.
+    """
+    from pipeline.dataset import TokenCounter, build_messages
+
+    counter = TokenCounter(processor)
+    tokenizer = processor.tokenizer
+    problems = []
+    for row in rows:
+        row_id = row.get("id", "?")
+        try:
+            text = counter.render(build_messages(row["target_text"], row["feedback"]))
+        except DatasetError as error:
+            problems.append({"id": row_id, "reason": str(error)})
+            continue
+        ids = tokenizer(text, add_special_tokens=not text.startswith(tokenizer.bos_token or "\0"))["input_ids"]
+        if len(ids) > max_length:
+            problems.append(
+                {"id": row_id, "reason": f"{len(ids)} tokens > --max-length {max_length}; raise --max-length or rebuild the dataset"}
+            )
+            continue
+        span = answer_spans(ids, tokenizer)
+        if span is None or span[1] - span[0] < 2:
+            problems.append({"id": row_id, "reason": "no answer token to learn from (empty feedback?)"})
+    return problems

@@ -1,0 +1,608 @@
+"""Load Gemma 3n (processor, quantized base model, LoRA adapters): the one module naming its classes.
+
+Public functions:
+- `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
+- `compute_dtype(device)`: bf16 where the device supports it, else fp32; never fp16.
+- `default_quantization(device)`: "4bit" on CUDA/CPU, "none" (bf16 LoRA) on Apple MPS.
+- `load_processor(model_id)`, `load_model(model_id, device=, quantization=)`.
+- `attach_lora(model, config)` -> (PeftModel, LoraReport); `load_adapter(model, adapter_dir)`.
+
+Errors a person can act on (not logged in, gated license, offline with nothing cached, missing
+`timm`, not enough disk, a folder without a checkpoint) become `ModelLoadError` with the fix.
+
+This module deliberately does not call `peft.prepare_model_for_kbit_training`: it upcasts every
+non-quantized weight to fp32 (+7 GB on E2B; FIELD_NOTES "Quantization"). We freeze the base, turn
+on gradient checkpointing with `use_reentrant=False` and call `enable_input_require_grads()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from pipeline.errors import ConfigError, ModelLoadError
+
+QUANTIZATION_SKIP_MODULES = (
+    "model.audio_tower",
+    "model.vision_tower",
+    "model.embed_audio",
+    "model.embed_vision",
+    "lm_head",
+    r"model\.language_model\.layers\.\d+\.altup",
+)
+"""Full module paths (regexes, matched from the start at a module boundary) kept unquantized.
+
+Bare names match nothing in transformers 5.x and `lm_head` must be listed explicitly
+(transformers #45674; FIELD_NOTES "Quantization"). AltUp's coefficient layers (`altup.
+prediction_coefs` etc., a few thousand parameters) are kept too: in training mode Gemma 3n clamps
+their weights in place (`weight.data.clamp_`), which fails on packed 4-bit storage (found here with
+transformers 5.24 + bitsandbytes 0.50: "result type Float can't be cast to ... unsigned char")."""
+
+INT8_EXTRA_SKIP_MODULES = ("model.language_model.per_layer_model_projection",)
+"""8-bit bitsandbytes training trips over an in-place op after this projection (FIELD_NOTES)."""
+
+LANGUAGE_LORA_REGEX = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+"""Attention + MLP projections of the text decoder (full paths; plain `q_proj` would also hit the
+audio tower's projections)."""
+
+AUDIO_LORA_REGEX = (
+    r"model\.audio_tower\.conformer\.\d+\.("
+    r"attention\.attn\.(q|k|v)_proj|attention\.post|"
+    r"ffw_layer_(start|end)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end))"
+)
+"""Attention, feed-forward and light-conv projections of the audio encoder's conformer blocks."""
+
+MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
+"""Approximate download sizes (bf16 safetensors on the hub) used for the free-disk check."""
+
+_GATED_HINT = (
+    "Gemma 3n is a gated model: log in with `huggingface-cli login` (a token from "
+    "https://huggingface.co/settings/tokens) and accept the license at https://huggingface.co/{model}."
+)
+
+
+def resolve_device(name: str = "auto") -> str:
+    """Return "cuda", "mps" or "cpu" for `name` in auto|cuda|mps|cpu.
+
+    `auto` prefers CUDA, then Apple MPS, then CPU.
+
+    Raises:
+        ConfigError: `name` is unknown, or names a device this machine does not have.
+    """
+    name = (name or "auto").lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("`--device cuda` was asked for but no CUDA GPU is visible; use `--device auto` or `cpu`.")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("`--device mps` was asked for but Apple MPS is not available; use `--device auto` or `cpu`.")
+    if name not in ("cuda", "mps", "cpu"):
+        raise ConfigError(f"`--device` must be one of auto, cuda, mps, cpu, got {name!r}.")
+    return name
+
+
+def compute_dtype(device: str) -> torch.dtype:
+    """bf16 on CPU, MPS and CUDA GPUs that support it (Ampere+), else fp32. Never fp16.
+
+    fp16 overflows in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype").
+    """
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16
+
+
+def default_quantization(device: str) -> str:
+    """The quantization offered by default on `device`: "4bit" (NF4) on CUDA and CPU, "none" on MPS.
+
+    On Apple MPS bitsandbytes 4-bit is experimental (no public training report seen), so bf16 LoRA
+    is the default there and 4-bit is opt-in.
+    """
+    return "none" if device == "mps" else "4bit"
+
+
+def is_local_model(model_id: str | os.PathLike) -> bool:
+    """True when `model_id` names a local folder (exists, or looks like a path) rather than a hub id."""
+    text = str(model_id)
+    return Path(text).expanduser().exists() or text.startswith(("/", "./", "../", "~")) or os.sep + os.sep in text
+
+
+def _check_local_folder(model_id: str) -> Path:
+    path = Path(model_id).expanduser()
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"Model folder `{path}` does not exist. Give a hub id such as google/gemma-3n-E2B-it, or a folder "
+            "made by `huggingface-cli download google/gemma-3n-E2B-it --local-dir DIR` or "
+            "`python -m pipeline make-tiny-model DIR`."
+        )
+    missing = [name for name in ("config.json", "tokenizer_config.json") if not (path / name).exists()]
+    if missing:
+        found = sorted(p.name for p in path.iterdir())[:20]
+        raise ModelLoadError(
+            f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Download the full checkpoint "
+            "with `huggingface-cli download google/gemma-3n-E2B-it --local-dir DIR`."
+        )
+    return path
+
+
+def _hub_cache_dir() -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _is_cached(model_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(model_id, "config.json")
+    except Exception:  # noqa: BLE001 - an odd id is simply "not cached"
+        return False
+    return isinstance(found, str)
+
+
+def _check_disk_for_download(model_id: str) -> None:
+    """Raise `ModelLoadError` when a hub model is not cached and the cache disk lacks room for it."""
+    if is_local_model(model_id) or _is_cached(model_id):
+        return
+    needed = MODEL_DOWNLOAD_BYTES.get(model_id)
+    if needed is None:
+        return
+    cache = _hub_cache_dir()
+    probe = cache
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed * 1.1:
+        raise ModelLoadError(
+            f"Downloading `{model_id}` needs about {needed / 1e9:.0f} GB but only {free / 1e9:.1f} GB is free at "
+            f"{cache}. Free some disk space, or set HF_HOME to a folder on a larger disk and try again."
+        )
+
+
+def _exception_chain(error: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+@contextlib.contextmanager
+def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
+    """Turn hub / filesystem / import failures while loading `what` into `ModelLoadError`s with the fix."""
+    try:
+        yield
+    except ModelLoadError:
+        raise
+    except ImportError as error:
+        text = str(error)
+        if "timm" in text.lower():
+            raise ModelLoadError(
+                "Gemma 3n's vision tower needs the `timm` package: run `pip install timm` in this environment."
+            ) from error
+        raise ModelLoadError(f"Loading the {what} of `{model_id}` needs a package that is missing: {text}") from error
+    except Exception as error:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
+        from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+        chain = list(_exception_chain(error))
+        text = " ".join(str(e) for e in chain)
+        hint = _GATED_HINT.format(model=model_id)
+        if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "No space left" in text:
+            raise ModelLoadError(
+                f"The disk filled up while loading `{model_id}` ({_hub_cache_dir()}). Free space (E2B needs ~11 GB) "
+                "or point HF_HOME at a larger disk."
+            ) from error
+        if any(isinstance(e, GatedRepoError) for e in chain) or "gated repo" in text.lower():
+            if "401" in text or "not logged in" in text.lower() or "token" in text.lower() and "invalid" in text.lower():
+                raise ModelLoadError(f"Not logged in to Hugging Face, so `{model_id}` cannot be downloaded. {hint}") from error
+            raise ModelLoadError(f"Access to `{model_id}` is not granted yet. {hint}") from error
+        if any(isinstance(e, RepositoryNotFoundError) for e in chain):
+            raise ModelLoadError(
+                f"`{model_id}` is not a model on the Hugging Face hub (or it is private and you are not logged in). "
+                "Check the spelling (e.g. google/gemma-3n-E2B-it) or give a local folder."
+            ) from error
+        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+        if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
+            where = "offline mode (HF_HUB_OFFLINE=1) is on" if offline else "the hub cannot be reached"
+            raise ModelLoadError(
+                f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
+                f"internet: `huggingface-cli login`, accept the license at https://huggingface.co/{model_id}, then "
+                f"`huggingface-cli download {model_id}` (~11 GB for E2B) into that cache, or "
+                f"`huggingface-cli download {model_id} --local-dir DIR` and pass `--model DIR`."
+            ) from error
+        raise
+
+
+def load_processor(model_id: str):
+    """Load the `Gemma3nProcessor` (tokenizer + chat template + audio feature extractor) of `model_id`.
+
+    Args:
+        model_id: hub id (e.g. "google/gemma-3n-E2B-it") or a local folder.
+
+    Raises:
+        ModelLoadError: missing folder/files, not logged in, gated, offline and not cached, no timm.
+    """
+    from transformers import AutoProcessor
+
+    model_id = str(model_id)
+    if is_local_model(model_id):
+        _check_local_folder(model_id)
+    with _translate_load_errors(model_id, "processor"):
+        processor = AutoProcessor.from_pretrained(model_id)
+    if not hasattr(processor, "feature_extractor") or not hasattr(processor.tokenizer, "audio_token_id"):
+        raise ModelLoadError(
+            f"`{model_id}` has no Gemma 3n audio processor (got {type(processor).__name__}); use a Gemma 3n "
+            "checkpoint such as google/gemma-3n-E2B-it."
+        )
+    return processor
+
+
+@dataclass
+class QuantizationReport:
+    """What `load_model` did to the weights.
+
+    `quantized_modules`: full paths of the Linear layers replaced by 4/8-bit bitsandbytes layers;
+    `kept_modules`: Linear layers left in `dtype` (the skip list); `weight_bytes`: bytes of all
+    parameters + buffers + quantization states (absmax) after loading; `warnings`: experimental paths.
+    """
+
+    method: str
+    device: str
+    dtype: str
+    quantized_count: int
+    kept_count: int
+    weight_bytes: int
+    quantized_modules: list[str] = field(default_factory=list)
+    kept_modules: list[str] = field(default_factory=list)
+    skip_patterns: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 1.8 MB"."""
+        return (
+            f"{self.method} on {self.device}: {self.quantized_count} Linear layers quantized, {self.kept_count} kept "
+            f"{self.dtype}; weights {_human_bytes(self.weight_bytes)}"
+        )
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every parameter and buffer of `model`, plus bitsandbytes 4-bit quantization states."""
+    total = 0
+    seen = set()
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        total += tensor.numel() * tensor.element_size()
+        state = getattr(tensor, "quant_state", None)
+        if state is not None:
+            for name in ("absmax", "code"):
+                value = getattr(state, name, None)
+                if isinstance(value, torch.Tensor):
+                    total += value.numel() * value.element_size()
+            nested = getattr(state, "state2", None)
+            if nested is not None and isinstance(getattr(nested, "absmax", None), torch.Tensor):
+                total += nested.absmax.numel() * nested.absmax.element_size()
+    return total
+
+
+def quantization_config(method: str, dtype: torch.dtype):
+    """`BitsAndBytesConfig` for "4bit" (NF4, double quant, `dtype` compute) or "8bit"; None for "none"."""
+    from transformers import BitsAndBytesConfig
+
+    if method == "none":
+        return None
+    if method == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
+            bnb_4bit_quant_storage=torch.uint8,
+            llm_int8_skip_modules=list(QUANTIZATION_SKIP_MODULES),
+        )
+    if method == "8bit":
+        return BitsAndBytesConfig(
+            load_in_8bit=True, llm_int8_skip_modules=list(QUANTIZATION_SKIP_MODULES + INT8_EXTRA_SKIP_MODULES)
+        )
+    raise ConfigError(f"`--quantization` must be one of 4bit, 8bit, none, got {method!r}.")
+
+
+def load_model(
+    model_id: str, *, device: str = "auto", quantization: str = "4bit"
+) -> tuple[torch.nn.Module, QuantizationReport]:
+    """Load `Gemma3nForConditionalGeneration` on `device`, quantized as asked, with eager attention.
+
+    Args:
+        model_id: hub id or local folder.
+        device: auto|cuda|mps|cpu (see `resolve_device`).
+        quantization: "4bit" (bitsandbytes NF4, double quant, bf16 compute), "8bit" (LLM.int8) or
+            "none". The audio/vision towers, their embedders and `lm_head` are never quantized
+            (`QUANTIZATION_SKIP_MODULES`). 4-bit on MPS is experimental (a warning is reported).
+
+    Returns:
+        `(model, report)`; the model is in eval mode with `use_cache` on.
+
+    Raises:
+        ModelLoadError: the checkpoint cannot be loaded (see `load_processor`), bitsandbytes is
+            missing, or a quantization was asked for but quantized no Linear layer.
+    """
+    from transformers import Gemma3nForConditionalGeneration
+
+    model_id = str(model_id)
+    device = resolve_device(device)
+    dtype = compute_dtype(device)
+    report_warnings: list[str] = []
+    if quantization != "none":
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as error:
+            raise ModelLoadError(
+                f"`--quantization {quantization}` needs bitsandbytes: `pip install bitsandbytes`, or use "
+                "`--quantization none`."
+            ) from error
+        if device == "mps":
+            report_warnings.append(
+                f"bitsandbytes {quantization} on Apple MPS is experimental; if training fails use --quantization none."
+            )
+    if is_local_model(model_id):
+        _check_local_folder(model_id)
+    else:
+        _check_disk_for_download(model_id)
+    qconfig = quantization_config(quantization, dtype)
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": device}}
+    if qconfig is not None:
+        kwargs["quantization_config"] = qconfig
+    with _translate_load_errors(model_id, "model"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
+        model = Gemma3nForConditionalGeneration.from_pretrained(model_id, **kwargs)
+    model.eval()
+    report = _quantization_report(model, quantization, device, dtype, report_warnings)
+    if quantization != "none" and report.quantized_count == 0:
+        raise ModelLoadError(
+            f"`--quantization {quantization}` quantized no Linear layer of `{model_id}` (skip patterns "
+            f"{list(QUANTIZATION_SKIP_MODULES)}); the weights would silently stay {report.dtype}. "
+            "Use `--quantization none` or report this with your transformers/bitsandbytes versions."
+        )
+    return model, report
+
+
+def _quantization_report(model, method, device, dtype, report_warnings) -> QuantizationReport:
+    quantized, kept = [], []
+    bnb_types: tuple = ()
+    if method != "none":
+        import bitsandbytes as bnb
+
+        bnb_types = (bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
+    for name, module in model.named_modules():
+        if bnb_types and isinstance(module, bnb_types):
+            quantized.append(name)
+        elif isinstance(module, torch.nn.Linear):
+            kept.append(name)
+    skip = list(QUANTIZATION_SKIP_MODULES) + (list(INT8_EXTRA_SKIP_MODULES) if method == "8bit" else [])
+    return QuantizationReport(
+        method={"4bit": "4bit-nf4", "8bit": "8bit", "none": "none"}[method],
+        device=device,
+        dtype=str(dtype).replace("torch.", ""),
+        quantized_count=len(quantized),
+        kept_count=len(kept),
+        weight_bytes=weight_bytes(model),
+        quantized_modules=quantized,
+        kept_modules=kept,
+        skip_patterns=skip if method != "none" else [],
+        warnings=report_warnings,
+    )
+
+
+@dataclass
+class LoraReport:
+    """What `attach_lora` wrapped: LoRA layers per part ("language", "audio"), trainable parameters."""
+
+    targets: str
+    target_regex: str
+    rank: int
+    alpha: int
+    dropout: float
+    modules_per_part: dict[str, int]
+    trainable_params: int
+    total_params: int
+    wrapped_modules: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{n} {part}" for part, n in self.modules_per_part.items())
+        return (
+            f"LoRA r={self.rank} alpha={self.alpha} dropout={self.dropout}: wrapped {parts} modules; "
+            f"{self.trainable_params:,} trainable of {self.total_params:,} parameters"
+        )
+
+
+def lora_target_regex(targets: str) -> str:
+    """Regex (matched by peft against full module paths) for `targets` = language | language+audio."""
+    if targets == "language":
+        return LANGUAGE_LORA_REGEX
+    if targets == "language+audio":
+        return f"(?:{LANGUAGE_LORA_REGEX})|(?:{AUDIO_LORA_REGEX})"
+    raise ConfigError(f"`--lora-targets` must be language or language+audio, got {targets!r}.")
+
+
+def _part_of(name: str) -> str:
+    if ".language_model." in name:
+        return "language"
+    if ".audio_tower." in name:
+        return "audio"
+    return "other"
+
+
+def count_lora_modules(model: torch.nn.Module) -> tuple[dict[str, int], list[str]]:
+    """Count peft LoRA layers of `model` per part; returns ({"language": n, "audio": m}, names)."""
+    from peft.tuners.lora import LoraLayer
+
+    counts = {"language": 0, "audio": 0}
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer):
+            part = _part_of(name)
+            counts[part] = counts.get(part, 0) + 1
+            names.append(name)
+    return counts, names
+
+
+def _keep_4bit_layout_trainable(model: torch.nn.Module) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout.
+
+    bitsandbytes 0.50 `Linear4bit.forward` permanently converts a weight to an AVX512-BF16 packed
+    layout the first time it runs in eval mode without grad on such a CPU (e.g. an evaluation
+    during training); afterwards even training-mode forwards use the inference-only `gemv_4bit`
+    kernel, and layers whose out_features is not a multiple of 32 fail outright ("N must be
+    divisible by block_n"). Returns the number of layers changed.
+    """
+    changed = 0
+    for module in model.modules():
+        if getattr(module, "support_avx512bf16_for_cpu", False):
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
+def prepare_for_training(model: torch.nn.Module, *, gradient_checkpointing: bool = True) -> torch.nn.Module:
+    """Freeze every base weight, optionally turn on gradient checkpointing (use_reentrant=False).
+
+    Also calls `enable_input_require_grads()` so checkpointed blocks see an input that requires
+    grad, and turns the KV cache off (it is useless in training and conflicts with checkpointing).
+    """
+    for param in model.parameters():
+        param.requires_grad_(False)
+    _keep_4bit_layout_trainable(model)
+    model.config.use_cache = False
+    if hasattr(model.config, "text_config"):
+        model.config.text_config.use_cache = False
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    return model
+
+
+def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraReport]:
+    """Freeze the base and wrap the target projections with LoRA adapters (trainable, fp32).
+
+    Args:
+        model: a model from `load_model`.
+        config: `TrainConfig` (uses lora_rank, lora_alpha, lora_dropout, lora_targets,
+            gradient_checkpointing, seed).
+
+    Returns:
+        `(peft_model, report)` with the number of LoRA-wrapped modules per part.
+
+    Raises:
+        TrainingError: a requested part (language, or audio with `language+audio`) got zero modules.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    from pipeline.errors import TrainingError
+
+    prepare_for_training(model, gradient_checkpointing=config.gradient_checkpointing)
+    regex = lora_target_regex(config.lora_targets)
+    lora_config = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=regex,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    torch.manual_seed(config.seed)
+    try:
+        peft_model = get_peft_model(model, lora_config)
+    except ValueError as error:
+        raise TrainingError(f"LoRA could not attach to any module with targets {config.lora_targets!r}: {error}") from error
+    counts, names = count_lora_modules(peft_model)
+    requested = ["language"] + (["audio"] if config.lora_targets == "language+audio" else [])
+    empty = [part for part in requested if counts.get(part, 0) == 0]
+    if empty:
+        raise TrainingError(
+            f"LoRA wrapped zero modules in {empty} (counts {counts}) with `--lora-targets {config.lora_targets}`; "
+            "the model's module names do not match the target pattern, so that part would silently not train."
+        )
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in peft_model.parameters())
+    report = LoraReport(
+        targets=config.lora_targets,
+        target_regex=regex,
+        rank=config.lora_rank,
+        alpha=config.lora_alpha,
+        dropout=config.lora_dropout,
+        modules_per_part={part: counts.get(part, 0) for part in ("language", "audio")},
+        trainable_params=trainable,
+        total_params=total,
+        wrapped_modules=names,
+    )
+    return peft_model, report
+
+
+def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_trainable: bool = False):
+    """Load a saved LoRA adapter (PEFT format: adapter_config.json + adapter_model.safetensors).
+
+    Returns the `PeftModel` wrapping `model`.
+
+    Raises:
+        ModelLoadError: the folder lacks the adapter files, or no adapter weight matched the model.
+    """
+    from peft import PeftModel
+
+    path = Path(adapter_dir)
+    if not (path / "adapter_config.json").is_file():
+        found = sorted(p.name for p in path.iterdir())[:20] if path.is_dir() else "the folder does not exist"
+        raise ModelLoadError(
+            f"`{path}` is not a LoRA adapter folder (no adapter_config.json; found {found}). Train a run first, "
+            "or give the run's `adapter/` folder."
+        )
+    with _translate_load_errors(str(path), "adapter"):
+        peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=is_trainable)
+    counts, _ = count_lora_modules(peft_model)
+    if sum(counts.values()) == 0:
+        raise ModelLoadError(f"The adapter in `{path}` attached to no module of this model; was it trained on another model?")
+    peft_model.eval()
+    return peft_model
+
+
+def model_config_dict(model_id: str) -> dict[str, Any]:
+    """The checkpoint's `config.json` as a dict (for the memory estimate), without loading weights."""
+    from transformers import AutoConfig
+
+    model_id = str(model_id)
+    if is_local_model(model_id):
+        _check_local_folder(model_id)
+    with _translate_load_errors(model_id, "config"):
+        return AutoConfig.from_pretrained(model_id).to_dict()
+
+
+def lora_target_matches(regex: str, name: str) -> bool:
+    """True when peft would wrap module `name` for target `regex` (peft full-matches string targets)."""
+    return re.fullmatch(regex, name) is not None

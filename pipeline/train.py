@@ -1,0 +1,705 @@
+"""LoRA fine-tuning of Gemma 3n on the built dataset, with `transformers.Trainer`.
+
+`python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`
+
+Everything a run produces lives in `WS/runs/NAME/` (the UI, the CLI and the tests read the same
+files):
+    config.json      every setting (`TrainConfig.to_dict()`), so the run can be repeated
+    progress.jsonl   one JSON line per logging step (see `ProgressCallback`)
+    train.log        human log: settings, quantization/LoRA reports, progress, warnings, errors
+    checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
+    adapter/         the final LoRA adapter in PEFT format + the processor
+    result.json      {"status": running|completed|stopped|failed, "reason", ...}
+    STOP             written by `pipeline.runs.request_stop`: save and end at the next step
+
+Before the first optimizer step, one forward+backward runs on the longest batch of the dataset
+(`preflight`), so a configuration that does not fit fails in seconds with the memory figure.
+
+`run_probe_step(config, workspace)` runs exactly one optimizer step on that worst-case batch with
+the same code and settings and reports the peak memory (used by `pipeline.memory.measure_peak`).
+
+This module does not choose settings (that is `pipeline.config` / the memory estimate) and does not
+spawn processes (that is `pipeline.runs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.config import TrainConfig, add_train_arguments
+from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
+from pipeline.fileio import append_jsonl, atomic_write_json, read_jsonl
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+RUN_FILES = {
+    "config": "config.json",
+    "progress": "progress.jsonl",
+    "log": "train.log",
+    "checkpoints": "checkpoints",
+    "adapter": "adapter",
+    "result": "result.json",
+    "stop": "STOP",
+}
+"""File names inside a run folder (`WS/runs/NAME/`)."""
+
+OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
+"""`--optimizer` -> `transformers.TrainingArguments.optim`."""
+
+log = logging.getLogger("pipeline.train")
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------------
+
+
+def reset_peak_memory(device: str) -> None:
+    """Reset the peak-memory counter where the backend allows it (CUDA; CPU's RSS high-water mark cannot be reset)."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_bytes(device: str) -> int:
+    """Peak memory in bytes: CUDA `max_memory_allocated`, MPS `driver_allocated_memory` (current),
+    CPU the process's resident-set high-water mark (`getrusage` ru_maxrss; KiB on Linux, bytes on macOS).
+
+    Source of the choice of counters: FIELD_NOTES "Memory".
+    """
+    if device == "cuda":
+        return int(torch.cuda.max_memory_allocated())
+    if device == "mps":
+        return int(torch.mps.driver_allocated_memory())
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
+
+
+def memory_kind(device: str) -> str:
+    """Which counter `peak_memory_bytes` reads on `device`."""
+    return {"cuda": "cuda_max_memory_allocated", "mps": "mps_driver_allocated_memory"}.get(device, "cpu_max_rss")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA/MPS/CPU allocation failures."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error).lower()
+    return "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
+
+
+def oom_suggestions(config: TrainConfig) -> list[str]:
+    """Settings to change after an out-of-memory error, most effective first."""
+    tips = []
+    if config.batch_size > 1:
+        tips.append(f"--batch-size 1 --grad-accum {config.batch_size * config.grad_accum} (same effective batch, less memory)")
+    if not config.gradient_checkpointing:
+        tips.append("--gradient-checkpointing (about 13x less activation memory, ~30 % slower)")
+    if config.quantization != "4bit":
+        tips.append("--quantization 4bit (NF4 weights)")
+    if config.lora_targets != "language":
+        tips.append("--lora-targets language (LoRA in the audio encoder keeps ~2 GB per 30 s clip)")
+    tips.append("a lower --max-length, rebuilding the dataset so long rows are excluded")
+    tips.append("`python -m pipeline estimate` to see what fits this device")
+    return tips
+
+
+# --------------------------------------------------------------------------------------------------
+# Run folder
+# --------------------------------------------------------------------------------------------------
+
+
+def run_paths(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Path]:
+    """Paths of the run folder's files (keys of `RUN_FILES` + "dir")."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    run_dir = ws.run_dir(run_name)
+    paths = {key: run_dir / name for key, name in RUN_FILES.items()}
+    paths["dir"] = run_dir
+    return paths
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete `checkpoints/checkpoint-N` folder of a run, or None."""
+    folder = Path(run_dir) / RUN_FILES["checkpoints"]
+    if not folder.is_dir():
+        return None
+    candidates = []
+    for child in folder.iterdir():
+        if child.is_dir() and child.name.startswith("checkpoint-") and (child / "trainer_state.json").exists():
+            try:
+                candidates.append((int(child.name.split("-", 1)[1]), child))
+            except ValueError:
+                continue
+    return max(candidates)[1] if candidates else None
+
+
+def _setup_log_file(path: Path) -> logging.Handler:
+    import transformers
+
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("pipeline", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    transformers.utils.logging.add_handler(handler)
+    logging.captureWarnings(True)
+    return handler
+
+
+def _remove_log_file(handler: logging.Handler) -> None:
+    import transformers
+
+    for name in ("pipeline", "py.warnings"):
+        logging.getLogger(name).removeHandler(handler)
+    transformers.utils.logging.remove_handler(handler)
+    logging.captureWarnings(False)
+    handler.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress, STOP and the Trainer
+# --------------------------------------------------------------------------------------------------
+
+
+def _make_callback_class():
+    from transformers import TrainerCallback
+
+    class ProgressCallback(TrainerCallback):
+        """Appends progress.jsonl lines and honours the STOP file.
+
+        Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
+        `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
+        `eta_s`, `peak_memory_bytes`, `time` (unix seconds). Speeds count only the steps run by
+        this process (a resumed run starts its clock at the checkpoint).
+        """
+
+        def __init__(self, paths: dict[str, Path], config: TrainConfig, device: str):
+            self.paths = paths
+            self.config = config
+            self.device = device
+            self.started = time.perf_counter()
+            self.start_step = 0
+            self.stopped = False
+            self.last_loss: float | None = None
+            self.last_eval_loss: float | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+            self.start_step = state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.paths["stop"].exists():
+                log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
+                self.stopped = True
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = dict(logs or {})
+            if "train_runtime" in logs:  # the end-of-training summary, not a step
+                return
+            elapsed = time.perf_counter() - self.started
+            steps_done = max(0, state.global_step - self.start_step)
+            per_step = elapsed / steps_done if steps_done else None
+            line = {
+                "kind": "eval" if "eval_loss" in logs else "train",
+                "step": state.global_step,
+                "max_steps": state.max_steps,
+                "epoch": round(float(state.epoch or 0.0), 4),
+                "loss": logs.get("loss"),
+                "learning_rate": logs.get("learning_rate"),
+                "grad_norm": logs.get("grad_norm"),
+                "eval_loss": logs.get("eval_loss"),
+                "samples_per_s": round(steps_done * self.config.effective_batch_size / elapsed, 4) if elapsed > 0 else None,
+                "elapsed_s": round(elapsed, 3),
+                "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
+                "peak_memory_bytes": peak_memory_bytes(self.device),
+                "time": round(time.time(), 3),
+            }
+            if line["loss"] is not None:
+                self.last_loss = float(line["loss"])
+            if line["eval_loss"] is not None:
+                self.last_eval_loss = float(line["eval_loss"])
+            append_jsonl(self.paths["progress"], line)
+            if line["kind"] == "eval":
+                log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
+            else:
+                log.info(
+                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MB eta %s s",
+                    state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
+                    line["peak_memory_bytes"] / 1e6, line["eta_s"],
+                )
+
+    return ProgressCallback
+
+
+def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, has_eval: bool):
+    """`transformers.TrainingArguments` for `config` (no autocast: weights are already bf16/fp32,
+    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.attach_lora`)."""
+    from transformers import TrainingArguments
+
+    if config.optimizer == "adamw_8bit" and device not in ("cuda",):
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as error:
+            raise ConfigError("`--optimizer adamw_8bit` needs bitsandbytes; install it or use `--optimizer adamw`.") from error
+    eval_on = has_eval and config.eval_steps > 0
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_schedule,
+        warmup_steps=config.warmup_ratio,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        optim=OPTIMIZERS[config.optimizer],
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps" if config.save_steps > 0 else "no",
+        save_steps=config.save_steps if config.save_steps > 0 else 500,
+        save_total_limit=2,
+        eval_strategy="steps" if eval_on else "no",
+        eval_steps=config.eval_steps if eval_on else None,
+        prediction_loss_only=True,
+        seed=config.seed,
+        data_seed=config.seed,
+        gradient_checkpointing=False,
+        remove_unused_columns=False,
+        label_names=["labels"],
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        use_cpu=device == "cpu",
+        bf16=False,
+        fp16=False,
+    )
+
+
+def _move(batch: dict, device: str) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def worst_case_rows(rows: list[dict], batch_size: int) -> list[dict]:
+    """The `batch_size` longest rows (by `num_tokens`): the batch that needs the most memory."""
+    return sorted(rows, key=lambda r: int(r.get("num_tokens") or 0), reverse=True)[:batch_size]
+
+
+def preflight(model, collator, rows: list[dict], config: TrainConfig, device: str) -> dict:
+    """One forward+backward on the worst-case batch (no optimizer step); gradients are cleared.
+
+    Returns `{"batch_rows", "batch_tokens", "loss", "seconds", "peak_memory_bytes", "memory_kind"}`.
+    Raises `torch.OutOfMemoryError` (or the backend's RuntimeError) when it does not fit.
+    """
+    worst = worst_case_rows(rows, config.batch_size)
+    batch = _move(collator(worst), device)
+    reset_peak_memory(device)
+    started = time.perf_counter()
+    model.train()
+    out = model(**batch)
+    loss = out.loss
+    if not torch.isfinite(loss):
+        raise TrainingError(f"The loss on the longest batch is {loss.item()} (not finite); check the dataset rows {[r.get('id') for r in worst]}.")
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    result = {
+        "batch_rows": [r.get("id") for r in worst],
+        "batch_tokens": int(batch["input_ids"].numel()),
+        "loss": float(loss.item()),
+        "seconds": round(time.perf_counter() - started, 3),
+        "peak_memory_bytes": peak_memory_bytes(device),
+        "memory_kind": memory_kind(device),
+    }
+    del out, loss, batch
+    return result
+
+
+class _Session:
+    """Everything a run needs, loaded once: processor, model with LoRA, datasets, collator."""
+
+    def __init__(self, config: TrainConfig, ws: Workspace):
+        from pipeline.collate import ChatCollator, check_rows
+        from pipeline.dataset import load_built_dataset
+        from pipeline.model import attach_lora, load_model, load_processor, resolve_device
+
+        self.config = config
+        self.device = resolve_device(config.device)
+        data = load_built_dataset(ws)
+        if "train" not in data or len(data["train"]) == 0:
+            raise TrainingError(f"The dataset in {ws.dataset_dir} has no train rows; add samples and rebuild it.")
+        self.train_data = data["train"]
+        self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
+        self.processor = load_processor(config.model)
+        rows = list(self.train_data) + (list(self.eval_data) if self.eval_data is not None else [])
+        problems = check_rows(self.processor, rows, max_length=config.max_length)
+        if problems:
+            listed = "; ".join(f"{p['id']}: {p['reason']}" for p in problems[:5])
+            raise TrainingError(
+                f"{len(problems)} dataset rows cannot be trained on ({listed}{'; ...' if len(problems) > 5 else ''}). "
+                f"Rebuild the dataset with `python -m pipeline build --max-length {config.max_length}` (it excludes them) "
+                "or raise --max-length."
+            )
+        self.train_rows = list(self.train_data)
+        model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization)
+        self.model, self.lora = attach_lora(model, config)
+        self.collator = ChatCollator(self.processor, max_length=config.max_length)
+
+    def trainer(self, output_dir: Path, callbacks: list) -> Any:
+        from transformers import Trainer
+
+        from transformers.trainer_callback import PrinterCallback
+
+        args = training_arguments(self.config, output_dir, self.device, has_eval=self.eval_data is not None)
+        trainer = Trainer(
+            model=self.model,
+            args=args,
+            train_dataset=self.train_data,
+            eval_dataset=self.eval_data if args.eval_strategy != "no" else None,
+            data_collator=self.collator,
+            callbacks=callbacks,
+        )
+        trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout; ProgressCallback logs instead
+        return trainer
+
+
+# --------------------------------------------------------------------------------------------------
+# train / run_probe_step
+# --------------------------------------------------------------------------------------------------
+
+
+def _resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) -> TrainConfig:
+    if not paths["config"].exists():
+        raise TrainingError(f"Run `{paths['dir'].name}` has no config.json in {paths['dir']}; there is nothing to resume.")
+    saved = TrainConfig.from_dict(json.loads(paths["config"].read_text(encoding="utf-8")))
+    if config is not None:
+        diffs = {k: (v, getattr(config, k)) for k, v in saved.to_dict().items() if getattr(config, k) != v}
+        if diffs:
+            listed = ", ".join(f"--{k.replace('_', '-')} {new!r} (run has {old!r})" for k, (old, new) in diffs.items())
+            raise ConfigError(f"A resumed run keeps its settings; {listed}. Start a new run (--run NEW) to change them.")
+    return saved
+
+
+def train(
+    config: TrainConfig | None,
+    workspace: Workspace | str | os.PathLike,
+    run_name: str,
+    resume: bool = False,
+    *,
+    callbacks: list | None = None,
+) -> dict:
+    """Fine-tune LoRA adapters on `WS/dataset` and write the run folder; returns the result.json dict.
+
+    Args:
+        config: the settings; with `resume=True` may be None (the run's config.json is used) and
+            otherwise must equal it.
+        workspace: workspace folder (holds the built dataset and `runs/`).
+        run_name: the run's folder name under `WS/runs/`.
+        resume: continue from the last checkpoint (same losses as an uninterrupted run).
+        callbacks: extra `transformers.TrainerCallback`s (tests, the memory probe).
+
+    Returns:
+        The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
+        `final_loss`, `eval_loss`, `peak_memory_bytes`, `preflight`, `quantization`, `lora`,
+        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, ...
+
+    Raises:
+        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (an
+        existing run without --resume, nothing to resume, bad dataset rows, model not loadable).
+        Failures after the run folder was set up (out of memory, a crash) are reported in the
+        returned dict and result.json with status "failed" instead.
+    """
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    paths = run_paths(ws, run_name)
+    checkpoint = None
+    if resume:
+        config = _resolve_resume_config(paths, config)
+        checkpoint = last_checkpoint(paths["dir"])
+        if checkpoint is None:
+            raise TrainingError(
+                f"Run `{run_name}` has no checkpoint in {paths['checkpoints']} to resume from; start it again without --resume "
+                "under a new name."
+            )
+        if paths["result"].exists():
+            previous = json.loads(paths["result"].read_text(encoding="utf-8"))
+            if previous.get("status") == "completed":
+                raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
+    else:
+        if config is None:
+            raise ConfigError("No training settings given; pass a TrainConfig.")
+        if any(paths[k].exists() for k in ("config", "result", "checkpoints", "progress")):
+            raise TrainingError(
+                f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
+            )
+    paths["dir"].mkdir(parents=True, exist_ok=True)
+    paths["stop"].unlink(missing_ok=True)
+    if not resume:
+        atomic_write_json(paths["config"], config.to_dict())
+    started_at = time.time()
+    base = {
+        "run": run_name,
+        "status": "running",
+        "reason": None,
+        "pid": os.getpid(),
+        "model": config.model,
+        "resumed_from": str(checkpoint) if checkpoint else None,
+        "started_at": started_at,
+    }
+    atomic_write_json(paths["result"], base)
+    handler = _setup_log_file(paths["log"])
+    log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
+    from pipeline.tiny_model import is_tiny_random_model
+
+    result = dict(base, tiny_random_model=is_tiny_random_model(config.model))
+    trainer = None
+    callback = None
+    try:
+        try:
+            session = _Session(config, ws)
+        except PipelineError as error:
+            result.update(status="failed", reason=str(error))
+            raise
+        log.info("%s", session.quantization.summary())
+        for warning in session.quantization.warnings:
+            log.warning("%s", warning)
+        log.info("%s", session.lora.summary())
+        result.update(
+            device=session.device,
+            quantization={k: v for k, v in session.quantization.to_dict().items() if k not in ("quantized_modules", "kept_modules")},
+            lora={k: v for k, v in session.lora.to_dict().items() if k != "wrapped_modules"},
+            train_rows=len(session.train_data),
+            eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
+        )
+        device = session.device
+        try:
+            result["preflight"] = preflight(session.model, session.collator, session.train_rows, config, device)
+            log.info("Preflight on the longest batch: %s", json.dumps(result["preflight"]))
+        except Exception as error:  # noqa: BLE001
+            if not is_out_of_memory(error):
+                raise
+            peak = peak_memory_bytes(device)
+            result.update(
+                status="failed",
+                reason=(
+                    f"Out of memory on the longest batch before training (peak {peak / 2**30:.2f} GiB on {device}). "
+                    f"Try: {'; '.join(oom_suggestions(config))}."
+                ),
+                peak_memory_bytes=peak,
+                step=0,
+                suggestions=oom_suggestions(config),
+            )
+            log.error("%s", result["reason"])
+            return result
+        callback = _make_callback_class()(paths, config, device)
+        trainer = session.trainer(paths["checkpoints"], [callback] + list(callbacks or []))
+        reset_peak_memory(device)
+        try:
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        except Exception as error:  # noqa: BLE001
+            if not is_out_of_memory(error):
+                raise
+            step = trainer.state.global_step
+            peak = peak_memory_bytes(device)
+            kept = last_checkpoint(paths["dir"])
+            result.update(
+                status="failed",
+                reason=(
+                    f"Out of memory at step {step} (peak {peak / 2**30:.2f} GiB on {device}). Try: "
+                    f"{'; '.join(oom_suggestions(config))}. "
+                    + (f"The last checkpoint ({kept.name}) is kept; --resume continues from it." if kept else "")
+                ),
+                peak_memory_bytes=peak,
+                step=step,
+                checkpoint=str(kept) if kept else None,
+                suggestions=oom_suggestions(config),
+            )
+            log.error("%s", result["reason"])
+            return result
+        _save_adapter(session, paths["adapter"])
+        state = trainer.state
+        best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
+        result.update(
+            status="stopped" if callback.stopped else "completed",
+            reason=("stopped by request (STOP file); --resume continues" if callback.stopped else None),
+            steps=state.global_step,
+            max_steps=state.max_steps,
+            epochs=round(float(state.epoch or 0.0), 4),
+            final_loss=callback.last_loss,
+            eval_loss=best_eval[-1] if best_eval else None,
+            peak_memory_bytes=peak_memory_bytes(device),
+            memory_kind=memory_kind(device),
+            adapter_dir=str(paths["adapter"]),
+            checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
+        )
+        log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
+        return result
+    except PipelineError as error:
+        result.update(status="failed", reason=str(error))
+        log.error("Run failed: %s", error)
+        raise
+    except Exception as error:  # noqa: BLE001 - recorded, then re-raised with its traceback in train.log
+        result.update(status="failed", reason=f"{type(error).__name__}: {error}")
+        log.exception("Run failed")
+        kept = last_checkpoint(paths["dir"])
+        if kept is not None:
+            result["checkpoint"] = str(kept)
+        raise
+    finally:
+        result["seconds"] = round(time.time() - started_at, 3)
+        result["finished_at"] = time.time()
+        result.pop("pid", None)
+        atomic_write_json(paths["result"], result)
+        _remove_log_file(handler)
+
+
+def _save_adapter(session: _Session, adapter_dir: Path) -> None:
+    """Save the LoRA adapter (PEFT format) + processor into `adapter_dir`, replacing it atomically."""
+    tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
+    old = adapter_dir.with_name(f".{adapter_dir.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    session.model.save_pretrained(str(tmp))
+    session.processor.save_pretrained(str(tmp))
+    if adapter_dir.exists():
+        adapter_dir.rename(old)
+    tmp.rename(adapter_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:
+    """Run exactly ONE optimizer step on the worst-case (longest) batch with the training code's
+    settings and report its peak memory. Writes nothing to the workspace.
+
+    Same loading, quantization, LoRA, collator, Trainer optimizer and `training_step` as `train`.
+
+    Returns:
+        `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "batch_tokens", "loss",
+        "seconds", "weight_bytes", "quantization", "lora_modules", "trainable_params",
+        "out_of_memory": bool, "error": str | None}`. `memory_kind` says which counter: CUDA
+        `max_memory_allocated` (reset after loading, so it covers weights + the step), MPS driver
+        memory, or the CPU process's RSS high-water mark (includes loading).
+
+    Raises:
+        PipelineError subclasses when the model or dataset cannot be loaded.
+    """
+    import tempfile
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    session = _Session(config, ws)
+    device = session.device
+    worst = worst_case_rows(session.train_rows, config.batch_size)
+    out = {
+        "device": device,
+        "memory_kind": memory_kind(device),
+        "batch_rows": [r.get("id") for r in worst],
+        "weight_bytes": session.quantization.weight_bytes,
+        "quantization": session.quantization.method,
+        "lora_modules": session.lora.modules_per_part,
+        "trainable_params": session.lora.trainable_params,
+        "out_of_memory": False,
+        "error": None,
+    }
+    with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
+        trainer = session.trainer(Path(tmp), [])
+        trainer.create_optimizer_and_scheduler(num_training_steps=1)
+        batch = session.collator(worst)
+        out["batch_tokens"] = int(batch["input_ids"].numel())
+        reset_peak_memory(device)
+        started = time.perf_counter()
+        try:
+            session.model.train()
+            loss = trainer.training_step(session.model, batch)
+            trainer.optimizer.step()
+            trainer.optimizer.zero_grad(set_to_none=True)
+            out["loss"] = float(loss.item())
+        except Exception as error:  # noqa: BLE001
+            if not is_out_of_memory(error):
+                raise
+            out.update(out_of_memory=True, error=str(error).splitlines()[0][:300])
+        out["seconds"] = round(time.perf_counter() - started, 3)
+        out["peak_memory_bytes"] = peak_memory_bytes(device)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------------
+
+
+def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import fields
+
+    return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
+
+
+def summary_text(result: dict) -> str:
+    """Human summary of a result.json dict."""
+    status = result.get("status")
+    lines = [f"Run `{result.get('run')}` {status}" + (f": {result['reason']}" if result.get("reason") else ".")]
+    if result.get("steps") is not None:
+        lines.append(
+            f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
+            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1e9:.2f} GB"
+        )
+    if result.get("adapter_dir"):
+        lines.append(f"  adapter: {result['adapter_dir']}")
+    if result.get("tiny_random_model"):
+        lines.append("  note: the model is the tiny random stand-in; its feedback is meaningless text.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline train", description="LoRA fine-tune Gemma 3n on the built dataset.")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--run", required=True, help="run name: its folder is WS/runs/NAME")
+    parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
+    parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    explicit = _explicit_config(args)
+    if args.resume:
+        paths = run_paths(args.workspace, args.run)
+        saved = _resolve_resume_config(paths, None)
+        config = _resolve_resume_config(paths, saved.replace(**explicit)) if explicit else saved
+    else:
+        if "quantization" not in explicit:
+            from pipeline.model import default_quantization, resolve_device
+
+            explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
+        config = TrainConfig(**explicit)
+    # Progress lines go to train.log and stderr; stdout keeps the summary / JSON.
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(stream)
+    log.setLevel(logging.INFO)
+    try:
+        result = train(config, args.workspace, args.run, resume=args.resume)
+    finally:
+        log.removeHandler(stream)
+    print(json.dumps(result) if args.json else summary_text(result))
+    return 0 if result.get("status") in ("completed", "stopped") else 1
+
+
+def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> list[dict]:
+    """The run's progress.jsonl lines (a torn last line is skipped)."""
+    return read_jsonl(run_paths(workspace, run_name)["progress"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
