@@ -333,29 +333,31 @@ class TutorApp:
     # ------------------------------------------------------------------ memory
 
     @ui_errors
-    def detect_device(self, device: str) -> str:
+    def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
+        from pipeline.model import resolve_device
 
-        info = device_memory(device or "auto")
-        return fmt.device_markdown(info)
+        resolved = resolve_device(device or "auto")
+        return fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
 
     @ui_errors
     def estimate(self, memory_gb: float | None, *values: Any):
         """Estimate peak memory of the run the settings describe; returns plot, verdict, table, suggestions."""
-        from pipeline.memory import estimate_for_workspace
-
         config = config_from_values(values)
-        result = estimate_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
-        return self._estimate_outputs(result)
+        return self._estimate_outputs(_memory_result(self.ws, config, memory_gb))
 
-    def _estimate_outputs(self, result: Any, measured: int | None = None):
-        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    def _estimate_outputs(self, data: dict, measured: int | None = None):
+        at_peak = data["components_at_peak"]
         figure = fmt.memory_bar(
-            data["components"], data.get("usable_bytes"), device_total_bytes=data.get("device_total_bytes"),
-            measured_bytes=measured,
+            at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
+            measured_bytes=measured, title=f"Estimated peak ({data['device']}, {data['seq_len']} tokens)",
         )
-        verdict = fmt.verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"))
+        verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"])
+        verdict += "\n\n" + fmt.device_markdown(data["device_memory"])
+        if data.get("excluded_rows"):
+            verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
+        verdict += "\n\n" + "\n".join(f"- {note}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []
         for index in range(MAX_SUGGESTIONS):
@@ -363,31 +365,26 @@ class TutorApp:
                 buttons.append(gr.Button(value=fmt.suggestion_label(suggestions[index]), visible=True))
             else:
                 buttons.append(gr.Button(visible=False))
-        hint = fmt.suggestions_markdown(suggestions, data.get("verdict"))
+        hint = fmt.suggestions_markdown(suggestions, data["verdict"])
         return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons)
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting."""
         if not suggestions or index >= len(suggestions):
             return tuple(gr.skip() for _ in CONFIG_FIELDS)
-        changes = suggestions[index].get("changes") or suggestions[index].get("settings") or {}
+        changes = suggestions[index].get("changes") or {}
         return tuple(gr.update(value=changes[name]) if name in changes else gr.skip() for name in CONFIG_FIELDS)
 
     @ui_errors
     def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
         """Run the real one-step probe in a child process; returns (markdown, plot with the measured peak)."""
-        from pipeline.memory import measure_for_workspace
-
         config = config_from_values(values)
-        progress(None, desc="Running one real training step on the longest batch…")
-        result = measure_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
-        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
-        measured = data.get("measured_peak_bytes")
-        estimated = data.get("total_bytes")
-        text = fmt.measured_markdown(measured, estimated, data)
-        figure = fmt.memory_bar(data["components"], data.get("usable_bytes"),
-                                device_total_bytes=data.get("device_total_bytes"), measured_bytes=measured)
-        return text, figure
+        progress(None, desc="Running one real training step on the longest batch (a child process)…")
+        data = _memory_result(self.ws, config, memory_gb, measure=True)
+        measured = data["measured"]
+        peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
+        text = fmt.measured_markdown(peak, data["total_bytes"], measured)
+        return text, self._estimate_outputs(data, measured=peak)[0]
 
     # ------------------------------------------------------------------ train
 
@@ -510,6 +507,52 @@ class TutorApp:
 # small helpers (no pipeline work)
 
 
+def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:
+    """The estimate of `python -m pipeline estimate --json` for the app: components, verdict, suggestions.
+
+    Composes `pipeline.memory`'s public functions exactly as its `main` does (estimate, device budget,
+    verdict, "make it fit" search, optional probe). `components_at_peak` keeps the terms alive at the
+    peak (static + the peak phase + runtime overhead), which add up to `total_bytes`.
+    """
+    from pipeline import memory
+    from pipeline.model import resolve_device
+
+    device = resolve_device(config.device)
+    model_config = memory.load_model_config(config.model)
+    lengths = memory.length_stats_from_workspace(ws, config.max_length)
+    options, drop_ok = memory.default_options(config.model, config)
+    est = memory.estimate_memory(model_config, config, lengths, device, options)
+    mem = memory.device_memory(device, float(memory_gb) if memory_gb else None)
+    verdict = memory.verdict(est.total_bytes, mem.usable_bytes)
+    suggestions = [] if verdict.status == "fits" else memory.suggest_fits(
+        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok,
+        limit=MAX_SUGGESTIONS)
+    peak_members = set(memory.PHASE_MEMBERS[est.peak_phase])
+    at_peak = {
+        name: value for name, value in est.components.items()
+        if value and (name.startswith(memory.STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
+    }
+    return {
+        "model": config.model,
+        "device": device,
+        "components": est.components,
+        "components_at_peak": at_peak,
+        "peak_phase": est.peak_phase,
+        "total_bytes": est.total_bytes,
+        "usable_bytes": mem.usable_bytes,
+        "device_memory": mem.to_dict(),
+        "verdict": verdict.status,
+        "margin_bytes": verdict.margin_bytes,
+        "seq_len": est.seq_len,
+        "max_length": config.max_length,
+        "excluded_rows": lengths.excluded(config.max_length),
+        "lengths_source": lengths.source,
+        "notes": est.notes,
+        "suggestions": [s.to_dict() for s in suggestions],
+        "measured": memory.measure_peak(config.model, config, lengths, device, options) if measure else None,
+    }
+
+
 def _clip_name(audio: Any) -> str | None:
     if isinstance(audio, (str, os.PathLike)):
         return Path(audio).name
@@ -560,27 +603,18 @@ def _sample_pack_attribution() -> str:
 # layout
 
 
-INTRO = """\
-Turn recordings into a **fine-tuned pronunciation tutor** (LoRA on Google's Gemma 3n), in the order
-you work: **1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try**. Everything is saved in the
-workspace folder, so closing this tab loses nothing.
-"""
-
-
 def build_ui(app: TutorApp) -> gr.Blocks:
     """Build the `gr.Blocks` page for `app`'s workspace (no heavy imports happen here)."""
     d = DEFAULTS
     with gr.Blocks(title="Pronunciation Tutor Studio", analytics_enabled=False) as demo:
-        with gr.Row(elem_id="header"):
-            gr.HTML(_logo_html(), elem_id="logo", padding=False, scale=0, min_width=64)
-            gr.Markdown(INTRO + f"\nWorkspace: `{app.ws.root}`", elem_id="intro")
+        gr.HTML(_header_html(app.ws.root), elem_id="header", padding=False)
         with gr.Row(equal_height=True):
             model = gr.Dropdown(
                 app.model_choices(), value=d.model, allow_custom_value=True, label="Model",
                 info="A Gemma 3n checkpoint from Hugging Face, or the path of a local model folder.",
                 elem_id="model", scale=3,
             )
-            tiny_button = gr.Button("Create offline tiny test model", elem_id="make-tiny", scale=1)
+            tiny_button = gr.Button("Create offline tiny test model", elem_id="make-tiny", scale=0, min_width=280)
         model_note = gr.Markdown(app.describe_model(d.model), elem_id="model-note")
 
         with gr.Tabs(elem_id="tabs"):
@@ -620,7 +654,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                             elem_id="import-report", max_height=240)
                 gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it.")
                 samples_df = gr.Dataframe(app.samples_table, label="Sample library", interactive=False,
-                                          elem_id="samples-table", max_height=360, wrap=True)
+                                          elem_id="samples-table", max_height=360, wrap=True,
+                                          column_widths=["14%", "9%", "8%", "24%", "30%", "15%"])
                 with gr.Row():
                     with gr.Column(scale=1):
                         edit_id = gr.Textbox(label="Selected sample", interactive=False, elem_id="edit-id")
@@ -642,13 +677,13 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                     eval_fraction = gr.Slider(0.0, 0.5, value=0.2, step=0.05, label="Held-out share (eval split)",
                                               info="Learners are kept in one split when speakers are known.")
                     seed_in = gr.Number(value=d.seed, precision=0, label="Split seed")
-                    build_max_length = gr.Number(value=d.max_length, precision=0, minimum=256,
+                    build_max_length = gr.Number(value=d.max_length, precision=0, minimum=256, elem_id="build-max-length",
                                                  label="Max tokens per row",
                                                  info="Longer rows are listed below and left out, never cut.")
                 build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
                 dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
                 with gr.Row():
-                    length_plot = gr.Plot(label="Token lengths", elem_id="length-plot")
+                    length_plot = gr.Plot(show_label=False, elem_id="length-plot")
                     with gr.Column():
                         speakers_df = gr.Dataframe(fmt.speakers_frame({}), label="Speakers per split", interactive=False,
                                                    elem_id="speakers-table", wrap=True)
@@ -658,7 +693,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                        file_count="multiple", interactive=False, elem_id="exports")
 
             # ---------------------------------------------------------------- 3 memory
-            with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory"):
+            with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory") as memory_tab:
                 gr.Markdown("Will the fine-tune fit? The estimate uses your dataset's **longest** row, "
                             "not the average: that is the batch that runs out of memory hours in.")
                 with gr.Row():
@@ -687,7 +722,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                     estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate")
                     measure_button = gr.Button("Measure (one real step)", elem_id="measure")
                 verdict_out = gr.Markdown(elem_id="verdict")
-                memory_plot = gr.Plot(label="Peak memory by component", elem_id="memory-plot")
+                memory_plot = gr.Plot(show_label=False, elem_id="memory-plot")
                 suggestions_note = gr.Markdown(elem_id="suggestions-note")
                 with gr.Row():
                     suggestion_buttons = [
@@ -729,7 +764,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                 progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")
                 failure_out = gr.Markdown(elem_id="train-failure")
                 with gr.Row():
-                    loss_plot = gr.Plot(label="Loss", elem_id="loss-plot")
+                    loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
                     with gr.Column():
                         train_memory = gr.Markdown(elem_id="train-memory")
                         log_tail = gr.Textbox(label="Log (last lines)", lines=12, max_lines=12, interactive=False,
@@ -791,7 +826,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         build_button.click(app.build_dataset, inputs=[model, eval_fraction, seed_in, build_max_length],
                            outputs=dataset_outputs)
 
-        detect_button.click(app.detect_device, inputs=device, outputs=device_note)
+        detect_button.click(app.detect_device, inputs=[device, memory_gb], outputs=device_note)
+        memory_tab.select(app.detect_device, inputs=[device, memory_gb], outputs=device_note)
         estimate_outputs = [memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
                             *suggestion_buttons]
         estimate_button.click(app.estimate, inputs=[memory_gb, *setting_widgets], outputs=estimate_outputs)
@@ -821,10 +857,20 @@ def build_ui(app: TutorApp) -> gr.Blocks:
     return demo
 
 
-def _logo_html() -> str:
+def _header_html(workspace: Path) -> str:
+    """Logo, title, the workflow in one line, and the workspace folder."""
+    import html
+
     logo = ASSETS_DIR / "logo.svg"
     svg = logo.read_text(encoding="utf-8") if logo.exists() else ""
-    return f'<div class="logo">{svg}</div>'
+    return (
+        f'<div class="app-header"><div class="logo">{svg}</div><div class="app-title">'
+        "<h1>Pronunciation Tutor Studio</h1>"
+        "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
+        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try</b>. Everything is saved in the "
+        f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
+        "</div></div>"
+    )
 
 
 def _css() -> str:

@@ -171,6 +171,7 @@ def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: in
     Returns a `matplotlib.figure.Figure`.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(7, 3.2), layout="constrained")
     ax = fig.add_subplot()
@@ -191,6 +192,7 @@ def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: in
         title += f" (limit {max_length}, off the chart)"
     ax.set_xlabel("tokens per row (text + ~192 audio positions)")
     ax.set_ylabel("rows")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
     return fig
@@ -232,27 +234,31 @@ def memory_bar(
 ):
     """One horizontal stacked bar of the estimate per component against the usable memory.
 
-    `components`: name -> bytes (zero-byte components are left out). A dashed line marks the
-    usable budget, a dotted one the device total, a diamond the measured peak when given.
+    `components`: name -> bytes (zero-byte components are left out), in stacking order. A dashed
+    red line marks the usable budget, a dotted one the device total, a black diamond the measured
+    peak when given. The legend (right) names every component with its size.
     Returns a `matplotlib.figure.Figure`.
     """
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 2.9), layout="constrained")
+    colours = colormaps["tab20"].colors
+    fig = Figure(figsize=(10, 3.4), layout="constrained")
     ax = fig.add_subplot()
-    left = 0.0
     parts = [(name, value) for name, value in components.items() if value and value > 0]
+    total = sum(value for _, value in parts) / GIB
+    left = 0.0
     for i, (name, value) in enumerate(parts):
         width = value / GIB
-        ax.barh([0], [width], left=left, color=_PALETTE[i % 10], edgecolor="white", height=0.5,
-                label=f"{name}: {format_bytes(value)}")
-        if width > 0.06 * max(1e-9, sum(v for _, v in parts) / GIB):
-            ax.text(left + width / 2, 0, name.split(" ")[0][:10], ha="center", va="center", fontsize=7, color="white")
+        label = pretty_name(name)
+        ax.barh([0], [width], left=left, color=colours[i % len(colours)], edgecolor="white", height=0.5,
+                label=f"{label}: {format_bytes(value)}")
+        if total > 0 and width > 0.12 * total:
+            ax.text(left + width / 2, 0, label, ha="center", va="center", fontsize=8, color="black")
         left += width
-    total = left
     limit = total
     if usable_bytes:
-        ax.axvline(usable_bytes / GIB, color="#e15759", linestyle="--", linewidth=2,
+        ax.axvline(usable_bytes / GIB, color="#d62728", linestyle="--", linewidth=2,
                    label=f"usable: {format_bytes(usable_bytes)}")
         limit = max(limit, usable_bytes / GIB)
     if device_total_bytes:
@@ -260,16 +266,24 @@ def memory_bar(
                    label=f"device total: {format_bytes(device_total_bytes)}")
         limit = max(limit, device_total_bytes / GIB)
     if measured_bytes:
-        ax.plot([measured_bytes / GIB], [0.38], marker="D", color="black", linestyle="none",
+        ax.plot([measured_bytes / GIB], [0.36], marker="D", markersize=9, color="black", linestyle="none",
                 label=f"measured peak: {format_bytes(measured_bytes)}")
         limit = max(limit, measured_bytes / GIB)
-    ax.set_xlim(0, limit * 1.08 if limit > 0 else 1)
-    ax.set_ylim(-0.6, 0.6)
+    ax.set_xlim(0, limit * 1.05 if limit > 0 else 1)
+    ax.set_ylim(-0.5, 0.5)
     ax.set_yticks([])
     ax.set_xlabel("GiB")
     ax.set_title(f"{title}: {format_bytes(total * GIB)}")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=7, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     return fig
+
+
+def pretty_name(name: str) -> str:
+    """`weights_per_layer_embedding` -> `weights: per layer embedding` (component names for people)."""
+    head, _, rest = name.partition("_")
+    if head in ("weights", "activations", "lora", "audio") and rest:
+        return f"{head}: {rest.replace('_', ' ')}"
+    return name.replace("_", " ")
 
 
 def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None) -> str:
@@ -281,11 +295,12 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
     icon = {"fits": "✅", "tight": "⚠️", "does not fit": "❌"}.get(name.replace("_", " "), "ℹ️")
     parts = [f"### {icon} {name.replace('_', ' ').capitalize()}"]
     if total_bytes is not None and usable_bytes:
-        pct = 100.0 * (margin or 0) / usable_bytes
-        side = "left over" if (margin or 0) >= 0 else "short"
+        if (margin or 0) >= 0:
+            tail = f"{format_bytes(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of the budget)."
+        else:
+            tail = f"{format_bytes(-margin)} too much ({total_bytes / usable_bytes:.1f}× the budget)."
         parts.append(
-            f"Estimated peak **{format_bytes(total_bytes)}** of **{format_bytes(usable_bytes)}** usable: "
-            f"{format_bytes(abs(margin or 0))} {side} ({abs(pct):.0f} %)."
+            f"Estimated peak **{format_bytes(total_bytes)}** against **{format_bytes(usable_bytes)}** usable: {tail}"
         )
     return "\n\n".join(parts)
 
@@ -298,31 +313,36 @@ def components_frame(components: Mapping[str, int], measured: Mapping[str, int] 
     return pd.DataFrame(rows, columns=["component", "estimate", "bytes"])
 
 
-def device_markdown(info: Any) -> str:
-    """Detected device and its memory: name, total, free, usable budget and the headroom kept."""
-    name = _get(info, "device") or _get(info, "kind") or "?"
-    label = _get(info, "name") or _get(info, "description") or ""
-    total = _get(info, "total_bytes")
-    free = _get(info, "free_bytes") or _get(info, "available_bytes")
-    usable = _get(info, "usable_bytes")
-    note = _get(info, "note") or _get(info, "headroom_note") or ""
-    parts = [f"**Device:** `{name}`" + (f" ({label})" if label else "")]
-    if total:
-        parts.append(f"total {format_bytes(total)}")
-    if free:
-        parts.append(f"free now {format_bytes(free)}")
-    if usable:
-        parts.append(f"**usable for training {format_bytes(usable)}**")
+def device_markdown(info: Mapping[str, Any]) -> str:
+    """Detected device and its memory (a `DeviceMemory` dict): total, free now, usable budget, headroom."""
+    name = info.get("device", "?")
+    parts = [f"**Device:** `{name}`"]
+    if info.get("total_bytes"):
+        parts.append(f"total {format_bytes(info['total_bytes'])}")
+    if info.get("free_bytes"):
+        parts.append(f"free now {format_bytes(info['free_bytes'])}")
+    if info.get("usable_bytes") is not None:
+        parts.append(f"**usable for training {format_bytes(info['usable_bytes'])}**")
     text = " · ".join(parts)
-    return text + (f"\n\n{note}" if note else "")
+    if info.get("headroom_note"):
+        text += f"  \nHeadroom: {info['headroom_note']}. Source: {info.get('source', '?')}."
+    return text
 
 
 def suggestion_label(suggestion: Mapping[str, Any]) -> str:
     """Button text of one "make it fit" suggestion: the change and its new estimate."""
     changes = suggestion.get("changes") or suggestion.get("settings") or {}
-    what = suggestion.get("title") or suggestion.get("label") or ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items())
+    what = ", ".join(f"{pretty_name(k)} {_setting_value(v)}" for k, v in changes.items())
     total = suggestion.get("total_bytes")
     return f"Apply: {what}" + (f" → {format_bytes(total)}" if total else "")
+
+
+def _setting_value(value: Any) -> str:
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    return str(value)
 
 
 def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any) -> str:

