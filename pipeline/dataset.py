@@ -228,20 +228,9 @@ def load_processor(model: str) -> Any:
     Uses `pipeline.model.load_processor` (typed `ModelLoadError`s for gated / offline / missing
     models). Raises `DatasetError` if the processor has no chat template.
     """
-    try:
-        from pipeline.model import load_processor as _load
-    except ImportError:  # model.py is being written in parallel; same call without its friendlier errors
-        from transformers import AutoProcessor
+    from pipeline.model import load_processor as _load
 
-        from pipeline.errors import ModelLoadError
-
-        def _load(model_id):
-            try:
-                return AutoProcessor.from_pretrained(str(model_id))
-            except (OSError, ValueError) as error:
-                raise ModelLoadError(f"Cannot load the processor of `{model_id}` ({error}).") from error
-
-    processor = _load(model)
+    processor = _load(str(model))
     if getattr(processor, "chat_template", None) is None:
         raise DatasetError(
             f"The processor of `{model}` has no chat template; use an instruction-tuned Gemma 3n "

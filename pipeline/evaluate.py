@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pipeline.errors import DatasetError, PipelineError
+from pipeline.errors import DatasetError
 from pipeline.feedback import SENTENCE_KEYS, ParsedFeedback, parse_feedback, summarize_scores
 
 EVALUATION_FILE = "evaluation.json"
@@ -210,19 +210,84 @@ def _row_reference(row: dict) -> Any:
     return row.get("feedback") or ""
 
 
-def _answer_clips(model: str, run: str | None, workspace: Any, clips: list[tuple[Any, str]]) -> list[str]:
-    """Answers of the tutor (base `model`, plus the adapter of `run` if given) for `(audio, target)` clips."""
-    from pipeline import infer
+def evaluate_tutor(
+    workspace: Any,
+    model: str | None = None,
+    *,
+    run: str | None = None,
+    split: str = "eval",
+    limit: int | None = None,
+    device: str | None = None,
+    quantization: str | None = None,
+    max_new_tokens: int | None = None,
+    progress: Any = None,
+) -> dict:
+    """Answer every clip of a built dataset split with a tutor and score the answers.
 
-    batch = getattr(infer, "feedback_for_clips", None)
-    if callable(batch):
-        return list(batch(model, clips, run=run, workspace=workspace))
-    return [infer.feedback_for_clip(model, audio, target, run=run, workspace=workspace) for audio, target in clips]
+    The tutor is loaded once with `pipeline.infer.load_tutor` (base `model`, or `run`'s adapter on
+    its training base) and answers each row with `Tutor.feedback` (greedy decoding, the same
+    `build_messages` conversation as training). Returns `evaluate_answers`'s metrics plus `model`,
+    `run`, `split`, `seconds`, `note` (set for the tiny random stand-in) and `answers`
+    (`[{id, target_text, answer, reference_feedback}]`). `progress(done, total, message)` is called
+    after each clip.
+
+    Raises:
+        DatasetError: no built dataset, unknown or empty split, `limit` < 1.
+        ConfigError / ModelLoadError: from `load_tutor` (unknown run, model cannot be loaded).
+    """
+    from pipeline.dataset import DEFAULT_MODEL, load_built_dataset
+    from pipeline.infer import DEFAULT_MAX_NEW_TOKENS, load_tutor
+    from pipeline.workspace import Workspace
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    data = load_built_dataset(ws)
+    if split not in data:
+        raise DatasetError(f"Split `{split}` is not in the dataset in {ws.dataset_dir}; it has {sorted(data)}.")
+    rows = data[split]
+    if limit is not None:
+        if limit < 1:
+            raise DatasetError(f"`--limit` must be >= 1, got {limit}.")
+        rows = rows.select(range(min(limit, len(rows))))
+    if len(rows) == 0:
+        raise DatasetError(
+            f"The `{split}` split is empty; rebuild with a larger --eval-fraction or more speakers "
+            f"(`python -m pipeline build --workspace {ws.root} --eval-fraction 0.2`)."
+        )
+    started = time.perf_counter()
+    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device, quantization=quantization)
+    items, answers = [], []
+    for index, row in enumerate(rows):
+        answer = tutor.feedback(
+            row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        )
+        items.append({"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference": _row_reference(row)})
+        answers.append(
+            {"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference_feedback": row["feedback"]}
+        )
+        if progress is not None:
+            progress(index + 1, len(rows), f"answered {row['id']}")
+    metrics = evaluate_answers(items)
+    return {
+        "model": tutor.model_id,
+        "run": run,
+        "split": split,
+        "device": tutor.device,
+        "quantization": tutor.quantization,
+        "seconds": round(time.perf_counter() - started, 2),
+        "note": (
+            "The model is the tiny random stand-in made by make-tiny-model: its answers are meaningless."
+            if tutor.tiny_random_model
+            else None
+        ),
+        **metrics,
+        "answers": answers,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline evaluate --workspace WS --model M [--run NAME] [--split eval] [--limit N] [--json]`."""
-    from pipeline.dataset import DEFAULT_MODEL, decode_wav, load_built_dataset
+    import sys
+
     from pipeline.fileio import atomic_write_json
     from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -231,70 +296,39 @@ def main(argv: list[str] | None = None) -> int:
         description="Score a tutor's answers on the built dataset's eval split against the experts' scores.",
     )
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
-    parser.add_argument("--model", default=None, help=f"base model (default: the run's model, else {DEFAULT_MODEL})")
+    parser.add_argument("--model", default=None, help="base model (default: the run's model, else google/gemma-3n-E2B-it)")
     parser.add_argument("--run", default=None, help="training run whose adapter to evaluate (default: the base model)")
     parser.add_argument("--split", default="eval", help="dataset split (default eval)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
+    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
+    parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
+    parser.add_argument("--out", type=Path, default=None, help=f"also save the result JSON here (a run's is saved to runs/NAME/{EVALUATION_FILE})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
+    def progress(done: int, total: int, message: str) -> None:
+        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+
     ws = Workspace(args.workspace)
-    model = args.model
+    result = evaluate_tutor(
+        ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
+        quantization=args.quantization, max_new_tokens=args.max_new_tokens, progress=None if args.json else progress,
+    )
+    targets = [args.out] if args.out else []
     if args.run:
-        run_dir = ws.run_dir(args.run)
-        if not run_dir.exists():
-            raise PipelineError(f"No run `{args.run}` in {ws.runs_dir}; `python -m pipeline train` creates runs.")
-        if model is None and (run_dir / "config.json").exists():
-            model = json.loads((run_dir / "config.json").read_text(encoding="utf-8")).get("model")
-    model = model or DEFAULT_MODEL
-
-    data = load_built_dataset(ws)
-    if args.split not in data:
-        raise DatasetError(f"Split `{args.split}` is not in the dataset; it has {sorted(data)}.")
-    rows = data[args.split]
-    if args.limit is not None:
-        if args.limit < 1:
-            raise DatasetError(f"`--limit` must be >= 1, got {args.limit}.")
-        rows = rows.select(range(min(args.limit, len(rows))))
-    if len(rows) == 0:
-        raise DatasetError(
-            f"The `{args.split}` split is empty; rebuild with a larger --eval-fraction or more speakers."
-        )
-
-    started = time.perf_counter()
-    clips = [(decode_wav(r["audio_wav"]), r["target_text"]) for r in rows]
-    answers = _answer_clips(model, args.run, ws, clips)
-    items = [
-        {
-            "id": r["id"],
-            "target_text": r["target_text"],
-            "answer": answer,
-            "reference": _row_reference(r),
-        }
-        for r, answer in zip(rows, answers)
-    ]
-    metrics = evaluate_answers(items)
-    result = {
-        "model": model,
-        "run": args.run,
-        "split": args.split,
-        "seconds": round(time.perf_counter() - started, 2),
-        **metrics,
-        "answers": [
-            {"id": i["id"], "target_text": i["target_text"], "answer": i["answer"], "reference_feedback": r["feedback"]}
-            for i, r in zip(items, rows)
-        ],
-    }
-    if args.run:
-        out = ws.run_dir(args.run) / EVALUATION_FILE
-        atomic_write_json(out, result)
-        result["path"] = str(out)
+        targets.append(ws.run_dir(args.run) / EVALUATION_FILE)
+    for path in targets:
+        atomic_write_json(path, result)
+    result["saved"] = [str(p) for p in targets]
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
-        who = f"run {args.run}" if args.run else f"base model {model}"
-        print(f"Evaluated {who} on {len(items)} {args.split} clips in {result['seconds']} s")
-        print(summary(metrics))
-        if "path" in result:
-            print(f"saved {result['path']}")
+        who = f"run {args.run}" if args.run else f"base model {result['model']}"
+        print(f"Evaluated {who} on {result['clips']} {args.split} clips in {result['seconds']} s")
+        print(summary(result))
+        if result["note"]:
+            print(f"note: {result['note']}")
+        for path in result["saved"]:
+            print(f"saved {path}")
     return 0

@@ -90,3 +90,34 @@ def test_summary_mentions_every_metric():
     text = ev.summary(metrics)
     for word in ("accuracy", "fluency", "prosody", "total", "precision", "recall", "F1"):
         assert word in text
+
+
+def test_evaluate_command_answers_the_eval_split_with_the_tiny_model(tmp_path, tiny_model_dir, speechocean_dir, capsys):
+    """End to end on CPU: real clips and expert scores, the tiny random Gemma 3n as the tutor."""
+    from pipeline.dataset import build_dataset
+    from pipeline.importers import import_folder
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    import_folder(ws, speechocean_dir / "test", format="kaldi")  # speaker 0003 only: a sample-level split
+    build_dataset(ws, str(tiny_model_dir), eval_fraction=0.2, seed=0, max_length=2048)
+    out = tmp_path / "eval.json"
+    code = ev.main(
+        ["--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "2", "--device", "cpu",
+         "--quantization", "none", "--max-new-tokens", "6", "--out", str(out), "--json"]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["clips"] == 2 and result["split"] == "eval" and len(result["answers"]) == 2
+    assert result["note"] and "tiny random" in result["note"]
+    assert all(isinstance(a["answer"], str) and a["reference_feedback"] for a in result["answers"])
+    # the random model's answers carry no template: nothing to correlate, every expert word missed
+    assert result["words"]["recall"] in (0.0, None) and result["sentence"]["total"]["pcc"] is None
+    assert json.loads(out.read_text(encoding="utf-8"))["clips"] == 2
+
+
+def test_evaluate_command_without_a_dataset_says_how_to_build_one(tmp_path):
+    from pipeline.errors import DatasetError
+
+    with pytest.raises(DatasetError, match="python -m pipeline build"):
+        ev.main(["--workspace", str(tmp_path / "empty"), "--model", "unused"])
