@@ -177,7 +177,7 @@ class TutorApp:
             return "Pick a model."
         if is_tiny_random_model(model):
             return (
-                "⚠️ **Offline tiny test model with random weights.** Everything runs end to end, "
+                "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
                 "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
             )
         if model in KNOWN_MODELS:
@@ -354,7 +354,6 @@ class TutorApp:
             measured_bytes=measured, title=f"Estimated peak ({data['device']}, {data['seq_len']} tokens)",
         )
         verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"])
-        verdict += "\n\n" + fmt.device_markdown(data["device_memory"])
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += "\n\n" + "\n".join(f"- {note}" for note in data.get("notes", []))
@@ -427,7 +426,7 @@ class TutorApp:
         try:
             status = run_status(self.ws, run_name)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (f"❌ {error}", seen, gr.Timer(active=False), gr.skip())
+            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False), gr.skip())
         data = status.to_dict() if hasattr(status, "to_dict") else dict(status)
         rows = data.get("progress") or []
         running = bool(data.get("running"))

@@ -78,7 +78,7 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 def checks_markdown(report: Any, *, title: str = "Check results") -> str:
     """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
 
-    Each line shows the measured value and a mark: ✅ passed, ⚠️ passed with the library's warning.
+    Each line shows the measured value and a mark: ✓ passed, ⚠ passed with the library's warning.
     (A clip that fails a check never gets here: `load_audio` raises `AudioError` with the reason.)
     """
     duration = _get(report, "duration_s")
@@ -91,7 +91,7 @@ def checks_markdown(report: Any, *, title: str = "Check results") -> str:
 
     def mark(*words: str) -> str:
         hit = any(word in w.lower() for w in warnings for word in words)
-        return "⚠️" if hit else "✅"
+        return "⚠" if hit else "✓"
 
     level_text = f"{level:.1f} dBFS in the loudest 0.25 s" if isinstance(level, (int, float)) else "–"
     lines = [
@@ -103,10 +103,10 @@ def checks_markdown(report: Any, *, title: str = "Check results") -> str:
         if isinstance(duration, (int, float)) else "| duration | – | |",
         f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'silen', 'soft')} |",
         f"| clipping | {clipped * 100:.2f} % of samples at full scale | {mark('clip', 'loud')} |",
-        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | ✅ |",
+        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | ✓ |",
     ]
     if warnings:
-        lines += ["", *[f"- ⚠️ {w}" for w in warnings]]
+        lines += ["", *[f"- ⚠ {w}" for w in warnings]]
     else:
         lines += ["", "All checks passed."]
     return "\n".join(lines)
@@ -248,13 +248,13 @@ def memory_bar(
     parts = [(name, value) for name, value in components.items() if value and value > 0]
     total = sum(value for _, value in parts) / GIB
     left = 0.0
+    segments = []
     for i, (name, value) in enumerate(parts):
         width = value / GIB
         label = pretty_name(name)
         ax.barh([0], [width], left=left, color=colours[i % len(colours)], edgecolor="white", height=0.5,
                 label=f"{label}: {format_bytes(value)}")
-        if total > 0 and width > 0.12 * total:
-            ax.text(left + width / 2, 0, label, ha="center", va="center", fontsize=8, color="black")
+        segments.append((left, width, label))
         left += width
     limit = total
     if usable_bytes:
@@ -270,6 +270,9 @@ def memory_bar(
                 label=f"measured peak: {format_bytes(measured_bytes)}")
         limit = max(limit, measured_bytes / GIB)
     ax.set_xlim(0, limit * 1.05 if limit > 0 else 1)
+    for start, width, label in segments:
+        if limit > 0 and width > 0.15 * limit:
+            ax.text(start + width / 2, 0, label, ha="center", va="center", fontsize=8, color="black")
     ax.set_ylim(-0.5, 0.5)
     ax.set_yticks([])
     ax.set_xlabel("GiB")
@@ -292,7 +295,7 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
     margin = _get(verdict, "margin_bytes") if not isinstance(verdict, str) else None
     if margin is None and total_bytes is not None and usable_bytes:
         margin = usable_bytes - total_bytes
-    icon = {"fits": "✅", "tight": "⚠️", "does not fit": "❌"}.get(name.replace("_", " "), "ℹ️")
+    icon = {"fits": "✓", "tight": "⚠", "does not fit": "✗"}.get(name.replace("_", " "), "")
     parts = [f"### {icon} {name.replace('_', ' ').capitalize()}"]
     if total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
@@ -475,4 +478,4 @@ def failure_markdown(status: Mapping[str, Any]) -> str:
         return ""
     reason = status.get("reason") or status.get("error") or "the run ended with an error (see the log)."
     fix = status.get("fix") or status.get("suggestion") or ""
-    return f"### ❌ Training failed\n\n{reason}" + (f"\n\n**What to change:** {fix}" if fix else "")
+    return f"### ✗ Training failed\n\n{reason}" + (f"\n\n**What to change:** {fix}" if fix else "")

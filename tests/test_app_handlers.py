@@ -208,3 +208,27 @@ def test_build_with_an_empty_library_is_refused(tmp_path, tiny_model_dir):
         ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
     assert_error(excinfo, "empty")
     assert not (ui.ws.dataset_dir / "dataset_dict.json").exists()
+
+
+# ------------------------------------------------------------------------------------------- launch
+
+
+def test_building_the_page_imports_no_torch_transformers_or_datasets(tmp_path):
+    """The first page must come up fast: heavy libraries load only inside handlers."""
+    import subprocess
+
+    code = (
+        "import sys, app\n"
+        f"app.build_ui(app.TutorApp({str(tmp_path / 'ws')!r}))\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'peft', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_launch_flags_default_to_localhost_only():
+    args = app_module.parse_args([])
+    assert args.host == "127.0.0.1" and args.share is False and args.port == 7860
+    args = app_module.parse_args(["--workspace", "/tmp/x", "--port", "9000", "--share"])
+    assert args.workspace == "/tmp/x" and args.port == 9000 and args.share is True

@@ -160,8 +160,17 @@ def test_full_flow_in_the_browser(running_app):
         _tab(page, "2 · Dataset")
         page.click("#build-dataset")
         _wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
-        page.wait_for_selector("#length-plot img, #length-plot canvas, #length-plot svg")
+        page.wait_for_selector("#length-plot img")
         _shot(page, "2-dataset")
         _step("dataset built")
         assert (workspace / "dataset" / "dataset_dict.json").exists()
+
+        # 3 Memory: the device is detected; the estimate draws the bar and gives a verdict.
+        _tab(page, "3 · Memory")
+        _wait_text(page, "#device-note", r"usable for training", timeout_s=120)
+        page.click("#estimate")
+        _wait_text(page, "#verdict", r"Fits|Tight|Does not fit", timeout_s=120)
+        page.wait_for_selector("#memory-plot img")
+        _shot(page, "3-memory")
+        _step("memory estimated")
         browser.close()
