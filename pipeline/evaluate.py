@@ -60,15 +60,17 @@ def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 def precision_recall_f1(true_positives: int, predicted: int, expected: int) -> dict[str, float | None]:
     """Precision = TP / predicted, recall = TP / expected, F1 = their harmonic mean.
 
-    A ratio with a zero denominator is None (undefined), except F1 when both sides are empty:
-    nothing flagged by either is a perfect 1.0 agreement. F1 is 0.0 when precision and recall are 0.
+    A ratio with a zero denominator is None (undefined). F1 is None when neither side flags
+    anything (no evidence either way), and 0.0 when only one side flags something or precision and
+    recall are both 0.
     """
     precision = true_positives / predicted if predicted else None
     recall = true_positives / expected if expected else None
+    f1: float | None
     if predicted == 0 and expected == 0:
-        f1: float | None = 1.0
+        f1 = None
     elif precision is None or recall is None:
-        f1 = 0.0 if (predicted or expected) else None
+        f1 = 0.0
     elif precision + recall == 0:
         f1 = 0.0
     else:

@@ -35,7 +35,8 @@ def test_precision_recall_f1_hand_computed():
     assert m["f1"] == pytest.approx(4 / 7)
     nothing_flagged = ev.precision_recall_f1(0, 0, 2)
     assert nothing_flagged["precision"] is None and nothing_flagged["recall"] == 0 and nothing_flagged["f1"] == 0
-    assert ev.precision_recall_f1(0, 0, 0)["f1"] == 1.0
+    assert ev.precision_recall_f1(0, 0, 0)["f1"] is None  # neither side flags anything: no evidence
+    assert ev.precision_recall_f1(0, 2, 0)["f1"] == 0.0
 
 
 def test_evaluate_answers_sentence_pcc_and_word_f1():
