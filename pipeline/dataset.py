@@ -340,7 +340,6 @@ def split_ids(
         else:
             unknown.append(sample_id)
     n = len(rows)
-    target = eval_fraction * n
     notes: list[str] = []
     if eval_fraction == 0 or n < 2:
         if eval_fraction > 0:
@@ -383,7 +382,6 @@ def split_ids(
             "No sample has a speaker, so the split is sample by sample and one learner may appear in both "
             "splits; set each sample's speaker for a speaker-disjoint split."
         )
-    del target
     return Split(sorted(train_ids), sorted(eval_ids), "sample", notes)
 
 
@@ -545,7 +543,10 @@ def build_dataset(
         )
     report_progress(0, len(samples), "loading the processor")
     processor = load_processor(model) if isinstance(model, (str, os.PathLike)) else model
-    model_name = str(model) if isinstance(model, (str, os.PathLike)) else getattr(processor, "name_or_path", type(processor).__name__)
+    if isinstance(model, (str, os.PathLike)):
+        model_name = str(model)
+    else:
+        model_name = getattr(getattr(processor, "tokenizer", None), "name_or_path", None) or type(processor).__name__
     counter = TokenCounter(processor)
 
     excluded: list[dict] = []
