@@ -381,6 +381,8 @@ def load_model(
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
         model = Gemma3nForConditionalGeneration.from_pretrained(model_id, **kwargs)
     model.eval()
+    if quantization == "4bit" and device == "cpu":
+        _avoid_unpackable_cpu_layout(model)
     report = _quantization_report(model, quantization, device, dtype, report_warnings)
     if quantization != "none" and report.quantized_count == 0:
         raise ModelLoadError(
@@ -474,6 +476,26 @@ def count_lora_modules(model: torch.nn.Module) -> tuple[dict[str, int], list[str
     return counts, names
 
 
+def _avoid_unpackable_cpu_layout(model: torch.nn.Module, block_n: int = 32) -> int:
+    """Keep bitsandbytes' generic 4-bit path for layers its AVX512-BF16 CPU repacking cannot handle.
+
+    bitsandbytes 0.50 repacks a 4-bit weight for CPU inference in blocks of 32 output rows and
+    needs `out_features % 32 == 0` and `in_features` a multiple of the quantization block (64);
+    other layers keep the generic kernel. Returns how many.
+    """
+    changed = 0
+    for module in model.modules():
+        if not getattr(module, "support_avx512bf16_for_cpu", False):
+            continue
+        out_features, in_features = getattr(module, "out_features", 0), getattr(module, "in_features", 0)
+        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        blocksize = int(getattr(state, "blocksize", 64) or 64)
+        if out_features % block_n or in_features % blocksize or in_features < blocksize:
+            module.support_avx512bf16_for_cpu = False
+            changed += 1
+    return changed
+
+
 def _keep_4bit_layout_trainable(model: torch.nn.Module) -> int:
     """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout.
 
@@ -504,7 +526,8 @@ def prepare_for_training(model: torch.nn.Module, *, gradient_checkpointing: bool
     if hasattr(model.config, "text_config"):
         model.config.text_config.use_cache = False
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers 5.x name of `gradient_checkpointing_enable` (deprecated alias).
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     return model
 

@@ -237,8 +237,10 @@ def _build_config(tokenizer, text_vocab: int):
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        hidden_size_per_layer_input=16,
-        laurel_rank=8,
+        # Multiples of 64 like the real sizes (256, 64): bitsandbytes' CPU 4-bit kernel packs blocks of
+        # 32 output rows x 64 inputs.
+        hidden_size_per_layer_input=64,
+        laurel_rank=64,
         altup_num_inputs=4,
         # Two sliding + two full-attention layers; the last two reuse the KV of the first two, as
         # the last 10 layers of E2B do.

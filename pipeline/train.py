@@ -279,7 +279,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         prediction_loss_only=True,
         seed=config.seed,
         data_seed=config.seed,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         remove_unused_columns=False,
         label_names=["labels"],
         report_to=[],

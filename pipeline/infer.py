@@ -1,0 +1,252 @@
+"""Tutor feedback for one clip, from the base Gemma 3n or a run's LoRA adapter.
+
+`python -m pipeline infer --workspace WS --model M [--run NAME] --audio FILE --text "TARGET" [--json]`
+
+The clip goes through the same ingest as the sample library (`pipeline.audio.load_audio`: decode,
+16 kHz mono, checks) and the same conversation as training (`pipeline.dataset.build_messages`:
+system instruction, audio, target sentence), ending with the generation prompt
+`<start_of_turn>model\\n`. Decoding is greedy by default. Only the answer text is returned (no
+prompt, no special tokens). Without a run the base model answers, so base and tuned can be compared.
+
+With a run, the base model, device and quantization default to the run's `config.json`, so the
+adapter sits on the base it was trained on. Loaded tutors are cached per (model, adapter, device,
+quantization) within a process, so the app does not reload the model on every click.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+DEFAULT_MAX_NEW_TOKENS = 256
+"""Longest answer generated, in tokens (the feedback template is ~40-120 tokens)."""
+
+
+@dataclass
+class Feedback:
+    """One answer: `text` (the tutor's words only), the model used and timing."""
+
+    text: str
+    model: str
+    run: str | None
+    adapter_dir: str | None
+    tiny_random_model: bool
+    device: str
+    quantization: str
+    new_tokens: int
+    seconds: float
+    audio_duration_s: float
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Tutor:
+    """A loaded model (+ optional adapter) and processor that answers for clips.
+
+    Build with `load_tutor`; call `feedback(audio, target_text)`.
+    """
+
+    def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str):
+        self.model = model
+        self.processor = processor
+        self.model_id = model_id
+        self.run = run
+        self.adapter_dir = adapter_dir
+        self.device = device
+        self.quantization = quantization
+        from pipeline.tiny_model import is_tiny_random_model
+
+        self.tiny_random_model = is_tiny_random_model(model_id)
+
+    def feedback(
+        self, audio: Any, target_text: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, do_sample: bool = False
+    ) -> Feedback:
+        """Answer for one clip.
+
+        Args:
+            audio: anything `pipeline.audio.load_audio` accepts (path, bytes, Gradio microphone
+                tuple `(rate, ndarray)`, `Audio`).
+            target_text: the sentence the learner was asked to read.
+            max_new_tokens: longest answer in tokens.
+            do_sample: sample instead of greedy decoding.
+
+        Raises:
+            AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
+            DatasetError: the target text is empty.
+        """
+        import torch
+
+        from pipeline.audio import load_audio
+        from pipeline.dataset import build_messages
+
+        clip = load_audio(audio)
+        messages = build_messages(target_text, None, clip.samples)
+        inputs = self.processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        prompt_len = inputs["input_ids"].shape[1]
+        tokenizer = self.processor.tokenizer
+        eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
+        started = time.perf_counter()
+        self.model.eval()
+        with torch.inference_mode():
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                eos_token_id=[e for e in eos if e is not None],
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        new_tokens = output[0, prompt_len:]
+        text = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+        note = (
+            "The model is the tiny random stand-in made by make-tiny-model: this text is meaningless."
+            if self.tiny_random_model
+            else None
+        )
+        return Feedback(
+            text=text,
+            model=self.model_id,
+            run=self.run,
+            adapter_dir=self.adapter_dir,
+            tiny_random_model=self.tiny_random_model,
+            device=self.device,
+            quantization=self.quantization,
+            new_tokens=int(new_tokens.numel()),
+            seconds=round(time.perf_counter() - started, 3),
+            audio_duration_s=round(clip.duration_s, 3),
+            note=note,
+        )
+
+
+_CACHE: dict[tuple, Tutor] = {}
+
+
+def _run_settings(workspace: Workspace, run: str) -> tuple[dict, Path]:
+    run_dir = workspace.run_dir(run)
+    adapter = run_dir / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        if not run_dir.is_dir():
+            raise ConfigError(f"Run `{run}` does not exist in {workspace.runs_dir}; train it first or pick one of the listed runs.")
+        raise ModelLoadError(
+            f"Run `{run}` has no adapter yet ({adapter}); wait for it to finish, or stop it (a stopped run saves its adapter)."
+        )
+    config_path = run_dir / "config.json"
+    settings = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    return settings, adapter
+
+
+def load_tutor(
+    model: str | None = None,
+    *,
+    run: str | None = None,
+    workspace: Workspace | str | os.PathLike | None = None,
+    device: str | None = None,
+    quantization: str | None = None,
+    use_cache: bool = True,
+) -> Tutor:
+    """Load (or reuse) a tutor: base `model`, or the adapter of `run` on its training base.
+
+    Args:
+        model: hub id or local folder; with `run` defaults to the run's model (and must match it).
+        run: run name in `workspace` whose `adapter/` to apply.
+        workspace: needed with `run`.
+        device: auto|cuda|mps|cpu; defaults to the run's, else auto.
+        quantization: 4bit|8bit|none; defaults to the run's, else the device default.
+
+    Raises:
+        ConfigError: unknown run, or `model` differs from the run's base model.
+        ModelLoadError: model or adapter cannot be loaded.
+    """
+    from pipeline.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
+
+    adapter_dir = None
+    settings: dict = {}
+    if run:
+        if workspace is None:
+            raise ConfigError("`--run` needs `--workspace` (the folder holding runs/).")
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+        settings, adapter = _run_settings(ws, run)
+        adapter_dir = str(adapter)
+        run_model = settings.get("model")
+        if model and run_model and str(model) != str(run_model):
+            raise ConfigError(
+                f"Run `{run}` was trained on `{run_model}`, not `{model}`; its adapter only fits its own base model. "
+                f"Drop --model or pass --model {run_model}."
+            )
+        model = model or run_model
+    if not model:
+        raise ConfigError("No model given; pass --model (e.g. google/gemma-3n-E2B-it) or --run.")
+    device = resolve_device(device or settings.get("device") or "auto")
+    quantization = quantization or settings.get("quantization") or default_quantization(device)
+    key = (str(model), adapter_dir, device, quantization)
+    if use_cache and key in _CACHE:
+        return _CACHE[key]
+    processor = load_processor(str(model))
+    base, _ = load_model(str(model), device=device, quantization=quantization)
+    net = load_adapter(base, adapter_dir) if adapter_dir else base
+    tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device, quantization=quantization)
+    if use_cache:
+        _CACHE.clear()  # one model in memory at a time
+        _CACHE[key] = tutor
+    return tutor
+
+
+def feedback_for_clip(
+    model: str | None,
+    audio: Any,
+    target_text: str,
+    *,
+    run: str | None = None,
+    workspace: Workspace | str | os.PathLike | None = None,
+    device: str | None = None,
+    quantization: str | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+) -> str:
+    """The tutor's answer text for one clip (see `load_tutor` and `Tutor.feedback`)."""
+    tutor = load_tutor(model, run=run, workspace=workspace, device=device, quantization=quantization)
+    return tutor.feedback(audio, target_text, max_new_tokens=max_new_tokens).text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline infer --workspace WS --model M [--run NAME] --audio FILE --text "TARGET" [--json]`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline infer", description="Tutor feedback for one clip, base or tuned.")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--model", default=None, help="hub id or local folder (default: the run's model; required without --run)")
+    parser.add_argument("--run", default=None, help="run whose LoRA adapter to apply (default: the base model)")
+    parser.add_argument("--audio", required=True, help="audio file (wav, flac, ogg, mp3, m4a, webm)")
+    parser.add_argument("--text", required=True, help="the sentence the learner was asked to read")
+    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
+    parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="longest answer in tokens")
+    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.max_new_tokens < 1:
+        raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}.")
+    tutor = load_tutor(args.model, run=args.run, workspace=args.workspace, device=args.device, quantization=args.quantization, use_cache=False)
+    result = tutor.feedback(args.audio, args.text, max_new_tokens=args.max_new_tokens, do_sample=args.sample)
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        who = f"run `{result.run}`" if result.run else "base model"
+        print(f"Tutor ({who}, {result.model}, {result.device}, {result.quantization}):\n{result.text}")
+        if result.note:
+            print(f"\nnote: {result.note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
