@@ -200,15 +200,29 @@ def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
         chain = list(_exception_chain(error))
         text = " ".join(str(e) for e in chain)
         hint = _GATED_HINT.format(model=model_id)
+        if any(isinstance(e, ImportError) and "timm" in str(e).lower() for e in chain):
+            raise ModelLoadError(
+                "Gemma 3n's vision tower needs the `timm` package: run `pip install timm` in this environment."
+            ) from error
         if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "No space left" in text:
             raise ModelLoadError(
                 f"The disk filled up while loading `{model_id}` ({_hub_cache_dir()}). Free space (E2B needs ~11 GB) "
                 "or point HF_HOME at a larger disk."
             ) from error
-        if any(isinstance(e, GatedRepoError) for e in chain) or "gated repo" in text.lower():
-            if "401" in text or "not logged in" in text.lower() or "token" in text.lower() and "invalid" in text.lower():
-                raise ModelLoadError(f"Not logged in to Hugging Face, so `{model_id}` cannot be downloaded. {hint}") from error
-            raise ModelLoadError(f"Access to `{model_id}` is not granted yet. {hint}") from error
+        gated = [e for e in chain if isinstance(e, GatedRepoError)]
+        if gated or "gated repo" in text.lower():
+            # The hub answers 401 to anonymous requests for a gated model, 403 to a logged-in user who
+            # has not accepted its license.
+            status = getattr(getattr(gated[0], "response", None), "status_code", None) if gated else None
+            lowered = text.lower()
+            if status == 401 or (status is None and ("401" in text or "log in" in lowered or "logged in" in lowered)):
+                raise ModelLoadError(f"Not logged in to Hugging Face, so the gated `{model_id}` cannot be downloaded. {hint}") from error
+            raise ModelLoadError(
+                f"Your Hugging Face account has not been granted access to `{model_id}` yet. {hint} "
+                "Approval is usually immediate; then try again."
+            ) from error
+        if any(type(e).__name__ == "LocalTokenNotFoundError" for e in chain):
+            raise ModelLoadError(f"No Hugging Face token found. {hint}") from error
         if any(isinstance(e, RepositoryNotFoundError) for e in chain):
             raise ModelLoadError(
                 f"`{model_id}` is not a model on the Hugging Face hub (or it is private and you are not logged in). "

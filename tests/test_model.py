@@ -1,0 +1,157 @@
+"""Model loading: device/dtype, quantization report and skip list, LoRA counts, actionable errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from pipeline import model as gm
+from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError, ModelLoadError, TrainingError
+
+
+def test_device_and_dtype_rules():
+    assert gm.resolve_device("cpu") == "cpu"
+    assert gm.resolve_device("auto") in ("cuda", "mps", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA GPU"):
+            gm.resolve_device("cuda")
+    with pytest.raises(ConfigError):
+        gm.resolve_device("tpu")
+    for device in ("cpu", "mps", "cuda"):
+        if device == "cuda" and not torch.cuda.is_available():
+            continue
+        assert gm.compute_dtype(device) in (torch.bfloat16, torch.float32)
+    assert gm.default_quantization("mps") == "none"
+    assert gm.default_quantization("cpu") == gm.default_quantization("cuda") == "4bit"
+
+
+@pytest.fixture(scope="module")
+def model_4bit(tiny_model_dir):
+    return gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
+
+
+def test_4bit_report_lists_quantized_modules_and_keeps_the_skip_list(tiny_model_dir, model_4bit):
+    import bitsandbytes as bnb
+
+    model, report = model_4bit
+    assert report.method == "4bit-nf4" and report.device == "cpu" and report.dtype == "bfloat16"
+    quantized = {n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
+    assert set(report.quantized_modules) == quantized and report.quantized_count == len(quantized) > 0
+    # every text-decoder projection is NF4 with double quantization ...
+    projections = {n for n, _ in model.named_modules() if re.fullmatch(gm.LANGUAGE_LORA_REGEX, n)}
+    assert projections and projections <= quantized
+    some = model.get_submodule(sorted(projections)[0])
+    assert some.weight.quant_state.quant_type == "nf4" and some.weight.quant_state.nested
+    # ... and nothing in the towers, embedders, lm_head or AltUp's clamped coefficients is.
+    for name in quantized:
+        assert not name.startswith(("model.audio_tower", "model.vision_tower", "model.embed_audio", "model.embed_vision", "lm_head"))
+        assert ".altup." not in name
+    assert "lm_head" in report.kept_modules
+    assert any(n.startswith("model.audio_tower.") for n in report.kept_modules)
+    assert report.weight_bytes == gm.weight_bytes(model)
+
+
+def test_quantization_shrinks_weights_and_none_quantizes_nothing(tiny_model_dir, model_4bit):
+    _, report_4bit = model_4bit
+    _, report_none = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert report_none.quantized_count == 0 and report_none.method == "none"
+    assert report_4bit.weight_bytes < report_none.weight_bytes
+    _, report_8bit = gm.load_model(str(tiny_model_dir), device="cpu", quantization="8bit")
+    assert report_8bit.quantized_count > 0
+    assert "model.language_model.per_layer_model_projection" in report_8bit.kept_modules
+
+
+def test_a_quantization_that_quantizes_nothing_is_refused(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(gm, "QUANTIZATION_SKIP_MODULES", gm.QUANTIZATION_SKIP_MODULES + ("model.language_model",))
+    with pytest.raises(ModelLoadError, match="quantized no Linear layer"):
+        gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
+
+
+def _matching(model, regex):
+    return {n for n, m in model.named_modules() if re.fullmatch(regex, n)}
+
+
+@pytest.mark.parametrize("targets", ["language", "language+audio"])
+def test_lora_counts_per_part_match_the_model(tiny_model_dir, targets):
+    model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
+    expected_language = _matching(model, gm.LANGUAGE_LORA_REGEX)
+    expected_audio = _matching(model, gm.AUDIO_LORA_REGEX)
+    peft_model, report = gm.attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_targets=targets, lora_rank=4))
+    assert report.modules_per_part["language"] == len(expected_language) > 0
+    assert report.modules_per_part["audio"] == (len(expected_audio) if targets == "language+audio" else 0)
+    if targets == "language+audio":
+        assert report.modules_per_part["audio"] > 0
+    # only LoRA weights train; the base is frozen
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert report.trainable_params == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert peft_model.base_model.model.is_activation_checkpointing
+
+
+def test_lora_refuses_a_part_with_zero_modules(tiny_model_dir, monkeypatch):
+    model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    monkeypatch.setattr(gm, "AUDIO_LORA_REGEX", r"model\.audio_tower\.no_such_layer")
+    with pytest.raises(TrainingError, match=r"zero modules in \['audio'\]"):
+        gm.attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_targets="language+audio"))
+
+
+def test_local_folder_errors_name_the_fix(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        gm.load_processor(str(tmp_path / "nope"))
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ModelLoadError, match=r"missing \['config.json'.*weights.bin"):
+        gm.load_model(str(tmp_path), device="cpu", quantization="none")
+
+
+def test_offline_and_not_cached_says_what_to_download(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="huggingface-cli download google/gemma-3n-E2B-it"):
+        gm.load_processor("google/gemma-3n-E2B-it")
+
+
+def _gated(status: int):
+    import httpx
+    from huggingface_hub.errors import GatedRepoError
+
+    url = "https://huggingface.co/google/gemma-3n-E2B-it/resolve/main/config.json"
+    response = httpx.Response(status, request=httpx.Request("GET", url))
+    return GatedRepoError(f"{status} Client Error. Cannot access gated repo for url {url}.", response=response)
+
+
+@pytest.mark.parametrize(
+    "raised, expected",
+    [
+        (lambda: OSError("You are trying to access a gated repo.") , "Not logged in|not been granted"),
+        (lambda: _gated(401), "Not logged in to Hugging Face"),
+        (lambda: _gated(403), "not been granted access"),
+        (lambda: ImportError("TimmWrapperModel requires the timm library"), "pip install timm"),
+        (lambda: OSError(28, "No space left on device"), "disk filled up"),
+    ],
+)
+def test_hub_and_environment_errors_become_actionable(raised, expected):
+    with pytest.raises(ModelLoadError, match=expected):
+        with gm._translate_load_errors("google/gemma-3n-E2B-it", "model"):
+            try:
+                raise raised()
+            except Exception as inner:  # transformers wraps hub errors in an OSError
+                raise OSError("wrapped by transformers") from inner
+
+
+def test_not_enough_disk_for_a_download_is_refused(monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(gm, "_is_cached", lambda model_id: False)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 2 * 10**9, 2 * 10**9))
+    with pytest.raises(ModelLoadError, match="needs about 11 GB but only 2.0 GB is free"):
+        gm._check_disk_for_download("google/gemma-3n-E2B-it")
+
+
+def test_adapter_folder_without_adapter_is_refused(tiny_model_dir, tmp_path):
+    model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    with pytest.raises(ModelLoadError, match="not a LoRA adapter folder"):
+        gm.load_adapter(model, tmp_path)
