@@ -483,23 +483,28 @@ class TutorApp:
     # ------------------------------------------------------------------ try
 
     @ui_errors
-    def tuned_feedback(self, audio: Any, target_text: str, run_name: str, model: str) -> tuple[str, str]:
-        """The tuned tutor's feedback (adapter of `run_name`); returns (text, note on the model)."""
+    def tuned_feedback(self, audio: Any, target_text: str, run_name: str,
+                       max_new_tokens: float = 256) -> tuple[str, str]:
+        """The tuned tutor's feedback (the adapter of `run_name` on its base); returns (text, note on the model)."""
         from pipeline.infer import feedback_for_clip
 
         if not run_name:
-            raise gr.Error("Pick a finished run (a trained adapter) first; the Train tab makes one.", title="Try")
-        text = feedback_for_clip(_run_model(self.ws, run_name, model), audio, target_text or "", run=run_name,
-                                 workspace=self.ws)
-        return text, self.describe_model(_run_model(self.ws, run_name, model))
+            raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
+                           title="Try")
+        text = feedback_for_clip(None, audio, target_text or "", run=run_name, workspace=self.ws,
+                                 max_new_tokens=int(max_new_tokens or 256))
+        return text, self.describe_model(_run_settings(self.ws, run_name).get("model"))
 
     @ui_errors
-    def base_feedback(self, audio: Any, target_text: str, run_name: str, model: str) -> str:
-        """The base model's feedback for the same clip (no adapter), for comparison."""
+    def base_feedback(self, audio: Any, target_text: str, run_name: str, model: str,
+                      max_new_tokens: float = 256) -> str:
+        """The base model's feedback for the same clip (no adapter; the run's base, device and quantization)."""
         from pipeline.infer import feedback_for_clip
 
-        return feedback_for_clip(_run_model(self.ws, run_name, model), audio, target_text or "", run=None,
-                                 workspace=self.ws)
+        settings = _run_settings(self.ws, run_name) if run_name else {}
+        return feedback_for_clip(settings.get("model") or model or DEFAULTS.model, audio, target_text or "",
+                                 device=settings.get("device"), quantization=settings.get("quantization"),
+                                 max_new_tokens=int(max_new_tokens or 256))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,18 +581,15 @@ def _list_runs(ws: Workspace) -> list[Any]:
     return list(list_runs(ws))
 
 
-def _run_model(ws: Workspace, run_name: str | None, model: str | None) -> str:
-    """The base model a run was trained on (from its config.json), else the picker's model."""
-    if run_name:
-        config_path = ws.run_dir(run_name) / "config.json"
-        if config_path.exists():
-            import json
+def _run_settings(ws: Workspace, run_name: str) -> dict:
+    """A run's `config.json` as a dict ({} when the run has none yet)."""
+    import json
 
-            try:
-                return json.loads(config_path.read_text(encoding="utf-8")).get("model") or model or DEFAULTS.model
-            except ValueError:
-                pass
-    return model or DEFAULTS.model
+    path = ws.run_dir(run_name) / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except ValueError:
+        return {}
 
 
 def _sample_pack_attribution() -> str:
@@ -785,6 +787,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                             try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
                                                   allow_custom_value=True)
                             try_refresh = gr.Button("↻", size="sm", scale=0)
+                        try_max_tokens = gr.Slider(16, 512, value=256, step=16, label="Longest answer (tokens)",
+                                                   info="The feedback template needs ~40-120 tokens.",
+                                                   elem_id="try-max-tokens")
                         try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
                 try_note = gr.Markdown(elem_id="try-note")
                 with gr.Row():
@@ -847,9 +852,10 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         refresh_runs.click(app.refresh_run_lists, outputs=run_lists)
         try_refresh.click(app.refresh_run_lists, outputs=run_lists)
 
-        try_button.click(app.tuned_feedback, inputs=[try_audio, try_target, try_run, model],
-                         outputs=[tuned_out, try_note])
-        try_button.click(app.base_feedback, inputs=[try_audio, try_target, try_run, model], outputs=base_out)
+        # One after the other: the model loads once per click and memory holds one model at a time.
+        try_button.click(app.tuned_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
+                         outputs=[tuned_out, try_note]).success(
+            app.base_feedback, inputs=[try_audio, try_target, try_run, model, try_max_tokens], outputs=base_out)
 
         demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice])
         demo.load(app.dataset_on_load, outputs=dataset_outputs)
