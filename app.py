@@ -145,6 +145,7 @@ class TutorApp:
 
     def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
         self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
+        self._estimates: dict[str, int | None] = {}
 
     # ------------------------------------------------------------------ model picker
 
@@ -389,36 +390,43 @@ class TutorApp:
 
     @ui_errors
     def start_training(self, run_name: str, *values: Any):
-        """Start a training run in its own process; returns (current run, status, timer on)."""
-        config = config_from_values(values)
+        """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.runs import start_run
 
+        config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
+        self.ws.run_dir(name)  # validates the name before anything is written
+        _require_built_dataset(self.ws)
         start_run(self.ws, name, config)
-        return name, f"Started **{name}** in its own process; progress appears below.", gr.Timer(active=True), ""
+        return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
+                gr.Timer(active=True), "", -1)
 
     @ui_errors
     def stop_training(self, run_name: str) -> str:
-        """Ask the run to save a checkpoint and stop at the next step."""
+        """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.runs import request_stop
 
         if not run_name:
-            raise gr.Error("No run is selected; start one or pick one from the list.", title="Training")
-        request_stop(self.ws, run_name)
-        return f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the next step."
+            raise gr.Error("No run is being watched; start one first.", title="Training")
+        status = request_stop(self.ws, run_name)
+        if not status["alive"]:
+            return f"**{run_name}** is not running (it is {status['state'].replace('_', ' ')})."
+        return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
+                "step, then ends. **Resume** continues it later.")
 
     @ui_errors
     def resume_training(self, run_name: str):
-        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on)."""
-        from pipeline.runs import resume_run
+        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
+        from pipeline.runs import start_run
 
         if not run_name:
             raise gr.Error("Pick a stopped run to resume.", title="Training")
-        resume_run(self.ws, run_name)
-        return run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), ""
+        start_run(self.ws, run_name, None, resume=True)
+        return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
 
     def poll(self, run_name: str, seen: int | None):
         """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
+        from pipeline.fileio import read_jsonl
         from pipeline.runs import run_status
 
         if not run_name:
@@ -427,56 +435,86 @@ class TutorApp:
             status = run_status(self.ws, run_name)
         except PipelineError as error:
             return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False), gr.skip())
-        data = status.to_dict() if hasattr(status, "to_dict") else dict(status)
-        rows = data.get("progress") or []
-        running = bool(data.get("running"))
-        curves = fmt.loss_curves(rows) if len(rows) != (seen or 0) or not running else gr.skip()
+        run_dir = Path(status["run_dir"])
+        rows = read_jsonl(run_dir / "progress.jsonl")
+        last = status.get("last_progress") or {}
+        result = status.get("result") or {}
+        alive = bool(status["alive"])
+        elapsed = last.get("elapsed_s")
+        if alive and elapsed is None:
+            elapsed = time.time() - float(result.get("started_at") or _started_at(run_dir) or time.time())
+        eta = last.get("eta_s") if alive else 0
+        state = status["state"].replace("_", " ")
+        if alive and not rows:
+            state += " (loading the model and checking the longest batch)"
+        curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
+        peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0]) or None
+        memory_text = fmt.train_memory_markdown(
+            {"peak_memory_bytes": peak, "estimate_bytes": self._run_estimate(run_name, result),
+             "memory_kind": result.get("memory_kind")})
         return (
-            fmt.progress_html(data.get("step"), data.get("max_steps"), data.get("elapsed_s"), data.get("eta_s"),
-                              data.get("status"), label=run_name),
+            fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
+                              state, label=run_name),
             curves,
-            fmt.train_memory_markdown(data),
-            data.get("log_tail") or "",
-            fmt.failure_markdown(data),
+            memory_text,
+            _tail(run_dir / "train.log") or _tail(run_dir / "process.log"),
+            fmt.failure_markdown({"status": status["state"], "reason": status.get("reason"),
+                                  "suggestions": result.get("suggestions")}),
             len(rows),
-            gr.Timer(active=running),
-            fmt.runs_frame(_list_runs(self.ws)) if not running else gr.skip(),
+            gr.Timer(active=alive),
+            gr.skip() if alive else self.runs_table(),
         )
 
+    def _run_estimate(self, run_name: str, result: dict) -> int | None:
+        """The memory estimate (bytes) for a run's settings on the device it runs on; cached per run."""
+        if run_name in self._estimates:
+            return self._estimates[run_name]
+        device = result.get("device")
+        if device not in ("cpu", "cuda", "mps"):
+            return None  # not known until the trainer has resolved `auto`
+        estimate = None
+        try:
+            from pipeline import memory
+
+            config = TrainConfig.from_dict(_run_settings(self.ws, run_name))
+            lengths = memory.length_stats_from_workspace(self.ws, config.max_length)
+            options, _ = memory.default_options(config.model, config)
+            estimate = memory.estimate_memory(memory.load_model_config(config.model), config, lengths, device,
+                                              options).total_bytes
+        except PipelineError:
+            pass
+        self._estimates[run_name] = estimate
+        return estimate
+
     def runs_table(self):
-        """Past runs with their results."""
+        """Past runs with their results (newest first)."""
         return fmt.runs_frame(_list_runs(self.ws))
 
     def on_load(self):
-        """Page (re)opened: re-attach to a running job, list runs and adapters."""
+        """Page (re)opened: re-attach to a running job (or show the latest run), list runs and adapters."""
         from pipeline.runs import active_run
 
+        runs = _list_runs(self.ws)
         active = active_run(self.ws)
-        name = _get_name(active) if active else None
-        adapters = self.adapter_choices()
-        status = f"Re-attached to the running job **{name}**." if name else ""
+        name = active or (runs[0]["run"] if runs else "")
+        status = f"Re-attached to the running job **{active}**." if active else ""
         return (
-            name or "",
-            gr.Timer(active=bool(name)),
+            name,
+            gr.Timer(active=bool(active)),
             status,
-            self.runs_table(),
-            gr.Dropdown(choices=adapters, value=adapters[0] if adapters else None),
-            gr.Dropdown(choices=self.resumable_choices()),
+            fmt.runs_frame(runs),
+            gr.Dropdown(choices=_adapter_runs(self.ws, runs), value=(_adapter_runs(self.ws, runs) or [None])[0]),
+            gr.Dropdown(choices=_resumable_runs(runs)),
+            -1,
         )
 
-    def resumable_choices(self) -> list[str]:
-        """Runs that were stopped (or failed) and have a checkpoint."""
-        return [_get_name(run) for run in _list_runs(self.ws) if (_get(run, "status") in ("stopped", "failed"))]
-
-    def adapter_choices(self) -> list[str]:
-        """Runs that saved an adapter (usable in the Try tab), newest first."""
-        return [_get_name(run) for run in _list_runs(self.ws) if (self.ws.run_dir(_get_name(run)) / "adapter").is_dir()]
-
     def refresh_run_lists(self):
-        adapters = self.adapter_choices()
+        """Runs table, stopped runs (to resume) and runs with an adapter (to try)."""
+        runs = _list_runs(self.ws)
+        adapters = _adapter_runs(self.ws, runs)
         return (
-            self.runs_table(),
-            gr.Dropdown(choices=self.resumable_choices()),
+            fmt.runs_frame(runs),
+            gr.Dropdown(choices=_resumable_runs(runs)),
             gr.Dropdown(choices=adapters, value=adapters[0] if adapters else None),
         )
 
@@ -565,20 +603,110 @@ def _clip_name(audio: Any) -> str | None:
     return None
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
-
-
-def _get_name(run: Any) -> str:
-    if isinstance(run, str):
-        return run
-    return _get(run, "name") or _get(run, "run_name")
-
-
-def _list_runs(ws: Workspace) -> list[Any]:
+def _list_runs(ws: Workspace) -> list[dict]:
     from pipeline.runs import list_runs
 
     return list(list_runs(ws))
+
+
+def _resumable_runs(runs: list[dict]) -> list[str]:
+    """Runs that ended stopped or failed and have a checkpoint to continue from."""
+    return [r["run"] for r in runs
+            if r["state"] in ("stopped", "failed") and any((Path(r["run_dir"]) / "checkpoints").glob("checkpoint-*"))]
+
+
+def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
+    """Runs that saved an adapter (usable in the Try tab), newest first."""
+    return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+
+
+def _require_built_dataset(ws: Workspace) -> None:
+    """Raise `DatasetError` unless a dataset with training rows is built (checked before a run starts)."""
+    from pipeline.dataset import load_build_report
+    from pipeline.errors import DatasetError
+
+    report = load_build_report(ws)
+    if not (report.get("splits") or {}).get("train"):
+        raise DatasetError(
+            f"The dataset in {ws.dataset_dir} has no training rows; add samples with feedback and build it again "
+            "(Dataset tab)."
+        )
+
+
+def _started_at(run_dir: Path) -> float | None:
+    import json
+
+    try:
+        return float(json.loads((run_dir / "pid.json").read_text(encoding="utf-8"))["started_at"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _tail(path: Path, lines: int = 14) -> str:
+    """The last `lines` lines of a text file ('' when missing); reads at most the last 64 KiB."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 65536))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:
+    """The estimate of `python -m pipeline estimate --json` for the app: components, verdict, suggestions.
+
+    Composes `pipeline.memory`'s public functions exactly as its `main` does (estimate, device budget,
+    verdict, "make it fit" search, optional probe). `components_at_peak` keeps the terms alive at the
+    peak (static + the peak phase + runtime overhead), which add up to `total_bytes`.
+    """
+    from pipeline import memory
+    from pipeline.model import resolve_device
+
+    device = resolve_device(config.device)
+    model_config = memory.load_model_config(config.model)
+    lengths = memory.length_stats_from_workspace(ws, config.max_length)
+    options, drop_ok = memory.default_options(config.model, config)
+    est = memory.estimate_memory(model_config, config, lengths, device, options)
+    mem = memory.device_memory(device, float(memory_gb) if memory_gb else None)
+    verdict = memory.verdict(est.total_bytes, mem.usable_bytes)
+    suggestions = [] if verdict.status == "fits" else memory.suggest_fits(
+        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok,
+        limit=MAX_SUGGESTIONS)
+    peak_members = set(memory.PHASE_MEMBERS[est.peak_phase])
+    at_peak = {
+        name: value for name, value in est.components.items()
+        if value and (name.startswith(memory.STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
+    }
+    return {
+        "model": config.model,
+        "device": device,
+        "components": est.components,
+        "components_at_peak": at_peak,
+        "peak_phase": est.peak_phase,
+        "total_bytes": est.total_bytes,
+        "usable_bytes": mem.usable_bytes,
+        "device_memory": mem.to_dict(),
+        "verdict": verdict.status,
+        "margin_bytes": verdict.margin_bytes,
+        "seq_len": est.seq_len,
+        "max_length": config.max_length,
+        "excluded_rows": lengths.excluded(config.max_length),
+        "lengths_source": lengths.source,
+        "notes": est.notes,
+        "suggestions": [s.to_dict() for s in suggestions],
+        "measured": memory.measure_peak(config.model, config, lengths, device, options) if measure else None,
+    }
+
+
+def _clip_name(audio: Any) -> str | None:
+    if isinstance(audio, (str, os.PathLike)):
+        return Path(audio).name
+    if isinstance(audio, dict) and audio.get("path"):
+        return Path(audio["path"]).name
+    return None
 
 
 def _run_settings(ws: Workspace, run_name: str) -> dict:
@@ -843,10 +971,10 @@ def build_ui(app: TutorApp) -> gr.Blocks:
 
         poll_outputs = [progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer, runs_df]
         start_button.click(app.start_training, inputs=[run_name, *setting_widgets],
-                           outputs=[current_run, train_status, timer, failure_out])
+                           outputs=[current_run, train_status, timer, failure_out, seen_rows])
         stop_button.click(app.stop_training, inputs=current_run, outputs=train_status)
         resume_button.click(app.resume_training, inputs=resume_choice,
-                            outputs=[current_run, train_status, timer, failure_out])
+                            outputs=[current_run, train_status, timer, failure_out, seen_rows])
         timer.tick(app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")
         run_lists = [runs_df, resume_choice, try_run]
         refresh_runs.click(app.refresh_run_lists, outputs=run_lists)
@@ -857,7 +985,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                          outputs=[tuned_out, try_note]).success(
             app.base_feedback, inputs=[try_audio, try_target, try_run, model, try_max_tokens], outputs=base_out)
 
-        demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice])
+        demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice, seen_rows]).then(
+            app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")
         demo.load(app.dataset_on_load, outputs=dataset_outputs)
     return demo
 

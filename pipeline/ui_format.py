@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 GIB = 1024**3
@@ -423,35 +424,28 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     return fig
 
 
-def runs_frame(runs: Iterable[Any]):
-    """Table of past runs: name, status, steps, final loss, eval loss, peak memory, reason."""
+def runs_frame(runs: Iterable[Mapping[str, Any]]):
+    """Table of past runs (`pipeline.runs.run_status` dicts): name, state, steps, losses, peak memory, note."""
     import pandas as pd
 
     rows = []
     for run in runs:
-        result = _get(run, "result") or {}
+        result = run.get("result") or {}
+        step, max_steps = run.get("step"), run.get("max_steps")
         rows.append(
             {
-                "run": _get(run, "name") or _get(run, "run_name"),
-                "status": _get(run, "status") or _get(result, "status") or "",
-                "steps": _first(run, result, "step", "global_step", "steps"),
-                "loss": _round(_first(run, result, "train_loss", "loss", "final_loss")),
-                "eval loss": _round(_first(run, result, "eval_loss")),
-                "peak memory": format_bytes(_first(run, result, "peak_memory_bytes", "peak_bytes")),
-                "model": _get(_get(run, "config") or {}, "model") or "",
-                "note": _first(run, result, "reason", "message") or "",
+                "run": run.get("run"),
+                "state": str(run.get("state", "")).replace("_", " "),
+                "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
+                "final loss": _round(result.get("final_loss")),
+                "eval loss": _round(result.get("eval_loss")),
+                "peak memory": format_bytes(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
+                "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
+                "note": run.get("reason") or "",
             }
         )
-    return pd.DataFrame(rows, columns=["run", "status", "steps", "loss", "eval loss", "peak memory", "model", "note"])
-
-
-def _first(primary: Any, secondary: Any, *names: str) -> Any:
-    for source in (primary, secondary):
-        for name in names:
-            value = _get(source, name)
-            if value is not None:
-                return value
-    return None
+    columns = ["run", "state", "steps", "final loss", "eval loss", "peak memory", "model", "note"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _round(value: Any) -> Any:
@@ -459,23 +453,31 @@ def _round(value: Any) -> Any:
 
 
 def train_memory_markdown(status: Mapping[str, Any]) -> str:
-    """Peak memory of a run so far against the estimate it was started with."""
+    """Peak memory of a run so far against the estimate for its settings (`peak_memory_bytes`,
+    `estimate_bytes`, `memory_kind`: which counter was read)."""
     peak = status.get("peak_memory_bytes")
-    estimate = status.get("estimate_bytes") or status.get("estimated_peak_bytes")
+    estimate = status.get("estimate_bytes")
     if not peak and not estimate:
         return ""
-    text = f"**Peak memory:** {format_bytes(peak)}"
+    text = f"**Peak memory so far:** {format_bytes(peak)}"
     if estimate:
-        text += f" · estimate {format_bytes(estimate)}"
+        text += f" · **estimate** {format_bytes(estimate)}"
         if peak:
-            text += f" ({100.0 * peak / estimate:.0f} % of it)"
+            text += f" (measured is {100.0 * peak / estimate:.0f} % of the estimate)"
+    kind = status.get("memory_kind")
+    if kind:
+        text += f"  \n<small>counter: {kind}</small>"
     return text
 
 
 def failure_markdown(status: Mapping[str, Any]) -> str:
-    """Why a run failed and what to change (empty unless the run failed)."""
+    """Why a run failed and what to change (empty unless `status` is failed)."""
     if status.get("status") != "failed":
         return ""
-    reason = status.get("reason") or status.get("error") or "the run ended with an error (see the log)."
-    fix = status.get("fix") or status.get("suggestion") or ""
-    return f"### ✗ Training failed\n\n{reason}" + (f"\n\n**What to change:** {fix}" if fix else "")
+    reason = status.get("reason") or "the run ended with an error (see the log)."
+    lines = [f"### ✗ Training failed", "", str(reason)]
+    suggestions = status.get("suggestions") or []
+    if suggestions:
+        lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
+        lines += [f"- {tip}" for tip in suggestions]
+    return "\n".join(lines)

@@ -232,3 +232,50 @@ def test_launch_flags_default_to_localhost_only():
     assert args.host == "127.0.0.1" and args.share is False and args.port == 7860
     args = app_module.parse_args(["--workspace", "/tmp/x", "--port", "9000", "--share"])
     assert args.workspace == "/tmp/x" and args.port == 9000 and args.share is True
+
+
+# ------------------------------------------------------------------------------------------- training
+
+
+def _settings(model: str, **changes):
+    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values.update(model=model, device="cpu", batch_size=1, grad_accum=1, max_steps=3, eval_steps=0, save_steps=1)
+    values.update(changes)
+    return [values[name] for name in app_module.CONFIG_FIELDS]
+
+
+def test_starting_training_without_a_dataset_is_refused(ui, tiny_model_dir):
+    before = manifest_bytes(ui)
+    with pytest.raises(gr.Error) as excinfo:
+        ui.start_training("run-1", *_settings(str(tiny_model_dir)))
+    assert_error(excinfo, "dataset", "build")
+    assert manifest_bytes(ui) == before
+    assert not (ui.ws.runs_dir / "run-1").exists()
+
+
+def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_dir):
+    from pipeline.runs import request_stop, run_status
+
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    settings = _settings(str(tiny_model_dir), max_steps=50)
+    name, status, timer, failure, seen = ui.start_training("first", *settings)
+    try:
+        assert name == "first" and "Started" in status
+        pid_file = ui.ws.run_dir("first") / "pid.json"
+        before = pid_file.read_bytes()
+        for second in ("second", "first"):
+            with pytest.raises(gr.Error) as excinfo:
+                ui.start_training(second, *settings)
+            assert_error(excinfo, "`first` is still training", "one run at a time")
+        with pytest.raises(gr.Error):
+            ui.resume_training("first")
+        assert not (ui.ws.runs_dir / "second").exists()
+        assert pid_file.read_bytes() == before, "the running job's files are untouched"
+        assert ui.on_load()[0] == "first", "a reloaded page re-attaches to the running job"
+    finally:
+        request_stop(ui.ws, "first", wait=True, timeout_s=5)  # STOP file, then kill: keeps the test short
+    assert not run_status(ui.ws, "first")["alive"]
+    progress, *_rest = ui.poll("first", -1)
+    assert "first" in progress
