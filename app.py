@@ -430,11 +430,11 @@ class TutorApp:
         from pipeline.runs import run_status
 
         if not run_name:
-            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False), gr.skip())
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 3
         try:
             status = run_status(self.ws, run_name)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False), gr.skip())
+            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False)) + (gr.skip(),) * 3
         run_dir = Path(status["run_dir"])
         rows = read_jsonl(run_dir / "progress.jsonl")
         last = status.get("last_progress") or {}
@@ -462,7 +462,7 @@ class TutorApp:
                                   "suggestions": result.get("suggestions")}),
             len(rows),
             gr.Timer(active=alive),
-            gr.skip() if alive else self.runs_table(),
+            *((gr.skip(),) * 3 if alive else self._run_lists(selected=run_name)),
         )
 
     def _run_estimate(self, run_name: str, result: dict) -> int | None:
@@ -498,24 +498,22 @@ class TutorApp:
         active = active_run(self.ws)
         name = active or (runs[0]["run"] if runs else "")
         status = f"Re-attached to the running job **{active}**." if active else ""
-        return (
-            name,
-            gr.Timer(active=bool(active)),
-            status,
-            fmt.runs_frame(runs),
-            gr.Dropdown(choices=_adapter_runs(self.ws, runs), value=(_adapter_runs(self.ws, runs) or [None])[0]),
-            gr.Dropdown(choices=_resumable_runs(runs)),
-            -1,
-        )
+        table, resume, adapters = self._run_lists()
+        return name, gr.Timer(active=bool(active)), status, table, adapters, resume, -1
 
     def refresh_run_lists(self):
         """Runs table, stopped runs (to resume) and runs with an adapter (to try)."""
+        return self._run_lists()
+
+    def _run_lists(self, selected: str | None = None):
+        """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = _list_runs(self.ws)
+        resumable = _resumable_runs(runs)
         adapters = _adapter_runs(self.ws, runs)
         return (
             fmt.runs_frame(runs),
-            gr.Dropdown(choices=_resumable_runs(runs)),
-            gr.Dropdown(choices=adapters, value=adapters[0] if adapters else None),
+            gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
+            gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
         )
 
     # ------------------------------------------------------------------ try
@@ -896,7 +894,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                     loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
                     with gr.Column():
                         train_memory = gr.Markdown(elem_id="train-memory")
-                        log_tail = gr.Textbox(label="Log (last lines)", lines=12, max_lines=12, interactive=False,
+                        log_tail = gr.Textbox(label="Log (last lines)", lines=14, max_lines=40, interactive=False,
                                               autoscroll=True, elem_id="log-tail")
                 gr.Markdown("### Past runs")
                 runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True)
@@ -914,7 +912,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                         with gr.Row():
                             try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
                                                   allow_custom_value=True)
-                            try_refresh = gr.Button("↻", size="sm", scale=0)
+                            try_refresh = gr.Button("Refresh runs", size="sm", scale=0, min_width=120)
                         try_max_tokens = gr.Slider(16, 512, value=256, step=16, label="Longest answer (tokens)",
                                                    info="The feedback template needs ~40-120 tokens.",
                                                    elem_id="try-max-tokens")
@@ -934,6 +932,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             "save_steps": save_steps,
         }
         setting_widgets = [settings[name] for name in CONFIG_FIELDS]
+        for name, widget in settings.items():
+            if name != "model":
+                widget.elem_id = widget.elem_id or f"set-{name.replace('_', '-')}"
 
         tiny_button.click(app.make_tiny_model, outputs=[model, model_note])
         model.change(app.describe_model, inputs=model, outputs=model_note)
@@ -969,7 +970,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                 app.estimate, inputs=[memory_gb, *setting_widgets], outputs=estimate_outputs)
         measure_button.click(app.measure, inputs=[memory_gb, *setting_widgets], outputs=[measured_out, memory_plot])
 
-        poll_outputs = [progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer, runs_df]
+        poll_outputs = [progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer, runs_df,
+                        resume_choice, try_run]
         start_button.click(app.start_training, inputs=[run_name, *setting_widgets],
                            outputs=[current_run, train_status, timer, failure_out, seen_rows])
         stop_button.click(app.stop_training, inputs=current_run, outputs=train_status)

@@ -417,8 +417,11 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
         ax.plot(*zip(*train), color=_PALETTE[0], marker="." if len(train) < 40 else None, label="train loss")
     if evals:
         ax.plot(*zip(*evals), color=_PALETTE[1], marker="o", label="eval loss")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (cross-entropy on the tutor's answer)")
+    ax.set_ylabel("loss (tutor's answer)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig

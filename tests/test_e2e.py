@@ -98,7 +98,9 @@ def _wait_text(page, selector: str, pattern: str, timeout_s: float = 120) -> str
         _no_error_toast(page)
         locator = page.locator(selector)
         if locator.count():
-            text = locator.first.inner_text()
+            fields = locator.first.locator("textarea, input")
+            values = [fields.nth(i).input_value() for i in range(fields.count())]
+            text = "\n".join([locator.first.inner_text(), *values])
             if re.search(pattern, text):
                 return text
         time.sleep(0.5)
@@ -173,4 +175,58 @@ def test_full_flow_in_the_browser(running_app):
         page.wait_for_selector("#memory-plot img")
         _shot(page, "3-memory")
         _step("memory estimated")
+        _fill_number(page, "set-grad-accum", "1")  # one row per optimizer step: a short CPU run
+
+        # 4 Train: a short run in its own process; progress appears; stop; resume; it completes.
+        _tab(page, "4 · Train")
+        page.locator("#run-name input, #run-name textarea").first.fill("e2e-run")
+        _fill_number(page, "max-steps", "6")
+        page.get_by_text("More settings").click()
+        _fill_number(page, "eval-steps", "3")
+        _fill_number(page, "save-steps", "1")
+        page.click("#start-training")
+        _wait_text(page, "#train-status", r"Started")
+        _step("training started")
+        _wait_text(page, "#train-progress", r"step [1-5] of 6", timeout_s=240)
+        _wait_text(page, "#log-tail", r"step \d/6 loss", timeout_s=60)
+        page.wait_for_selector("#loss-plot img")
+        _shot(page, "4-train-running")
+        _step("progress seen")
+        page.click("#stop-training")
+        _wait_text(page, "#train-status", r"Asked .*e2e-run.* to stop")
+        _wait_text(page, "#train-progress", r"status: stopped", timeout_s=240)
+        _step("stopped")
+        run_dir = workspace / "runs" / "e2e-run"
+        assert any((run_dir / "checkpoints").glob("checkpoint-*")), "a stopped run keeps a checkpoint"
+        _wait_text(page, "#resume-choice", r"e2e-run", timeout_s=30)
+        assert page.locator("#resume-choice input").first.input_value() == "e2e-run"
+        page.click("#resume-training")
+        _wait_text(page, "#train-status", r"Resumed")
+        _wait_text(page, "#train-progress", r"step 6 of 6 .*status: completed", timeout_s=300)
+        _wait_text(page, "#runs-table", r"completed")
+        _shot(page, "4-train-done")
+        _step("resumed and completed")
+
+        # 5 Try: upload a clip, type the sentence, get tuned and base feedback side by side.
+        _tab(page, "5 · Try")
+        page.locator("#try-audio button[aria-label='Upload file']").click()
+        page.locator("#try-audio input[type=file]").set_input_files(str(SAMPLE_CLIP))
+        page.locator("#try-target input, #try-target textarea").first.fill("KATE'S GOT SOME GREY")
+        slider = page.locator("#try-max-tokens input[type=number]").first
+        slider.fill("24")
+        slider.press("Enter")
+        assert page.locator("#try-run input").first.input_value() == "e2e-run"
+        page.wait_for_selector("#try-audio audio, #try-audio .waveform-container, #try-audio [data-testid='waveform-x']",
+                               state="attached")
+        page.click("#try-button")
+        _wait_text(page, "#try-note", r"random weights", timeout_s=300)
+        tuned = page.locator("#tuned-feedback textarea").first
+        base = page.locator("#base-feedback textarea").first
+        deadline = time.time() + 300
+        while time.time() < deadline and not (tuned.input_value() and base.input_value()):
+            _no_error_toast(page)
+            time.sleep(1)
+        assert tuned.input_value().strip() and base.input_value().strip()
+        _shot(page, "5-try")
+        _step("feedback received")
         browser.close()
