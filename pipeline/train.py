@@ -617,6 +617,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
     with tempfile.TemporaryDirectory(prefix="probe-") as tmp:
         trainer = session.trainer(Path(tmp), [])
         trainer.create_optimizer_and_scheduler(num_training_steps=1)
+        trainer.current_gradient_accumulation_steps = 1  # set by Trainer's own loop; one micro-batch here
         batch = session.collator(worst)
         out["batch_tokens"] = int(batch["input_ids"].numel())
         reset_peak_memory(device)
