@@ -1,0 +1,223 @@
+"""How right is the memory estimate? Estimate and measure a grid of fine-tuning steps side by side.
+
+Usage:
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/memory_accuracy.py [--quick] [--no-full] [--json OUT]
+
+Models: the tiny random Gemma 3n (`pipeline.tiny_model.make_tiny_model`), a mid-size random Gemma
+3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
+row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
+conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
+`assets/gemma-3n-E2B-it.config.json` (bf16 LoRA with gradient checkpointing, short sequence; only
+when at least 16 GiB of RAM are available).
+
+Measurement (CPU): each configuration runs in a fresh child process (`pipeline.memory_probe`) with
+the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
+(VmHWM, reset right before the steady-state second step). The estimate is
+`pipeline.memory.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
+is a constant measured on the tiny model. Columns: estimate, measured peak RSS, error % of the
+measurement; `net` columns subtract the import baseline (RSS after importing torch/transformers)
+from the measurement and the runtime overhead from the estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.memory import (  # noqa: E402
+    GIB,
+    RUNTIME_OVERHEAD_BYTES,
+    EstimateOptions,
+    LengthStats,
+    estimate_memory,
+    fmt_bytes,
+    load_model_config,
+)
+
+CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
+
+
+def tiny_model_dir() -> Path:
+    from pipeline.tiny_model import make_tiny_model
+
+    out = CACHE / "tiny"
+    if not (out / "config.json").exists():
+        make_tiny_model(out)
+    return out
+
+
+def mid_model_dir() -> Path:
+    """A random Gemma 3n of ~0.2 B parameters, saved in bf16 with the tiny model's tokenizer files
+    (the probe builds its batches from token ids, so the tokenizer only has to exist)."""
+    out = CACHE / "mid"
+    if (out / "model.safetensors").exists():
+        return out
+    import torch
+    from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
+
+    tiny = tiny_model_dir()
+    text_vocab, mm = 65536, 128
+    layers = 8
+    cfg = Gemma3nConfig(
+        text_config=dict(
+            vocab_size=text_vocab + 2 * mm, vocab_size_per_layer_input=text_vocab, hidden_size=512,
+            intermediate_size=[2048] * layers, num_hidden_layers=layers, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=128, hidden_size_per_layer_input=256, laurel_rank=32,
+            num_kv_shared_layers=2, sliding_window=512,
+            layer_types=["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(layers)],
+            activation_sparsity_pattern=[0.95] * 2 + [0.0] * (layers - 2),
+            max_position_embeddings=8192, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+        ),
+        audio_config=dict(vocab_size=mm, vocab_offset=text_vocab + mm, hidden_size=256,
+                          conf_num_attention_heads=4, conf_num_hidden_layers=2, sscp_conv_channel_size=[64, 16]),
+        vision_config=dict(architecture="test_vit", hidden_size=64, vocab_size=mm, vocab_offset=text_vocab),
+        audio_soft_tokens_per_image=188, boi_token_id=7, eoi_token_id=text_vocab, image_token_id=text_vocab + 1,
+        boa_token_id=8, eoa_token_id=text_vocab + mm, audio_token_id=text_vocab + mm + 1,
+        pad_token_id=0, bos_token_id=2, eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    model = Gemma3nForConditionalGeneration(cfg).to(torch.bfloat16)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    for f in tiny.iterdir():
+        if f.name not in ("config.json", "model.safetensors", "generation_config.json") and f.is_file():
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def grid(full: bool) -> list[dict]:
+    """The configurations: (model, seq_len, batch, gradient checkpointing, quantization, rank, clip)."""
+    rows = []
+    for t, b, gc, q, r, clip in [
+        (256, 1, True, "none", 8, 0.0),
+        (1024, 2, False, "4bit", 64, 5.0),
+    ]:
+        rows.append(dict(model="tiny", seq_len=t, batch=b, gc=gc, quant=q, rank=r, clip_s=clip))
+    for t, b, gc, q, r, clip in [
+        (256, 1, False, "none", 8, 0.0),
+        (256, 4, True, "none", 64, 0.0),
+        (512, 1, False, "4bit", 8, 0.0),
+        (512, 2, True, "4bit", 64, 10.0),
+        (512, 4, False, "none", 64, 0.0),
+        (1024, 1, True, "none", 8, 30.0),
+        (1024, 1, False, "none", 64, 0.0),
+        (1024, 2, True, "4bit", 8, 0.0),
+        (2048, 1, True, "none", 64, 0.0),
+        (2048, 1, False, "4bit", 8, 0.0),
+        (2048, 1, True, "4bit", 64, 30.0),
+    ]:
+        rows.append(dict(model="mid", seq_len=t, batch=b, gc=gc, quant=q, rank=r, clip_s=clip))
+    if full:
+        rows.append(dict(model="E2B", seq_len=256, batch=1, gc=True, quant="none", rank=16, clip_s=0.0))
+    return rows
+
+
+def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, random_init: bool,
+            malloc_fixed: bool = False) -> dict:
+    request = {"model": model_path, "config": config.to_dict(), "seq_len": seq_len, "clip_s": clip_s,
+               "device": "cpu", "random_init": random_init}
+    env = dict(os.environ)
+    if malloc_fixed:  # diagnostic: every allocation >= 64 KiB is mmapped, so RSS follows live tensors
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    proc = subprocess.run([sys.executable, "-m", "pipeline.memory_probe", json.dumps(request)],
+                          capture_output=True, text=True, cwd=str(REPO), env=env)
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+
+
+def available_ram() -> int:
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-full", action="store_true", help="skip the full-size E2B row")
+    parser.add_argument("--only", type=int, nargs="*", help="row indices to run")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--from-json", type=Path, help="re-estimate the measurements saved by --json (no measuring)")
+    parser.add_argument("--malloc-fixed", action="store_true",
+                        help="diagnostic: fix glibc's mmap threshold in the children (RSS then follows live tensors)")
+    args = parser.parse_args(argv)
+    paths = {"tiny": str(tiny_model_dir()), "mid": str(mid_model_dir()),
+             "E2B": str(REPO / "assets" / "gemma-3n-E2B-it.config.json")}
+    rows = grid(full=not args.no_full)
+    saved = {}
+    if args.from_json:
+        for rec in json.loads(args.from_json.read_text()):
+            saved[(rec["model"], rec["seq_len"], rec["batch"], rec["gc"], rec["quant"], rec["rank"], rec["clip_s"])] = rec
+    results = []
+    print("Measurement: CPU peak RSS (VmHWM reset before the steady-state step) in a fresh child process per row;")
+    print(f"estimate includes the CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}.\n")
+    header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
+              f"{'estimate':>10} {'measured':>10} {'err%':>6} | {'net est':>10} {'net meas':>10} {'err%':>6} | {'s':>5}")
+    print(header)
+    print("-" * len(header))
+    for i, row in enumerate(rows):
+        if args.only is not None and i not in args.only:
+            continue
+        if row["model"] == "E2B" and available_ram() < 16 * GIB:
+            print(f"{i:>2} E2B skipped: only {fmt_bytes(available_ram())} RAM available (needs 16 GiB)")
+            continue
+        config = TrainConfig(model=paths[row["model"]], device="cpu", quantization=row["quant"],
+                             lora_rank=row["rank"], lora_alpha=2 * row["rank"], batch_size=row["batch"],
+                             gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
+        model_config = load_model_config(paths[row["model"]])
+        options = EstimateOptions(attn_implementation="eager", keep_logits=False)
+        est = estimate_memory(model_config, config, LengthStats(row["seq_len"], row["clip_s"]), "cpu", options)
+        started = time.perf_counter()
+        key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
+        if args.from_json:
+            if key not in saved:
+                continue
+            m = {k: v for k, v in saved[key].items() if k not in row and k not in ("estimate_bytes", "components")}
+        else:
+            m = measure(paths[row["model"]], config, row["seq_len"], row["clip_s"], random_init=row["model"] == "E2B",
+                        malloc_fixed=args.malloc_fixed)
+        seconds = m.get("seconds", time.perf_counter() - started)
+        rec = {**row, "estimate_bytes": est.total_bytes, "components": est.components, "seconds": round(seconds, 1), **m}
+        results.append(rec)
+        if "error" in m:
+            print(f"{i:>2} {row['model']:5} error: {m['error'][-300:]}")
+            continue
+        meas = m["peak_bytes"]
+        err = 100.0 * (est.total_bytes - meas) / meas
+        net_est = est.total_bytes - RUNTIME_OVERHEAD_BYTES["cpu"]
+        net_meas = meas - m["baseline_rss_bytes"]
+        net_err = 100.0 * (net_est - net_meas) / net_meas if net_meas > 0 else float("nan")
+        rec.update(error_percent=round(err, 2), net_error_percent=round(net_err, 2))
+        print(f"{i:>2} {row['model']:5} {row['seq_len']:>5} {row['batch']:>2} {'on' if row['gc'] else 'off':>3} "
+              f"{row['quant']:5} {row['rank']:>3} {row['clip_s']:>4.0f} | {fmt_bytes(est.total_bytes):>10} "
+              f"{fmt_bytes(meas):>10} {err:>+6.1f} | {fmt_bytes(net_est):>10} {fmt_bytes(net_meas):>10} "
+              f"{net_err:>+6.1f} | {seconds:>5.0f}", flush=True)
+    done = [r for r in results if "error_percent" in r]
+    if done:
+        worst = max(done, key=lambda r: abs(r["error_percent"]))
+        worst_net = max(done, key=lambda r: abs(r["net_error_percent"]))
+        print(f"\nlargest absolute error: {worst['error_percent']:+.1f} % (row {worst['model']} seq {worst['seq_len']}); "
+              f"net of runtime overhead: {worst_net['net_error_percent']:+.1f} % (row {worst_net['model']} seq {worst_net['seq_len']})")
+        print(f"rows within 10 %: {sum(abs(r['error_percent']) <= 10 for r in done)}/{len(done)}; "
+              f"within 5 %: {sum(abs(r['error_percent']) <= 5 for r in done)}/{len(done)}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""Measured peak memory of one real training step (the torch side of `pipeline.memory`).
+
+Run as a child process by `pipeline.memory.measure_peak` and by `benchmarks/memory_accuracy.py`:
+`python -m pipeline.memory_probe '<request JSON>'` prints one JSON line. A fresh process per
+measurement keeps one configuration's allocator state and peak out of the next.
+
+Two modes, both with the training code's own loading, quantization, LoRA, Trainer optimizer and
+`training_step` (pipeline.model / pipeline.train):
+  * `workspace` given and a dataset built: `pipeline.train.run_probe_step` on the dataset's
+    longest rows (the real worst-case batch, real processor);
+  * otherwise: a synthetic worst-case micro-batch of `batch_size` rows of `seq_len` tokens with one
+    `clip_s` clip each (the chat layout: audio soft tokens, then text; the last quarter supervised),
+    run twice so the second step is the steady state (optimizer states exist and the previous
+    micro-batch's LoRA gradients are alive, as under gradient accumulation); the peak is taken over
+    the second step only.
+
+Counters: CPU: the process's resident-set high-water mark (VmHWM from /proc/self/status, reset by
+writing 5 to /proc/self/clear_refs right before the measured step; `ru_maxrss` where that is not
+available); CUDA: `max_memory_allocated` and `max_memory_reserved`; MPS: `driver_allocated_memory`.
+`baseline_rss_bytes` is the RSS after importing torch/transformers/peft/bitsandbytes, before the
+model exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+
+def rss_bytes() -> int:
+    """Current resident set size of this process (bytes), from /proc/self/statm."""
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def reset_rss_peak() -> bool:
+    """Reset this process's RSS high-water mark (Linux `clear_refs` 5); False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_peak_bytes() -> int:
+    """RSS high-water mark (bytes): VmHWM (resettable) on Linux, else `ru_maxrss`."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
+
+
+def _reset(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    reset_rss_peak()
+
+
+def _peaks(device: str) -> dict:
+    import torch
+
+    out = {"peak_rss_bytes": rss_peak_bytes()}
+    if device == "cuda":
+        torch.cuda.synchronize()
+        out["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+        out["max_memory_reserved"] = int(torch.cuda.max_memory_reserved())
+        out["peak_bytes"] = out["max_memory_reserved"]
+        out["method"] = "CUDA max_memory_reserved (allocated shown too)"
+    elif device == "mps":
+        out["driver_allocated_memory"] = int(torch.mps.driver_allocated_memory())
+        out["peak_bytes"] = out["driver_allocated_memory"]
+        out["method"] = "MPS driver_allocated_memory after the step"
+    else:
+        out["peak_bytes"] = out["peak_rss_bytes"]
+        out["method"] = "CPU peak RSS (VmHWM reset before the step)"
+    return out
+
+
+def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, seed: int = 0) -> dict:
+    """A worst-case micro-batch shaped like `pipeline.collate.ChatCollator`'s output.
+
+    input_ids (B, T) int64: `<bos>`, text, `<start_of_audio>`, the 188 audio soft tokens,
+    `<end_of_audio>`, text (the answer = last quarter, supervised in `labels`); input_features
+    (B, F, 128) float32 with F = 100 x clip_s frames, input_features_mask (B, F) bool; without a clip
+    (clip_s = 0) a text-only batch.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    text = model_config.text_config
+    vocab_text = int(text.vocab_size_per_layer_input)
+    ids = torch.randint(8, vocab_text - 1, (batch_size, seq_len), generator=g)
+    ids[:, 0] = int(text.bos_token_id if isinstance(text.bos_token_id, int) else 2)
+    batch: dict = {}
+    if clip_s > 0:
+        n_audio = int(model_config.audio_soft_tokens_per_image)
+        start = 8
+        ids[:, start] = int(model_config.boa_token_id)
+        ids[:, start + 1 : start + 1 + n_audio] = int(model_config.audio_token_id)
+        ids[:, start + 1 + n_audio] = int(model_config.eoa_token_id)
+        frames = max(1, int(round(min(clip_s, 30.0) * 100)))
+        feat = int(model_config.audio_config.input_feat_size)
+        batch["input_features"] = torch.randn(batch_size, frames, feat, generator=g)
+        batch["input_features_mask"] = torch.ones(batch_size, frames, dtype=torch.bool)
+    labels = torch.full_like(ids, -100)
+    answer = max(1, seq_len // 4)
+    labels[:, -answer:] = ids[:, -answer:]
+    batch.update(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+    return batch
+
+
+def random_model(config_path: str, device: str, quantization: str):
+    """A random-weight Gemma 3n built from a config.json on `device` in the training dtype, with
+    eager attention, as `pipeline.model.load_model` would load it (bf16 only: quantizing needs a
+    checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
+    import torch
+    from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
+
+    from pipeline.model import compute_dtype, weight_bytes
+
+    if quantization != "none":
+        raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
+    path = Path(config_path)
+    data = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf-8"))
+    cfg = Gemma3nConfig.from_dict(data)
+    dtype = compute_dtype(device)
+    with torch.device(device):
+        model = Gemma3nForConditionalGeneration._from_config(cfg, dtype=dtype, attn_implementation="eager")
+    model.eval()
+    return model, weight_bytes(model)
+
+
+def probe_synthetic(request: dict) -> dict:
+    """Two steps on a synthetic worst-case batch with the training code's settings (see module doc)."""
+    import tempfile
+
+    import torch
+    from transformers import Trainer
+
+    from pipeline.config import TrainConfig
+    from pipeline.model import attach_lora, load_model
+    from pipeline.train import training_arguments
+
+    config = TrainConfig.from_dict(request["config"])
+    device = request["device"]
+    out: dict = {"baseline_rss_bytes": rss_bytes()}
+    started = time.perf_counter()
+    if request.get("random_init"):
+        model, weight_bytes = random_model(request["model"], device, config.quantization)
+    else:
+        model, qreport = load_model(request["model"], device=device, quantization=config.quantization)
+        weight_bytes = qreport.weight_bytes
+    model, lreport = attach_lora(model, config)
+    out["load_seconds"] = round(time.perf_counter() - started, 1)
+    out["after_load_rss_bytes"] = rss_bytes()
+    out["weight_bytes"] = int(weight_bytes)
+    out["trainable_params"] = int(lreport.trainable_params)
+    batch = synthetic_batch(model.config, config.batch_size, int(request["seq_len"]), float(request["clip_s"]))
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with tempfile.TemporaryDirectory(prefix="memprobe-") as tmp:
+        args = training_arguments(config, Path(tmp), device, has_eval=False)
+        trainer = Trainer(model=model, args=args)
+        trainer.create_optimizer_and_scheduler(num_training_steps=2)
+        # Set by Trainer's training loop before each accumulation window (transformers 5.x).
+        trainer.current_gradient_accumulation_steps = config.grad_accum
+        model.train()
+        started = time.perf_counter()
+        trainer.training_step(model, dict(batch))
+        trainer.optimizer.step()  # optimizer states now exist; gradients kept (accumulation)
+        out["before_step_rss_bytes"] = rss_bytes()
+        _reset(device)
+        loss = trainer.training_step(model, dict(batch))
+        trainer.optimizer.step()
+        out.update(_peaks(device))
+        trainer.optimizer.zero_grad(set_to_none=True)
+        out["step_seconds"] = round((time.perf_counter() - started) / 2, 2)
+        out["loss"] = float(loss.item())
+    out["mode"] = "synthetic worst-case batch, steady-state second step"
+    return out
+
+
+def probe_workspace(request: dict) -> dict:
+    """`pipeline.train.run_probe_step` on the workspace's longest rows, with the CPU RSS peak reset
+    where the training code resets its counter (so loading does not count)."""
+    import pipeline.train as train_module
+    from pipeline.config import TrainConfig
+
+    config = TrainConfig.from_dict(request["config"])
+    device = request["device"]
+    out: dict = {"baseline_rss_bytes": rss_bytes()}
+    original_reset = train_module.reset_peak_memory
+
+    def reset_both(dev: str) -> None:
+        original_reset(dev)
+        reset_rss_peak()
+
+    train_module.reset_peak_memory = reset_both
+    try:
+        result = train_module.run_probe_step(config, request["workspace"])
+    finally:
+        train_module.reset_peak_memory = original_reset
+    out.update(_peaks(device))
+    out["training_code_peak_bytes"] = result.get("peak_memory_bytes")
+    out.update({k: result.get(k) for k in ("batch_rows", "batch_tokens", "loss", "seconds", "out_of_memory", "error")})
+    out["mode"] = "pipeline.train.run_probe_step on the dataset's longest rows (one step)"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    request = json.loads(argv[0])
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch  # noqa: F401 - imported before the baseline, as in training
+    import transformers  # noqa: F401
+    import peft  # noqa: F401
+
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        pass
+    try:
+        if request.get("workspace"):
+            result = probe_workspace(request)
+        else:
+            result = probe_synthetic(request)
+    except Exception as error:  # noqa: BLE001 - reported to the parent as JSON
+        print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+"""The memory model: each term against hand-computed values, verdicts, suggestions, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pipeline import memory
+from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.memory import (
+    GIB,
+    EstimateOptions,
+    LengthStats,
+    estimate_memory,
+    model_shape,
+    part_params,
+    verdict,
+)
+
+# A small Gemma 3n config whose every term is computed by hand below.
+# h=8, 2 layers (layer 1 reuses layer 0's K/V), 2 query heads / 1 KV head of dim 4 (q=8, kv=4),
+# MLP 16, per-layer input p=2 over a 50-row table, AltUp n=2, LAuReL rank 2, layer 0 sparse.
+SMALL = {
+    "model_type": "gemma3n",
+    "tie_word_embeddings": True,
+    "text_config": {
+        "vocab_size": 100, "hidden_size": 8, "intermediate_size": [16, 16], "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "num_kv_shared_layers": 1,
+        "vocab_size_per_layer_input": 50, "hidden_size_per_layer_input": 2, "altup_num_inputs": 2,
+        "laurel_rank": 2, "activation_sparsity_pattern": [0.95, 0.0],
+    },
+    "audio_config": {"hidden_size": 4, "conf_num_hidden_layers": 1, "conf_num_attention_heads": 2,
+                     "conf_conv_kernel_size": 3, "sscp_conv_channel_size": [2, 2], "input_feat_size": 8,
+                     "vocab_size": 3, "conf_reduction_factor": 4},
+    "vision_config": {"hidden_size": 4, "vocab_size": 3, "architecture": "hand_counted_arch"},
+}
+
+
+@pytest.fixture(autouse=True)
+def _vision_table(monkeypatch):
+    monkeypatch.setitem(memory.VISION_TOWER_PARAMS, "hand_counted_arch", 100)
+
+
+def cfg(**kw) -> TrainConfig:
+    base = dict(model="x", device="cpu", quantization="none", lora_rank=2, lora_alpha=4, lora_dropout=0.0,
+                batch_size=1, max_length=256, gradient_checkpointing=False, optimizer="adamw")
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_part_params_by_hand():
+    p = part_params(model_shape(SMALL))
+    # layer 0: MLP 3*8*16=384, attention q,o 2*8*8=128 + k,v 2*8*4=64, LAuReL 2*8*2=32, PLE gate/proj 2*8*2=32
+    # layer 1 (KV shared): no k/v -> 384+128+32+32
+    assert p["text_decoder"].linear == (384 + 192 + 32 + 32) + (384 + 128 + 32 + 32)
+    # AltUp kept unquantized per layer: n^2 + n^3 + h n = 4 + 8 + 16 = 28; norms 8h + q_norm (+ k_norm) = 64+4(+4)
+    assert p["text_decoder"].other == 2 * 28 + (64 + 8) + (64 + 4)
+    assert p["text_decoder"].linear_count == 11 + 9
+    assert p["token_embedding"].total == 100 * 8
+    assert p["per_layer_embedding"].total == 50 * 2 * 2
+    # AltUp in/out 2*(n-1)*h*h = 128, per-layer model projection 8*2*2 = 32, embed_audio/vision projections 4*8 each
+    assert p["projections"].linear == 128 + 32 + 32 + 32
+    # final norm h + p, embedder tables 3*4 + 2 norms of 4, twice
+    assert p["projections"].other == 10 + (12 + 8) + (12 + 8)
+    # conformer: 24 h_a^2 = 384; subsample projection c1 * (feat/4) * h_a = 2*2*4 = 16
+    assert p["audio_encoder"].linear == 384 + 16
+    # 9 norms + depthwise conv h_a*k + per_dim_scale h_a/heads; convs 9*1*2 + 2 + 9*2*2 + 2
+    assert p["audio_encoder"].other == (36 + 12 + 2) + (18 + 2 + 36 + 2)
+    assert p["vision_tower"].total == 100
+
+
+def test_part_params_match_a_real_build_of_e2b():
+    torch = pytest.importorskip("torch")
+    from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
+
+    data = memory.load_model_config("google/gemma-3n-E2B-it")
+    with torch.device("meta"):
+        model = Gemma3nForConditionalGeneration(Gemma3nConfig.from_dict(data))
+    real = sum(p.numel() for p in model.parameters())
+    assert real == 5_418_464_192
+    assert sum(pp.total for pp in part_params(model_shape(data)).values()) == real
+
+
+def test_shipped_configs_are_e2b_and_e4b():
+    e2b = model_shape(memory.load_model_config("google/gemma-3n-E2B-it"))
+    e4b = model_shape(memory.load_model_config("google/gemma-3n-E4B-it"))
+    assert (e2b.num_layers, e2b.hidden_size, e2b.intermediate_sizes[0], e2b.num_kv_shared_layers) == (30, 2048, 8192, 10)
+    assert (e4b.num_layers, e4b.hidden_size, e4b.intermediate_sizes[0], e4b.num_kv_shared_layers) == (35, 2048, 16384, 15)
+    for s in (e2b, e4b):
+        assert (s.vocab_size, s.vocab_size_per_layer_input, s.hidden_size_per_layer_input) == (262400, 262144, 256)
+        assert (s.audio_layers, s.audio_hidden, s.vision_architecture) == (12, 1536, "mobilenetv5_300m_enc")
+
+
+def test_nf4_and_int8_bytes_by_hand():
+    # 32768 weights: 16384 bytes of codes, 512 blocks of 64 -> 512 int8 absmax + 2 fp32 second-level absmax
+    assert memory.nf4_bytes(32768) == 16384 + 512 + 4 * 2
+    assert memory.nf4_bytes(32768, double_quant=False) == 16384 + 4 * 512
+    assert memory.int8_bytes(1000, 10) == 1000 + 40
+
+
+def test_weights_by_hand():
+    shape = model_shape(SMALL)
+    opts = EstimateOptions()
+    w = memory.weights(shape, cfg(), "cpu", opts)
+    assert w["weights_text_decoder"] == 2 * (1216 + 196)
+    assert w["weights_token_embedding"] == 2 * 800  # tied lm_head counted once
+    assert w["weights_vision_tower"] == 200
+    w4 = memory.weights(shape, cfg(quantization="4bit"), "cpu", opts)
+    assert w4["weights_text_decoder"] == int(memory.nf4_bytes(1216) + 20 * memory.NF4_TABLE_BYTES + 2 * 196)
+    assert w4["weights_audio_encoder"] == w["weights_audio_encoder"]  # skip list: audio tower stays bf16
+    assert w4["weights_per_layer_embedding"] == w["weights_per_layer_embedding"]  # embeddings never quantized
+    no_vision = memory.weights(shape, cfg(), "cpu", EstimateOptions(vision_tower=False))
+    assert no_vision["weights_vision_tower"] == 0
+    ple_cpu = memory.weights(shape, cfg(), "cuda", EstimateOptions(ple_on_cpu=True))
+    assert ple_cpu["weights_per_layer_embedding"] == 0
+
+
+def test_e2b_weights_match_field_notes():
+    data = memory.load_model_config("google/gemma-3n-E2B-it")
+    w = memory.weights(model_shape(data), cfg(), "cpu", EstimateOptions())
+    assert 10.0 * GIB < sum(w.values()) < 10.2 * GIB  # FIELD_NOTES: bf16 ~10.1 GiB
+    w4 = memory.weights(model_shape(data), cfg(quantization="4bit"), "cpu", EstimateOptions())
+    assert 7.3 * GIB < sum(w4.values()) < 7.7 * GIB  # ~7.5 GiB with the audio encoder kept bf16
+
+
+def test_lora_and_optimizer_by_hand():
+    shape = model_shape(SMALL)
+    # wrapped (in, out): layer 0 q(8,8) o(8,8) gate(8,16) up(8,16) down(16,8) k(8,4) v(8,4); layer 1 without k, v
+    p = 2 * ((8 + 8) * 2 + (8 + 16) * 2 + (16 + 8) + (8 + 4) * 2) + 2 * ((8 + 8) * 2 + (8 + 16) * 2 + (16 + 8))
+    assert memory.lora_params(shape, cfg()) == p
+    st = memory.trainable_state(shape, cfg(), EstimateOptions())
+    assert st == {"lora_params": 4 * p, "lora_grads": 4 * p, "optimizer_states": 8 * p, "lora_master_fp32": 0}
+    # 8-bit AdamW: every LoRA matrix here is below bitsandbytes' 4096-element minimum -> stays fp32
+    assert memory.trainable_state(shape, cfg(optimizer="adamw_8bit"), EstimateOptions())["optimizer_states"] == 8 * p
+    big = memory.trainable_state(model_shape(memory.load_model_config("google/gemma-3n-E2B-it")),
+                                 cfg(lora_rank=16, optimizer="adamw_8bit"), EstimateOptions())
+    assert big["optimizer_states"] < 0.26 * big["lora_params"] * 2  # ~2 bytes vs 8 per element
+    # Adafactor: (rows + cols) * 4 per matrix; bf16 adapters need an fp32 master copy
+    ada = memory.trainable_state(shape, cfg(optimizer="adafactor"), EstimateOptions(adapter_dtype="bfloat16"))
+    assert ada["lora_master_fp32"] == 4 * p and ada["lora_params"] == 2 * p
+    mats = [(2, 8), (8, 2), (2, 8), (8, 2), (2, 8), (16, 2), (2, 8), (16, 2), (2, 16), (8, 2), (2, 8), (4, 2), (2, 8), (4, 2)]
+    mats += [(2, 8), (8, 2), (2, 8), (8, 2), (2, 8), (16, 2), (2, 8), (16, 2), (2, 16), (8, 2)]
+    assert ada["optimizer_states"] == sum(4 * (a + b) for a, b in mats)
+
+
+def test_layer_activations_by_hand():
+    shape = model_shape(SMALL)
+    opts = EstimateOptions(attn_implementation="eager")
+    c = cfg(lora_dropout=0.05)  # CPU: dropout saves an fp32 noise tensor (4 bytes) per LoRA input element
+    layer0 = memory.layer_saved_bytes_per_token(shape, c, "cpu", opts, 0, seq_len=10)
+    norms = 8 * (4 * 8 + 8) + (4 * 8 + 8 * 2) + 2 * (4 * 4 + 8 * 1)
+    altup = 2 * 2 * 8 * 2 + 8 * 2 + 2 * 2 * 2 + 2 * 2
+    lora = sum((4 + 4) * i + 4 * 2 for i in (8, 8, 8, 8, 16, 8, 8))
+    eager = 3 * 8 * 2 + 2 * 10 * (4 + 2)
+    mlp = 3 * 16 * 2 + 16 * 2  # + the sparse layer's top-k copy
+    assert layer0 == norms + altup + lora + eager + mlp + 2 * 2
+    # on CUDA the dropout mask is a bool (1 byte); without dropout, no mask
+    cuda0 = memory.layer_saved_bytes_per_token(shape, c, "cuda", opts, 0, seq_len=10)
+    assert layer0 - cuda0 == 3 * sum((8, 8, 8, 8, 16, 8, 8))
+    nodrop = memory.layer_saved_bytes_per_token(shape, cfg(), "cpu", opts, 0, seq_len=10)
+    assert layer0 - nodrop == 4 * sum((8, 8, 8, 8, 16, 8, 8))
+    # SDPA has no quadratic term; layer 1 reuses layer 0's K/V
+    sdpa0 = memory.layer_saved_bytes_per_token(shape, c, "cpu", EstimateOptions(attn_implementation="sdpa"), 0, 10)
+    assert layer0 - sdpa0 == eager - (2 * 8 * 2 + 2 * 4 * 2 + 4 * 2)
+    sdpa_long = memory.layer_saved_bytes_per_token(shape, c, "cpu", EstimateOptions(attn_implementation="sdpa"), 0, 1000)
+    assert sdpa_long == sdpa0
+
+
+def test_activations_checkpointing_and_batch():
+    shape = model_shape(SMALL)
+    opts = EstimateOptions()
+    per = [memory.layer_saved_bytes_per_token(shape, cfg(), "cpu", opts, i, 300) for i in range(2)]
+    once = 2 * 2 * 2 + memory.FINAL_SAVED_H_ELEMS * 8 * 2 + 2 * 300 * 2 + 2 * 2 * 4 * 2
+    full = memory.activations(shape, cfg(), "cpu", opts, 300)
+    assert full["activations_decoder"] == (sum(per) + once) * 300
+    assert full["activations_recompute"] == 0
+    gc = memory.activations(shape, cfg(gradient_checkpointing=True, batch_size=3), "cpu", opts, 300)
+    assert gc["activations_decoder"] == (2 * 2 * 8 * 2 + once + memory.INPUT_GRAD_SAVED_H_ELEMS * 8 * 2) * 900
+    assert gc["activations_recompute"] == max(per) * 900
+    assert gc["backward_workspace"] == ((3 * 16 + 2 * 2 * 8) * 2 + 2 * 300 * (8 + 2)) * 900  # + eager grads
+
+
+def test_logits_loss_counts_the_copies():
+    shape = model_shape(SMALL)
+    # tanh output (bf16) + log_softmax output (fp32) + two fp32 gradients = 2 + 4 + 4 + 4 per entry
+    assert memory.logits_loss(shape, cfg(batch_size=2), "cpu", EstimateOptions(), 300) == 100 * 14 * 600
+    kept = memory.logits_loss(shape, cfg(), "cpu", EstimateOptions(keep_logits=True), 300)
+    assert kept == 100 * 16 * 300
+    e2b = model_shape(memory.load_model_config("google/gemma-3n-E2B-it"))
+    per_token = memory.logits_loss(e2b, cfg(), "cpu", EstimateOptions(), 1)
+    assert 3.6e6 < per_token < 3.8e6  # FIELD_NOTES: 1.6 MB saved + 2.1 MB of fp32 gradient per token
+
+
+def test_audio_encoder_by_hand():
+    shape = model_shape(SMALL)
+    frames = math.ceil(30 * 100 / 4)  # 750 frames after 4x subsampling; clips are cut at 30 s
+    frozen = memory.audio_encoder_bytes(shape, cfg(), "cpu", EstimateOptions(), 45.0)
+    assert frozen == {"audio_encoder_transient": 248 * 4 * frames + 19 * 1024**2, "audio_encoder_saved": 0}
+    lora = memory.audio_encoder_bytes(shape, cfg(lora_targets="language+audio", lora_dropout=0.1), "cpu",
+                                      EstimateOptions(), 30.0)
+    # 1 block x 750 frames x h_a 4 x (86 frozen + 16 LoRA inputs x (4 fp32 copy + 4 CPU dropout mask)) + 12 r x 4
+    assert lora["audio_encoder_saved"] == (4 * (86 + 16 * 8) + 12 * 4 * 2) * 750
+    assert memory.audio_encoder_bytes(shape, cfg(), "cpu", EstimateOptions(), 0.0)["audio_encoder_transient"] == 0
+    # E2B, 30 s clip: ~0.3 GB frozen (FIELD_NOTES), ~2.8 GiB kept with LoRA r=16 (measured here)
+    e2b = model_shape(memory.load_model_config("google/gemma-3n-E2B-it"))
+    big = memory.audio_encoder_bytes(e2b, cfg(lora_targets="language+audio", lora_rank=16, lora_dropout=0.05),
+                                     "cpu", EstimateOptions(), 30.0)
+    assert 0.27 * GIB < memory.audio_encoder_bytes(e2b, cfg(), "cpu", EstimateOptions(), 30.0)[
+        "audio_encoder_transient"] < 0.31 * GIB
+    assert 2.6 * GIB < big["audio_encoder_saved"] < 2.9 * GIB
+
+
+def test_estimate_total_is_static_plus_peak_phase():
+    est = estimate_memory(SMALL, cfg(max_length=512), LengthStats(900, 10.0, [300, 280, 900]), "cpu")
+    assert est.seq_len == 300  # the 900-token row is excluded by max_length 512, never truncated
+    static = sum(v for k, v in est.components.items() if k.startswith(memory.STATIC_PREFIXES))
+    assert est.phases["loss"] == static + est.components["activations_decoder"] + est.components["logits_loss"]
+    assert est.phases["layer_backward"] == static + sum(
+        est.components[k] for k in ("activations_decoder", "activations_recompute", "backward_workspace", "dequant_workspace"))
+    assert est.total_bytes == est.phases[est.peak_phase] + est.components["runtime_overhead"]
+
+
+def test_longest_kept_row_and_exclusions():
+    stats = LengthStats(900, 10.0, [300, 280, 900, 512])
+    assert stats.kept_longest(512) == 512 and stats.excluded(512) == 1
+    assert stats.kept_longest(256) == 0 and stats.excluded(256) == 4
+    assert LengthStats(900).kept_longest(512) == 512  # no per-row lengths: assume max_length
+
+
+def test_unknown_device_and_config_raise():
+    with pytest.raises(ConfigError, match="cpu, cuda or mps"):
+        estimate_memory(SMALL, cfg(), LengthStats(300), "tpu")
+    with pytest.raises(ModelLoadError, match="not a Gemma 3n config"):
+        model_shape({"text_config": {"hidden_size": 8}})
+    with pytest.raises(ModelLoadError, match="neither"):
+        memory.load_model_config("/nonexistent/model")
+
+
+@pytest.mark.parametrize(
+    ("total", "usable", "status"),
+    [(80, 100, "fits"), (90, 100, "fits"), (91, 100, "tight"), (100, 100, "tight"), (101, 100, "does not fit")],
+)
+def test_verdict_thresholds(total, usable, status):
+    v = verdict(total, usable)
+    assert v.status == status
+    assert v.margin_bytes == usable - total
+    assert v.margin_percent == pytest.approx(100.0 * (usable - total) / usable, abs=0.05)
+
+
+def test_device_memory_budget():
+    d = memory.device_memory("cpu", memory_gb=48)
+    assert d.total_bytes == 48_000_000_000
+    assert d.usable_bytes == 48_000_000_000 - int(0.1 * 48_000_000_000)  # 10 % left to the OS
+    small = memory.device_memory("cpu", memory_gb=8)
+    assert small.usable_bytes == 8_000_000_000 - 2 * GIB  # at least 2 GiB left
+    real = memory.device_memory("cpu")
+    assert 0 < real.usable_bytes < real.total_bytes
+    cuda = memory.usable_budget("cuda", 80 * GIB, 70 * GIB)[0]
+    assert cuda == 70 * GIB - 256 * memory.MIB
+    with pytest.raises(ConfigError):
+        memory.device_memory("cpu", memory_gb=0)
+
+
+E2B = "google/gemma-3n-E2B-it"
+
+
+@pytest.mark.parametrize(
+    ("device", "settings", "budget_gb"),
+    [
+        ("cpu", dict(quantization="none", gradient_checkpointing=False, batch_size=4, grad_accum=2), 16),
+        ("cuda", dict(quantization="none", gradient_checkpointing=False, batch_size=2, max_length=1024), 12),
+        ("mps", dict(quantization="none", lora_rank=64, lora_alpha=128, max_length=2048), 20),
+    ],
+)
+def test_every_suggestion_fits(device, settings, budget_gb):
+    data = memory.load_model_config(E2B)
+    config = TrainConfig(model=E2B, device=device, **settings)
+    rows = [300, 400, 600, 700, 900, 1000, 1024, 2000][: 8 if config.max_length >= 2000 else 7]
+    lengths = LengthStats(max(rows), 30.0, rows)
+    usable = memory.usable_budget(device, int(budget_gb * 1e9), int(budget_gb * 1e9))[0]
+    before = estimate_memory(data, config, lengths, device)
+    assert verdict(before.total_bytes, usable).status != "fits"
+    suggestions = memory.suggest_fits(data, config, lengths, device, usable)
+    assert suggestions, "some setting must fit"
+    for s in suggestions:
+        cfg_changes = {k: v for k, v in s.changes.items() if k in TrainConfig.__dataclass_fields__}
+        opt_changes = {k: v for k, v in s.changes.items() if k not in cfg_changes}
+        again = estimate_memory(data, config.replace(**cfg_changes), lengths, device, EstimateOptions(**opt_changes))
+        assert again.total_bytes == s.total_bytes
+        assert again.total_bytes <= memory.FIT_FRACTION * usable
+        assert s.cost
+        if "batch_size" in s.changes:  # same effective batch
+            assert s.changes["batch_size"] * s.changes["grad_accum"] == config.effective_batch_size
+    scores = [s.score for s in suggestions]
+    assert scores == sorted(scores)
+
+
+def test_no_suggestion_when_nothing_fits():
+    data = memory.load_model_config(E2B)
+    config = TrainConfig(model=E2B, device="cpu")
+    assert memory.suggest_fits(data, config, LengthStats(512, 30.0), "cpu", 1 * GIB) == []
+
+
+def test_lengths_from_build_report(tmp_path):
+    (tmp_path / "dataset").mkdir()
+    report = {"length_stats": {"max": 700, "row_tokens": [250, 300, 650], "max_clip_s": 12.5}}
+    (tmp_path / "dataset" / "build_report.json").write_text(json.dumps(report))
+    stats = memory.length_stats_from_workspace(tmp_path, 512)
+    assert (stats.longest_tokens, stats.longest_clip_s, stats.row_tokens) == (650, 12.5, [250, 300, 650])
+    empty = memory.length_stats_from_workspace(tmp_path / "none", 512)
+    assert empty.longest_tokens == 512 and empty.longest_clip_s == 30.0 and "no dataset" in empty.source
+
+
+def test_cli_json_keys(tmp_path, capsys):
+    code = memory.main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cpu", "--memory-gb", "16",
+                        "--quantization", "none", "--no-gradient-checkpointing", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("components", "total_bytes", "usable_bytes", "verdict", "suggestions"):
+        assert key in out
+    assert out["verdict"] == "does not fit"
+    assert out["total_bytes"] == estimate_memory(
+        memory.load_model_config(E2B), TrainConfig(model=E2B, device="cpu", quantization="none",
+                                                   gradient_checkpointing=False),
+        LengthStats(512, 30.0), "cpu").total_bytes
+    assert out["suggestions"] and all({"changes", "total_bytes", "cost"} <= set(s) for s in out["suggestions"])
+    assert all(s["total_bytes"] <= memory.FIT_FRACTION * out["usable_bytes"] for s in out["suggestions"])
+
+
+def test_cli_human_summary(tmp_path, capsys):
+    assert memory.main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cuda", "--memory-gb", "80"]) == 0
+    text = capsys.readouterr().out
+    assert "Verdict: fits" in text and "logits_loss" in text and "usable" in text
+
+
+def test_cli_dispatch_reports_bad_model(tmp_path, capsys):
+    from pipeline.__main__ import main as dispatch
+
+    assert dispatch(["estimate", "--workspace", str(tmp_path), "--model", str(tmp_path / "missing"), "--json"]) == 1
+    assert "config.json" in capsys.readouterr().out
