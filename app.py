@@ -166,7 +166,8 @@ class TutorApp:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
         from pipeline.tiny_model import make_tiny_model
 
-        progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
+        if progress is not None:
+            progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
         path = make_tiny_model(self.tiny_model_dir)
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 
@@ -379,7 +380,8 @@ class TutorApp:
     def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
         """Run the real one-step probe in a child process; returns (markdown, plot with the measured peak)."""
         config = config_from_values(values)
-        progress(None, desc="Running one real training step on the longest batch (a child process)…")
+        if progress is not None:
+            progress(None, desc="Running one real training step on the longest batch (a child process)…")
         data = _memory_result(self.ws, config, memory_gb, measure=True)
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")

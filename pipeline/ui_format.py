@@ -371,9 +371,9 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
     if estimated:
         err = 100.0 * (estimated - measured) / measured
         lines.append(f"**Estimated:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
-    kind = data.get("measure_kind") or data.get("measured_kind")
+    kind = data.get("method") or data.get("memory_kind")
     if kind:
-        lines.append(f"Measured as: {kind}")
+        lines.append(f"Counter: {kind}.")
     return "\n\n".join(lines)
 
 

@@ -279,3 +279,50 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
     assert not run_status(ui.ws, "first")["alive"]
     progress, *_rest = ui.poll("first", -1)
     assert "first" in progress
+
+
+# ------------------------------------------------------------------------------------------- memory
+
+
+def test_estimate_and_one_click_suggestion(tmp_path):
+    """A run that does not fit a 16 GB budget gets suggestions; applying one sets only its settings."""
+    ui = TutorApp(tmp_path / "ws")
+    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values.update(model="google/gemma-3n-E2B-it", device="cpu", batch_size=4, gradient_checkpointing=False,
+                  max_length=512)
+    figure, verdict, table, hint, suggestions, *buttons = ui.estimate(
+        16, *[values[name] for name in app_module.CONFIG_FIELDS])
+    assert "Does not fit" in verdict and suggestions and "Make it fit" in hint
+    assert figure.axes[0].patches, "the stacked bar is drawn"
+    assert buttons[0].visible and buttons[0].value.startswith("Apply:")
+    updates = ui.apply_suggestion(0, suggestions)
+    changed = {name: u["value"] for name, u in zip(app_module.CONFIG_FIELDS, updates) if "value" in u}
+    assert changed == {k: v for k, v in suggestions[0]["changes"].items() if k in app_module.CONFIG_FIELDS}
+    values.update(changed)
+    verdict = ui.estimate(16, *[values[name] for name in app_module.CONFIG_FIELDS])[1]
+    assert "Fits" in verdict
+
+
+def test_clicking_a_saved_sample_loads_it_for_playback_and_editing(ui):
+    table = ui.samples_table()
+    row = table.iloc[0].tolist()
+    event = gr.SelectData(None, {"index": [0, 3], "value": row[3], "row_value": row, "selected": True})
+    sample_id, audio_path, target, feedback, speaker, checks = ui.select_sample(table, event)
+    assert sample_id == row[0] and Path(audio_path).is_file() and audio_path.endswith(".wav")
+    assert target == "The cat sat." and feedback == "Clear and accurate." and speaker == "spk1"
+    assert "dBFS" in checks
+
+
+def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir):
+    """The training process fails (missing model folder): polling shows the reason, the timer stops."""
+    from pipeline.runs import wait_for_run
+
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    missing = str(tmp_path / "no-such-model")
+    ui.start_training("broken", *_settings(missing))
+    assert wait_for_run(ui.ws, "broken", timeout_s=180)["state"] == "failed"
+    progress, curves, memory, log, failure, seen, timer, table, resume, try_run = ui.poll("broken", -1)
+    assert "failed" in progress and "Training failed" in failure and "no-such-model" in failure
+    assert timer.active is False and list(table["run"]) == ["broken"] and "failed" in list(table["state"])[0]
