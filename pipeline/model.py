@@ -396,7 +396,7 @@ def load_model(
         model = Gemma3nForConditionalGeneration.from_pretrained(model_id, **kwargs)
     model.eval()
     if quantization == "4bit" and device == "cpu":
-        _avoid_unpackable_cpu_layout(model)
+        disable_bnb_cpu_repacking(model)
     report = _quantization_report(model, quantization, device, dtype, report_warnings)
     if quantization != "none" and report.quantized_count == 0:
         raise ModelLoadError(
@@ -490,34 +490,16 @@ def count_lora_modules(model: torch.nn.Module) -> tuple[dict[str, int], list[str
     return counts, names
 
 
-def _avoid_unpackable_cpu_layout(model: torch.nn.Module, block_n: int = 32) -> int:
-    """Keep bitsandbytes' generic 4-bit path for layers its AVX512-BF16 CPU repacking cannot handle.
+def disable_bnb_cpu_repacking(model: torch.nn.Module) -> int:
+    """Keep bitsandbytes 4-bit layers on one CPU kernel for training, evaluation and inference.
 
-    bitsandbytes 0.50 repacks a 4-bit weight for CPU inference in blocks of 32 output rows and
-    needs `out_features % 32 == 0` and `in_features` a multiple of the quantization block (64);
-    other layers keep the generic kernel. Returns how many.
-    """
-    changed = 0
-    for module in model.modules():
-        if not getattr(module, "support_avx512bf16_for_cpu", False):
-            continue
-        out_features, in_features = getattr(module, "out_features", 0), getattr(module, "in_features", 0)
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
-        blocksize = int(getattr(state, "blocksize", 64) or 64)
-        if out_features % block_n or in_features % blocksize or in_features < blocksize:
-            module.support_avx512bf16_for_cpu = False
-            changed += 1
-    return changed
-
-
-def _keep_4bit_layout_trainable(model: torch.nn.Module) -> int:
-    """Stop bitsandbytes from repacking 4-bit weights into its CPU inference layout.
-
-    bitsandbytes 0.50 `Linear4bit.forward` permanently converts a weight to an AVX512-BF16 packed
-    layout the first time it runs in eval mode without grad on such a CPU (e.g. an evaluation
-    during training); afterwards even training-mode forwards use the inference-only `gemv_4bit`
-    kernel, and layers whose out_features is not a multiple of 32 fail outright ("N must be
-    divisible by block_n"). Returns the number of layers changed.
+    bitsandbytes 0.50 `Linear4bit.forward`, on a CPU with AVX512-BF16, permanently repacks a
+    weight into an inference-only layout the first time it runs in eval mode without grad. Found
+    here: (1) afterwards even training-mode forwards use the inference kernel `gemv_4bit` (an
+    evaluation during training would switch kernels); (2) layers whose out_features is not a
+    multiple of 32 or whose in_features is below the 64-value block fail ("N must be divisible by
+    block_n"); (3) its logits differ from the training kernel's by ~0.03, so a run's base and
+    tuned logits would not be compared on the same kernel. Returns the number of layers changed.
     """
     changed = 0
     for module in model.modules():
@@ -535,7 +517,7 @@ def prepare_for_training(model: torch.nn.Module, *, gradient_checkpointing: bool
     """
     for param in model.parameters():
         param.requires_grad_(False)
-    _keep_4bit_layout_trainable(model)
+    disable_bnb_cpu_repacking(model)
     model.config.use_cache = False
     if hasattr(model.config, "text_config"):
         model.config.text_config.use_cache = False
@@ -576,7 +558,9 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
     )
     torch.manual_seed(config.seed)
     try:
-        peft_model = get_peft_model(model, lora_config)
+        with warnings.catch_warnings():  # peft 0.21 still calls transformers' deprecated alias
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, lora_config)
     except ValueError as error:
         raise TrainingError(f"LoRA could not attach to any module with targets {config.lora_targets!r}: {error}") from error
     counts, names = count_lora_modules(peft_model)
@@ -620,7 +604,8 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
             f"`{path}` is not a LoRA adapter folder (no adapter_config.json; found {found}). Train a run first, "
             "or give the run's `adapter/` folder."
         )
-    with _translate_load_errors(str(path), "adapter"):
+    with _translate_load_errors(str(path), "adapter"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=is_trainable)
     counts, _ = count_lora_modules(peft_model)
     if sum(counts.values()) == 0:

@@ -1,0 +1,86 @@
+"""Feedback for one clip from the base model and from a trained run; the reloaded adapter is live."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.infer import load_tutor
+from pipeline.infer import main as infer_main
+from pipeline.train import train
+from tests.training_data import real_workspace
+
+CLIP = "WAVE/SPEAKER0001/000010011.WAV"
+TARGET = "WE CALL IT BEAR"
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
+    """A workspace with run `tuned`: 3 steps at a high learning rate, so the adapter is far from zero."""
+    ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    if not (ws / "runs" / "tuned" / "adapter").exists():
+        config = TrainConfig(
+            model=str(tiny_model_dir), device="cpu", quantization="4bit", lora_rank=8, lora_alpha=16, batch_size=1,
+            grad_accum=1, max_steps=3, eval_steps=0, save_steps=0, learning_rate=1e-2, warmup_ratio=0.0, seed=1,
+        )
+        assert train(config, ws, "tuned")["status"] == "completed"
+    return ws
+
+
+def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):
+    from pipeline.audio import load_audio
+    from pipeline.dataset import build_messages
+    from pipeline.model import load_adapter, load_model, load_processor
+
+    processor = load_processor(str(tiny_model_dir))
+    clip = load_audio(speechocean_dir / CLIP)
+    inputs = processor.apply_chat_template(
+        build_messages(TARGET, None, clip.samples), add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    base, _ = load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
+    with torch.no_grad():
+        base_logits = base(**inputs).logits[0, -1].float()
+    model = load_adapter(base, tuned / "runs" / "tuned" / "adapter")
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora_b and any(p.abs().max() > 0 for p in lora_b)  # trained weights were loaded, not the zero init
+    with torch.no_grad():
+        tuned_logits = model(**inputs).logits[0, -1].float()
+        with model.disable_adapter():
+            again = model(**inputs).logits[0, -1].float()
+    assert (tuned_logits - base_logits).abs().max() > 1e-2
+    assert torch.allclose(again, base_logits, atol=1e-5)
+
+
+def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir, capsys):
+    base = load_tutor(str(tiny_model_dir), device="cpu", quantization="4bit", use_cache=False)
+    answer = base.feedback(speechocean_dir / CLIP, TARGET, max_new_tokens=8)
+    assert isinstance(answer.text, str) and answer.new_tokens >= 1 and answer.run is None
+    assert answer.tiny_random_model and "random" in answer.note
+    assert "<" not in answer.text or "<start_of_turn>" not in answer.text  # no special tokens
+
+    code = infer_main(
+        ["--workspace", str(tuned), "--run", "tuned", "--audio", str(speechocean_dir / CLIP), "--text", TARGET,
+         "--max-new-tokens", "8", "--json"]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["run"] == "tuned" and result["model"] == str(tiny_model_dir)
+    assert result["quantization"] == "4bit" and result["device"] == "cpu"  # the run's own settings
+    assert isinstance(result["text"], str) and result["tiny_random_model"] is True
+    assert result["adapter_dir"].endswith("adapter")
+
+
+def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_tutor(run="nope", workspace=tuned)
+    with pytest.raises(ConfigError, match="only fits its own base model"):
+        load_tutor("google/gemma-3n-E2B-it", run="tuned", workspace=tuned)
+    (tuned / "runs" / "half").mkdir(exist_ok=True)
+    with pytest.raises(ModelLoadError, match="no adapter yet"):
+        load_tutor(run="half", workspace=tuned)
+    with pytest.raises(ConfigError, match="No model given"):
+        load_tutor(None)
