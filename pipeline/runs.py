@@ -1,0 +1,313 @@
+"""Start, watch, stop and list training runs, each in its own process (no Gradio import here).
+
+The app never imports the trainer: `start_run` launches `python -m pipeline train ...` as a
+detached process (its own session, so the UI can exit and a reload re-attaches), writes its pid to
+`WS/runs/NAME/pid.json`, and everything else is read from the run folder files that `train.py`
+writes (`progress.jsonl`, `result.json`, `train.log`). Stopping writes the `STOP` file (the trainer
+saves a checkpoint + the adapter and ends at the next step); a run that has not ended after a
+timeout is killed. The process's own stdout/stderr go to `WS/runs/NAME/process.log`.
+
+One run at a time per workspace: `start_run` raises `TrainingError` while another is alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import TrainConfig
+from pipeline.errors import TrainingError
+from pipeline.fileio import atomic_write_json, read_jsonl
+from pipeline.workspace import Workspace
+
+PID_FILE = "pid.json"
+PROCESS_LOG = "process.log"
+DEFAULT_STOP_TIMEOUT_S = 300.0
+"""Seconds `request_stop` waits for a clean stop (a checkpoint save of E2B's adapter takes seconds;
+one training step on a slow machine can take minutes) before killing the process."""
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_CHILDREN: dict[int, subprocess.Popen] = {}
+"""Processes started by this process, so `poll()` reaps them (a finished child would otherwise
+linger as a zombie and look alive)."""
+
+
+def _ws(workspace: Workspace | str | os.PathLike) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def config_flags(config: TrainConfig) -> list[str]:
+    """`TrainConfig` -> the `python -m pipeline train` flags that reproduce it."""
+    flags: list[str] = []
+    for name, value in config.to_dict().items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
+    """True when process `pid` is running (not a zombie) and, on Linux, is a `pipeline train` process
+    (guards against a reused pid)."""
+    if not pid:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    proc = Path(f"/proc/{pid}")
+    if proc.exists():
+        try:
+            status = (proc / "status").read_text()
+            if "\nState:\tZ" in status:
+                return False
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "pipeline" not in cmdline or "train" not in cmdline:
+                return False
+            if run_name is not None and run_name not in cmdline:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _run_pid(run_dir: Path) -> int | None:
+    info = _read_json(run_dir / PID_FILE)
+    return int(info["pid"]) if info and info.get("pid") else None
+
+
+def run_status(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Any]:
+    """Where a run stands, from its files and process.
+
+    Returns:
+        `{"run", "state", "alive", "pid", "reason", "stop_requested", "step", "max_steps",
+        "last_progress" (last progress.jsonl line or None), "progress_lines", "result"
+        (result.json dict or None), "run_dir"}`. `state` is one of: `not_started`, `running`,
+        `stopping` (STOP written, process alive), `completed`, `stopped`, `failed` (including a
+        process that died without writing its result: killed, or out of system memory).
+    """
+    ws = _ws(workspace)
+    run_dir = ws.run_dir(run_name)
+    pid = _run_pid(run_dir)
+    alive = pid_alive(pid, run_name)
+    result = _read_json(run_dir / "result.json")
+    progress = read_jsonl(run_dir / "progress.jsonl")
+    train_lines = [p for p in progress if p.get("kind", "train") == "train"]
+    last = progress[-1] if progress else None
+    stop_requested = (run_dir / "STOP").exists()
+    reason = result.get("reason") if result else None
+    if alive:
+        state = "stopping" if stop_requested else "running"
+    elif result and result.get("status") in ("completed", "stopped", "failed"):
+        state = result["status"]
+    elif result or pid:
+        state = "failed"
+        reason = (
+            "The training process ended without writing its result (it was killed, or the machine ran out of "
+            f"memory). See {run_dir / 'train.log'} and {run_dir / PROCESS_LOG}; --resume continues from the last checkpoint."
+        )
+    else:
+        state = "not_started"
+    return {
+        "run": run_name,
+        "state": state,
+        "alive": alive,
+        "pid": pid,
+        "reason": reason,
+        "stop_requested": stop_requested,
+        "step": train_lines[-1]["step"] if train_lines else (result or {}).get("steps"),
+        "max_steps": (last or {}).get("max_steps") or (result or {}).get("max_steps"),
+        "last_progress": last,
+        "progress_lines": len(progress),
+        "result": result,
+        "run_dir": str(run_dir),
+    }
+
+
+def list_runs(workspace: Workspace | str | os.PathLike) -> list[dict[str, Any]]:
+    """`run_status` of every run folder in `WS/runs/`, newest first."""
+    ws = _ws(workspace)
+    if not ws.runs_dir.is_dir():
+        return []
+    folders = [p for p in ws.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    out = []
+    for folder in folders:
+        try:
+            out.append(run_status(ws, folder.name))
+        except Exception:  # noqa: BLE001 - a strange folder name must not hide the others
+            continue
+    return out
+
+
+def active_run(workspace: Workspace | str | os.PathLike) -> str | None:
+    """Name of the run whose training process is alive in this workspace, or None."""
+    for status in list_runs(workspace):
+        if status["alive"]:
+            return status["run"]
+    return None
+
+
+def start_run(
+    workspace: Workspace | str | os.PathLike,
+    run_name: str,
+    config: TrainConfig | None = None,
+    resume: bool = False,
+    *,
+    python: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Launch `python -m pipeline train --workspace WS --run NAME ...` as a detached process.
+
+    Args:
+        config: the settings (required unless `resume`; a resumed run uses its config.json).
+        resume: add `--resume` (continue from the last checkpoint).
+        python: interpreter (default: this one).
+        extra_env: extra environment variables for the child.
+
+    Returns:
+        `{"run", "pid", "command", "run_dir"}`.
+
+    Raises:
+        TrainingError: another run is alive in this workspace, the run exists (without `resume`),
+            or `config` is missing.
+    """
+    ws = _ws(workspace)
+    run_dir = ws.run_dir(run_name)
+    active = active_run(ws)
+    if active is not None:
+        raise TrainingError(
+            f"Run `{active}` is still training in this workspace; one run at a time. Wait for it, or stop it first."
+        )
+    if not resume:
+        if config is None:
+            raise TrainingError("No training settings given for the new run.")
+        if (run_dir / "config.json").exists() or (run_dir / "result.json").exists():
+            raise TrainingError(f"Run `{run_name}` already exists; resume it or choose another name.")
+    elif not (run_dir / "config.json").exists():
+        raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
+    if resume:
+        command.append("--resume")
+    else:
+        command += config_flags(config)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # On Apple silicon let a run that does not fit fail instead of swapping (FIELD_NOTES "Memory").
+    env.setdefault("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "1.0")
+    env.update(extra_env or {})
+    (run_dir / "STOP").unlink(missing_ok=True)
+    log_handle = open(run_dir / PROCESS_LOG, "ab")
+    kwargs: dict[str, Any] = {}
+    if os.name == "posix":
+        kwargs["start_new_session"] = True
+    else:  # pragma: no cover - Windows
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)
+    try:
+        process = subprocess.Popen(
+            command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT, **kwargs
+        )
+    finally:
+        log_handle.close()
+    _CHILDREN[process.pid] = process
+    atomic_write_json(run_dir / PID_FILE, {"pid": process.pid, "started_at": time.time(), "command": command})
+    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir)}
+
+
+def _kill(pid: int) -> None:
+    try:
+        if os.name == "posix":
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        else:  # pragma: no cover - Windows
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _wait_then_kill(ws: Workspace, run_name: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid, run_name):
+            return run_status(ws, run_name)
+        time.sleep(poll_s)
+    _kill(pid)
+    run_dir = ws.run_dir(run_name)
+    result = _read_json(run_dir / "result.json") or {"run": run_name}
+    if result.get("status") in (None, "running"):
+        result.update(
+            status="stopped",
+            reason=f"killed after not stopping within {timeout_s:.0f} s of the stop request; --resume continues from the last checkpoint",
+        )
+        atomic_write_json(run_dir / "result.json", result)
+    return run_status(ws, run_name)
+
+
+def request_stop(
+    workspace: Workspace | str | os.PathLike,
+    run_name: str,
+    *,
+    timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    wait: bool = False,
+    poll_s: float = 0.5,
+) -> dict[str, Any]:
+    """Ask a run to stop: write `STOP` (the trainer saves and ends at the next step); if the process
+    is still alive after `timeout_s`, kill it (its last checkpoint is kept).
+
+    With `wait=True` blocks until the run ended and returns its final `run_status`; otherwise a
+    background thread enforces the timeout and the current `run_status` is returned at once.
+    A run that is not alive is left alone (its status is returned).
+    """
+    ws = _ws(workspace)
+    run_dir = ws.run_dir(run_name)
+    status = run_status(ws, run_name)
+    if not status["alive"]:
+        return status
+    (run_dir / "STOP").write_text(f"stop requested at {time.time():.0f}\n", encoding="utf-8")
+    pid = int(status["pid"])
+    if wait:
+        return _wait_then_kill(ws, run_name, pid, timeout_s, poll_s)
+    threading.Thread(target=_wait_then_kill, args=(ws, run_name, pid, timeout_s, poll_s), daemon=True).start()
+    return run_status(ws, run_name)
+
+
+def wait_for_run(workspace: Workspace | str | os.PathLike, run_name: str, *, timeout_s: float = 3600.0, poll_s: float = 0.5) -> dict[str, Any]:
+    """Block until the run's process has ended (or `timeout_s`), then return its `run_status`."""
+    ws = _ws(workspace)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = run_status(ws, run_name)
+        if not status["alive"]:
+            return status
+        time.sleep(poll_s)
+    return run_status(ws, run_name)
