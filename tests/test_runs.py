@@ -1,0 +1,80 @@
+"""Training runs as separate processes: start, one at a time, status, STOP, resume, dead processes."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline import runs
+from pipeline.config import TrainConfig, add_train_arguments
+from pipeline.errors import TrainingError
+from pipeline.fileio import atomic_write_json, read_jsonl
+from tests.training_data import copy_workspace, real_workspace
+
+
+def test_config_flags_reproduce_the_config():
+    config = TrainConfig(model="/m", lora_targets="language+audio", gradient_checkpointing=False, learning_rate=3e-4, max_steps=7)
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    assert TrainConfig.from_args(parser.parse_args(runs.config_flags(config))) == config
+
+
+def test_a_process_that_died_without_a_result_is_failed(tmp_path):
+    ws = tmp_path / "ws"
+    run_dir = ws / "runs" / "crashed"
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
+    atomic_write_json(run_dir / "result.json", {"run": "crashed", "status": "running"})
+    status = runs.run_status(ws, "crashed")
+    assert status["state"] == "failed" and not status["alive"]
+    assert "ended without writing its result" in status["reason"]
+    assert runs.active_run(ws) is None
+    assert runs.run_status(ws, "never")["state"] == "not_started"
+    assert [s["run"] for s in runs.list_runs(ws)] == ["crashed"]
+
+
+def _wait(predicate, timeout_s=240.0, poll_s=0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speechocean_dir, tiny_model_dir):
+    shared = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    ws = copy_workspace(shared, tmp_path / "ws")
+    config = TrainConfig(
+        model=str(tiny_model_dir), device="cpu", quantization="4bit", lora_rank=4, lora_alpha=8, batch_size=1,
+        grad_accum=1, max_steps=200, eval_steps=0, save_steps=0, logging_steps=1,
+    )
+    started = runs.start_run(ws, "first", config)
+    assert started["pid"] > 0 and (ws / "runs" / "first" / runs.PID_FILE).exists()
+    assert runs.active_run(ws) == "first"
+    with pytest.raises(TrainingError, match="one run at a time"):
+        runs.start_run(ws, "second", config)
+    _wait(lambda: runs.run_status(ws, "first")["progress_lines"] >= 1)
+    status = runs.request_stop(ws, "first", timeout_s=180, wait=True)
+    assert status["state"] == "stopped" and not status["alive"], status
+    assert (ws / "runs" / "first" / "adapter" / "adapter_config.json").exists()
+    assert status["result"]["steps"] < 200
+    assert runs.active_run(ws) is None
+
+    runs.start_run(ws, "first", None, resume=True)
+    # A resumed run keeps its settings; stop it again after it has moved on, then check it continued.
+    before = status["result"]["steps"]
+    _wait(lambda: (runs.run_status(ws, "first")["step"] or 0) > before)
+    final = runs.request_stop(ws, "first", timeout_s=180, wait=True)
+    assert final["state"] == "stopped" and final["result"]["steps"] > before
+    assert final["result"]["resumed_from"].endswith(f"checkpoint-{before}")
+    steps = [p["step"] for p in read_jsonl(ws / "runs" / "first" / "progress.jsonl")]
+    assert steps == list(range(1, len(steps) + 1))  # one line per step, no gap or repeat across the resume
