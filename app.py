@@ -15,11 +15,14 @@ page is up in a few seconds.
 
 from __future__ import annotations
 
+import time
+
+_STARTED = time.perf_counter()  # launch time is measured from here (before gradio is imported)
+
 import argparse
 import functools
 import os
 import sys
-import time
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
@@ -154,11 +157,13 @@ class TutorApp:
         """Where the offline tiny test model is written: `WS/models/tiny-gemma3n`."""
         return self.ws.root / TINY_MODEL_SUBDIR
 
-    def model_choices(self) -> list[str]:
-        """The real Gemma 3n checkpoints, plus the workspace's tiny test model once it exists."""
+    def model_choices(self, current: str | None = None) -> list[str]:
+        """The real Gemma 3n checkpoints, the workspace's tiny test model once it exists, and `current`."""
         choices = list(KNOWN_MODELS)
         if (self.tiny_model_dir / "config.json").exists():
             choices.append(str(self.tiny_model_dir))
+        if current and current not in choices:
+            choices.append(current)
         return choices
 
     @ui_errors
@@ -295,14 +300,16 @@ class TutorApp:
         return self._dataset_outputs(report.to_dict())
 
     def dataset_on_load(self):
-        """The last build's report (if any), shown when the page opens."""
+        """Page (re)opened: the last build's report, and the model it was built with selected again."""
         from pipeline.dataset import load_build_report
 
         try:
             report = load_build_report(self.ws)
         except PipelineError:
-            return ("No dataset built yet.", None, None, None, None, gr.skip())
-        return self._dataset_outputs(report)
+            return ("No dataset built yet.", None, None, None, None, gr.skip(), gr.skip())
+        model = report.get("model")
+        picker = gr.Dropdown(choices=self.model_choices(model), value=model) if model else gr.skip()
+        return (*self._dataset_outputs(report), picker)
 
     def _dataset_outputs(self, report: dict):
         splits = report.get("splits", {})
@@ -991,7 +998,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
 
         demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice, seen_rows]).then(
             app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")
-        demo.load(app.dataset_on_load, outputs=dataset_outputs)
+        demo.load(app.dataset_on_load, outputs=[*dataset_outputs, model])
     return demo
 
 
@@ -1036,7 +1043,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
     args = parse_args(argv)
-    started = time.perf_counter()
     app = TutorApp(args.workspace)
     demo = build_ui(app)
     demo.queue(default_concurrency_limit=4)
@@ -1046,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
         allowed_paths=[str(app.ws.root)], footer_links=["gradio"],
     )
     print(f"Pronunciation Tutor Studio is running at {local_url}  (workspace: {app.ws.root}; "
-          f"ready in {time.perf_counter() - started:.1f} s)", flush=True)
+          f"up {time.perf_counter() - _STARTED:.1f} s after start)", flush=True)
     if share_url:
         print(f"Public link (anyone with it can use the app): {share_url}", flush=True)
     print("Press Ctrl+C to stop.", flush=True)

@@ -199,7 +199,8 @@ def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model
     assert any(path.endswith(".parquet") for path in exports)
     assert memory_max["value"] >= 256
     # Reopening the page shows the same build.
-    assert ui.dataset_on_load()[0] == text
+    reopened = ui.dataset_on_load()
+    assert reopened[0] == text and reopened[-1].value == str(tiny_model_dir)
 
 
 def test_build_with_an_empty_library_is_refused(tmp_path, tiny_model_dir):

@@ -127,6 +127,18 @@ def _shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
+def _write_test_clip(path: Path) -> None:
+    """A 2 s voiced-sounding test clip (150 Hz harmonics, syllable-rate envelope, light noise), 16 kHz WAV."""
+    import numpy as np
+    import soundfile
+
+    rate = 16000
+    t = np.arange(2 * rate) / rate
+    voice = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = voice + 0.05 * np.random.default_rng(0).standard_normal(t.size)
+    soundfile.write(str(path), (0.4 * signal / np.abs(signal).max()).astype(np.float32), rate, subtype="PCM_16")
+
+
 def _fill_number(page, elem_id: str, value: str) -> None:
     box = page.locator(f"#{elem_id} input").first
     box.fill(value)
@@ -155,8 +167,22 @@ def test_full_flow_in_the_browser(running_app):
         page.click("#load-pack")
         _wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
         _wait_text(page, "#samples-table", r"000050083")
-        _shot(page, "1-samples")
         _step("sample pack loaded")
+
+        # Add one recording by upload: the checks show before saving; saving adds it to the table.
+        clip = workspace.parent / "my-recording.wav"
+        _write_test_clip(clip)
+        page.locator("#sample-audio button[aria-label='Upload file']").click()
+        page.locator("#sample-audio input[type=file]").set_input_files(str(clip))
+        _wait_text(page, "#checks", r"duration.*2\.00 s", timeout_s=60)
+        page.locator("#sample-target textarea, #sample-target input").first.fill("The quick brown fox.")
+        page.locator("#sample-feedback textarea").first.fill("Clear overall; stress QUICK a little more.")
+        page.locator("#sample-speaker textarea, #sample-speaker input").first.fill("me")
+        page.click("#save-sample")
+        _wait_text(page, "#checks", r"Saved sample", timeout_s=60)
+        _wait_text(page, "#samples-table", r"The quick brown fox")
+        _shot(page, "1-samples")
+        _step("own recording checked and saved")
 
         # 2 Dataset: build with the tiny model.
         _tab(page, "2 · Dataset")
@@ -192,6 +218,12 @@ def test_full_flow_in_the_browser(running_app):
         page.wait_for_selector("#loss-plot img")
         _shot(page, "4-train-running")
         _step("progress seen")
+        page.reload()  # a reloaded page re-attaches to the running job
+        page.wait_for_selector("#load-pack")
+        _tab(page, "4 · Train")
+        _wait_text(page, "#train-status", r"Re-attached to the running job e2e-run", timeout_s=60)
+        _wait_text(page, "#train-progress", r"e2e-run · step \d of 6", timeout_s=60)
+        _step("re-attached after reload")
         page.click("#stop-training")
         _wait_text(page, "#train-status", r"Asked .*e2e-run.* to stop")
         _wait_text(page, "#train-progress", r"status: stopped", timeout_s=240)
