@@ -294,8 +294,10 @@ class TutorApp:
         from pipeline.dataset import build_dataset
 
         report = build_dataset(
-            self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction), seed=int(seed),
-            max_length=int(max_length), progress=_progress_callback(progress, unit="rows"),
+            self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
+            seed=int(DEFAULTS.seed if seed is None else seed),
+            max_length=int(DEFAULTS.max_length if max_length is None else max_length),
+            progress=_progress_callback(progress, unit="rows"),
         )
         return self._dataset_outputs(report.to_dict())
 
@@ -1046,11 +1048,19 @@ def main(argv: list[str] | None = None) -> int:
     app = TutorApp(args.workspace)
     demo = build_ui(app)
     demo.queue(default_concurrency_limit=4)
-    _, local_url, share_url = demo.launch(
-        server_name=args.host, server_port=args.port, share=args.share, inbrowser=False,
-        prevent_thread_lock=True, quiet=True, ssr_mode=False, css=_css(), theme=gr.themes.Soft(),
-        allowed_paths=[str(app.ws.root)], footer_links=["gradio"],
-    )
+    try:
+        _, local_url, share_url = demo.launch(
+            server_name=args.host, server_port=args.port, share=args.share, inbrowser=False,
+            prevent_thread_lock=True, quiet=True, ssr_mode=False, css=_css(), theme=gr.themes.Soft(),
+            allowed_paths=[str(app.ws.root)], footer_links=["gradio"],
+        )
+    except OSError as error:
+        print(f"error: cannot serve on {args.host}:{args.port} ({error}). Is the app already running? "
+              f"Open it at http://{args.host}:{args.port}/ or start another copy with --port {args.port + 1}.",
+              file=sys.stderr)
+        return 1
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"Listening on {args.host}: other computers on your network can open this app.", flush=True)
     print(f"Pronunciation Tutor Studio is running at {local_url}  (workspace: {app.ws.root}; "
           f"up {time.perf_counter() - _STARTED:.1f} s after start)", flush=True)
     if share_url:

@@ -327,3 +327,9 @@ def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir
     progress, curves, memory, log, failure, seen, timer, table, resume, try_run = ui.poll("broken", -1)
     assert "failed" in progress and "Training failed" in failure and "no-such-model" in failure
     assert timer.active is False and list(table["run"]) == ["broken"] and "failed" in list(table["state"])[0]
+
+
+def test_import_layouts_offered_are_the_importers_formats():
+    from pipeline.importers import FORMATS
+
+    assert set(app_module.IMPORT_FORMATS) == {"auto", *FORMATS}
