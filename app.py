@@ -302,16 +302,41 @@ class TutorApp:
         return self._dataset_outputs(report.to_dict())
 
     def dataset_on_load(self):
-        """Page (re)opened: the last build's report, and the model it was built with selected again."""
+        """Page (re)opened: the last build's report (settings are restored by `restore_settings`)."""
         from pipeline.dataset import load_build_report
 
         try:
             report = load_build_report(self.ws)
         except PipelineError:
-            return ("No dataset built yet.", None, None, None, None, gr.skip(), gr.skip())
-        model = report.get("model")
-        picker = gr.Dropdown(choices=self.model_choices(model), value=model) if model else gr.skip()
-        return (*self._dataset_outputs(report), picker)
+            return ("No dataset built yet.", None, None, None, None, gr.skip())
+        return (*self._dataset_outputs(report)[:-1], gr.skip())
+
+    def restore_settings(self):
+        """Page (re)opened: the settings of the newest run, else the built dataset's model and longest row.
+
+        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model).
+        """
+        from pipeline.dataset import load_build_report
+
+        runs = _list_runs(self.ws)
+        values: dict[str, Any] = _run_settings(self.ws, runs[0]["run"]) if runs else {}
+        if not values:
+            try:
+                report = load_build_report(self.ws)
+            except PipelineError:
+                report = {}
+            longest = int((report.get("length_stats") or {}).get("max") or 0)
+            values = {"model": report.get("model"), "max_length": max(256, longest) if longest else None}
+        updates = []
+        for name in CONFIG_FIELDS:
+            value = values.get(name)
+            if value is None:
+                updates.append(gr.skip())
+            elif name == "model":
+                updates.append(gr.Dropdown(choices=self.model_choices(str(value)), value=str(value)))
+            else:
+                updates.append(gr.update(value=value))
+        return tuple(updates)
 
     def _dataset_outputs(self, report: dict):
         splits = report.get("splits", {})
@@ -398,6 +423,14 @@ class TutorApp:
         return text, self._estimate_outputs(data, measured=peak)[0]
 
     # ------------------------------------------------------------------ train
+
+    def settings_summary(self, *values: Any) -> str:
+        """One line with the settings the next run will use (or what is wrong with them)."""
+        try:
+            config = config_from_values(values)
+        except PipelineError as error:
+            return f"✗ {error}"
+        return fmt.settings_markdown(config.to_dict())
 
     @ui_errors
     def start_training(self, run_name: str, *values: Any):
@@ -872,9 +905,10 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                     components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
 
             # ---------------------------------------------------------------- 4 train
-            with gr.Tab("4 · Train", id="train", elem_id="tab-train"):
+            with gr.Tab("4 · Train", id="train", elem_id="tab-train") as train_tab:
                 gr.Markdown("Uses the model above and the Memory tab's settings. Training runs in its own "
                             "process: you can close this tab and come back.")
+                settings_note = gr.Markdown(elem_id="settings-summary")
                 with gr.Row():
                     run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name")
                     learning_rate = gr.Number(value=d.learning_rate, label="Learning rate")
@@ -979,6 +1013,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             button.click(functools.partial(app.apply_suggestion, index), inputs=suggestions_state,
                          outputs=setting_widgets).then(
                 app.estimate, inputs=[memory_gb, *setting_widgets], outputs=estimate_outputs)
+        train_tab.select(app.settings_summary, inputs=setting_widgets, outputs=settings_note)
+        for widget in setting_widgets:
+            widget.change(app.settings_summary, inputs=setting_widgets, outputs=settings_note, show_progress="hidden")
         measure_button.click(app.measure, inputs=[memory_gb, *setting_widgets], outputs=[measured_out, memory_plot])
 
         poll_outputs = [progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer, runs_df,
@@ -1000,7 +1037,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
 
         demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice, seen_rows]).then(
             app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")
-        demo.load(app.dataset_on_load, outputs=[*dataset_outputs, model])
+        demo.load(app.dataset_on_load, outputs=dataset_outputs)
+        demo.load(app.restore_settings, outputs=setting_widgets).then(
+            app.settings_summary, inputs=setting_widgets, outputs=settings_note, show_progress="hidden")
     return demo
 
 

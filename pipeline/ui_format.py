@@ -381,6 +381,21 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
 # training
 
 
+def settings_markdown(config: Mapping[str, Any]) -> str:
+    """The run's settings in one line (a `TrainConfig.to_dict()`), in the words the widgets use."""
+    length = (f"{config['max_steps']} steps" if config.get("max_steps", -1) > 0
+              else f"{config.get('epochs'):g} epochs")
+    model = str(config["model"])
+    model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
+    return (
+        f"**Next run:** `{model}` · {config['quantization']} · {config['device']} · "
+        f"LoRA r {config['lora_rank']} (alpha {config['lora_alpha']}) on {config['lora_targets']} · "
+        f"batch {config['batch_size']} × {config['grad_accum']} accumulation · max length {config['max_length']} · "
+        f"checkpointing {'on' if config['gradient_checkpointing'] else 'off'} · {config['optimizer']} · "
+        f"lr {config['learning_rate']:g} {config['lr_schedule']} · {length}"
+    )
+
+
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "") -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status."""

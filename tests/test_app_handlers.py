@@ -199,8 +199,9 @@ def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model
     assert any(path.endswith(".parquet") for path in exports)
     assert memory_max["value"] >= 256
     # Reopening the page shows the same build.
-    reopened = ui.dataset_on_load()
-    assert reopened[0] == text and reopened[-1].value == str(tiny_model_dir)
+    assert ui.dataset_on_load()[0] == text
+    restored = dict(zip(app_module.CONFIG_FIELDS, ui.restore_settings()))
+    assert restored["model"].value == str(tiny_model_dir) and restored["max_length"]["value"] == memory_max["value"]
 
 
 def test_build_with_an_empty_library_is_refused(tmp_path, tiny_model_dir):
@@ -275,6 +276,11 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
         assert not (ui.ws.runs_dir / "second").exists()
         assert pid_file.read_bytes() == before, "the running job's files are untouched"
         assert ui.on_load()[0] == "first", "a reloaded page re-attaches to the running job"
+        deadline = time.time() + 120
+        while not (ui.ws.run_dir("first") / "config.json").exists() and time.time() < deadline:
+            time.sleep(0.5)  # the training process writes its config.json when it starts
+        restored = dict(zip(app_module.CONFIG_FIELDS, ui.restore_settings()))
+        assert restored["max_steps"]["value"] == 50 and restored["grad_accum"]["value"] == 1, "its settings return"
     finally:
         request_stop(ui.ws, "first", wait=True, timeout_s=5)  # STOP file, then kill: keeps the test short
     assert not run_status(ui.ws, "first")["alive"]
