@@ -292,6 +292,33 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
     )
 
 
+def answer_loss(model, batch: dict) -> tuple[torch.Tensor, Any]:
+    """Mean cross-entropy over the supervised answer tokens, with logits computed ONLY where needed.
+
+    The model projects onto the 262,400-token vocabulary only at positions whose next token is
+    supervised (`logits_to_keep` as a boolean (B, T) mask), instead of at every prompt and audio
+    position. Same loss as transformers' `ForCausalLMLoss` (mean over labels != -100, fp32); the
+    logits (and their fp32 gradient) shrink from T positions to the answer's length per row, the
+    biggest memory lever after gradient checkpointing (FIELD_NOTES "Memory": ~3.7 MB per token on E2B).
+
+    Args:
+        batch: `ChatCollator` output; `labels` (B, T) with -100 outside the answers.
+
+    Returns:
+        `(loss, outputs)`; `outputs.logits` has shape (N, vocab) for the N kept positions.
+    """
+    from pipeline.collate import IGNORE_INDEX
+
+    inputs = dict(batch)
+    labels = inputs.pop("labels")
+    keep = torch.zeros_like(labels, dtype=torch.bool)
+    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
+    targets = labels[:, 1:][keep[:, :-1]]
+    outputs = model(**inputs, logits_to_keep=keep)
+    loss = torch.nn.functional.cross_entropy(outputs.logits.float(), targets.to(outputs.logits.device))
+    return loss, outputs
+
+
 def _move(batch: dict, device: str) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -312,8 +339,7 @@ def preflight(model, collator, rows: list[dict], config: TrainConfig, device: st
     reset_peak_memory(device)
     started = time.perf_counter()
     model.train()
-    out = model(**batch)
-    loss = out.loss
+    loss, out = answer_loss(model, batch)
     if not torch.isfinite(loss):
         raise TrainingError(f"The loss on the longest batch is {loss.item()} (not finite); check the dataset rows {[r.get('id') for r in worst]}.")
     loss.backward()
@@ -328,6 +354,19 @@ def preflight(model, collator, rows: list[dict], config: TrainConfig, device: st
     }
     del out, loss, batch
     return result
+
+
+def _answer_loss_trainer_class():
+    from transformers import Trainer
+
+    class AnswerLossTrainer(Trainer):
+        """`transformers.Trainer` whose loss is `answer_loss` (logits only at supervised positions)."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss, outputs = answer_loss(model, inputs)
+            return (loss, outputs) if return_outputs else loss
+
+    return AnswerLossTrainer
 
 
 class _Session:
@@ -361,12 +400,10 @@ class _Session:
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 
     def trainer(self, output_dir: Path, callbacks: list) -> Any:
-        from transformers import Trainer
-
         from transformers.trainer_callback import PrinterCallback
 
         args = training_arguments(self.config, output_dir, self.device, has_eval=self.eval_data is not None)
-        trainer = Trainer(
+        trainer = _answer_loss_trainer_class()(
             model=self.model,
             args=args,
             train_dataset=self.train_data,

@@ -148,3 +148,24 @@ def test_probe_step_reports_peak_memory_of_the_worst_batch(workspace, tiny_model
     by_id = dict(zip(train_rows["id"], train_rows["num_tokens"]))
     assert sorted((by_id[i] for i in probe["batch_rows"]), reverse=True) == longest
     assert probe["lora_modules"]["language"] > 0
+
+
+def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tiny_model_dir):
+    from transformers import Gemma3nForConditionalGeneration
+
+    from pipeline.collate import ChatCollator
+    from pipeline.dataset import load_built_dataset
+    from pipeline.model import load_processor
+    from pipeline.train import answer_loss
+
+    processor = load_processor(str(tiny_model_dir))
+    rows = list(load_built_dataset(workspace)["train"])[:3]
+    batch = ChatCollator(processor, max_length=512)(rows)
+    model = Gemma3nForConditionalGeneration.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = model(**batch).loss
+        loss, outputs = answer_loss(model, batch)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    supervised = int((batch["labels"] != -100).sum())
+    assert outputs.logits.shape == (supervised, len(processor.tokenizer))
+    assert supervised < batch["input_ids"].numel() / 3  # the prompt and ~190 audio positions get no logits
