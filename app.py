@@ -51,6 +51,12 @@ TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
 DEFAULTS = TrainConfig()
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
 POLL_SECONDS = 2.0
+_CANCELLED = "__cancelled__"
+# Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as _CANCELLED.
+_CONFIRM_DELETE_JS = (
+    "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
+    f" ? id : '{_CANCELLED}'"
+)
 MAX_SUGGESTIONS = 4
 
 # The training settings shown as widgets, in the order the handlers receive them. Memory-relevant
@@ -262,6 +268,8 @@ class TutorApp:
         """Delete the selected sample and its audio; returns (status, table, cleared editor fields)."""
         from pipeline.samples import SampleLibrary
 
+        if sample_id == _CANCELLED:
+            return ("Nothing deleted.",) + (gr.skip(),) * 7
         if not sample_id:
             raise gr.Error("Click a sample in the table first, then delete it.", title="Sample library")
         removed = SampleLibrary(self.ws).delete(sample_id)
@@ -616,7 +624,7 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
         name: value for name, value in est.components.items()
         if value and (name.startswith(memory.STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
     }
-    return {
+    result = {
         "model": config.model,
         "device": device,
         "components": est.components,
@@ -633,8 +641,13 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
         "lengths_source": lengths.source,
         "notes": est.notes,
         "suggestions": [s.to_dict() for s in suggestions],
-        "measured": memory.measure_peak(config.model, config, lengths, device, options) if measure else None,
+        "measured": None,
     }
+    if measure:
+        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
+        result["measured"] = memory.measure_peak(config.model, config, lengths, device, options,
+                                                 workspace=ws.root if built else None)
+    return result
 
 
 def _clip_name(audio: Any) -> str | None:
@@ -722,7 +735,7 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
         name: value for name, value in est.components.items()
         if value and (name.startswith(memory.STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
     }
-    return {
+    result = {
         "model": config.model,
         "device": device,
         "components": est.components,
@@ -739,8 +752,13 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
         "lengths_source": lengths.source,
         "notes": est.notes,
         "suggestions": [s.to_dict() for s in suggestions],
-        "measured": memory.measure_peak(config.model, config, lengths, device, options) if measure else None,
+        "measured": None,
     }
+    if measure:
+        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
+        result["measured"] = memory.measure_peak(config.model, config, lengths, device, options,
+                                                 workspace=ws.root if built else None)
+    return result
 
 
 def _clip_name(audio: Any) -> str | None:
@@ -840,7 +858,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                         with gr.Row():
                             update_button = gr.Button("Save changes", elem_id="update-sample")
                             delete_button = gr.Button("Delete sample", variant="stop", elem_id="delete-sample")
-                        edit_status = gr.Markdown()
+                        edit_status = gr.Markdown(elem_id="edit-status")
 
             # ---------------------------------------------------------------- 2 dataset
             with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset"):
@@ -996,7 +1014,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                           outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
         update_button.click(app.update_sample, inputs=[edit_id, edit_target, edit_feedback, edit_speaker],
                             outputs=[edit_status, samples_df])
-        delete_button.click(app.delete_sample, inputs=edit_id,
+        delete_button.click(app.delete_sample, inputs=edit_id, js=_CONFIRM_DELETE_JS,
                             outputs=[edit_status, samples_df, edit_id, edit_audio, edit_target, edit_feedback,
                                      edit_speaker, edit_checks])
 

@@ -339,3 +339,9 @@ def test_import_layouts_offered_are_the_importers_formats():
     from pipeline.importers import FORMATS
 
     assert set(app_module.IMPORT_FORMATS) == {"auto", *FORMATS}
+
+
+def test_cancelled_delete_changes_nothing(ui):
+    before = manifest_bytes(ui)
+    status, *rest = ui.delete_sample(app_module._CANCELLED)
+    assert status == "Nothing deleted." and manifest_bytes(ui) == before

@@ -184,6 +184,23 @@ def test_full_flow_in_the_browser(running_app):
         _shot(page, "1-samples")
         _step("own recording checked and saved")
 
+        # Click it in the table: it loads for playback and editing; edit the feedback; then delete it.
+        page.locator("#samples-table").get_by_text("The quick brown fox.").first.click()
+        _wait_text(page, "#edit-id", r"s-[0-9a-f]+", timeout_s=30)
+        page.wait_for_selector("#edit-audio audio, #edit-audio [data-testid='waveform-x'], #edit-audio .waveform-container",
+                               state="attached")
+        page.locator("#edit-feedback textarea").first.fill("Good pace. Stress QUICK.")
+        page.click("#update-sample")
+        _wait_text(page, "#samples-table", r"Good pace\. Stress QUICK\.")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#delete-sample")
+        _wait_text(page, "#edit-status", r"Deleted")
+        deadline = time.time() + 30
+        while "The quick brown fox" in page.locator("#samples-table").inner_text() and time.time() < deadline:
+            time.sleep(0.5)
+        assert "The quick brown fox" not in page.locator("#samples-table").inner_text()
+        _step("edited and deleted it")
+
         # 2 Dataset: build with the tiny model.
         _tab(page, "2 · Dataset")
         page.click("#build-dataset")
