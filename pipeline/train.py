@@ -249,7 +249,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
     LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.attach_lora`)."""
     from transformers import TrainingArguments
 
-    if config.optimizer == "adamw_8bit" and device not in ("cuda",):
+    if config.optimizer == "adamw_8bit":
         try:
             import bitsandbytes  # noqa: F401
         except ImportError as error:
@@ -323,18 +323,20 @@ def _move(batch: dict, device: str) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def worst_case_rows(rows: list[dict], batch_size: int) -> list[dict]:
-    """The `batch_size` longest rows (by `num_tokens`): the batch that needs the most memory."""
-    return sorted(rows, key=lambda r: int(r.get("num_tokens") or 0), reverse=True)[:batch_size]
+def worst_case_rows(dataset, batch_size: int) -> list[dict]:
+    """The `batch_size` longest rows (by `num_tokens`) of a `datasets.Dataset`: the batch that needs
+    the most memory. Only those rows' audio is read."""
+    lengths = [int(n or 0) for n in dataset["num_tokens"]]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)[:batch_size]
+    return list(dataset.select(order))
 
 
-def preflight(model, collator, rows: list[dict], config: TrainConfig, device: str) -> dict:
-    """One forward+backward on the worst-case batch (no optimizer step); gradients are cleared.
+def preflight(model, collator, worst: list[dict], config: TrainConfig, device: str) -> dict:
+    """One forward+backward on the worst-case batch `worst` (no optimizer step); gradients are cleared.
 
     Returns `{"batch_rows", "batch_tokens", "loss", "seconds", "peak_memory_bytes", "memory_kind"}`.
     Raises `torch.OutOfMemoryError` (or the backend's RuntimeError) when it does not fit.
     """
-    worst = worst_case_rows(rows, config.batch_size)
     batch = _move(collator(worst), device)
     reset_peak_memory(device)
     started = time.perf_counter()
@@ -385,7 +387,10 @@ class _Session:
         self.train_data = data["train"]
         self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
         self.processor = load_processor(config.model)
-        rows = list(self.train_data) + (list(self.eval_data) if self.eval_data is not None else [])
+        text_columns = ["id", "target_text", "feedback"]
+        rows = list(self.train_data.select_columns(text_columns))
+        if self.eval_data is not None:
+            rows += list(self.eval_data.select_columns(text_columns))
         problems = check_rows(self.processor, rows, max_length=config.max_length)
         if problems:
             listed = "; ".join(f"{p['id']}: {p['reason']}" for p in problems[:5])
@@ -394,7 +399,7 @@ class _Session:
                 f"Rebuild the dataset with `python -m pipeline build --max-length {config.max_length}` (it excludes them) "
                 "or raise --max-length."
             )
-        self.train_rows = list(self.train_data)
+        self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
         model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization)
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
@@ -458,8 +463,9 @@ def train(
     Raises:
         TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (an
         existing run without --resume, nothing to resume, bad dataset rows, model not loadable).
-        Failures after the run folder was set up (out of memory, a crash) are reported in the
-        returned dict and result.json with status "failed" instead.
+        Out of memory (before or during training) is not raised: it is returned with status
+        "failed", the step, the peak memory and `suggestions`. Any other error is recorded in
+        result.json (status "failed") and train.log, then re-raised.
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     paths = run_paths(ws, run_name)
@@ -524,7 +530,7 @@ def train(
         )
         device = session.device
         try:
-            result["preflight"] = preflight(session.model, session.collator, session.train_rows, config, device)
+            result["preflight"] = preflight(session.model, session.collator, session.worst_rows, config, device)
             log.info("Preflight on the longest batch: %s", json.dumps(result["preflight"]))
         except Exception as error:  # noqa: BLE001
             if not is_out_of_memory(error):
@@ -639,7 +645,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     session = _Session(config, ws)
     device = session.device
-    worst = worst_case_rows(session.train_rows, config.batch_size)
+    worst = session.worst_rows
     out = {
         "device": device,
         "memory_kind": memory_kind(device),
