@@ -84,3 +84,36 @@ def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
         load_tutor(run="half", workspace=tuned)
     with pytest.raises(ConfigError, match="No model given"):
         load_tutor(None)
+
+
+def test_cached_generation_sees_what_training_sees(tiny_model_dir, speechocean_dir):
+    """KV-sharing layers: answer logits of one no-cache forward (training) equal cached step-by-step
+    decoding (generation), past the sliding window (FIELD_NOTES "Known gaps")."""
+    from transformers import Gemma3nForConditionalGeneration
+
+    from pipeline.audio import load_audio
+    from pipeline.dataset import build_messages
+    from pipeline.model import load_processor
+
+    processor = load_processor(str(tiny_model_dir))
+    clip = load_audio(speechocean_dir / CLIP)
+    full = processor.apply_chat_template(
+        build_messages(TARGET, "Scores (0-10): accuracy 8, fluency 9", clip.samples), tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    prompt = processor.apply_chat_template(
+        build_messages(TARGET, None, clip.samples), add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    model = Gemma3nForConditionalGeneration.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    assert model.config.text_config.num_kv_shared_layers > 0
+    n, total = prompt["input_ids"].shape[1], full["input_ids"].shape[1]
+    assert n > model.config.text_config.sliding_window
+    assert torch.equal(full["input_ids"][0, :n], prompt["input_ids"][0])
+    with torch.no_grad():
+        training = model(**full, use_cache=False).logits[0, n - 1 : total - 1]
+        out = model(**prompt, use_cache=True)
+        steps, mask = [out.logits[0, -1]], prompt["attention_mask"]
+        for t in range(n, total - 1):
+            mask = torch.cat([mask, torch.ones(1, 1, dtype=mask.dtype)], dim=1)
+            out = model(input_ids=full["input_ids"][:, t : t + 1], attention_mask=mask, cache=out.cache, use_cache=True)
+            steps.append(out.logits[0, -1])
+    assert torch.allclose(torch.stack(steps), training, atol=1e-4)
