@@ -149,6 +149,7 @@ def test_full_flow_in_the_browser(running_app):
     from playwright.sync_api import sync_playwright
 
     url, workspace, first_page_s, log_path = running_app
+    print(f"[e2e] first page served {first_page_s:.1f} s after `python app.py` started", flush=True)
     assert first_page_s < 30, f"first page took {first_page_s:.1f} s"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
