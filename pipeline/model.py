@@ -65,7 +65,7 @@ MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-
 """Approximate download sizes (bf16 safetensors on the hub) used for the free-disk check."""
 
 _GATED_HINT = (
-    "Gemma 3n is a gated model: log in with `huggingface-cli login` (a token from "
+    "Gemma 3n is a gated model: log in with `hf auth login` (a token from "
     "https://huggingface.co/settings/tokens) and accept the license at https://huggingface.co/{model}."
 )
 
@@ -124,7 +124,7 @@ def _check_local_folder(model_id: str) -> Path:
     if not path.is_dir():
         raise ModelLoadError(
             f"Model folder `{path}` does not exist. Give a hub id such as google/gemma-3n-E2B-it, or a folder "
-            "made by `huggingface-cli download google/gemma-3n-E2B-it --local-dir DIR` or "
+            "made by `hf download google/gemma-3n-E2B-it --local-dir DIR` or "
             "`python -m pipeline make-tiny-model DIR`."
         )
     missing = [name for name in ("config.json", "tokenizer_config.json") if not (path / name).exists()]
@@ -132,7 +132,7 @@ def _check_local_folder(model_id: str) -> Path:
         found = sorted(p.name for p in path.iterdir())[:20]
         raise ModelLoadError(
             f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Download the full checkpoint "
-            "with `huggingface-cli download google/gemma-3n-E2B-it --local-dir DIR`."
+            "with `hf download google/gemma-3n-E2B-it --local-dir DIR`."
         )
     return path
 
@@ -233,9 +233,9 @@ def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
             where = "offline mode (HF_HUB_OFFLINE=1) is on" if offline else "the hub cannot be reached"
             raise ModelLoadError(
                 f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
-                f"internet: `huggingface-cli login`, accept the license at https://huggingface.co/{model_id}, then "
-                f"`huggingface-cli download {model_id}` (~11 GB for E2B) into that cache, or "
-                f"`huggingface-cli download {model_id} --local-dir DIR` and pass `--model DIR`."
+                f"internet: `hf auth login`, accept the license at https://huggingface.co/{model_id}, then "
+                f"`hf download {model_id}` (~11 GB for E2B) into that cache, or "
+                f"`hf download {model_id} --local-dir DIR` and pass `--model DIR`."
             ) from error
         raise
 

@@ -108,7 +108,7 @@ def test_local_folder_errors_name_the_fix(tmp_path):
 
 def test_offline_and_not_cached_says_what_to_download(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="huggingface-cli download google/gemma-3n-E2B-it"):
+    with pytest.raises(ModelLoadError, match="hf download google/gemma-3n-E2B-it"):
         gm.load_processor("google/gemma-3n-E2B-it")
 
 
