@@ -28,7 +28,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import shutil
 import sys
 import time
@@ -80,6 +79,15 @@ def peak_memory_bytes(device: str) -> int:
         return int(torch.cuda.max_memory_allocated())
     if device == "mps":
         return int(torch.mps.driver_allocated_memory())
+    try:
+        import resource
+    except ImportError:  # Windows: the peak working set, when psutil is installed
+        try:
+            import psutil
+
+            return int(getattr(psutil.Process().memory_info(), "peak_wset", 0))
+        except ImportError:
+            return 0
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
 
