@@ -273,16 +273,27 @@ def _wait_then_kill(ws: Workspace, run_name: str, pid: int, timeout_s: float, po
     return run_status(ws, run_name)
 
 
+def stop_timeout_s(status: dict[str, Any]) -> float:
+    """Seconds to wait for a clean stop: 3 x the measured seconds per step + 60 s, at least 300 s."""
+    last = status.get("last_progress") or {}
+    elapsed, step = last.get("elapsed_s"), last.get("step")
+    per_step = (float(elapsed) / int(step)) if elapsed and step else 0.0
+    return max(DEFAULT_STOP_TIMEOUT_S, 3.0 * per_step + 60.0)
+
+
 def request_stop(
     workspace: Workspace | str | os.PathLike,
     run_name: str,
     *,
-    timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    timeout_s: float | None = None,
     wait: bool = False,
     poll_s: float = 0.5,
 ) -> dict[str, Any]:
     """Ask a run to stop: write `STOP` (the trainer saves and ends at the next step); if the process
     is still alive after `timeout_s`, kill it (its last checkpoint is kept).
+
+    `timeout_s=None` allows `stop_timeout_s(status)`: three times the run's seconds per step
+    (the step in flight must finish) plus a minute for the save, and at least 300 s.
 
     With `wait=True` blocks until the run ended and returns its final `run_status`; otherwise a
     background thread enforces the timeout and the current `run_status` is returned at once.
@@ -295,6 +306,8 @@ def request_stop(
         return status
     (run_dir / "STOP").write_text(f"stop requested at {time.time():.0f}\n", encoding="utf-8")
     pid = int(status["pid"])
+    if timeout_s is None:
+        timeout_s = stop_timeout_s(status)
     if wait:
         return _wait_then_kill(ws, run_name, pid, timeout_s, poll_s)
     threading.Thread(target=_wait_then_kill, args=(ws, run_name, pid, timeout_s, poll_s), daemon=True).start()

@@ -78,3 +78,9 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
     assert final["result"]["resumed_from"].endswith(f"checkpoint-{before}")
     steps = [p["step"] for p in read_jsonl(ws / "runs" / "first" / "progress.jsonl")]
     assert steps == list(range(1, len(steps) + 1))  # one line per step, no gap or repeat across the resume
+
+
+def test_stop_timeout_grows_with_the_measured_step_time():
+    assert runs.stop_timeout_s({"last_progress": None}) == runs.DEFAULT_STOP_TIMEOUT_S
+    slow = {"last_progress": {"step": 2, "elapsed_s": 400.0}}  # 200 s per step on a slow machine
+    assert runs.stop_timeout_s(slow) == 3 * 200.0 + 60.0
