@@ -448,7 +448,6 @@ class TutorApp:
         config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
         self.ws.run_dir(name)  # validates the name before anything is written
-        _require_built_dataset(self.ws)
         start_run(self.ws, name, config)
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
                 gr.Timer(active=True), "", -1)
@@ -673,19 +672,6 @@ def _resumable_runs(runs: list[dict]) -> list[str]:
 def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
     """Runs that saved an adapter (usable in the Try tab), newest first."""
     return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
-
-
-def _require_built_dataset(ws: Workspace) -> None:
-    """Raise `DatasetError` unless a dataset with training rows is built (checked before a run starts)."""
-    from pipeline.dataset import load_build_report
-    from pipeline.errors import DatasetError
-
-    report = load_build_report(ws)
-    if not (report.get("splits") or {}).get("train"):
-        raise DatasetError(
-            f"The dataset in {ws.dataset_dir} has no training rows; add samples with feedback and build it again "
-            "(Dataset tab)."
-        )
 
 
 def _started_at(run_dir: Path) -> float | None:

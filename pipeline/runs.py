@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig
-from pipeline.errors import TrainingError
+from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
 from pipeline.workspace import Workspace
 
@@ -171,6 +171,34 @@ def active_run(workspace: Workspace | str | os.PathLike) -> str | None:
     return None
 
 
+def require_built_dataset(workspace: Workspace | str | os.PathLike) -> dict:
+    """The built dataset's build report (`pipeline.dataset.load_build_report`), checked to have train rows.
+
+    Raises:
+        DatasetError: no dataset is built in `WS/dataset`, its `build_report.json` is unreadable, or
+            it has no training rows; the message names the command (`python -m pipeline build`) and
+            the app's Dataset tab that build it.
+    """
+    from pipeline.dataset import load_build_report
+
+    ws = _ws(workspace)
+    fix = (
+        f"build it first: the app's Dataset tab (Build dataset), or "
+        f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`"
+    )
+    try:
+        report = load_build_report(ws)
+    except DatasetError as error:
+        raise DatasetError(f"No built dataset to train on in {ws.dataset_dir}; {fix}.") from error
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"The dataset's build report in {ws.dataset_dir} cannot be read ({error}); {fix}.") from error
+    if not (report.get("splits") or {}).get("train"):
+        raise DatasetError(
+            f"The dataset in {ws.dataset_dir} has no training rows; add samples with feedback, then {fix}."
+        )
+    return report
+
+
 def start_run(
     workspace: Workspace | str | os.PathLike,
     run_name: str,
@@ -194,6 +222,8 @@ def start_run(
     Raises:
         TrainingError: another run is alive in this workspace, the run exists (without `resume`),
             or `config` is missing.
+        DatasetError: no dataset with training rows is built (`require_built_dataset`); checked
+            before the run folder is created.
     """
     ws = _ws(workspace)
     run_dir = ws.run_dir(run_name)
@@ -209,6 +239,7 @@ def start_run(
             raise TrainingError(f"Run `{run_name}` already exists; resume it or choose another name.")
     elif not (run_dir / "config.json").exists():
         raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
+    require_built_dataset(ws)
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
     if resume:

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import runs
 from pipeline.config import TrainConfig, add_train_arguments
-from pipeline.errors import TrainingError
+from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
 from tests.training_data import copy_workspace, real_workspace
 
@@ -37,6 +37,19 @@ def test_a_process_that_died_without_a_result_is_failed(tmp_path):
     assert runs.active_run(ws) is None
     assert runs.run_status(ws, "never")["state"] == "not_started"
     assert [s["run"] for s in runs.list_runs(ws)] == ["crashed"]
+
+
+def test_start_without_a_built_dataset_is_refused_before_any_run_folder(tmp_path):
+    ws = tmp_path / "ws"
+    config = TrainConfig(model="/m", device="cpu", max_steps=2)
+    with pytest.raises(DatasetError, match="(?s)Dataset tab.*python -m pipeline build"):
+        runs.start_run(ws, "first", config)
+    assert not (ws / "runs").exists(), "nothing is created, no process is started"
+    # A build report with no training rows is refused the same way.
+    atomic_write_json(ws / "dataset" / "build_report.json", {"splits": {"train": 0, "eval": 0}})
+    with pytest.raises(DatasetError, match="no training rows"):
+        runs.start_run(ws, "first", config)
+    assert not (ws / "runs").exists()
 
 
 def _wait(predicate, timeout_s=240.0, poll_s=0.5):
