@@ -196,7 +196,7 @@ class TutorApp:
         if model in KNOWN_MODELS:
             return (
                 f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
-                "license accepted: `huggingface-cli login`)."
+                "license accepted: `hf auth login`)."
             )
         return f"Local model folder `{model}`."
 

@@ -229,6 +229,14 @@ def test_building_the_page_imports_no_torch_transformers_or_datasets(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_hub_login_advice_names_the_current_hf_cli(tmp_path):
+    """huggingface_hub 1.x+ ships `hf` (`hf auth login`); the old `huggingface-cli` is gone."""
+    note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
+    assert "`hf auth login`" in note
+    for path in [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pipeline").glob("*.py"))]:
+        assert "huggingface-cli" not in path.read_text(encoding="utf-8"), path
+
+
 def test_launch_flags_default_to_localhost_only():
     args = app_module.parse_args([])
     assert args.host == "127.0.0.1" and args.share is False and args.port == 7860
