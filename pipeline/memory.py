@@ -60,16 +60,24 @@ VISION_TOWER_PARAMS = {"mobilenetv5_300m_enc": 294_126_912}
 FIT_FRACTION = 0.90
 
 # Runtime overhead per device (bytes) that is not a tensor of ours.
-# cpu: resident memory of a Python process after `import torch, transformers, peft, bitsandbytes`
-#      and building the model's Python objects, measured here (torch 2.14.1, transformers 5.24):
-#      see RUNTIME_OVERHEAD_NOTE; the memory probe reports the same figure as `baseline_rss_bytes`.
+# cpu: measured here (torch 2.14.1, transformers 5.24, peft 0.21, bitsandbytes 0.50, Linux x86-64):
+#      the resident memory of a Python process after importing them is 870 MiB (the probe's
+#      `baseline_rss_bytes`, 912 MB on every run of benchmarks/memory_accuracy.py), and the model's
+#      Python objects, peft wrappers, the Trainer and oneDNN kernel caches add ~75 MiB (peak RSS of a
+#      step of the tiny model, 958-975 MiB, minus its ~20 MiB of tensors).
 # cuda: CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack. Public reports for
 #      PyTorch 2.x on Ampere/Hopper put the context at 0.4-0.6 GiB; not measured in this session
 #      (no GPU was lent): 0.75 GiB includes allocator block rounding.
 # mps: Metal command buffers and MPSGraph caches; not measured here (no Mac): 0.5 GiB assumed.
-RUNTIME_OVERHEAD_BYTES = {"cpu": int(0.75 * GIB), "cuda": int(0.75 * GIB), "mps": int(0.5 * GIB)}
+CPU_IMPORT_BASELINE_BYTES = 870 * MIB
+CPU_RUNTIME_OBJECTS_BYTES = 75 * MIB
+RUNTIME_OVERHEAD_BYTES = {
+    "cpu": CPU_IMPORT_BASELINE_BYTES + CPU_RUNTIME_OBJECTS_BYTES,
+    "cuda": int(0.75 * GIB),
+    "mps": int(0.5 * GIB),
+}
 RUNTIME_OVERHEAD_NOTE = {
-    "cpu": "measured: RSS of the probe process after imports and model construction, minus tensors",
+    "cpu": "measured: RSS of Python + torch/transformers/peft (870 MiB) and the model's objects (75 MiB)",
     "cuda": "assumed from public reports of CUDA context + allocator slack (no GPU measured here)",
     "mps": "assumed (no Mac measured here)",
 }
@@ -103,6 +111,14 @@ AUDIO_FROZEN_FIXED_BYTES = 19 * 1024**2
 # frame per h per block (2.83 GiB in all for a 30 s clip with r=16 and CPU dropout masks).
 AUDIO_LORA_INPUT_H = 16
 AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
+# CPU only: glibc malloc keeps freed heap memory resident (its mmap threshold rises to 32 MiB after
+# the first large free, so most activation-sized tensors live in the heap, and only the top of the
+# heap is returned to the OS). With MALLOC_MMAP_THRESHOLD_=65536 (every tensor mmapped, freed memory
+# returned) the 14 configurations of benchmarks/memory_accuracy.py (tiny, mid-size and full E2B)
+# measured within -0.3..+8 % of the estimate without this term; with glibc's default they used
+# ~1,030 bytes more per token per hidden unit (least-squares fit over those 14 runs, largest
+# residual 4.3 %), i.e. a few layers' worth of freed temporaries stays resident.
+CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H = 1030
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 
@@ -431,6 +447,9 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     (`QUANTIZED_PARTS`; the skip list keeps audio/vision towers, their embedders and lm_head in bf16).
     The token embedding is counted once (tied to lm_head). Vision tower: 0 when not loaded.
     Per-layer embeddings: 0 on the device when `ple_on_cpu` on CUDA (they sit in host RAM).
+    On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
+    table is only read row by row (plus the kernel's read-ahead), so part of it may never become
+    resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
     Source: transformers `bitsandbytes` quantizer (replaces nn.Linear outside the skip list) and
     bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
     """
@@ -653,6 +672,15 @@ def audio_encoder_bytes(
     return {"audio_encoder_transient": transient, "audio_encoder_saved": saved}
 
 
+def allocator_retention(shape: ModelShape, config: TrainConfig, device: str, seq_len: int) -> int:
+    """Memory the allocator keeps resident beyond live tensors. CPU (glibc malloc):
+    CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H x batch x seq_len x hidden (measured, see the
+    constant). CUDA's caching-allocator slack is in the runtime overhead; MPS: not measured, 0."""
+    if device != "cpu":
+        return 0
+    return CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H * config.batch_size * seq_len * shape.hidden_size
+
+
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """With 4/8-bit weights, each quantized Linear is dequantized to bf16 for its matmul (bitsandbytes
     `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x 2 bytes."""
@@ -703,9 +731,10 @@ class MemoryEstimate:
 
 
 PHASE_MEMBERS = {
-    "audio": ("audio_encoder_transient",),
-    "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss"),
+    "audio": ("audio_encoder_transient", "allocator_retention"),
+    "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss", "allocator_retention"),
     "layer_backward": (
+        "allocator_retention",
         "audio_encoder_saved",
         "activations_decoder",
         "activations_recompute",
@@ -761,6 +790,7 @@ def estimate_memory(
     comps["logits_loss"] = logits_loss(shape, config, device, options, seq_len)
     comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
+    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = RUNTIME_OVERHEAD_BYTES[device]
     static = sum(v for k, v in comps.items() if k.startswith(STATIC_PREFIXES))
@@ -1085,12 +1115,18 @@ def measure_peak(
     device: str,
     options: EstimateOptions | None = None,
     *,
+    workspace=None,
     timeout_s: float = 3600,
 ) -> dict:
     """Run one real optimizer step on the worst-case micro-batch in a child process and return
-    its measured peaks (bytes): CPU `peak_rss_bytes` (VmHWM after a reset, fallback ru_maxrss) and
-    `baseline_rss_bytes`; CUDA `max_memory_allocated` / `max_memory_reserved`; MPS
-    `driver_allocated_memory`. Raises `TrainingError` with the child's last output on failure.
+    its measured peaks (bytes): `peak_bytes` and `method`, plus CPU `peak_rss_bytes` (VmHWM after a
+    reset, fallback ru_maxrss) and `baseline_rss_bytes`; CUDA `max_memory_allocated` /
+    `max_memory_reserved`; MPS `driver_allocated_memory`.
+
+    With a `workspace` whose dataset is built, the child runs the training code's own
+    `pipeline.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
+    `batch_size` rows of the longest kept length with the longest clip (`pipeline.memory_probe`).
+    Raises `TrainingError` with the child's last output on failure.
     """
     from pipeline.errors import TrainingError  # noqa: PLC0415
 
@@ -1103,6 +1139,7 @@ def measure_peak(
         "clip_s": lengths.longest_clip_s,
         "device": device,
         "options": options.to_dict(),
+        "workspace": str(workspace) if workspace is not None else None,
     }
     cmd = [sys.executable, "-m", "pipeline.memory_probe", json.dumps(request)]
     env = dict(os.environ)
@@ -1181,7 +1218,12 @@ def main(argv: list[str] | None = None) -> int:
         model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok)
     measured = None
     if args.measure:
-        measured = measure_peak(config.model, config, lengths, device, options)
+        from pipeline.workspace import Workspace  # noqa: PLC0415
+
+        ws = Workspace(args.workspace or DEFAULT_WORKSPACE)
+        built = (ws.dataset_dir / "build_report.json").exists()
+        measured = measure_peak(config.model, config, lengths, device, options, workspace=ws.root if built else None)
+        measured["error_percent"] = round(100.0 * est.total_bytes / measured["peak_bytes"] - 100.0, 1)
     result = {
         "model": config.model,
         "device": device,
@@ -1248,8 +1290,8 @@ def render(result: dict) -> str:
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):
         m = result["measured"]
-        lines.append(f"Measured ({m.get('method', '')}): peak {fmt_bytes(m['peak_bytes'])} vs estimate "
-                     f"{fmt_bytes(result['total_bytes'])}.")
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): peak {fmt_bytes(m['peak_bytes'])} "
+                     f"vs estimate {fmt_bytes(result['total_bytes'])} ({m['error_percent']:+.1f} %).")
     return "\n".join(lines)
 
 

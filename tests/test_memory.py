@@ -217,10 +217,18 @@ def test_estimate_total_is_static_plus_peak_phase():
     est = estimate_memory(SMALL, cfg(max_length=512), LengthStats(900, 10.0, [300, 280, 900]), "cpu")
     assert est.seq_len == 300  # the 900-token row is excluded by max_length 512, never truncated
     static = sum(v for k, v in est.components.items() if k.startswith(memory.STATIC_PREFIXES))
-    assert est.phases["loss"] == static + est.components["activations_decoder"] + est.components["logits_loss"]
-    assert est.phases["layer_backward"] == static + sum(
-        est.components[k] for k in ("activations_decoder", "activations_recompute", "backward_workspace", "dequant_workspace"))
-    assert est.total_bytes == est.phases[est.peak_phase] + est.components["runtime_overhead"]
+    comps = est.components
+    assert est.phases["loss"] == static + comps["activations_decoder"] + comps["logits_loss"] + comps["allocator_retention"]
+    assert est.phases["layer_backward"] == static + sum(comps[k] for k in (
+        "activations_decoder", "activations_recompute", "backward_workspace", "dequant_workspace", "allocator_retention"))
+    assert est.total_bytes == est.phases[est.peak_phase] + comps["runtime_overhead"]
+
+
+def test_allocator_retention_only_on_cpu():
+    shape = model_shape(SMALL)
+    assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300) == 1030 * 2 * 300 * 8
+    assert memory.allocator_retention(shape, cfg(batch_size=2), "cuda", 300) == 0
+    assert memory.allocator_retention(shape, cfg(batch_size=2), "mps", 300) == 0
 
 
 def test_longest_kept_row_and_exclusions():
