@@ -570,28 +570,18 @@ class TutorApp:
     # ------------------------------------------------------------------ try
 
     @ui_errors
-    def tuned_feedback(self, audio: Any, target_text: str, run_name: str,
-                       max_new_tokens: float = 256) -> tuple[str, str]:
-        """The tuned tutor's feedback (the adapter of `run_name` on its base); returns (text, note on the model)."""
-        from pipeline.infer import feedback_for_clip
+    def try_feedback(self, audio: Any, target_text: str, run_name: str,
+                     max_new_tokens: float = 256) -> tuple[str, str, str]:
+        """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
+        answer with the adapter disabled); returns (tuned text, note on the model, base text)."""
+        from pipeline.infer import compare_feedback
 
         if not run_name:
             raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
                            title="Try")
-        text = feedback_for_clip(None, audio, target_text or "", run=run_name, workspace=self.ws,
-                                 max_new_tokens=int(max_new_tokens or 256))
-        return text, self.describe_model(_run_settings(self.ws, run_name).get("model"))
-
-    @ui_errors
-    def base_feedback(self, audio: Any, target_text: str, run_name: str, model: str,
-                      max_new_tokens: float = 256) -> str:
-        """The base model's feedback for the same clip (no adapter; the run's base, device and quantization)."""
-        from pipeline.infer import feedback_for_clip
-
-        settings = _run_settings(self.ws, run_name) if run_name else {}
-        return feedback_for_clip(settings.get("model") or model or DEFAULTS.model, audio, target_text or "",
-                                 device=settings.get("device"), quantization=settings.get("quantization"),
-                                 max_new_tokens=int(max_new_tokens or 256))
+        result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.ws,
+                                  max_new_tokens=int(max_new_tokens or 256))
+        return result["tuned"]["text"], self.describe_model(result["model"]), result["base"]["text"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1034,10 +1024,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         refresh_runs.click(app.refresh_run_lists, outputs=run_lists)
         try_refresh.click(app.refresh_run_lists, outputs=run_lists)
 
-        # One after the other: the model loads once per click and memory holds one model at a time.
-        try_button.click(app.tuned_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
-                         outputs=[tuned_out, try_note]).success(
-            app.base_feedback, inputs=[try_audio, try_target, try_run, model, try_max_tokens], outputs=base_out)
+        # One model load serves both answers (the base answer runs with the adapter disabled).
+        try_button.click(app.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
+                         outputs=[tuned_out, try_note, base_out])
 
         demo.load(app.on_load, outputs=[current_run, timer, train_status, runs_df, try_run, resume_choice, seen_rows]).then(
             app.poll, inputs=[current_run, seen_rows], outputs=poll_outputs, show_progress="hidden")

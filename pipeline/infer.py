@@ -11,11 +11,15 @@ prompt, no special tokens). Without a run the base model answers, so base and tu
 With a run, the base model, device and quantization default to the run's `config.json`, so the
 adapter sits on the base it was trained on. Loaded tutors are cached per (model, adapter, device,
 quantization) within a process, so the app does not reload the model on every click.
+`compare_feedback` answers with the tuned and the base tutor from ONE loaded model: the base answer
+runs inside peft's `disable_adapter()` context, which skips every LoRA layer (identical to the base
+model without the adapter).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -70,7 +74,13 @@ class Tutor:
         self.tiny_random_model = is_tiny_random_model(model_id)
 
     def feedback(
-        self, audio: Any, target_text: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, do_sample: bool = False
+        self,
+        audio: Any,
+        target_text: str,
+        *,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        do_sample: bool = False,
+        use_adapter: bool = True,
     ) -> Feedback:
         """Answer for one clip.
 
@@ -80,6 +90,9 @@ class Tutor:
             target_text: the sentence the learner was asked to read.
             max_new_tokens: longest answer in tokens.
             do_sample: sample instead of greedy decoding.
+            use_adapter: False answers as the base model: generation runs inside peft's
+                `disable_adapter()` context (no effect when no adapter is loaded). The returned
+                `Feedback` then has `run=None`, `adapter_dir=None`.
 
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
@@ -101,7 +114,8 @@ class Tutor:
         eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
         started = time.perf_counter()
         self.model.eval()
-        with torch.inference_mode():
+        bypass = not use_adapter and self.adapter_dir is not None
+        with torch.inference_mode(), (self.model.disable_adapter() if bypass else contextlib.nullcontext()):
             output = self.model.generate(
                 **inputs,
                 max_new_tokens=max_new_tokens,
@@ -119,8 +133,8 @@ class Tutor:
         return Feedback(
             text=text,
             model=self.model_id,
-            run=self.run,
-            adapter_dir=self.adapter_dir,
+            run=None if bypass else self.run,
+            adapter_dir=None if bypass else self.adapter_dir,
             tiny_random_model=self.tiny_random_model,
             device=self.device,
             quantization=self.quantization,
@@ -218,6 +232,64 @@ def feedback_for_clip(
     """The tutor's answer text for one clip (see `load_tutor` and `Tutor.feedback`)."""
     tutor = load_tutor(model, run=run, workspace=workspace, device=device, quantization=quantization)
     return tutor.feedback(audio, target_text, max_new_tokens=max_new_tokens).text
+
+
+def compare_feedback(
+    audio: Any,
+    target_text: str,
+    *,
+    run: str,
+    workspace: Workspace | str | os.PathLike,
+    device: str | None = None,
+    quantization: str | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    do_sample: bool = False,
+) -> dict[str, Any]:
+    """The tuned and the base tutor's answers for one clip, from one loaded model.
+
+    Loads (or reuses, see `load_tutor`) the run's base model with its adapter once; the tuned answer
+    uses the adapter, the base answer is generated on the same model inside peft's
+    `disable_adapter()` context (every LoRA layer skipped, so it is the base model's answer on the
+    run's device and quantization). The clip is decoded and checked once.
+
+    Args:
+        audio: anything `pipeline.audio.load_audio` accepts (path, bytes, `(rate, ndarray)`, `Audio`).
+        target_text: the sentence the learner was asked to read.
+        run: run name in `workspace` whose `adapter/` to apply.
+        workspace: the workspace folder holding `runs/`.
+        device, quantization: override the run's own settings.
+        max_new_tokens: longest answer in tokens, per answer.
+        do_sample: sample instead of greedy decoding.
+
+    Returns:
+        `{"tuned": Feedback dict, "base": Feedback dict, "model", "run", "device", "quantization",
+        "tiny_random_model", "note" (str or None; says when the model is the tiny random stand-in),
+        "seconds" (both answers, excluding the model load)}`.
+
+    Raises:
+        ConfigError: no run given, or unknown run. ModelLoadError: model or adapter cannot be loaded.
+        AudioError: the clip fails a check. DatasetError: the target text is empty.
+    """
+    from pipeline.audio import load_audio
+
+    if not run:
+        raise ConfigError("Comparing tuned and base feedback needs a trained run; pick one (the Train tab or `--run`).")
+    tutor = load_tutor(None, run=run, workspace=workspace, device=device, quantization=quantization)
+    clip = load_audio(audio)
+    started = time.perf_counter()
+    tuned = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
+    base = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
+    return {
+        "tuned": tuned.to_dict(),
+        "base": base.to_dict(),
+        "model": tutor.model_id,
+        "run": run,
+        "device": tutor.device,
+        "quantization": tutor.quantization,
+        "tiny_random_model": tutor.tiny_random_model,
+        "note": tuned.note,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -328,6 +328,16 @@ def test_clicking_a_saved_sample_loads_it_for_playback_and_editing(ui):
     assert "dBFS" in checks
 
 
+def test_try_without_a_trained_run_is_refused(ui, tmp_path):
+    clip = write_wav(tmp_path / "try.wav", speech_like(seed=2))
+    with pytest.raises(gr.Error) as excinfo:
+        ui.try_feedback(clip, "The cat sat.", "", 16)
+    assert_error(excinfo, "trained run")
+    with pytest.raises(gr.Error) as excinfo:
+        ui.try_feedback(clip, "The cat sat.", "never-trained", 16)
+    assert_error(excinfo, "never-trained", "does not exist")
+
+
 def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir):
     """The training process fails (missing model folder): polling shows the reason, the timer stops."""
     from pipeline.runs import wait_for_run

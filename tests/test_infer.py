@@ -9,7 +9,7 @@ import torch
 
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
-from pipeline.infer import load_tutor
+from pipeline.infer import compare_feedback, load_tutor
 from pipeline.infer import main as infer_main
 from pipeline.train import train
 from tests.training_data import real_workspace
@@ -72,6 +72,32 @@ def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir,
     assert result["quantization"] == "4bit" and result["device"] == "cpu"  # the run's own settings
     assert isinstance(result["text"], str) and result["tiny_random_model"] is True
     assert result["adapter_dir"].endswith("adapter")
+
+
+def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_base(
+    tuned, tiny_model_dir, speechocean_dir, monkeypatch
+):
+    import pipeline.infer as infer
+    import pipeline.model as model_module
+
+    loads = []
+    real_load_model = model_module.load_model
+    monkeypatch.setattr(model_module, "load_model", lambda *a, **k: loads.append(a) or real_load_model(*a, **k))
+    monkeypatch.setattr(infer, "_CACHE", {})
+    result = compare_feedback(speechocean_dir / CLIP, TARGET, run="tuned", workspace=tuned, max_new_tokens=8)
+    assert len(loads) == 1, "one model load for both answers"
+    assert result["tuned"]["run"] == "tuned" and result["tuned"]["adapter_dir"].endswith("adapter")
+    assert result["base"]["run"] is None and result["base"]["adapter_dir"] is None
+    assert result["tiny_random_model"] and "random" in result["note"]
+    assert result["quantization"] == "4bit" and result["device"] == "cpu"  # the run's own settings
+    monkeypatch.setattr(model_module, "load_model", real_load_model)
+
+    # The greedy base answer equals that of the base model loaded without any adapter.
+    base = load_tutor(str(tiny_model_dir), device="cpu", quantization="4bit", use_cache=False)
+    expected_base = base.feedback(speechocean_dir / CLIP, TARGET, max_new_tokens=8)
+    assert result["base"]["text"] == expected_base.text and result["base"]["new_tokens"] == expected_base.new_tokens
+    with pytest.raises(ConfigError, match="needs a trained run"):
+        compare_feedback(speechocean_dir / CLIP, TARGET, run="", workspace=tuned)
 
 
 def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
