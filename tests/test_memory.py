@@ -349,3 +349,16 @@ def test_cli_dispatch_reports_bad_model(tmp_path, capsys):
 
     assert dispatch(["estimate", "--workspace", str(tmp_path), "--model", str(tmp_path / "missing"), "--json"]) == 1
     assert "config.json" in capsys.readouterr().out
+
+
+def test_measure_peak_runs_one_real_step_on_the_tiny_model(tiny_model_dir):
+    """The probe (child process, training code's loading/LoRA/Trainer step) against the estimate."""
+    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=8, lora_alpha=16,
+                         batch_size=1, max_length=512, gradient_checkpointing=True)
+    lengths = LengthStats(512, 5.0)
+    measured = memory.measure_peak(str(tiny_model_dir), config, lengths, "cpu", EstimateOptions())
+    assert measured["mode"].startswith("synthetic") and measured["method"].startswith("CPU peak RSS")
+    assert measured["peak_bytes"] >= measured["baseline_rss_bytes"] > 100 * memory.MIB
+    assert measured["trainable_params"] == memory.lora_params(model_shape(memory.load_model_config(str(tiny_model_dir))), config)
+    est = estimate_memory(memory.load_model_config(str(tiny_model_dir)), config, lengths, "cpu")
+    assert abs(est.total_bytes - measured["peak_bytes"]) < 0.15 * measured["peak_bytes"]
