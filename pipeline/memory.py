@@ -1152,8 +1152,12 @@ def measure_peak(
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
             result = json.loads(line)
-            if "error" in result:
+            if result.get("error"):
                 raise TrainingError(f"The memory probe failed: {result['error']}")
+            if result.get("out_of_memory"):
+                raise TrainingError(
+                    f"The measured step ran out of memory ({result.get('step_error')}): the run does not fit; "
+                    "apply one of the suggestions and measure again.")
             return result
     tail = (proc.stderr or proc.stdout)[-2000:]
     raise TrainingError(f"The memory probe exited with code {proc.returncode} without a result:\n{tail}")

@@ -214,7 +214,8 @@ def probe_workspace(request: dict) -> dict:
         train_module.reset_peak_memory = original_reset
     out.update(_peaks(device))
     out["training_code_peak_bytes"] = result.get("peak_memory_bytes")
-    out.update({k: result.get(k) for k in ("batch_rows", "batch_tokens", "loss", "seconds", "out_of_memory", "error")})
+    out.update({k: result.get(k) for k in ("batch_rows", "batch_tokens", "loss", "seconds", "out_of_memory")})
+    out["step_error"] = result.get("error")
     out["mode"] = "pipeline.train.run_probe_step on the dataset's longest rows (one step)"
     return out
 
