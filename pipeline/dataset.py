@@ -344,6 +344,11 @@ def split_ids(
     if eval_fraction == 0 or n < 2:
         if eval_fraction > 0:
             notes.append(f"Only {n} trainable row(s): nothing held out for evaluation; add more samples.")
+        else:
+            notes.append(
+                "--eval-fraction 0: no rows held out, training uses every row and reports no eval loss "
+                "(set 0.2 to measure how well the tutor does on unseen clips)."
+            )
         return Split(train=sorted(r[0] for r in rows), eval=[], method="none", notes=notes)
 
     if len(by_speaker) >= 2:
@@ -708,7 +713,10 @@ def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: B
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # keep stdout/stderr clean for `--json`; our own progress reports saving
     try:
-        _to_dataset_dict(split_rows).save_to_disk(str(new_dir))
+        data = _to_dataset_dict(split_rows)
+        # An empty split (e.g. --eval-fraction 0) is saved as ONE empty shard that keeps the schema:
+        # datasets' default writes zero shards for it, which `load_from_disk` cannot read back.
+        data.save_to_disk(str(new_dir), num_shards={name: 1 if len(split) == 0 else None for name, split in data.items()})
         atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
         target = ws.dataset_dir
         old = staging / "previous"
@@ -795,7 +803,9 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     Rows: `id`, `speaker`, `target_text`, `feedback` (str), `scores` (JSON str, "" when none),
     `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.audio.load_audio(bytes)` or
     `decode_wav`), `num_tokens` (int, text tokens + audio positions), `duration_s` (float, seconds
-    of audio). Raises `DatasetError` when the folder is missing or unreadable.
+    of audio). A split may have no rows (`--eval-fraction 0`: no eval split rows, training uses all
+    rows); it keeps the columns. Raises `DatasetError` (never another error) when the folder is
+    missing or unreadable.
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     path = ws.dataset_dir
@@ -806,12 +816,23 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
             f"No built dataset in {path}; build it first with "
             f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`."
         )
-    from datasets import load_from_disk
+    from datasets import Dataset, DatasetDict
 
     try:
-        return load_from_disk(str(path))
-    except (OSError, ValueError, FileNotFoundError) as error:
-        raise DatasetError(f"The dataset in {path} cannot be read ({error}); rebuild it with `python -m pipeline build`.") from error
+        names = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+        splits = {}
+        for name in names:
+            state = json.loads((path / name / "state.json").read_text(encoding="utf-8"))
+            if state.get("_data_files"):
+                splits[name] = Dataset.load_from_disk(str(path / name))
+            else:  # an empty split saved with zero shards by an earlier build: no rows, same columns
+                splits[name] = Dataset.from_dict({c: [] for c in COLUMNS}, features=_features())
+        return DatasetDict(splits)
+    except Exception as error:  # noqa: BLE001 - any unreadable folder becomes one typed error with the fix
+        raise DatasetError(
+            f"The dataset in {path} cannot be read ({type(error).__name__}: {error}); rebuild it with "
+            f"`python -m pipeline build --workspace {ws.root}` (the app's Dataset tab, Build dataset)."
+        ) from error
 
 
 def load_build_report(workspace: Workspace | str | os.PathLike) -> dict:

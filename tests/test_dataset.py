@@ -309,6 +309,36 @@ def test_empty_library_and_missing_dataset_give_clear_errors(tmp_path, processor
         ds.load_built_dataset(tmp_path / "ws")
 
 
+def test_eval_fraction_zero_saves_an_empty_eval_split_that_loads(tmp_path, tiny_model_dir, processor):
+    ws = make_library(tmp_path / "ws", SPECS)
+    report = ds.build_dataset(ws, processor, eval_fraction=0.0)
+    assert report.splits == {"train": 6, "eval": 0} and report.split_method == "none"
+    assert any("--eval-fraction 0" in note for note in report.notes)
+    data = ds.load_built_dataset(ws)
+    assert len(data["train"]) == 6 and len(data["eval"]) == 0
+    assert data["eval"].column_names == list(ds.COLUMNS) and data["eval"].features == data["train"].features
+
+
+def test_a_dataset_saved_with_a_zero_shard_split_still_loads_and_a_broken_one_is_a_dataset_error(tmp_path, processor):
+    ws = make_library(tmp_path / "ws", SPECS)
+    ds.build_dataset(ws, processor, eval_fraction=0.0)
+    data = ds.load_built_dataset(ws)
+    data.save_to_disk(str(tmp_path / "old"))  # datasets' default: zero shards for the empty eval split
+    assert not list((tmp_path / "old" / "eval").glob("*.arrow"))
+    report = (ws.dataset_dir / ds.BUILD_REPORT_NAME).read_bytes()
+    import shutil
+
+    shutil.rmtree(ws.dataset_dir)
+    shutil.copytree(tmp_path / "old", ws.dataset_dir)
+    (ws.dataset_dir / ds.BUILD_REPORT_NAME).write_bytes(report)
+    again = ds.load_built_dataset(ws)
+    assert len(again["train"]) == 6 and len(again["eval"]) == 0 and again["eval"].column_names == list(ds.COLUMNS)
+
+    (ws.dataset_dir / "train" / "state.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(DatasetError, match="cannot be read.*python -m pipeline build"):
+        ds.load_built_dataset(ws)
+
+
 def test_command_line_json(tmp_path, tiny_model_dir, capsys):
     ws = make_library(tmp_path / "ws", SPECS)
     code = ds.main(

@@ -125,6 +125,14 @@ def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
     assert result["status"] == "failed" and "--max-length" in result["reason"]
 
 
+def test_a_dataset_without_eval_rows_trains_on_every_row_with_eval_off(tmp_path_factory, speechocean_dir, tiny_model_dir):
+    ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=3, eval_fraction=0.0)
+    result = train(_config(tiny_model_dir, max_steps=2, grad_accum=1, eval_steps=1, save_steps=0), ws, "no-eval")
+    assert result["status"] == "completed" and result["steps"] == 2, result
+    assert result["train_rows"] == 3 and result["eval_rows"] == 0 and result["eval_loss"] is None
+    assert [p["kind"] for p in read_progress(ws, "no-eval")] == ["train", "train"]
+
+
 @pytest.mark.slow
 def test_out_of_memory_fails_with_step_memory_advice_and_keeps_the_checkpoint(workspace, tiny_model_dir):
     config = _config(tiny_model_dir, batch_size=2, grad_accum=1, save_steps=1, max_steps=3)
