@@ -956,13 +956,14 @@ class Suggestion:
 
 
 def _candidate_moves(
-    config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions, supports_drop_vision: bool
+    config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions, supports_drop_vision: bool,
+    supports_ple_on_cpu: bool,
 ) -> list[tuple[dict, dict, str, float]]:
     """Single setting changes that can lower memory: (config changes, option changes, cost, score)."""
     moves: list[tuple[dict, dict, str, float]] = []
     if options.vision_tower and supports_drop_vision:
         moves.append(({}, {"vision_tower": False}, "none (the tutor never sees images)", 0.0))
-    if device == "cuda" and not options.ple_on_cpu:
+    if device == "cuda" and not options.ple_on_cpu and supports_ple_on_cpu:
         moves.append(({}, {"ple_on_cpu": True}, "slightly slower (per-layer embedding rows copied to the GPU each step)", 0.5))
     if not config.gradient_checkpointing:
         moves.append(({"gradient_checkpointing": True}, {}, "about 30 % slower (activations recomputed in backward)", 1.0))
@@ -1015,6 +1016,7 @@ def suggest_fits(
     limit: int = 3,
     max_changes: int = 4,
     supports_drop_vision: bool = True,
+    supports_ple_on_cpu: bool | None = None,
 ) -> list[Suggestion]:
     """The cheapest few setting changes whose estimate fits (total <= FIT_FRACTION x usable).
 
@@ -1023,9 +1025,14 @@ def suggest_fits(
     max_length counting excluded rows, 8-bit AdamW / Adafactor, lower LoRA rank, no LoRA dropout,
     dropping the vision tower, PLE on CPU on CUDA), re-estimating each; keeps minimal combinations
     (no suggestion contains a cheaper one), ordered by summed cost score then memory.
+    Moves the training code cannot carry out are not offered: dropping the vision tower only with
+    `supports_drop_vision`, PLE on the CPU only when `supports_ple_on_cpu` (default: whether
+    `pipeline.model.SUPPORTS_PLE_ON_CPU` is true).
     """
     options = options or EstimateOptions()
-    moves = _candidate_moves(config, lengths, device, options, supports_drop_vision)
+    if supports_ple_on_cpu is None:
+        supports_ple_on_cpu = _model_flag("SUPPORTS_PLE_ON_CPU")
+    moves = _candidate_moves(config, lengths, device, options, supports_drop_vision, supports_ple_on_cpu)
     found: list[Suggestion] = []
     found_keys: list[frozenset] = []
     for k in range(1, max_changes + 1):
@@ -1187,6 +1194,16 @@ def default_options(model: str, config: TrainConfig) -> tuple[EstimateOptions, b
     except Exception:  # noqa: BLE001 - model.py may not exist yet or may need torch
         pass
     return EstimateOptions(attn_implementation=attn, vision_tower=vision), drop_ok
+
+
+def _model_flag(name: str) -> bool:
+    """A capability flag of `pipeline.model` (False when absent or when it cannot be imported)."""
+    try:
+        from pipeline import model as model_module  # noqa: PLC0415
+
+        return bool(getattr(model_module, name, False))
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -279,7 +279,7 @@ E2B = "google/gemma-3n-E2B-it"
     ("device", "settings", "budget_gb"),
     [
         ("cpu", dict(quantization="none", gradient_checkpointing=False, batch_size=4, grad_accum=2), 16),
-        ("cuda", dict(quantization="none", gradient_checkpointing=False, batch_size=2, max_length=1024), 12),
+        ("cuda", dict(quantization="none", gradient_checkpointing=False, batch_size=2, max_length=1024), 18),
         ("mps", dict(quantization="none", lora_rank=64, lora_alpha=128, max_length=2048), 20),
     ],
 )
@@ -304,6 +304,19 @@ def test_every_suggestion_fits(device, settings, budget_gb):
             assert s.changes["batch_size"] * s.changes["grad_accum"] == config.effective_batch_size
     scores = [s.score for s in suggestions]
     assert scores == sorted(scores)
+
+
+def test_ple_on_cpu_offered_only_when_training_supports_it():
+    data = memory.load_model_config(E2B)
+    config = TrainConfig(model=E2B, device="cuda", quantization="none", gradient_checkpointing=False, max_length=1024)
+    lengths = LengthStats(1024, 30.0, [500, 1024])
+    usable = memory.usable_budget("cuda", 12 * GIB, 12 * GIB)[0]
+    without = memory.suggest_fits(data, config, lengths, "cuda", usable, supports_ple_on_cpu=False, limit=10)
+    assert all("ple_on_cpu" not in s.changes for s in without)
+    with_ple = memory.suggest_fits(data, config, lengths, "cuda", usable, supports_ple_on_cpu=True, limit=10)
+    assert any(s.changes.get("ple_on_cpu") for s in with_ple)
+    for s in with_ple:
+        assert s.total_bytes <= memory.FIT_FRACTION * usable
 
 
 def test_no_suggestion_when_nothing_fits():
