@@ -179,6 +179,24 @@ def _remove_log_file(handler: logging.Handler) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+def logged_elapsed_s(progress_path: Path, step: int) -> float:
+    """Seconds of training a run had logged by optimizer step `step`: the `elapsed_s` of the last
+    progress.jsonl line (in file order) at a step <= `step`, or 0.0 when there is none.
+
+    A resumed run continues its clock from here (its checkpoint's step), so `elapsed_s` and the
+    app's progress/ETA count the time of every process that trained the run. Lines logged after the
+    checkpoint by a process that was then killed are ignored (those steps are trained again).
+    """
+    if step <= 0:
+        return 0.0
+    elapsed = 0.0
+    for line in read_jsonl(progress_path):
+        value = line.get("elapsed_s")
+        if isinstance(line.get("step"), int) and line["step"] <= step and isinstance(value, (int, float)):
+            elapsed = float(value)
+    return elapsed
+
+
 def _make_callback_class():
     from transformers import TrainerCallback
 
@@ -187,8 +205,10 @@ def _make_callback_class():
 
         Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
         `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
-        `eta_s`, `peak_memory_bytes`, `time` (unix seconds). Speeds count only the steps run by
-        this process (a resumed run starts its clock at the checkpoint).
+        `eta_s`, `peak_memory_bytes`, `time` (unix seconds). `elapsed_s` is the run's training time
+        in seconds across resumes (a resumed run continues from the checkpoint's last logged
+        `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
+        time of this process.
         """
 
         def __init__(self, paths: dict[str, Path], config: TrainConfig, device: str):
@@ -197,6 +217,7 @@ def _make_callback_class():
             self.device = device
             self.started = time.perf_counter()
             self.start_step = 0
+            self.elapsed_before_s = 0.0
             self.stopped = False
             self.last_loss: float | None = None
             self.last_eval_loss: float | None = None
@@ -204,6 +225,7 @@ def _make_callback_class():
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.perf_counter()
             self.start_step = state.global_step
+            self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
 
         def on_step_end(self, args, state, control, **kwargs):
             if self.paths["stop"].exists():
@@ -230,7 +252,7 @@ def _make_callback_class():
                 "grad_norm": logs.get("grad_norm"),
                 "eval_loss": logs.get("eval_loss"),
                 "samples_per_s": round(steps_done * self.config.effective_batch_size / elapsed, 4) if elapsed > 0 else None,
-                "elapsed_s": round(elapsed, 3),
+                "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
                 "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
                 "peak_memory_bytes": peak_memory_bytes(self.device),
                 "time": round(time.time(), 3),

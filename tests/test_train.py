@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.train import main as train_main
-from pipeline.train import read_progress, run_probe_step, train
+from pipeline.train import logged_elapsed_s, read_progress, run_probe_step, train
 from tests.training_data import real_workspace
 
 
@@ -109,11 +109,35 @@ def test_cli_run_then_stop_and_resume_match_the_uninterrupted_run(workspace, tin
     assert [s for s, _ in split_losses] == [1, 2, 3, 4][: len(split_losses)]
     assert [s for s, _ in split_losses] == [s for s, _ in whole_losses]
     assert [x for _, x in split_losses] == pytest.approx([x for _, x in whole_losses], rel=1e-5)
+    # The clock continues across the resume: elapsed never goes back, the resumed steps add to it.
+    split_progress = read_progress(workspace, "split")
+    elapsed = [p["elapsed_s"] for p in split_progress]
+    assert elapsed == sorted(elapsed), elapsed
+    at_checkpoint = logged_elapsed_s(workspace / "runs" / "split" / "progress.jsonl", stopped["steps"])
+    after = [p for p in split_progress if p["step"] > stopped["steps"]]
+    assert at_checkpoint > 0 and after
+    for line in after:  # elapsed = time before the checkpoint + this process's time (from its own speed)
+        this_process_s = (line["step"] - stopped["steps"]) * config.effective_batch_size / line["samples_per_s"]
+        assert line["elapsed_s"] == pytest.approx(at_checkpoint + this_process_s, rel=0.01), (line, at_checkpoint)
 
     with pytest.raises(TrainingError, match="already exists"):
         train(config, workspace, "whole")
     with pytest.raises(TrainingError, match="already completed"):
         train(None, workspace, "whole", resume=True)
+
+
+def test_logged_elapsed_is_the_last_line_at_or_before_the_checkpoint_step(tmp_path):
+    from pipeline.fileio import append_jsonl
+
+    progress = tmp_path / "progress.jsonl"
+    assert logged_elapsed_s(progress, 5) == 0.0  # no file yet
+    for step, elapsed in [(1, 10.0), (2, 20.0), (2, 21.0), (3, 30.0), (4, 40.0)]:  # (2, 21.0): the eval line
+        append_jsonl(progress, {"kind": "train", "step": step, "elapsed_s": elapsed})
+    # Killed after step 4 with the checkpoint at step 2; the resumed process logged step 3 again.
+    append_jsonl(progress, {"kind": "train", "step": 3, "elapsed_s": 33.0})
+    assert logged_elapsed_s(progress, 2) == 21.0
+    assert logged_elapsed_s(progress, 3) == 33.0
+    assert logged_elapsed_s(progress, 0) == 0.0
 
 
 def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
