@@ -9,7 +9,8 @@ The peak is the largest of four phases of a training step (steady state: the opt
 exist and, with gradient accumulation, the LoRA gradients of the previous micro-batch are alive):
   * `audio`: the frozen audio encoder's forward on the longest clip (before the decoder runs),
   * `loss`: the start of backward, when every tensor saved for backward, the logits and the fp32
-    cross-entropy gradient are alive at once,
+    cross-entropy gradient are alive at once (logits only at the answer's positions, as the
+    training loss `pipeline.train.answer_loss` computes them),
   * `layer_backward`: a decoder layer's backward (with checkpointing, one layer recomputed),
   * `optimizer`: the optimizer step's temporaries,
 plus a per-device runtime overhead. `device_memory(device)` gives the usable budget,
@@ -121,6 +122,12 @@ AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
 CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H = 1030
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
+# Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
+# onto the vocabulary only at positions whose next token is supervised (`pipeline.train.answer_loss`),
+# so the logits scale with the answer, not the row. 256 tokens is a conservative bound: the answer
+# template of `pipeline.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
+# a row shorter than 256 tokens is assumed to be all answer (min(seq_len, 256)).
+DEFAULT_ANSWER_TOKENS = 256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -137,12 +144,18 @@ class LengthStats:
         row_tokens: tokens of every train row, so a lower `max_length` can count the rows it would
             exclude; empty when unknown.
         source: where the figures came from (shown to the user).
+        answer_tokens: supervised tokens of each train row (the answer + its `<end_of_turn>`, as
+            `pipeline.collate.build_labels` supervises), `answer_tokens[i]` belonging to the row of
+            `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
+        longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
     """
 
     longest_tokens: int
     longest_clip_s: float = 0.0
     row_tokens: list[int] = field(default_factory=list)
     source: str = "given"
+    answer_tokens: list[int] = field(default_factory=list)
+    longest_answer_tokens: int = 0
 
     @property
     def num_rows(self) -> int:
@@ -160,6 +173,22 @@ class LengthStats:
     def excluded(self, max_length: int) -> int:
         """Number of rows longer than `max_length`."""
         return sum(1 for n in self.row_tokens if n > max_length)
+
+    def answers_known(self) -> bool:
+        """Whether the supervised lengths come from the data (else `DEFAULT_ANSWER_TOKENS` is assumed)."""
+        return bool(self.answer_tokens) or self.longest_answer_tokens > 0
+
+    def kept_longest_answer(self, max_length: int) -> int:
+        """Supervised tokens of the longest answer among the rows `max_length` keeps, at most the
+        longest kept row. Unknown answers: min(longest kept row, `DEFAULT_ANSWER_TOKENS`)."""
+        seq_len = self.kept_longest(max_length)
+        if self.answer_tokens and len(self.answer_tokens) == len(self.row_tokens):
+            kept = [a for a, n in zip(self.answer_tokens, self.row_tokens) if n <= max_length]
+            return min(max(kept), seq_len) if kept else 0
+        longest = max(self.answer_tokens) if self.answer_tokens else self.longest_answer_tokens
+        if longest > 0:
+            return min(longest, seq_len)
+        return min(seq_len, DEFAULT_ANSWER_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -626,9 +655,16 @@ def activations(
     }
 
 
-def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, seq_len: int) -> int:
+def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, answer_tokens: int) -> int:
     """Bytes of the logits and loss tensors alive at their peak (start of backward), for
-    batch_size x seq_len positions over the V-entry vocabulary (262,400 for Gemma 3n).
+    batch_size x answer_tokens positions over the V-entry vocabulary (262,400 for Gemma 3n).
+
+    Positions: `pipeline.train.answer_loss` passes `logits_to_keep` as a boolean (B, T) mask that
+    keeps position t when label t+1 is supervised, so a row contributes exactly its supervised
+    count (answer tokens + `<end_of_turn>`; the answer never starts at position 0) and the logits
+    are (N, V) with N = the batch's supervised tokens <= batch_size x the longest answer, the bound
+    used here (the training code's worst-case batch is the longest rows, whose answers may be
+    shorter than the longest answer). Prompt and audio positions get no logits.
 
     Copies, following `Gemma3nForConditionalGeneration.forward` and `ForCausalLMLoss`
     (transformers/loss/loss_utils.py): lm_head output (bf16) / 30 -> tanh (saved for backward: c)
@@ -636,12 +672,12 @@ def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: Es
     freed after log_softmax) -> log_softmax output (saved: 4). At the start of backward the
     nll_loss gradient (4) and the log_softmax gradient (4) are alive with it:
     V x (c + 4 + 4 + 4 [+ c if logits kept]) per position = 14-16 bytes, 3.7-4.2 MB per token for
-    E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient). Logits are computed at every
-    position, supervised or not.
+    E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient), per supervised position.
+    The (N, h) gather of the final hidden states and its gradient are h-sized, counted nowhere.
     """
     c = dtype_bytes(compute_dtype(shape, config, device))
     per_pos = c + 12 + (c if options.keep_logits else 0)
-    return shape.vocab_size * per_pos * config.batch_size * seq_len
+    return shape.vocab_size * per_pos * config.batch_size * answer_tokens
 
 
 def audio_encoder_bytes(
@@ -714,6 +750,8 @@ class MemoryEstimate:
         peak_phase: the largest phase; `total_bytes` = that phase + runtime overhead.
         total_bytes: estimated peak memory on the device (bytes).
         seq_len: tokens of the longest kept row (the micro-batch is padded to it).
+        answer_tokens: supervised tokens per row the logits are sized for (longest kept answer,
+            or the `DEFAULT_ANSWER_TOKENS` assumption; see `logits_loss`).
         notes: assumptions the user should know (shown in the printout).
     """
 
@@ -725,6 +763,7 @@ class MemoryEstimate:
     device: str
     options: dict
     notes: list[str] = field(default_factory=list)
+    answer_tokens: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -764,7 +803,8 @@ def estimate_memory(
         config: training settings (quantization, LoRA rank/targets/dropout, batch size,
             max_length, gradient checkpointing, optimizer).
         lengths: dataset length statistics; the micro-batch is `batch_size` rows padded to the
-            longest row that `max_length` keeps, with the longest clip.
+            longest row that `max_length` keeps, with the longest clip; the logits cover
+            `batch_size` x the longest kept answer (`LengthStats.kept_longest_answer`).
         device: `cpu`, `cuda` or `mps` (not `auto`: resolve it first).
         options: `EstimateOptions` (attention implementation, vision tower, PLE on CPU, ...).
     Returns:
@@ -787,7 +827,11 @@ def estimate_memory(
     state = trainable_state(shape, config, options)
     comps.update(state)
     comps.update(activations(shape, config, device, options, seq_len))
-    comps["logits_loss"] = logits_loss(shape, config, device, options, seq_len)
+    answer = lengths.kept_longest_answer(config.max_length) if seq_len > 0 else 0
+    if seq_len > 0 and not lengths.answers_known():
+        notes.append(f"answer length unknown (no dataset with answer lengths): the logits assume {answer} supervised "
+                     f"tokens per row (min(row, {DEFAULT_ANSWER_TOKENS})); build the dataset for its real answers.")
+    comps["logits_loss"] = logits_loss(shape, config, device, options, answer)
     comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len)
@@ -803,7 +847,7 @@ def estimate_memory(
         notes.append("per-layer embeddings kept in CPU RAM: "
                      f"{fmt_bytes(shape.vocab_size_per_layer_input * shape.num_layers * shape.hidden_size_per_layer_input * 2)} of host memory.")
     notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
-    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes)
+    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1077,8 +1121,10 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
     """Length statistics of the dataset built in `workspace`.
 
     Reads `WS/dataset/build_report.json` (written by `pipeline.dataset.build_dataset`: its
-    `length_stats`), else the train split's `num_tokens` column; when no dataset is built, returns
-    `max_length` as the longest row and a 30 s clip (the worst case), saying so in `source`.
+    `length_stats`, with `answer_tokens` per train row when the report has them), else the train
+    split's `num_tokens` column; when no dataset is built, returns `max_length` as the longest row
+    and a 30 s clip (the worst case), saying so in `source`. Without answer lengths the estimate
+    assumes `DEFAULT_ANSWER_TOKENS` (see `LengthStats.kept_longest_answer`).
     """
     from pipeline.workspace import Workspace  # noqa: PLC0415
 
@@ -1093,7 +1139,10 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         rows = [int(n) for n in (stats.get("row_tokens") or stats.get("train_tokens") or [])]
         longest = int(max(rows) if rows else (stats.get("max") or stats.get("max_tokens") or max_length))
         clip = float(stats.get("max_clip_s") or stats.get("longest_clip_s") or stats.get("max_duration_s") or MAX_CLIP_S)
-        return LengthStats(longest, clip, rows, source=str(report_path))
+        answers = [int(n) for n in (stats.get("answer_tokens") or [])]  # absent in reports built before it was recorded
+        longest_answer = int(stats.get("max_answer_tokens") or (max(answers) if answers else 0))
+        return LengthStats(longest, clip, rows, source=str(report_path), answer_tokens=answers,
+                           longest_answer_tokens=longest_answer)
     if ws.dataset_dir.exists():
         try:
             from pipeline.dataset import load_built_dataset  # noqa: PLC0415
@@ -1132,7 +1181,8 @@ def measure_peak(
 
     With a `workspace` whose dataset is built, the child runs the training code's own
     `pipeline.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
-    `batch_size` rows of the longest kept length with the longest clip (`pipeline.memory_probe`).
+    `batch_size` rows of the longest kept length with the longest clip, each supervising its last
+    `kept_longest_answer` tokens (`pipeline.memory_probe`).
     Raises `TrainingError` with the child's last output on failure.
     """
     from pipeline.errors import TrainingError  # noqa: PLC0415
@@ -1143,6 +1193,7 @@ def measure_peak(
         "model": model,
         "config": config.to_dict(),
         "seq_len": seq_len,
+        "answer_tokens": lengths.kept_longest_answer(config.max_length),
         "clip_s": lengths.longest_clip_s,
         "device": device,
         "options": options.to_dict(),
@@ -1258,6 +1309,7 @@ def main(argv: list[str] | None = None) -> int:
         "margin_bytes": v.margin_bytes,
         "margin_percent": v.margin_percent,
         "seq_len": est.seq_len,
+        "answer_tokens": est.answer_tokens,
         "lengths_source": lengths.source,
         "excluded_rows": lengths.excluded(config.max_length),
         "options": est.options,
@@ -1288,7 +1340,8 @@ def _auto_device() -> str:
 def render(result: dict) -> str:
     """Human summary of a `main` result dict."""
     lines = [f"Memory estimate: {result['model']} on {result['device']} "
-             f"(micro-batch padded to {result['seq_len']} tokens; lengths from {result['lengths_source']})"]
+             f"(micro-batch padded to {result['seq_len']} tokens, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
+             f"lengths from {result['lengths_source']})"]
     peak_members = set(PHASE_MEMBERS[result["peak_phase"]])
     for name, value in result["components"].items():
         if not value:

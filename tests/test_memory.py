@@ -185,7 +185,8 @@ def test_activations_checkpointing_and_batch():
 
 def test_logits_loss_counts_the_copies():
     shape = model_shape(SMALL)
-    # tanh output (bf16) + log_softmax output (fp32) + two fp32 gradients = 2 + 4 + 4 + 4 per entry
+    # tanh output (bf16) + log_softmax output (fp32) + two fp32 gradients = 2 + 4 + 4 + 4 per entry,
+    # x vocab 100 x batch 2 x 300 supervised positions per row
     assert memory.logits_loss(shape, cfg(batch_size=2), "cpu", EstimateOptions(), 300) == 100 * 14 * 600
     kept = memory.logits_loss(shape, cfg(), "cpu", EstimateOptions(keep_logits=True), 300)
     assert kept == 100 * 16 * 300
@@ -211,6 +212,43 @@ def test_audio_encoder_by_hand():
     assert 0.27 * GIB < memory.audio_encoder_bytes(e2b, cfg(), "cpu", EstimateOptions(), 30.0)[
         "audio_encoder_transient"] < 0.31 * GIB
     assert 2.6 * GIB < big["audio_encoder_saved"] < 2.9 * GIB
+
+
+def test_logits_cover_only_the_answer_positions():
+    """answer_loss keeps a position when its NEXT token is supervised: one logit row per supervised
+    token, so the logits scale with batch x the longest answer, not with the padded row."""
+    rows, answers = [300, 280, 900], [70, 90, 400]
+    est = estimate_memory(SMALL, cfg(max_length=512, batch_size=2), LengthStats(900, 10.0, rows, answer_tokens=answers), "cpu")
+    assert est.seq_len == 300 and est.answer_tokens == 90  # the 400-token answer's row is excluded
+    assert est.components["logits_loss"] == 100 * 14 * 2 * 90
+    # only the maximum known (older reports / the benchmark): capped by the kept row
+    assert LengthStats(900, longest_answer_tokens=64).kept_longest_answer(512) == 64
+    assert LengthStats(40, longest_answer_tokens=64).kept_longest_answer(512) == 40
+    # unknown: the documented conservative assumption min(row, 256), said in the notes
+    unknown = estimate_memory(SMALL, cfg(max_length=512), LengthStats(900), "cpu")
+    assert unknown.answer_tokens == memory.DEFAULT_ANSWER_TOKENS == 256
+    assert any("answer length unknown" in n for n in unknown.notes)
+    assert LengthStats(100).kept_longest_answer(512) == 100
+    known = estimate_memory(SMALL, cfg(max_length=512), LengthStats(900, 10.0, rows, answer_tokens=answers), "cpu")
+    assert not any("answer length unknown" in n for n in known.notes)
+    # E2B at 512 tokens with a 64-token answer: ~1.6 GiB less than logits at every position
+    e2b_config = memory.load_model_config("google/gemma-3n-E2B-it")
+    every = memory.logits_loss(model_shape(e2b_config), cfg(), "cpu", EstimateOptions(), 512)
+    answer = estimate_memory(e2b_config, cfg(max_length=512), LengthStats(512, 30.0, [512], answer_tokens=[64]), "cpu")
+    assert every - answer.components["logits_loss"] == 262_400 * 14 * (512 - 64)
+
+
+def test_workspace_report_answer_lengths(tmp_path):
+    report = tmp_path / "dataset" / "build_report.json"
+    report.parent.mkdir()
+    report.write_text(json.dumps({"length_stats": {"max": 400, "row_tokens": [300, 400], "answer_tokens": [50, 80],
+                                                   "max_clip_s": 4.0}}))
+    stats = memory.length_stats_from_workspace(tmp_path, 512)
+    assert stats.answer_tokens == [50, 80] and stats.kept_longest_answer(512) == 80 and stats.kept_longest_answer(350) == 50
+    # a report built before answer lengths were recorded still loads; the estimate assumes the default
+    report.write_text(json.dumps({"length_stats": {"max": 400, "row_tokens": [300, 400], "max_clip_s": 4.0}}))
+    old = memory.length_stats_from_workspace(tmp_path, 512)
+    assert old.answer_tokens == [] and not old.answers_known() and old.kept_longest_answer(512) == 256
 
 
 def test_estimate_total_is_static_plus_peak_phase():
@@ -375,3 +413,4 @@ def test_measure_peak_runs_one_real_step_on_the_tiny_model(tiny_model_dir):
     assert measured["trainable_params"] == memory.lora_params(model_shape(memory.load_model_config(str(tiny_model_dir))), config)
     est = estimate_memory(memory.load_model_config(str(tiny_model_dir)), config, lengths, "cpu")
     assert abs(est.total_bytes - measured["peak_bytes"]) < 0.15 * measured["peak_bytes"]
+
