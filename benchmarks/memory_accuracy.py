@@ -1,7 +1,11 @@
 """How right is the memory estimate? Estimate and measure a grid of fine-tuning steps side by side.
 
 Usage:
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/memory_accuracy.py [--quick] [--no-full] [--json OUT]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/memory_accuracy.py [--no-full] [--answer-tokens 64] [--json OUT]
+
+Every row supervises only its last `--answer-tokens` tokens (default 64, a typical tutor answer),
+as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
+only where the next token is supervised); the estimate gets the same answer length.
 
 Models: the tiny random Gemma 3n (`pipeline.tiny_model.make_tiny_model`), a mid-size random Gemma
 3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
@@ -169,9 +173,9 @@ def holdout_grid() -> list[dict]:
 
 
 def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, random_init: bool,
-            malloc_fixed: bool = False) -> dict:
+            malloc_fixed: bool = False, answer_tokens: int = 64) -> dict:
     request = {"model": model_path, "config": config.to_dict(), "seq_len": seq_len, "clip_s": clip_s,
-               "device": "cpu", "random_init": random_init}
+               "device": "cpu", "random_init": random_init, "answer_tokens": answer_tokens}
     env = dict(os.environ)
     if malloc_fixed:  # diagnostic: every allocation >= 64 KiB is mmapped, so RSS follows live tensors
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
@@ -197,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=int, nargs="*", help="row indices to run")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--from-json", type=Path, help="re-estimate the measurements saved by --json (no measuring)")
+    parser.add_argument("--answer-tokens", type=int, default=64,
+                        help="supervised (answer) tokens at the end of each synthetic row (default 64)")
     parser.add_argument("--holdout", action="store_true", help="run the held-out configurations instead of the grid")
     parser.add_argument("--e2b-4bit", action="store_true",
                         help="run only full-size E2B in 4-bit (saves a 10.8 GB random checkpoint first; ~10 min)")
@@ -233,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                              gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
         model_config = load_model_config(paths[row["model"]])
         options = EstimateOptions(attn_implementation="eager", keep_logits=False)
-        est = estimate_memory(model_config, config, LengthStats(row["seq_len"], row["clip_s"]), "cpu", options)
+        lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens)
+        est = estimate_memory(model_config, config, lengths, "cpu", options)
         if args.malloc_fixed:  # every tensor mmapped: the allocator keeps nothing resident
             est.total_bytes -= est.components["allocator_retention"]
         started = time.perf_counter()
@@ -244,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             m = {k: v for k, v in saved[key].items() if k not in row and k not in ("estimate_bytes", "components")}
         else:
             m = measure(paths[row["model"]], config, row["seq_len"], row["clip_s"], random_init=row["model"] == "E2B",
-                        malloc_fixed=args.malloc_fixed)
+                        malloc_fixed=args.malloc_fixed, answer_tokens=args.answer_tokens)
         seconds = m.get("seconds", time.perf_counter() - started)
         rec = {**row, "estimate_bytes": est.total_bytes, "components": est.components, "seconds": round(seconds, 1), **m}
         results.append(rec)

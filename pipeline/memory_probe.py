@@ -9,8 +9,9 @@ Two modes, both with the training code's own loading, quantization, LoRA, Traine
   * `workspace` given and a dataset built: `pipeline.train.run_probe_step` on the dataset's
     longest rows (the real worst-case batch, real processor);
   * otherwise: a synthetic worst-case micro-batch of `batch_size` rows of `seq_len` tokens with one
-    `clip_s` clip each (the chat layout: audio soft tokens, then text; the last quarter supervised),
-    run twice so the second step is the steady state (optimizer states exist and the previous
+    `clip_s` clip each (the chat layout: audio soft tokens, then text; the last `answer_tokens`
+    supervised, default `DEFAULT_PROBE_ANSWER_TOKENS`, as the collator labels an answer), with the
+    training code's `AnswerLossTrainer` (logits only where the next token is supervised), run twice so the second step is the steady state (optimizer states exist and the previous
     micro-batch's LoRA gradients are alive, as under gradient accumulation); the peak is taken over
     the second step only.
 
@@ -29,6 +30,10 @@ import resource
 import sys
 import time
 from pathlib import Path
+
+DEFAULT_PROBE_ANSWER_TOKENS = 64
+"""Supervised tokens per synthetic row when the request gives none: a typical tutor answer of
+`pipeline.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
 
 
 def rss_bytes() -> int:
@@ -89,11 +94,14 @@ def _peaks(device: str) -> dict:
     return out
 
 
-def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, seed: int = 0) -> dict:
+def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, seed: int = 0,
+                    answer_tokens: int = DEFAULT_PROBE_ANSWER_TOKENS) -> dict:
     """A worst-case micro-batch shaped like `pipeline.collate.ChatCollator`'s output.
 
     input_ids (B, T) int64: `<bos>`, text, `<start_of_audio>`, the 188 audio soft tokens,
-    `<end_of_audio>`, text (the answer = last quarter, supervised in `labels`); input_features
+    `<end_of_audio>`, text; `labels` (B, T) are -100 except the last `answer_tokens` positions of
+    each row (the answer and its `<end_of_turn>`, as `pipeline.collate.build_labels` supervises;
+    clamped to 1..seq_len-1 so position 0 is never a target); input_features
     (B, F, 128) float32 with F = 100 x clip_s frames, input_features_mask (B, F) bool; without a clip
     (clip_s = 0) a text-only batch.
     """
@@ -116,7 +124,7 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
         batch["input_features"] = torch.randn(batch_size, frames, feat, generator=g)
         batch["input_features_mask"] = torch.ones(batch_size, frames, dtype=torch.bool)
     labels = torch.full_like(ids, -100)
-    answer = max(1, seq_len // 4)
+    answer = max(1, min(int(answer_tokens), seq_len - 1))
     labels[:, -answer:] = ids[:, -answer:]
     batch.update(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
     return batch
@@ -148,11 +156,10 @@ def probe_synthetic(request: dict) -> dict:
     import tempfile
 
     import torch
-    from transformers import Trainer
 
     from pipeline.config import TrainConfig
     from pipeline.model import attach_lora, load_model
-    from pipeline.train import training_arguments
+    from pipeline.train import _answer_loss_trainer_class, training_arguments
 
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]
@@ -168,11 +175,14 @@ def probe_synthetic(request: dict) -> dict:
     out["after_load_rss_bytes"] = rss_bytes()
     out["weight_bytes"] = int(weight_bytes)
     out["trainable_params"] = int(lreport.trainable_params)
-    batch = synthetic_batch(model.config, config.batch_size, int(request["seq_len"]), float(request["clip_s"]))
+    answer = int(request.get("answer_tokens") or DEFAULT_PROBE_ANSWER_TOKENS)
+    batch = synthetic_batch(model.config, config.batch_size, int(request["seq_len"]), float(request["clip_s"]),
+                            answer_tokens=answer)
+    out["answer_tokens"] = int((batch["labels"][0] != -100).sum())
     batch = {k: v.to(device) for k, v in batch.items()}
     with tempfile.TemporaryDirectory(prefix="memprobe-") as tmp:
         args = training_arguments(config, Path(tmp), device, has_eval=False)
-        trainer = Trainer(model=model, args=args)
+        trainer = _answer_loss_trainer_class()(model=model, args=args)  # the training code's loss
         trainer.create_optimizer_and_scheduler(num_training_steps=2)
         # Set by Trainer's training loop before each accumulation window (transformers 5.x).
         trainer.current_gradient_accumulation_steps = config.grad_accum

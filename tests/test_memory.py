@@ -409,8 +409,29 @@ def test_measure_peak_runs_one_real_step_on_the_tiny_model(tiny_model_dir):
     lengths = LengthStats(512, 5.0)
     measured = memory.measure_peak(str(tiny_model_dir), config, lengths, "cpu", EstimateOptions())
     assert measured["mode"].startswith("synthetic") and measured["method"].startswith("CPU peak RSS")
+    assert measured["answer_tokens"] == memory.DEFAULT_ANSWER_TOKENS  # supervised span sent to the probe
     assert measured["peak_bytes"] >= measured["baseline_rss_bytes"] > 100 * memory.MIB
     assert measured["trainable_params"] == memory.lora_params(model_shape(memory.load_model_config(str(tiny_model_dir))), config)
     est = estimate_memory(memory.load_model_config(str(tiny_model_dir)), config, lengths, "cpu")
     assert abs(est.total_bytes - measured["peak_bytes"]) < 0.15 * measured["peak_bytes"]
 
+
+def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
+    """The probe's worst-case batch is labelled as the collator labels a row: only the last
+    `answer_tokens` positions, so answer_loss computes logits at exactly that many positions."""
+    import torch
+    from transformers import AutoConfig
+
+    from pipeline.collate import IGNORE_INDEX
+    from pipeline.memory_probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
+
+    model_config = AutoConfig.from_pretrained(tiny_model_dir)
+    batch = synthetic_batch(model_config, 2, 300, 5.0, answer_tokens=40)
+    labels = batch["labels"]
+    assert labels.shape == (2, 300)
+    assert ((labels != IGNORE_INDEX).sum(dim=1) == 40).all()
+    assert (labels[:, -40:] == batch["input_ids"][:, -40:]).all() and (labels[:, :-40] == IGNORE_INDEX).all()
+    keep = torch.zeros_like(labels, dtype=torch.bool)  # as pipeline.train.answer_loss builds logits_to_keep
+    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
+    assert int(keep.sum()) == 2 * 40
+    assert (synthetic_batch(model_config, 1, 100, 0.0)["labels"] != IGNORE_INDEX).sum() == DEFAULT_PROBE_ANSWER_TOKENS
