@@ -193,9 +193,14 @@ class TokenCounter:
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Token count of each rendered text (batched; `<bos>` added only if the text lacks it)."""
+        return [len(ids) for ids in self.encode_texts(texts)]
+
+    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each rendered text (batched; `<bos>` added only if the text lacks it), the
+        ids `apply_chat_template(tokenize=True)` gives for the same conversation."""
         if not texts:
             return []
-        counts: list[int] = [0] * len(texts)
+        counts: list[list[int]] = [[] for _ in texts]
         groups: dict[bool, list[int]] = {True: [], False: []}
         for i, text in enumerate(texts):
             groups[bool(self.bos) and text.startswith(self.bos)].append(i)
@@ -204,8 +209,18 @@ class TokenCounter:
                 continue
             encoded = self.tokenizer([texts[i] for i in indices], add_special_tokens=not starts_with_bos)["input_ids"]
             for i, ids in zip(indices, encoded):
-                counts[i] = len(ids)
+                counts[i] = list(ids)
         return counts
+
+    def supervised_tokens(self, ids: Sequence[int]) -> int:
+        """Tokens the training labels supervise in one tokenized conversation: the answer and its
+        `<end_of_turn>`, exactly the span of `pipeline.collate.answer_spans` / `build_labels`
+        (0 when there is no complete answer). The training loss computes logits at as many
+        positions (`pipeline.train.answer_loss`), so the memory estimate needs this count."""
+        from pipeline.collate import answer_spans  # noqa: PLC0415 - collate imports this module
+
+        span = answer_spans(ids, self.tokenizer)
+        return 0 if span is None else span[1] - span[0]
 
     def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
         """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
@@ -250,8 +265,12 @@ class LengthStats:
 
     `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
     the last bin closed. `p90` is the nearest-rank 90th percentile. The figures cover every kept
-    row; `row_tokens` (sorted) and `max_clip_s` (seconds) cover the train split, the rows whose
-    worst case sets training memory (read by `pipeline.memory.length_stats_from_workspace`).
+    row; `row_tokens` (sorted), `answer_tokens` and `max_clip_s` (seconds) cover the train split,
+    the rows whose worst case sets training memory (read by
+    `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
+    count (answer + `<end_of_turn>`, as `pipeline.collate.build_labels` labels it) of the row of
+    `row_tokens[i]`; `max_answer_tokens` its maximum. Reports written before these two fields
+    existed load with them empty / 0.
     """
 
     count: int = 0
@@ -263,6 +282,8 @@ class LengthStats:
     histogram: list[dict] = field(default_factory=list)
     row_tokens: list[int] = field(default_factory=list)
     max_clip_s: float = 0.0
+    answer_tokens: list[int] = field(default_factory=list)
+    max_answer_tokens: int = 0
 
     @classmethod
     def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
@@ -493,7 +514,10 @@ def _read_wav(path: Path) -> tuple[bytes, float]:
 
 def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
     stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
-    stats.row_tokens = sorted(r["num_tokens"] for r in train_rows)
+    pairs = sorted((r["num_tokens"], r["answer_tokens"]) for r in train_rows)
+    stats.row_tokens = [n for n, _ in pairs]
+    stats.answer_tokens = [a for _, a in pairs]
+    stats.max_answer_tokens = max(stats.answer_tokens, default=0)
     stats.max_clip_s = max((r["duration_s"] for r in train_rows), default=0.0)
     return stats
 
@@ -596,10 +620,11 @@ def build_dataset(
             report_progress(index, len(samples), "reading clips")
 
     report_progress(len(samples), len(samples), "counting tokens")
-    totals = counter.count_texts(full_texts)
+    encoded = counter.encode_texts(full_texts)
+    totals = [len(ids) for ids in encoded]
     prompts = counter.count_texts(prompt_texts)
     rows: list[dict] = []
-    for row, total, prompt in zip(candidates, totals, prompts):
+    for row, ids, total, prompt in zip(candidates, encoded, totals, prompts):
         if prompt >= max_length:
             excluded.append(
                 {
@@ -620,6 +645,7 @@ def build_dataset(
             )
         else:
             row["num_tokens"] = total
+            row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
             rows.append(row)
     excluded.sort(key=lambda e: e["id"])
 

@@ -154,6 +154,13 @@ def test_bad_eval_fraction_raises(fraction):
         ds.split_ids(rows_for({"a": 3}), eval_fraction=fraction)
 
 
+def test_length_stats_of_an_older_report_load():
+    old = {"count": 2, "min": 300, "median": 310.0, "mean": 310.0, "p90": 320, "max": 320, "histogram": [],
+           "row_tokens": [300, 320], "max_clip_s": 4.0}  # written before answer lengths were recorded
+    stats = ds.LengthStats.from_dict(old)
+    assert stats.row_tokens == [300, 320] and stats.answer_tokens == [] and stats.max_answer_tokens == 0
+
+
 def test_length_stats():
     stats = ds.LengthStats.from_lengths([300, 310, 320, 330, 340, 350, 360, 370, 380, 500])
     assert (stats.min, stats.max, stats.median, stats.p90) == (300, 500, 345.0, 380)
@@ -241,6 +248,17 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     kept = sorted(r["num_tokens"] for split in loaded.values() for r in split)
     assert report.lengths == kept and kept[0] == stats["min"] and kept[-1] == stats["max"]
     assert stats["row_tokens"] == sorted(loaded["train"]["num_tokens"])
+    # answer_tokens: what pipeline.collate.build_labels supervises on the real collated batch
+    # (the answer + <end_of_turn>), row by row, paired with row_tokens
+    from pipeline.collate import IGNORE_INDEX, ChatCollator
+
+    batch = ChatCollator(processor)(list(loaded["train"]))
+    supervised = (batch["labels"] != IGNORE_INDEX).sum(dim=1).tolist()
+    assert sorted(zip(loaded["train"]["num_tokens"], supervised)) == list(zip(stats["row_tokens"], stats["answer_tokens"]))
+    assert stats["max_answer_tokens"] == max(supervised) > 1
+    end_turn = processor.tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    for row_labels in batch["labels"]:  # the supervised span ends with <end_of_turn>
+        assert row_labels[row_labels != IGNORE_INDEX][-1] == end_turn
     assert stats["max_clip_s"] == pytest.approx(max(loaded["train"]["duration_s"]), abs=1e-3)
     assert 0.7 < stats["max_clip_s"] < 1.3
     on_disk = ds.load_build_report(ws)
