@@ -22,6 +22,14 @@ QUANTIZATIONS = ("4bit", "8bit", "none")
 LORA_TARGETS = ("language", "language+audio")
 OPTIMIZERS = ("adamw", "adamw_8bit", "adafactor")
 LR_SCHEDULES = ("linear", "cosine", "constant")
+SETTING_CHOICES = {
+    "device": DEVICES,
+    "quantization": QUANTIZATIONS,
+    "lora_targets": LORA_TARGETS,
+    "optimizer": OPTIMIZERS,
+    "lr_schedule": LR_SCHEDULES,
+}
+"""The settings that take one of a fixed set of values, with those values (CLI choices, app dropdowns)."""
 
 
 @dataclass
@@ -84,14 +92,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise `ConfigError` for any out-of-range setting."""
-        choices = {
-            "device": DEVICES,
-            "quantization": QUANTIZATIONS,
-            "lora_targets": LORA_TARGETS,
-            "optimizer": OPTIMIZERS,
-            "lr_schedule": LR_SCHEDULES,
-        }
-        for name, allowed in choices.items():
+        for name, allowed in SETTING_CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ConfigError(
@@ -172,13 +173,6 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     `--x / --no-x` pairs.
     """
     defaults = TrainConfig()
-    choices = {
-        "device": DEVICES,
-        "quantization": QUANTIZATIONS,
-        "lora_targets": LORA_TARGETS,
-        "optimizer": OPTIMIZERS,
-        "lr_schedule": LR_SCHEDULES,
-    }
     for f in fields(TrainConfig):
         default = getattr(defaults, f.name)
         help_text = f"(default: {default})"
@@ -191,7 +185,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                 f"--{_flag(f.name)}",
                 dest=f.name,
                 type=type(default),
-                choices=choices.get(f.name),
+                choices=SETTING_CHOICES.get(f.name),
                 default=None,
                 help=help_text,
             )
