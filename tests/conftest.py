@@ -16,10 +16,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _speechocean_dir() -> Path:
+    """`$SPEECHOCEAN_DIR`, else `shared/data/speechocean762-mini` beside the checkout or beside any
+    folder above it (CI clones the repo next to its copy of `shared/`)."""
     override = os.environ.get("SPEECHOCEAN_DIR")
     if override:
         return Path(override)
-    return REPO_ROOT.parent / "shared" / "data" / "speechocean762-mini"
+    relative = Path("shared") / "data" / "speechocean762-mini"
+    for folder in REPO_ROOT.parents:
+        if (folder / relative / "resource" / "scores.json").exists():
+            return folder / relative
+    return REPO_ROOT.parent / relative
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +33,10 @@ def speechocean_dir() -> Path:
     """The 60-utterance speechocean762 subset in its original Kaldi layout (read-only)."""
     path = _speechocean_dir()
     if not (path / "resource" / "scores.json").exists():
-        pytest.fail(f"speechocean762-mini not found at {path}; set SPEECHOCEAN_DIR to its folder.")
+        pytest.fail(
+            f"The speechocean762-mini test data was not found at {path}. Put the `shared/` folder beside "
+            "this checkout, or set SPEECHOCEAN_DIR=/path/to/speechocean762-mini (see README, Tests)."
+        )
     return path
 
 
