@@ -900,16 +900,17 @@ def _proc_meminfo() -> tuple[int, int]:
 def device_memory(device: str, memory_gb: float | None = None) -> DeviceMemory:
     """Total, free and usable memory of `device` (`cpu`, `cuda`, `mps`).
 
-    `memory_gb` overrides the device's size (GB = 1e9 bytes, as vendors label RAM) and treats all
-    of it as free, to ask "would this fit on a 48 GB laptop?". CUDA: `torch.cuda.mem_get_info`;
+    `memory_gb` overrides the device's size in GB as the OS reports it, i.e. GiB (N x 1024**3
+    bytes: a "48 GB" laptop shows 48 GiB of RAM), and treats all of it as free, to ask "would
+    this fit on a 48 GB laptop?". CUDA: `torch.cuda.mem_get_info`;
     MPS: `torch.mps.recommended_max_memory` and total RAM; CPU: psutil if installed, else
     /proc/meminfo MemAvailable. Raises `ConfigError` when the device is not available.
     """
     if memory_gb is not None:
         if memory_gb <= 0:
             raise ConfigError(f"`--memory-gb` must be > 0, got {memory_gb}.")
-        total = free = int(memory_gb * 1e9)
-        source = f"--memory-gb {memory_gb:g}"
+        total = free = int(memory_gb * GIB)
+        source = f"--memory-gb {memory_gb:g} (GiB)"
     elif device == "cuda":
         import torch  # noqa: PLC0415
 
@@ -1261,7 +1262,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline estimate",
                                      description="Estimate (and optionally measure) the peak memory of a LoRA fine-tune.")
     parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
-    parser.add_argument("--memory-gb", type=float, default=None, help="pretend the device has N GB (1e9 bytes)")
+    parser.add_argument("--memory-gb", type=float, default=None, help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB (N x 1024**3 bytes)")
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None, help="attention implementation (default: the training code's)")
     parser.add_argument("--measure", action="store_true", help="also run one real step in a child process and report its peak")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
