@@ -41,7 +41,7 @@ from pipeline.config import (  # noqa: E402
     QUANTIZATIONS,
     TrainConfig,
 )
-from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent
@@ -94,22 +94,38 @@ _ERROR_TITLES = {
 }
 
 
-def ui_errors(fn: Callable) -> Callable:
-    """The one place where a `PipelineError` becomes a `gr.Error` (a red message in the browser).
+def _error_title(error: PipelineError) -> str:
+    return _ERROR_TITLES.get(type(error).__name__, "Cannot do that")
 
-    The message is the library's own (it names the value, what was expected and the fix); the title
-    names the area. Any other exception is a bug: Gradio shows a generic error and logs the traceback.
+
+def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1) -> Callable:
+    """The one place where a `PipelineError` reaches the browser.
+
+    Plain `@ui_errors`: the error becomes a `gr.Error` (a red message). `@ui_errors(message_at=i,
+    outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`) except output i, which shows
+    "✗ message" (used on the Samples tab, where a raised `gr.Error` would mark the sample library and the
+    audio input as errored until reload). The message is the library's own (it names the value, what
+    was expected and the fix); the title names the area. Any other exception is a bug: Gradio shows a
+    generic error and logs the traceback.
     """
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PipelineError as error:
-            raise gr.Error(str(error), title=_ERROR_TITLES.get(type(error).__name__, "Cannot do that"),
-                           duration=None, print_exception=False) from error
+    def decorate(handler: Callable) -> Callable:
+        @functools.wraps(handler)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except PipelineError as error:
+                if message_at is None:
+                    raise gr.Error(str(error), title=_error_title(error), duration=None,
+                                   print_exception=False) from error
+                text = f"**✗ {_error_title(error)}:** {error}"
+                if outputs == 1:
+                    return text
+                return tuple(text if index == message_at else gr.skip() for index in range(outputs))
 
-    return wrapper
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
 
 
 def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
@@ -202,23 +218,28 @@ class TutorApp:
 
     # ------------------------------------------------------------------ samples
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1)
     def check_clip(self, audio: Any) -> str:
-        """Decode and check a recording/upload; returns the check results as Markdown."""
+        """Decode and check a recording/upload; returns the check results (or what failed) as Markdown."""
         from pipeline.audio import load_audio
 
+        if audio is None:
+            raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
         clip = load_audio(audio, name=_clip_name(audio))
         return fmt.checks_markdown(clip.report)
 
-    @ui_errors
-    def save_sample(self, audio: Any, target_text: str, feedback: str, speaker: str):
-        """Check and save a new sample; returns (status, samples table, cleared audio)."""
+    @ui_errors(message_at=0, outputs=3)
+    def save_sample(self, audio: Any, target_text: str, feedback: str, speaker: str, trim: bool = False):
+        """Check and save a new sample; returns (status, samples table, cleared audio).
+
+        On a `PipelineError` only the status shows what failed; the table and the audio stay as they are.
+        """
         from pipeline.samples import SampleLibrary
 
         source = "microphone" if isinstance(audio, tuple) else _clip_name(audio)
         sample = SampleLibrary(self.ws).add(
             audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
-            source=source,
+            source=source, trim=bool(trim),
         )
         status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + fmt.checks_markdown(
             sample.checks, title="Saved clip"
@@ -232,7 +253,7 @@ class TutorApp:
 
         return fmt.samples_frame(SampleLibrary(self.ws).list())
 
-    @ui_errors
+    @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
         """Load the clicked sample into the editor: (id, audio path, target, feedback, speaker, checks)."""
         from pipeline.samples import SampleLibrary
@@ -251,19 +272,19 @@ class TutorApp:
             fmt.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
         )
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=2)
     def update_sample(self, sample_id: str, target_text: str, feedback: str, speaker: str):
         """Save edits of the selected sample; returns (status, samples table)."""
         from pipeline.samples import SampleLibrary
 
         if not sample_id:
-            raise gr.Error("Click a sample in the table first, then edit it.", title="Sample library")
+            raise SampleError("No sample selected: click a sample in the table first, then edit it.")
         sample = SampleLibrary(self.ws).update(
             sample_id, target_text=target_text or "", feedback=feedback or "", speaker=speaker or None
         )
         return f"Saved changes to **{sample.id}**.", self.samples_table()
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=8)
     def delete_sample(self, sample_id: str):
         """Delete the selected sample and its audio; returns (status, table, cleared editor fields)."""
         from pipeline.samples import SampleLibrary
@@ -271,26 +292,34 @@ class TutorApp:
         if sample_id == _CANCELLED:
             return ("Nothing deleted.",) + (gr.skip(),) * 7
         if not sample_id:
-            raise gr.Error("Click a sample in the table first, then delete it.", title="Sample library")
+            raise SampleError("No sample selected: click a sample in the table first, then delete it.")
         removed = SampleLibrary(self.ws).delete(sample_id)
         return f"Deleted **{removed.id}**.", self.samples_table(), "", None, "", "", "", ""
 
-    @ui_errors
-    def import_folder(self, folder: str, format_name: str, progress: gr.Progress = gr.Progress()):
-        """Import every clip of a folder (any supported layout); returns (summary, per-file table, samples)."""
+    @ui_errors(message_at=0, outputs=3)
+    def import_folder(self, folder: str, format_name: str, trim: bool = False,
+                      progress: gr.Progress = gr.Progress()):
+        """Import every clip of a folder (any supported layout); returns (summary, per-file table, samples).
+
+        `trim=True` keeps the first 30 s of longer clips instead of refusing them. On a `PipelineError`
+        only the summary shows what failed; the per-file table and the sample library stay as they are.
+        """
         from pipeline.importers import import_folder
 
         if not folder or not str(folder).strip():
-            raise gr.Error("Type the path of a folder on this computer, e.g. /home/me/recordings.",
-                           title="Cannot import that folder")
+            raise ImportFormatError("No folder given: type the path of a folder on this computer, "
+                                    "e.g. /home/me/recordings.")
         source = str(Path(str(folder).strip()).expanduser())
-        report = import_folder(self.ws, source, format=format_name or "auto", progress=_progress_callback(progress))
+        report = import_folder(self.ws, source, format=format_name or "auto", progress=_progress_callback(progress),
+                               trim=bool(trim))
         return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
                 self.samples_table())
 
     def load_sample_pack(self, progress: gr.Progress = gr.Progress()):
         """One click: import the bundled `sample_data/` pack (real speechocean762 clips, with attribution)."""
-        summary, table, samples = self.import_folder(str(SAMPLE_PACK_DIR), "auto", progress)
+        summary, table, samples = self.import_folder(str(SAMPLE_PACK_DIR), "auto", False, progress)
+        if summary.startswith("**✗"):
+            return summary, table, samples
         return summary + "\n\n" + _sample_pack_attribution(), table, samples
 
     # ------------------------------------------------------------------ dataset
@@ -742,6 +771,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                                  elem_id="sample-feedback")
                         speaker_in = gr.Textbox(label="Speaker (optional; keeps each learner in one split)",
                                                 elem_id="sample-speaker")
+                        save_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
+                                                elem_id="save-trim")
                         with gr.Row():
                             check_button = gr.Button("Check clip", elem_id="check-clip")
                             save_button = gr.Button("Save sample", variant="primary", elem_id="save-sample")
@@ -755,6 +786,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                                 info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
                                                      "audio + .txt")
                         import_button = gr.Button("Import", scale=0, elem_id="import-button")
+                    import_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
+                                              elem_id="import-trim")
                 import_summary = gr.Markdown(elem_id="import-summary")
                 import_table = gr.Dataframe(label="Per-file report", interactive=False, visible=False,
                                             elem_id="import-report", max_height=240)
@@ -922,10 +955,10 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         check_button.click(app.check_clip, inputs=audio_in, outputs=checks_out)
         audio_in.stop_recording(app.check_clip, inputs=audio_in, outputs=checks_out)
         audio_in.upload(app.check_clip, inputs=audio_in, outputs=checks_out)
-        save_button.click(app.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in],
+        save_button.click(app.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in, save_trim],
                           outputs=[checks_out, samples_df, audio_in])
         pack_button.click(app.load_sample_pack, outputs=[import_summary, import_table, samples_df])
-        import_button.click(app.import_folder, inputs=[folder_in, format_in],
+        import_button.click(app.import_folder, inputs=[folder_in, format_in, import_trim],
                             outputs=[import_summary, import_table, samples_df])
         samples_df.select(app.select_sample, inputs=samples_df,
                           outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])

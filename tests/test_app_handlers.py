@@ -61,6 +61,19 @@ def assert_error(excinfo, *words: str) -> None:
         assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
 
 
+def assert_failed(result, *words: str, message_at: int = 0) -> None:
+    """A Samples-tab failure: one panel says what failed ("✗ ..."); every other output is left untouched
+    (`gr.skip()`), so the sample library and the audio input are never marked as errored."""
+    outputs = result if isinstance(result, tuple) else (result,)
+    message = outputs[message_at]
+    assert isinstance(message, str) and message.startswith("**✗"), message
+    for index, output in enumerate(outputs):
+        if index != message_at:
+            assert output == gr.skip(), f"output {index} changed on failure: {output!r}"
+    for word in words:
+        assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
+
+
 # ------------------------------------------------------------------------------------------- samples
 
 
@@ -72,51 +85,49 @@ def test_check_clip_reports_duration_loudness_clipping(ui, tmp_path):
 
 def test_no_audio_gives_clear_error_and_keeps_manifest(ui):
     before = manifest_bytes(ui)
-    with pytest.raises(gr.Error) as excinfo:
-        ui.save_sample(None, "The cat sat.", "Good.", "")
-    assert_error(excinfo, "No audio received")
-    with pytest.raises(gr.Error):
-        ui.check_clip(None)
+    assert_failed(ui.save_sample(None, "The cat sat.", "Good.", ""), "No audio received")
+    assert_failed(ui.check_clip(None), "No recording")
     assert manifest_bytes(ui) == before
+
+
+def test_failed_check_replaces_the_previous_checks(ui, tmp_path):
+    good = ui.check_clip(write_wav(tmp_path / "good.wav", speech_like(2.0, seed=2)))
+    assert "✗" not in good
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio at all")
+    failed = ui.check_clip(str(bad))
+    assert failed.startswith("**✗") and failed != good
 
 
 def test_silent_microphone_recording_is_refused(ui):
     before = manifest_bytes(ui)
     silence = (48000, np.zeros((48000 * 2, 2), dtype=np.int16))  # 2 s stereo 48 kHz, as Gradio sends it
-    with pytest.raises(gr.Error) as excinfo:
-        ui.save_sample(silence, "The cat sat.", "Good.", "")
-    assert_error(excinfo, "silent", "microphone")
+    assert_failed(ui.save_sample(silence, "The cat sat.", "Good.", ""), "silent", "microphone")
     assert manifest_bytes(ui) == before
 
 
 def test_too_long_recording_is_refused(ui, tmp_path):
     before = manifest_bytes(ui)
     clip = write_wav(tmp_path / "long.wav", np.tile(speech_like(1.0, seed=3), 31))
-    with pytest.raises(gr.Error) as excinfo:
-        ui.save_sample(clip, "The cat sat.", "Good.", "")
-    assert_error(excinfo, "31.0 s", "30 s", "trim")
+    assert_failed(ui.save_sample(clip, "The cat sat.", "Good.", ""), "31.0 s", "30 s", "trim")
     assert manifest_bytes(ui) == before
+    status, table, cleared = ui.save_sample(clip, "The cat sat.", "Good.", "", True)  # the trim option
+    assert "Saved sample" in status and "30.0 s" in status and len(table) == 2
 
 
 def test_empty_target_and_duplicate_are_refused(ui, tmp_path):
     before = manifest_bytes(ui)
-    with pytest.raises(gr.Error):
-        ui.save_sample(write_wav(tmp_path / "new.wav", speech_like(seed=4)), "  ", "Good.", "")
+    assert_failed(ui.save_sample(write_wav(tmp_path / "new.wav", speech_like(seed=4)), "  ", "Good.", ""))
     duplicate = write_wav(tmp_path / "dup.wav", speech_like(seed=1))
-    with pytest.raises(gr.Error) as excinfo:
-        ui.save_sample(duplicate, "The cat sat.", "Good.", "")
-    assert_error(excinfo, "same audio")
+    assert_failed(ui.save_sample(duplicate, "The cat sat.", "Good.", ""), "same audio")
     assert manifest_bytes(ui) == before
 
 
 def test_edit_and_delete_without_selection_are_refused(ui):
     before = manifest_bytes(ui)
-    with pytest.raises(gr.Error):
-        ui.update_sample("", "x", "y", "")
-    with pytest.raises(gr.Error):
-        ui.delete_sample("")
-    with pytest.raises(gr.Error):
-        ui.delete_sample("no-such-id")
+    assert_failed(ui.update_sample("", "x", "y", ""), "click a sample")
+    assert_failed(ui.delete_sample(""), "click a sample")
+    assert_failed(ui.delete_sample("no-such-id"), "no-such-id")
     assert manifest_bytes(ui) == before
 
 
@@ -156,17 +167,14 @@ def test_csv_with_wrong_columns_lists_the_columns_and_keeps_manifest(ui, tmp_pat
     write_wav(folder / "a.wav", speech_like(seed=5))
     (folder / "metadata.csv").write_text("\ufeffaudio ; words\na.wav;The cat sat.\n", encoding="utf-8")
     before = manifest_bytes(ui)
-    with pytest.raises(gr.Error) as excinfo:
-        ui.import_folder(str(folder), "audiofolder")
-    assert_error(excinfo, "metadata.csv", "columns found", "audio", "words")
+    assert_failed(ui.import_folder(str(folder), "audiofolder"), "metadata.csv", "columns found", "audio", "words")
     assert manifest_bytes(ui) == before
 
 
 def test_import_of_a_missing_folder_or_empty_path_is_refused(ui, tmp_path):
     before = manifest_bytes(ui)
     for folder in ("", str(tmp_path / "nowhere")):
-        with pytest.raises(gr.Error):
-            ui.import_folder(folder, "auto")
+        assert_failed(ui.import_folder(folder, "auto"))
     assert manifest_bytes(ui) == before
 
 
