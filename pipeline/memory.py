@@ -1062,31 +1062,41 @@ def suggest_fits(
     max_changes: int = 4,
     supports_drop_vision: bool = True,
     supports_ple_on_cpu: bool | None = None,
+    accept_tight: bool = True,
 ) -> list[Suggestion]:
-    """The cheapest few setting changes whose estimate fits (total <= FIT_FRACTION x usable).
+    """The cheapest few setting changes that bring the estimate under the usable budget.
+
+    A change is offered when its estimate is at most `usable_bytes`, with its verdict: `fits`
+    (total <= FIT_FRACTION x usable) or `tight` (in the last 10 %, within our measured error).
+    Requiring `fits` alone hid obvious single fixes (E2B, no quantization, 14 GiB: 4-bit alone
+    lands at 10.9 of 12.0 GiB usable, tight, and was not offered).
 
     Searches combinations of up to `max_changes` single moves (quantization, gradient
     checkpointing, smaller micro-batch with more accumulation at the same effective batch, lower
     max_length counting excluded rows, 8-bit AdamW / Adafactor, lower LoRA rank, no LoRA dropout,
     dropping the vision tower, PLE on CPU on CUDA), re-estimating each; keeps minimal combinations
-    (no suggestion contains a cheaper one), ordered by summed cost score then memory.
+    (none contains a subset that already fits; a tight subset still lets a superset that fits be
+    offered), ordered by summed cost score then memory; when the first `limit` are all tight, the
+    cheapest one that fits takes the last place.
     Moves the training code cannot carry out are not offered: dropping the vision tower only with
     `supports_drop_vision`, PLE on the CPU only when `supports_ple_on_cpu` (default: whether
-    `pipeline.model.SUPPORTS_PLE_ON_CPU` is true).
+    `pipeline.model.SUPPORTS_PLE_ON_CPU` is true). `accept_tight=False` offers only changes that
+    fit (for a run that is already tight, another tight setting is no help).
     """
     options = options or EstimateOptions()
     if supports_ple_on_cpu is None:
         supports_ple_on_cpu = _model_flag("SUPPORTS_PLE_ON_CPU")
     moves = _candidate_moves(config, lengths, device, options, supports_drop_vision, supports_ple_on_cpu)
     found: list[Suggestion] = []
-    found_keys: list[frozenset] = []
+    fit_keys: list[frozenset] = []
+    tight_keys: list[frozenset] = []
     for k in range(1, max_changes + 1):
         for combo in itertools.combinations(range(len(moves)), k):
             keys = [set(moves[i][0]) | {"opt:" + o for o in moves[i][1]} for i in combo]
             if any(keys[a] & keys[b] for a, b in itertools.combinations(range(k), 2)):
                 continue  # two moves on the same setting
             key = frozenset(combo)
-            if any(prev <= key for prev in found_keys):
+            if any(prev <= key for prev in fit_keys):
                 continue  # a subset already fits: this one only costs more
             changes: dict[str, Any] = {}
             opt_changes: dict[str, Any] = {}
@@ -1100,9 +1110,14 @@ def suggest_fits(
             new_options = EstimateOptions(**{**options.to_dict(), **opt_changes})
             est = estimate_memory(model_config, new_config, lengths, device, new_options)
             v = verdict(est.total_bytes, usable_bytes)
-            if v.status != "fits" or est.seq_len <= 0:
+            if v.status == "does not fit" or (v.status == "tight" and not accept_tight) or est.seq_len <= 0:
                 continue
-            found_keys.append(key)
+            if v.status == "tight":
+                if any(prev <= key for prev in tight_keys):
+                    continue  # a subset is already tight: this costs more and is still not safe
+                tight_keys.append(key)
+            else:
+                fit_keys.append(key)
             found.append(Suggestion(
                 changes={**changes, **opt_changes},
                 total_bytes=est.total_bytes,
@@ -1111,7 +1126,12 @@ def suggest_fits(
                 score=sum(moves[i][3] for i in combo),
             ))
     found.sort(key=lambda s: (s.score, s.total_bytes))
-    return found[:limit]
+    chosen = found[:limit]
+    if chosen and all(s.verdict == "tight" for s in chosen):
+        safe = next((s for s in found if s.verdict == "fits"), None)
+        if safe is not None:
+            chosen[-1] = safe
+    return chosen
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1270,37 +1290,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline estimate ...`: print the estimate, verdict and suggestions."""
-    args = build_parser().parse_args(argv)
-    config = TrainConfig.from_args(args)
+SUGGESTION_LIMIT = 4  # suggestions shown by the command line and the app alike
+
+
+def estimate_for_workspace(
+    workspace,
+    config: TrainConfig,
+    *,
+    memory_gb: float | None = None,
+    measure: bool = False,
+    limit: int = SUGGESTION_LIMIT,
+    attn: str | None = None,
+) -> dict:
+    """The whole estimate for `config` on the dataset built in `workspace` (a path or `Workspace`):
+    the dict `python -m pipeline estimate --json` prints and the app shows, so the two cannot drift.
+
+    Keys: `model`, `device`, `components` (name to bytes, every term), `components_at_peak` (the
+    static terms, runtime overhead and the peak phase's terms, which add up to `total_bytes`),
+    `phases`, `peak_phase`, `total_bytes`, `usable_bytes`, `device_memory`, `verdict`,
+    `margin_bytes`, `margin_percent`, `seq_len`, `answer_tokens`, `max_length`, `lengths_source`,
+    `excluded_rows`, `options`, `notes`, `suggestions` (at most `limit`, each with `changes`,
+    `total_bytes`, `verdict`, `cost`, `score`; none when it fits, only ones that fit when it is
+    tight) and `measured` (None unless `measure`: `measure_peak`'s dict plus `error_percent`).
+    `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
+    `config.device` "auto" picks cuda, then mps, then cpu; an explicit device is estimated as
+    asked (with `memory_gb`, even one this machine lacks). Raises `ConfigError` / `DatasetError`
+    / `TrainingError` as the functions it calls do.
+    """
+    from pipeline.workspace import Workspace  # noqa: PLC0415
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     device = config.device
     if device == "auto":
         device = _auto_device()
     model_config = load_model_config(config.model)
-    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
-
-    lengths = length_stats_from_workspace(args.workspace or DEFAULT_WORKSPACE, config.max_length)
+    lengths = length_stats_from_workspace(ws, config.max_length)
     options, drop_ok = default_options(config.model, config)
-    if args.attn:
-        options.attn_implementation = args.attn
+    if attn:
+        options.attn_implementation = attn
     est = estimate_memory(model_config, config, lengths, device, options)
-    mem = device_memory(device, args.memory_gb)
+    mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
-        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok)
+        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok,
+        accept_tight=v.status == "does not fit", limit=limit)
+    peak_members = set(PHASE_MEMBERS[est.peak_phase])
+    at_peak = {
+        name: value for name, value in est.components.items()
+        if value and (name.startswith(STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
+    }
     measured = None
-    if args.measure:
-        from pipeline.workspace import Workspace  # noqa: PLC0415
-
-        ws = Workspace(args.workspace or DEFAULT_WORKSPACE)
-        built = (ws.dataset_dir / "build_report.json").exists()
+    if measure:
+        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
         measured = measure_peak(config.model, config, lengths, device, options, workspace=ws.root if built else None)
         measured["error_percent"] = round(100.0 * est.total_bytes / measured["peak_bytes"] - 100.0, 1)
-    result = {
+    return {
         "model": config.model,
         "device": device,
         "components": est.components,
+        "components_at_peak": at_peak,
         "phases": est.phases,
         "peak_phase": est.peak_phase,
         "total_bytes": est.total_bytes,
@@ -1311,6 +1359,7 @@ def main(argv: list[str] | None = None) -> int:
         "margin_percent": v.margin_percent,
         "seq_len": est.seq_len,
         "answer_tokens": est.answer_tokens,
+        "max_length": config.max_length,
         "lengths_source": lengths.source,
         "excluded_rows": lengths.excluded(config.max_length),
         "options": est.options,
@@ -1318,6 +1367,17 @@ def main(argv: list[str] | None = None) -> int:
         "suggestions": [s.to_dict() for s in suggestions],
         "measured": measured,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
+    suggestions (human summary, or its dict as one JSON object with `--json`)."""
+    args = build_parser().parse_args(argv)
+    config = TrainConfig.from_args(args)
+    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
+
+    result = estimate_for_workspace(args.workspace or DEFAULT_WORKSPACE, config, memory_gb=args.memory_gb,
+                                    measure=args.measure, attn=args.attn)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -1360,7 +1420,7 @@ def render(result: dict) -> str:
         lines.append("To make it fit:")
         for s in result["suggestions"]:
             changes = ", ".join(f"{k}={v}" for k, v in s["changes"].items())
-            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])}; cost: {s['cost']}")
+            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])} ({s['verdict']}); cost: {s['cost']}")
     elif result["verdict"] != "fits":
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):

@@ -336,12 +336,44 @@ def test_every_suggestion_fits(device, settings, budget_gb):
         opt_changes = {k: v for k, v in s.changes.items() if k not in cfg_changes}
         again = estimate_memory(data, config.replace(**cfg_changes), lengths, device, EstimateOptions(**opt_changes))
         assert again.total_bytes == s.total_bytes
-        assert again.total_bytes <= memory.FIT_FRACTION * usable
+        assert again.total_bytes <= usable
+        assert s.verdict == verdict(again.total_bytes, usable).status
         assert s.cost
         if "batch_size" in s.changes:  # same effective batch
             assert s.changes["batch_size"] * s.changes["grad_accum"] == config.effective_batch_size
     scores = [s.score for s in suggestions]
     assert scores == sorted(scores)
+
+
+def test_single_tight_change_is_offered_issue4_case(tmp_path):
+    """Issue 4: E2B, no quantization, 14 GiB: the search required `fits` and offered nothing,
+    though 4-bit alone brings the estimate under the usable budget (tight). It must be offered,
+    labelled tight, and something that fits comfortably must be offered too."""
+    result = memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", quantization="none"),
+                                           memory_gb=14)
+    assert result["usable_bytes"] == 12 * GIB and result["verdict"] == "does not fit"
+    by_change = {tuple(sorted(s["changes"].items())): s for s in result["suggestions"]}
+    four_bit = by_change.get((("quantization", "4bit"),))
+    assert four_bit is not None, result["suggestions"]
+    alone = estimate_memory(memory.load_model_config(E2B), TrainConfig(model=E2B, device="cpu", quantization="4bit"),
+                            LengthStats(512, 30.0), "cpu", EstimateOptions(**result["options"]))
+    assert four_bit["total_bytes"] == alone.total_bytes <= result["usable_bytes"]
+    assert four_bit["verdict"] == verdict(alone.total_bytes, result["usable_bytes"]).status == "tight"
+    assert any(s["verdict"] == "fits" for s in result["suggestions"])
+    for s in result["suggestions"]:
+        assert s["total_bytes"] <= result["usable_bytes"]
+        assert (s["verdict"] == "fits") == (s["total_bytes"] <= memory.FIT_FRACTION * result["usable_bytes"])
+
+
+def test_tight_run_is_offered_only_changes_that_fit():
+    data = memory.load_model_config(E2B)
+    config = TrainConfig(model=E2B, device="cpu", quantization="4bit")
+    lengths = LengthStats(512, 30.0)
+    total = estimate_memory(data, config, lengths, "cpu").total_bytes
+    usable = int(total / 0.95)  # the run itself is tight
+    assert verdict(total, usable).status == "tight"
+    for s in memory.suggest_fits(data, config, lengths, "cpu", usable, accept_tight=False, limit=10):
+        assert s.verdict == "fits" and s.total_bytes <= memory.FIT_FRACTION * usable
 
 
 def test_ple_on_cpu_offered_only_when_training_supports_it():
@@ -354,7 +386,7 @@ def test_ple_on_cpu_offered_only_when_training_supports_it():
     with_ple = memory.suggest_fits(data, config, lengths, "cuda", usable, supports_ple_on_cpu=True, limit=10)
     assert any(s.changes.get("ple_on_cpu") for s in with_ple)
     for s in with_ple:
-        assert s.total_bytes <= memory.FIT_FRACTION * usable
+        assert s.total_bytes <= (memory.FIT_FRACTION if s.verdict == "fits" else 1.0) * usable
 
 
 def test_no_suggestion_when_nothing_fits():
@@ -386,7 +418,10 @@ def test_cli_json_keys(tmp_path, capsys):
                                                    gradient_checkpointing=False),
         LengthStats(512, 30.0), "cpu").total_bytes
     assert out["suggestions"] and all({"changes", "total_bytes", "cost"} <= set(s) for s in out["suggestions"])
-    assert all(s["total_bytes"] <= memory.FIT_FRACTION * out["usable_bytes"] for s in out["suggestions"])
+    assert all(s["total_bytes"] <= out["usable_bytes"] for s in out["suggestions"])
+    assert out["device_memory"]["total_bytes"] == 16 * GIB  # --memory-gb is GiB
+    config = TrainConfig(model=E2B, device="cpu", quantization="none", gradient_checkpointing=False)
+    assert out == json.loads(json.dumps(memory.estimate_for_workspace(tmp_path, config, memory_gb=16)))
 
 
 def test_cli_human_summary(tmp_path, capsys):
