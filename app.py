@@ -665,54 +665,14 @@ def _tail(path: Path, lines: int = 14) -> str:
 
 
 def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:
-    """The estimate of `python -m pipeline estimate --json` for the app: components, verdict, suggestions.
-
-    Composes `pipeline.memory`'s public functions exactly as its `main` does (estimate, device budget,
-    verdict, "make it fit" search, optional probe). `components_at_peak` keeps the terms alive at the
-    peak (static + the peak phase + runtime overhead), which add up to `total_bytes`.
+    """The estimate of `python -m pipeline estimate --json` for the app: one call to
+    `pipeline.memory.estimate_for_workspace`, the same function the command line prints, so the two
+    cannot drift. `memory_gb` is the "Memory budget (GiB)" field: 0 or empty means the real device.
     """
     from pipeline import memory
-    from pipeline.model import resolve_device
 
-    device = resolve_device(config.device)
-    model_config = memory.load_model_config(config.model)
-    lengths = memory.length_stats_from_workspace(ws, config.max_length)
-    options, drop_ok = memory.default_options(config.model, config)
-    est = memory.estimate_memory(model_config, config, lengths, device, options)
-    mem = memory.device_memory(device, float(memory_gb) if memory_gb else None)
-    verdict = memory.verdict(est.total_bytes, mem.usable_bytes)
-    suggestions = [] if verdict.status == "fits" else memory.suggest_fits(
-        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok,
-        limit=MAX_SUGGESTIONS)
-    peak_members = set(memory.PHASE_MEMBERS[est.peak_phase])
-    at_peak = {
-        name: value for name, value in est.components.items()
-        if value and (name.startswith(memory.STATIC_PREFIXES) or name == "runtime_overhead" or name in peak_members)
-    }
-    result = {
-        "model": config.model,
-        "device": device,
-        "components": est.components,
-        "components_at_peak": at_peak,
-        "peak_phase": est.peak_phase,
-        "total_bytes": est.total_bytes,
-        "usable_bytes": mem.usable_bytes,
-        "device_memory": mem.to_dict(),
-        "verdict": verdict.status,
-        "margin_bytes": verdict.margin_bytes,
-        "seq_len": est.seq_len,
-        "max_length": config.max_length,
-        "excluded_rows": lengths.excluded(config.max_length),
-        "lengths_source": lengths.source,
-        "notes": est.notes,
-        "suggestions": [s.to_dict() for s in suggestions],
-        "measured": None,
-    }
-    if measure:
-        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
-        result["measured"] = memory.measure_peak(config.model, config, lengths, device, options,
-                                                 workspace=ws.root if built else None)
-    return result
+    return memory.estimate_for_workspace(ws, config, memory_gb=float(memory_gb) if memory_gb else None,
+                                         measure=measure)
 
 
 def _run_settings(ws: Workspace, run_name: str) -> dict:
