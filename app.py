@@ -48,6 +48,7 @@ REPO_ROOT = Path(__file__).resolve().parent
 ASSETS_DIR = REPO_ROOT / "assets"
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
+SETTINGS_FILE = "settings.json"
 DEFAULTS = TrainConfig()
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
 POLL_SECONDS = 2.0
@@ -179,14 +180,39 @@ class TutorApp:
         """Where the offline tiny test model is written: `WS/models/tiny-gemma3n`."""
         return self.ws.root / TINY_MODEL_SUBDIR
 
+    @property
+    def settings_path(self) -> Path:
+        """Where the Memory/Train settings are remembered between page loads: `WS/settings.json` (a `TrainConfig`)."""
+        return self.ws.root / SETTINGS_FILE
+
     def model_choices(self, current: str | None = None) -> list[str]:
-        """The real Gemma 3n checkpoints, the workspace's tiny test model once it exists, and `current`."""
+        """The real Gemma 3n checkpoints, every local model folder in `WS/models/` (one holding a
+        `config.json`, e.g. the tiny test model), and `current`."""
         choices = list(KNOWN_MODELS)
-        if (self.tiny_model_dir / "config.json").exists():
-            choices.append(str(self.tiny_model_dir))
+        models_dir = self.ws.root / "models"
+        if models_dir.is_dir():
+            choices += [str(folder) for folder in sorted(models_dir.iterdir()) if (folder / "config.json").is_file()]
         if current and current not in choices:
             choices.append(current)
         return choices
+
+    def saved_settings(self) -> dict[str, Any]:
+        """The remembered settings (`WS/settings.json`) as a dict; {} when none are saved or the file is unusable."""
+        import json
+
+        try:
+            data = json.loads(self.settings_path.read_text(encoding="utf-8"))
+            return TrainConfig.from_dict(data).to_dict()
+        except (OSError, ValueError, TypeError, PipelineError):
+            return {}
+
+    def remember_settings(self, config: TrainConfig) -> None:
+        """Write `config` to `WS/settings.json` atomically (skipped when unchanged), so a reload and the
+        next run use it."""
+        from pipeline.fileio import atomic_write_json
+
+        if self.saved_settings() != config.to_dict():
+            atomic_write_json(self.settings_path, config.to_dict())
 
     @ui_errors
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
@@ -349,14 +375,18 @@ class TutorApp:
         return (*self._dataset_outputs(report)[:-1], gr.skip())
 
     def restore_settings(self):
-        """Page (re)opened: the settings of the newest run, else the built dataset's model and longest row.
+        """Page (re)opened: the remembered settings (`WS/settings.json`), else those of the newest run,
+        else the built dataset's model and longest row.
 
-        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model).
+        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
+        every local model folder).
         """
         from pipeline.dataset import load_build_report
 
-        runs = _list_runs(self.ws)
-        values: dict[str, Any] = _run_settings(self.ws, runs[0]["run"]) if runs else {}
+        values: dict[str, Any] = self.saved_settings()
+        if not values:
+            runs = _list_runs(self.ws)
+            values = _run_settings(self.ws, runs[0]["run"]) if runs else {}
         if not values:
             try:
                 report = load_build_report(self.ws)
@@ -367,10 +397,11 @@ class TutorApp:
         updates = []
         for name in CONFIG_FIELDS:
             value = values.get(name)
-            if value is None:
+            if name == "model":
+                updates.append(gr.Dropdown(choices=self.model_choices(str(value) if value else None),
+                                           **({"value": str(value)} if value else {})))
+            elif value is None:
                 updates.append(gr.skip())
-            elif name == "model":
-                updates.append(gr.Dropdown(choices=self.model_choices(str(value)), value=str(value)))
             else:
                 updates.append(gr.update(value=value))
         return tuple(updates)
@@ -462,11 +493,18 @@ class TutorApp:
     # ------------------------------------------------------------------ train
 
     def settings_summary(self, *values: Any) -> str:
-        """One line with the settings the next run will use (or what is wrong with them)."""
+        """One line with the settings the next run will use (or what is wrong with them).
+
+        Valid settings are also remembered (`remember_settings`), so a reload restores them.
+        """
         try:
             config = config_from_values(values)
         except PipelineError as error:
-            return f"✗ {error}"
+            return f"✗ {error} (the last valid settings are kept)"
+        try:
+            self.remember_settings(config)
+        except OSError as error:
+            return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
         return fmt.settings_markdown(config.to_dict())
 
     @ui_errors

@@ -371,3 +371,31 @@ def test_cancelled_delete_changes_nothing(ui):
     before = manifest_bytes(ui)
     status, *rest = ui.delete_sample(app_module._CANCELLED)
     assert status == "Nothing deleted." and manifest_bytes(ui) == before
+
+
+# ------------------------------------------------------------------------------------------- reload
+
+
+def test_local_models_and_settings_survive_a_reload(tmp_path):
+    ui = TutorApp(tmp_path / "ws")
+    local = ui.ws.root / "models" / "my-model"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text("{}", encoding="utf-8")
+    (ui.ws.root / "models" / "not-a-model").mkdir()
+    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values.update(model=str(local), lora_rank=4.0, batch_size=2.0, gradient_checkpointing=False, max_length=512.0)
+    summary = ui.settings_summary(*[values[name] for name in app_module.CONFIG_FIELDS])
+    assert "✗" not in summary
+    # A bad value shows what is wrong and keeps the last valid settings on disk.
+    bad = dict(values, max_length=100)
+    assert "✗" in ui.settings_summary(*[bad[name] for name in app_module.CONFIG_FIELDS])
+
+    reloaded = TutorApp(tmp_path / "ws")  # a fresh page / app start on the same workspace
+    assert str(local) in reloaded.model_choices() and not any("not-a-model" in c for c in reloaded.model_choices())
+    restored = dict(zip(app_module.CONFIG_FIELDS, reloaded.restore_settings()))
+    assert restored["model"].value == str(local) and str(local) in restored["model"].choices[-1]
+    assert restored["lora_rank"]["value"] == 4 and restored["batch_size"]["value"] == 2
+    assert restored["max_length"]["value"] == 512 and restored["gradient_checkpointing"]["value"] is False
+    restored_values = [restored[name]["value"] if name != "model" else restored[name].value
+                       for name in app_module.CONFIG_FIELDS]
+    assert reloaded.settings_summary(*restored_values) == summary, "the Train tab's summary is what runs next"
