@@ -1122,7 +1122,8 @@ def suggest_fits(
                 changes={**changes, **opt_changes},
                 total_bytes=est.total_bytes,
                 verdict=v.status,
-                cost="; ".join(moves[i][2] for i in combo),
+                cost=("tight: under 10 % to spare, within the estimate's error; " if v.status == "tight" else "")
+                + "; ".join(moves[i][2] for i in combo),
                 score=sum(moves[i][3] for i in combo),
             ))
     found.sort(key=lambda s: (s.score, s.total_bytes))
@@ -1420,7 +1421,7 @@ def render(result: dict) -> str:
         lines.append("To make it fit:")
         for s in result["suggestions"]:
             changes = ", ".join(f"{k}={v}" for k, v in s["changes"].items())
-            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])} ({s['verdict']}); cost: {s['cost']}")
+            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])}; cost: {s['cost']}")
     elif result["verdict"] != "fits":
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):

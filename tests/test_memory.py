@@ -359,6 +359,7 @@ def test_single_tight_change_is_offered_issue4_case(tmp_path):
                             LengthStats(512, 30.0), "cpu", EstimateOptions(**result["options"]))
     assert four_bit["total_bytes"] == alone.total_bytes <= result["usable_bytes"]
     assert four_bit["verdict"] == verdict(alone.total_bytes, result["usable_bytes"]).status == "tight"
+    assert four_bit["cost"].startswith("tight")  # the app's list and the CLI show the cost text
     assert any(s["verdict"] == "fits" for s in result["suggestions"])
     for s in result["suggestions"]:
         assert s["total_bytes"] <= result["usable_bytes"]
