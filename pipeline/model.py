@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 import shutil
@@ -30,6 +31,24 @@ from typing import Any, Iterator
 import torch
 
 from pipeline.errors import ConfigError, ModelLoadError
+
+
+class _QuietBnbKernelsNotice(logging.Filter):
+    """Drop bitsandbytes' "Failed to load CPU gemm_4bit_forward from kernels-community" warning.
+
+    bitsandbytes 0.50 (`backends/cpu/ops.py`), on a CPU with AVX512-BF16, tries to fetch an optional
+    faster 4-bit kernel from the hub through the `kernels` package at import and warns when it
+    cannot; its own slower kernel is then used and results are correct. Only that one record is
+    dropped; every other bitsandbytes warning still shows.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward from kernels-community")
+
+
+_BNB_CPU_LOGGER = "bitsandbytes.backends.cpu.ops"
+if not any(isinstance(f, _QuietBnbKernelsNotice) for f in logging.getLogger(_BNB_CPU_LOGGER).filters):
+    logging.getLogger(_BNB_CPU_LOGGER).addFilter(_QuietBnbKernelsNotice())
 
 QUANTIZATION_SKIP_MODULES = (
     "model.audio_tower",
@@ -62,7 +81,7 @@ AUDIO_LORA_REGEX = (
 """Attention, feed-forward and light-conv projections of the audio encoder's conformer blocks."""
 
 MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
-"""Approximate download sizes (bf16 safetensors on the hub) used for the free-disk check."""
+"""Approximate download sizes in bytes (bf16 safetensors on the hub) used for the free-disk check."""
 
 _GATED_HINT = (
     "Gemma 3n is a gated model: log in with `hf auth login` (a token from "
@@ -155,8 +174,8 @@ def _is_cached(model_id: str) -> bool:
 
 def _check_disk_for_download(model_id: str) -> None:
     """Raise `ModelLoadError` when a hub model is not cached and the cache disk lacks room for it."""
-    if is_local_model(model_id) or _is_cached(model_id):
-        return
+    if is_local_model(model_id) or _is_cached(model_id) or _hub_offline():
+        return  # offline: `_check_hub_reachable` says what to download, which matters more
     needed = MODEL_DOWNLOAD_BYTES.get(model_id)
     if needed is None:
         return
@@ -167,7 +186,7 @@ def _check_disk_for_download(model_id: str) -> None:
     free = shutil.disk_usage(probe).free
     if free < needed * 1.1:
         raise ModelLoadError(
-            f"Downloading `{model_id}` needs about {needed / 1e9:.0f} GB but only {free / 1e9:.1f} GB is free at "
+            f"Downloading `{model_id}` needs about {needed / 1024**3:.0f} GiB but only {free / 1024**3:.1f} GiB is free at "
             f"{cache}. Free some disk space, or set HF_HOME to a folder on a larger disk and try again."
         )
 
@@ -206,7 +225,7 @@ def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
             ) from error
         if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "No space left" in text:
             raise ModelLoadError(
-                f"The disk filled up while loading `{model_id}` ({_hub_cache_dir()}). Free space (E2B needs ~11 GB) "
+                f"The disk filled up while loading `{model_id}` ({_hub_cache_dir()}). Free space (E2B needs ~10 GiB) "
                 "or point HF_HOME at a larger disk."
             ) from error
         gated = [e for e in chain if isinstance(e, GatedRepoError)]
@@ -228,16 +247,78 @@ def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
                 f"`{model_id}` is not a model on the Hugging Face hub (or it is private and you are not logged in). "
                 "Check the spelling (e.g. google/gemma-3n-E2B-it) or give a local folder."
             ) from error
-        offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
         if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
-            where = "offline mode (HF_HUB_OFFLINE=1) is on" if offline else "the hub cannot be reached"
-            raise ModelLoadError(
-                f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
-                f"internet: `hf auth login`, accept the license at https://huggingface.co/{model_id}, then "
-                f"`hf download {model_id}` (~11 GB for E2B) into that cache, or "
-                f"`hf download {model_id} --local-dir DIR` and pass `--model DIR`."
-            ) from error
+            where = "offline mode (HF_HUB_OFFLINE=1) is on" if _hub_offline() else "the hub cannot be reached"
+            raise ModelLoadError(_not_cached_message(model_id, where)) from error
         raise
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+"""Seconds the one metadata request to the hub (`_check_hub_reachable`) may take before we say the
+hub cannot be reached. huggingface_hub's file downloads instead retry 5 times with backoff (1+2+4+8+8
+s) per file, which made an offline, uncached load take ~3 minutes before failing."""
+
+
+def _hub_offline() -> bool:
+    """True when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is on (read now, not at import)."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return env.lower() in ("1", "true", "yes", "on") or bool(constants.HF_HUB_OFFLINE)
+
+
+def _not_cached_message(model_id: str, where: str) -> str:
+    return (
+        f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
+        f"internet: `hf auth login`, accept the license at https://huggingface.co/{model_id}, then "
+        f"`hf download {model_id}` (~10 GiB for E2B) into that cache, or "
+        f"`hf download {model_id} --local-dir DIR` and pass `--model DIR`."
+    )
+
+
+def _check_hub_reachable(model_id: str) -> None:
+    """Fail fast, before a download starts, when a hub id is not cached and cannot be fetched.
+
+    Offline mode: raise at once. Online: one metadata request (`HfApi.model_info`, no retries,
+    `HUB_PROBE_TIMEOUT_S`); a network failure (DNS, refused, timeout) raises `ModelLoadError` within
+    seconds. An unknown repo or a gated one that needs a login is raised as the hub's error, for
+    `_translate_load_errors` to word; other HTTP answers let the normal download go ahead.
+    """
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    if _hub_offline():
+        raise ModelLoadError(_not_cached_message(model_id, "offline mode (HF_HUB_OFFLINE=1) is on"))
+    try:
+        model_info(model_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except (GatedRepoError, RepositoryNotFoundError):
+        raise
+    except HfHubHTTPError:
+        return
+    except Exception as error:  # noqa: BLE001 - any transport failure (httpx ConnectError, timeout, DNS)
+        raise ModelLoadError(
+            _not_cached_message(model_id, f"the hub cannot be reached ({type(error).__name__}: {error})")
+        ) from error
+
+
+def _from_pretrained(loader, model_id: str, **kwargs):
+    """`loader(model_id, **kwargs)` that does not wait on the network when it need not.
+
+    A hub id already in the cache is loaded with `local_files_only=True` first (no request; an
+    incomplete cache falls back to the hub unless offline). A hub id not in the cache is checked
+    with `_check_hub_reachable` first, so an offline machine fails in seconds, not minutes.
+    Callers wrap this in `_translate_load_errors`.
+    """
+    if is_local_model(model_id):
+        return loader(model_id, **kwargs)
+    if _is_cached(model_id):
+        try:
+            return loader(model_id, local_files_only=True, **kwargs)
+        except (OSError, ValueError):
+            if _hub_offline():
+                raise
+    _check_hub_reachable(model_id)
+    return loader(model_id, **kwargs)
 
 
 def load_processor(model_id: str):
@@ -255,7 +336,7 @@ def load_processor(model_id: str):
     if is_local_model(model_id):
         _check_local_folder(model_id)
     with _translate_load_errors(model_id, "processor"):
-        processor = AutoProcessor.from_pretrained(model_id)
+        processor = _from_pretrained(AutoProcessor.from_pretrained, model_id)
     if not hasattr(processor, "feature_extractor") or not hasattr(processor.tokenizer, "audio_token_id"):
         raise ModelLoadError(
             f"`{model_id}` has no Gemma 3n audio processor (got {type(processor).__name__}); use a Gemma 3n "
@@ -288,7 +369,7 @@ class QuantizationReport:
         return asdict(self)
 
     def summary(self) -> str:
-        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 1.8 MB"."""
+        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 1.8 MiB"."""
         return (
             f"{self.method} on {self.device}: {self.quantized_count} Linear layers quantized, {self.kept_count} kept "
             f"{self.dtype}; weights {_human_bytes(self.weight_bytes)}"
@@ -296,11 +377,12 @@ class QuantizationReport:
 
 
 def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+    """Bytes in binary units (KiB, MiB, GiB = 1024**k bytes), as the app and memory estimate show them."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n:.1f} GB"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -393,7 +475,7 @@ def load_model(
         kwargs["quantization_config"] = qconfig
     with _translate_load_errors(model_id, "model"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
-        model = Gemma3nForConditionalGeneration.from_pretrained(model_id, **kwargs)
+        model = _from_pretrained(Gemma3nForConditionalGeneration.from_pretrained, model_id, **kwargs)
     model.eval()
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
@@ -622,7 +704,7 @@ def model_config_dict(model_id: str) -> dict[str, Any]:
     if is_local_model(model_id):
         _check_local_folder(model_id)
     with _translate_load_errors(model_id, "config"):
-        return AutoConfig.from_pretrained(model_id).to_dict()
+        return _from_pretrained(AutoConfig.from_pretrained, model_id).to_dict()
 
 
 def lora_target_matches(regex: str, name: str) -> bool:

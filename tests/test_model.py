@@ -112,6 +112,86 @@ def test_offline_and_not_cached_says_what_to_download(monkeypatch, tmp_path):
         gm.load_processor("google/gemma-3n-E2B-it")
 
 
+def _empty_hub_cache(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+
+def test_offline_with_an_empty_cache_fails_in_seconds(monkeypatch, tmp_path):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _empty_hub_cache(monkeypatch, tmp_path)
+    for load in (gm.load_processor, lambda m: gm.load_model(m, device="cpu"), gm.model_config_dict):
+        start = time.perf_counter()
+        with pytest.raises(ModelLoadError, match=r"offline mode.*hf auth login.*hf download google/gemma-3n-E2B-it"):
+            load("google/gemma-3n-E2B-it")
+        assert time.perf_counter() - start < 5
+
+
+def test_an_unreachable_hub_fails_after_one_short_request(monkeypatch, tmp_path):
+    import httpx
+    import huggingface_hub
+    from huggingface_hub import constants
+    from transformers import AutoProcessor
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    _empty_hub_cache(monkeypatch, tmp_path)
+    calls = []
+
+    def unreachable(repo_id, **kwargs):
+        calls.append(kwargs.get("timeout"))
+        raise httpx.ConnectError("[Errno -2] Name or service not known")
+
+    def must_not_download(*args, **kwargs):
+        raise AssertionError("a download with retries was started although the hub is unreachable")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    monkeypatch.setattr(AutoProcessor, "from_pretrained", must_not_download)
+    with pytest.raises(ModelLoadError, match=r"hub cannot be reached \(ConnectError.*hf download google/gemma-3n-E2B-it"):
+        gm.load_processor("google/gemma-3n-E2B-it")
+    assert calls == [gm.HUB_PROBE_TIMEOUT_S]
+
+
+def test_a_cached_hub_model_is_loaded_without_a_request(monkeypatch):
+    seen = []
+    monkeypatch.setattr(gm, "_is_cached", lambda model_id: True)
+    monkeypatch.setattr(gm, "_check_hub_reachable", lambda model_id: seen.append("probe"))
+
+    def loader(model_id, **kwargs):
+        seen.append(kwargs)
+        if kwargs.get("local_files_only"):
+            raise OSError("incomplete cache: model.safetensors missing")
+        return "online"
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="incomplete cache"):
+        gm._from_pretrained(loader, "google/gemma-3n-E2B-it")
+    assert seen == [{"local_files_only": True}]
+    seen.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    assert gm._from_pretrained(loader, "google/gemma-3n-E2B-it") == "online"
+    assert seen == [{"local_files_only": True}, "probe", {}]
+
+
+def test_only_the_bitsandbytes_kernels_notice_is_silenced(caplog):
+    import logging
+
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    with caplog.at_level(logging.WARNING):
+        logger.warning(
+            "Failed to load CPU gemm_4bit_forward from kernels-community: %s. Please make sure you already "
+            "`pip install kernels` and the kernels >= 0.11.1", "No module named 'kernels'"
+        )
+        logger.warning("some other bitsandbytes warning")
+    assert "kernels-community" not in caplog.text
+    assert "some other bitsandbytes warning" in caplog.text
+
+
 def _gated(status: int):
     import httpx
     from huggingface_hub.errors import GatedRepoError
@@ -146,8 +226,9 @@ def test_not_enough_disk_for_a_download_is_refused(monkeypatch):
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(gm, "_is_cached", lambda model_id: False)
+    monkeypatch.setattr(gm, "_hub_offline", lambda: False)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 2 * 10**9, 2 * 10**9))
-    with pytest.raises(ModelLoadError, match="needs about 11 GB but only 2.0 GB is free"):
+    with pytest.raises(ModelLoadError, match="needs about 10 GiB but only 1.9 GiB is free"):
         gm._check_disk_for_download("google/gemma-3n-E2B-it")
 
 
