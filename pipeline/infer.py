@@ -148,12 +148,34 @@ class Tutor:
 _CACHE: dict[tuple, Tutor] = {}
 
 
+def usable_runs(workspace: Workspace) -> list[str]:
+    """Names of the runs in `WS/runs/` that have a saved adapter (`adapter/adapter_config.json`), sorted."""
+    if not workspace.runs_dir.is_dir():
+        return []
+    return sorted(
+        p.name for p in workspace.runs_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / "adapter" / "adapter_config.json").is_file()
+    )
+
+
+def _runs_hint(workspace: Workspace) -> str:
+    """One sentence naming the runs `--run` can take, or how to train one when there are none."""
+    runs = usable_runs(workspace)
+    if runs:
+        shown = ", ".join(runs[:20]) + (f" (and {len(runs) - 20} more)" if len(runs) > 20 else "")
+        return f"Runs with a trained adapter: {shown}."
+    return (
+        "This workspace has no trained run yet; train one in the app's Train tab or with "
+        f"`python -m pipeline train --workspace {workspace.root} --run run-1`; without `--run`, `--model google/gemma-3n-E2B-it` gives the base model's feedback."
+    )
+
+
 def _run_settings(workspace: Workspace, run: str) -> tuple[dict, Path]:
     run_dir = workspace.run_dir(run)
     adapter = run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         if not run_dir.is_dir():
-            raise ConfigError(f"Run `{run}` does not exist in {workspace.runs_dir}; train it first or pick one of the listed runs.")
+            raise ConfigError(f"Run `{run}` does not exist in {workspace.runs_dir}. {_runs_hint(workspace)}")
         raise ModelLoadError(
             f"Run `{run}` has no adapter yet ({adapter}); wait for it to finish, or stop it (a stopped run saves its adapter)."
         )

@@ -101,8 +101,10 @@ def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_ba
 
 
 def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match=r"does not exist.*Runs with a trained adapter: tuned\."):
         load_tutor(run="nope", workspace=tuned)
+    with pytest.raises(ConfigError, match=r"no trained run yet.*python -m pipeline train"):
+        load_tutor(run="nope", workspace=tmp_path)
     with pytest.raises(ConfigError, match="only fits its own base model"):
         load_tutor("google/gemma-3n-E2B-it", run="tuned", workspace=tuned)
     (tuned / "runs" / "half").mkdir(exist_ok=True)
