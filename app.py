@@ -371,7 +371,8 @@ class TutorApp:
         try:
             report = load_build_report(self.ws)
         except PipelineError:
-            return ("No dataset built yet.", None, None, None, None, gr.skip())
+            # Empty frames (not None) keep the real column headers instead of Gradio's "1 2 3".
+            return ("No dataset built yet.", fmt.speakers_frame({}), None, fmt.excluded_frame([]), None, gr.skip())
         return (*self._dataset_outputs(report)[:-1], gr.skip())
 
     def restore_settings(self):
@@ -455,7 +456,8 @@ class TutorApp:
         at_peak = data["components_at_peak"]
         figure = fmt.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
-            measured_bytes=measured, title=f"Estimated peak ({data['device']}, {data['seq_len']} tokens)",
+            measured_bytes=measured,
+            title=f"Estimated peak ({data['device']}, longest train row {data['seq_len']} tokens)",
         )
         verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"])
         if data.get("excluded_rows"):
@@ -561,7 +563,7 @@ class TutorApp:
         elapsed = last.get("elapsed_s")
         if alive and elapsed is None:
             elapsed = time.time() - float(result.get("started_at") or _started_at(run_dir) or time.time())
-        eta = last.get("eta_s") if alive else 0
+        eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
         state = status["state"].replace("_", " ")
         if alive and not rows:
             state += " (loading the model and checking the longest batch)"
@@ -580,7 +582,9 @@ class TutorApp:
                                   "suggestions": result.get("suggestions")}),
             len(rows),
             gr.Timer(active=alive),
-            *((gr.skip(),) * 3 if alive else self._run_lists(selected=run_name)),
+            # While it runs, the Past runs table is re-read only when a new progress row arrived.
+            *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
+              else self._run_lists(selected=run_name)),
         )
 
     def _run_estimate(self, run_name: str, result: dict) -> int | None:
@@ -787,7 +791,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                     import_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
                                               elem_id="import-trim")
                 import_summary = gr.Markdown(elem_id="import-summary")
-                import_table = gr.Dataframe(label="Per-file report", interactive=False, visible=False,
+                import_table = gr.Dataframe(fmt.import_report_frame({}), label="Per-file report", interactive=False, visible=False,
                                             elem_id="import-report", max_height=240)
                 gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it.")
                 samples_df = gr.Dataframe(app.samples_table, label="Sample library", interactive=False,

@@ -404,11 +404,12 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
+    eta_text = f" · ETA {format_seconds(eta_s)}" if eta_s else ""  # none once a run has ended or stopped
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
         f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
-        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)} · ETA {format_seconds(eta_s)} · '
+        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
         f"status: <b>{status_text}</b></div></div>"
     )
 
@@ -459,11 +460,18 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
                 "eval loss": _round(result.get("eval_loss")),
                 "peak memory": format_bytes(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
                 "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
-                "note": run.get("reason") or "",
+                "note": _note(run.get("reason")),
             }
         )
     columns = ["run", "state", "steps", "final loss", "eval loss", "peak memory", "model", "note"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _note(reason: Any) -> str:
+    """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
+    "Resume continues" (the Train tab's Resume button)."""
+    text = str(reason or "")
+    return text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
 
 
 def _round(value: Any) -> Any:

@@ -399,3 +399,19 @@ def test_local_models_and_settings_survive_a_reload(tmp_path):
     restored_values = [restored[name]["value"] if name != "model" else restored[name].value
                        for name in app_module.CONFIG_FIELDS]
     assert reloaded.settings_summary(*restored_values) == summary, "the Train tab's summary is what runs next"
+
+
+def test_cosmetics_eta_note_headers():
+    from pipeline import ui_format as fmt
+
+    stopped = fmt.progress_html(5, 10, 12.0, None, "stopped")
+    assert "ETA" not in stopped and "stopped" in stopped
+    assert "ETA" in fmt.progress_html(5, 10, 12.0, 30.0, "running")
+    table = fmt.runs_frame([{"run": "r", "state": "stopped", "reason": "stopped by request (STOP file); --resume continues"}])
+    assert "--resume" not in table.iloc[0]["note"] and "Resume continues" in table.iloc[0]["note"]
+
+
+def test_empty_tables_keep_their_headers_before_a_build(tmp_path):
+    ui = TutorApp(tmp_path / "ws")
+    summary, speakers, _plot, excluded, *_ = ui.dataset_on_load()
+    assert list(speakers.columns) == ["split", "speakers", "ids"] and list(excluded.columns) == ["sample", "reason"]
