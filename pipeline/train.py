@@ -115,7 +115,7 @@ def oom_suggestions(config: TrainConfig) -> list[str]:
     if config.quantization != "4bit":
         tips.append("--quantization 4bit (NF4 weights)")
     if config.lora_targets != "language":
-        tips.append("--lora-targets language (LoRA in the audio encoder keeps ~2 GB per 30 s clip)")
+        tips.append("--lora-targets language (LoRA in the audio encoder keeps ~2 GiB per 30 s clip)")
     tips.append("a lower --max-length, rebuilding the dataset so long rows are excluded")
     tips.append("`python -m pipeline estimate` to see what fits this device")
     return tips
@@ -266,9 +266,9 @@ def _make_callback_class():
                 log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
             else:
                 log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MB eta %s s",
+                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MiB eta %s s",
                     state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
-                    line["peak_memory_bytes"] / 1e6, line["eta_s"],
+                    line["peak_memory_bytes"] / 1024**2, line["eta_s"],
                 )
 
     return ProgressCallback
@@ -728,7 +728,7 @@ def summary_text(result: dict) -> str:
     if result.get("steps") is not None:
         lines.append(
             f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
-            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1e9:.2f} GB"
+            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
         )
     if result.get("adapter_dir"):
         lines.append(f"  adapter: {result['adapter_dir']}")

@@ -201,3 +201,11 @@ def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tin
     supervised = int((batch["labels"] != -100).sum())
     assert outputs.logits.shape == (supervised, len(processor.tokenizer))
     assert supervised < batch["input_ids"].numel() / 3  # the prompt and ~190 audio positions get no logits
+
+
+def test_summary_states_peak_memory_in_gib():
+    from pipeline.train import summary_text
+
+    text = summary_text({"run": "r", "status": "completed", "steps": 4, "max_steps": 4, "final_loss": 1.0,
+                         "eval_loss": None, "peak_memory_bytes": 3 * 1024**3 // 2})
+    assert "peak memory 1.50 GiB" in text
