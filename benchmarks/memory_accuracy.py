@@ -28,12 +28,30 @@ allocator-retention term; it checks the tensor-level model apart from glibc. `--
 configurations no constant was fitted on; `--json OUT` / `--from-json OUT` save measurements and
 re-estimate them later without measuring again.
 
-Results (2026-11-29, this machine, 2 shared cores; ~35 min for the grid, ~2 min for E2B):
-grid 14/14 rows within 5 % (largest +4.2 %; E2B -3.4 %), held-out 4/4 within 6 % (largest +5.8 %),
-`--e2b-4bit` (the default run: E2B NF4, checkpointing, 512 tokens, 30 s clip) 11.75 GiB estimated
-vs 11.62 GiB measured (+1.1 %, 201 s per step),
-malloc-fixed 14/14 within 10 % (largest +8.0 %, E2B -0.3 %). The CPU allocator-retention constant
-is fitted on the 14 grid rows, so the grid is in-sample for it; the held-out rows are not.
+Results (2026-11-29, this machine, 2 shared cores), rows supervising a 64-token answer with the
+training loss (`answer_loss`, logits only at the answer), weights paged in before measuring:
+ # model   seq  B  GC quant   r clip |   estimate   measured   err%
+ 0 tiny    256  1  on none    8    0 |    991 MiB    970 MiB   +2.2
+ 1 tiny   1024  2 off 4bit   64    5 |   1.48 GiB   1.36 GiB   +8.8
+ 2 mid     256  1 off none    8    0 |   1.68 GiB   1.72 GiB   -2.6
+ 3 mid     256  4  on none   64    0 |   2.17 GiB   2.23 GiB   -2.4
+ 4 mid     512  1 off 4bit    8    0 |   1.95 GiB   2.14 GiB   -8.5
+ 5 mid     512  2  on 4bit   64   10 |   2.04 GiB   2.07 GiB   -1.4
+ 6 mid     512  4 off none   64    0 |   4.15 GiB   4.33 GiB   -4.2
+ 7 mid    1024  1  on none    8   30 |   2.05 GiB   2.06 GiB   -0.3
+ 8 mid    1024  1 off none   64    0 |   2.82 GiB   2.82 GiB   +0.1
+ 9 mid    1024  2  on 4bit    8    0 |   2.73 GiB   2.76 GiB   -1.0
+10 mid    2048  1  on none   64    0 |   2.99 GiB   2.57 GiB  +16.5
+11 mid    2048  1 off 4bit    8    0 |   4.56 GiB   4.71 GiB   -3.3
+12 mid    2048  1  on 4bit   64   30 |   2.94 GiB   2.75 GiB   +7.2
+13 E2B     256  1  on none   16    0 |  12.18 GiB  12.45 GiB   -2.1   (run separately: --only 13)
+13/14 within 10 %, 10/14 within 5 %; largest +16.5 % (row 10, an over-estimate: the CPU allocator
+retention term, 1 GiB at 2048 tokens x h 512, is larger than what glibc kept in that run; row 12,
+the same shape with 4-bit and a clip, is +7.2 %). A least-squares refit of the allocator constant
+on these 14 rows gives 1,020 bytes per token per h (vs 1,030): not changed. ~5 min for the grid,
+~3 min for E2B. Earlier figures (grid 14/14 within 5 %, held-out 4/4 within 6 %, `--e2b-4bit` +1.1 %,
+malloc-fixed 14/14 within 10 %) were measured with every position supervised and Trainer's own
+loss (logits at every position, which training never does) and without paging the weights in.
 """
 
 from __future__ import annotations
