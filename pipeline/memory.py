@@ -118,7 +118,10 @@ AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
 # returned) the 14 configurations of benchmarks/memory_accuracy.py (tiny, mid-size and full E2B)
 # measured within -0.3..+8 % of the estimate without this term; with glibc's default they used
 # ~1,030 bytes more per token per hidden unit (least-squares fit over those 14 runs, largest
-# residual 4.3 %), i.e. a few layers' worth of freed temporaries stays resident.
+# residual 4.3 %), i.e. a few layers' worth of freed temporaries stays resident. Re-measured with
+# logits only at a 64-token answer (the training loss) and every weight paged in: the least-squares
+# fit over those 14 rows is 1,020, so the constant stands (largest residual +16.5 %, mid 2048 tokens
+# with checkpointing: see benchmarks/memory_accuracy.py).
 CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H = 1030
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
