@@ -47,7 +47,8 @@ training loss (`answer_loss`, logits only at the answer), weights paged in befor
 13 E2B     256  1  on none   16    0 |  12.18 GiB  12.45 GiB   -2.1   (run separately: --only 13)
 13/14 within 10 %, 10/14 within 5 %; largest +16.5 % (row 10, an over-estimate: the CPU allocator
 retention term, 1 GiB at 2048 tokens x h 512, is larger than what glibc kept in that run; row 12,
-the same shape with 4-bit and a clip, is +7.2 %). A least-squares refit of the allocator constant
+the same shape with 4-bit and a clip, is +7.2 %); row 10 re-run alone measured 2.77 GiB (+8.0 %):
+glibc's retention varies by ~0.2 GiB from run to run at this size. A least-squares refit of the allocator constant
 on these 14 rows gives 1,020 bytes per token per h (vs 1,030): not changed. ~5 min for the grid,
 ~3 min for E2B. Earlier figures (grid 14/14 within 5 %, held-out 4/4 within 6 %, `--e2b-4bit` +1.1 %,
 malloc-fixed 14/14 within 10 %) were measured with every position supervised and Trainer's own
