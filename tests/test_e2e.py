@@ -170,6 +170,15 @@ def test_full_flow_in_the_browser(running_app):
         _wait_text(page, "#samples-table", r"000050083")
         _step("sample pack loaded")
 
+        # A failed action (save with no audio) shows one message in the checks panel, no error toast,
+        # and leaves the sample library intact and clickable (no red "Error" badge on it).
+        page.click("#save-sample")
+        _wait_text(page, "#checks", r"✗", timeout_s=60)
+        assert "000050083" in page.locator("#samples-table").inner_text()
+        assert not page.locator("#samples-table .error, #sample-audio .error").count(), "components marked errored"
+        _shot(page, "1-samples-failed-save")
+        _step("failed save shows a message only")
+
         # Add one recording by upload: the checks show before saving; saving adds it to the table.
         clip = workspace.parent / "my-recording.wav"
         _write_test_clip(clip)
@@ -241,6 +250,10 @@ def test_full_flow_in_the_browser(running_app):
         _tab(page, "4 · Train")
         _wait_text(page, "#train-status", r"Re-attached to the running job e2e-run", timeout_s=60)
         _wait_text(page, "#train-progress", r"e2e-run · step \d of 6", timeout_s=60)
+        # The settings (grad accumulation 1 typed on the Memory tab; the Train tab's summary of the next run)
+        # and the tiny model survive the reload.
+        _wait_text(page, "#settings-summary", r"× 1 accumulation", timeout_s=30)
+        assert "tiny-gemma3n" in page.locator("#model input").first.input_value()
         _step("re-attached after reload")
         page.click("#stop-training")
         _wait_text(page, "#train-status", r"Asked .*e2e-run.* to stop")
