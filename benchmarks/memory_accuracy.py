@@ -53,6 +53,11 @@ on these 14 rows gives 1,020 bytes per token per h (vs 1,030): not changed. ~5 m
 ~3 min for E2B. Earlier figures (grid 14/14 within 5 %, held-out 4/4 within 6 %, `--e2b-4bit` +1.1 %,
 malloc-fixed 14/14 within 10 %) were measured with every position supervised and Trainer's own
 loss (logits at every position, which training never does) and without paging the weights in.
+Since then the checkpointed recompute reuses the retained heap (`pipeline.memory.allocator_retention_backward`):
+re-estimated on a later run of the grid (--from-json), row 10 +19.1 % -> +8.4 %, row 12 +13.3 % -> +3.0 %,
+rows 7 / 9 (checkpointing, 1,024 tokens) -2.8 / +1.9 % -> -8.0 / -6.2 %, the others and E2B unchanged (13/13
+within 10 %); re-measured under load: rows 7, 9, 10, 12 at -4.5, -8.7, -3.0, -6.8 % (row 10 measured
+2.51-2.81 GiB and row 12 2.60-2.87 GiB across runs: glibc's retention varies by ~0.3 GiB at this size).
 """
 
 from __future__ import annotations
@@ -261,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens)
         est = estimate_memory(model_config, config, lengths, "cpu", options)
         if args.malloc_fixed:  # every tensor mmapped: the allocator keeps nothing resident
-            est.total_bytes -= est.components["allocator_retention"]
+            est.total_bytes -= est.components["allocator_retention_backward" if est.peak_phase == "layer_backward"
+                                              else "allocator_retention"]
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
         if args.from_json:

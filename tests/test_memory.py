@@ -258,8 +258,28 @@ def test_estimate_total_is_static_plus_peak_phase():
     comps = est.components
     assert est.phases["loss"] == static + comps["activations_decoder"] + comps["logits_loss"] + comps["allocator_retention"]
     assert est.phases["layer_backward"] == static + sum(comps[k] for k in (
-        "activations_decoder", "activations_recompute", "backward_workspace", "dequant_workspace", "allocator_retention"))
+        "activations_decoder", "activations_recompute", "backward_workspace", "dequant_workspace",
+        "allocator_retention_backward"))
+    assert comps["allocator_retention_backward"] == comps["allocator_retention"]  # no checkpointing: unchanged
     assert est.total_bytes == est.phases[est.peak_phase] + comps["runtime_overhead"]
+
+
+def test_checkpointed_recompute_reuses_retained_heap():
+    # CPU + checkpointing: layer_backward holds max(retention, recompute), not their sum
+    est = estimate_memory(SMALL, cfg(gradient_checkpointing=True), LengthStats(256, 0.0), "cpu")
+    comps = est.components
+    retention, recompute = comps["allocator_retention"], comps["activations_recompute"]
+    assert 0 < recompute < retention
+    assert comps["allocator_retention_backward"] == retention - recompute
+    static = sum(v for k, v in comps.items() if k.startswith(memory.STATIC_PREFIXES))
+    assert est.phases["layer_backward"] == static + max(retention, recompute) + sum(comps[k] for k in (
+        "activations_decoder", "backward_workspace", "dequant_workspace"))
+    # by hand: retained heap smaller than the recomputed layer is used up, never negative
+    on, off = cfg(gradient_checkpointing=True), cfg(gradient_checkpointing=False)
+    assert memory.allocator_retention_backward(1000, 300, on, "cpu") == 700
+    assert memory.allocator_retention_backward(300, 1000, on, "cpu") == 0
+    assert memory.allocator_retention_backward(1000, 300, off, "cpu") == 1000
+    assert memory.allocator_retention_backward(0, 300, on, "cuda") == 0
 
 
 def test_allocator_retention_only_on_cpu():
