@@ -28,36 +28,29 @@ allocator-retention term; it checks the tensor-level model apart from glibc. `--
 configurations no constant was fitted on; `--json OUT` / `--from-json OUT` save measurements and
 re-estimate them later without measuring again.
 
-Results (2026-11-29, this machine, 2 shared cores), rows supervising a 64-token answer with the
-training loss (`answer_loss`, logits only at the answer), weights paged in before measuring:
+Results (2026-11-29, this machine, 2 shared cores, final code), rows supervising a 64-token answer
+with the training loss (`answer_loss`, logits only at the answer), weights paged in before measuring:
  # model   seq  B  GC quant   r clip |   estimate   measured   err%
- 0 tiny    256  1  on none    8    0 |    991 MiB    970 MiB   +2.2
- 1 tiny   1024  2 off 4bit   64    5 |   1.48 GiB   1.36 GiB   +8.8
- 2 mid     256  1 off none    8    0 |   1.68 GiB   1.72 GiB   -2.6
- 3 mid     256  4  on none   64    0 |   2.17 GiB   2.23 GiB   -2.4
- 4 mid     512  1 off 4bit    8    0 |   1.95 GiB   2.14 GiB   -8.5
- 5 mid     512  2  on 4bit   64   10 |   2.04 GiB   2.07 GiB   -1.4
- 6 mid     512  4 off none   64    0 |   4.15 GiB   4.33 GiB   -4.2
- 7 mid    1024  1  on none    8   30 |   2.05 GiB   2.06 GiB   -0.3
- 8 mid    1024  1 off none   64    0 |   2.82 GiB   2.82 GiB   +0.1
- 9 mid    1024  2  on 4bit    8    0 |   2.73 GiB   2.76 GiB   -1.0
-10 mid    2048  1  on none   64    0 |   2.99 GiB   2.57 GiB  +16.5
-11 mid    2048  1 off 4bit    8    0 |   4.56 GiB   4.71 GiB   -3.3
-12 mid    2048  1  on 4bit   64   30 |   2.94 GiB   2.75 GiB   +7.2
+ 0 tiny    256  1  on none    8    0 |    986 MiB    968 MiB   +1.9
+ 1 tiny   1024  2 off 4bit   64    5 |   1.48 GiB   1.34 GiB  +10.4
+ 2 mid     256  1 off none    8    0 |   1.68 GiB   1.74 GiB   -3.6
+ 3 mid     256  4  on none   64    0 |   2.17 GiB   2.05 GiB   +5.8
+ 4 mid     512  1 off 4bit    8    0 |   1.95 GiB   2.06 GiB   -5.2
+ 5 mid     512  2  on 4bit   64   10 |   2.01 GiB   1.95 GiB   +3.5
+ 6 mid     512  4 off none   64    0 |   4.15 GiB   4.37 GiB   -5.1
+ 7 mid    1024  1  on none    8   30 |   1.94 GiB   2.00 GiB   -3.1
+ 8 mid    1024  1 off none   64    0 |   2.82 GiB   2.74 GiB   +2.7
+ 9 mid    1024  2  on 4bit    8    0 |   2.52 GiB   2.74 GiB   -8.1
+10 mid    2048  1  on none   64    0 |   2.72 GiB   2.73 GiB   -0.2
+11 mid    2048  1 off 4bit    8    0 |   4.56 GiB   4.45 GiB   +2.4
+12 mid    2048  1  on 4bit   64   30 |   2.67 GiB   2.74 GiB   -2.3
 13 E2B     256  1  on none   16    0 |  12.18 GiB  12.45 GiB   -2.1   (run separately: --only 13)
-13/14 within 10 %, 10/14 within 5 %; largest +16.5 % (row 10, an over-estimate: the CPU allocator
-retention term, 1 GiB at 2048 tokens x h 512, is larger than what glibc kept in that run; row 12,
-the same shape with 4-bit and a clip, is +7.2 %); row 10 re-run alone measured 2.77 GiB (+8.0 %):
-glibc's retention varies by ~0.2 GiB from run to run at this size. A least-squares refit of the allocator constant
-on these 14 rows gives 1,020 bytes per token per h (vs 1,030): not changed. ~5 min for the grid,
-~3 min for E2B. Earlier figures (grid 14/14 within 5 %, held-out 4/4 within 6 %, `--e2b-4bit` +1.1 %,
-malloc-fixed 14/14 within 10 %) were measured with every position supervised and Trainer's own
-loss (logits at every position, which training never does) and without paging the weights in.
-Since then the checkpointed recompute reuses the retained heap (`pipeline.memory.allocator_retention_backward`):
-re-estimated on a later run of the grid (--from-json), row 10 +19.1 % -> +8.4 %, row 12 +13.3 % -> +3.0 %,
-rows 7 / 9 (checkpointing, 1,024 tokens) -2.8 / +1.9 % -> -8.0 / -6.2 %, the others and E2B unchanged (13/13
-within 10 %); re-measured under load: rows 7, 9, 10, 12 at -4.5, -8.7, -3.0, -6.8 % (row 10 measured
-2.51-2.81 GiB and row 12 2.60-2.87 GiB across runs: glibc's retention varies by ~0.3 GiB at this size).
+12/13 grid rows within 10 %, 8/13 within 5 %; largest +10.4 % (row 1, tiny: +7.1 and +8.8 % in two
+earlier runs). glibc's retained heap varies by ~0.2-0.3 GiB from run to run at these sizes, which is
+most of the spread; the allocator retention constant (1,030 bytes per token per h) is the one
+constant fitted on the grid (least-squares refits on three runs gave 1,020-1,060). With
+`--malloc-fixed` (RSS follows live tensors) the tensor-level model alone was within +8 % on every row.
+~5 min for the grid, ~3 min for the E2B row (needs >= 16 GiB free).
 """
 
 from __future__ import annotations
