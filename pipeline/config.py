@@ -72,6 +72,12 @@ class TrainConfig:
     """Longest row in tokens (text tokens + ~192 audio positions per clip); longer rows are excluded, never truncated."""
     gradient_checkpointing: bool = True
     """Recompute activations in backward (use_reentrant=False): ~13x less activation memory, ~30 % slower."""
+    vision_tower: bool = True
+    """Load Gemma 3n's vision tower (MobileNetV5, 294 M parameters: 0.55 GiB in bf16 on E2B and E4B).
+    The tutor never sees images, so `--no-vision-tower` frees it after loading at no cost."""
+    ple_on_cpu: bool = False
+    """CUDA only: keep the per-layer embedding table (262,144 x 30 x 256 on E2B: 3.75 GiB in bf16) in
+    host RAM; each step copies only the batch's rows to the GPU. Ignored on CPU and MPS."""
     optimizer: str = "adamw"
     """`adamw` (fp32 moments, 8 bytes/param), `adamw_8bit` (bitsandbytes, 2 bytes/param), `adafactor` (factored)."""
     eval_steps: int = 50

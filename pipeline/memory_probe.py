@@ -192,7 +192,8 @@ def probe_synthetic(request: dict) -> dict:
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
     else:
-        model, qreport = load_model(request["model"], device=device, quantization=config.quantization)
+        model, qreport = load_model(request["model"], device=device, quantization=config.quantization,
+                                    vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
         weight_bytes = qreport.weight_bytes
     model, lreport = attach_lora(model, config)
     if device == "cpu":  # every weight resident, as on a GPU (see make_weights_resident)

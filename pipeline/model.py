@@ -4,7 +4,10 @@ Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
 - `compute_dtype(device)`: bf16 where the device supports it, else fp32; never fp16.
 - `default_quantization(device)`: "4bit" on CUDA/CPU, "none" (bf16 LoRA) on Apple MPS.
-- `load_processor(model_id)`, `load_model(model_id, device=, quantization=)`.
+- `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=)`.
+- `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
+  settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
+  `TrainConfig.ple_on_cpu`).
 - `attach_lora(model, config)` -> (PeftModel, LoraReport); `load_adapter(model, adapter_dir)`.
 
 Errors a person can act on (not logged in, gated license, offline with nothing cached, missing
@@ -429,7 +432,8 @@ def quantization_config(method: str, dtype: torch.dtype):
 
 
 def load_model(
-    model_id: str, *, device: str = "auto", quantization: str = "4bit"
+    model_id: str, *, device: str = "auto", quantization: str = "4bit", vision_tower: bool = True,
+    ple_on_cpu: bool = False,
 ) -> tuple[torch.nn.Module, QuantizationReport]:
     """Load `Gemma3nForConditionalGeneration` on `device`, quantized as asked, with eager attention.
 
@@ -439,6 +443,10 @@ def load_model(
         quantization: "4bit" (bitsandbytes NF4, double quant, bf16 compute), "8bit" (LLM.int8) or
             "none". The audio/vision towers, their embedders and `lm_head` are never quantized
             (`QUANTIZATION_SKIP_MODULES`). 4-bit on MPS is experimental (a warning is reported).
+        vision_tower: False frees the vision tower after loading (`drop_vision_tower`).
+        ple_on_cpu: on CUDA, move the per-layer embedding table to host RAM after loading
+            (`keep_per_layer_embeddings_on_host`); ignored on CPU and MPS. Loading still places
+            the table on the GPU first, so the load peaks at all weights on the device.
 
     Returns:
         `(model, report)`; the model is in eval mode with `use_cache` on.
@@ -479,6 +487,10 @@ def load_model(
     model.eval()
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
+    if not vision_tower:
+        drop_vision_tower(model)
+    if ple_on_cpu and device == "cuda":
+        keep_per_layer_embeddings_on_host(model)
     report = _quantization_report(model, quantization, device, dtype, report_warnings)
     if quantization != "none" and report.quantized_count == 0:
         raise ModelLoadError(
@@ -487,6 +499,87 @@ def load_model(
             "Use `--quantization none` or report this with your transformers/bitsandbytes versions."
         )
     return model, report
+
+
+def _gemma3n_inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(inner, "model", inner)
+    if not hasattr(inner, "language_model"):
+        raise ModelLoadError(f"Expected a Gemma 3n model with a `language_model`, got {type(model).__name__}.")
+    return inner
+
+
+def _tensor_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in list(module.parameters()) + list(module.buffers()))
+
+
+def drop_vision_tower(model: torch.nn.Module) -> int:
+    """Free Gemma 3n's vision tower; returns the bytes it held (0 when already gone).
+
+    The tutor's inputs are audio and text: `Gemma3nModel.forward` calls the vision tower only for
+    `pixel_values`, and the vision soft-token embedder (`embed_vision`, kept) is all text-only rows
+    need. On E2B/E4B the tower is MobileNetV5-300M: 294,126,912 parameters, 0.55 GiB in bf16
+    (`pipeline.memory.VISION_TOWER_PARAMS`). Passing images to a model without it raises TypeError.
+    """
+    inner = _gemma3n_inner(model)
+    tower = getattr(inner, "vision_tower", None)
+    if tower is None:
+        return 0
+    freed = _tensor_bytes(tower)
+    inner.vision_tower = None
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # give the freed blocks back so the training step can use them
+    return freed
+
+
+class HostEmbedding(torch.nn.Module):
+    """An embedding table kept in host (CPU) RAM, looked up there, with its rows sent to the
+    device of the ids.
+
+    Input: ids (any shape) int64 on any device. Output: `table(ids)` (ids shape + (dim,)), same dtype
+    as the table, on the ids' device. The table is held outside the module tree (not a registered
+    submodule, parameter or buffer), so `model.to(device)` (e.g. by `transformers.Trainer`) cannot
+    move it back to the GPU and `state_dict()` does not include it. It is frozen (no gradient).
+    """
+
+    def __init__(self, table: torch.nn.Module) -> None:
+        super().__init__()
+        table.requires_grad_(False)
+        self._host = (table.to("cpu"),)  # a tuple hides it from nn.Module's registry
+
+    @property
+    def table(self) -> torch.nn.Module:
+        """The host-side embedding module (e.g. `Gemma3nTextScaledWordEmbedding`)."""
+        return self._host[0]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.table.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.table(input_ids.to("cpu")).to(input_ids.device, non_blocking=True)
+
+
+def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
+    """Move Gemma 3n's per-layer embedding table (`language_model.embed_tokens_per_layer`, on E2B
+    262,144 x (30 x 256) = 2.01 B parameters, 3.75 GiB in bf16) to host RAM behind a
+    `HostEmbedding`; returns the bytes taken off the device (0 when already on the host).
+
+    Each forward then gathers the batch's rows on the CPU and copies only those (tokens x 7,680 x 2
+    bytes, ~15 KB per token on E2B) to the GPU. The table is frozen in LoRA training, so nothing flows
+    back. Source of the idea: the per-layer embeddings are designed to be cached off-accelerator
+    (Gemma 3n model card, "Per-Layer Embedding (PLE) caching").
+    """
+    language_model = _gemma3n_inner(model).language_model
+    table = language_model.embed_tokens_per_layer
+    if isinstance(table, HostEmbedding) or table.weight.device.type == "cpu":
+        return 0
+    moved = _tensor_bytes(table)
+    language_model.embed_tokens_per_layer = HostEmbedding(table)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return moved
 
 
 def _quantization_report(model, method, device, dtype, report_warnings) -> QuantizationReport:

@@ -430,7 +430,8 @@ class _Session:
                 "or raise --max-length."
             )
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
-        model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization)
+        model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
+                                                vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 

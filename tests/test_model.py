@@ -236,3 +236,45 @@ def test_adapter_folder_without_adapter_is_refused(tiny_model_dir, tmp_path):
     model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
     with pytest.raises(ModelLoadError, match="not a LoRA adapter folder"):
         gm.load_adapter(model, tmp_path)
+
+
+def test_dropping_the_vision_tower_and_host_side_per_layer_embeddings_keep_the_outputs(tiny_model_dir):
+    """`vision_tower=False` frees the tower; the per-layer table behind `HostEmbedding` gives the same
+    logits, is invisible to `model.to()` and `state_dict()`, and LoRA training still runs on audio rows."""
+    from pipeline.memory_probe import synthetic_batch
+
+    model, report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    batch = synthetic_batch(model.config, 2, 256, 3.0, answer_tokens=16)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    with torch.no_grad():
+        reference = model(**inputs).logits
+    tower_bytes = gm._tensor_bytes(model.model.vision_tower)
+    assert tower_bytes > 0 and gm.drop_vision_tower(model) == tower_bytes and model.model.vision_tower is None
+    assert gm.drop_vision_tower(model) == 0
+    assert gm.weight_bytes(model) == report.weight_bytes - tower_bytes
+    assert gm.keep_per_layer_embeddings_on_host(model) == 0  # already in host RAM on CPU: nothing to move
+    language_model = model.model.language_model
+    table = language_model.embed_tokens_per_layer
+    language_model.embed_tokens_per_layer = gm.HostEmbedding(table)
+    assert not any(p is table.weight for p in model.parameters())
+    assert not any(k.endswith("embed_tokens_per_layer.weight") for k in model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, reference, rtol=0, atol=0)
+    lora_model, _ = gm.attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_rank=4, lora_alpha=8))
+    lora_model.train()
+    loss = lora_model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(
+        p.grad is not None for n, p in lora_model.named_parameters() if p.requires_grad and "language_model" in n)
+    model.to("meta")  # Trainer may call model.to(device): the host table must stay where it is
+    assert language_model.embed_tokens_per_layer.table.weight.device.type == "cpu"
+
+
+def test_load_model_applies_the_placement_settings(tiny_model_dir):
+    model, report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none", vision_tower=False,
+                                  ple_on_cpu=True)
+    assert model.model.vision_tower is None
+    # ple_on_cpu is a CUDA setting: on CPU the table stays a plain module
+    assert not isinstance(model.model.language_model.embed_tokens_per_layer, gm.HostEmbedding)
+    full, full_report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert report.weight_bytes == full_report.weight_bytes - gm._tensor_bytes(full.model.vision_tower)
