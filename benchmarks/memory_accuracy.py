@@ -18,9 +18,11 @@ Measurement (CPU): each configuration runs in a fresh child process (`pipeline.m
 the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
 (VmHWM, reset right before the steady-state second step). The estimate is
 `pipeline.memory.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
-is a constant measured on the tiny model. Columns: estimate, measured peak RSS, error % of the
-measurement; `net` columns subtract the import baseline (RSS after importing torch/transformers)
-from the measurement and the same baseline constant (`CPU_IMPORT_BASELINE_BYTES`) from the estimate.
+is a constant measured on the tiny model. CPU peak RSS is not deterministic: glibc keeps part of
+the freed heap resident, and how much varies by +-0.1-0.2 GiB from run to run with thread timing, so
+each row is measured `--repeat` times (default 3) in fresh processes. Columns: estimate, the median
+measured peak RSS, the error % against it, the range of the error over all runs, and the phase of
+the step the estimate puts the peak in.
 
 `--malloc-fixed` is a diagnostic: with MALLOC_MMAP_THRESHOLD_=65536 every tensor is mmapped and
 returned on free, so RSS follows live tensors and the estimate is compared without its CPU
@@ -70,7 +72,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
 from pipeline.memory import (  # noqa: E402
-    CPU_IMPORT_BASELINE_BYTES,
     GIB,
     RUNTIME_OVERHEAD_BYTES,
     EstimateOptions,
@@ -204,6 +205,18 @@ def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, r
     return {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median peak (lower median for an even count), with every run's peak in
+    `peak_runs_bytes`; the first error when any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    ordered = sorted(runs, key=lambda r: r["peak_bytes"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["peak_runs_bytes"] = [r["peak_bytes"] for r in runs]
+    return chosen
+
+
 def available_ram() -> int:
     with open("/proc/meminfo", encoding="ascii") as handle:
         for line in handle:
@@ -223,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", action="store_true", help="run the held-out configurations instead of the grid")
     parser.add_argument("--e2b-4bit", action="store_true",
                         help="run only full-size E2B in 4-bit (saves a 10.8 GB random checkpoint first; ~10 min)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="measure each row N times in fresh processes; the table compares the estimate with "
+                             "the median and shows the range (CPU peak RSS varies from run to run, see above)")
     parser.add_argument("--malloc-fixed", action="store_true",
                         help="diagnostic: fix glibc's mmap threshold in the children (RSS then follows live tensors)")
     args = parser.parse_args(argv)
@@ -242,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
              if args.malloc_fixed else ";"))
     print(f"estimate includes the CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}.\n")
     header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
-              f"{'estimate':>10} {'measured':>10} {'err%':>6} | {'net est':>10} {'net meas':>10} {'err%':>6} | {'s':>5}")
+              f"{'estimate':>10} {'measured':>10} {'err%':>6} {'err% range':>13} | {'phase':>14} | {'s':>5}")
     print(header)
     print("-" * len(header))
     for i, row in enumerate(rows):
@@ -255,12 +271,11 @@ def main(argv: list[str] | None = None) -> int:
                              lora_rank=row["rank"], lora_alpha=2 * row["rank"], batch_size=row["batch"],
                              gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
         model_config = load_model_config(paths[row["model"]])
-        options = EstimateOptions(attn_implementation="eager", keep_logits=False)
+        # --malloc-fixed: every tensor mmapped, so the allocator keeps nothing resident
+        options = EstimateOptions(attn_implementation="eager", keep_logits=False,
+                                  cpu_heap_retention=not args.malloc_fixed)
         lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens)
         est = estimate_memory(model_config, config, lengths, "cpu", options)
-        if args.malloc_fixed:  # every tensor mmapped: the allocator keeps nothing resident
-            est.total_bytes -= est.components["allocator_retention_backward" if est.peak_phase == "layer_backward"
-                                              else "allocator_retention"]
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
         if args.from_json:
@@ -268,8 +283,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             m = {k: v for k, v in saved[key].items() if k not in row and k not in ("estimate_bytes", "components")}
         else:
-            m = measure(paths[row["model"]], config, row["seq_len"], row["clip_s"], random_init=row["model"] == "E2B",
-                        malloc_fixed=args.malloc_fixed, answer_tokens=args.answer_tokens)
+            runs = []
+            for _ in range(max(1, args.repeat)):
+                one = measure(paths[row["model"]], config, row["seq_len"], row["clip_s"],
+                              random_init=row["model"] == "E2B", malloc_fixed=args.malloc_fixed,
+                              answer_tokens=args.answer_tokens)
+                runs.append(one)
+                if "error" in one:
+                    break
+            m = median_run(runs)
         seconds = m.get("seconds", time.perf_counter() - started)
         rec = {**row, "estimate_bytes": est.total_bytes, "components": est.components, "seconds": round(seconds, 1), **m}
         results.append(rec)
@@ -278,22 +300,25 @@ def main(argv: list[str] | None = None) -> int:
             continue
         meas = m["peak_bytes"]
         err = 100.0 * (est.total_bytes - meas) / meas
-        net_est = est.total_bytes - CPU_IMPORT_BASELINE_BYTES
-        net_meas = meas - m["baseline_rss_bytes"]
-        net_err = 100.0 * (net_est - net_meas) / net_meas if net_meas > 0 else float("nan")
-        rec.update(error_percent=round(err, 2), net_error_percent=round(net_err, 2))
+        peaks = m.get("peak_runs_bytes") or [meas]
+        errs = [100.0 * (est.total_bytes - p) / p for p in peaks]
+        rec.update(error_percent=round(err, 2), peak_phase=est.peak_phase,
+                   error_range_percent=[round(min(errs), 2), round(max(errs), 2)])
+        spread = f"{min(errs):+.1f}..{max(errs):+.1f}" if len(peaks) > 1 else ""
         print(f"{i:>2} {row['model']:5} {row['seq_len']:>5} {row['batch']:>2} {'on' if row['gc'] else 'off':>3} "
               f"{row['quant']:5} {row['rank']:>3} {row['clip_s']:>4.0f} | {fmt_bytes(est.total_bytes):>10} "
-              f"{fmt_bytes(meas):>10} {err:>+6.1f} | {fmt_bytes(net_est):>10} {fmt_bytes(net_meas):>10} "
-              f"{net_err:>+6.1f} | {seconds:>5.0f}", flush=True)
+              f"{fmt_bytes(meas):>10} {err:>+6.1f} {spread:>13} | {est.peak_phase:>14} | {seconds:>5.0f}", flush=True)
     done = [r for r in results if "error_percent" in r]
     if done:
         worst = max(done, key=lambda r: abs(r["error_percent"]))
-        worst_net = max(done, key=lambda r: abs(r["net_error_percent"]))
-        print(f"\nlargest absolute error: {worst['error_percent']:+.1f} % (row {worst['model']} seq {worst['seq_len']}); "
-              f"net of runtime overhead: {worst_net['net_error_percent']:+.1f} % (row {worst_net['model']} seq {worst_net['seq_len']})")
-        print(f"rows within 10 %: {sum(abs(r['error_percent']) <= 10 for r in done)}/{len(done)}; "
+        print(f"\nlargest absolute error: {worst['error_percent']:+.1f} % (row {worst['model']} seq {worst['seq_len']})")
+        print(f"rows within 10 % (of the median measurement): {sum(abs(r['error_percent']) <= 10 for r in done)}/{len(done)}; "
               f"within 5 %: {sum(abs(r['error_percent']) <= 5 for r in done)}/{len(done)}")
+        runs = [e for r in done for e in (r.get("error_range_percent") or [r["error_percent"]])]
+        if any(len(r.get("peak_runs_bytes") or []) > 1 for r in done):
+            every = sum(max(abs(e) for e in r["error_range_percent"]) <= 10 for r in done)
+            print(f"rows whose every run is within 10 %: {every}/{len(done)}; "
+                  f"error over all runs: {min(runs):+.1f} .. {max(runs):+.1f} %")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -112,18 +112,22 @@ AUDIO_FROZEN_FIXED_BYTES = 19 * 1024**2
 # frame per h per block (2.83 GiB in all for a 30 s clip with r=16 and CPU dropout masks).
 AUDIO_LORA_INPUT_H = 16
 AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
-# CPU only: glibc malloc keeps freed heap memory resident (its mmap threshold rises to 32 MiB after
-# the first large free, so most activation-sized tensors live in the heap, and only the top of the
-# heap is returned to the OS). With MALLOC_MMAP_THRESHOLD_=65536 (every tensor mmapped, freed memory
-# returned) the 14 configurations of benchmarks/memory_accuracy.py (tiny, mid-size and full E2B)
-# measured within -0.3..+8 % of the estimate without this term; with glibc's default they used
-# ~1,030 bytes more per token per hidden unit (least-squares fit over those 14 runs, largest
-# residual 4.3 %), i.e. a few layers' worth of freed temporaries stays resident. Re-measured with
-# logits only at a 64-token answer (the training loss) and every weight paged in: the least-squares
-# fit over those 14 rows is 1,020, so the constant stands. With gradient checkpointing the recomputed
-# layer reuses this retained heap instead of adding to it (`allocator_retention_backward`), which took
-# the two 2048-token checkpointed rows from +19 % / +13 % to +8 % / +3 % (see benchmarks/memory_accuracy.py).
-CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H = 1030
+# CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
+# the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
+# activation-sized tensors below that are served from the heap, and memory freed in the middle of
+# the heap stays resident. The retained bytes beyond live tensors at the peak, measured on
+# benchmarks/memory_accuracy.py's 13-row grid as (peak RSS with glibc's default) - (peak RSS with
+# MALLOC_MMAP_THRESHOLD_=65536, where RSS follows live tensors), scale with batch x tokens x the MLP
+# width I (the largest per-layer temporaries, gate/up/activation, are B x T x I each): per token per
+# MLP unit 246 bytes with gradient checkpointing (each layer's forward intermediates are freed at
+# once and reused by the next layer) and 300 without (least-squares fits over 2-5 runs per row;
+# with B x T x h instead, the tiny model, whose I = 2h, came out 10 % high). Run to run the retained
+# heap varies by +-0.1-0.2 GiB at these sizes (thread timing), which the benchmark shows as a range.
+# Full-size E2B (I = 8192, 256 tokens, checkpointing) retained 0.73-1.09 GiB against 0.48 GiB here.
+# Not modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB, i.e. over 2,048 tokens per
+# micro-batch on E2B) is always mmapped and never retained, so long rows there are overestimated.
+CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT = {True: 246, False: 300}
+"""Keyed by `gradient_checkpointing`."""
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 # Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
@@ -446,21 +450,20 @@ class EstimateOptions:
 
     Attributes:
         attn_implementation: `eager` (the training default for Gemma 3n, FIELD_NOTES) or `sdpa`.
-        vision_tower: whether the run loads the vision tower (a tower not loaded costs nothing).
-        ple_on_cpu: keep the per-layer embedding table in CPU RAM (CUDA only; the gather only
-            moves the rows of the batch to the GPU).
         keep_logits: the training loop keeps `outputs.logits` alive during backward. False for
             our trainer: `transformers.Trainer.compute_loss` returns only the loss, so the
             returned logits are freed before `backward`.
         adapter_dtype: dtype of the LoRA weights (peft's `autocast_adapter_dtype=True` makes them
             float32 on a bf16 base).
+        cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`);
+            False for a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_=65536,
+            the benchmark's `--malloc-fixed` diagnostic).
     """
 
     attn_implementation: str = "eager"
-    vision_tower: bool = True
-    ple_on_cpu: bool = False
     keep_logits: bool = False
     adapter_dtype: str = "float32"
+    cpu_heap_retention: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -478,8 +481,9 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     Formula per part: non-Linear params x 2 (bf16) + Linear params x (2 for bf16 | NF4 bytes from
     `nf4_bytes` + code tables | `int8_bytes`) for the parts the quantizer touches
     (`QUANTIZED_PARTS`; the skip list keeps audio/vision towers, their embedders and lm_head in bf16).
-    The token embedding is counted once (tied to lm_head). Vision tower: 0 when not loaded.
-    Per-layer embeddings: 0 on the device when `ple_on_cpu` on CUDA (they sit in host RAM).
+    The token embedding is counted once (tied to lm_head). Vision tower: 0 with
+    `config.vision_tower` False (`pipeline.model.drop_vision_tower`). Per-layer embeddings: 0 on the
+    device with `config.ple_on_cpu` on CUDA (host RAM, `pipeline.model.keep_per_layer_embeddings_on_host`).
     On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
     table is only read row by row (plus the kernel's read-ahead), so part of it may never become
     resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
@@ -498,12 +502,26 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
             # out_features summed over matrices ~ params / in_features (h for most)
             lin_bytes = int8_bytes(pp.linear - skipped, (pp.linear - skipped) // shape.hidden_size) + skipped * wb
         total = int(lin_bytes + pp.other * wb)
-        if name == "vision_tower" and not options.vision_tower:
+        if name == "vision_tower" and not config.vision_tower:
             total = 0
-        if name == "per_layer_embedding" and options.ple_on_cpu and device == "cuda":
+        if name == "per_layer_embedding" and ple_on_host(config, device):
             total = 0
         out[f"weights_{name}"] = total
     return out
+
+
+def ple_on_host(config: TrainConfig, device: str) -> bool:
+    """Whether the run keeps the per-layer embedding table in host RAM (`ple_on_cpu`, CUDA only)."""
+    return config.ple_on_cpu and device == "cuda"
+
+
+def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
+    """Bytes on the device while loading that the step no longer holds: with `ple_on_cpu` on CUDA
+    the per-layer embedding table (bf16) is loaded onto the GPU with the rest, then moved to host
+    RAM (`pipeline.model.load_model`), so the `load` phase holds it on top of the weights. 0 otherwise."""
+    if not ple_on_host(config, device):
+        return 0
+    return part_params(shape)["per_layer_embedding"].total * dtype_bytes(compute_dtype(shape, config, device))
 
 
 def lora_targets(shape: ModelShape, targets: str) -> list[tuple[int, int]]:
@@ -712,34 +730,21 @@ def audio_encoder_bytes(
     return {"audio_encoder_transient": transient, "audio_encoder_saved": saved}
 
 
-def allocator_retention(shape: ModelShape, config: TrainConfig, device: str, seq_len: int) -> int:
-    """Memory the allocator keeps resident beyond live tensors. CPU (glibc malloc):
-    CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H x batch x seq_len x hidden (measured, see the
-    constant). CUDA's caching-allocator slack is in the runtime overhead; MPS: not measured, 0."""
-    if device != "cpu":
-        return 0
-    return CPU_ALLOCATOR_RETENTION_BYTES_PER_TOKEN_PER_H * config.batch_size * seq_len * shape.hidden_size
+def allocator_retention(
+    shape: ModelShape, config: TrainConfig, device: str, seq_len: int, options: EstimateOptions | None = None
+) -> int:
+    """Memory the allocator keeps resident beyond live tensors during forward and backward (bytes).
 
-
-def allocator_retention_backward(retention: int, recompute: int, config: TrainConfig, device: str) -> int:
-    """Retained-but-free heap still resident on top of live tensors while a decoder layer runs
-    backward (bytes; the `layer_backward` phase's allocator term).
-
-    Without gradient checkpointing, or off CPU: `retention` (`allocator_retention`) unchanged.
-    On CPU with gradient checkpointing: max(retention - recompute, 0), with `recompute` the
-    recomputed layer's saved tensors (`activations_recompute`). Reason, from the code path: torch's
-    non-reentrant checkpoint (torch/utils/checkpoint.py `_checkpoint_hook.pack_hook`) stores an empty
-    `_Holder` instead of each saved tensor, so every checkpointed layer's forward frees all its
-    intermediates, which glibc keeps resident (part of what `allocator_retention` measures); in
-    backward the unpack hook re-runs that layer (`frame.recompute_fn`), allocating the same tensors
-    again, and malloc serves them from those free chunks. Resident memory then grows by
-    max(retention, recompute) rather than their sum: max(R, X) = X + max(R - X, 0).
-    Effect on benchmarks/memory_accuracy.py (mid-size model, 2,048 tokens, checkpointing):
-    +19 % -> +8 % (bf16) and +13 % -> +3 % (4-bit); the other rows stay within 10 %.
+    CPU (glibc malloc): CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT[gradient_checkpointing] x
+    batch_size x seq_len x the widest MLP (measured, see the constant); 0 when
+    `options.cpu_heap_retention` is False (a process whose RSS follows its live tensors, e.g. run
+    with MALLOC_MMAP_THRESHOLD_=65536). CUDA: the caching allocator's slack is in the runtime
+    overhead. MPS: not measured, 0.
     """
-    if device != "cpu" or not config.gradient_checkpointing:
-        return retention
-    return max(retention - recompute, 0)
+    if device != "cpu" or (options is not None and not options.cpu_heap_retention):
+        return 0
+    per_unit = CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT[bool(config.gradient_checkpointing)]
+    return per_unit * config.batch_size * seq_len * max(shape.intermediate_sizes)
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
@@ -795,10 +800,11 @@ class MemoryEstimate:
 
 
 PHASE_MEMBERS = {
+    "load": ("load_per_layer_embedding",),
     "audio": ("audio_encoder_transient", "allocator_retention"),
     "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss", "allocator_retention"),
     "layer_backward": (
-        "allocator_retention_backward",
+        "allocator_retention",
         "audio_encoder_saved",
         "activations_decoder",
         "activations_recompute",
@@ -807,10 +813,12 @@ PHASE_MEMBERS = {
     ),
     "optimizer": ("optimizer_step",),
 }
-"""What is alive, besides the static terms, at each candidate peak of a step: the audio encoder's
+"""What is alive, besides the static terms, at each candidate peak: loading (only with `ple_on_cpu`
+on CUDA, the per-layer table before it moves to host RAM; the LoRA terms of the static part are
+counted there too, a small overcount); the audio encoder's
 forward; the loss (every saved activation + the logits and the fp32 cross-entropy gradient, the
 start of backward); a decoder layer's backward (the logits are freed by then; with checkpointing
-one layer is recomputed, into the heap the allocator retained: `allocator_retention_backward`); the
+one layer is recomputed); the
 optimizer step."""
 STATIC_PREFIXES = ("weights_", "lora_", "optimizer_states")
 
@@ -860,20 +868,21 @@ def estimate_memory(
     comps["logits_loss"] = logits_loss(shape, config, device, options, answer)
     comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
-    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len)
-    comps["allocator_retention_backward"] = allocator_retention_backward(
-        comps["allocator_retention"], comps["activations_recompute"], config, device)
+    comps["load_per_layer_embedding"] = load_transient(shape, config, device)
+    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = RUNTIME_OVERHEAD_BYTES[device]
     static = sum(v for k, v in comps.items() if k.startswith(STATIC_PREFIXES))
     phases = {name: static + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
     peak_phase = max(phases, key=phases.get)
     total = phases[peak_phase] + comps["runtime_overhead"]
-    if shape.vision_architecture not in VISION_TOWER_PARAMS and options.vision_tower:
+    if shape.vision_architecture not in VISION_TOWER_PARAMS and config.vision_tower:
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
-    if options.ple_on_cpu and device == "cuda":
-        notes.append("per-layer embeddings kept in CPU RAM: "
-                     f"{fmt_bytes(shape.vocab_size_per_layer_input * shape.num_layers * shape.hidden_size_per_layer_input * 2)} of host memory.")
+    if ple_on_host(config, device):
+        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(comps['load_per_layer_embedding'])} of host "
+                     "memory; loading holds them on the GPU first (the `load` phase).")
+    elif config.ple_on_cpu:
+        notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
     notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
     return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer)
 
@@ -1029,15 +1038,15 @@ class Suggestion:
 
 
 def _candidate_moves(
-    config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions, supports_drop_vision: bool,
-    supports_ple_on_cpu: bool,
+    config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions,
 ) -> list[tuple[dict, dict, str, float]]:
     """Single setting changes that can lower memory: (config changes, option changes, cost, score)."""
     moves: list[tuple[dict, dict, str, float]] = []
-    if options.vision_tower and supports_drop_vision:
-        moves.append(({}, {"vision_tower": False}, "none (the tutor never sees images)", 0.0))
-    if device == "cuda" and not options.ple_on_cpu and supports_ple_on_cpu:
-        moves.append(({}, {"ple_on_cpu": True}, "slightly slower (per-layer embedding rows copied to the GPU each step)", 0.5))
+    if config.vision_tower:
+        moves.append(({"vision_tower": False}, {}, "none (the tutor never sees images)", 0.0))
+    if device == "cuda" and not config.ple_on_cpu:
+        moves.append(({"ple_on_cpu": True}, {},
+                      "slightly slower (the batch's per-layer embedding rows are copied to the GPU each step)", 0.5))
     if not config.gradient_checkpointing:
         moves.append(({"gradient_checkpointing": True}, {}, "about 30 % slower (activations recomputed in backward)", 1.0))
     if config.quantization == "none":
@@ -1088,8 +1097,6 @@ def suggest_fits(
     *,
     limit: int = 3,
     max_changes: int = 4,
-    supports_drop_vision: bool = True,
-    supports_ple_on_cpu: bool | None = None,
     accept_tight: bool = True,
 ) -> list[Suggestion]:
     """The cheapest few setting changes that bring the estimate under the usable budget.
@@ -1106,15 +1113,12 @@ def suggest_fits(
     (none contains a subset that already fits; a tight subset still lets a superset that fits be
     offered), ordered by summed cost score then memory; when the first `limit` are all tight, the
     cheapest one that fits takes the last place.
-    Moves the training code cannot carry out are not offered: dropping the vision tower only with
-    `supports_drop_vision`, PLE on the CPU only when `supports_ple_on_cpu` (default: whether
-    `pipeline.model.SUPPORTS_PLE_ON_CPU` is true). `accept_tight=False` offers only changes that
+    Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
+    `ple_on_cpu`: `pipeline.model.load_model`). `accept_tight=False` offers only changes that
     fit (for a run that is already tight, another tight setting is no help).
     """
     options = options or EstimateOptions()
-    if supports_ple_on_cpu is None:
-        supports_ple_on_cpu = _model_flag("SUPPORTS_PLE_ON_CPU")
-    moves = _candidate_moves(config, lengths, device, options, supports_drop_vision, supports_ple_on_cpu)
+    moves = _candidate_moves(config, lengths, device, options)
     found: list[Suggestion] = []
     fit_keys: list[frozenset] = []
     tight_keys: list[frozenset] = []
@@ -1282,29 +1286,12 @@ def fmt_bytes(n: float) -> str:
     return f"{n / MIB:.0f} MiB"
 
 
-def default_options(model: str, config: TrainConfig) -> tuple[EstimateOptions, bool]:
-    """Estimate options that match the training code (`pipeline.model`, when it exposes them)
-    and whether it can skip the vision tower."""
-    attn, vision, drop_ok = "eager", True, False
-    try:
-        from pipeline import model as model_module  # noqa: PLC0415
-
-        attn = getattr(model_module, "ATTN_IMPLEMENTATION", attn)
-        vision = getattr(model_module, "LOADS_VISION_TOWER", vision)
-        drop_ok = bool(getattr(model_module, "SUPPORTS_DROP_VISION", False))
-    except Exception:  # noqa: BLE001 - model.py may not exist yet or may need torch
-        pass
-    return EstimateOptions(attn_implementation=attn, vision_tower=vision), drop_ok
-
-
-def _model_flag(name: str) -> bool:
-    """A capability flag of `pipeline.model` (False when absent or when it cannot be imported)."""
-    try:
-        from pipeline import model as model_module  # noqa: PLC0415
-
-        return bool(getattr(model_module, name, False))
-    except Exception:  # noqa: BLE001
-        return False
+def default_options(model: str, config: TrainConfig) -> EstimateOptions:
+    """Estimate options that match the training code: eager attention (`pipeline.model.load_model`
+    always loads Gemma 3n with `attn_implementation="eager"`, FIELD_NOTES), LoRA weights in fp32,
+    the Trainer's loss not keeping the logits. The vision tower and PLE placement are settings of
+    `config` itself."""
+    return EstimateOptions(attn_implementation="eager")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1354,14 +1341,14 @@ def estimate_for_workspace(
         device = _auto_device()
     model_config = load_model_config(config.model)
     lengths = length_stats_from_workspace(ws, config.max_length)
-    options, drop_ok = default_options(config.model, config)
+    options = default_options(config.model, config)
     if attn:
         options.attn_implementation = attn
     est = estimate_memory(model_config, config, lengths, device, options)
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
-        model_config, config, lengths, device, mem.usable_bytes, options, supports_drop_vision=drop_ok,
+        model_config, config, lengths, device, mem.usable_bytes, options,
         accept_tight=v.status == "does not fit", limit=limit)
     peak_members = set(PHASE_MEMBERS[est.peak_phase])
     at_peak = {
