@@ -97,6 +97,16 @@ INPUT_GRAD_SAVED_H_ELEMS = 9
 # (Gemma3nTextMLP.forward) and AltUp.correct; calibrated on CPU (benchmarks/memory_accuracy.py).
 BACKWARD_MLP_ELEMS = 3
 BACKWARD_STACK_COPIES = 2
+# Eager attention's backward adds, at the step's peak, this many bytes per (head, query, key)
+# probability beyond the probabilities each layer saved (fp32 softmax + bf16 copy, counted in
+# `layer_saved_bytes_per_token`). The autograd formulas would allow up to 10 (fp32 softmax
+# gradient, its input copy, the bf16 gradient), but they are never all alive at the peak, because by
+# the time attention runs backward the layer's MLP tensors are freed. Measured: second difference of
+# peak RSS over 1,024 / 2,048 / 3,072 tokens on the mid-size model without checkpointing with
+# MALLOC_MMAP_THRESHOLD_ fixed (RSS = live tensors): 209 B per token^2 against 196 for the saved
+# probabilities and masks, i.e. 3.25 per probability. With checkpointing the same sweep measured 26
+# B per token^2 where this model gives 40 (+6 % at 3,072 tokens, +3 % at 2,048).
+EAGER_BACKWARD_BYTES_PER_PROB = 3
 
 # Frozen audio encoder transient: bytes per subsampled frame per audio hidden unit, plus a fixed
 # part. The conformer (Gemma3nAudioConformerBlock) runs with no graph when frozen, so only one
@@ -651,8 +661,8 @@ def activations(
       (the largest layer's `layer_saved_bytes_per_token`) are alive next to the checkpoints.
     * `backward_workspace`: gradients of one layer's largest intermediates while it runs backward,
       (3 I + 2 n h) c per token (Gemma3nTextMLP / AltUp autograd formulas), plus with eager
-      attention the gradients of the (heads, seq, seq) probabilities: fp32 softmax gradient and
-      its input copy plus the bf16 gradient, heads x seq x (4 + 4 + c).
+      attention the gradients of the (heads, seq, seq) probabilities at the peak, heads x seq x
+      `EAGER_BACKWARD_BYTES_PER_PROB` (measured).
     All x batch_size x seq_len.
     """
     tokens = config.batch_size * seq_len
@@ -669,7 +679,7 @@ def activations(
         recompute = 0
     workspace = (BACKWARD_MLP_ELEMS * max(shape.intermediate_sizes) + BACKWARD_STACK_COPIES * n * h) * c
     if options.attn_implementation == "eager":
-        workspace += shape.num_heads * seq_len * (8 + c)
+        workspace += shape.num_heads * seq_len * EAGER_BACKWARD_BYTES_PER_PROB
     return {
         "activations_decoder": decoder * tokens,
         "activations_recompute": recompute * tokens,

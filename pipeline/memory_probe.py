@@ -151,28 +151,37 @@ def random_model(config_path: str, device: str, quantization: str):
     return model, weight_bytes(model)
 
 
-def make_weights_resident(model) -> int:
-    """Read one element per 4 KiB page of every CPU parameter and buffer; returns the bytes touched.
+def copy_weights_to_anonymous_memory(model) -> int:
+    """Copy every floating-point CPU parameter and buffer into fresh (anonymous) memory; returns the
+    bytes copied. CPU only; a no-op for tensors on other devices.
 
-    transformers loads a safetensors checkpoint on CPU as memory-mapped file pages that become
-    resident only when read: the per-layer embedding table (256 MiB of the mid-size benchmark model,
-    ~4 GB on E2B) is then mostly absent from RSS because a batch reads only its token ids' rows,
-    whereas on a GPU every weight occupies device memory. The estimate counts every weight, so the
-    probe pages them all in before measuring (on CPU the mmapped pages are reclaimable: RSS there
-    is an upper bound of what the step needs)."""
-    import itertools
+    transformers loads a safetensors checkpoint on CPU as views into the memory-mapped files. Two
+    things then make the process's RSS disagree with what the step needs: (1) weights become
+    resident only when read, so the per-layer embedding table (256 MiB of the mid-size benchmark
+    model, 3.75 GiB on E2B) is mostly absent, whereas on a GPU every weight occupies device memory;
+    (2) with 4/8-bit quantization, the bf16 source pages of every quantized Linear were read while
+    quantizing and stay mapped as file pages although nothing uses them (measured on E2B in 4-bit:
+    3.85 GiB of RssFile after loading, 0.32 GiB after this copy; the kernel could reclaim them, so they
+    are not a real cost). After the copy the mappings are released and RSS holds exactly the weights
+    the estimate counts. Quantized storage (uint8/int8) is already anonymous and is left alone; a
+    parameter shared by two modules (tied embeddings) is copied once, keeping the tie."""
+    import gc
 
     import torch
 
-    touched = 0
+    copied = 0
+    seen: set[int] = set()
     with torch.no_grad():
-        for t in itertools.chain(model.parameters(), model.buffers()):
-            if t.device.type != "cpu" or t.numel() == 0:
-                continue
-            flat = t.detach().reshape(-1)
-            flat[:: max(1, 4096 // t.element_size())].sum()
-            touched += t.numel() * t.element_size()
-    return touched
+        for module in model.modules():
+            tensors = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
+            for _, tensor in tensors:
+                if tensor is None or id(tensor) in seen or tensor.device.type != "cpu" or not tensor.is_floating_point():
+                    continue
+                seen.add(id(tensor))
+                tensor.data = tensor.data.clone()
+                copied += tensor.numel() * tensor.element_size()
+    gc.collect()
+    return copied
 
 
 def probe_synthetic(request: dict) -> dict:
@@ -196,8 +205,8 @@ def probe_synthetic(request: dict) -> dict:
                                     vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
         weight_bytes = qreport.weight_bytes
     model, lreport = attach_lora(model, config)
-    if device == "cpu":  # every weight resident, as on a GPU (see make_weights_resident)
-        out["resident_weight_bytes"] = make_weights_resident(model)
+    if device == "cpu":  # every weight resident, as on a GPU (see copy_weights_to_anonymous_memory)
+        out["resident_weight_bytes"] = copy_weights_to_anonymous_memory(model)
     out["load_seconds"] = round(time.perf_counter() - started, 1)
     out["after_load_rss_bytes"] = rss_bytes()
     out["weight_bytes"] = int(weight_bytes)
@@ -246,7 +255,8 @@ def probe_workspace(request: dict) -> dict:
 
     train_module.reset_peak_memory = reset_both
     try:
-        result = train_module.run_probe_step(config, request["workspace"])
+        after_load = copy_weights_to_anonymous_memory if device == "cpu" else None
+        result = train_module.run_probe_step(config, request["workspace"], after_load=after_load)
     finally:
         train_module.reset_peak_memory = original_reset
     out.update(_peaks(device))

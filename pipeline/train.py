@@ -32,7 +32,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -655,11 +655,14 @@ def _save_adapter(session: _Session, adapter_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:
+def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike, *,
+                   after_load: Callable[[Any], Any] | None = None) -> dict:
     """Run exactly ONE optimizer step on the worst-case (longest) batch with the training code's
     settings and report its peak memory. Writes nothing to the workspace.
 
     Same loading, quantization, LoRA, collator, Trainer optimizer and `training_step` as `train`.
+    `after_load(model)`, when given, runs on the LoRA-wrapped model before the step (the memory
+    probe uses it to put CPU weights in anonymous memory, `pipeline.memory_probe`).
 
     Returns:
         `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "batch_tokens", "loss",
@@ -675,6 +678,8 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     session = _Session(config, ws)
+    if after_load is not None:
+        after_load(session.model)
     device = session.device
     worst = session.worst_rows
     out = {
