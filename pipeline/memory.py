@@ -125,19 +125,22 @@ AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
 # CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
 # the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
 # activation-sized tensors below that are served from the heap, and memory freed in the middle of
-# the heap stays resident. The retained bytes beyond live tensors at the peak, measured on
-# benchmarks/memory_accuracy.py's 13-row grid as (peak RSS with glibc's default) - (peak RSS with
-# MALLOC_MMAP_THRESHOLD_=65536, where RSS follows live tensors), scale with batch x tokens x the MLP
-# width I (the largest per-layer temporaries, gate/up/activation, are B x T x I each): per token per
-# MLP unit 246 bytes with gradient checkpointing (each layer's forward intermediates are freed at
-# once and reused by the next layer) and 300 without (least-squares fits over 2-5 runs per row;
-# with B x T x h instead, the tiny model, whose I = 2h, came out 10 % high). Run to run the retained
-# heap varies by +-0.1-0.2 GiB at these sizes (thread timing), which the benchmark shows as a range.
-# Full-size E2B (I = 8192, 256 tokens, checkpointing) retained 0.73-1.09 GiB against 0.48 GiB here.
-# Not modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB, i.e. over 2,048 tokens per
-# micro-batch on E2B) is always mmapped and never retained, so long rows there are overestimated.
-CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT = {True: 246, False: 300}
-"""Keyed by `gradient_checkpointing`."""
+# the heap stays resident. Retained bytes beyond live tensors at the peak were measured as
+# (peak RSS with glibc's default) - (peak RSS with MALLOC_MMAP_THRESHOLD_=65536, where RSS follows
+# live tensors and the tensor-level estimate is within -6..+1 %) on benchmarks/memory_accuracy.py's
+# grid (tiny, mid-size; 2-5 runs per row) and on full-size E2B (bf16, 256 tokens, with and without
+# checkpointing; 4-bit, 512 tokens, a 30 s clip). Per token of the micro-batch they follow
+#     a x I + b x L x h    (I = widest MLP, L = decoder layers, h = hidden size)
+# one layer's MLP-width temporaries plus hidden-width temporaries left behind by every layer, with
+# (a, b) = (133, 54) bytes with gradient checkpointing (each layer's intermediates are freed at once
+# and reused by the next layer) and (45, 128) without; least squares weighted by 1 / measured peak.
+# A term in I alone fitted the small models as well but left E2B 8-13 % low (its L x h / I is 7.5x
+# the small models'). Run to run the retained heap varies by +-0.1-0.3 GiB (thread timing), which the
+# benchmark shows as a range. Not modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB,
+# i.e. over 2,048 tokens per micro-batch on E2B) is always mmapped and never retained, so very long
+# rows there are overestimated.
+CPU_HEAP_RETENTION_PER_TOKEN = {True: (133, 54), False: (45, 128)}
+"""gradient_checkpointing -> (bytes per MLP unit, bytes per hidden unit per layer), per token."""
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 # Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
@@ -745,16 +748,17 @@ def allocator_retention(
 ) -> int:
     """Memory the allocator keeps resident beyond live tensors during forward and backward (bytes).
 
-    CPU (glibc malloc): CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT[gradient_checkpointing] x
-    batch_size x seq_len x the widest MLP (measured, see the constant); 0 when
-    `options.cpu_heap_retention` is False (a process whose RSS follows its live tensors, e.g. run
-    with MALLOC_MMAP_THRESHOLD_=65536). CUDA: the caching allocator's slack is in the runtime
-    overhead. MPS: not measured, 0.
+    CPU (glibc malloc): batch_size x seq_len x (a x I + b x L x h) with (a, b) =
+    CPU_HEAP_RETENTION_PER_TOKEN[gradient_checkpointing] (measured, see the constant), I the widest
+    MLP, L the decoder layers, h the hidden size; 0 when `options.cpu_heap_retention` is False (a
+    process whose RSS follows its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536). CUDA:
+    the caching allocator's slack is in the runtime overhead. MPS: not measured, 0.
     """
     if device != "cpu" or (options is not None and not options.cpu_heap_retention):
         return 0
-    per_unit = CPU_HEAP_RETENTION_BYTES_PER_TOKEN_PER_MLP_UNIT[bool(config.gradient_checkpointing)]
-    return per_unit * config.batch_size * seq_len * max(shape.intermediate_sizes)
+    per_mlp_unit, per_layer_hidden_unit = CPU_HEAP_RETENTION_PER_TOKEN[bool(config.gradient_checkpointing)]
+    per_token = per_mlp_unit * max(shape.intermediate_sizes) + per_layer_hidden_unit * shape.num_layers * shape.hidden_size
+    return config.batch_size * seq_len * per_token
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
