@@ -38,7 +38,7 @@ import torch
 
 from pipeline.config import TrainConfig, add_train_arguments
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
-from pipeline.fileio import append_jsonl, atomic_write_json, read_jsonl
+from pipeline.fileio import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 RUN_FILES = {
@@ -195,6 +195,25 @@ def logged_elapsed_s(progress_path: Path, step: int) -> float:
         if isinstance(line.get("step"), int) and line["step"] <= step and isinstance(value, (int, float)):
             elapsed = float(value)
     return elapsed
+
+
+def trim_progress_to_step(progress_path: Path, step: int) -> int:
+    """Keep only the progress.jsonl lines logged at optimizer steps <= `step` (the checkpoint a run
+    resumes from); returns how many lines were dropped. The file is rewritten atomically.
+
+    A process killed after its last checkpoint has logged steps that the resumed run trains again;
+    without this, those steps would appear twice in the file and in the app's loss curve. A torn
+    last line is dropped too. Raises OSError if the run folder is not writable.
+    """
+    if not progress_path.exists():
+        return 0
+    lines = read_jsonl(progress_path)
+    kept = [line for line in lines if isinstance(line.get("step"), int) and line["step"] <= step]
+    raw_lines = [t for t in progress_path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    if len(kept) == len(raw_lines):
+        return 0
+    atomic_write_text(progress_path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in kept))
+    return len(raw_lines) - len(kept)
 
 
 def _make_callback_class():
@@ -537,6 +556,11 @@ def train(
     atomic_write_json(paths["result"], base)
     handler = _setup_log_file(paths["log"])
     log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
+    if checkpoint is not None:
+        dropped = trim_progress_to_step(paths["progress"], int(checkpoint.name.split("-", 1)[1]))
+        if dropped:
+            log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
+                     dropped, checkpoint.name)
     from pipeline.tiny_model import is_tiny_random_model
 
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model))

@@ -140,6 +140,23 @@ def test_logged_elapsed_is_the_last_line_at_or_before_the_checkpoint_step(tmp_pa
     assert logged_elapsed_s(progress, 0) == 0.0
 
 
+def test_resume_drops_progress_lines_logged_after_the_checkpoint(tmp_path):
+    """A process killed after its checkpoint at step 2 had logged steps 3 and 4 (and half a line);
+    the resumed run trains them again, so the file keeps only steps <= 2 and shows each step once."""
+    from pipeline.fileio import append_jsonl, read_jsonl
+    from pipeline.train import trim_progress_to_step
+
+    progress = tmp_path / "progress.jsonl"
+    assert trim_progress_to_step(progress, 2) == 0  # no file yet
+    for step, kind in [(1, "train"), (2, "train"), (2, "eval"), (3, "train"), (4, "train")]:
+        append_jsonl(progress, {"kind": kind, "step": step, "elapsed_s": float(step)})
+    with open(progress, "a", encoding="utf-8") as handle:
+        handle.write('{"kind": "train", "st')  # torn by the kill
+    assert trim_progress_to_step(progress, 2) == 3
+    assert [(line["step"], line["kind"]) for line in read_jsonl(progress)] == [(1, "train"), (2, "train"), (2, "eval")]
+    assert trim_progress_to_step(progress, 2) == 0  # nothing more to drop; file untouched
+
+
 def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
     with pytest.raises(TrainingError, match="nothing to resume"):
         train(None, workspace, "never-started", resume=True)
