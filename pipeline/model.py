@@ -576,6 +576,10 @@ def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     if isinstance(table, HostEmbedding) or table.weight.device.type == "cpu":
         return 0
     moved = _tensor_bytes(table)
+    if hasattr(table, "_hf_hook"):  # an accelerate dispatch hook would move the ids back to the GPU
+        from accelerate.hooks import remove_hook_from_module
+
+        remove_hook_from_module(table)
     language_model.embed_tokens_per_layer = HostEmbedding(table)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
