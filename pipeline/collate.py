@@ -157,7 +157,8 @@ class ChatCollator:
 
 
 def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list[dict]:
-    """Rows that cannot be trained on, as `[{"id", "reason"}]`; [] when all are fine.
+    """Rows that cannot be trained on, as `[{"id", "reason", "too_long"}]`; [] when all are fine.
+    `too_long` is True for a row over `max_length` (the trainer skips those; other problems are errors).
 
     Fast: renders each conversation's text with the audio span expanded (no mel features), using
     `pipeline.dataset.TokenCounter`, and checks length <= `max_length` and at least one supervised
@@ -173,15 +174,15 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
         try:
             text = counter.render(build_messages(row["target_text"], row["feedback"]))
         except DatasetError as error:
-            problems.append({"id": row_id, "reason": str(error)})
+            problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue
         ids = tokenizer(text, add_special_tokens=not text.startswith(tokenizer.bos_token or "\0"))["input_ids"]
         if len(ids) > max_length:
             problems.append(
-                {"id": row_id, "reason": f"{len(ids)} tokens > --max-length {max_length}; raise --max-length or rebuild the dataset"}
+                {"id": row_id, "reason": f"{len(ids)} tokens > --max-length {max_length}", "too_long": True}
             )
             continue
         span = answer_spans(ids, tokenizer)
         if span is None or span[1] - span[0] < 2:
-            problems.append({"id": row_id, "reason": "no answer token to learn from (empty feedback?)"})
+            problems.append({"id": row_id, "reason": "no answer token to learn from (empty feedback?)", "too_long": False})
     return problems

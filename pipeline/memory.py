@@ -958,8 +958,8 @@ def device_memory(device: str, memory_gb: float | None = None) -> DeviceMemory:
     /proc/meminfo MemAvailable. Raises `ConfigError` when the device is not available.
     """
     if memory_gb is not None:
-        if memory_gb <= 0:
-            raise ConfigError(f"`--memory-gb` must be > 0, got {memory_gb}.")
+        if not math.isfinite(memory_gb) or memory_gb <= 0:
+            raise ConfigError(f"`--memory-gb` must be a finite number of GiB > 0 (e.g. 16), got {memory_gb}.")
         total = free = int(memory_gb * GIB)
         source = f"--memory-gb {memory_gb:g} (GiB)"
     elif device == "cuda":
@@ -1209,7 +1209,10 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         clip = float(stats.get("max_clip_s") or stats.get("longest_clip_s") or stats.get("max_duration_s") or MAX_CLIP_S)
         answers = [int(n) for n in (stats.get("answer_tokens") or [])]  # absent in reports built before it was recorded
         longest_answer = int(stats.get("max_answer_tokens") or (max(answers) if answers else 0))
-        return LengthStats(longest, clip, rows, source=str(report_path), answer_tokens=answers,
+        source = str(report_path)
+        if report.get("model"):
+            source += f" (tokens counted with {report['model']}'s tokenizer)"
+        return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
                            longest_answer_tokens=longest_answer)
     if ws.dataset_dir.exists():
         try:
@@ -1358,7 +1361,16 @@ def estimate_for_workspace(
     options = default_options(config.model, config)
     if attn:
         options.attn_implementation = attn
+    if lengths.row_tokens and lengths.excluded(config.max_length) >= lengths.num_rows:
+        raise ConfigError(
+            f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
+            f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
+            f"Raise --max-length to at least {min(lengths.row_tokens)}.")
     est = estimate_memory(model_config, config, lengths, device, options)
+    built_with = _build_report_model(ws)
+    if built_with and built_with != config.model:
+        est.notes.append(f"row lengths were counted with {built_with}'s tokenizer, not {config.model}'s; rebuild the "
+                         "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
@@ -1390,6 +1402,7 @@ def estimate_for_workspace(
         "seq_len": est.seq_len,
         "answer_tokens": est.answer_tokens,
         "max_length": config.max_length,
+        "settings": config.to_dict(),
         "lengths_source": lengths.source,
         "excluded_rows": lengths.excluded(config.max_length),
         "options": est.options,
@@ -1399,11 +1412,23 @@ def estimate_for_workspace(
     }
 
 
+def _build_report_model(ws) -> str | None:
+    """The model named in the workspace's build report (whose tokenizer counted the rows), if any."""
+    path = ws.dataset_dir / "build_report.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("model") if path.exists() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
     suggestions (human summary, or its dict as one JSON object with `--json`)."""
     args = build_parser().parse_args(argv)
     config = TrainConfig.from_args(args)
+    if args.quantization is None:  # the trainer's default: none (bf16) on Apple MPS, 4-bit elsewhere
+        device = _auto_device() if config.device == "auto" else config.device
+        config = config.replace(quantization="none" if device == "mps" else "4bit")
     from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
 
     result = estimate_for_workspace(args.workspace or DEFAULT_WORKSPACE, config, memory_gb=args.memory_gb,
@@ -1433,6 +1458,14 @@ def render(result: dict) -> str:
     lines = [f"Memory estimate: {result['model']} on {result['device']} "
              f"(micro-batch padded to {result['seq_len']} tokens, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
              f"lengths from {result['lengths_source']})"]
+    if result.get("settings"):
+        st = result["settings"]
+        lines.append(f"Settings: quantization {st['quantization']}, LoRA r={st['lora_rank']}, batch {st['batch_size']}, "
+                     f"checkpointing {'on' if st['gradient_checkpointing'] else 'off'}, optimizer {st['optimizer']}, "
+                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}.")
+    if result.get("excluded_rows"):
+        lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
+                     "(train skips them; `build --max-length` drops them from the dataset).")
     peak_members = set(PHASE_MEMBERS[result["peak_phase"]])
     for name, value in result["components"].items():
         if not value:
@@ -1451,6 +1484,8 @@ def render(result: dict) -> str:
         for s in result["suggestions"]:
             changes = ", ".join(f"{k}={v}" for k, v in s["changes"].items())
             lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])}; cost: {s['cost']}")
+    elif result["verdict"] == "tight":
+        lines.append("It should fit, with under 10 % to spare; no change found that leaves more room.")
     elif result["verdict"] != "fits":
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):

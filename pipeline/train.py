@@ -372,6 +372,13 @@ def _move(batch: dict, device: str) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
+def _without_rows(dataset, row_ids: set[str]):
+    """`dataset` without the rows whose `id` is in `row_ids` (an in-memory index, nothing written
+    to the dataset folder); None when no row is left."""
+    keep = [i for i, row_id in enumerate(dataset["id"]) if row_id not in row_ids]
+    return dataset.select(keep) if keep else None
+
+
 def worst_case_rows(dataset, batch_size: int) -> list[dict]:
     """The `batch_size` longest rows (by `num_tokens`) of a `datasets.Dataset`: the batch that needs
     the most memory. Only those rows' audio is read."""
@@ -441,13 +448,25 @@ class _Session:
         if self.eval_data is not None:
             rows += list(self.eval_data.select_columns(text_columns))
         problems = check_rows(self.processor, rows, max_length=config.max_length)
+        too_long = {p["id"] for p in problems if p.get("too_long")}
+        problems = [p for p in problems if not p.get("too_long")]
         if problems:
             listed = "; ".join(f"{p['id']}: {p['reason']}" for p in problems[:5])
             raise TrainingError(
                 f"{len(problems)} dataset rows cannot be trained on ({listed}{'; ...' if len(problems) > 5 else ''}). "
-                f"Rebuild the dataset with `python -m pipeline build --max-length {config.max_length}` (it excludes them) "
-                "or raise --max-length."
+                "Fix or delete those samples and rebuild the dataset."
             )
+        self.skipped_rows = sorted(too_long)
+        if too_long:  # excluded, never truncated (the memory estimate counts them the same way)
+            self.train_data = _without_rows(self.train_data, too_long)
+            if self.eval_data is not None:
+                self.eval_data = _without_rows(self.eval_data, too_long) or None
+            log.info("Skipping %d row(s) longer than --max-length %d: %s", len(too_long), config.max_length,
+                     ", ".join(self.skipped_rows[:10]) + (" ..." if len(too_long) > 10 else ""))
+            if self.train_data is None:
+                raise TrainingError(
+                    f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
+                    "estimate` for the longest row) or rebuild the dataset.")
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
         model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
                                                 vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)

@@ -101,7 +101,7 @@ def test_rows_without_a_supervised_token_or_too_long_are_refused(processor, spee
     row = _real_row(speechocean_dir)
     assert check_rows(processor, [row], max_length=1024) == []
     too_long = check_rows(processor, [row], max_length=256)
-    assert too_long and "--max-length 256" in too_long[0]["reason"]
+    assert too_long and "--max-length 256" in too_long[0]["reason"] and too_long[0]["too_long"]
     empty = check_rows(processor, [dict(row, feedback="")], max_length=1024)
     assert empty and empty[0]["id"] == row["id"]
     with pytest.raises(DatasetError, match="longer than --max-length 256"):

@@ -160,10 +160,28 @@ def test_resume_drops_progress_lines_logged_after_the_checkpoint(tmp_path):
 def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
     with pytest.raises(TrainingError, match="nothing to resume"):
         train(None, workspace, "never-started", resume=True)
-    with pytest.raises(TrainingError, match="cannot be trained on"):
+    with pytest.raises(TrainingError, match="excludes every train row"):
         train(_config(tiny_model_dir, max_length=256), workspace, "too-short")
     result = json.loads((workspace / "runs" / "too-short" / "result.json").read_text())
     assert result["status"] == "failed" and "--max-length" in result["reason"]
+
+
+def test_rows_over_max_length_are_skipped_as_the_estimate_assumes(workspace, tiny_model_dir):
+    """The memory search may suggest a lower --max-length "excluding N rows": applied to train as is,
+    those rows are skipped (never truncated) and the rest trains."""
+    from pipeline.dataset import load_built_dataset
+    from pipeline.memory import length_stats_from_workspace
+
+    train_lengths = sorted(int(n) for n in load_built_dataset(workspace)["train"]["num_tokens"])
+    cut = train_lengths[-1] - 1  # drops the longest train row(s) only
+    assert len(train_lengths) >= 2 and train_lengths[0] <= cut
+    dropped = sum(n > cut for n in train_lengths)
+    result = train(_config(tiny_model_dir, max_length=cut, max_steps=1, grad_accum=1), workspace, "cut")
+    assert result["status"] == "completed", result
+    assert result["train_rows"] == len(train_lengths) - dropped
+    assert "Skipping" in (workspace / "runs" / "cut" / "train.log").read_text()
+    stats = length_stats_from_workspace(workspace, cut)
+    assert stats.kept_longest(cut) <= cut and stats.excluded(cut) >= dropped
 
 
 def test_a_dataset_without_eval_rows_trains_on_every_row_with_eval_off(tmp_path_factory, speechocean_dir, tiny_model_dir):
