@@ -495,3 +495,22 @@ def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
     keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
     assert int(keep.sum()) == 2 * 40
     assert (synthetic_batch(model_config, 1, 100, 0.0)["labels"] != IGNORE_INDEX).sum() == DEFAULT_PROBE_ANSWER_TOKENS
+
+
+def test_estimate_refuses_what_cannot_run_and_says_what_it_assumed(tmp_path):
+    for bad in (float("nan"), float("inf"), 0.0, -1.0):
+        with pytest.raises(ConfigError, match="memory-gb"):
+            memory.device_memory("cpu", bad)
+    report = tmp_path / "dataset" / "build_report.json"
+    report.parent.mkdir()
+    report.write_text(json.dumps({"model": "some/other-model", "length_stats": {
+        "max": 400, "row_tokens": [300, 400], "answer_tokens": [50, 80], "max_clip_s": 4.0}}))
+    with pytest.raises(ConfigError, match="excludes every row.*at least 300"):
+        memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", max_length=256), memory_gb=64)
+    result = memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", max_length=350), memory_gb=64)
+    assert result["excluded_rows"] == 1 and result["settings"]["max_length"] == 350
+    assert any("some/other-model's tokenizer" in note for note in result["notes"])
+    text = memory.render(result)
+    assert "1 row(s) longer than --max-length 350 are excluded" in text and "Settings: quantization 4bit" in text
+    tight = dict(result, verdict="tight", suggestions=[])
+    assert "No combination" not in memory.render(tight) and "should fit" in memory.render(tight)
