@@ -558,6 +558,16 @@ def train(
             raise TrainingError(
                 f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
             )
+    if not resume:  # checked before the run folder exists: a run that cannot start leaves nothing behind
+        from pipeline.dataset import load_built_dataset
+
+        try:
+            load_built_dataset(ws)
+        except DatasetError as error:
+            if "No built dataset" not in str(error):
+                raise
+            raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with "
+                               f"`python -m pipeline build --workspace {ws.root} --model {config.model}`.") from None
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["stop"].unlink(missing_ok=True)
     if not resume:

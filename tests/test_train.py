@@ -244,3 +244,12 @@ def test_summary_states_peak_memory_in_gib():
     text = summary_text({"run": "r", "status": "completed", "steps": 4, "max_steps": 4, "final_loss": 1.0,
                          "eval_loss": None, "peak_memory_bytes": 3 * 1024**3 // 2})
     assert "peak memory 1.50 GiB" in text
+
+
+def test_train_without_a_dataset_leaves_nothing_behind_and_names_the_model(tmp_path, tiny_model_dir):
+    from pipeline.errors import DatasetError
+
+    ws = tmp_path / "empty-ws"
+    with pytest.raises(DatasetError, match=f"build it first with .*--model {tiny_model_dir}"):
+        train(_config(tiny_model_dir), ws, "first")
+    assert not (ws / "runs" / "first").exists()
