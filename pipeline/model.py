@@ -49,9 +49,20 @@ class _QuietBnbKernelsNotice(logging.Filter):
         return not str(record.msg).startswith("Failed to load CPU gemm_4bit_forward from kernels-community")
 
 
+class _QuietInt8CastNotice(logging.Filter):
+    """Drop bitsandbytes' "MatMul8bitLt: inputs will be cast from ... to float16" warning, logged on
+    every int8 matmul (about 90 times in a 2-step run of the tiny model). `load_model` states it once
+    in the quantization report's warnings instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast from")
+
+
 _BNB_CPU_LOGGER = "bitsandbytes.backends.cpu.ops"
-if not any(isinstance(f, _QuietBnbKernelsNotice) for f in logging.getLogger(_BNB_CPU_LOGGER).filters):
-    logging.getLogger(_BNB_CPU_LOGGER).addFilter(_QuietBnbKernelsNotice())
+_BNB_AUTOGRAD_LOGGER = "bitsandbytes.autograd._functions"
+for _logger_name, _filter_class in ((_BNB_CPU_LOGGER, _QuietBnbKernelsNotice), (_BNB_AUTOGRAD_LOGGER, _QuietInt8CastNotice)):
+    if not any(isinstance(f, _filter_class) for f in logging.getLogger(_logger_name).filters):
+        logging.getLogger(_logger_name).addFilter(_filter_class())
 
 QUANTIZATION_SKIP_MODULES = (
     "model.audio_tower",
@@ -469,6 +480,11 @@ def load_model(
                 f"`--quantization {quantization}` needs bitsandbytes: `pip install bitsandbytes`, or use "
                 "`--quantization none`."
             ) from error
+        if quantization == "8bit":
+            report_warnings.append(
+                "bitsandbytes' 8-bit matmul casts bf16 activations to fp16 internally (its own design); "
+                "use --quantization 4bit or none if losses turn inf/nan."
+            )
         if device == "mps":
             report_warnings.append(
                 f"bitsandbytes {quantization} on Apple MPS is experimental; if training fails use --quantization none."

@@ -190,6 +190,11 @@ def test_only_the_bitsandbytes_kernels_notice_is_silenced(caplog):
         logger.warning("some other bitsandbytes warning")
     assert "kernels-community" not in caplog.text
     assert "some other bitsandbytes warning" in caplog.text
+    int8 = logging.getLogger("bitsandbytes.autograd._functions")
+    with caplog.at_level(logging.WARNING):
+        int8.warning("MatMul8bitLt: inputs will be cast from %s to float16 during quantization", "torch.bfloat16")
+        int8.warning("another int8 warning")
+    assert "MatMul8bitLt" not in caplog.text and "another int8 warning" in caplog.text
 
 
 def _gated(status: int):
