@@ -1038,7 +1038,7 @@ def verdict(total_bytes: int, usable_bytes: int) -> Verdict:
 
 @dataclass
 class Suggestion:
-    """Settings that fit: `changes` (TrainConfig fields and estimate options), the new
+    """Settings that fit: `changes` (TrainConfig fields, applied with `TrainConfig.replace`), the new
     `total_bytes`, its verdict and `cost` in words; `score` orders suggestions (lower = cheaper)."""
 
     changes: dict[str, Any]
@@ -1053,36 +1053,36 @@ class Suggestion:
 
 def _candidate_moves(
     config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions,
-) -> list[tuple[dict, dict, str, float]]:
-    """Single setting changes that can lower memory: (config changes, option changes, cost, score)."""
-    moves: list[tuple[dict, dict, str, float]] = []
+) -> list[tuple[dict, str, float]]:
+    """Single setting changes that can lower memory: (TrainConfig changes, cost in words, score)."""
+    moves: list[tuple[dict, str, float]] = []
     if config.vision_tower:
-        moves.append(({"vision_tower": False}, {}, "none (the tutor never sees images)", 0.0))
+        moves.append(({"vision_tower": False}, "none (the tutor never sees images)", 0.0))
     if device == "cuda" and not config.ple_on_cpu:
-        moves.append(({"ple_on_cpu": True}, {},
+        moves.append(({"ple_on_cpu": True},
                       "slightly slower (the batch's per-layer embedding rows are copied to the GPU each step)", 0.5))
     if not config.gradient_checkpointing:
-        moves.append(({"gradient_checkpointing": True}, {}, "about 30 % slower (activations recomputed in backward)", 1.0))
+        moves.append(({"gradient_checkpointing": True}, "about 30 % slower (activations recomputed in backward)", 1.0))
     if config.quantization == "none":
-        moves.append(({"quantization": "8bit"}, {}, "slower steps; int8 base weights", 1.5))
-        moves.append(({"quantization": "4bit"}, {}, "slower steps; NF4 base weights (QLoRA), small quality cost", 1.5))
+        moves.append(({"quantization": "8bit"}, "slower steps; int8 base weights", 1.5))
+        moves.append(({"quantization": "4bit"}, "slower steps; NF4 base weights (QLoRA), small quality cost", 1.5))
     elif config.quantization == "8bit":
-        moves.append(({"quantization": "4bit"}, {}, "NF4 base weights instead of int8, small quality cost", 1.0))
+        moves.append(({"quantization": "4bit"}, "NF4 base weights instead of int8, small quality cost", 1.0))
     if config.optimizer == "adamw":
-        moves.append(({"optimizer": "adamw_8bit"}, {}, "8-bit optimizer states (bitsandbytes), same results in practice", 0.5))
-        moves.append(({"optimizer": "adafactor"}, {}, "Adafactor: less memory, may need a different learning rate", 1.0))
+        moves.append(({"optimizer": "adamw_8bit"}, "8-bit optimizer states (bitsandbytes), same results in practice", 0.5))
+        moves.append(({"optimizer": "adafactor"}, "Adafactor: less memory, may need a different learning rate", 1.0))
     if config.lora_dropout > 0:
-        moves.append(({"lora_dropout": 0.0}, {}, "no LoRA dropout: less regularisation on a small dataset", 0.8))
+        moves.append(({"lora_dropout": 0.0}, "no LoRA dropout: less regularisation on a small dataset", 0.8))
     if config.lora_targets == "language+audio":
-        moves.append(({"lora_targets": "language"}, {}, "audio encoder frozen: it adapts less to your learners' accents", 2.0))
+        moves.append(({"lora_targets": "language"}, "audio encoder frozen: it adapts less to your learners' accents", 2.0))
     b = config.batch_size
     for new_b in sorted({1, b // 2, b // 4} - {0, b}):
         ga = config.grad_accum * b // new_b
-        moves.append(({"batch_size": new_b, "grad_accum": ga}, {},
+        moves.append(({"batch_size": new_b, "grad_accum": ga},
                       f"batch {new_b} x {ga} accumulation (same effective batch {b * config.grad_accum}), slower", 0.7))
     for new_r in (config.lora_rank // 2, config.lora_rank // 4):
         if new_r >= 4:
-            moves.append(({"lora_rank": new_r, "lora_alpha": max(1, config.lora_alpha * new_r // config.lora_rank)}, {},
+            moves.append(({"lora_rank": new_r, "lora_alpha": max(1, config.lora_alpha * new_r // config.lora_rank)},
                           f"LoRA rank {new_r} instead of {config.lora_rank}: less capacity", 2.0))
     if lengths.row_tokens:
         current = lengths.kept_longest(config.max_length)
@@ -1094,7 +1094,7 @@ def _candidate_moves(
                 continue
             seen_excluded.add(excluded)
             frac = excluded / max(1, lengths.num_rows)
-            moves.append(({"max_length": cut}, {},
+            moves.append(({"max_length": cut},
                           f"max length {cut}: excludes {excluded} of {lengths.num_rows} rows", 3.0 + 20 * frac))
             if len(seen_excluded) >= 4:
                 break
@@ -1138,23 +1138,20 @@ def suggest_fits(
     tight_keys: list[frozenset] = []
     for k in range(1, max_changes + 1):
         for combo in itertools.combinations(range(len(moves)), k):
-            keys = [set(moves[i][0]) | {"opt:" + o for o in moves[i][1]} for i in combo]
+            keys = [set(moves[i][0]) for i in combo]
             if any(keys[a] & keys[b] for a, b in itertools.combinations(range(k), 2)):
                 continue  # two moves on the same setting
             key = frozenset(combo)
             if any(prev <= key for prev in fit_keys):
                 continue  # a subset already fits: this one only costs more
             changes: dict[str, Any] = {}
-            opt_changes: dict[str, Any] = {}
             for i in combo:
                 changes.update(moves[i][0])
-                opt_changes.update(moves[i][1])
             try:
                 new_config = config.replace(**changes)
             except ConfigError:
                 continue
-            new_options = EstimateOptions(**{**options.to_dict(), **opt_changes})
-            est = estimate_memory(model_config, new_config, lengths, device, new_options)
+            est = estimate_memory(model_config, new_config, lengths, device, options)
             v = verdict(est.total_bytes, usable_bytes)
             if v.status == "does not fit" or (v.status == "tight" and not accept_tight) or est.seq_len <= 0:
                 continue
@@ -1165,12 +1162,12 @@ def suggest_fits(
             else:
                 fit_keys.append(key)
             found.append(Suggestion(
-                changes={**changes, **opt_changes},
+                changes=changes,
                 total_bytes=est.total_bytes,
                 verdict=v.status,
                 cost=("tight: under 10 % to spare, within the estimate's error; " if v.status == "tight" else "")
-                + "; ".join(moves[i][2] for i in combo),
-                score=sum(moves[i][3] for i in combo),
+                + "; ".join(moves[i][1] for i in combo),
+                score=sum(moves[i][2] for i in combo),
             ))
     found.sort(key=lambda s: (s.score, s.total_bytes))
     chosen = found[:limit]
