@@ -602,9 +602,8 @@ class TutorApp:
 
             config = TrainConfig.from_dict(_run_settings(self.ws, run_name))
             lengths = memory.length_stats_from_workspace(self.ws, config.max_length)
-            options = memory.default_options(config.model, config)
-            estimate = memory.estimate_memory(memory.load_model_config(config.model), config, lengths, device,
-                                              options).total_bytes
+            estimate = memory.estimate_memory(memory.load_model_config(config.model), config, lengths,
+                                              device).total_bytes
         except PipelineError:
             pass
         self._estimates[run_name] = estimate

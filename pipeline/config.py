@@ -168,6 +168,15 @@ class TrainConfig:
         return cls(**values)
 
 
+def default_quantization(device: str) -> str:
+    """The quantization offered by default on `device`: "4bit" (NF4) on CUDA and CPU, "none" on MPS.
+
+    On Apple MPS bitsandbytes 4-bit is experimental (no public training report seen), so bf16 LoRA
+    is the default there and 4-bit is opt-in.
+    """
+    return "none" if device == "mps" else "4bit"
+
+
 def _flag(name: str) -> str:
     return name.replace("_", "-")
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import TrainConfig, add_train_arguments
+from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.errors import ConfigError, DatasetError, ModelLoadError, PipelineError
 
 GIB = 1024**3
@@ -169,6 +169,7 @@ class LengthStats:
             `pipeline.collate.build_labels` supervises), `answer_tokens[i]` belonging to the row of
             `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
         longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
+        tokenizer_model: the model whose tokenizer counted the tokens (the build report's), if known.
     """
 
     longest_tokens: int
@@ -177,6 +178,7 @@ class LengthStats:
     source: str = "given"
     answer_tokens: list[int] = field(default_factory=list)
     longest_answer_tokens: int = 0
+    tokenizer_model: str | None = None
 
     @property
     def num_rows(self) -> int:
@@ -1051,9 +1053,7 @@ class Suggestion:
         return asdict(self)
 
 
-def _candidate_moves(
-    config: TrainConfig, lengths: LengthStats, device: str, options: EstimateOptions,
-) -> list[tuple[dict, str, float]]:
+def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> list[tuple[dict, str, float]]:
     """Single setting changes that can lower memory: (TrainConfig changes, cost in words, score)."""
     moves: list[tuple[dict, str, float]] = []
     if config.vision_tower:
@@ -1132,7 +1132,7 @@ def suggest_fits(
     fit (for a run that is already tight, another tight setting is no help).
     """
     options = options or EstimateOptions()
-    moves = _candidate_moves(config, lengths, device, options)
+    moves = _candidate_moves(config, lengths, device)
     found: list[Suggestion] = []
     fit_keys: list[frozenset] = []
     tight_keys: list[frozenset] = []
@@ -1206,11 +1206,10 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         clip = float(stats.get("max_clip_s") or stats.get("longest_clip_s") or stats.get("max_duration_s") or MAX_CLIP_S)
         answers = [int(n) for n in (stats.get("answer_tokens") or [])]  # absent in reports built before it was recorded
         longest_answer = int(stats.get("max_answer_tokens") or (max(answers) if answers else 0))
-        source = str(report_path)
-        if report.get("model"):
-            source += f" (tokens counted with {report['model']}'s tokenizer)"
+        counted_with = report.get("model")
+        source = str(report_path) + (f" (tokens counted with {counted_with}'s tokenizer)" if counted_with else "")
         return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
-                           longest_answer_tokens=longest_answer)
+                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with)
     if ws.dataset_dir.exists():
         try:
             from pipeline.dataset import load_built_dataset  # noqa: PLC0415
@@ -1300,14 +1299,6 @@ def fmt_bytes(n: float) -> str:
     return f"{n / MIB:.0f} MiB"
 
 
-def default_options(model: str, config: TrainConfig) -> EstimateOptions:
-    """Estimate options that match the training code: eager attention (`pipeline.model.load_model`
-    always loads Gemma 3n with `attn_implementation="eager"`, FIELD_NOTES), LoRA weights in fp32,
-    the Trainer's loss not keeping the logits. The vision tower and PLE placement are settings of
-    `config` itself."""
-    return EstimateOptions(attn_implementation="eager")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline estimate",
                                      description="Estimate (and optionally measure) the peak memory of a LoRA fine-tune.")
@@ -1355,7 +1346,7 @@ def estimate_for_workspace(
         device = _auto_device()
     model_config = load_model_config(config.model)
     lengths = length_stats_from_workspace(ws, config.max_length)
-    options = default_options(config.model, config)
+    options = EstimateOptions()  # its defaults are the training code's (eager attention, fp32 LoRA, ...)
     if attn:
         options.attn_implementation = attn
     if lengths.row_tokens and lengths.excluded(config.max_length) >= lengths.num_rows:
@@ -1364,9 +1355,8 @@ def estimate_for_workspace(
             f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
             f"Raise --max-length to at least {min(lengths.row_tokens)}.")
     est = estimate_memory(model_config, config, lengths, device, options)
-    built_with = _build_report_model(ws)
-    if built_with and built_with != config.model:
-        est.notes.append(f"row lengths were counted with {built_with}'s tokenizer, not {config.model}'s; rebuild the "
+    if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
+        est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
                          "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
@@ -1409,23 +1399,14 @@ def estimate_for_workspace(
     }
 
 
-def _build_report_model(ws) -> str | None:
-    """The model named in the workspace's build report (whose tokenizer counted the rows), if any."""
-    path = ws.dataset_dir / "build_report.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("model") if path.exists() else None
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
     suggestions (human summary, or its dict as one JSON object with `--json`)."""
     args = build_parser().parse_args(argv)
     config = TrainConfig.from_args(args)
-    if args.quantization is None:  # the trainer's default: none (bf16) on Apple MPS, 4-bit elsewhere
-        device = _auto_device() if config.device == "auto" else config.device
-        config = config.replace(quantization="none" if device == "mps" else "4bit")
+    if args.quantization is None:  # the trainer's default for the device (`train` does the same)
+        config = config.replace(quantization=default_quantization(
+            _auto_device() if config.device == "auto" else config.device))
     from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
 
     result = estimate_for_workspace(args.workspace or DEFAULT_WORKSPACE, config, memory_gb=args.memory_gb,

@@ -3,7 +3,7 @@
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
 - `compute_dtype(device)`: bf16 where the device supports it, else fp32; never fp16.
-- `default_quantization(device)`: "4bit" on CUDA/CPU, "none" (bf16 LoRA) on Apple MPS.
+- `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA/CPU, "none" (bf16 LoRA) on Apple MPS.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=)`.
 - `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
   settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 import torch
 
+from pipeline.config import default_quantization  # noqa: F401 - part of this module's API (see above)
 from pipeline.errors import ConfigError, ModelLoadError
 
 
@@ -135,15 +136,6 @@ def compute_dtype(device: str) -> torch.dtype:
     if device == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16
-
-
-def default_quantization(device: str) -> str:
-    """The quantization offered by default on `device`: "4bit" (NF4) on CUDA and CPU, "none" on MPS.
-
-    On Apple MPS bitsandbytes 4-bit is experimental (no public training report seen), so bf16 LoRA
-    is the default there and 4-bit is opt-in.
-    """
-    return "none" if device == "mps" else "4bit"
 
 
 def is_local_model(model_id: str | os.PathLike) -> bool:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.config import TrainConfig, add_train_arguments
+from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
@@ -207,12 +207,18 @@ def trim_progress_to_step(progress_path: Path, step: int) -> int:
     """
     if not progress_path.exists():
         return 0
-    lines = read_jsonl(progress_path)
-    kept = [line for line in lines if isinstance(line.get("step"), int) and line["step"] <= step]
     raw_lines = [t for t in progress_path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    kept = []
+    for text in raw_lines:
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # torn by the kill
+        if isinstance(line.get("step"), int) and line["step"] <= step:
+            kept.append(text)
     if len(kept) == len(raw_lines):
         return 0
-    atomic_write_text(progress_path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in kept))
+    atomic_write_text(progress_path, "".join(text + "\n" for text in kept))
     return len(raw_lines) - len(kept)
 
 
@@ -812,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
         config = _resolve_resume_config(paths, saved.replace(**explicit)) if explicit else saved
     else:
         if "quantization" not in explicit:
-            from pipeline.model import default_quantization, resolve_device
+            from pipeline.model import resolve_device
 
             explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
         config = TrainConfig(**explicit)
