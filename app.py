@@ -5,7 +5,7 @@
 
 Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. Every handler
 reads its widgets, calls ONE function of `pipeline/`, and formats the result with
-`pipeline.ui_format`; a `PipelineError` becomes a `gr.Error` in one place (`ui_errors`). Widget
+`ui.formatting`; a `PipelineError` becomes a `gr.Error` in one place (`ui_errors`). Widget
 defaults come from `pipeline.config.TrainConfig`, like the command line's flags.
 
 This module deliberately imports no torch / transformers / datasets at import time or while
@@ -31,7 +31,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-from pipeline import ui_format as fmt  # noqa: E402
+from ui import formatting as fmt  # noqa: E402
 from pipeline.config import (  # noqa: E402
     DEVICES,
     KNOWN_MODELS,
@@ -219,7 +219,7 @@ class TutorApp:
     @ui_errors
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
-        from pipeline.tiny_model import make_tiny_model
+        from pipeline.training.tiny_model import make_tiny_model
 
         if progress is not None:
             progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
@@ -228,7 +228,7 @@ class TutorApp:
 
     def describe_model(self, model: str | None) -> str:
         """One line under the model picker: what the chosen model is and what it needs."""
-        from pipeline.tiny_model import is_tiny_random_model
+        from pipeline.training.tiny_model import is_tiny_random_model
 
         if not model:
             return "Pick a model."
@@ -249,7 +249,7 @@ class TutorApp:
     @ui_errors(message_at=0, outputs=1)
     def check_clip(self, audio: Any) -> str:
         """Decode and check a recording/upload; returns the check results (or what failed) as Markdown."""
-        from pipeline.audio import load_audio
+        from pipeline.data.audio import load_audio
 
         if audio is None:
             raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
@@ -262,7 +262,7 @@ class TutorApp:
 
         On a `PipelineError` only the status shows what failed; the table and the audio stay as they are.
         """
-        from pipeline.samples import SampleLibrary
+        from pipeline.data.samples import SampleLibrary
 
         source = "microphone" if isinstance(audio, tuple) else _clip_name(audio)
         sample = SampleLibrary(self.ws).add(
@@ -277,14 +277,14 @@ class TutorApp:
     @ui_errors
     def samples_table(self):
         """The sample library as a table (one row per sample)."""
-        from pipeline.samples import SampleLibrary
+        from pipeline.data.samples import SampleLibrary
 
         return fmt.samples_frame(SampleLibrary(self.ws).list())
 
     @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
         """Load the clicked sample into the editor: (id, audio path, target, feedback, speaker, checks)."""
-        from pipeline.samples import SampleLibrary
+        from pipeline.data.samples import SampleLibrary
 
         row = evt.row_value if evt is not None and evt.row_value else None
         if not row:
@@ -303,7 +303,7 @@ class TutorApp:
     @ui_errors(message_at=0, outputs=2)
     def update_sample(self, sample_id: str, target_text: str, feedback: str, speaker: str):
         """Save edits of the selected sample; returns (status, samples table)."""
-        from pipeline.samples import SampleLibrary
+        from pipeline.data.samples import SampleLibrary
 
         if not sample_id:
             raise SampleError("No sample selected: click a sample in the table first, then edit it.")
@@ -315,7 +315,7 @@ class TutorApp:
     @ui_errors(message_at=0, outputs=8)
     def delete_sample(self, sample_id: str):
         """Delete the selected sample and its audio; returns (status, table, cleared editor fields)."""
-        from pipeline.samples import SampleLibrary
+        from pipeline.data.samples import SampleLibrary
 
         if sample_id == _CANCELLED:
             return ("Nothing deleted.",) + (gr.skip(),) * 7
@@ -332,7 +332,7 @@ class TutorApp:
         `trim=True` keeps the first 30 s of longer clips instead of refusing them. On a `PipelineError`
         only the summary shows what failed; the per-file table and the sample library stay as they are.
         """
-        from pipeline.importers import import_folder
+        from pipeline.data.importers import import_folder
 
         if not folder or not str(folder).strip():
             raise ImportFormatError("No folder given: type the path of a folder on this computer, "
@@ -356,7 +356,7 @@ class TutorApp:
     def build_dataset(self, model: str, eval_fraction: float, seed: float, max_length: float,
                       progress: gr.Progress = gr.Progress()):
         """Build the train/eval dataset; returns (summary, speakers, histogram, excluded, export files, memory max length)."""
-        from pipeline.dataset import build_dataset
+        from pipeline.data.dataset import build_dataset
 
         report = build_dataset(
             self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
@@ -368,7 +368,7 @@ class TutorApp:
 
     def dataset_on_load(self):
         """Page (re)opened: the last build's report (settings are restored by `restore_settings`)."""
-        from pipeline.dataset import load_build_report
+        from pipeline.data.dataset import load_build_report
 
         try:
             report = load_build_report(self.ws)
@@ -384,7 +384,7 @@ class TutorApp:
         Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
         every local model folder).
         """
-        from pipeline.dataset import load_build_report
+        from pipeline.data.dataset import load_build_report
 
         values: dict[str, Any] = self.saved_settings()
         if not values:
@@ -443,7 +443,7 @@ class TutorApp:
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
-        from pipeline.model import resolve_device
+        from pipeline.training.model import resolve_device
 
         resolved = resolve_device(device or "auto")
         return fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
@@ -514,7 +514,7 @@ class TutorApp:
     @ui_errors
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
-        from pipeline.runs import start_run
+        from pipeline.training.runs import start_run
 
         config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
@@ -526,7 +526,7 @@ class TutorApp:
     @ui_errors
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
-        from pipeline.runs import request_stop
+        from pipeline.training.runs import request_stop
 
         if not run_name:
             raise gr.Error("No run is being watched; start one first.", title="Training")
@@ -539,7 +539,7 @@ class TutorApp:
     @ui_errors
     def resume_training(self, run_name: str):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
-        from pipeline.runs import start_run
+        from pipeline.training.runs import start_run
 
         if not run_name:
             raise gr.Error("Pick a stopped run to resume.", title="Training")
@@ -549,7 +549,7 @@ class TutorApp:
     def poll(self, run_name: str, seen: int | None):
         """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
         from pipeline.fileio import read_jsonl
-        from pipeline.runs import run_status
+        from pipeline.training.runs import run_status
 
         if not run_name:
             return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 3
@@ -615,7 +615,7 @@ class TutorApp:
 
     def on_load(self):
         """Page (re)opened: re-attach to a running job (or show the latest run), list runs and adapters."""
-        from pipeline.runs import active_run
+        from pipeline.training.runs import active_run
 
         runs = _list_runs(self.ws)
         active = active_run(self.ws)
@@ -646,7 +646,7 @@ class TutorApp:
                      max_new_tokens: float = 256) -> tuple[str, str, str]:
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
         answer with the adapter disabled); returns (tuned text, note on the model, base text)."""
-        from pipeline.infer import compare_feedback
+        from pipeline.tutor.infer import compare_feedback
 
         if not run_name:
             raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
@@ -669,7 +669,7 @@ def _clip_name(audio: Any) -> str | None:
 
 
 def _list_runs(ws: Workspace) -> list[dict]:
-    from pipeline.runs import list_runs
+    from pipeline.training.runs import list_runs
 
     return list(list_runs(ws))
 

@@ -5,9 +5,9 @@ small gain change, and for most a small speed change by resampling with soxr, so
 differ), writes them in the Kaldi / speechocean762 layout (`wav.scp`, `text`, `utt2spk`,
 `resource/scores.json`) in a temporary folder, then times, in this process:
 
-- import: `pipeline.importers.import_folder(WS, SRC, format="kaldi")` (decode, check, resample,
+- import: `pipeline.data.importers.import_folder(WS, SRC, format="kaldi")` (decode, check, resample,
   hash, write each clip, generate the feedback from the expert scores, one manifest write);
-- build: `pipeline.dataset.build_dataset(WS, TINY_MODEL)` (processor load, token counting, split,
+- build: `pipeline.data.dataset.build_dataset(WS, TINY_MODEL)` (processor load, token counting, split,
   save_to_disk, JSONL/Parquet exports).
 
 Library imports (numpy, soundfile, transformers, datasets) happen inside the timed phases, as they
@@ -111,13 +111,13 @@ def run(count: int, subset: Path, profile: bool) -> dict:
             profiler = cProfile.Profile()
             profiler.enable()
         started = time.perf_counter()
-        from pipeline.importers import import_folder
+        from pipeline.data.importers import import_folder
 
         imported = import_folder(workspace, source, format="kaldi")
         import_s = time.perf_counter() - started
 
         started = time.perf_counter()
-        from pipeline.dataset import build_dataset
+        from pipeline.data.dataset import build_dataset
 
         report = build_dataset(workspace, str(tiny), eval_fraction=0.2, seed=42, max_length=1024)
         build_s = time.perf_counter() - started

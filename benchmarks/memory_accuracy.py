@@ -7,14 +7,14 @@ Every row supervises only its last `--answer-tokens` tokens (default 64, a typic
 as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
 only where the next token is supervised); the estimate gets the same answer length.
 
-Models: the tiny random Gemma 3n (`pipeline.tiny_model.make_tiny_model`), a mid-size random Gemma
+Models: the tiny random Gemma 3n (`pipeline.training.tiny_model.make_tiny_model`), a mid-size random Gemma
 3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
 row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
 conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
 `assets/gemma-3n-E2B-it.config.json` (bf16 LoRA with gradient checkpointing, short sequence; only
 when at least 16 GiB of RAM are available).
 
-Measurement (CPU): each configuration runs in a fresh child process (`pipeline.memory_probe`) with
+Measurement (CPU): each configuration runs in a fresh child process (`pipeline.memory.probe`) with
 the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
 (VmHWM, reset right before the steady-state second step). The estimate is
 `pipeline.memory.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
@@ -32,7 +32,7 @@ re-estimate them later without measuring again.
 
 Results (2026-11-29, this machine, 2 cores, quiet, final code; `--repeat 3`, E2B 4-bit `--repeat 2`),
 rows supervising a 64-token answer with the training loss (logits only at the answer), weights copied
-into anonymous memory before measuring (`pipeline.memory_probe.copy_weights_to_anonymous_memory`):
+into anonymous memory before measuring (`pipeline.memory.probe.copy_weights_to_anonymous_memory`):
  # model   seq  B  GC quant   r clip |   estimate   measured   err%    err% range |          phase
  0 tiny    256  1  on none    8    0 |    973 MiB    968 MiB   +0.6    +0.4..+0.7 | layer_backward
  1 tiny   1024  2 off 4bit   64    5 |   1.35 GiB   1.35 GiB   -0.7    -2.3..-0.3 | layer_backward
@@ -94,7 +94,7 @@ CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
 
 
 def tiny_model_dir() -> Path:
-    from pipeline.tiny_model import make_tiny_model
+    from pipeline.training.tiny_model import make_tiny_model
 
     out = CACHE / "tiny"
     if not (out / "config.json").exists():
@@ -206,7 +206,7 @@ def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, r
     env = dict(os.environ)
     if malloc_fixed:  # diagnostic: every allocation >= 64 KiB is mmapped, so RSS follows live tensors
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.memory_probe", json.dumps(request)],
+    proc = subprocess.run([sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO), env=env)
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):

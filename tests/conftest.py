@@ -43,7 +43,7 @@ def speechocean_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Gemma 3n + processor written by `make-tiny-model`, built once per test session."""
-    from pipeline.tiny_model import make_tiny_model
+    from pipeline.training.tiny_model import make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-gemma3n")
     make_tiny_model(out)

@@ -272,7 +272,7 @@ def test_starting_training_without_a_dataset_is_refused(ui, tiny_model_dir):
 
 
 def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_dir):
-    from pipeline.runs import request_stop, run_status
+    from pipeline.training.runs import request_stop, run_status
 
     ui = TutorApp(tmp_path / "ws")
     ui.load_sample_pack()
@@ -348,7 +348,7 @@ def test_try_without_a_trained_run_is_refused(ui, tmp_path):
 
 def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir):
     """The training process fails (missing model folder): polling shows the reason, the timer stops."""
-    from pipeline.runs import wait_for_run
+    from pipeline.training.runs import wait_for_run
 
     ui = TutorApp(tmp_path / "ws")
     ui.load_sample_pack()
@@ -362,7 +362,7 @@ def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir
 
 
 def test_import_layouts_offered_are_the_importers_formats():
-    from pipeline.importers import FORMATS
+    from pipeline.data.importers import FORMATS
 
     assert set(app_module.IMPORT_FORMATS) == {"auto", *FORMATS}
 
@@ -402,7 +402,7 @@ def test_local_models_and_settings_survive_a_reload(tmp_path):
 
 
 def test_cosmetics_eta_note_headers():
-    from pipeline import ui_format as fmt
+    from ui import formatting as fmt
 
     stopped = fmt.progress_html(5, 10, 12.0, None, "stopped")
     assert "ETA" not in stopped and "stopped" in stopped

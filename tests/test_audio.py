@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline.audio import (
+from pipeline.data.audio import (
     MAX_DURATION_S,
     TARGET_SAMPLE_RATE_HZ,
     Audio,

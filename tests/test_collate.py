@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.collate import IGNORE_INDEX, ChatCollator, answer_spans, check_rows
+from pipeline.conversation import IGNORE_INDEX, answer_spans
+from pipeline.training.collate import ChatCollator, check_rows
 from pipeline.errors import DatasetError
 
 RATE = 16000
@@ -16,15 +17,15 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    from pipeline.model import load_processor
+    from pipeline.training.model import load_processor
 
     return load_processor(str(tiny_model_dir))
 
 
 def _real_row(speechocean_dir, utt="000050083", split="train"):
     """A dataset-style row for a real speechocean762 clip with expert-score feedback."""
-    from pipeline.audio import load_audio, wav_bytes
-    from pipeline.feedback import feedback_from_scores
+    from pipeline.data.audio import load_audio, wav_bytes
+    from pipeline.data.feedback import feedback_from_scores
 
     scores = json.loads((speechocean_dir / "resource" / "scores.json").read_text())[utt]
     text = dict(line.split(maxsplit=1) for line in (speechocean_dir / split / "text").read_text().splitlines())[utt]
@@ -53,8 +54,8 @@ def test_label_mask_supervises_only_the_answer_on_a_real_example(processor, spee
 
 
 def test_mixed_length_clips_batch_like_single_rows(processor, speechocean_dir, tiny_model_dir):
-    from pipeline.audio import wav_bytes
-    from pipeline.dataset import decode_wav
+    from pipeline.data.audio import wav_bytes
+    from pipeline.data.audio import decode_wav
     from transformers import Gemma3nForConditionalGeneration
 
     real = _real_row(speechocean_dir)
@@ -109,7 +110,8 @@ def test_rows_without_a_supervised_token_or_too_long_are_refused(processor, spee
 
 
 def test_a_prompt_without_answer_has_no_span(processor, speechocean_dir):
-    from pipeline.dataset import build_messages, decode_wav
+    from pipeline.conversation import build_messages
+    from pipeline.data.audio import decode_wav
 
     row = _real_row(speechocean_dir)
     prompt = processor.apply_chat_template(

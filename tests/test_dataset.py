@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import dataset as ds
+from pipeline import conversation as conv
+from pipeline.data import dataset as ds
+from pipeline.data.audio import decode_wav
 from pipeline.errors import DatasetError
 from pipeline.workspace import Workspace
 
@@ -26,12 +28,12 @@ def tone(seconds: float = 1.0, freq: float = 220.0, seed: int = 0) -> np.ndarray
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    return ds.load_processor(str(tiny_model_dir))
+    return conv.load_processor(str(tiny_model_dir))
 
 
 def make_library(root: Path, specs: list[tuple[str, str | None, str, str]]) -> Workspace:
     """specs: (sample_id, speaker, target_text, feedback)."""
-    from pipeline.samples import SampleLibrary
+    from pipeline.data.samples import SampleLibrary
 
     ws = Workspace(root)
     library = SampleLibrary(ws)
@@ -53,25 +55,25 @@ def tree_digest(folder: Path) -> dict[str, str]:
 
 def test_messages_have_system_user_audio_text_and_assistant():
     audio = tone()
-    messages = ds.build_messages("The cat sat.", "Total 7/10.", audio)
+    messages = conv.build_messages("The cat sat.", "Total 7/10.", audio)
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
-    assert messages[0]["content"] == [{"type": "text", "text": ds.SYSTEM_PROMPT}]
+    assert messages[0]["content"] == [{"type": "text", "text": conv.SYSTEM_PROMPT}]
     audio_block, text_block = messages[1]["content"]
     assert audio_block["type"] == "audio" and audio_block["audio"] is audio
-    assert text_block == {"type": "text", "text": ds.user_prompt("The cat sat.")}
+    assert text_block == {"type": "text", "text": conv.user_prompt("The cat sat.")}
     assert "The cat sat." in text_block["text"]
     assert messages[2]["content"] == [{"type": "text", "text": "Total 7/10."}]
     # inference: no assistant turn, and no array gives a bare placeholder
-    prompt = ds.build_messages("The cat sat.")
+    prompt = conv.build_messages("The cat sat.")
     assert [m["role"] for m in prompt] == ["system", "user"]
     assert prompt[1]["content"][0] == {"type": "audio"}
 
 
 def test_system_prompt_asks_for_the_template_that_parse_feedback_reads():
-    from pipeline.feedback import parse_feedback
+    from pipeline.data.feedback import parse_feedback
 
-    assert "pronunciation tutor" in ds.SYSTEM_PROMPT
-    parsed = parse_feedback(ds.SYSTEM_PROMPT)
+    assert "pronunciation tutor" in conv.SYSTEM_PROMPT
+    parsed = parse_feedback(conv.SYSTEM_PROMPT)
     assert parsed.scores == {"accuracy": 6.0, "fluency": 7.0, "prosody": 7.0, "total": 5.0}
     assert parsed.flagged_words == ["GREY"]
     assert [(e.phone, e.heard) for e in parsed.words[0].phones] == [("G", "K"), ("R", "<unk>")]
@@ -81,7 +83,7 @@ def test_system_prompt_asks_for_the_template_that_parse_feedback_reads():
 def test_nfd_text_becomes_nfc():
     nfd = unicodedata.normalize("NFD", "Un café très naïf")
     assert nfd != unicodedata.normalize("NFC", nfd)
-    messages = ds.build_messages(nfd, unicodedata.normalize("NFD", "Très bien"))
+    messages = conv.build_messages(nfd, unicodedata.normalize("NFD", "Très bien"))
     assert unicodedata.normalize("NFC", "Un café très naïf") in messages[1]["content"][1]["text"]
     assert messages[2]["content"][0]["text"] == unicodedata.normalize("NFC", "Très bien")
 
@@ -89,7 +91,7 @@ def test_nfd_text_becomes_nfc():
 @pytest.mark.parametrize("target, feedback", [("  ", "ok"), ("The cat.", "   ")])
 def test_empty_text_raises(target, feedback):
     with pytest.raises(DatasetError, match="empty"):
-        ds.build_messages(target, feedback)
+        conv.build_messages(target, feedback)
 
 
 # ------------------------------------------------------------------------------ split
@@ -180,17 +182,17 @@ def test_length_stats():
     ],
 )
 def test_token_count_equals_full_processor_rendering(processor, target, feedback):
-    messages = ds.build_messages(target, feedback, tone(2.0))
+    messages = conv.build_messages(target, feedback, tone(2.0))
     generation = feedback is None
     full = processor.apply_chat_template(
         messages, tokenize=True, return_dict=True, add_generation_prompt=generation
     )
     expected = len(full["input_ids"][0])
-    counter = ds.TokenCounter(processor)
+    counter = conv.TokenCounter(processor)
     assert counter.count([messages], add_generation_prompt=generation) == [expected]
     # the audio takes <start_of_audio> + 188 soft tokens + <end_of_audio> (+ the blank lines)
     ids = list(full["input_ids"][0])
-    assert ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == ds.AUDIO_SOFT_TOKENS
+    assert ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == conv.AUDIO_SOFT_TOKENS
 
 
 # ------------------------------------------------------------------------------ build
@@ -228,17 +230,17 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     assert set(loaded) == {"train", "eval"}
     assert loaded["train"].column_names == list(ds.COLUMNS)
     row = loaded["train"][0]
-    audio = ds.decode_wav(row["audio_wav"])
+    audio = decode_wav(row["audio_wav"])
     assert audio.dtype == np.float32 and audio.ndim == 1 and 0.7 * RATE < audio.size < 1.2 * RATE
     # every kept row's num_tokens is what the full processor gives for its conversation
-    counter = ds.TokenCounter(processor)
+    counter = conv.TokenCounter(processor)
     for split in loaded.values():
         for r in split:
             assert r["num_tokens"] <= 512
-            messages = ds.build_messages(r["target_text"], r["feedback"], ds.decode_wav(r["audio_wav"]))
+            messages = conv.build_messages(r["target_text"], r["feedback"], decode_wav(r["audio_wav"]))
             assert counter.count([messages]) == [r["num_tokens"]]
     full = processor.apply_chat_template(
-        ds.build_messages(row["target_text"], row["feedback"], audio), tokenize=True, return_dict=True
+        conv.build_messages(row["target_text"], row["feedback"], audio), tokenize=True, return_dict=True
     )
     assert len(full["input_ids"][0]) == row["num_tokens"]
 
@@ -248,9 +250,10 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     kept = sorted(r["num_tokens"] for split in loaded.values() for r in split)
     assert report.lengths == kept and kept[0] == stats["min"] and kept[-1] == stats["max"]
     assert stats["row_tokens"] == sorted(loaded["train"]["num_tokens"])
-    # answer_tokens: what pipeline.collate.build_labels supervises on the real collated batch
+    # answer_tokens: what pipeline.training.collate.build_labels supervises on the real collated batch
     # (the answer + <end_of_turn>), row by row, paired with row_tokens
-    from pipeline.collate import IGNORE_INDEX, ChatCollator
+    from pipeline.conversation import IGNORE_INDEX
+    from pipeline.training.collate import ChatCollator
 
     batch = ChatCollator(processor)(list(loaded["train"]))
     supervised = (batch["labels"] != IGNORE_INDEX).sum(dim=1).tolist()
@@ -289,7 +292,7 @@ def test_prompt_longer_than_max_length_is_excluded_with_its_reason(tmp_path, pro
 
 
 def test_failed_build_keeps_the_previous_dataset(tmp_path, processor, monkeypatch):
-    from pipeline.samples import SampleLibrary
+    from pipeline.data.samples import SampleLibrary
 
     ws = make_library(tmp_path / "ws", SPECS[:4])
     ds.build_dataset(ws, processor, eval_fraction=0.5, seed=0)
@@ -376,7 +379,7 @@ def test_command_line_json(tmp_path, tiny_model_dir, capsys):
 def test_real_speechocean_subset_builds_speaker_disjoint_and_reloads(tmp_path, speechocean_dir, processor):
     from datasets import load_from_disk
 
-    from pipeline.importers import import_folder
+    from pipeline.data.importers import import_folder
 
     ws = Workspace(tmp_path / "ws")
     imported = import_folder(ws, speechocean_dir, format="kaldi")
@@ -399,7 +402,7 @@ def test_real_speechocean_subset_builds_speaker_disjoint_and_reloads(tmp_path, s
     import soundfile
 
     original, rate = soundfile.read(speechocean_dir / "WAVE" / "SPEAKER0005" / "000050083.WAV", dtype="float32")
-    audio = ds.decode_wav(row["audio_wav"])
+    audio = decode_wav(row["audio_wav"])
     assert rate == 16000 and audio.shape == original.shape
     assert np.max(np.abs(audio - original)) < 1e-3
     # a second build with the same seed gives the same split

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from pipeline import evaluate as ev
-from pipeline.feedback import feedback_from_scores
+from pipeline.tutor import evaluate as ev
+from pipeline.data.feedback import feedback_from_scores
 
 
 def answer(accuracy, fluency, prosody, total, words="none"):
@@ -95,8 +95,8 @@ def test_summary_mentions_every_metric():
 
 def test_evaluate_command_answers_the_eval_split_with_the_tiny_model(tmp_path, tiny_model_dir, speechocean_dir, capsys):
     """End to end on CPU: real clips and expert scores, the tiny random Gemma 3n as the tutor."""
-    from pipeline.dataset import build_dataset
-    from pipeline.importers import import_folder
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.importers import import_folder
     from pipeline.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws")

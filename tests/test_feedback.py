@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipeline.errors import SampleError
-from pipeline.feedback import (
+from pipeline.data.feedback import (
     MISSING,
     UNCLEAR,
     FlaggedWord,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline import audio as audio_module
+from pipeline.data import audio as audio_module
 from pipeline.errors import ImportFormatError
-from pipeline.feedback import parse_feedback
-from pipeline.importers import detect_format, import_folder
-from pipeline.samples import SampleLibrary
+from pipeline.data.feedback import parse_feedback
+from pipeline.data.importers import detect_format, import_folder
+from pipeline.data.samples import SampleLibrary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ import torch
 
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
-from pipeline.infer import compare_feedback, load_tutor
-from pipeline.infer import main as infer_main
-from pipeline.train import train
+from pipeline.tutor.infer import compare_feedback, load_tutor
+from pipeline.tutor.infer import main as infer_main
+from pipeline.training.train import train
 from tests.training_data import real_workspace
 
 CLIP = "WAVE/SPEAKER0001/000010011.WAV"
@@ -32,9 +32,9 @@ def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
 
 
 def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):
-    from pipeline.audio import load_audio
-    from pipeline.dataset import build_messages
-    from pipeline.model import load_adapter, load_model, load_processor
+    from pipeline.data.audio import load_audio
+    from pipeline.conversation import build_messages
+    from pipeline.training.model import load_adapter, load_model, load_processor
 
     processor = load_processor(str(tiny_model_dir))
     clip = load_audio(speechocean_dir / CLIP)
@@ -77,8 +77,8 @@ def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir,
 def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_base(
     tuned, tiny_model_dir, speechocean_dir, monkeypatch
 ):
-    import pipeline.infer as infer
-    import pipeline.model as model_module
+    import pipeline.tutor.infer as infer
+    import pipeline.training.model as model_module
 
     loads = []
     real_load_model = model_module.load_model
@@ -119,9 +119,9 @@ def test_cached_generation_sees_what_training_sees(tiny_model_dir, speechocean_d
     decoding (generation), past the sliding window (FIELD_NOTES "Known gaps")."""
     from transformers import Gemma3nForConditionalGeneration
 
-    from pipeline.audio import load_audio
-    from pipeline.dataset import build_messages
-    from pipeline.model import load_processor
+    from pipeline.data.audio import load_audio
+    from pipeline.conversation import build_messages
+    from pipeline.training.model import load_processor
 
     processor = load_processor(str(tiny_model_dir))
     clip = load_audio(speechocean_dir / CLIP)

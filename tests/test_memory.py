@@ -482,8 +482,8 @@ def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
     import torch
     from transformers import AutoConfig
 
-    from pipeline.collate import IGNORE_INDEX
-    from pipeline.memory_probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
+    from pipeline.conversation import IGNORE_INDEX
+    from pipeline.memory.probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
 
     model_config = AutoConfig.from_pretrained(tiny_model_dir)
     batch = synthetic_batch(model_config, 2, 300, 5.0, answer_tokens=40)
@@ -491,7 +491,7 @@ def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
     assert labels.shape == (2, 300)
     assert ((labels != IGNORE_INDEX).sum(dim=1) == 40).all()
     assert (labels[:, -40:] == batch["input_ids"][:, -40:]).all() and (labels[:, :-40] == IGNORE_INDEX).all()
-    keep = torch.zeros_like(labels, dtype=torch.bool)  # as pipeline.train.answer_loss builds logits_to_keep
+    keep = torch.zeros_like(labels, dtype=torch.bool)  # as pipeline.training.train.answer_loss builds logits_to_keep
     keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
     assert int(keep.sum()) == 2 * 40
     assert (synthetic_batch(model_config, 1, 100, 0.0)["labels"] != IGNORE_INDEX).sum() == DEFAULT_PROBE_ANSWER_TOKENS

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline import runs
+from pipeline.training import runs
 from pipeline.config import TrainConfig, add_train_arguments
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline import samples as samples_module
+from pipeline.data import samples as samples_module
 from pipeline.errors import AudioError, SampleError
-from pipeline.samples import Sample, SampleLibrary, make_sample_id
+from pipeline.data.samples import Sample, SampleLibrary, make_sample_id
 
 
 def clip(seconds: float = 1.0, freq: float = 220.0, rate: int = 16000) -> tuple[int, np.ndarray]:

@@ -11,8 +11,8 @@ from transformers import TrainerCallback
 
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
-from pipeline.train import main as train_main
-from pipeline.train import logged_elapsed_s, read_progress, run_probe_step, train
+from pipeline.training.train import main as train_main
+from pipeline.training.train import logged_elapsed_s, read_progress, run_probe_step, train
 from tests.training_data import real_workspace
 
 
@@ -32,7 +32,7 @@ def _config(tiny_model_dir, **changes) -> TrainConfig:
 
 
 class StopAtStep(TrainerCallback):
-    """Writes the run's STOP file after optimizer step `step`, as `pipeline.runs.request_stop` does."""
+    """Writes the run's STOP file after optimizer step `step`, as `pipeline.training.runs.request_stop` does."""
 
     def __init__(self, stop_file, step):
         self.stop_file, self.step = stop_file, step
@@ -144,7 +144,7 @@ def test_resume_drops_progress_lines_logged_after_the_checkpoint(tmp_path):
     """A process killed after its checkpoint at step 2 had logged steps 3 and 4 (and half a line);
     the resumed run trains them again, so the file keeps only steps <= 2 and shows each step once."""
     from pipeline.fileio import append_jsonl, read_jsonl
-    from pipeline.train import trim_progress_to_step
+    from pipeline.training.train import trim_progress_to_step
 
     progress = tmp_path / "progress.jsonl"
     assert trim_progress_to_step(progress, 2) == 0  # no file yet
@@ -169,7 +169,7 @@ def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
 def test_rows_over_max_length_are_skipped_as_the_estimate_assumes(workspace, tiny_model_dir):
     """The memory search may suggest a lower --max-length "excluding N rows": applied to train as is,
     those rows are skipped (never truncated) and the rest trains."""
-    from pipeline.dataset import load_built_dataset
+    from pipeline.data.dataset import load_built_dataset
     from pipeline.memory import length_stats_from_workspace
 
     train_lengths = sorted(int(n) for n in load_built_dataset(workspace)["train"]["num_tokens"])
@@ -220,10 +220,10 @@ def test_probe_step_reports_peak_memory_of_the_worst_batch(workspace, tiny_model
 def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tiny_model_dir):
     from transformers import Gemma3nForConditionalGeneration
 
-    from pipeline.collate import ChatCollator
-    from pipeline.dataset import load_built_dataset
-    from pipeline.model import load_processor
-    from pipeline.train import answer_loss
+    from pipeline.training.collate import ChatCollator
+    from pipeline.data.dataset import load_built_dataset
+    from pipeline.training.model import load_processor
+    from pipeline.training.train import answer_loss
 
     processor = load_processor(str(tiny_model_dir))
     rows = list(load_built_dataset(workspace)["train"])[:3]
@@ -239,7 +239,7 @@ def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tin
 
 
 def test_summary_states_peak_memory_in_gib():
-    from pipeline.train import summary_text
+    from pipeline.training.train import summary_text
 
     text = summary_text({"run": "r", "status": "completed", "steps": 4, "max_steps": 4, "final_loss": 1.0,
                          "eval_loss": None, "peak_memory_bytes": 3 * 1024**3 // 2})

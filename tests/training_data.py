@@ -20,9 +20,9 @@ def real_workspace(tmp_path_factory, speechocean_dir: Path, tiny_model_dir: Path
     key = (str(tiny_model_dir), keep, eval_fraction)
     if key in _BUILT:
         return _BUILT[key]
-    from pipeline.dataset import build_dataset
-    from pipeline.importers import import_folder
-    from pipeline.samples import SampleLibrary
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.importers import import_folder
+    from pipeline.data.samples import SampleLibrary
 
     root = tmp_path_factory.mktemp(f"ws-real-{keep or 'all'}")
     report = import_folder(root, speechocean_dir, format="kaldi")

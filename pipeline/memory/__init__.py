@@ -10,12 +10,12 @@ exist and, with gradient accumulation, the LoRA gradients of the previous micro-
   * `audio`: the frozen audio encoder's forward on the longest clip (before the decoder runs),
   * `loss`: the start of backward, when every tensor saved for backward, the logits and the fp32
     cross-entropy gradient are alive at once (logits only at the answer's positions, as the
-    training loss `pipeline.train.answer_loss` computes them),
+    training loss `pipeline.training.train.answer_loss` computes them),
   * `layer_backward`: a decoder layer's backward (with checkpointing, one layer recomputed),
   * `optimizer`: the optimizer step's temporaries,
 plus a per-device runtime overhead. `device_memory(device)` gives the usable budget,
 `verdict(...)` says fits / tight / does not fit, `suggest_fits(...)` searches settings that fit and
-`measure_peak(...)` runs one real step in a child process (`pipeline.memory_probe`).
+`measure_peak(...)` runs one real step in a child process (`pipeline.memory.probe`).
 
 What this module deliberately does not do: model the KV cache of generation (inference is not
 training), multi-GPU sharding, or CUDA allocator fragmentation beyond a measured constant.
@@ -144,9 +144,9 @@ CPU_HEAP_RETENTION_PER_TOKEN = {True: (133, 54), False: (45, 128)}
 MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 # Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
-# onto the vocabulary only at positions whose next token is supervised (`pipeline.train.answer_loss`),
+# onto the vocabulary only at positions whose next token is supervised (`pipeline.training.train.answer_loss`),
 # so the logits scale with the answer, not the row. 256 tokens is a conservative bound: the answer
-# template of `pipeline.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
+# template of `pipeline.data.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
 # a row shorter than 256 tokens is assumed to be all answer (min(seq_len, 256)).
 DEFAULT_ANSWER_TOKENS = 256
 
@@ -166,7 +166,7 @@ class LengthStats:
             exclude; empty when unknown.
         source: where the figures came from (shown to the user).
         answer_tokens: supervised tokens of each train row (the answer + its `<end_of_turn>`, as
-            `pipeline.collate.build_labels` supervises), `answer_tokens[i]` belonging to the row of
+            `pipeline.training.collate.build_labels` supervises), `answer_tokens[i]` belonging to the row of
             `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
         longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
         tokenizer_model: the model whose tokenizer counted the tokens (the build report's), if known.
@@ -375,7 +375,7 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
         count += 3 + (4 if owner else 2) + 2 + 2
         largest = max(largest, h * shape.intermediate_sizes[i], h * q)
         # AltUp's correction_coefs, prediction_coefs, modality_router: Linears the loader keeps in
-        # bf16 (pipeline.model.QUANTIZATION_SKIP_MODULES: Gemma 3n clamps them in place).
+        # bf16 (pipeline.training.model.QUANTIZATION_SKIP_MODULES: Gemma 3n clamps them in place).
         other += n * n + n * n * n + h * n
         # 5 hidden norms + laurel norm + AltUp router norm + correct_output_scale, q_norm, k_norm
         other += 8 * h + d + (d if owner else 0)
@@ -497,8 +497,8 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     `nf4_bytes` + code tables | `int8_bytes`) for the parts the quantizer touches
     (`QUANTIZED_PARTS`; the skip list keeps audio/vision towers, their embedders and lm_head in bf16).
     The token embedding is counted once (tied to lm_head). Vision tower: 0 with
-    `config.vision_tower` False (`pipeline.model.drop_vision_tower`). Per-layer embeddings: 0 on the
-    device with `config.ple_on_cpu` on CUDA (host RAM, `pipeline.model.keep_per_layer_embeddings_on_host`).
+    `config.vision_tower` False (`pipeline.training.model.drop_vision_tower`). Per-layer embeddings: 0 on the
+    device with `config.ple_on_cpu` on CUDA (host RAM, `pipeline.training.model.keep_per_layer_embeddings_on_host`).
     On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
     table is only read row by row (plus the kernel's read-ahead), so part of it may never become
     resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
@@ -533,7 +533,7 @@ def ple_on_host(config: TrainConfig, device: str) -> bool:
 def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """Bytes on the device while loading that the step no longer holds: with `ple_on_cpu` on CUDA
     the per-layer embedding table (bf16) is loaded onto the GPU with the rest, then moved to host
-    RAM (`pipeline.model.load_model`), so the `load` phase holds it on top of the weights. 0 otherwise."""
+    RAM (`pipeline.training.model.load_model`), so the `load` phase holds it on top of the weights. 0 otherwise."""
     if not ple_on_host(config, device):
         return 0
     return part_params(shape)["per_layer_embedding"].total * dtype_bytes(compute_dtype(shape, config, device))
@@ -544,7 +544,7 @@ def lora_targets(shape: ModelShape, targets: str) -> list[tuple[int, int]]:
 
     `language`: q/k/v/o and gate/up/down of every text decoder layer (k/v only where the layer owns
     them). `language+audio` adds the conformer's q/k/v/post, both feed-forwards' two Linears and the
-    light-conv's linear_start/linear_end. (Regex in pipeline.model; FIELD_NOTES "LoRA targets".)
+    light-conv's linear_start/linear_end. (Regex in pipeline.training.model; FIELD_NOTES "LoRA targets".)
     """
     h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
     mats: list[tuple[int, int]] = []
@@ -696,7 +696,7 @@ def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: Es
     """Bytes of the logits and loss tensors alive at their peak (start of backward), for
     batch_size x answer_tokens positions over the V-entry vocabulary (262,400 for Gemma 3n).
 
-    Positions: `pipeline.train.answer_loss` passes `logits_to_keep` as a boolean (B, T) mask that
+    Positions: `pipeline.training.train.answer_loss` passes `logits_to_keep` as a boolean (B, T) mask that
     keeps position t when label t+1 is supervised, so a row contributes exactly its supervised
     count (answer tokens + `<end_of_turn>`; the answer never starts at position 0) and the logits
     are (N, V) with N = the batch's supervised tokens <= batch_size x the longest answer, the bound
@@ -1128,7 +1128,7 @@ def suggest_fits(
     offered), ordered by summed cost score then memory; when the first `limit` are all tight, the
     cheapest one that fits takes the last place.
     Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
-    `ple_on_cpu`: `pipeline.model.load_model`). `accept_tight=False` offers only changes that
+    `ple_on_cpu`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
     fit (for a run that is already tight, another tight setting is no help).
     """
     options = options or EstimateOptions()
@@ -1185,7 +1185,7 @@ def suggest_fits(
 def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
     """Length statistics of the dataset built in `workspace`.
 
-    Reads `WS/dataset/build_report.json` (written by `pipeline.dataset.build_dataset`: its
+    Reads `WS/dataset/build_report.json` (written by `pipeline.data.dataset.build_dataset`: its
     `length_stats`, with `answer_tokens` per train row when the report has them), else the train
     split's `num_tokens` column; when no dataset is built, returns `max_length` as the longest row
     and a 30 s clip (the worst case), saying so in `source`. Without answer lengths the estimate
@@ -1212,7 +1212,7 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
                            longest_answer_tokens=longest_answer, tokenizer_model=counted_with)
     if ws.dataset_dir.exists():
         try:
-            from pipeline.dataset import load_built_dataset  # noqa: PLC0415
+            from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415
 
             ds = load_built_dataset(ws)
             rows = [int(n) for split in ds.values() for n in split["num_tokens"]]
@@ -1228,7 +1228,7 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
 
 
 # --------------------------------------------------------------------------------------------------
-# Measured probe (child process; the torch work lives in pipeline/memory_probe.py)
+# Measured probe (child process; the torch work lives in pipeline/memory/probe.py)
 
 
 def measure_peak(
@@ -1247,9 +1247,9 @@ def measure_peak(
     `max_memory_reserved`; MPS `driver_allocated_memory`.
 
     With a `workspace` whose dataset is built, the child runs the training code's own
-    `pipeline.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
+    `pipeline.training.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
     `batch_size` rows of the longest kept length with the longest clip, each supervising its last
-    `kept_longest_answer` tokens (`pipeline.memory_probe`).
+    `kept_longest_answer` tokens (`pipeline.memory.probe`).
     Raises `TrainingError` with the child's last output on failure.
     """
     from pipeline.errors import TrainingError  # noqa: PLC0415
@@ -1266,7 +1266,7 @@ def measure_peak(
         "options": options.to_dict(),
         "workspace": str(workspace) if workspace is not None else None,
     }
-    cmd = [sys.executable, "-m", "pipeline.memory_probe", json.dumps(request)]
+    cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     try:

@@ -2,14 +2,14 @@
 
 On disk (see `pipeline.workspace`):
     WS/samples/manifest.json    {"version": 1, "samples": [Sample.to_dict(), ...]}, written atomically
-    WS/samples/audio/<id>.wav   the clip after `pipeline.audio.load_audio`: 16 kHz mono PCM16
+    WS/samples/audio/<id>.wav   the clip after `pipeline.data.audio.load_audio`: 16 kHz mono PCM16
 
 Every change re-reads the manifest, applies the change and writes the whole manifest once with
 `pipeline.fileio.atomic_write_json`, so a crash or a failed import leaves either the old or the new
 manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
 spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples.
 
-It deliberately does not build datasets (`pipeline.dataset`) or parse folders (`pipeline.importers`).
+It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
 Writers in one process are serialized by a lock; two processes writing the same workspace at the
 same moment are not coordinated (the last manifest written wins, and it is always complete).
 """
@@ -60,7 +60,7 @@ def make_sample_id(name: str) -> str:
 
 def audio_sha256(samples: np.ndarray) -> str:
     """SHA-256 hex digest of the PCM16 form of 16 kHz mono float32 `samples` (what is stored)."""
-    from pipeline.audio import pcm16
+    from pipeline.data.audio import pcm16
 
     return hashlib.sha256(pcm16(samples).tobytes()).hexdigest()
 
@@ -204,7 +204,7 @@ class SampleLibrary:
         hashes: dict[str, str],
     ) -> tuple[Sample, bytes]:
         """Validate and decode one clip; returns the Sample and its WAV bytes (nothing written)."""
-        from pipeline.audio import load_audio, wav_bytes
+        from pipeline.data.audio import load_audio, wav_bytes
 
         target = nfc(target_text) if target_text is not None else ""
         if not target:
@@ -256,7 +256,7 @@ class SampleLibrary:
         """Check, normalize and store one clip; returns the new `Sample`.
 
         Args:
-            audio: anything `pipeline.audio.load_audio` accepts (path, bytes, microphone tuple, Audio).
+            audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, microphone tuple, Audio).
             target_text: the sentence to read; NFC-normalized, must not be empty.
             feedback: the tutor's answer; may be empty (then the sample is excluded from training).
             sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);

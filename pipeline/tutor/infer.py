@@ -2,8 +2,8 @@
 
 `python -m pipeline infer --workspace WS --model M [--run NAME] --audio FILE --text "TARGET" [--json]`
 
-The clip goes through the same ingest as the sample library (`pipeline.audio.load_audio`: decode,
-16 kHz mono, checks) and the same conversation as training (`pipeline.dataset.build_messages`:
+The clip goes through the same ingest as the sample library (`pipeline.data.audio.load_audio`: decode,
+16 kHz mono, checks) and the same conversation as training (`pipeline.data.dataset.build_messages`:
 system instruction, audio, target sentence), ending with the generation prompt
 `<start_of_turn>model\\n`. Decoding is greedy by default. Only the answer text is returned (no
 prompt, no special tokens). Without a run the base model answers, so base and tuned can be compared.
@@ -69,7 +69,7 @@ class Tutor:
         self.adapter_dir = adapter_dir
         self.device = device
         self.quantization = quantization
-        from pipeline.tiny_model import is_tiny_random_model
+        from pipeline.training.tiny_model import is_tiny_random_model
 
         self.tiny_random_model = is_tiny_random_model(model_id)
 
@@ -85,7 +85,7 @@ class Tutor:
         """Answer for one clip.
 
         Args:
-            audio: anything `pipeline.audio.load_audio` accepts (path, bytes, Gradio microphone
+            audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, Gradio microphone
                 tuple `(rate, ndarray)`, `Audio`).
             target_text: the sentence the learner was asked to read.
             max_new_tokens: longest answer in tokens.
@@ -100,8 +100,8 @@ class Tutor:
         """
         import torch
 
-        from pipeline.audio import load_audio
-        from pipeline.dataset import build_messages
+        from pipeline.data.audio import load_audio
+        from pipeline.conversation import build_messages
 
         clip = load_audio(audio)
         messages = build_messages(target_text, None, clip.samples)
@@ -206,7 +206,7 @@ def load_tutor(
         ConfigError: unknown run, or `model` differs from the run's base model.
         ModelLoadError: model or adapter cannot be loaded.
     """
-    from pipeline.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
+    from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
     settings: dict = {}
@@ -275,7 +275,7 @@ def compare_feedback(
     run's device and quantization). The clip is decoded and checked once.
 
     Args:
-        audio: anything `pipeline.audio.load_audio` accepts (path, bytes, `(rate, ndarray)`, `Audio`).
+        audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, `(rate, ndarray)`, `Audio`).
         target_text: the sentence the learner was asked to read.
         run: run name in `workspace` whose `adapter/` to apply.
         workspace: the workspace folder holding `runs/`.
@@ -292,7 +292,7 @@ def compare_feedback(
         ConfigError: no run given, or unknown run. ModelLoadError: model or adapter cannot be loaded.
         AudioError: the clip fails a check. DatasetError: the target text is empty.
     """
-    from pipeline.audio import load_audio
+    from pipeline.data.audio import load_audio
 
     if not run:
         raise ConfigError("Comparing tuned and base feedback needs a trained run; pick one (the Train tab or `--run`).")

@@ -10,7 +10,7 @@ files):
     checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
     adapter/         the final LoRA adapter in PEFT format + the processor
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
-    STOP             written by `pipeline.runs.request_stop`: save and end at the next step
+    STOP             written by `pipeline.training.runs.request_stop`: save and end at the next step
 
 Before the first optimizer step, one forward+backward runs on the longest batch of the dataset
 (`preflight`), so a configuration that does not fit fails in seconds with the memory figure.
@@ -19,7 +19,7 @@ Before the first optimizer step, one forward+backward runs on the longest batch 
 the same code and settings and reports the peak memory (used by `pipeline.memory.measure_peak`).
 
 This module does not choose settings (that is `pipeline.config` / the memory estimate) and does not
-spawn processes (that is `pipeline.runs`).
+spawn processes (that is `pipeline.training.runs`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ RUN_FILES = {
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
 """`--optimizer` -> `transformers.TrainingArguments.optim`."""
 
-log = logging.getLogger("pipeline.train")
+log = logging.getLogger("pipeline.training.train")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def _make_callback_class():
 
 def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, has_eval: bool):
     """`transformers.TrainingArguments` for `config` (no autocast: weights are already bf16/fp32,
-    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.attach_lora`)."""
+    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.training.model.attach_lora`)."""
     from transformers import TrainingArguments
 
     if config.optimizer == "adamw_8bit":
@@ -362,7 +362,7 @@ def answer_loss(model, batch: dict) -> tuple[torch.Tensor, Any]:
     Returns:
         `(loss, outputs)`; `outputs.logits` has shape (N, vocab) for the N kept positions.
     """
-    from pipeline.collate import IGNORE_INDEX
+    from pipeline.conversation import IGNORE_INDEX
 
     inputs = dict(batch)
     labels = inputs.pop("labels")
@@ -437,9 +437,9 @@ class _Session:
     """Everything a run needs, loaded once: processor, model with LoRA, datasets, collator."""
 
     def __init__(self, config: TrainConfig, ws: Workspace):
-        from pipeline.collate import ChatCollator, check_rows
-        from pipeline.dataset import load_built_dataset
-        from pipeline.model import attach_lora, load_model, load_processor, resolve_device
+        from pipeline.training.collate import ChatCollator, check_rows
+        from pipeline.data.dataset import load_built_dataset
+        from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
         self.device = resolve_device(config.device)
@@ -565,7 +565,7 @@ def train(
                 f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
             )
     if not resume:  # checked before the run folder exists: a run that cannot start leaves nothing behind
-        from pipeline.dataset import load_built_dataset
+        from pipeline.data.dataset import load_built_dataset
 
         try:
             load_built_dataset(ws)
@@ -596,7 +596,7 @@ def train(
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
                      dropped, checkpoint.name)
-    from pipeline.tiny_model import is_tiny_random_model
+    from pipeline.training.tiny_model import is_tiny_random_model
 
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model))
     trainer = None
@@ -721,7 +721,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
 
     Same loading, quantization, LoRA, collator, Trainer optimizer and `training_step` as `train`.
     `after_load(model)`, when given, runs on the LoRA-wrapped model before the step (the memory
-    probe uses it to put CPU weights in anonymous memory, `pipeline.memory_probe`).
+    probe uses it to put CPU weights in anonymous memory, `pipeline.memory.probe`).
 
     Returns:
         `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "batch_tokens", "loss",
@@ -818,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
         config = _resolve_resume_config(paths, saved.replace(**explicit)) if explicit else saved
     else:
         if "quantization" not in explicit:
-            from pipeline.model import resolve_device
+            from pipeline.training.model import resolve_device
 
             explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
         config = TrainConfig(**explicit)

@@ -1,7 +1,7 @@
 """Dataset rows -> a Gemma 3n training batch whose labels supervise only the tutor's answer.
 
 Rendering and tokenizing happen in ONE call, `processor.apply_chat_template(tokenize=True,
-return_dict=True)`, on the conversation of `pipeline.dataset.build_messages`: rendering to text and
+return_dict=True)`, on the conversation of `pipeline.conversation.build_messages`: rendering to text and
 calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312).
 
 Labels are -100 everywhere except the answer: the tokens after the last `<start_of_turn>model\\n`
@@ -20,14 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from pipeline.conversation import IGNORE_INDEX, TokenCounter, answer_spans, build_messages
+from pipeline.data.audio import decode_wav
 from pipeline.errors import DatasetError
-
-IGNORE_INDEX = -100
-"""Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
-
-MODEL_TURN_HEADER = "model\n"
-"""Text between `<start_of_turn>` and the answer in Gemma 3n's chat template."""
-
 
 def _row_audio(row: dict) -> np.ndarray:
     """16 kHz mono float32 samples of a dataset row (`audio` array or `audio_wav` WAV bytes)."""
@@ -36,52 +31,7 @@ def _row_audio(row: dict) -> np.ndarray:
     data = row.get("audio_wav")
     if not data:
         raise DatasetError(f"Row `{row.get('id', '?')}` has no audio; rebuild the dataset with `python -m pipeline build`.")
-    from pipeline.dataset import decode_wav
-
     return decode_wav(data)
-
-
-def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | None:
-    """Half-open span `[start, end)` of the answer tokens in one tokenized conversation.
-
-    The answer starts after the last `<start_of_turn>` + `model\\n` and ends after the first
-    `<end_of_turn>` that follows (included, so the model learns to stop). Returns None when there
-    is no model turn or its `<end_of_turn>` is missing (answer cut off).
-
-    Raises:
-        DatasetError: the tokens after the last `<start_of_turn>` do not spell `model\\n` on a
-            token boundary (a chat template this code does not know).
-    """
-    ids = list(input_ids)
-    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
-    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
-    positions = [i for i, t in enumerate(ids) if t == start_turn]
-    if not positions:
-        return None
-    s = positions[-1] + 1
-    header_end = None
-    for j in range(s + 1, min(len(ids), s + 8) + 1):
-        text = tokenizer.decode(ids[s:j])
-        if text == MODEL_TURN_HEADER:
-            header_end = j
-            break
-        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
-            header_end = j - 1
-            break
-        if not MODEL_TURN_HEADER.startswith(text):
-            break
-    if header_end is None:
-        head = tokenizer.decode(ids[s : s + 4])
-        if head.startswith("user"):
-            return None  # the conversation ends with a user turn: nothing to supervise
-        raise DatasetError(
-            f"The last turn starts with {head!r}, not {MODEL_TURN_HEADER!r}: the processor's chat template is not "
-            "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
-        )
-    for k in range(header_end, len(ids)):
-        if ids[k] == end_turn:
-            return header_end, k + 1
-    return None
 
 
 def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Any) -> torch.Tensor:
@@ -126,8 +76,6 @@ class ChatCollator:
 
     def conversations(self, rows: Sequence[dict]) -> list[list[dict]]:
         """The `build_messages` conversation (with its audio array) of each row."""
-        from pipeline.dataset import build_messages
-
         return [build_messages(r["target_text"], r["feedback"], _row_audio(r)) for r in rows]
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
@@ -161,11 +109,9 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     `too_long` is True for a row over `max_length` (the trainer skips those; other problems are errors).
 
     Fast: renders each conversation's text with the audio span expanded (no mel features), using
-    `pipeline.dataset.TokenCounter`, and checks length <= `max_length` and at least one supervised
+    `pipeline.conversation.TokenCounter`, and checks length <= `max_length` and at least one supervised
     answer token.
     """
-    from pipeline.dataset import TokenCounter, build_messages
-
     counter = TokenCounter(processor)
     tokenizer = processor.tokenizer
     problems = []

@@ -444,7 +444,7 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
 
 
 def runs_frame(runs: Iterable[Mapping[str, Any]]):
-    """Table of past runs (`pipeline.runs.run_status` dicts): name, state, steps, losses, peak memory, note."""
+    """Table of past runs (`pipeline.training.runs.run_status` dicts): name, state, steps, losses, peak memory, note."""
     import pandas as pd
 
     rows = []

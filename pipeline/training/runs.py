@@ -172,14 +172,14 @@ def active_run(workspace: Workspace | str | os.PathLike) -> str | None:
 
 
 def require_built_dataset(workspace: Workspace | str | os.PathLike) -> dict:
-    """The built dataset's build report (`pipeline.dataset.load_build_report`), checked to have train rows.
+    """The built dataset's build report (`pipeline.data.dataset.load_build_report`), checked to have train rows.
 
     Raises:
         DatasetError: no dataset is built in `WS/dataset`, its `build_report.json` is unreadable, or
             it has no training rows; the message names the command (`python -m pipeline build`) and
             the app's Dataset tab that build it.
     """
-    from pipeline.dataset import load_build_report
+    from pipeline.data.dataset import load_build_report
 
     ws = _ws(workspace)
     fix = (

@@ -409,3 +409,19 @@ def wav_bytes(samples: np.ndarray, sample_rate_hz: int = TARGET_SAMPLE_RATE_HZ) 
     buffer = io.BytesIO()
     sf.write(buffer, pcm16(samples), sample_rate_hz, format="WAV", subtype="PCM_16")
     return buffer.getvalue()
+
+
+def decode_wav(data: bytes):
+    """A row's `audio_wav` bytes -> float32 numpy array (n,), 16 kHz mono in [-1, 1].
+
+    Decoded with soundfile (libsndfile), no torchcodec / FFmpeg. Raises `AudioError` on bad bytes.
+    """
+    import soundfile
+
+    try:
+        samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    except (RuntimeError, soundfile.LibsndfileError) as error:
+        raise AudioError(f"A dataset row's audio is not a readable WAV ({error}); rebuild the dataset.") from error
+    if rate != 16000 or samples.ndim != 1:
+        raise AudioError(f"A dataset row's audio is {rate} Hz with shape {samples.shape}; expected 16 kHz mono. Rebuild the dataset.")
+    return np.ascontiguousarray(samples, dtype=np.float32)

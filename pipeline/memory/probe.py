@@ -1,12 +1,12 @@
 """Measured peak memory of one real training step (the torch side of `pipeline.memory`).
 
 Run as a child process by `pipeline.memory.measure_peak` and by `benchmarks/memory_accuracy.py`:
-`python -m pipeline.memory_probe '<request JSON>'` prints one JSON line. A fresh process per
+`python -m pipeline.memory.probe '<request JSON>'` prints one JSON line. A fresh process per
 measurement keeps one configuration's allocator state and peak out of the next.
 
 Two modes, both with the training code's own loading, quantization, LoRA, Trainer optimizer and
-`training_step` (pipeline.model / pipeline.train):
-  * `workspace` given and a dataset built: `pipeline.train.run_probe_step` on the dataset's
+`training_step` (pipeline.training.model / pipeline.training.train):
+  * `workspace` given and a dataset built: `pipeline.training.train.run_probe_step` on the dataset's
     longest rows (the real worst-case batch, real processor);
   * otherwise: a synthetic worst-case micro-batch of `batch_size` rows of `seq_len` tokens with one
     `clip_s` clip each (the chat layout: audio soft tokens, then text; the last `answer_tokens`
@@ -33,7 +33,7 @@ from pathlib import Path
 
 DEFAULT_PROBE_ANSWER_TOKENS = 64
 """Supervised tokens per synthetic row when the request gives none: a typical tutor answer of
-`pipeline.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
+`pipeline.data.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
 
 
 def rss_bytes() -> int:
@@ -96,11 +96,11 @@ def _peaks(device: str) -> dict:
 
 def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, seed: int = 0,
                     answer_tokens: int = DEFAULT_PROBE_ANSWER_TOKENS) -> dict:
-    """A worst-case micro-batch shaped like `pipeline.collate.ChatCollator`'s output.
+    """A worst-case micro-batch shaped like `pipeline.training.collate.ChatCollator`'s output.
 
     input_ids (B, T) int64: `<bos>`, text, `<start_of_audio>`, the 188 audio soft tokens,
     `<end_of_audio>`, text; `labels` (B, T) are -100 except the last `answer_tokens` positions of
-    each row (the answer and its `<end_of_turn>`, as `pipeline.collate.build_labels` supervises;
+    each row (the answer and its `<end_of_turn>`, as `pipeline.training.collate.build_labels` supervises;
     clamped to 1..seq_len-1 so position 0 is never a target); input_features
     (B, F, 128) float32 with F = 100 x clip_s frames, input_features_mask (B, F) bool; without a clip
     (clip_s = 0) a text-only batch.
@@ -132,12 +132,12 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
 
 def random_model(config_path: str, device: str, quantization: str):
     """A random-weight Gemma 3n built from a config.json on `device` in the training dtype, with
-    eager attention, as `pipeline.model.load_model` would load it (bf16 only: quantizing needs a
+    eager attention, as `pipeline.training.model.load_model` would load it (bf16 only: quantizing needs a
     checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
     from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
 
-    from pipeline.model import compute_dtype, weight_bytes
+    from pipeline.training.model import compute_dtype, weight_bytes
 
     if quantization != "none":
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
@@ -191,8 +191,8 @@ def probe_synthetic(request: dict) -> dict:
     import torch
 
     from pipeline.config import TrainConfig
-    from pipeline.model import attach_lora, load_model
-    from pipeline.train import _answer_loss_trainer_class, training_arguments
+    from pipeline.training.model import attach_lora, load_model
+    from pipeline.training.train import _answer_loss_trainer_class, training_arguments
 
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]
@@ -239,9 +239,9 @@ def probe_synthetic(request: dict) -> dict:
 
 
 def probe_workspace(request: dict) -> dict:
-    """`pipeline.train.run_probe_step` on the workspace's longest rows, with the CPU RSS peak reset
+    """`pipeline.training.train.run_probe_step` on the workspace's longest rows, with the CPU RSS peak reset
     where the training code resets its counter (so loading does not count)."""
-    import pipeline.train as train_module
+    import pipeline.training.train as train_module
     from pipeline.config import TrainConfig
 
     config = TrainConfig.from_dict(request["config"])
@@ -263,7 +263,7 @@ def probe_workspace(request: dict) -> dict:
     out["training_code_peak_bytes"] = result.get("peak_memory_bytes")
     out.update({k: result.get(k) for k in ("batch_rows", "batch_tokens", "loss", "seconds", "out_of_memory")})
     out["step_error"] = result.get("error")
-    out["mode"] = "pipeline.train.run_probe_step on the dataset's longest rows (one step)"
+    out["mode"] = "pipeline.training.train.run_probe_step on the dataset's longest rows (one step)"
     return out
 
 

@@ -8,7 +8,7 @@ the reason, saves the result atomically to `WS/dataset` and exports JSONL / Parq
 
 What it deliberately does not do: truncate anything (a row too long is excluded, never cut), decode
 audio with `datasets`' `Audio` feature (audio is stored as 16 kHz PCM16 WAV bytes and decoded with
-`pipeline.audio`, so nothing depends on torchcodec / FFmpeg), or tokenize audio features (the
+`pipeline.data.audio`, so nothing depends on torchcodec / FFmpeg), or tokenize audio features (the
 feature extractor runs at training time; every clip takes the same number of positions).
 """
 
@@ -24,12 +24,12 @@ import shutil
 import statistics
 import tempfile
 import time
-import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
+from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, load_processor, normalize_text
 from pipeline.workspace import Workspace
 
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
@@ -38,220 +38,8 @@ BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
 STALE_STAGING_S = 3600.0
 """A `WS/.dataset-tmp-*` staging folder older than this (seconds) is a crashed build's leftover."""
-MAX_AUDIO_S = 30.0
-"""Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
-
-AUDIO_SOFT_TOKENS = 188
-"""Audio soft tokens per clip in Gemma 3n (`Gemma3nProcessor.audio_seq_length`, config
-`audio_soft_tokens_per_image`), whatever the clip's length; with `<start_of_audio>`,
-`<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
-
 # The columns of every split, in this order (also the Parquet / JSONL export columns).
 COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens", "duration_s")
-
-
-# --------------------------------------------------------------------------------------------------
-# The conversation
-# --------------------------------------------------------------------------------------------------
-
-_TASK = (
-    "You are a pronunciation tutor. You hear a learner read a sentence aloud. Compare how each word "
-    "was pronounced with the sentence and answer in three lines, like this example:"
-)
-
-
-def _answer_format() -> str:
-    """The answer template of `pipeline.feedback`, its example lines written by its own writer.
-
-    `feedback.render_feedback` writes the example, so the format asked for is exactly the one
-    `feedback.parse_feedback` reads back and the one expert-score imports train on. Kept short:
-    the system prompt is repeated in every row and costs activation memory per token.
-    """
-    from pipeline.feedback import FlaggedWord, ParsedFeedback, PhoneError, render_feedback
-
-    example = render_feedback(
-        ParsedFeedback(
-            accuracy=6.0,
-            fluency=7.0,
-            prosody=7.0,
-            total=5.0,
-            words=[FlaggedWord("GREY", 3.0, [PhoneError("G", "K"), PhoneError("R", "<unk>")])],
-            advice="one concrete piece of advice.",
-        )
-    )
-    return (
-        f"{example}\n"
-        "List each mispronounced word with its score and wrong ARPAbet sounds (`G as K`, `R unclear`, "
-        "`T missing`), separated by `; `, or write `Words to practise: none`."
-    )
-
-
-def _system_prompt() -> str:
-    return f"{_TASK}\n{_answer_format()}"
-
-
-SYSTEM_PROMPT = _system_prompt()
-"""System instruction of every conversation: the tutor's job and the answer template of
-`pipeline.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
-
-
-def _nfc(text: str | None) -> str:
-    return unicodedata.normalize("NFC", text or "").strip()
-
-
-def user_prompt(target_text: str) -> str:
-    """The text of the user turn that follows the audio: the sentence the learner was asked to read.
-
-    `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
-    """
-    text = _nfc(target_text)
-    if not text:
-        raise DatasetError(
-            "The target text is empty; give the sentence the learner was asked to read "
-            "(e.g. `The cat sat on the mat.`)."
-        )
-    return f'The learner was asked to read: "{text}"'
-
-
-def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
-    """The Gemma 3n chat conversation for one clip.
-
-    Args:
-        target_text: the sentence the learner was asked to read (NFC-normalized here).
-        feedback: the tutor's answer; when given (training), it becomes the assistant turn; when
-            None (inference, prompt length), the conversation ends with the user turn.
-        audio: float32 numpy array of shape (n,), 16 kHz mono in [-1, 1]. When None the user turn
-            holds a bare `{"type": "audio"}` placeholder: rendering to text (`tokenize=False`) works
-            and shows the audio token, while `apply_chat_template(tokenize=True)` needs the array.
-
-    Returns:
-        `[{"role": "system", ...}, {"role": "user", "content": [audio, text]}, ({"role": "assistant",
-        ...})]`, each content a list of `{"type": "text", "text": ...}` / `{"type": "audio", ...}`
-        blocks as `processor.apply_chat_template` expects.
-
-    Raises:
-        DatasetError: empty target text, or `feedback` given but empty.
-    """
-    audio_block: dict[str, Any] = {"type": "audio"}
-    if audio is not None:
-        audio_block["audio"] = audio
-    messages: list[dict] = [
-        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-        {"role": "user", "content": [audio_block, {"type": "text", "text": user_prompt(target_text)}]},
-    ]
-    if feedback is not None:
-        answer = _nfc(feedback)
-        if not answer:
-            raise DatasetError("The feedback is empty; write the tutor's answer for this clip before training on it.")
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
-    return messages
-
-
-# --------------------------------------------------------------------------------------------------
-# Token lengths as Gemma 3n sees them
-# --------------------------------------------------------------------------------------------------
-
-
-class TokenCounter:
-    """Counts a conversation's tokens exactly as `processor.apply_chat_template(tokenize=True)` would.
-
-    The processor renders the chat template, replaces each audio placeholder with its fixed audio
-    span (`processor.full_audio_sequence`: blank line, `<start_of_audio>`, 188 audio soft tokens,
-    `<end_of_audio>`, blank line; see transformers `models/gemma3n/processing_gemma3n.py`) and
-    tokenizes the result without adding a second `<bos>`. This class does the same text work but
-    skips the mel feature extraction (the span does not depend on the clip), and tokenizes many rows
-    in one batched call: about 100x faster than the full processor. `tests/test_dataset.py` checks
-    that both give the same count.
-    """
-
-    def __init__(self, processor: Any):
-        self.processor = processor
-        self.tokenizer = processor.tokenizer
-        self.audio_token = getattr(processor, "audio_token", None)
-        span = getattr(processor, "full_audio_sequence", None)
-        if self.audio_token is None or span is None:
-            tok = self.tokenizer
-            try:
-                n = int(getattr(processor, "audio_seq_length", AUDIO_SOFT_TOKENS))
-                self.audio_token = self.audio_token or tok.audio_token
-                span = f"\n\n{tok.boa_token}{tok.audio_token * n}{tok.eoa_token}\n\n"
-            except AttributeError as error:
-                raise DatasetError(
-                    f"The processor {type(processor).__name__} has no audio tokens ({error}); "
-                    "use a Gemma 3n processor (e.g. google/gemma-3n-E2B-it)."
-                ) from error
-        self.audio_span = span
-        self.bos = getattr(self.tokenizer, "bos_token", None)
-
-    def render(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str:
-        """Chat template text with each audio placeholder expanded to the audio span."""
-        plain = [_strip_audio_arrays(m) for m in messages]
-        text = self.processor.apply_chat_template(
-            plain, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-        return text.replace(self.audio_token, self.audio_span)
-
-    def count_texts(self, texts: Sequence[str]) -> list[int]:
-        """Token count of each rendered text (batched; `<bos>` added only if the text lacks it)."""
-        return [len(ids) for ids in self.encode_texts(texts)]
-
-    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each rendered text (batched; `<bos>` added only if the text lacks it), the
-        ids `apply_chat_template(tokenize=True)` gives for the same conversation."""
-        if not texts:
-            return []
-        counts: list[list[int]] = [[] for _ in texts]
-        groups: dict[bool, list[int]] = {True: [], False: []}
-        for i, text in enumerate(texts):
-            groups[bool(self.bos) and text.startswith(self.bos)].append(i)
-        for starts_with_bos, indices in groups.items():
-            if not indices:
-                continue
-            encoded = self.tokenizer([texts[i] for i in indices], add_special_tokens=not starts_with_bos)["input_ids"]
-            for i, ids in zip(indices, encoded):
-                counts[i] = list(ids)
-        return counts
-
-    def supervised_tokens(self, ids: Sequence[int]) -> int:
-        """Tokens the training labels supervise in one tokenized conversation: the answer and its
-        `<end_of_turn>`, exactly the span of `pipeline.collate.answer_spans` / `build_labels`
-        (0 when there is no complete answer). The training loss computes logits at as many
-        positions (`pipeline.train.answer_loss`), so the memory estimate needs this count."""
-        from pipeline.collate import answer_spans  # noqa: PLC0415 - collate imports this module
-
-        span = answer_spans(ids, self.tokenizer)
-        return 0 if span is None else span[1] - span[0]
-
-    def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
-        """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
-        return self.count_texts([self.render(m, add_generation_prompt=add_generation_prompt) for m in messages_list])
-
-
-def _strip_audio_arrays(message: dict) -> dict:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    return {
-        **message,
-        "content": [{"type": "audio"} if block.get("type") == "audio" else block for block in content],
-    }
-
-
-def load_processor(model: str) -> Any:
-    """The model's processor (tokenizer, chat template, audio feature extractor).
-
-    Uses `pipeline.model.load_processor` (typed `ModelLoadError`s for gated / offline / missing
-    models). Raises `DatasetError` if the processor has no chat template.
-    """
-    from pipeline.model import load_processor as _load
-
-    processor = _load(str(model))
-    if getattr(processor, "chat_template", None) is None:
-        raise DatasetError(
-            f"The processor of `{model}` has no chat template; use an instruction-tuned Gemma 3n "
-            "such as google/gemma-3n-E2B-it."
-        )
-    return processor
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,7 +56,7 @@ class LengthStats:
     row; `row_tokens` (sorted), `answer_tokens` and `max_clip_s` (seconds) cover the train split,
     the rows whose worst case sets training memory (read by
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
-    count (answer + `<end_of_turn>`, as `pipeline.collate.build_labels` labels it) of the row of
+    count (answer + `<end_of_turn>`, as `pipeline.training.collate.build_labels` labels it) of the row of
     `row_tokens[i]`; `max_answer_tokens` its maximum. Reports written before these two fields
     existed load with them empty / 0.
     """
@@ -506,7 +294,7 @@ def _read_wav(path: Path) -> tuple[bytes, float]:
     info = soundfile.info(str(path))
     if info.samplerate == 16000 and info.channels == 1 and info.subtype == "PCM_16" and info.format == "WAV":
         return path.read_bytes(), info.frames / 16000
-    from pipeline.audio import load_audio, wav_bytes
+    from pipeline.data.audio import load_audio, wav_bytes
 
     clip = load_audio(path)
     return wav_bytes(clip.samples), clip.samples.size / 16000
@@ -561,7 +349,7 @@ def build_dataset(
         if progress is not None:
             progress(done, total, message)
 
-    from pipeline.samples import SampleLibrary
+    from pipeline.data.samples import SampleLibrary
 
     library = SampleLibrary(ws)
     samples = library.list()
@@ -583,8 +371,8 @@ def build_dataset(
     full_texts: list[str] = []
     prompt_texts: list[str] = []
     for index, sample in enumerate(samples):
-        target = _nfc(sample.target_text)
-        answer = _nfc(sample.feedback)
+        target = normalize_text(sample.target_text)
+        answer = normalize_text(sample.feedback)
         reason = None
         if not target:
             reason = "target text is empty; enter the sentence the learner read"
@@ -827,7 +615,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     """The `datasets.DatasetDict` saved by `build_dataset` (splits `train`, `eval`).
 
     Rows: `id`, `speaker`, `target_text`, `feedback` (str), `scores` (JSON str, "" when none),
-    `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.audio.load_audio(bytes)` or
+    `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.data.audio.load_audio(bytes)` or
     `decode_wav`), `num_tokens` (int, text tokens + audio positions), `duration_s` (float, seconds
     of audio). A split may have no rows (`--eval-fraction 0`: no eval split rows, training uses all
     rows); it keeps the columns. Raises `DatasetError` (never another error) when the folder is
@@ -870,23 +658,6 @@ def load_build_report(workspace: Workspace | str | os.PathLike) -> dict:
     if not path.exists():
         raise DatasetError(f"No build report at {path}; build the dataset first with `python -m pipeline build`.")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def decode_wav(data: bytes):
-    """A row's `audio_wav` bytes -> float32 numpy array (n,), 16 kHz mono in [-1, 1].
-
-    Decoded with soundfile (libsndfile), no torchcodec / FFmpeg. Raises `DatasetError` on bad bytes.
-    """
-    import numpy as np
-    import soundfile
-
-    try:
-        samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
-    except (RuntimeError, soundfile.LibsndfileError) as error:
-        raise DatasetError(f"A dataset row's audio is not a readable WAV ({error}); rebuild the dataset.") from error
-    if rate != 16000 or samples.ndim != 1:
-        raise DatasetError(f"A dataset row's audio is {rate} Hz with shape {samples.shape}; expected 16 kHz mono. Rebuild the dataset.")
-    return np.ascontiguousarray(samples, dtype=np.float32)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Judge a tutor on held-out clips: its answers against the experts' scores.
 
-Each answer is read with `pipeline.feedback.parse_feedback`; the reference is the experts' scores
+Each answer is read with `pipeline.data.feedback.parse_feedback`; the reference is the experts' scores
 of the clip (speechocean762 layout, summarised with `feedback.summarize_scores`, the same rule that
 wrote the training feedback) or, for clips without scores, the reference feedback text parsed the
 same way. Metrics, the ones used in the pronunciation-assessment literature:
@@ -14,7 +14,7 @@ same way. Metrics, the ones used in the pronunciation-assessment literature:
   F1 around 0.60 on L2-ARCTIC in the literature). Words are compared per clip, upper-cased, as
   multisets. The same for (word, phone) pairs of the listed phone errors.
 
-`evaluate_answers` is a pure function; `main` generates the answers with `pipeline.infer` on the
+`evaluate_answers` is a pure function; `main` generates the answers with `pipeline.tutor.infer` on the
 built dataset's eval split and writes `WS/runs/NAME/evaluation.json`. It does not train or score
 audio itself.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from pipeline.errors import DatasetError
-from pipeline.feedback import SENTENCE_KEYS, ParsedFeedback, parse_feedback, summarize_scores
+from pipeline.data.feedback import SENTENCE_KEYS, ParsedFeedback, parse_feedback, summarize_scores
 
 EVALUATION_FILE = "evaluation.json"
 
@@ -196,7 +196,7 @@ def summary(metrics: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Command line: answer the eval split with pipeline.infer, then score
+# Command line: answer the eval split with pipeline.tutor.infer, then score
 # --------------------------------------------------------------------------------------------------
 
 
@@ -226,7 +226,7 @@ def evaluate_tutor(
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
-    The tutor is loaded once with `pipeline.infer.load_tutor` (base `model`, or `run`'s adapter on
+    The tutor is loaded once with `pipeline.tutor.infer.load_tutor` (base `model`, or `run`'s adapter on
     its training base) and answers each row with `Tutor.feedback` (greedy decoding, the same
     `build_messages` conversation as training). Returns `evaluate_answers`'s metrics plus `model`,
     `run`, `split`, `seconds`, `note` (set for the tiny random stand-in) and `answers`
@@ -237,8 +237,8 @@ def evaluate_tutor(
         DatasetError: no built dataset, unknown or empty split, `limit` < 1.
         ConfigError / ModelLoadError: from `load_tutor` (unknown run, model cannot be loaded).
     """
-    from pipeline.dataset import DEFAULT_MODEL, load_built_dataset
-    from pipeline.infer import DEFAULT_MAX_NEW_TOKENS, load_tutor
+    from pipeline.data.dataset import DEFAULT_MODEL, load_built_dataset
+    from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS, load_tutor
     from pipeline.workspace import Workspace
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.audio import AUDIO_SUFFIXES
+from pipeline.data.audio import AUDIO_SUFFIXES
 from pipeline.errors import ImportFormatError, PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -296,7 +296,7 @@ def _resolve_wav(entry: str, data_dir: Path, root: Path) -> Path | None:
 
 
 def _read_kaldi(root: Path) -> Items:
-    from pipeline.feedback import feedback_from_scores
+    from pipeline.data.feedback import feedback_from_scores
 
     dirs = _kaldi_dirs(root)
     if not dirs:
@@ -404,7 +404,7 @@ def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[d
 
 
 def _read_audiofolder(root: Path) -> Items:
-    from pipeline.feedback import feedback_from_scores
+    from pipeline.data.feedback import feedback_from_scores
 
     metadata_files = _metadata_files(root)
     if not metadata_files:
@@ -592,7 +592,7 @@ def import_folder(
         ImportFormatError: unknown format, missing folder, or metadata in the wrong layout (e.g. a
             missing column; the message lists the columns found). Nothing is changed then.
     """
-    from pipeline.samples import SampleLibrary
+    from pipeline.data.samples import SampleLibrary
 
     root = _check_source(source)
     if format == "auto":

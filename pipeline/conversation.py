@@ -1,0 +1,279 @@
+"""The conversation the tutor sees: one place that the dataset, the collator, the memory estimate
+and inference all read, so the prompt and the supervised span cannot drift between them.
+
+- `SYSTEM_PROMPT`, `user_prompt`, `build_messages`: the Gemma 3n chat conversation of one clip.
+- `TokenCounter`: a conversation's length in tokens exactly as Gemma 3n's processor counts it.
+- `answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise (the answer and its
+  `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
+
+Torch-free: importing this module loads no model library.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any, Sequence
+
+from pipeline.errors import DatasetError
+
+IGNORE_INDEX = -100
+"""Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
+
+MODEL_TURN_HEADER = "model\n"
+"""Text between `<start_of_turn>` and the answer in Gemma 3n's chat template."""
+
+
+MAX_AUDIO_S = 30.0
+"""Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
+
+AUDIO_SOFT_TOKENS = 188
+"""Audio soft tokens per clip in Gemma 3n (`Gemma3nProcessor.audio_seq_length`, config
+`audio_soft_tokens_per_image`), whatever the clip's length; with `<start_of_audio>`,
+`<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
+
+# --------------------------------------------------------------------------------------------------
+# The conversation
+# --------------------------------------------------------------------------------------------------
+
+_TASK = (
+    "You are a pronunciation tutor. You hear a learner read a sentence aloud. Compare how each word "
+    "was pronounced with the sentence and answer in three lines, like this example:"
+)
+
+
+def _answer_format() -> str:
+    """The answer template of `pipeline.data.feedback`, its example lines written by its own writer.
+
+    `feedback.render_feedback` writes the example, so the format asked for is exactly the one
+    `feedback.parse_feedback` reads back and the one expert-score imports train on. Kept short:
+    the system prompt is repeated in every row and costs activation memory per token.
+    """
+    from pipeline.data.feedback import FlaggedWord, ParsedFeedback, PhoneError, render_feedback
+
+    example = render_feedback(
+        ParsedFeedback(
+            accuracy=6.0,
+            fluency=7.0,
+            prosody=7.0,
+            total=5.0,
+            words=[FlaggedWord("GREY", 3.0, [PhoneError("G", "K"), PhoneError("R", "<unk>")])],
+            advice="one concrete piece of advice.",
+        )
+    )
+    return (
+        f"{example}\n"
+        "List each mispronounced word with its score and wrong ARPAbet sounds (`G as K`, `R unclear`, "
+        "`T missing`), separated by `; `, or write `Words to practise: none`."
+    )
+
+
+def _system_prompt() -> str:
+    return f"{_TASK}\n{_answer_format()}"
+
+
+SYSTEM_PROMPT = _system_prompt()
+"""System instruction of every conversation: the tutor's job and the answer template of
+`pipeline.data.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
+
+
+def normalize_text(text: str | None) -> str:
+    """`text` NFC-normalized and stripped ("" for None): how every user text is stored and shown to the model."""
+    return unicodedata.normalize("NFC", text or "").strip()
+
+
+def user_prompt(target_text: str) -> str:
+    """The text of the user turn that follows the audio: the sentence the learner was asked to read.
+
+    `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
+    """
+    text = normalize_text(target_text)
+    if not text:
+        raise DatasetError(
+            "The target text is empty; give the sentence the learner was asked to read "
+            "(e.g. `The cat sat on the mat.`)."
+        )
+    return f'The learner was asked to read: "{text}"'
+
+
+def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
+    """The Gemma 3n chat conversation for one clip.
+
+    Args:
+        target_text: the sentence the learner was asked to read (NFC-normalized here).
+        feedback: the tutor's answer; when given (training), it becomes the assistant turn; when
+            None (inference, prompt length), the conversation ends with the user turn.
+        audio: float32 numpy array of shape (n,), 16 kHz mono in [-1, 1]. When None the user turn
+            holds a bare `{"type": "audio"}` placeholder: rendering to text (`tokenize=False`) works
+            and shows the audio token, while `apply_chat_template(tokenize=True)` needs the array.
+
+    Returns:
+        `[{"role": "system", ...}, {"role": "user", "content": [audio, text]}, ({"role": "assistant",
+        ...})]`, each content a list of `{"type": "text", "text": ...}` / `{"type": "audio", ...}`
+        blocks as `processor.apply_chat_template` expects.
+
+    Raises:
+        DatasetError: empty target text, or `feedback` given but empty.
+    """
+    audio_block: dict[str, Any] = {"type": "audio"}
+    if audio is not None:
+        audio_block["audio"] = audio
+    messages: list[dict] = [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+        {"role": "user", "content": [audio_block, {"type": "text", "text": user_prompt(target_text)}]},
+    ]
+    if feedback is not None:
+        answer = normalize_text(feedback)
+        if not answer:
+            raise DatasetError("The feedback is empty; write the tutor's answer for this clip before training on it.")
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+    return messages
+
+
+# --------------------------------------------------------------------------------------------------
+# Token lengths as Gemma 3n sees them
+# --------------------------------------------------------------------------------------------------
+
+
+class TokenCounter:
+    """Counts a conversation's tokens exactly as `processor.apply_chat_template(tokenize=True)` would.
+
+    The processor renders the chat template, replaces each audio placeholder with its fixed audio
+    span (`processor.full_audio_sequence`: blank line, `<start_of_audio>`, 188 audio soft tokens,
+    `<end_of_audio>`, blank line; see transformers `models/gemma3n/processing_gemma3n.py`) and
+    tokenizes the result without adding a second `<bos>`. This class does the same text work but
+    skips the mel feature extraction (the span does not depend on the clip), and tokenizes many rows
+    in one batched call: about 100x faster than the full processor. `tests/test_dataset.py` checks
+    that both give the same count.
+    """
+
+    def __init__(self, processor: Any):
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.audio_token = getattr(processor, "audio_token", None)
+        span = getattr(processor, "full_audio_sequence", None)
+        if self.audio_token is None or span is None:
+            tok = self.tokenizer
+            try:
+                n = int(getattr(processor, "audio_seq_length", AUDIO_SOFT_TOKENS))
+                self.audio_token = self.audio_token or tok.audio_token
+                span = f"\n\n{tok.boa_token}{tok.audio_token * n}{tok.eoa_token}\n\n"
+            except AttributeError as error:
+                raise DatasetError(
+                    f"The processor {type(processor).__name__} has no audio tokens ({error}); "
+                    "use a Gemma 3n processor (e.g. google/gemma-3n-E2B-it)."
+                ) from error
+        self.audio_span = span
+        self.bos = getattr(self.tokenizer, "bos_token", None)
+
+    def render(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str:
+        """Chat template text with each audio placeholder expanded to the audio span."""
+        plain = [_strip_audio_arrays(m) for m in messages]
+        text = self.processor.apply_chat_template(
+            plain, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        return text.replace(self.audio_token, self.audio_span)
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Token count of each rendered text (batched; `<bos>` added only if the text lacks it)."""
+        return [len(ids) for ids in self.encode_texts(texts)]
+
+    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each rendered text (batched; `<bos>` added only if the text lacks it), the
+        ids `apply_chat_template(tokenize=True)` gives for the same conversation."""
+        if not texts:
+            return []
+        counts: list[list[int]] = [[] for _ in texts]
+        groups: dict[bool, list[int]] = {True: [], False: []}
+        for i, text in enumerate(texts):
+            groups[bool(self.bos) and text.startswith(self.bos)].append(i)
+        for starts_with_bos, indices in groups.items():
+            if not indices:
+                continue
+            encoded = self.tokenizer([texts[i] for i in indices], add_special_tokens=not starts_with_bos)["input_ids"]
+            for i, ids in zip(indices, encoded):
+                counts[i] = list(ids)
+        return counts
+
+    def supervised_tokens(self, ids: Sequence[int]) -> int:
+        """Tokens the training labels supervise in one tokenized conversation: the answer and its
+        `<end_of_turn>`, exactly the span of `answer_spans` (and `pipeline.training.collate.build_labels`)
+        (0 when there is no complete answer). The training loss computes logits at as many
+        positions (`pipeline.training.train.answer_loss`), so the memory estimate needs this count."""
+        span = answer_spans(ids, self.tokenizer)
+        return 0 if span is None else span[1] - span[0]
+
+    def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
+        """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
+        return self.count_texts([self.render(m, add_generation_prompt=add_generation_prompt) for m in messages_list])
+
+
+def _strip_audio_arrays(message: dict) -> dict:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {
+        **message,
+        "content": [{"type": "audio"} if block.get("type") == "audio" else block for block in content],
+    }
+
+
+def load_processor(model: str) -> Any:
+    """The model's processor (tokenizer, chat template, audio feature extractor).
+
+    Uses `pipeline.training.model.load_processor` (typed `ModelLoadError`s for gated / offline / missing
+    models). Raises `DatasetError` if the processor has no chat template.
+    """
+    from pipeline.training.model import load_processor as _load
+
+    processor = _load(str(model))
+    if getattr(processor, "chat_template", None) is None:
+        raise DatasetError(
+            f"The processor of `{model}` has no chat template; use an instruction-tuned Gemma 3n "
+            "such as google/gemma-3n-E2B-it."
+        )
+    return processor
+
+
+
+
+def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | None:
+    """Half-open span `[start, end)` of the answer tokens in one tokenized conversation.
+
+    The answer starts after the last `<start_of_turn>` + `model\\n` and ends after the first
+    `<end_of_turn>` that follows (included, so the model learns to stop). Returns None when there
+    is no model turn or its `<end_of_turn>` is missing (answer cut off).
+
+    Raises:
+        DatasetError: the tokens after the last `<start_of_turn>` do not spell `model\\n` on a
+            token boundary (a chat template this code does not know).
+    """
+    ids = list(input_ids)
+    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
+    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    positions = [i for i, t in enumerate(ids) if t == start_turn]
+    if not positions:
+        return None
+    s = positions[-1] + 1
+    header_end = None
+    for j in range(s + 1, min(len(ids), s + 8) + 1):
+        text = tokenizer.decode(ids[s:j])
+        if text == MODEL_TURN_HEADER:
+            header_end = j
+            break
+        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
+            header_end = j - 1
+            break
+        if not MODEL_TURN_HEADER.startswith(text):
+            break
+    if header_end is None:
+        head = tokenizer.decode(ids[s : s + 4])
+        if head.startswith("user"):
+            return None  # the conversation ends with a user turn: nothing to supervise
+        raise DatasetError(
+            f"The last turn starts with {head!r}, not {MODEL_TURN_HEADER!r}: the processor's chat template is not "
+            "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
+        )
+    for k in range(header_end, len(ids)):
+        if ids[k] == end_turn:
+            return header_end, k + 1
+    return None
