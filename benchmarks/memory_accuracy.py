@@ -17,7 +17,7 @@ when at least 16 GiB of RAM are available).
 Measurement (CPU): each configuration runs in a fresh child process (`pipeline.memory.probe`) with
 the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
 (VmHWM, reset right before the steady-state second step). The estimate is
-`pipeline.memory.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
+`pipeline.memory.phases.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
 is a constant measured on the tiny model. CPU peak RSS is not deterministic: glibc keeps part of
 the freed heap resident, and how much varies by +-0.1-0.2 GiB from run to run with thread timing, so
 each row is measured `--repeat` times (default 3) in fresh processes. Columns: estimate, the median
@@ -51,7 +51,7 @@ into anonymous memory before measuring (`pipeline.memory.probe.copy_weights_to_a
  - E2B-4b  512  1  on 4bit   16   30 |  11.35 GiB  11.31 GiB   +0.3    -6.0..+0.3 | layer_backward  (--e2b-4bit)
 14/14 rows and the product's default run (E2B, NF4, checkpointing, 512 tokens, a 30 s clip) within
 5 % of the median; every single run within -7.5..+7.7 %. The CPU heap-retention constants
-(`pipeline.memory.CPU_HEAP_RETENTION_PER_TOKEN`) were fitted on earlier runs of these same
+(`pipeline.memory.terms.CPU_HEAP_RETENTION_PER_TOKEN`) were fitted on earlier runs of these same
 configurations, so `--holdout` (configurations no constant saw) is the out-of-sample check:
  0 mid     768  3  on 4bit   32   20 |   2.79 GiB   2.74 GiB   +1.9    -6.6..+4.1 | layer_backward
  1 mid    1536  1 off none   16    0 |   3.69 GiB   3.83 GiB   -3.7    -4.2..+1.0 | layer_backward
@@ -80,15 +80,11 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
-from pipeline.memory import (  # noqa: E402
-    GIB,
-    RUNTIME_OVERHEAD_BYTES,
-    EstimateOptions,
-    LengthStats,
-    estimate_memory,
-    fmt_bytes,
-    load_model_config,
-)
+from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
+from pipeline.memory.phases import estimate_memory  # noqa: E402
+from pipeline.memory.shape import load_model_config  # noqa: E402
+from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
+from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
 
 CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
 

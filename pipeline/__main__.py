@@ -18,7 +18,7 @@ COMMANDS = {
     "samples": ("pipeline.data.samples", "list the sample library with check results"),
     "build": ("pipeline.data.dataset", "build the train/eval dataset from the sample library"),
     "make-tiny-model": ("pipeline.training.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
-    "estimate": ("pipeline.memory", "estimate (and optionally measure) fine-tuning peak memory"),
+    "estimate": ("pipeline.memory.cli", "estimate (and optionally measure) fine-tuning peak memory"),
     "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
     "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),

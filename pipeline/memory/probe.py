@@ -1,6 +1,6 @@
 """Measured peak memory of one real training step (the torch side of `pipeline.memory`).
 
-Run as a child process by `pipeline.memory.measure_peak` and by `benchmarks/memory_accuracy.py`:
+Run as a child process by `pipeline.memory.measure.measure_peak` and by `benchmarks/memory_accuracy.py`:
 `python -m pipeline.memory.probe '<request JSON>'` prints one JSON line. A fresh process per
 measurement keeps one configuration's allocator state and peak out of the next.
 
@@ -135,7 +135,7 @@ def random_model(config_path: str, device: str, quantization: str):
     eager attention, as `pipeline.training.model.load_model` would load it (bf16 only: quantizing needs a
     checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
-    from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
+    from transformers import AutoConfig, AutoModelForImageTextToText
 
     from pipeline.training.model import compute_dtype, weight_bytes
 
@@ -143,10 +143,12 @@ def random_model(config_path: str, device: str, quantization: str):
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
     path = Path(config_path)
     data = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf-8"))
-    cfg = Gemma3nConfig.from_dict(data)
+    # The Auto classes resolve `model_type` "gemma3n" to the same config and model classes that
+    # `load_model` uses (only pipeline.training.model names them).
+    cfg = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})
     dtype = compute_dtype(device)
     with torch.device(device):
-        model = Gemma3nForConditionalGeneration._from_config(cfg, dtype=dtype, attn_implementation="eager")
+        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation="eager")
     model.eval()
     return model, weight_bytes(model)
 

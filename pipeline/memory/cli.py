@@ -1,0 +1,49 @@
+"""`python -m pipeline estimate`: the command line of the memory model.
+
+`python -m pipeline estimate --workspace WS --model M [--device ...] [--memory-gb N] [training flags]
+[--measure] [--json]` prints `pipeline.memory.report.estimate_for_workspace`'s estimate, verdict and
+suggestions (a human summary, or one JSON object). `pipeline.__main__` dispatches here and turns a
+`PipelineError` into a one-line message and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pipeline.config import TrainConfig, add_train_arguments, default_quantization
+from pipeline.memory.budget import auto_device
+from pipeline.memory.report import estimate_for_workspace, render
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `estimate` flags: `--workspace`, `--memory-gb` (GiB), `--attn`, `--measure`, `--json`, and every
+    training flag of `pipeline.config.add_train_arguments`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline estimate",
+                                     description="Estimate (and optionally measure) the peak memory of a LoRA fine-tune.")
+    parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
+    parser.add_argument("--memory-gb", type=float, default=None, help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB (N x 1024**3 bytes)")
+    parser.add_argument("--attn", choices=("eager", "sdpa"), default=None, help="attention implementation (default: the training code's)")
+    parser.add_argument("--measure", action="store_true", help="also run one real step in a child process and report its peak")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_train_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
+    suggestions (human summary, or its dict as one JSON object with `--json`)."""
+    args = build_parser().parse_args(argv)
+    config = TrainConfig.from_args(args)
+    if args.quantization is None:  # the trainer's default for the device (`train` does the same)
+        config = config.replace(quantization=default_quantization(
+            auto_device() if config.device == "auto" else config.device))
+    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
+
+    result = estimate_for_workspace(args.workspace or DEFAULT_WORKSPACE, config, memory_gb=args.memory_gb,
+                                    measure=args.measure, attn=args.attn)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(render(result))
+    return 0

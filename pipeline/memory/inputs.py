@@ -1,0 +1,156 @@
+"""What the estimate is given besides the model and the `TrainConfig`: the dataset's length
+statistics (`LengthStats`, read from a workspace by `length_stats_from_workspace`) and the
+`EstimateOptions` of the training code (attention implementation, adapter dtype, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from pipeline.errors import DatasetError
+
+MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
+# Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
+# onto the vocabulary only at positions whose next token is supervised (`pipeline.training.train.answer_loss`),
+# so the logits scale with the answer, not the row. 256 tokens is a conservative bound: the answer
+# template of `pipeline.data.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
+# a row shorter than 256 tokens is assumed to be all answer (min(seq_len, 256)).
+DEFAULT_ANSWER_TOKENS = 256
+
+
+# --------------------------------------------------------------------------------------------------
+# Length statistics
+
+
+@dataclass
+class LengthStats:
+    """Length statistics of the built dataset (the estimate needs the worst case, not the mean).
+
+    Attributes:
+        longest_tokens: tokens of the longest row (text + ~192 audio positions), int.
+        longest_clip_s: seconds of the longest clip (the audio encoder's worst case), float.
+        row_tokens: tokens of every train row, so a lower `max_length` can count the rows it would
+            exclude; empty when unknown.
+        source: where the figures came from (shown to the user).
+        answer_tokens: supervised tokens of each train row (the answer + its `<end_of_turn>`, as
+            `pipeline.training.collate.build_labels` supervises), `answer_tokens[i]` belonging to the row of
+            `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
+        longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
+        tokenizer_model: the model whose tokenizer counted the tokens (the build report's), if known.
+    """
+
+    longest_tokens: int
+    longest_clip_s: float = 0.0
+    row_tokens: list[int] = field(default_factory=list)
+    source: str = "given"
+    answer_tokens: list[int] = field(default_factory=list)
+    longest_answer_tokens: int = 0
+    tokenizer_model: str | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_tokens)
+
+    def kept_longest(self, max_length: int) -> int:
+        """Longest row that `max_length` keeps (rows longer are excluded, never truncated)."""
+        kept = [n for n in self.row_tokens if n <= max_length]
+        if kept:
+            return max(kept)
+        if self.row_tokens:
+            return 0
+        return min(self.longest_tokens, max_length)
+
+    def excluded(self, max_length: int) -> int:
+        """Number of rows longer than `max_length`."""
+        return sum(1 for n in self.row_tokens if n > max_length)
+
+    def answers_known(self) -> bool:
+        """Whether the supervised lengths come from the data (else `DEFAULT_ANSWER_TOKENS` is assumed)."""
+        return bool(self.answer_tokens) or self.longest_answer_tokens > 0
+
+    def kept_longest_answer(self, max_length: int) -> int:
+        """Supervised tokens of the longest answer among the rows `max_length` keeps, at most the
+        longest kept row. Unknown answers: min(longest kept row, `DEFAULT_ANSWER_TOKENS`)."""
+        seq_len = self.kept_longest(max_length)
+        if self.answer_tokens and len(self.answer_tokens) == len(self.row_tokens):
+            kept = [a for a, n in zip(self.answer_tokens, self.row_tokens) if n <= max_length]
+            return min(max(kept), seq_len) if kept else 0
+        longest = max(self.answer_tokens) if self.answer_tokens else self.longest_answer_tokens
+        if longest > 0:
+            return min(longest, seq_len)
+        return min(seq_len, DEFAULT_ANSWER_TOKENS)
+
+
+def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
+    """Length statistics of the dataset built in `workspace`.
+
+    Reads `WS/dataset/build_report.json` (written by `pipeline.data.dataset.build_dataset`: its
+    `length_stats`, with `answer_tokens` per train row when the report has them), else the train
+    split's `num_tokens` column; when no dataset is built, returns `max_length` as the longest row
+    and a 30 s clip (the worst case), saying so in `source`. Without answer lengths the estimate
+    assumes `DEFAULT_ANSWER_TOKENS` (see `LengthStats.kept_longest_answer`).
+    """
+    from pipeline.workspace import Workspace  # noqa: PLC0415
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+    report_path = ws.dataset_dir / "build_report.json"
+    if report_path.exists():
+        try:
+            report = json.loads(report_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{report_path} is not valid JSON ({error}); rebuild with `python -m pipeline build`.") from None
+        stats = report.get("length_stats", report)
+        rows = [int(n) for n in (stats.get("row_tokens") or stats.get("train_tokens") or [])]
+        longest = int(max(rows) if rows else (stats.get("max") or stats.get("max_tokens") or max_length))
+        clip = float(stats.get("max_clip_s") or stats.get("longest_clip_s") or stats.get("max_duration_s") or MAX_CLIP_S)
+        answers = [int(n) for n in (stats.get("answer_tokens") or [])]  # absent in reports built before it was recorded
+        longest_answer = int(stats.get("max_answer_tokens") or (max(answers) if answers else 0))
+        counted_with = report.get("model")
+        source = str(report_path) + (f" (tokens counted with {counted_with}'s tokenizer)" if counted_with else "")
+        return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
+                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with)
+    if ws.dataset_dir.exists():
+        try:
+            from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415
+
+            ds = load_built_dataset(ws)
+            rows = [int(n) for split in ds.values() for n in split["num_tokens"]]
+            clip = MAX_CLIP_S
+            for split in ds.values():
+                if "duration_s" in split.column_names:
+                    clip = max(float(x) for x in split["duration_s"])
+            if rows:
+                return LengthStats(max(rows), clip, rows, source=f"{ws.dataset_dir} num_tokens column")
+        except Exception as error:  # noqa: BLE001 - fall back to the worst case, say so
+            return LengthStats(max_length, MAX_CLIP_S, [], source=f"no readable dataset ({error}); assumed rows of --max-length {max_length}")
+    return LengthStats(max_length, MAX_CLIP_S, [], source=f"no dataset built in {ws.root}; assumed rows of --max-length {max_length} tokens and 30 s clips")
+
+
+# --------------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass
+class EstimateOptions:
+    """Settings the memory model needs beyond `TrainConfig`.
+
+    Attributes:
+        attn_implementation: `eager` (the training default for Gemma 3n, FIELD_NOTES) or `sdpa`.
+        keep_logits: the training loop keeps `outputs.logits` alive during backward. False for
+            our trainer: `transformers.Trainer.compute_loss` returns only the loss, so the
+            returned logits are freed before `backward`.
+        adapter_dtype: dtype of the LoRA weights (peft's `autocast_adapter_dtype=True` makes them
+            float32 on a bf16 base).
+        cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`);
+            False for a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_=65536,
+            the benchmark's `--malloc-fixed` diagnostic).
+    """
+
+    attn_implementation: str = "eager"
+    keep_logits: bool = False
+    adapter_dtype: str = "float32"
+    cpu_heap_retention: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)

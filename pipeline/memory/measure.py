@@ -1,0 +1,74 @@
+"""Measured, not estimated: launch the probe (`python -m pipeline.memory.probe`, a child process that
+runs one real optimizer step with the training code) and read back its peak. The torch work lives in
+`pipeline/memory/probe.py`; this module only starts it, so it stays torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.config import TrainConfig
+from pipeline.errors import TrainingError
+from pipeline.memory.inputs import EstimateOptions, LengthStats
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The child runs here, so `-m pipeline.memory.probe` imports this checkout's `pipeline`."""
+
+
+def measure_peak(
+    model: str,
+    config: TrainConfig,
+    lengths: LengthStats,
+    device: str,
+    options: EstimateOptions | None = None,
+    *,
+    workspace=None,
+    timeout_s: float = 3600,
+) -> dict:
+    """Run one real optimizer step on the worst-case micro-batch in a child process and return
+    its measured peaks (bytes): `peak_bytes` and `method`, plus CPU `peak_rss_bytes` (VmHWM after a
+    reset, fallback ru_maxrss) and `baseline_rss_bytes`; CUDA `max_memory_allocated` /
+    `max_memory_reserved`; MPS `driver_allocated_memory`.
+
+    With a `workspace` whose dataset is built, the child runs the training code's own
+    `pipeline.training.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
+    `batch_size` rows of the longest kept length with the longest clip, each supervising its last
+    `kept_longest_answer` tokens (`pipeline.memory.probe`).
+    Raises `TrainingError` with the child's last output on failure.
+    """
+    options = options or EstimateOptions()
+    seq_len = lengths.kept_longest(config.max_length)
+    request = {
+        "model": model,
+        "config": config.to_dict(),
+        "seq_len": seq_len,
+        "answer_tokens": lengths.kept_longest_answer(config.max_length),
+        "clip_s": lengths.longest_clip_s,
+        "device": device,
+        "options": options.to_dict(),
+        "workspace": str(workspace) if workspace is not None else None,
+    }
+    cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
+                              cwd=str(REPO_ROOT))
+    except subprocess.TimeoutExpired:
+        raise TrainingError(f"The memory probe took longer than {timeout_s:.0f} s; try a shorter --max-length.") from None
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            result = json.loads(line)
+            if result.get("error"):
+                raise TrainingError(f"The memory probe failed: {result['error']}")
+            if result.get("out_of_memory"):
+                raise TrainingError(
+                    f"The measured step ran out of memory ({result.get('step_error')}): the run does not fit; "
+                    "apply one of the suggestions and measure again.")
+            return result
+    tail = (proc.stderr or proc.stdout)[-2000:]
+    raise TrainingError(f"The memory probe exited with code {proc.returncode} without a result:\n{tail}")

@@ -1,0 +1,163 @@
+"""The phase model: which terms are alive together at each moment of a training step, and the peak.
+
+The peak is the largest of these phases (steady state: the optimizer states exist and, with gradient
+accumulation, the LoRA gradients of the previous micro-batch are alive), each the static terms
+(weights, LoRA, optimizer states) plus:
+  * `load`: the per-layer embedding table on the GPU before it moves to host RAM (`ple_on_cpu`),
+  * `audio`: the frozen audio encoder's forward on the longest clip (before the decoder runs),
+  * `loss`: the start of backward, when every tensor saved for backward, the logits and the fp32
+    cross-entropy gradient are alive at once (logits only at the answer's positions, as the
+    training loss `pipeline.training.train.answer_loss` computes them),
+  * `layer_backward`: a decoder layer's backward (with checkpointing, one layer recomputed),
+  * `optimizer`: the optimizer step's temporaries,
+and the total adds the per-device runtime overhead. `estimate_memory` is the entry point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError
+from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
+from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape
+from pipeline.memory.terms import (
+    RUNTIME_OVERHEAD_BYTES,
+    RUNTIME_OVERHEAD_NOTE,
+    activations,
+    allocator_retention,
+    audio_encoder_bytes,
+    dequant_workspace,
+    load_transient,
+    logits_loss,
+    optimizer_step_bytes,
+    ple_on_host,
+    runtime_overhead,
+    trainable_state,
+    weights,
+)
+from pipeline.memory.units import fmt_bytes
+
+
+@dataclass
+class MemoryEstimate:
+    """Peak memory of one training step, per component (bytes).
+
+    Attributes:
+        components: name -> bytes of every term (including terms not alive at the peak).
+        phases: phase name -> bytes of that phase (without runtime overhead).
+        peak_phase: the largest phase; `total_bytes` = that phase + runtime overhead.
+        total_bytes: estimated peak memory on the device (bytes).
+        seq_len: tokens of the longest kept row (the micro-batch is padded to it).
+        answer_tokens: supervised tokens per row the logits are sized for (longest kept answer,
+            or the `DEFAULT_ANSWER_TOKENS` assumption; see `logits_loss`).
+        notes: assumptions the user should know (shown in the printout).
+    """
+
+    components: dict[str, int]
+    phases: dict[str, int]
+    peak_phase: str
+    total_bytes: int
+    seq_len: int
+    device: str
+    options: dict
+    notes: list[str] = field(default_factory=list)
+    answer_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PHASE_MEMBERS = {
+    "load": ("load_per_layer_embedding",),
+    "audio": ("audio_encoder_transient", "allocator_retention"),
+    "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss", "allocator_retention"),
+    "layer_backward": (
+        "allocator_retention",
+        "audio_encoder_saved",
+        "activations_decoder",
+        "activations_recompute",
+        "backward_workspace",
+        "dequant_workspace",
+    ),
+    "optimizer": ("optimizer_step",),
+}
+"""What is alive, besides the static terms, at each candidate peak: loading (only with `ple_on_cpu`
+on CUDA, the per-layer table before it moves to host RAM; the LoRA terms of the static part are
+counted there too, a small overcount); the audio encoder's
+forward; the loss (every saved activation + the logits and the fp32 cross-entropy gradient, the
+start of backward); a decoder layer's backward (the logits are freed by then; with checkpointing
+one layer is recomputed); the
+optimizer step."""
+STATIC_PREFIXES = ("weights_", "lora_", "optimizer_states")
+"""Name prefixes of the static terms, alive in every phase."""
+
+
+def alive_at_peak(name: str, peak_phase: str) -> bool:
+    """Whether component `name` is alive at `peak_phase`'s moment: a static term, the runtime
+    overhead, or a member of that phase (`PHASE_MEMBERS`)."""
+    return name.startswith(STATIC_PREFIXES) or name == "runtime_overhead" or name in PHASE_MEMBERS[peak_phase]
+
+
+def estimate_memory(
+    model_config: dict,
+    config: TrainConfig,
+    lengths: LengthStats,
+    device: str,
+    options: EstimateOptions | None = None,
+) -> MemoryEstimate:
+    """Peak memory in bytes, per component, of one LoRA fine-tuning step of Gemma 3n.
+
+    Args:
+        model_config: the model's config.json as a dict (`load_model_config`).
+        config: training settings (quantization, LoRA rank/targets/dropout, batch size,
+            max_length, gradient checkpointing, optimizer).
+        lengths: dataset length statistics; the micro-batch is `batch_size` rows padded to the
+            longest row that `max_length` keeps, with the longest clip; the logits cover
+            `batch_size` x the longest kept answer (`LengthStats.kept_longest_answer`).
+        device: `cpu`, `cuda` or `mps` (not `auto`: resolve it first).
+        options: `EstimateOptions` (attention implementation, vision tower, PLE on CPU, ...).
+    Returns:
+        `MemoryEstimate`; total = static (weights, LoRA, grads, optimizer) + the largest phase +
+        runtime overhead.
+    Raises:
+        ConfigError: unknown device. ModelLoadError: not a Gemma 3n config.
+    """
+    if device not in RUNTIME_OVERHEAD_BYTES:
+        raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
+    options = options or EstimateOptions()
+    shape = model_shape(model_config)
+    seq_len = lengths.kept_longest(config.max_length)
+    notes: list[str] = []
+    if seq_len <= 0:
+        seq_len = 0
+        notes.append(f"max_length {config.max_length} excludes every row; nothing would be trained.")
+    comps: dict[str, int] = {}
+    comps.update(weights(shape, config, device, options))
+    state = trainable_state(shape, config, options)
+    comps.update(state)
+    comps.update(activations(shape, config, device, options, seq_len))
+    answer = lengths.kept_longest_answer(config.max_length) if seq_len > 0 else 0
+    if seq_len > 0 and not lengths.answers_known():
+        notes.append(f"answer length unknown (no dataset with answer lengths): the logits assume {answer} supervised "
+                     f"tokens per row (min(row, {DEFAULT_ANSWER_TOKENS})); build the dataset for its real answers.")
+    comps["logits_loss"] = logits_loss(shape, config, device, options, answer)
+    comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s))
+    comps["dequant_workspace"] = dequant_workspace(shape, config, device)
+    comps["load_per_layer_embedding"] = load_transient(shape, config, device)
+    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)
+    comps["optimizer_step"] = optimizer_step_bytes(state, config)
+    comps["runtime_overhead"] = runtime_overhead(device)
+    static = sum(v for k, v in comps.items() if k.startswith(STATIC_PREFIXES))
+    phases = {name: static + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
+    peak_phase = max(phases, key=phases.get)
+    total = phases[peak_phase] + comps["runtime_overhead"]
+    if shape.vision_architecture not in VISION_TOWER_PARAMS and config.vision_tower:
+        notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
+    if ple_on_host(config, device):
+        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(comps['load_per_layer_embedding'])} of host "
+                     "memory; loading holds them on the GPU first (the `load` phase).")
+    elif config.ple_on_cpu:
+        notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
+    notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
+    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer)

@@ -1,0 +1,138 @@
+"""One estimate for a workspace, as data and as text: `estimate_for_workspace` gives the dict that
+`python -m pipeline estimate --json` prints and the app shows (so the two cannot drift), `render`
+its human summary.
+"""
+
+from __future__ import annotations
+
+from pipeline.config import TrainConfig
+from pipeline.errors import ConfigError
+from pipeline.memory.budget import auto_device, device_memory, verdict
+from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
+from pipeline.memory.measure import measure_peak
+from pipeline.memory.phases import alive_at_peak, estimate_memory
+from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
+from pipeline.memory.shape import load_model_config
+from pipeline.memory.units import fmt_bytes
+
+
+def estimate_for_workspace(
+    workspace,
+    config: TrainConfig,
+    *,
+    memory_gb: float | None = None,
+    measure: bool = False,
+    limit: int = SUGGESTION_LIMIT,
+    attn: str | None = None,
+) -> dict:
+    """The whole estimate for `config` on the dataset built in `workspace` (a path or `Workspace`):
+    the dict `python -m pipeline estimate --json` prints and the app shows, so the two cannot drift.
+
+    Keys: `model`, `device`, `components` (name to bytes, every term), `components_at_peak` (the
+    static terms, runtime overhead and the peak phase's terms, which add up to `total_bytes`),
+    `phases`, `peak_phase`, `total_bytes`, `usable_bytes`, `device_memory`, `verdict`,
+    `margin_bytes`, `margin_percent`, `seq_len`, `answer_tokens`, `max_length`, `lengths_source`,
+    `excluded_rows`, `options`, `notes`, `suggestions` (at most `limit`, each with `changes`,
+    `total_bytes`, `verdict`, `cost`, `score`; none when it fits, only ones that fit when it is
+    tight) and `measured` (None unless `measure`: `measure_peak`'s dict plus `error_percent`).
+    `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
+    `config.device` "auto" picks cuda, then mps, then cpu; an explicit device is estimated as
+    asked (with `memory_gb`, even one this machine lacks). Raises `ConfigError` / `DatasetError`
+    / `TrainingError` as the functions it calls do.
+    """
+    from pipeline.workspace import Workspace  # noqa: PLC0415
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+    device = config.device
+    if device == "auto":
+        device = auto_device()
+    model_config = load_model_config(config.model)
+    lengths = length_stats_from_workspace(ws, config.max_length)
+    options = EstimateOptions()  # its defaults are the training code's (eager attention, fp32 LoRA, ...)
+    if attn:
+        options.attn_implementation = attn
+    if lengths.row_tokens and lengths.excluded(config.max_length) >= lengths.num_rows:
+        raise ConfigError(
+            f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
+            f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
+            f"Raise --max-length to at least {min(lengths.row_tokens)}.")
+    est = estimate_memory(model_config, config, lengths, device, options)
+    if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
+        est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
+                         "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
+    mem = device_memory(device, memory_gb)
+    v = verdict(est.total_bytes, mem.usable_bytes)
+    suggestions = [] if v.status == "fits" else suggest_fits(
+        model_config, config, lengths, device, mem.usable_bytes, options,
+        accept_tight=v.status == "does not fit", limit=limit)
+    at_peak = {name: value for name, value in est.components.items() if value and alive_at_peak(name, est.peak_phase)}
+    measured = None
+    if measure:
+        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
+        measured = measure_peak(config.model, config, lengths, device, options, workspace=ws.root if built else None)
+        measured["error_percent"] = round(100.0 * est.total_bytes / measured["peak_bytes"] - 100.0, 1)
+    return {
+        "model": config.model,
+        "device": device,
+        "components": est.components,
+        "components_at_peak": at_peak,
+        "phases": est.phases,
+        "peak_phase": est.peak_phase,
+        "total_bytes": est.total_bytes,
+        "usable_bytes": mem.usable_bytes,
+        "device_memory": mem.to_dict(),
+        "verdict": v.status,
+        "margin_bytes": v.margin_bytes,
+        "margin_percent": v.margin_percent,
+        "seq_len": est.seq_len,
+        "answer_tokens": est.answer_tokens,
+        "max_length": config.max_length,
+        "settings": config.to_dict(),
+        "lengths_source": lengths.source,
+        "excluded_rows": lengths.excluded(config.max_length),
+        "options": est.options,
+        "notes": est.notes,
+        "suggestions": [s.to_dict() for s in suggestions],
+        "measured": measured,
+    }
+
+
+def render(result: dict) -> str:
+    """Human summary of an `estimate_for_workspace` result dict (what `python -m pipeline estimate` prints)."""
+    lines = [f"Memory estimate: {result['model']} on {result['device']} "
+             f"(micro-batch padded to {result['seq_len']} tokens, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
+             f"lengths from {result['lengths_source']})"]
+    if result.get("settings"):
+        st = result["settings"]
+        lines.append(f"Settings: quantization {st['quantization']}, LoRA r={st['lora_rank']}, batch {st['batch_size']}, "
+                     f"checkpointing {'on' if st['gradient_checkpointing'] else 'off'}, optimizer {st['optimizer']}, "
+                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}.")
+    if result.get("excluded_rows"):
+        lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
+                     "(train skips them; `build --max-length` drops them from the dataset).")
+    for name, value in result["components"].items():
+        if not value:
+            continue
+        alive = alive_at_peak(name, result["peak_phase"])
+        lines.append(f"  {name:<28} {fmt_bytes(value):>12}{'' if alive else '   (not at the peak)'}")
+    mem = result["device_memory"]
+    lines.append(f"  {'peak (' + result['peak_phase'] + ')':<28} {fmt_bytes(result['total_bytes']):>12}")
+    lines.append(f"Device: {fmt_bytes(mem['total_bytes'])} total, {fmt_bytes(mem['free_bytes'])} free "
+                 f"({mem['source']}); usable {fmt_bytes(mem['usable_bytes'])} after {mem['headroom_note']}.")
+    lines.append(f"Verdict: {result['verdict']} (margin {fmt_bytes(result['margin_bytes'])}, {result['margin_percent']:.1f} %).")
+    for note in result["notes"]:
+        lines.append(f"  note: {note}")
+    if result["suggestions"]:
+        lines.append("To make it fit:")
+        for s in result["suggestions"]:
+            changes = ", ".join(f"{k}={v}" for k, v in s["changes"].items())
+            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])}; cost: {s['cost']}")
+    elif result["verdict"] == "tight":
+        lines.append("It should fit, with under 10 % to spare; no change found that leaves more room.")
+    elif result["verdict"] != "fits":
+        lines.append("No combination of settings fits this device; use a machine with more memory.")
+    if result.get("measured"):
+        m = result["measured"]
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): peak {fmt_bytes(m['peak_bytes'])} "
+                     f"vs estimate {fmt_bytes(result['total_bytes'])} ({m['error_percent']:+.1f} %).")
+    return "\n".join(lines)

@@ -1,0 +1,477 @@
+"""The formulas: bytes of each component of a LoRA fine-tuning step of Gemma 3n, one function per term.
+
+Each function's docstring gives its formula and its source (the transformers / peft / bitsandbytes /
+PyTorch code it follows, or our own measurement, with the constants it uses defined next to it):
+
+  * weights per part: `weights` (bf16, NF4 via `nf4_bytes`, int8 via `int8_bytes`), the loading
+    transient `load_transient`, the dequantization buffer `dequant_workspace`;
+  * LoRA: `lora_targets`, `lora_params`, `trainable_state` (adapters, gradients, optimizer states,
+    fp32 master copies), `optimizer_step_bytes`;
+  * activations: `layer_saved_bytes_per_token` (one decoder layer), `activations` (the decoder,
+    recompute, backward workspace), with `dropout_mask_bytes`;
+  * logits: `logits_loss` (answer positions only);
+  * audio encoder: `audio_encoder_bytes` (frozen transient, or saved tensors with LoRA in it);
+  * allocator retention: `allocator_retention` (glibc's resident heap on CPU);
+  * runtime overhead: `runtime_overhead` (per device).
+
+Pure functions of a `ModelShape`, a `TrainConfig`, the device kind and `EstimateOptions`: no torch.
+How the terms add up into phases and a peak is `pipeline.memory.phases`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.config import TrainConfig
+from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
+from pipeline.memory.shape import ModelShape, part_params
+from pipeline.memory.units import GIB, MIB, dtype_bytes
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights (quantized storage from bitsandbytes' Params4bit / Int8Params)
+
+
+def nf4_bytes(numel: int, *, double_quant: bool = True, blocksize: int = 64) -> float:
+    """Bytes of an NF4-quantized weight of `numel` elements (bitsandbytes `Params4bit`).
+
+    Formula: numel/2 (two 4-bit codes per byte) + absmax per block of 64: fp32 (4 bytes) without
+    double quantization; with it (QLoRA, Dettmers et al. 2023, sec. 3) the absmax is itself
+    quantized to 8 bits (1 byte) in blocks of 256 with one fp32 absmax each. The per-tensor code
+    tables (16 + 256 fp32) are counted by `weights` per matrix.
+    """
+    blocks = math.ceil(numel / blocksize)
+    if double_quant:
+        return numel / 2 + blocks + 4 * math.ceil(blocks / 256)
+    return numel / 2 + 4 * blocks
+
+
+NF4_TABLE_BYTES = 16 * 4 + 256 * 4 + 8  # nf4 code, nested code table, offset (bitsandbytes QuantState)
+
+
+def int8_bytes(numel: int, out_features: int) -> float:
+    """Bytes of an LLM.int8 weight (bitsandbytes `Int8Params`): 1 byte per element + one fp32
+    row scale (SCB) per output row (Dettmers et al. 2022, sec. 3.4)."""
+    return numel + 4 * out_features
+
+
+# Parts that the loader keeps unquantized (FIELD_NOTES "Quantization": the skip list
+# model.audio_tower, model.vision_tower, model.embed_audio, model.embed_vision, lm_head; embeddings
+# are never quantized by any backend). 8-bit also skips per_layer_model_projection (in-place op bug).
+QUANTIZED_PARTS = ("text_decoder", "projections")
+
+
+def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
+    """Dtype of the frozen weights and activations: bf16 on every device (FIELD_NOTES: bf16 or fp32,
+    never fp16; bnb 4-bit uses bf16 compute). A config stored in float32 still loads as bf16."""
+    return "bfloat16"
+
+
+def weights(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> dict[str, int]:
+    """Bytes of the frozen weights on the device, per part.
+
+    Formula per part: non-Linear params x 2 (bf16) + Linear params x (2 for bf16 | NF4 bytes from
+    `nf4_bytes` + code tables | `int8_bytes`) for the parts the quantizer touches
+    (`QUANTIZED_PARTS`; the skip list keeps audio/vision towers, their embedders and lm_head in bf16).
+    The token embedding is counted once (tied to lm_head). Vision tower: 0 with
+    `config.vision_tower` False (`pipeline.training.model.drop_vision_tower`). Per-layer embeddings: 0 on the
+    device with `config.ple_on_cpu` on CUDA (host RAM, `pipeline.training.model.keep_per_layer_embeddings_on_host`).
+    On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
+    table is only read row by row (plus the kernel's read-ahead), so part of it may never become
+    resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
+    Source: transformers `bitsandbytes` quantizer (replaces nn.Linear outside the skip list) and
+    bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
+    """
+    parts = part_params(shape)
+    wb = dtype_bytes(compute_dtype(shape, config, device))
+    out: dict[str, int] = {}
+    for name, pp in parts.items():
+        lin_bytes = pp.linear * wb
+        if name in QUANTIZED_PARTS and config.quantization == "4bit":
+            lin_bytes = nf4_bytes(pp.linear) + pp.linear_count * NF4_TABLE_BYTES
+        elif name in QUANTIZED_PARTS and config.quantization == "8bit":
+            skipped = shape.hidden_size * shape.num_layers * shape.hidden_size_per_layer_input if name == "projections" else 0
+            # out_features summed over matrices ~ params / in_features (h for most)
+            lin_bytes = int8_bytes(pp.linear - skipped, (pp.linear - skipped) // shape.hidden_size) + skipped * wb
+        total = int(lin_bytes + pp.other * wb)
+        if name == "vision_tower" and not config.vision_tower:
+            total = 0
+        if name == "per_layer_embedding" and ple_on_host(config, device):
+            total = 0
+        out[f"weights_{name}"] = total
+    return out
+
+
+def ple_on_host(config: TrainConfig, device: str) -> bool:
+    """Whether the run keeps the per-layer embedding table in host RAM (`ple_on_cpu`, CUDA only)."""
+    return config.ple_on_cpu and device == "cuda"
+
+
+def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
+    """Bytes on the device while loading that the step no longer holds: with `ple_on_cpu` on CUDA
+    the per-layer embedding table (bf16) is loaded onto the GPU with the rest, then moved to host
+    RAM (`pipeline.training.model.load_model`), so the `load` phase holds it on top of the weights. 0 otherwise."""
+    if not ple_on_host(config, device):
+        return 0
+    return part_params(shape)["per_layer_embedding"].total * dtype_bytes(compute_dtype(shape, config, device))
+
+
+def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
+    """With 4/8-bit weights, each quantized Linear is dequantized to bf16 for its matmul (bitsandbytes
+    `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x 2 bytes."""
+    if config.quantization == "none":
+        return 0
+    parts = part_params(shape)
+    return 2 * max(parts["text_decoder"].largest_linear, parts["projections"].largest_linear)
+
+
+# --------------------------------------------------------------------------------------------------
+# LoRA: adapters, gradients, optimizer
+
+
+def lora_targets(shape: ModelShape, targets: str) -> list[tuple[int, int]]:
+    """(in_features, out_features) of every Linear LoRA wraps.
+
+    `language`: q/k/v/o and gate/up/down of every text decoder layer (k/v only where the layer owns
+    them). `language+audio` adds the conformer's q/k/v/post, both feed-forwards' two Linears and the
+    light-conv's linear_start/linear_end. (Regex in pipeline.training.model; FIELD_NOTES "LoRA targets".)
+    """
+    h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
+    mats: list[tuple[int, int]] = []
+    for i in range(shape.num_layers):
+        inter = shape.intermediate_sizes[i]
+        mats += [(h, q), (q, h), (h, inter), (h, inter), (inter, h)]
+        if i < shape.kv_owner_layers:
+            mats += [(h, kv), (h, kv)]
+    if targets == "language+audio":
+        ha = shape.audio_hidden
+        for _ in range(shape.audio_layers):
+            mats += [(ha, ha)] * 4 + [(ha, 4 * ha), (4 * ha, ha)] * 2 + [(ha, 2 * ha), (ha, ha)]
+    return mats
+
+
+def lora_params(shape: ModelShape, config: TrainConfig) -> int:
+    """Trainable LoRA parameters: sum over wrapped Linears of r * (in + out) (Hu et al. 2021, LoRA:
+    A is r x in, B is out x r). E2B, r=16, language targets: ~19.7 M (FIELD_NOTES ~20 M)."""
+    return sum(config.lora_rank * (i + o) for i, o in lora_targets(shape, config.lora_targets))
+
+
+def trainable_state(shape: ModelShape, config: TrainConfig, options: EstimateOptions) -> dict[str, int]:
+    """Bytes of LoRA weights, their gradients, optimizer states and fp32 master copies.
+
+    * `lora_params` = P x adapter bytes (fp32: peft upcasts adapters on a bf16 base).
+    * `lora_grads` = P x adapter bytes (alive between micro-batches of gradient accumulation).
+    * `optimizer_states`: `adamw` 2 fp32 moments = 8 P (torch.optim.AdamW); `adamw_8bit`
+      (bitsandbytes AdamW8bit) 2 bytes per element + fp32 absmax per 256-block for tensors of at least
+      4,096 elements (`min_8bit_size`), 8 bytes per element below that; `adafactor` (transformers
+      Adafactor, beta1=None): factored second moment, (rows + cols) x 4 bytes per matrix.
+    * `lora_master_fp32`: 4 P when adapters are kept in bf16/fp16 (mixed precision keeps an fp32
+      master copy); 0 with fp32 adapters (they are their own master copy).
+    """
+    r = config.lora_rank
+    ab = dtype_bytes(options.adapter_dtype)
+    mats = []
+    for i, o in lora_targets(shape, config.lora_targets):
+        mats += [(r, i), (o, r)]
+    numel = sum(a * b for a, b in mats)
+    if config.optimizer == "adamw":
+        opt = 8 * numel
+    elif config.optimizer == "adamw_8bit":
+        opt = 0
+        for a, b in mats:
+            n = a * b
+            opt += 2 * n + 2 * 4 * math.ceil(n / 256) if n >= 4096 else 8 * n
+    else:
+        opt = sum(4 * (a + b) for a, b in mats)
+    master = 4 * numel if ab < 4 else 0
+    return {"lora_params": numel * ab, "lora_grads": numel * ab, "optimizer_states": opt, "lora_master_fp32": master}
+
+
+def optimizer_step_bytes(state: dict[str, int], config: TrainConfig) -> int:
+    """Temporaries of the optimizer step: torch's foreach AdamW allocates one fp32 buffer per
+    parameter for sqrt(v) + eps (torch/optim/adamw.py `_multi_tensor_adamw`); gradient clipping's
+    foreach norm adds a small one. 8-bit AdamW and Adafactor update in place (their kernels),
+    so ~0 beyond a per-tensor scratch."""
+    if config.optimizer == "adamw":
+        return state["lora_params"]
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Activations saved for backward (Gemma3nTextDecoderLayer.forward)
+
+
+# Model-level activation constants (bytes per token per hidden unit, in compute-dtype units),
+# measured with torch.autograd.graph.saved_tensors_hooks on random Gemma 3n configs (hidden 256 and
+# 512): the AltUp un-embedding's magnitude normalisation and the final RMSNorm save ~12 h elements
+# per token; with enable_input_require_grads (gradient checkpointing) the AltUp embedding
+# projections also save theirs (~9 h more).
+FINAL_SAVED_H_ELEMS = 12
+INPUT_GRAD_SAVED_H_ELEMS = 9
+
+# Backward working set of one decoder layer (gradients of its largest intermediates alive while
+# that layer runs backward), in elements per token: 3 of the MLP width (d act, d up, d gate) and
+# 2 of the AltUp stack (incoming and outgoing gradient). From the autograd formulas of the MLP
+# (Gemma3nTextMLP.forward) and AltUp.correct; calibrated on CPU (benchmarks/memory_accuracy.py).
+BACKWARD_MLP_ELEMS = 3
+BACKWARD_STACK_COPIES = 2
+# Eager attention's backward adds, at the step's peak, this many bytes per (head, query, key)
+# probability beyond the probabilities each layer saved (fp32 softmax + bf16 copy, counted in
+# `layer_saved_bytes_per_token`). The autograd formulas would allow up to 10 (fp32 softmax
+# gradient, its input copy, the bf16 gradient), but they are never all alive at the peak, because by
+# the time attention runs backward the layer's MLP tensors are freed. Measured: second difference of
+# peak RSS over 1,024 / 2,048 / 3,072 tokens on the mid-size model without checkpointing with
+# MALLOC_MMAP_THRESHOLD_ fixed (RSS = live tensors): 209 B per token^2 against 196 for the saved
+# probabilities and masks, i.e. 3.25 per probability. With checkpointing the same sweep measured 26
+# B per token^2 where this model gives 40 (+6 % at 3,072 tokens, +3 % at 2,048).
+EAGER_BACKWARD_BYTES_PER_PROB = 3
+
+
+def dropout_mask_bytes(config: TrainConfig, device: str, options: EstimateOptions) -> int:
+    """Bytes per element of the LoRA dropout mask saved for backward: 0 without dropout; on CPU
+    ATen's non-fused dropout saves a noise tensor in the input dtype (fp32 adapters: 4 bytes,
+    aten/src/ATen/native/Dropout.cpp `_dropout_impl`); on CUDA/MPS `native_dropout` saves a bool
+    mask (1 byte)."""
+    if config.lora_dropout <= 0.0:
+        return 0
+    return dtype_bytes(options.adapter_dtype) if device == "cpu" else 1
+
+
+def layer_saved_bytes_per_token(
+    shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, layer: int, seq_len: int
+) -> int:
+    """Bytes per token saved for backward by decoder layer `layer` without checkpointing.
+
+    Read off `Gemma3nTextDecoderLayer.forward` (transformers 5.24) and checked tensor by tensor with
+    `torch.autograd.graph.saved_tensors_hooks` (within 0.5 % on hidden 256/512 configs):
+      * 8 RMSNorms on the hidden width (input, laurel, post-attention, pre/post feed-forward,
+        post per-layer-input, AltUp router twice) upcast to fp32 and save it: 8 (4h + 8);
+        q_norm/k_norm/v_norm on the heads: 4 q + 8 heads, 4 kv + 8 kv_heads each (owners only);
+      * AltUp predict/correct keep the n-stream stack twice: 2 n h c (+ tiny coefficient tensors);
+      * LoRA on each wrapped Linear (fp32 adapters, peft `Linear.forward` casts x to fp32):
+        (a + m) in + a r (a = adapter bytes, m = dropout mask bytes, see `dropout_mask_bytes`);
+        frozen base Linears save no input (their weights need no gradient);
+      * attention: SDPA saves q, k, v (kv heads; shared layers reuse another layer's k/v), its output
+        and the logsumexp: 2 q c + 2 kv c + 4 heads; eager saves q and the repeated k and v
+        (3 q c), the fp32 softmax and its bf16 copy: heads x seq x (4 + c) (the quadratic term);
+      * MLP: gelu input, gelu output and up output, 3 I c (+ I c for the top-k sparse layers);
+      * per-layer input gate: p c.
+    c = compute dtype bytes (bf16: 2).
+    """
+    h, q, kv, p, n = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.hidden_size_per_layer_input, shape.altup_num_inputs
+    inter = shape.intermediate_sizes[layer]
+    c = dtype_bytes(compute_dtype(shape, config, device))
+    a = dtype_bytes(options.adapter_dtype)
+    m = dropout_mask_bytes(config, device, options)
+    r = config.lora_rank
+    owner = layer < shape.kv_owner_layers
+    total = 8 * (4 * h + 8) + (4 * q + 8 * shape.num_heads)
+    if owner:
+        total += 2 * (4 * kv + 8 * shape.num_kv_heads)
+    total += 2 * n * h * c + 8 * n + n * n * c + n * c
+    lora_in = [h, h, h, q, inter] + ([h, h] if owner else [])
+    total += sum((a + m) * i + a * r for i in lora_in)
+    if options.attn_implementation == "eager":
+        total += 3 * q * c + shape.num_heads * seq_len * (4 + c)
+    else:
+        total += 2 * q * c + (2 * kv * c if owner else 0) + 4 * shape.num_heads
+    total += 3 * inter * c + (inter * c if layer < shape.sparse_layers else 0)
+    total += p * c
+    return total
+
+
+def activations(
+    shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, seq_len: int
+) -> dict[str, int]:
+    """Bytes of activations alive at the start of backward for one micro-batch of
+    `batch_size` rows padded to `seq_len` (the longest kept row), excluding the logits.
+
+    * `activations_decoder`: without checkpointing, the sum of `layer_saved_bytes_per_token` over
+      the layers; with gradient checkpointing (use_reentrant=False) each layer keeps only its input,
+      the n-stream AltUp stack, n h c per token (measured 2,048 B/token at h=256: exact).
+      Plus, once: the per-layer inputs (L p c), the rotary tables and attention masks (2 masks of
+      seq x seq x c per row, full and sliding), the final AltUp un-embedding + norm (~12 h c; with
+      enable_input_require_grads under checkpointing, ~9 h c more for the embedding side).
+    * `activations_recompute`: with checkpointing, backward re-runs one layer, whose saved tensors
+      (the largest layer's `layer_saved_bytes_per_token`) are alive next to the checkpoints.
+    * `backward_workspace`: gradients of one layer's largest intermediates while it runs backward,
+      (3 I + 2 n h) c per token (Gemma3nTextMLP / AltUp autograd formulas), plus with eager
+      attention the gradients of the (heads, seq, seq) probabilities at the peak, heads x seq x
+      `EAGER_BACKWARD_BYTES_PER_PROB` (measured).
+    All x batch_size x seq_len.
+    """
+    tokens = config.batch_size * seq_len
+    c = dtype_bytes(compute_dtype(shape, config, device))
+    h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
+    per_layer = [layer_saved_bytes_per_token(shape, config, device, options, i, seq_len) for i in range(L)]
+    once = L * p * c + FINAL_SAVED_H_ELEMS * h * c + 2 * seq_len * c + 2 * 2 * shape.head_dim * c
+    if config.gradient_checkpointing:
+        once += INPUT_GRAD_SAVED_H_ELEMS * h * c
+        decoder = L * n * h * c + once
+        recompute = max(per_layer)
+    else:
+        decoder = sum(per_layer) + once
+        recompute = 0
+    workspace = (BACKWARD_MLP_ELEMS * max(shape.intermediate_sizes) + BACKWARD_STACK_COPIES * n * h) * c
+    if options.attn_implementation == "eager":
+        workspace += shape.num_heads * seq_len * EAGER_BACKWARD_BYTES_PER_PROB
+    return {
+        "activations_decoder": decoder * tokens,
+        "activations_recompute": recompute * tokens,
+        "backward_workspace": workspace * tokens,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Logits and loss
+
+
+def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, answer_tokens: int) -> int:
+    """Bytes of the logits and loss tensors alive at their peak (start of backward), for
+    batch_size x answer_tokens positions over the V-entry vocabulary (262,400 for Gemma 3n).
+
+    Positions: `pipeline.training.train.answer_loss` passes `logits_to_keep` as a boolean (B, T) mask that
+    keeps position t when label t+1 is supervised, so a row contributes exactly its supervised
+    count (answer tokens + `<end_of_turn>`; the answer never starts at position 0) and the logits
+    are (N, V) with N = the batch's supervised tokens <= batch_size x the longest answer, the bound
+    used here (the training code's worst-case batch is the longest rows, whose answers may be
+    shorter than the longest answer). Prompt and audio positions get no logits.
+
+    Copies, following `Gemma3nForConditionalGeneration.forward` and `ForCausalLMLoss`
+    (transformers/loss/loss_utils.py): lm_head output (bf16) / 30 -> tanh (saved for backward: c)
+    -> x 30 (the returned `logits`: c, alive while the loop keeps `outputs`) -> `.float()` (fp32,
+    freed after log_softmax) -> log_softmax output (saved: 4). At the start of backward the
+    nll_loss gradient (4) and the log_softmax gradient (4) are alive with it:
+    V x (c + 4 + 4 + 4 [+ c if logits kept]) per position = 14-16 bytes, 3.7-4.2 MB per token for
+    E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient), per supervised position.
+    The (N, h) gather of the final hidden states and its gradient are h-sized, counted nowhere.
+    """
+    c = dtype_bytes(compute_dtype(shape, config, device))
+    per_pos = c + 12 + (c if options.keep_logits else 0)
+    return shape.vocab_size * per_pos * config.batch_size * answer_tokens
+
+
+# --------------------------------------------------------------------------------------------------
+# Audio encoder
+
+
+MEL_FRAMES_PER_SECOND = 100  # Gemma3nAudioFeatureExtractor: hop 160 samples at 16 kHz.
+# Frozen audio encoder transient: bytes per subsampled frame per audio hidden unit, plus a fixed
+# part. The conformer (Gemma3nAudioConformerBlock) runs with no graph when frozen, so only one
+# block's intermediates (chunked local attention with relative positions, the 4h feed-forward,
+# fp32 norms) are alive. Measured here on E2B's 12-block, h=1536 conformer in bf16 (peak RSS over
+# the forward): 110 MiB for a 10 s clip (250 frames), 292 MiB for 30 s (750 frames).
+AUDIO_FROZEN_BYTES_PER_FRAME_PER_H = 248
+AUDIO_FROZEN_FIXED_BYTES = 19 * 1024**2
+# With LoRA inside the conformer every block keeps its saved tensors. The LoRA part follows the
+# wrapped Linears (inputs q/k/v/post/linear_start/linear_end: h each, two feed-forwards: h and 4h,
+# so 16 h per frame per block at (adapter + mask) bytes); the frozen rest (fp32 norm inputs,
+# attention blocks, conv) was measured with saved_tensors_hooks on E2B's conformer: 86 bytes per
+# frame per h per block (2.83 GiB in all for a 30 s clip with r=16 and CPU dropout masks).
+AUDIO_LORA_INPUT_H = 16
+AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
+
+
+def audio_encoder_bytes(
+    shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, clip_s: float
+) -> dict[str, int]:
+    """Audio encoder activations for the longest clip, per micro-batch.
+
+    Frames after the 4x convolutional subsampling: F = ceil(min(clip, 30 s) x 100 / 4).
+    * frozen (`language` targets): only one conformer block's intermediates are alive (no graph):
+      `audio_encoder_transient` = batch x (248 x h_a x F + 19 MiB) (measured, see the constants).
+    * with LoRA in the conformer (`language+audio`): every block keeps its saved tensors through
+      the decoder's forward and backward (transformers' gradient checkpointing does not cover the
+      conformer): `audio_encoder_saved` = batch x layers x F x h_a x (86 + 16 (a + m)) + LoRA
+      rank terms, with a, m the adapter and dropout-mask bytes (`dropout_mask_bytes`).
+    """
+    if clip_s <= 0:
+        return {"audio_encoder_transient": 0, "audio_encoder_saved": 0}
+    frames = math.ceil(min(clip_s, MAX_CLIP_S) * MEL_FRAMES_PER_SECOND / 4)
+    b = config.batch_size
+    ha = shape.audio_hidden
+    transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
+    saved = 0
+    if config.lora_targets == "language+audio":
+        a = dtype_bytes(options.adapter_dtype)
+        m = dropout_mask_bytes(config, device, options)
+        per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank
+        saved = per_frame_layer * shape.audio_layers * frames * b
+    return {"audio_encoder_transient": transient, "audio_encoder_saved": saved}
+
+
+# --------------------------------------------------------------------------------------------------
+# Allocator retention
+
+
+# CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
+# the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
+# activation-sized tensors below that are served from the heap, and memory freed in the middle of
+# the heap stays resident. Retained bytes beyond live tensors at the peak were measured as
+# (peak RSS with glibc's default) - (peak RSS with MALLOC_MMAP_THRESHOLD_=65536, where RSS follows
+# live tensors and the tensor-level estimate is within -6..+1 %) on benchmarks/memory_accuracy.py's
+# grid (tiny, mid-size; 2-5 runs per row) and on full-size E2B (bf16, 256 tokens, with and without
+# checkpointing; 4-bit, 512 tokens, a 30 s clip). Per token of the micro-batch they follow
+#     a x I + b x L x h    (I = widest MLP, L = decoder layers, h = hidden size)
+# one layer's MLP-width temporaries plus hidden-width temporaries left behind by every layer, with
+# (a, b) = (133, 54) bytes with gradient checkpointing (each layer's intermediates are freed at once
+# and reused by the next layer) and (45, 128) without; least squares weighted by 1 / measured peak.
+# A term in I alone fitted the small models as well but left E2B 8-13 % low (its L x h / I is 7.5x
+# the small models'). Run to run the retained heap varies by +-0.1-0.3 GiB (thread timing), which the
+# benchmark shows as a range. Not modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB,
+# i.e. over 2,048 tokens per micro-batch on E2B) is always mmapped and never retained, so very long
+# rows there are overestimated.
+CPU_HEAP_RETENTION_PER_TOKEN = {True: (133, 54), False: (45, 128)}
+"""gradient_checkpointing -> (bytes per MLP unit, bytes per hidden unit per layer), per token."""
+
+
+def allocator_retention(
+    shape: ModelShape, config: TrainConfig, device: str, seq_len: int, options: EstimateOptions | None = None
+) -> int:
+    """Memory the allocator keeps resident beyond live tensors during forward and backward (bytes).
+
+    CPU (glibc malloc): batch_size x seq_len x (a x I + b x L x h) with (a, b) =
+    CPU_HEAP_RETENTION_PER_TOKEN[gradient_checkpointing] (measured, see the constant), I the widest
+    MLP, L the decoder layers, h the hidden size; 0 when `options.cpu_heap_retention` is False (a
+    process whose RSS follows its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536). CUDA:
+    the caching allocator's slack is in the runtime overhead. MPS: not measured, 0.
+    """
+    if device != "cpu" or (options is not None and not options.cpu_heap_retention):
+        return 0
+    per_mlp_unit, per_layer_hidden_unit = CPU_HEAP_RETENTION_PER_TOKEN[bool(config.gradient_checkpointing)]
+    per_token = per_mlp_unit * max(shape.intermediate_sizes) + per_layer_hidden_unit * shape.num_layers * shape.hidden_size
+    return config.batch_size * seq_len * per_token
+
+
+# --------------------------------------------------------------------------------------------------
+# Runtime overhead
+
+
+# Runtime overhead per device (bytes) that is not a tensor of ours.
+# cpu: measured here (torch 2.14.1, transformers 5.24, peft 0.21, bitsandbytes 0.50, Linux x86-64):
+#      the resident memory of a Python process after importing them is 870 MiB (the probe's
+#      `baseline_rss_bytes`, 912 MB on every run of benchmarks/memory_accuracy.py), and the model's
+#      Python objects, peft wrappers, the Trainer and oneDNN kernel caches add ~75 MiB (peak RSS of a
+#      step of the tiny model, 958-975 MiB, minus its ~20 MiB of tensors).
+# cuda: CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack. Public reports for
+#      PyTorch 2.x on Ampere/Hopper put the context at 0.4-0.6 GiB; not measured in this session
+#      (no GPU was lent): 0.75 GiB includes allocator block rounding.
+# mps: Metal command buffers and MPSGraph caches; not measured here (no Mac): 0.5 GiB assumed.
+CPU_IMPORT_BASELINE_BYTES = 870 * MIB
+CPU_RUNTIME_OBJECTS_BYTES = 75 * MIB
+RUNTIME_OVERHEAD_BYTES = {
+    "cpu": CPU_IMPORT_BASELINE_BYTES + CPU_RUNTIME_OBJECTS_BYTES,
+    "cuda": int(0.75 * GIB),
+    "mps": int(0.5 * GIB),
+}
+RUNTIME_OVERHEAD_NOTE = {
+    "cpu": "measured: RSS of Python + torch/transformers/peft (870 MiB) and the model's objects (75 MiB)",
+    "cuda": "assumed from public reports of CUDA context + allocator slack (no GPU measured here)",
+    "mps": "assumed (no Mac measured here)",
+}
+
+
+def runtime_overhead(device: str) -> int:
+    """Bytes the runtime holds on `device` that are not tensors of ours (`RUNTIME_OVERHEAD_BYTES`:
+    measured on CPU, assumed from public reports on CUDA and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
+    return RUNTIME_OVERHEAD_BYTES[device]
