@@ -1,7 +1,8 @@
 """Handler-level tests of the app: bad input from the UI gives a clear `gr.Error` and changes nothing saved.
 
-The handlers are the methods of `app.TutorApp` that the buttons call; these tests call them the way
-Gradio does (widget values in, widget values out), without a browser.
+The handlers are the methods of `ui.tutor_app.TutorApp` (each tab's handlers, `ui/*_tab.py`) that the
+buttons call; these tests call them the way Gradio does (widget values in, widget values out),
+without a browser.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import app as app_module  # noqa: E402
-from app import TutorApp, config_from_values  # noqa: E402
+from ui import common, samples_tab  # noqa: E402
+from ui.common import config_from_values  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
 
 RATE = 16000
 
@@ -143,15 +146,15 @@ def test_edit_then_delete_a_sample(ui):
 
 
 def test_widget_values_become_a_validated_config():
-    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     values.update(lora_rank=8.0, batch_size=2.0, max_steps=-1.0, learning_rate=1e-4)
-    config = config_from_values([values[name] for name in app_module.CONFIG_FIELDS])
+    config = config_from_values([values[name] for name in common.CONFIG_FIELDS])
     assert config.lora_rank == 8 and isinstance(config.lora_rank, int) and config.batch_size == 2
 
 
 def test_bad_setting_from_the_ui_becomes_gr_error(ui):
-    values = [getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS]
-    values[app_module.CONFIG_FIELDS.index("max_length")] = 100
+    values = [getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS]
+    values[common.CONFIG_FIELDS.index("max_length")] = 100
     with pytest.raises(gr.Error) as excinfo:
         ui.start_training("run-bad", *values)
     assert_error(excinfo, "max-length", "256")
@@ -208,7 +211,7 @@ def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model
     assert memory_max["value"] >= 256
     # Reopening the page shows the same build.
     assert ui.dataset_on_load()[0] == text
-    restored = dict(zip(app_module.CONFIG_FIELDS, ui.restore_settings()))
+    restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
     assert restored["model"].value == str(tiny_model_dir) and restored["max_length"]["value"] == memory_max["value"]
 
 
@@ -241,7 +244,8 @@ def test_hub_login_advice_names_the_current_hf_cli(tmp_path):
     """huggingface_hub 1.x+ ships `hf` (`hf auth login`); the old `huggingface-cli` is gone."""
     note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
     assert "`hf auth login`" in note
-    for path in [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "pipeline").glob("*.py"))]:
+    for path in [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "ui").glob("*.py")),
+                 *sorted((REPO_ROOT / "pipeline").rglob("*.py"))]:
         assert "huggingface-cli" not in path.read_text(encoding="utf-8"), path
 
 
@@ -256,10 +260,10 @@ def test_launch_flags_default_to_localhost_only():
 
 
 def _settings(model: str, **changes):
-    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     values.update(model=model, device="cpu", batch_size=1, grad_accum=1, max_steps=3, eval_steps=0, save_steps=1)
     values.update(changes)
-    return [values[name] for name in app_module.CONFIG_FIELDS]
+    return [values[name] for name in common.CONFIG_FIELDS]
 
 
 def test_starting_training_without_a_dataset_is_refused(ui, tiny_model_dir):
@@ -295,7 +299,7 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
         deadline = time.time() + 120
         while not (ui.ws.run_dir("first") / "config.json").exists() and time.time() < deadline:
             time.sleep(0.5)  # the training process writes its config.json when it starts
-        restored = dict(zip(app_module.CONFIG_FIELDS, ui.restore_settings()))
+        restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
         assert restored["max_steps"]["value"] == 50 and restored["grad_accum"]["value"] == 1, "its settings return"
     finally:
         request_stop(ui.ws, "first", wait=True, timeout_s=5)  # STOP file, then kill: keeps the test short
@@ -310,19 +314,19 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
 def test_estimate_and_one_click_suggestion(tmp_path):
     """A run that does not fit a 16 GB budget gets suggestions; applying one sets only its settings."""
     ui = TutorApp(tmp_path / "ws")
-    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     values.update(model="google/gemma-3n-E2B-it", device="cpu", batch_size=4, gradient_checkpointing=False,
                   max_length=512)
     figure, verdict, table, hint, suggestions, *buttons = ui.estimate(
-        16, *[values[name] for name in app_module.CONFIG_FIELDS])
+        16, *[values[name] for name in common.CONFIG_FIELDS])
     assert "Does not fit" in verdict and suggestions and "Make it fit" in hint
     assert figure.axes[0].patches, "the stacked bar is drawn"
     assert buttons[0].visible and buttons[0].value.startswith("Apply:")
     updates = ui.apply_suggestion(0, suggestions)
-    changed = {name: u["value"] for name, u in zip(app_module.CONFIG_FIELDS, updates) if "value" in u}
-    assert changed == {k: v for k, v in suggestions[0]["changes"].items() if k in app_module.CONFIG_FIELDS}
+    changed = {name: u["value"] for name, u in zip(common.CONFIG_FIELDS, updates) if "value" in u}
+    assert changed == {k: v for k, v in suggestions[0]["changes"].items() if k in common.CONFIG_FIELDS}
     values.update(changed)
-    verdict = ui.estimate(16, *[values[name] for name in app_module.CONFIG_FIELDS])[1]
+    verdict = ui.estimate(16, *[values[name] for name in common.CONFIG_FIELDS])[1]
     assert "Fits" in verdict
 
 
@@ -364,12 +368,12 @@ def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir
 def test_import_layouts_offered_are_the_importers_formats():
     from pipeline.data.importers import FORMATS
 
-    assert set(app_module.IMPORT_FORMATS) == {"auto", *FORMATS}
+    assert set(samples_tab.IMPORT_FORMATS) == {"auto", *FORMATS}
 
 
 def test_cancelled_delete_changes_nothing(ui):
     before = manifest_bytes(ui)
-    status, *rest = ui.delete_sample(app_module._CANCELLED)
+    status, *rest = ui.delete_sample(samples_tab.CANCELLED)
     assert status == "Nothing deleted." and manifest_bytes(ui) == before
 
 
@@ -382,22 +386,22 @@ def test_local_models_and_settings_survive_a_reload(tmp_path):
     local.mkdir(parents=True)
     (local / "config.json").write_text("{}", encoding="utf-8")
     (ui.ws.root / "models" / "not-a-model").mkdir()
-    values = {name: getattr(app_module.DEFAULTS, name) for name in app_module.CONFIG_FIELDS}
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     values.update(model=str(local), lora_rank=4.0, batch_size=2.0, gradient_checkpointing=False, max_length=512.0)
-    summary = ui.settings_summary(*[values[name] for name in app_module.CONFIG_FIELDS])
+    summary = ui.settings_summary(*[values[name] for name in common.CONFIG_FIELDS])
     assert "✗" not in summary
     # A bad value shows what is wrong and keeps the last valid settings on disk.
     bad = dict(values, max_length=100)
-    assert "✗" in ui.settings_summary(*[bad[name] for name in app_module.CONFIG_FIELDS])
+    assert "✗" in ui.settings_summary(*[bad[name] for name in common.CONFIG_FIELDS])
 
     reloaded = TutorApp(tmp_path / "ws")  # a fresh page / app start on the same workspace
     assert str(local) in reloaded.model_choices() and not any("not-a-model" in c for c in reloaded.model_choices())
-    restored = dict(zip(app_module.CONFIG_FIELDS, reloaded.restore_settings()))
+    restored = dict(zip(common.CONFIG_FIELDS, reloaded.restore_settings()))
     assert restored["model"].value == str(local) and str(local) in restored["model"].choices[-1]
     assert restored["lora_rank"]["value"] == 4 and restored["batch_size"]["value"] == 2
     assert restored["max_length"]["value"] == 512 and restored["gradient_checkpointing"]["value"] is False
     restored_values = [restored[name]["value"] if name != "model" else restored[name].value
-                       for name in app_module.CONFIG_FIELDS]
+                       for name in common.CONFIG_FIELDS]
     assert reloaded.settings_summary(*restored_values) == summary, "the Train tab's summary is what runs next"
 
 

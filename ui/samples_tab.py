@@ -1,0 +1,233 @@
+"""Tab 1, Samples: record or upload a clip, check it, save it; import a folder or the sample pack; edit, delete.
+
+Failures show as "✗ message" in the tab's status panel (`ui_errors(message_at=...)`) rather than as a
+raised `gr.Error`, which would mark the sample library and the audio input as errored until reload.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from pipeline.errors import AudioError, ImportFormatError, SampleError
+from ui import formatting as fmt
+from ui.common import REPO_ROOT, progress_callback, ui_errors
+from ui.state import AppState
+
+SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
+IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+CANCELLED = "__cancelled__"
+# Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
+_CONFIRM_DELETE_JS = (
+    "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
+    f" ? id : '{CANCELLED}'"
+)
+
+
+class SamplesHandlers:
+    """The Samples tab's handlers: each takes widget values, calls the sample library, returns widget values."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    @property
+    def ws(self):
+        """The workspace the sample library lives in."""
+        return self.state.ws
+
+    @ui_errors(message_at=0, outputs=1)
+    def check_clip(self, audio: Any) -> str:
+        """Decode and check a recording/upload; returns the check results (or what failed) as Markdown."""
+        from pipeline.data.audio import load_audio
+
+        if audio is None:
+            raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
+        clip = load_audio(audio, name=_clip_name(audio))
+        return fmt.checks_markdown(clip.report)
+
+    @ui_errors(message_at=0, outputs=3)
+    def save_sample(self, audio: Any, target_text: str, feedback: str, speaker: str, trim: bool = False):
+        """Check and save a new sample; returns (status, samples table, cleared audio).
+
+        On a `PipelineError` only the status shows what failed; the table and the audio stay as they are.
+        """
+        from pipeline.data.samples import SampleLibrary
+
+        source = "microphone" if isinstance(audio, tuple) else _clip_name(audio)
+        sample = SampleLibrary(self.ws).add(
+            audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
+            source=source, trim=bool(trim),
+        )
+        status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + fmt.checks_markdown(
+            sample.checks, title="Saved clip"
+        )
+        return status, self.samples_table(), None
+
+    @ui_errors
+    def samples_table(self):
+        """The sample library as a table (one row per sample)."""
+        from pipeline.data.samples import SampleLibrary
+
+        return fmt.samples_frame(SampleLibrary(self.ws).list())
+
+    @ui_errors(message_at=5, outputs=6)
+    def select_sample(self, table: Any, evt: gr.SelectData):
+        """Load the clicked sample into the editor: (id, audio path, target, feedback, speaker, checks)."""
+        from pipeline.data.samples import SampleLibrary
+
+        row = evt.row_value if evt is not None and evt.row_value else None
+        if not row:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        library = SampleLibrary(self.ws)
+        sample = library.get(str(row[0]))
+        return (
+            sample.id,
+            str(library.audio_path(sample)),
+            sample.target_text,
+            sample.feedback,
+            sample.speaker or "",
+            fmt.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
+        )
+
+    @ui_errors(message_at=0, outputs=2)
+    def update_sample(self, sample_id: str, target_text: str, feedback: str, speaker: str):
+        """Save edits of the selected sample; returns (status, samples table)."""
+        from pipeline.data.samples import SampleLibrary
+
+        if not sample_id:
+            raise SampleError("No sample selected: click a sample in the table first, then edit it.")
+        sample = SampleLibrary(self.ws).update(
+            sample_id, target_text=target_text or "", feedback=feedback or "", speaker=speaker or None
+        )
+        return f"Saved changes to **{sample.id}**.", self.samples_table()
+
+    @ui_errors(message_at=0, outputs=8)
+    def delete_sample(self, sample_id: str):
+        """Delete the selected sample and its audio; returns (status, table, cleared editor fields)."""
+        from pipeline.data.samples import SampleLibrary
+
+        if sample_id == CANCELLED:
+            return ("Nothing deleted.",) + (gr.skip(),) * 7
+        if not sample_id:
+            raise SampleError("No sample selected: click a sample in the table first, then delete it.")
+        removed = SampleLibrary(self.ws).delete(sample_id)
+        return f"Deleted **{removed.id}**.", self.samples_table(), "", None, "", "", "", ""
+
+    @ui_errors(message_at=0, outputs=3)
+    def import_folder(self, folder: str, format_name: str, trim: bool = False,
+                      progress: gr.Progress = gr.Progress()):
+        """Import every clip of a folder (any supported layout); returns (summary, per-file table, samples).
+
+        `trim=True` keeps the first 30 s of longer clips instead of refusing them. On a `PipelineError`
+        only the summary shows what failed; the per-file table and the sample library stay as they are.
+        """
+        from pipeline.data.importers import import_folder
+
+        if not folder or not str(folder).strip():
+            raise ImportFormatError("No folder given: type the path of a folder on this computer, "
+                                    "e.g. /home/me/recordings.")
+        source = str(Path(str(folder).strip()).expanduser())
+        report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
+                               trim=bool(trim))
+        return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
+                self.samples_table())
+
+    def load_sample_pack(self, progress: gr.Progress = gr.Progress()):
+        """One click: import the bundled `sample_data/` pack (real speechocean762 clips, with attribution)."""
+        summary, table, samples = self.import_folder(str(SAMPLE_PACK_DIR), "auto", False, progress)
+        if summary.startswith("**✗"):
+            return summary, table, samples
+        return summary + "\n\n" + _sample_pack_attribution(), table, samples
+
+
+def _clip_name(audio: Any) -> str | None:
+    if isinstance(audio, (str, os.PathLike)):
+        return Path(audio).name
+    if isinstance(audio, dict) and audio.get("path"):
+        return Path(audio["path"]).name
+    return None
+
+
+def _sample_pack_attribution() -> str:
+    return (
+        "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
+        "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
+        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`."
+    )
+
+
+def samples_tab(handlers: SamplesHandlers) -> None:
+    """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab)."""
+    with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
+        with gr.Row(equal_height=True):
+            pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
+                                    elem_id="load-pack", scale=0, min_width=340)
+            gr.Markdown("New here? Load a few real learner recordings with expert feedback and try every "
+                        "step at once.")
+        with gr.Row():
+            with gr.Column(scale=1):
+                gr.Markdown("### Add a recording")
+                audio_in = gr.Audio(sources=["microphone", "upload"], type="filepath",
+                                    label="Record or upload a clip (0.3–30 s)", elem_id="sample-audio")
+                target_in = gr.Textbox(label="Target sentence (what the learner was asked to read)",
+                                       elem_id="sample-target")
+                feedback_in = gr.Textbox(label="Tutor feedback (what a good tutor would say)", lines=4,
+                                         elem_id="sample-feedback")
+                speaker_in = gr.Textbox(label="Speaker (optional; keeps each learner in one split)",
+                                        elem_id="sample-speaker")
+                save_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
+                                        elem_id="save-trim")
+                with gr.Row():
+                    check_button = gr.Button("Check clip", elem_id="check-clip")
+                    save_button = gr.Button("Save sample", variant="primary", elem_id="save-sample")
+            with gr.Column(scale=1):
+                checks_out = gr.Markdown("Record or upload a clip, then **Check clip**.", elem_id="checks")
+        with gr.Accordion("Import a folder", open=False, elem_id="import-accordion"):
+            with gr.Row():
+                folder_in = gr.Textbox(label="Folder on this computer", scale=3, elem_id="import-folder",
+                                       placeholder="/home/me/recordings")
+                format_in = gr.Dropdown(list(IMPORT_FORMATS), value="auto", label="Layout", scale=1,
+                                        info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
+                                             "audio + .txt")
+                import_button = gr.Button("Import", scale=0, elem_id="import-button")
+            import_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
+                                      elem_id="import-trim")
+        import_summary = gr.Markdown(elem_id="import-summary")
+        import_table = gr.Dataframe(fmt.import_report_frame({}), label="Per-file report", interactive=False,
+                                    visible=False, elem_id="import-report", max_height=240)
+        gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it.")
+        samples_df = gr.Dataframe(handlers.samples_table, label="Sample library", interactive=False,
+                                  elem_id="samples-table", max_height=360, wrap=True,
+                                  column_widths=["14%", "9%", "8%", "24%", "30%", "15%"])
+        with gr.Row():
+            with gr.Column(scale=1):
+                edit_id = gr.Textbox(label="Selected sample", interactive=False, elem_id="edit-id")
+                edit_audio = gr.Audio(label="Playback", type="filepath", interactive=False, elem_id="edit-audio")
+                edit_checks = gr.Markdown()
+            with gr.Column(scale=1):
+                edit_target = gr.Textbox(label="Target sentence", elem_id="edit-target")
+                edit_feedback = gr.Textbox(label="Tutor feedback", lines=5, elem_id="edit-feedback")
+                edit_speaker = gr.Textbox(label="Speaker", elem_id="edit-speaker")
+                with gr.Row():
+                    update_button = gr.Button("Save changes", elem_id="update-sample")
+                    delete_button = gr.Button("Delete sample", variant="stop", elem_id="delete-sample")
+                edit_status = gr.Markdown(elem_id="edit-status")
+
+    check_button.click(handlers.check_clip, inputs=audio_in, outputs=checks_out)
+    audio_in.stop_recording(handlers.check_clip, inputs=audio_in, outputs=checks_out)
+    audio_in.upload(handlers.check_clip, inputs=audio_in, outputs=checks_out)
+    save_button.click(handlers.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in, save_trim],
+                      outputs=[checks_out, samples_df, audio_in])
+    pack_button.click(handlers.load_sample_pack, outputs=[import_summary, import_table, samples_df])
+    import_button.click(handlers.import_folder, inputs=[folder_in, format_in, import_trim],
+                        outputs=[import_summary, import_table, samples_df])
+    samples_df.select(handlers.select_sample, inputs=samples_df,
+                      outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
+    update_button.click(handlers.update_sample, inputs=[edit_id, edit_target, edit_feedback, edit_speaker],
+                        outputs=[edit_status, samples_df])
+    editor = [edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks]
+    delete_button.click(handlers.delete_sample, inputs=edit_id, js=_CONFIRM_DELETE_JS,
+                        outputs=[edit_status, samples_df, *editor])

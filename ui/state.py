@@ -1,0 +1,145 @@
+"""The workspace a page works on, its remembered settings, and the model selector at the top of the page.
+
+`AppState` is shared by every tab's handlers: the workspace folder, the settings remembered between
+page loads (`WS/settings.json`, a `TrainConfig`) and the models offered in the picker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from pipeline.config import KNOWN_MODELS, TrainConfig
+from pipeline.errors import PipelineError
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, run_settings, ui_errors
+
+TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
+SETTINGS_FILE = "settings.json"
+
+
+class AppState:
+    """One workspace folder as the app sees it: where things are saved, the remembered settings, the models."""
+
+    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
+        self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
+
+    @property
+    def tiny_model_dir(self) -> Path:
+        """Where the offline tiny test model is written: `WS/models/tiny-gemma3n`."""
+        return self.ws.root / TINY_MODEL_SUBDIR
+
+    @property
+    def settings_path(self) -> Path:
+        """Where the Memory/Train settings are remembered between page loads: `WS/settings.json` (a `TrainConfig`)."""
+        return self.ws.root / SETTINGS_FILE
+
+    # ------------------------------------------------------------------ model picker
+
+    def model_choices(self, current: str | None = None) -> list[str]:
+        """The real Gemma 3n checkpoints, every local model folder in `WS/models/` (one holding a
+        `config.json`, e.g. the tiny test model), and `current`."""
+        choices = list(KNOWN_MODELS)
+        models_dir = self.ws.root / "models"
+        if models_dir.is_dir():
+            choices += [str(folder) for folder in sorted(models_dir.iterdir()) if (folder / "config.json").is_file()]
+        if current and current not in choices:
+            choices.append(current)
+        return choices
+
+    @ui_errors
+    def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
+        """Write the offline tiny random Gemma 3n into the workspace and select it."""
+        from pipeline.training.tiny_model import make_tiny_model
+
+        if progress is not None:
+            progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
+        path = make_tiny_model(self.tiny_model_dir)
+        return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
+
+    def describe_model(self, model: str | None) -> str:
+        """One line under the model picker: what the chosen model is and what it needs."""
+        from pipeline.training.tiny_model import is_tiny_random_model
+
+        if not model:
+            return "Pick a model."
+        if is_tiny_random_model(model):
+            return (
+                "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
+                "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
+            )
+        if model in KNOWN_MODELS:
+            return (
+                f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
+                "license accepted: `hf auth login`)."
+            )
+        return f"Local model folder `{model}`."
+
+    # ------------------------------------------------------------------ remembered settings
+
+    def saved_settings(self) -> dict[str, Any]:
+        """The remembered settings (`WS/settings.json`) as a dict; {} when none are saved or the file is unusable."""
+        try:
+            data = json.loads(self.settings_path.read_text(encoding="utf-8"))
+            return TrainConfig.from_dict(data).to_dict()
+        except (OSError, ValueError, TypeError, PipelineError):
+            return {}
+
+    def remember_settings(self, config: TrainConfig) -> None:
+        """Write `config` to `WS/settings.json` atomically (skipped when unchanged), so a reload and the
+        next run use it."""
+        from pipeline.fileio import atomic_write_json
+
+        if self.saved_settings() != config.to_dict():
+            atomic_write_json(self.settings_path, config.to_dict())
+
+    def restore_settings(self):
+        """Page (re)opened: the remembered settings (`WS/settings.json`), else those of the newest run,
+        else the built dataset's model and longest row.
+
+        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
+        every local model folder).
+        """
+        from pipeline.data.dataset import load_build_report
+
+        values: dict[str, Any] = self.saved_settings()
+        if not values:
+            runs = list_runs(self.ws)
+            values = run_settings(self.ws, runs[0]["run"]) if runs else {}
+        if not values:
+            try:
+                report = load_build_report(self.ws)
+            except PipelineError:
+                report = {}
+            longest = int((report.get("length_stats") or {}).get("max") or 0)
+            values = {"model": report.get("model"), "max_length": max(256, longest) if longest else None}
+        updates = []
+        for name in CONFIG_FIELDS:
+            value = values.get(name)
+            if name == "model":
+                updates.append(gr.Dropdown(choices=self.model_choices(str(value) if value else None),
+                                           **({"value": str(value)} if value else {})))
+            elif value is None:
+                updates.append(gr.skip())
+            else:
+                updates.append(gr.update(value=value))
+        return tuple(updates)
+
+
+def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:
+    """Lay out the model selector (picker, tiny-model button, note) and wire it; returns (picker, note)."""
+    with gr.Row(equal_height=True):
+        model = gr.Dropdown(
+            state.model_choices(), value=DEFAULTS.model, allow_custom_value=True, label="Model",
+            info="A Gemma 3n checkpoint from Hugging Face, or the path of a local model folder.",
+            elem_id="model", scale=3,
+        )
+        tiny_button = gr.Button("Create offline tiny test model", elem_id="make-tiny", scale=0, min_width=280)
+    model_note = gr.Markdown(state.describe_model(DEFAULTS.model), elem_id="model-note")
+    tiny_button.click(state.make_tiny_model, outputs=[model, model_note])
+    model.change(state.describe_model, inputs=model, outputs=model_note)
+    return model, model_note

@@ -1,0 +1,275 @@
+"""Tab 4, Train: start, watch, stop and resume a run that lives in its own process.
+
+The app reaches the trainer only through the run folder (`pipeline.training.runs`: start, status,
+stop, list); it never imports the trainer. A timer polls the run folder while a run is alive, and a
+reopened page re-attaches to the running job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from pipeline.config import LR_SCHEDULES, TrainConfig
+from pipeline.errors import PipelineError
+from pipeline.workspace import Workspace
+from ui import formatting as fmt
+from ui.common import DEFAULTS, POLL_SECONDS, config_from_values, list_runs, run_settings, ui_errors
+from ui.state import AppState
+
+
+class TrainHandlers:
+    """The Train tab's handlers: the settings summary, start/stop/resume, the timer's poll, the run lists."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+        self._estimates: dict[str, int | None] = {}
+
+    @property
+    def ws(self):
+        """The workspace whose `runs/` folder holds the runs."""
+        return self.state.ws
+
+    def settings_summary(self, *values: Any) -> str:
+        """One line with the settings the next run will use (or what is wrong with them).
+
+        Valid settings are also remembered (`remember_settings`), so a reload restores them.
+        """
+        try:
+            config = config_from_values(values)
+        except PipelineError as error:
+            return f"✗ {error} (the last valid settings are kept)"
+        try:
+            self.state.remember_settings(config)
+        except OSError as error:
+            return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
+        return fmt.settings_markdown(config.to_dict())
+
+    @ui_errors
+    def start_training(self, run_name: str, *values: Any):
+        """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
+        from pipeline.training.runs import start_run
+
+        config = config_from_values(values)
+        name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
+        self.ws.run_dir(name)  # validates the name before anything is written
+        start_run(self.ws, name, config)
+        return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
+                gr.Timer(active=True), "", -1)
+
+    @ui_errors
+    def stop_training(self, run_name: str) -> str:
+        """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
+        from pipeline.training.runs import request_stop
+
+        if not run_name:
+            raise gr.Error("No run is being watched; start one first.", title="Training")
+        status = request_stop(self.ws, run_name)
+        if not status["alive"]:
+            return f"**{run_name}** is not running (it is {status['state'].replace('_', ' ')})."
+        return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
+                "step, then ends. **Resume** continues it later.")
+
+    @ui_errors
+    def resume_training(self, run_name: str):
+        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
+        from pipeline.training.runs import start_run
+
+        if not run_name:
+            raise gr.Error("Pick a stopped run to resume.", title="Training")
+        start_run(self.ws, run_name, None, resume=True)
+        return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
+
+    def poll(self, run_name: str, seen: int | None):
+        """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
+        from pipeline.fileio import read_jsonl
+        from pipeline.training.runs import run_status
+
+        if not run_name:
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+        try:
+            status = run_status(self.ws, run_name)
+        except PipelineError as error:
+            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+        run_dir = Path(status["run_dir"])
+        rows = read_jsonl(run_dir / "progress.jsonl")
+        last = status.get("last_progress") or {}
+        result = status.get("result") or {}
+        alive = bool(status["alive"])
+        elapsed = last.get("elapsed_s")
+        if alive and elapsed is None:
+            elapsed = time.time() - float(result.get("started_at") or _started_at(run_dir) or time.time())
+        eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
+        state = status["state"].replace("_", " ")
+        if alive and not rows:
+            state += " (loading the model and checking the longest batch)"
+        curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
+        peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0]) or None
+        memory_text = fmt.train_memory_markdown(
+            {"peak_memory_bytes": peak, "estimate_bytes": self._run_estimate(run_name, result),
+             "memory_kind": result.get("memory_kind")})
+        return (
+            fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
+                              state, label=run_name),
+            curves,
+            memory_text,
+            _tail(run_dir / "train.log") or _tail(run_dir / "process.log"),
+            fmt.failure_markdown({"status": status["state"], "reason": status.get("reason"),
+                                  "suggestions": result.get("suggestions")}),
+            len(rows),
+            gr.Timer(active=alive),
+            # While it runs, the Past runs table is re-read only when a new progress row arrived.
+            *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
+              else self._run_lists(selected=run_name)),
+        )
+
+    def _run_estimate(self, run_name: str, result: dict) -> int | None:
+        """The memory estimate (bytes) for a run's settings on the device it runs on; cached per run."""
+        if run_name in self._estimates:
+            return self._estimates[run_name]
+        device = result.get("device")
+        if device not in ("cpu", "cuda", "mps"):
+            return None  # not known until the trainer has resolved `auto`
+        estimate = None
+        try:
+            from pipeline import memory
+
+            config = TrainConfig.from_dict(run_settings(self.ws, run_name))
+            lengths = memory.length_stats_from_workspace(self.ws, config.max_length)
+            estimate = memory.estimate_memory(memory.load_model_config(config.model), config, lengths,
+                                              device).total_bytes
+        except PipelineError:
+            pass
+        self._estimates[run_name] = estimate
+        return estimate
+
+    def runs_table(self):
+        """Past runs with their results (newest first)."""
+        return fmt.runs_frame(list_runs(self.ws))
+
+    def on_load(self):
+        """Page (re)opened: re-attach to a running job (or show the latest run), list runs and adapters."""
+        from pipeline.training.runs import active_run
+
+        runs = list_runs(self.ws)
+        active = active_run(self.ws)
+        name = active or (runs[0]["run"] if runs else "")
+        status = f"Re-attached to the running job **{active}**." if active else ""
+        table, resume, adapters = self._run_lists()
+        return name, gr.Timer(active=bool(active)), status, table, adapters, resume, -1
+
+    def refresh_run_lists(self):
+        """Runs table, stopped runs (to resume) and runs with an adapter (to try)."""
+        return self._run_lists()
+
+    def _run_lists(self, selected: str | None = None):
+        """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
+        runs = list_runs(self.ws)
+        resumable = _resumable_runs(runs)
+        adapters = _adapter_runs(self.ws, runs)
+        return (
+            fmt.runs_frame(runs),
+            gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
+            gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
+        )
+
+
+def _resumable_runs(runs: list[dict]) -> list[str]:
+    """Runs that ended stopped or failed and have a checkpoint to continue from."""
+    return [r["run"] for r in runs
+            if r["state"] in ("stopped", "failed") and any((Path(r["run_dir"]) / "checkpoints").glob("checkpoint-*"))]
+
+
+def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
+    """Runs that saved an adapter (usable in the Try tab), newest first."""
+    return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+
+
+def _started_at(run_dir: Path) -> float | None:
+    try:
+        return float(json.loads((run_dir / "pid.json").read_text(encoding="utf-8"))["started_at"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _tail(path: Path, lines: int = 14) -> str:
+    """The last `lines` lines of a text file ('' when missing); reads at most the last 64 KiB."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 65536))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
+    """Lay out the Train tab and wire Stop and Resume; returns its widgets (start, the timer and the run
+    lists also touch other tabs' widgets, so `build_ui` wires them)."""
+    d = DEFAULTS
+    with gr.Tab("4 · Train", id="train", elem_id="tab-train") as tab:
+        gr.Markdown("Uses the model above and the Memory tab's settings. Training runs in its own "
+                    "process: you can close this tab and come back.")
+        settings_note = gr.Markdown(elem_id="settings-summary")
+        with gr.Row():
+            run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name")
+            learning_rate = gr.Number(value=d.learning_rate, label="Learning rate")
+            lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule")
+            epochs = gr.Number(value=d.epochs, label="Epochs")
+            max_steps = gr.Number(value=d.max_steps, precision=0, label="Max steps (-1: use epochs)",
+                                  elem_id="max-steps")
+        with gr.Accordion("More settings", open=False):
+            with gr.Row():
+                lora_alpha = gr.Number(value=d.lora_alpha, precision=0, label="LoRA alpha")
+                lora_dropout = gr.Number(value=d.lora_dropout, label="LoRA dropout")
+                eval_steps = gr.Number(value=d.eval_steps, precision=0, label="Eval every N steps",
+                                       elem_id="eval-steps")
+                save_steps = gr.Number(value=d.save_steps, precision=0, label="Checkpoint every N steps",
+                                       elem_id="save-steps")
+        with gr.Row():
+            start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
+            stop_button = gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="stop-training")
+        with gr.Row(equal_height=True):
+            resume_choice = gr.Dropdown([], label="Stopped run to continue", elem_id="resume-choice",
+                                        scale=3, allow_custom_value=True)
+            resume_button = gr.Button("Resume", elem_id="resume-training", scale=1)
+        current_run = gr.Textbox(label="Watching run", interactive=False, elem_id="current-run")
+        train_status = gr.Markdown(elem_id="train-status")
+        progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")
+        failure_out = gr.Markdown(elem_id="train-failure")
+        with gr.Row():
+            loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
+            with gr.Column():
+                train_memory = gr.Markdown(elem_id="train-memory")
+                log_tail = gr.Textbox(label="Log (last lines)", lines=14, max_lines=40, interactive=False,
+                                      autoscroll=True, elem_id="log-tail")
+        gr.Markdown("### Past runs")
+        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True)
+        refresh_runs = gr.Button("Refresh list", size="sm")
+        seen_rows = gr.State(0)
+        timer = gr.Timer(POLL_SECONDS, active=False)
+
+    stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
+    started = [current_run, train_status, timer, failure_out, seen_rows]
+    resume_button.click(handlers.resume_training, inputs=resume_choice, outputs=started)
+    return SimpleNamespace(
+        tab=tab, settings_note=settings_note, run_name=run_name, start_button=start_button,
+        resume_choice=resume_choice, current_run=current_run, train_status=train_status, timer=timer,
+        seen_rows=seen_rows, runs_df=runs_df, refresh_runs=refresh_runs,
+        # The outputs of `start_training` / `resume_training`, in order.
+        started=started,
+        # The first seven outputs of `poll`, in order (the run lists follow: runs, resume, Try's run).
+        poll_outputs=[progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer],
+        # This tab's setting widgets, by `TrainConfig` field name.
+        settings={"lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "learning_rate": learning_rate,
+                  "lr_schedule": lr_schedule, "epochs": epochs, "max_steps": max_steps, "eval_steps": eval_steps,
+                  "save_steps": save_steps},
+    )

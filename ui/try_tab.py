@@ -1,0 +1,63 @@
+"""Tab 5, Try: speak a sentence and compare the tuned tutor's feedback with the base model's.
+
+One model load serves both answers: the run's base model with its adapter, and the base answer with
+the adapter disabled (`pipeline.tutor.infer.compare_feedback`).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from ui.common import ui_errors
+from ui.state import AppState
+
+
+class TryHandlers:
+    """The Try tab's handler: tuned and base feedback for one clip."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    @ui_errors
+    def try_feedback(self, audio: Any, target_text: str, run_name: str,
+                     max_new_tokens: float = 256) -> tuple[str, str, str]:
+        """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
+        answer with the adapter disabled); returns (tuned text, note on the model, base text)."""
+        from pipeline.tutor.infer import compare_feedback
+
+        if not run_name:
+            raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
+                           title="Try")
+        result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
+                                  max_new_tokens=int(max_new_tokens or 256))
+        return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
+
+
+def try_tab(handlers: TryHandlers) -> SimpleNamespace:
+    """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
+    poll and refresh, wired in `build_ui`)."""
+    with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
+        with gr.Row():
+            with gr.Column():
+                try_audio = gr.Audio(sources=["microphone", "upload"], type="filepath",
+                                     label="Say the sentence (record or upload)", elem_id="try-audio")
+                try_target = gr.Textbox(label="Target sentence", elem_id="try-target")
+                with gr.Row():
+                    try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
+                                          allow_custom_value=True)
+                    try_refresh = gr.Button("Refresh runs", size="sm", scale=0, min_width=120)
+                try_max_tokens = gr.Slider(16, 512, value=256, step=16, label="Longest answer (tokens)",
+                                           info="The feedback template needs ~40-120 tokens.",
+                                           elem_id="try-max-tokens")
+                try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
+        try_note = gr.Markdown(elem_id="try-note")
+        with gr.Row():
+            tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
+            base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
+
+    try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
+                     outputs=[tuned_out, try_note, base_out])
+    return SimpleNamespace(run=try_run, refresh=try_refresh)

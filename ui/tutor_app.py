@@ -1,0 +1,88 @@
+"""`TutorApp`: the handlers of every tab, bound to one workspace folder.
+
+Each tab's handlers are a class in that tab's module (`SamplesHandlers`, `DatasetHandlers`, ...);
+they share one `AppState` (the workspace, remembered settings, the model picker). `TutorApp` holds
+one of each and also offers every handler under its own name (`app.save_sample`, `app.poll`, ...),
+the flat API the handler tests (`tests/test_app_handlers.py`) call.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from ui.dataset_tab import DatasetHandlers
+from ui.memory_tab import MemoryHandlers
+from ui.samples_tab import SamplesHandlers
+from ui.state import AppState
+from ui.train_tab import TrainHandlers
+from ui.try_tab import TryHandlers
+
+
+def _handler(part: str, name: str) -> property:
+    """A read-only attribute that is `self.<part>.<name>` (a tab's bound handler, or a state attribute)."""
+    return property(lambda self: getattr(getattr(self, part), name), doc=f"`{part}.{name}`")
+
+
+class TutorApp:
+    """The handlers of the app, bound to one workspace folder. Each calls one `pipeline/` function.
+
+    Handlers are plain methods (testable without a browser): they take widget values and return
+    widget values; bad input raises `gr.Error` through `ui_errors`.
+    """
+
+    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
+        self.state = AppState(workspace)
+        self.samples = SamplesHandlers(self.state)
+        self.dataset = DatasetHandlers(self.state)
+        self.memory = MemoryHandlers(self.state)
+        self.train = TrainHandlers(self.state)
+        self.tryout = TryHandlers(self.state)
+
+    @property
+    def ws(self) -> Workspace:
+        """The workspace folder every tab works in."""
+        return self.state.ws
+
+    # The workspace, its remembered settings and the model picker (ui.state).
+    tiny_model_dir = _handler("state", "tiny_model_dir")
+    settings_path = _handler("state", "settings_path")
+    model_choices = _handler("state", "model_choices")
+    make_tiny_model = _handler("state", "make_tiny_model")
+    describe_model = _handler("state", "describe_model")
+    saved_settings = _handler("state", "saved_settings")
+    remember_settings = _handler("state", "remember_settings")
+    restore_settings = _handler("state", "restore_settings")
+
+    # 1 Samples
+    check_clip = _handler("samples", "check_clip")
+    save_sample = _handler("samples", "save_sample")
+    samples_table = _handler("samples", "samples_table")
+    select_sample = _handler("samples", "select_sample")
+    update_sample = _handler("samples", "update_sample")
+    delete_sample = _handler("samples", "delete_sample")
+    import_folder = _handler("samples", "import_folder")
+    load_sample_pack = _handler("samples", "load_sample_pack")
+
+    # 2 Dataset
+    build_dataset = _handler("dataset", "build_dataset")
+    dataset_on_load = _handler("dataset", "dataset_on_load")
+
+    # 3 Memory
+    detect_device = _handler("memory", "detect_device")
+    estimate = _handler("memory", "estimate")
+    apply_suggestion = _handler("memory", "apply_suggestion")
+    measure = _handler("memory", "measure")
+
+    # 4 Train
+    settings_summary = _handler("train", "settings_summary")
+    start_training = _handler("train", "start_training")
+    stop_training = _handler("train", "stop_training")
+    resume_training = _handler("train", "resume_training")
+    poll = _handler("train", "poll")
+    runs_table = _handler("train", "runs_table")
+    on_load = _handler("train", "on_load")
+    refresh_run_lists = _handler("train", "refresh_run_lists")
+
+    # 5 Try
+    try_feedback = _handler("tryout", "try_feedback")
