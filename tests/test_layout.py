@@ -132,7 +132,7 @@ def test_only_the_model_module_names_gemma3n_classes():
 def readme_tree_paths() -> list[str]:
     """The paths listed in the README's file-tree block (the first column of each line)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"## Files\n+```\n(.*?)```", text, re.S)
+    block = re.search(r"## Files\n(?:(?!```).)*?\n```\n(.*?)```", text, re.S)
     assert block, "README.md has no '## Files' section with a fenced file tree"
     return [line.split()[0] for line in block.group(1).splitlines() if line.strip() and not line.startswith(" ")]
 

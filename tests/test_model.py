@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+from pipeline.training import hub
 from pipeline.training import model as gm
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError, TrainingError
@@ -153,13 +154,13 @@ def test_an_unreachable_hub_fails_after_one_short_request(monkeypatch, tmp_path)
     monkeypatch.setattr(AutoProcessor, "from_pretrained", must_not_download)
     with pytest.raises(ModelLoadError, match=r"hub cannot be reached \(ConnectError.*hf download google/gemma-3n-E2B-it"):
         gm.load_processor("google/gemma-3n-E2B-it")
-    assert calls == [gm.HUB_PROBE_TIMEOUT_S]
+    assert calls == [hub.HUB_PROBE_TIMEOUT_S]
 
 
 def test_a_cached_hub_model_is_loaded_without_a_request(monkeypatch):
     seen = []
-    monkeypatch.setattr(gm, "_is_cached", lambda model_id: True)
-    monkeypatch.setattr(gm, "_check_hub_reachable", lambda model_id: seen.append("probe"))
+    monkeypatch.setattr(hub, "_is_cached", lambda model_id: True)
+    monkeypatch.setattr(hub, "_check_hub_reachable", lambda model_id: seen.append("probe"))
 
     def loader(model_id, **kwargs):
         seen.append(kwargs)
@@ -169,12 +170,12 @@ def test_a_cached_hub_model_is_loaded_without_a_request(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(OSError, match="incomplete cache"):
-        gm._from_pretrained(loader, "google/gemma-3n-E2B-it")
+        hub.from_pretrained_cached_first(loader, "google/gemma-3n-E2B-it")
     assert seen == [{"local_files_only": True}]
     seen.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    assert gm._from_pretrained(loader, "google/gemma-3n-E2B-it") == "online"
+    assert hub.from_pretrained_cached_first(loader, "google/gemma-3n-E2B-it") == "online"
     assert seen == [{"local_files_only": True}, "probe", {}]
 
 
@@ -218,7 +219,7 @@ def _gated(status: int):
 )
 def test_hub_and_environment_errors_become_actionable(raised, expected):
     with pytest.raises(ModelLoadError, match=expected):
-        with gm._translate_load_errors("google/gemma-3n-E2B-it", "model"):
+        with hub.translate_load_errors("google/gemma-3n-E2B-it", "model"):
             try:
                 raise raised()
             except Exception as inner:  # transformers wraps hub errors in an OSError
@@ -230,11 +231,11 @@ def test_not_enough_disk_for_a_download_is_refused(monkeypatch):
     from collections import namedtuple
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(gm, "_is_cached", lambda model_id: False)
-    monkeypatch.setattr(gm, "_hub_offline", lambda: False)
+    monkeypatch.setattr(hub, "_is_cached", lambda model_id: False)
+    monkeypatch.setattr(hub, "_hub_offline", lambda: False)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 2 * 10**9, 2 * 10**9))
     with pytest.raises(ModelLoadError, match="needs about 10 GiB but only 1.9 GiB is free"):
-        gm._check_disk_for_download("google/gemma-3n-E2B-it")
+        hub.check_disk_for_download("google/gemma-3n-E2B-it")
 
 
 def test_adapter_folder_without_adapter_is_refused(tiny_model_dir, tmp_path):

@@ -12,7 +12,8 @@ from transformers import TrainerCallback
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.training.train import main as train_main
-from pipeline.training.train import logged_elapsed_s, read_progress, run_probe_step, train
+from pipeline.training.run_folder import logged_elapsed_s, read_progress
+from pipeline.training.train import run_probe_step, train
 from tests.training_data import real_workspace
 
 
@@ -144,7 +145,7 @@ def test_resume_drops_progress_lines_logged_after_the_checkpoint(tmp_path):
     """A process killed after its checkpoint at step 2 had logged steps 3 and 4 (and half a line);
     the resumed run trains them again, so the file keeps only steps <= 2 and shows each step once."""
     from pipeline.fileio import append_jsonl, read_jsonl
-    from pipeline.training.train import trim_progress_to_step
+    from pipeline.training.run_folder import trim_progress_to_step
 
     progress = tmp_path / "progress.jsonl"
     assert trim_progress_to_step(progress, 2) == 0  # no file yet

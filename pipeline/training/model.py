@@ -11,7 +11,8 @@ Public functions:
 - `attach_lora(model, config)` -> (PeftModel, LoraReport); `load_adapter(model, adapter_dir)`.
 
 Errors a person can act on (not logged in, gated license, offline with nothing cached, missing
-`timm`, not enough disk, a folder without a checkpoint) become `ModelLoadError` with the fix.
+`timm`, not enough disk, a folder without a checkpoint) become `ModelLoadError` with the fix
+(`pipeline.training.hub`).
 
 This module deliberately does not call `peft.prepare_model_for_kbit_training`: it upcasts every
 non-quantized weight to fp32 (+7 GB on E2B; FIELD_NOTES "Quantization"). We freeze the base, turn
@@ -20,21 +21,25 @@ on gradient checkpointing with `use_reentrant=False` and call `enable_input_requ
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import logging
 import os
 import re
-import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from pipeline.config import default_quantization  # noqa: F401 - part of this module's API (see above)
 from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.training.hub import (
+    check_disk_for_download,
+    check_local_folder,
+    from_pretrained_cached_first,
+    is_local_model,
+    translate_load_errors,
+)
 
 
 class _QuietBnbKernelsNotice(logging.Filter):
@@ -95,15 +100,6 @@ AUDIO_LORA_REGEX = (
 )
 """Attention, feed-forward and light-conv projections of the audio encoder's conformer blocks."""
 
-MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
-"""Approximate download sizes in bytes (bf16 safetensors on the hub) used for the free-disk check."""
-
-_GATED_HINT = (
-    "Gemma 3n is a gated model: log in with `hf auth login` (a token from "
-    "https://huggingface.co/settings/tokens) and accept the license at https://huggingface.co/{model}."
-)
-
-
 def resolve_device(name: str = "auto") -> str:
     """Return "cuda", "mps" or "cpu" for `name` in auto|cuda|mps|cpu.
 
@@ -138,195 +134,6 @@ def compute_dtype(device: str) -> torch.dtype:
     return torch.bfloat16
 
 
-def is_local_model(model_id: str | os.PathLike) -> bool:
-    """True when `model_id` names a local folder (exists, or looks like a path) rather than a hub id."""
-    text = str(model_id)
-    return Path(text).expanduser().exists() or text.startswith(("/", "./", "../", "~")) or os.sep + os.sep in text
-
-
-def _check_local_folder(model_id: str) -> Path:
-    path = Path(model_id).expanduser()
-    if not path.is_dir():
-        raise ModelLoadError(
-            f"Model folder `{path}` does not exist. Give a hub id such as google/gemma-3n-E2B-it, or a folder "
-            "made by `hf download google/gemma-3n-E2B-it --local-dir DIR` or "
-            "`python -m pipeline make-tiny-model DIR`."
-        )
-    missing = [name for name in ("config.json", "tokenizer_config.json") if not (path / name).exists()]
-    if missing:
-        found = sorted(p.name for p in path.iterdir())[:20]
-        raise ModelLoadError(
-            f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Download the full checkpoint "
-            "with `hf download google/gemma-3n-E2B-it --local-dir DIR`."
-        )
-    return path
-
-
-def _hub_cache_dir() -> Path:
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _is_cached(model_id: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(model_id, "config.json")
-    except Exception:  # noqa: BLE001 - an odd id is simply "not cached"
-        return False
-    return isinstance(found, str)
-
-
-def _check_disk_for_download(model_id: str) -> None:
-    """Raise `ModelLoadError` when a hub model is not cached and the cache disk lacks room for it."""
-    if is_local_model(model_id) or _is_cached(model_id) or _hub_offline():
-        return  # offline: `_check_hub_reachable` says what to download, which matters more
-    needed = MODEL_DOWNLOAD_BYTES.get(model_id)
-    if needed is None:
-        return
-    cache = _hub_cache_dir()
-    probe = cache
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed * 1.1:
-        raise ModelLoadError(
-            f"Downloading `{model_id}` needs about {needed / 1024**3:.0f} GiB but only {free / 1024**3:.1f} GiB is free at "
-            f"{cache}. Free some disk space, or set HF_HOME to a folder on a larger disk and try again."
-        )
-
-
-def _exception_chain(error: BaseException) -> Iterator[BaseException]:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-@contextlib.contextmanager
-def _translate_load_errors(model_id: str, what: str) -> Iterator[None]:
-    """Turn hub / filesystem / import failures while loading `what` into `ModelLoadError`s with the fix."""
-    try:
-        yield
-    except ModelLoadError:
-        raise
-    except ImportError as error:
-        text = str(error)
-        if "timm" in text.lower():
-            raise ModelLoadError(
-                "Gemma 3n's vision tower needs the `timm` package: run `pip install timm` in this environment."
-            ) from error
-        raise ModelLoadError(f"Loading the {what} of `{model_id}` needs a package that is missing: {text}") from error
-    except Exception as error:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-        chain = list(_exception_chain(error))
-        text = " ".join(str(e) for e in chain)
-        hint = _GATED_HINT.format(model=model_id)
-        if any(isinstance(e, ImportError) and "timm" in str(e).lower() for e in chain):
-            raise ModelLoadError(
-                "Gemma 3n's vision tower needs the `timm` package: run `pip install timm` in this environment."
-            ) from error
-        if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or "No space left" in text:
-            raise ModelLoadError(
-                f"The disk filled up while loading `{model_id}` ({_hub_cache_dir()}). Free space (E2B needs ~10 GiB) "
-                "or point HF_HOME at a larger disk."
-            ) from error
-        gated = [e for e in chain if isinstance(e, GatedRepoError)]
-        if gated or "gated repo" in text.lower():
-            # The hub answers 401 to anonymous requests for a gated model, 403 to a logged-in user who
-            # has not accepted its license.
-            status = getattr(getattr(gated[0], "response", None), "status_code", None) if gated else None
-            lowered = text.lower()
-            if status == 401 or (status is None and ("401" in text or "log in" in lowered or "logged in" in lowered)):
-                raise ModelLoadError(f"Not logged in to Hugging Face, so the gated `{model_id}` cannot be downloaded. {hint}") from error
-            raise ModelLoadError(
-                f"Your Hugging Face account has not been granted access to `{model_id}` yet. {hint} "
-                "Approval is usually immediate; then try again."
-            ) from error
-        if any(type(e).__name__ == "LocalTokenNotFoundError" for e in chain):
-            raise ModelLoadError(f"No Hugging Face token found. {hint}") from error
-        if any(isinstance(e, RepositoryNotFoundError) for e in chain):
-            raise ModelLoadError(
-                f"`{model_id}` is not a model on the Hugging Face hub (or it is private and you are not logged in). "
-                "Check the spelling (e.g. google/gemma-3n-E2B-it) or give a local folder."
-            ) from error
-        if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
-            where = "offline mode (HF_HUB_OFFLINE=1) is on" if _hub_offline() else "the hub cannot be reached"
-            raise ModelLoadError(_not_cached_message(model_id, where)) from error
-        raise
-
-
-HUB_PROBE_TIMEOUT_S = 5.0
-"""Seconds the one metadata request to the hub (`_check_hub_reachable`) may take before we say the
-hub cannot be reached. huggingface_hub's file downloads instead retry 5 times with backoff (1+2+4+8+8
-s) per file, which made an offline, uncached load take ~3 minutes before failing."""
-
-
-def _hub_offline() -> bool:
-    """True when HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is on (read now, not at import)."""
-    from huggingface_hub import constants
-
-    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return env.lower() in ("1", "true", "yes", "on") or bool(constants.HF_HUB_OFFLINE)
-
-
-def _not_cached_message(model_id: str, where: str) -> str:
-    return (
-        f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
-        f"internet: `hf auth login`, accept the license at https://huggingface.co/{model_id}, then "
-        f"`hf download {model_id}` (~10 GiB for E2B) into that cache, or "
-        f"`hf download {model_id} --local-dir DIR` and pass `--model DIR`."
-    )
-
-
-def _check_hub_reachable(model_id: str) -> None:
-    """Fail fast, before a download starts, when a hub id is not cached and cannot be fetched.
-
-    Offline mode: raise at once. Online: one metadata request (`HfApi.model_info`, no retries,
-    `HUB_PROBE_TIMEOUT_S`); a network failure (DNS, refused, timeout) raises `ModelLoadError` within
-    seconds. An unknown repo or a gated one that needs a login is raised as the hub's error, for
-    `_translate_load_errors` to word; other HTTP answers let the normal download go ahead.
-    """
-    from huggingface_hub import model_info
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-
-    if _hub_offline():
-        raise ModelLoadError(_not_cached_message(model_id, "offline mode (HF_HUB_OFFLINE=1) is on"))
-    try:
-        model_info(model_id, timeout=HUB_PROBE_TIMEOUT_S)
-    except (GatedRepoError, RepositoryNotFoundError):
-        raise
-    except HfHubHTTPError:
-        return
-    except Exception as error:  # noqa: BLE001 - any transport failure (httpx ConnectError, timeout, DNS)
-        raise ModelLoadError(
-            _not_cached_message(model_id, f"the hub cannot be reached ({type(error).__name__}: {error})")
-        ) from error
-
-
-def _from_pretrained(loader, model_id: str, **kwargs):
-    """`loader(model_id, **kwargs)` that does not wait on the network when it need not.
-
-    A hub id already in the cache is loaded with `local_files_only=True` first (no request; an
-    incomplete cache falls back to the hub unless offline). A hub id not in the cache is checked
-    with `_check_hub_reachable` first, so an offline machine fails in seconds, not minutes.
-    Callers wrap this in `_translate_load_errors`.
-    """
-    if is_local_model(model_id):
-        return loader(model_id, **kwargs)
-    if _is_cached(model_id):
-        try:
-            return loader(model_id, local_files_only=True, **kwargs)
-        except (OSError, ValueError):
-            if _hub_offline():
-                raise
-    _check_hub_reachable(model_id)
-    return loader(model_id, **kwargs)
-
-
 def load_processor(model_id: str):
     """Load the `Gemma3nProcessor` (tokenizer + chat template + audio feature extractor) of `model_id`.
 
@@ -340,9 +147,9 @@ def load_processor(model_id: str):
 
     model_id = str(model_id)
     if is_local_model(model_id):
-        _check_local_folder(model_id)
-    with _translate_load_errors(model_id, "processor"):
-        processor = _from_pretrained(AutoProcessor.from_pretrained, model_id)
+        check_local_folder(model_id)
+    with translate_load_errors(model_id, "processor"):
+        processor = from_pretrained_cached_first(AutoProcessor.from_pretrained, model_id)
     if not hasattr(processor, "feature_extractor") or not hasattr(processor.tokenizer, "audio_token_id"):
         raise ModelLoadError(
             f"`{model_id}` has no Gemma 3n audio processor (got {type(processor).__name__}); use a Gemma 3n "
@@ -482,16 +289,16 @@ def load_model(
                 f"bitsandbytes {quantization} on Apple MPS is experimental; if training fails use --quantization none."
             )
     if is_local_model(model_id):
-        _check_local_folder(model_id)
+        check_local_folder(model_id)
     else:
-        _check_disk_for_download(model_id)
+        check_disk_for_download(model_id)
     qconfig = quantization_config(quantization, dtype)
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": device}}
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
-    with _translate_load_errors(model_id, "model"), warnings.catch_warnings():
+    with translate_load_errors(model_id, "model"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
-        model = _from_pretrained(Gemma3nForConditionalGeneration.from_pretrained, model_id, **kwargs)
+        model = from_pretrained_cached_first(Gemma3nForConditionalGeneration.from_pretrained, model_id, **kwargs)
     model.eval()
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
@@ -791,7 +598,7 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
             f"`{path}` is not a LoRA adapter folder (no adapter_config.json; found {found}). Train a run first, "
             "or give the run's `adapter/` folder."
         )
-    with _translate_load_errors(str(path), "adapter"), warnings.catch_warnings():
+    with translate_load_errors(str(path), "adapter"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=is_trainable)
     counts, _ = count_lora_modules(peft_model)
@@ -807,9 +614,9 @@ def model_config_dict(model_id: str) -> dict[str, Any]:
 
     model_id = str(model_id)
     if is_local_model(model_id):
-        _check_local_folder(model_id)
-    with _translate_load_errors(model_id, "config"):
-        return _from_pretrained(AutoConfig.from_pretrained, model_id).to_dict()
+        check_local_folder(model_id)
+    with translate_load_errors(model_id, "config"):
+        return from_pretrained_cached_first(AutoConfig.from_pretrained, model_id).to_dict()
 
 
 def lora_target_matches(regex: str, name: str) -> bool:

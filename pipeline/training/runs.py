@@ -33,7 +33,7 @@ DEFAULT_STOP_TIMEOUT_S = 300.0
 """Seconds `request_stop` waits for a clean stop (a checkpoint save of E2B's adapter takes seconds;
 one training step on a slow machine can take minutes) before killing the process."""
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _CHILDREN: dict[int, subprocess.Popen] = {}
 """Processes started by this process, so `poll()` reaps them (a finished child would otherwise
 linger as a zombie and look alive)."""

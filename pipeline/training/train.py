@@ -2,15 +2,8 @@
 
 `python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`
 
-Everything a run produces lives in `WS/runs/NAME/` (the UI, the CLI and the tests read the same
-files):
-    config.json      every setting (`TrainConfig.to_dict()`), so the run can be repeated
-    progress.jsonl   one JSON line per logging step (see `ProgressCallback`)
-    train.log        human log: settings, quantization/LoRA reports, progress, warnings, errors
-    checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
-    adapter/         the final LoRA adapter in PEFT format + the processor
-    result.json      {"status": running|completed|stopped|failed, "reason", ...}
-    STOP             written by `pipeline.training.runs.request_stop`: save and end at the next step
+Everything a run produces lives in its run folder `WS/runs/NAME/` (`pipeline.training.run_folder`
+names the files); the UI, the CLI and the tests read the same files.
 
 Before the first optimizer step, one forward+backward runs on the longest batch of the dataset
 (`preflight`), so a configuration that does not fit fails in seconds with the memory figure.
@@ -38,19 +31,16 @@ import torch
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
-from pipeline.fileio import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from pipeline.fileio import append_jsonl, atomic_write_json
+from pipeline.training.peak_memory import (
+    is_out_of_memory,
+    memory_kind,
+    oom_suggestions,
+    peak_memory_bytes,
+    reset_peak_memory,
+)
+from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
-
-RUN_FILES = {
-    "config": "config.json",
-    "progress": "progress.jsonl",
-    "log": "train.log",
-    "checkpoints": "checkpoints",
-    "adapter": "adapter",
-    "result": "result.json",
-    "stop": "STOP",
-}
-"""File names inside a run folder (`WS/runs/NAME/`)."""
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
 """`--optimizer` -> `transformers.TrainingArguments.optim`."""
@@ -59,95 +49,8 @@ log = logging.getLogger("pipeline.training.train")
 
 
 # --------------------------------------------------------------------------------------------------
-# Memory
-# --------------------------------------------------------------------------------------------------
-
-
-def reset_peak_memory(device: str) -> None:
-    """Reset the peak-memory counter where the backend allows it (CUDA; CPU's RSS high-water mark cannot be reset)."""
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-
-
-def peak_memory_bytes(device: str) -> int:
-    """Peak memory in bytes: CUDA `max_memory_allocated`, MPS `driver_allocated_memory` (current),
-    CPU the process's resident-set high-water mark (`getrusage` ru_maxrss; KiB on Linux, bytes on macOS).
-
-    Source of the choice of counters: FIELD_NOTES "Memory".
-    """
-    if device == "cuda":
-        return int(torch.cuda.max_memory_allocated())
-    if device == "mps":
-        return int(torch.mps.driver_allocated_memory())
-    try:
-        import resource
-    except ImportError:  # Windows: the peak working set, when psutil is installed
-        try:
-            import psutil
-
-            return int(getattr(psutil.Process().memory_info(), "peak_wset", 0))
-        except ImportError:
-            return 0
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
-
-
-def memory_kind(device: str) -> str:
-    """Which counter `peak_memory_bytes` reads on `device`."""
-    return {"cuda": "cuda_max_memory_allocated", "mps": "mps_driver_allocated_memory"}.get(device, "cpu_max_rss")
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """True for CUDA/MPS/CPU allocation failures."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    text = str(error).lower()
-    return "out of memory" in text or "can't allocate memory" in text or "failed to allocate" in text
-
-
-def oom_suggestions(config: TrainConfig) -> list[str]:
-    """Settings to change after an out-of-memory error, most effective first."""
-    tips = []
-    if config.batch_size > 1:
-        tips.append(f"--batch-size 1 --grad-accum {config.batch_size * config.grad_accum} (same effective batch, less memory)")
-    if not config.gradient_checkpointing:
-        tips.append("--gradient-checkpointing (about 13x less activation memory, ~30 % slower)")
-    if config.quantization != "4bit":
-        tips.append("--quantization 4bit (NF4 weights)")
-    if config.lora_targets != "language":
-        tips.append("--lora-targets language (LoRA in the audio encoder keeps ~2 GiB per 30 s clip)")
-    tips.append("a lower --max-length, rebuilding the dataset so long rows are excluded")
-    tips.append("`python -m pipeline estimate` to see what fits this device")
-    return tips
-
-
-# --------------------------------------------------------------------------------------------------
 # Run folder
 # --------------------------------------------------------------------------------------------------
-
-
-def run_paths(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Path]:
-    """Paths of the run folder's files (keys of `RUN_FILES` + "dir")."""
-    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-    run_dir = ws.run_dir(run_name)
-    paths = {key: run_dir / name for key, name in RUN_FILES.items()}
-    paths["dir"] = run_dir
-    return paths
-
-
-def last_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete `checkpoints/checkpoint-N` folder of a run, or None."""
-    folder = Path(run_dir) / RUN_FILES["checkpoints"]
-    if not folder.is_dir():
-        return None
-    candidates = []
-    for child in folder.iterdir():
-        if child.is_dir() and child.name.startswith("checkpoint-") and (child / "trainer_state.json").exists():
-            try:
-                candidates.append((int(child.name.split("-", 1)[1]), child))
-            except ValueError:
-                continue
-    return max(candidates)[1] if candidates else None
 
 
 def _setup_log_file(path: Path) -> logging.Handler:
@@ -177,49 +80,6 @@ def _remove_log_file(handler: logging.Handler) -> None:
 # --------------------------------------------------------------------------------------------------
 # Progress, STOP and the Trainer
 # --------------------------------------------------------------------------------------------------
-
-
-def logged_elapsed_s(progress_path: Path, step: int) -> float:
-    """Seconds of training a run had logged by optimizer step `step`: the `elapsed_s` of the last
-    progress.jsonl line (in file order) at a step <= `step`, or 0.0 when there is none.
-
-    A resumed run continues its clock from here (its checkpoint's step), so `elapsed_s` and the
-    app's progress/ETA count the time of every process that trained the run. Lines logged after the
-    checkpoint by a process that was then killed are ignored (those steps are trained again).
-    """
-    if step <= 0:
-        return 0.0
-    elapsed = 0.0
-    for line in read_jsonl(progress_path):
-        value = line.get("elapsed_s")
-        if isinstance(line.get("step"), int) and line["step"] <= step and isinstance(value, (int, float)):
-            elapsed = float(value)
-    return elapsed
-
-
-def trim_progress_to_step(progress_path: Path, step: int) -> int:
-    """Keep only the progress.jsonl lines logged at optimizer steps <= `step` (the checkpoint a run
-    resumes from); returns how many lines were dropped. The file is rewritten atomically.
-
-    A process killed after its last checkpoint has logged steps that the resumed run trains again;
-    without this, those steps would appear twice in the file and in the app's loss curve. A torn
-    last line is dropped too. Raises OSError if the run folder is not writable.
-    """
-    if not progress_path.exists():
-        return 0
-    raw_lines = [t for t in progress_path.read_text(encoding="utf-8").splitlines() if t.strip()]
-    kept = []
-    for text in raw_lines:
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # torn by the kill
-        if isinstance(line.get("step"), int) and line["step"] <= step:
-            kept.append(text)
-    if len(kept) == len(raw_lines):
-        return 0
-    atomic_write_text(progress_path, "".join(text + "\n" for text in kept))
-    return len(raw_lines) - len(kept)
 
 
 def _make_callback_class():
@@ -833,11 +693,6 @@ def main(argv: list[str] | None = None) -> int:
         log.removeHandler(stream)
     print(json.dumps(result) if args.json else summary_text(result))
     return 0 if result.get("status") in ("completed", "stopped") else 1
-
-
-def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> list[dict]:
-    """The run's progress.jsonl lines (a torn last line is skipped)."""
-    return read_jsonl(run_paths(workspace, run_name)["progress"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""The run folder `WS/runs/NAME/`: the only channel between the trainer process and whoever watches it
+(the app, the CLI, the tests). Torch-free, so the UI can read it.
+
+    config.json      every setting (`TrainConfig.to_dict()`), so the run can be repeated
+    progress.jsonl   one JSON line per logging step (see `pipeline.training.train`'s ProgressCallback)
+    train.log        human log: settings, quantization/LoRA reports, progress, warnings, errors
+    checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
+    adapter/         the final LoRA adapter in PEFT format + the processor
+    result.json      {"status": running|completed|stopped|failed, "reason", ...}
+    STOP             written by `pipeline.training.runs.request_stop`: save and end at the next step
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pipeline.fileio import atomic_write_text, read_jsonl
+from pipeline.workspace import Workspace
+
+RUN_FILES = {
+    "config": "config.json",
+    "progress": "progress.jsonl",
+    "log": "train.log",
+    "checkpoints": "checkpoints",
+    "adapter": "adapter",
+    "result": "result.json",
+    "stop": "STOP",
+}
+"""File names inside a run folder (`WS/runs/NAME/`)."""
+
+
+def run_paths(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Path]:
+    """Paths of the run folder's files (keys of `RUN_FILES` + "dir")."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    run_dir = ws.run_dir(run_name)
+    paths = {key: run_dir / name for key, name in RUN_FILES.items()}
+    paths["dir"] = run_dir
+    return paths
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete `checkpoints/checkpoint-N` folder of a run, or None."""
+    folder = Path(run_dir) / RUN_FILES["checkpoints"]
+    if not folder.is_dir():
+        return None
+    candidates = []
+    for child in folder.iterdir():
+        if child.is_dir() and child.name.startswith("checkpoint-") and (child / "trainer_state.json").exists():
+            try:
+                candidates.append((int(child.name.split("-", 1)[1]), child))
+            except ValueError:
+                continue
+    return max(candidates)[1] if candidates else None
+
+
+def logged_elapsed_s(progress_path: Path, step: int) -> float:
+    """Seconds of training a run had logged by optimizer step `step`: the `elapsed_s` of the last
+    progress.jsonl line (in file order) at a step <= `step`, or 0.0 when there is none.
+
+    A resumed run continues its clock from here (its checkpoint's step), so `elapsed_s` and the
+    app's progress/ETA count the time of every process that trained the run. Lines logged after the
+    checkpoint by a process that was then killed are ignored (those steps are trained again).
+    """
+    if step <= 0:
+        return 0.0
+    elapsed = 0.0
+    for line in read_jsonl(progress_path):
+        value = line.get("elapsed_s")
+        if isinstance(line.get("step"), int) and line["step"] <= step and isinstance(value, (int, float)):
+            elapsed = float(value)
+    return elapsed
+
+
+def trim_progress_to_step(progress_path: Path, step: int) -> int:
+    """Keep only the progress.jsonl lines logged at optimizer steps <= `step` (the checkpoint a run
+    resumes from); returns how many lines were dropped. The file is rewritten atomically.
+
+    A process killed after its last checkpoint has logged steps that the resumed run trains again;
+    without this, those steps would appear twice in the file and in the app's loss curve. A torn
+    last line is dropped too. Raises OSError if the run folder is not writable.
+    """
+    if not progress_path.exists():
+        return 0
+    raw_lines = [t for t in progress_path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    kept = []
+    for text in raw_lines:
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # torn by the kill
+        if isinstance(line.get("step"), int) and line["step"] <= step:
+            kept.append(text)
+    if len(kept) == len(raw_lines):
+        return 0
+    atomic_write_text(progress_path, "".join(text + "\n" for text in kept))
+    return len(raw_lines) - len(kept)
+
+
+def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> list[dict]:
+    """The run's progress.jsonl lines (a torn last line is skipped)."""
+    return read_jsonl(run_paths(workspace, run_name)["progress"])
+
