@@ -81,13 +81,28 @@ def normalize_text(text: str | None) -> str:
     return unicodedata.normalize("NFC", text or "").strip()
 
 
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # Hangul fillers, braille blank
+
+
+def is_blank(text: str | None) -> bool:
+    """True when `text` shows nothing: empty, None, or only spaces, line breaks, tabs, invisible
+    format characters (zero-width space U+200B, byte-order mark U+FEFF, ...) and blank look-alikes
+    (braille blank U+2800, Hangul fillers). Such a sentence or feedback is treated as missing
+    everywhere: the sample checks, the sample library and the dataset build."""
+    return all(
+        ch.isspace() or unicodedata.category(ch) in _BLANK_CATEGORIES or ch in _BLANK_LOOKALIKES
+        for ch in unicodedata.normalize("NFC", text or "")
+    )
+
+
 def user_prompt(target_text: str) -> str:
     """The text of the user turn that follows the audio: the sentence the learner was asked to read.
 
     `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
     """
     text = normalize_text(target_text)
-    if not text:
+    if is_blank(text):
         raise DatasetError(
             "The target text is empty; give the sentence the learner was asked to read "
             "(e.g. `The cat sat on the mat.`)."

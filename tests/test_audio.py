@@ -199,7 +199,7 @@ CHECK_CASES = [
     ("too-long-31s", (16000, to_int16(speech_like(31.0, 16000))), r"31\.0 s; Gemma 3n hears at most 30 s"),
     ("nan", _nan_clip(), r"1 NaN or infinite samples"),
     ("inf", _inf_clip(), r"1 NaN or infinite samples"),
-    ("corrupt-bytes", b"RIFF\x10\x00\x00\x00WAVEfmt garbage" + bytes(range(256)) * 4, r"Cannot decode .*corrupt"),
+    ("corrupt-bytes", b"RIFF\x10\x00\x00\x00WAVEfmt garbage" + bytes(range(256)) * 4, r"looks like a WAV file but cannot be decoded: it is damaged"),
     ("empty-bytes", b"", r"empty \(0 bytes\)"),
     ("unscaled-floats", (16000, (speech_like(1.0, 16000)[:, 0] * 32768)), r"expected values in \[-1, 1\]"),
     ("bad-shape", (16000, np.zeros((2, 2, 16000), dtype=np.int16)), r"shape \(2, 2, 16000\)"),
@@ -218,7 +218,7 @@ def test_checks_raise_with_measured_value(case, source, message):
 def test_corrupt_and_missing_files(tmp_path):
     bad = tmp_path / "broken.m4a"
     bad.write_bytes(b"\x00\x00\x00\x20ftypM4A " + b"\xff" * 300)
-    with pytest.raises(AudioError, match=r"Cannot decode `broken.m4a`"):
+    with pytest.raises(AudioError, match=r"`broken.m4a` looks like an MP4/M4A file but cannot be decoded"):
         load_audio(bad)
     with pytest.raises(AudioError, match="does not exist"):
         load_audio(tmp_path / "nope.wav")

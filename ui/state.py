@@ -51,7 +51,7 @@ class AppState:
             choices.append(current)
         return choices
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=2)
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
         from pipeline.training.tiny_model import make_tiny_model

@@ -17,11 +17,19 @@ from typing import Any
 import gradio as gr
 
 from pipeline.config import LR_SCHEDULES, TrainConfig
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, TrainingError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
-from ui.common import DEFAULTS, POLL_SECONDS, config_from_values, list_runs, run_settings, ui_errors
+from ui.common import DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings, ui_errors
+from ui.wording import app_lines, app_wording, readable_log
 from ui.state import AppState
+
+
+LOG_LINES = 12
+"""Lines of the training log shown under "Log (last lines)"."""
+RUNS_COLUMN_WIDTHS = ["13%", "9%", "8%", "9%", "9%", "10%", "13%", "29%"]
+"""Past runs table: run, state, steps, final loss, eval loss, peak memory, model, note. Fixed widths keep
+the numbers on one line however long a note is (the note wraps)."""
 
 
 class TrainHandlers:
@@ -44,14 +52,14 @@ class TrainHandlers:
         try:
             config = config_from_values(values)
         except PipelineError as error:
-            return f"✗ {error} (the last valid settings are kept)"
+            return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
         try:
             self.state.remember_settings(config)
         except OSError as error:
             return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
         return fmt.settings_markdown(config.to_dict())
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=5)
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
@@ -63,26 +71,27 @@ class TrainHandlers:
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
                 gr.Timer(active=True), "", -1)
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1)
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.training.runs import request_stop
 
         if not run_name:
-            raise gr.Error("No run is being watched; start one first.", title="Training")
+            raise TrainingError("No run is being watched, so there is nothing to stop; start one first.")
         status = request_stop(self.ws, run_name)
         if not status["alive"]:
             return f"**{run_name}** is not running (it is {status['state'].replace('_', ' ')})."
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=5)
     def resume_training(self, run_name: str):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
         from pipeline.training.runs import start_run
 
         if not run_name:
-            raise gr.Error("Pick a stopped run to resume.", title="Training")
+            raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
+                                "first (runs that stopped or failed after a checkpoint are listed there).")
         start_run(self.ws, run_name, None, resume=True)
         return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
 
@@ -96,19 +105,17 @@ class TrainHandlers:
         try:
             status = run_status(self.ws, run_name)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 3
         run_dir = Path(status["run_dir"])
         rows = read_jsonl(run_dir / "progress.jsonl")
-        last = status.get("last_progress") or {}
         result = status.get("result") or {}
         alive = bool(status["alive"])
-        elapsed = last.get("elapsed_s")
-        if alive and elapsed is None:
-            elapsed = time.time() - float(result.get("started_at") or _started_at(run_dir) or time.time())
+        last = status.get("last_progress") or {}
+        elapsed, loading_s = run_clock(rows, result.get("started_at") or _started_at(run_dir), alive, time.time())
         eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
         state = status["state"].replace("_", " ")
-        if alive and not rows:
-            state += " (loading the model and checking the longest batch)"
+        if loading_s is not None:
+            state += f" (loading the model and checking the longest batch: {fmt.format_seconds(loading_s)})"
         curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
         peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0]) or None
         memory_text = fmt.train_memory_markdown(
@@ -116,12 +123,12 @@ class TrainHandlers:
              "memory_kind": result.get("memory_kind")})
         return (
             fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
-                              state, label=run_name),
+                              state, label=run_name, settings=_run_config(self.ws, run_name)),
             curves,
             memory_text,
-            _tail(run_dir / "train.log") or _tail(run_dir / "process.log"),
-            fmt.failure_markdown({"status": status["state"], "reason": status.get("reason"),
-                                  "suggestions": result.get("suggestions")}),
+            readable_log(_tail(run_dir / "train.log", 200) or _tail(run_dir / "process.log", 200), LOG_LINES),
+            fmt.failure_markdown({"status": status["state"], "reason": app_wording(status.get("reason")),
+                                  "suggestions": app_lines(result.get("suggestions") or [])}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
@@ -151,7 +158,7 @@ class TrainHandlers:
 
     def runs_table(self):
         """Past runs with their results (newest first)."""
-        return fmt.runs_frame(list_runs(self.ws))
+        return _runs_frame(list_runs(self.ws))
 
     def on_load(self):
         """Page (re)opened: re-attach to a running job (or show the latest run), list runs and adapters."""
@@ -174,10 +181,15 @@ class TrainHandlers:
         resumable = _resumable_runs(runs)
         adapters = _adapter_runs(self.ws, runs)
         return (
-            fmt.runs_frame(runs),
+            _runs_frame(runs),
             gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
             gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
         )
+
+
+def _runs_frame(runs: list[dict]):
+    """The Past runs table, each run's note in the app's words."""
+    return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"))} for run in runs])
 
 
 def _resumable_runs(runs: list[dict]) -> list[str]:
@@ -189,6 +201,35 @@ def _resumable_runs(runs: list[dict]) -> list[str]:
 def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
     """Runs that saved an adapter (usable in the Try tab), newest first."""
     return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+
+
+def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float) -> tuple[float | None, float | None]:
+    """(elapsed training seconds, seconds spent loading) of a run for its progress line.
+
+    `rows`: progress.jsonl lines (each has `elapsed_s`, the run's training time across resumes, and
+    `time`, unix seconds); `started_at`: unix time the current (or last) process started. Elapsed is
+    the training clock only, so it never jumps backwards: before this process's first step it stays
+    at what earlier processes trained (0 for a new run) while the loading time is given apart; after
+    it, it ticks on from the last line until the next. Loading is None once this process has logged.
+    """
+    last = rows[-1] if rows else {}
+    logged = last.get("elapsed_s")
+    if not alive:
+        return logged, None
+    this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
+    if not this_process or logged is None:
+        loading = max(0.0, now - float(started_at)) if started_at else None
+        return float(logged or 0.0), loading
+    return float(logged) + max(0.0, now - float(last.get("time") or now)), None
+
+
+def _run_config(ws: Workspace, run_name: str) -> dict | None:
+    """The run's settings (its config.json) as a full `TrainConfig` dict, or None when unreadable."""
+    try:
+        settings = run_settings(ws, run_name)
+        return TrainConfig.from_dict(settings).to_dict() if settings else None
+    except (PipelineError, TypeError, ValueError):
+        return None
 
 
 def _started_at(run_dir: Path) -> float | None:
@@ -249,10 +290,11 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
             loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
             with gr.Column():
                 train_memory = gr.Markdown(elem_id="train-memory")
-                log_tail = gr.Textbox(label="Log (last lines)", lines=14, max_lines=40, interactive=False,
+                log_tail = gr.Textbox(label="Log (last lines)", lines=LOG_LINES, max_lines=LOG_LINES + 8, interactive=False,
                                       autoscroll=True, elem_id="log-tail")
         gr.Markdown("### Past runs")
-        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True)
+        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
+                               column_widths=RUNS_COLUMN_WIDTHS)
         refresh_runs = gr.Button("Refresh list", size="sm")
         seen_rows = gr.State(0)
         timer = gr.Timer(POLL_SECONDS, active=False)

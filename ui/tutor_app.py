@@ -56,6 +56,7 @@ class TutorApp:
 
     # 1 Samples
     check_clip = _handler("samples", "check_clip")
+    check_recording = _handler("samples", "check_recording")
     save_sample = _handler("samples", "save_sample")
     samples_table = _handler("samples", "samples_table")
     select_sample = _handler("samples", "select_sample")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
-from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, load_processor, normalize_text
+from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, is_blank, load_processor, normalize_text
 from pipeline.workspace import Workspace
 
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
@@ -374,9 +374,9 @@ def build_dataset(
         target = normalize_text(sample.target_text)
         answer = normalize_text(sample.feedback)
         reason = None
-        if not target:
+        if is_blank(target):
             reason = "target text is empty; enter the sentence the learner read"
-        elif not answer:
+        elif is_blank(answer):
             reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
         if reason is None:
             path = library.audio_path(sample)

@@ -567,6 +567,10 @@ _READERS: dict[str, Callable[[Path], Items]] = {
 }
 
 
+TOO_LONG_IMPORT_HINT = "Or import again with `--trim` to keep its first 30 s."
+"""Added to the reason of a clip skipped as longer than 30 s (the import's own way to keep it)."""
+
+
 def import_folder(
     workspace: Workspace | str | Path,
     source: str | Path,
@@ -602,6 +606,8 @@ def import_folder(
     items, skipped = _READERS[format](root)
     for item in items:
         item["trim"] = trim
+        if not trim:
+            item["too_long_hint"] = TOO_LONG_IMPORT_HINT
     library = SampleLibrary(workspace)
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:

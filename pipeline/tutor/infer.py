@@ -296,8 +296,8 @@ def compare_feedback(
 
     if not run:
         raise ConfigError("Comparing tuned and base feedback needs a trained run; pick one (the Train tab or `--run`).")
+    clip = load_audio(audio)  # before the model load: a bad clip is refused in a second, not minutes
     tutor = load_tutor(None, run=run, workspace=workspace, device=device, quantization=quantization)
-    clip = load_audio(audio)
     started = time.perf_counter()
     tuned = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
     base = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
