@@ -497,11 +497,17 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
     return pd.DataFrame(rows, columns=columns)
 
 
+NOTE_CHARS = 160
+"""A run's note in the Past runs table is cut after this many characters (the Train tab's failure panel
+shows the whole reason of the run being watched)."""
+
+
 def _note(reason: Any) -> str:
     """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
-    "Resume continues" (the Train tab's Resume button)."""
+    "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
     text = str(reason or "")
-    return text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
+    text = text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 
 
 def _round(value: Any) -> Any:

@@ -188,8 +188,8 @@ class TrainHandlers:
 
 
 def _runs_frame(runs: list[dict]):
-    """The Past runs table, each run's note in the app's words."""
-    return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"))} for run in runs])
+    """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown)."""
+    return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"), markdown=False)} for run in runs])
 
 
 def _resumable_runs(runs: list[dict]) -> list[str]:

@@ -120,16 +120,19 @@ def _command(match: re.Match) -> str:
     return f"**{command[0]}** ({command[1]})"
 
 
-def app_wording(text: str | None) -> str:
+def app_wording(text: str | None, *, markdown: bool = True) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
     "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
     "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)". Flags and commands with no
-    counterpart in the app (`--workspace`, `hf download ...`) are left as they are.
+    counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
+    `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     """
     if not text:
         return ""
+    if not markdown:
+        return app_wording(text).replace("**", "").replace("`", "")
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
     text = _BACKTICKED_COMMAND.sub(_command, text)
     text = _BARE_COMMAND.sub(_command, text)
@@ -182,14 +185,16 @@ def _readable_message(message: str) -> str:
             message = f"{message[:start]} ({len(data)} values, in the run's config.json)"
         elif isinstance(data, dict):
             message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
-    message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss").replace("`", "")
+    message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
+    message = app_wording(message, markdown=False)
     return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
 
 
 def readable_log(text: str, lines: int = 12) -> str:
     """The last `lines` lines of a `train.log` / `process.log` text, readable: `HH:MM:SS message`,
-    ⚠ before warnings and ✗ before errors, logged JSON as words, long floats to 4 digits, and no
-    progress-bar fragments (tqdm's carriage-return lines)."""
+    ⚠ before warnings and ✗ before errors, logged JSON as words, long floats to 4 digits, the app's
+    words for command-line flags (`app_wording`), and no progress-bar fragments (tqdm's
+    carriage-return lines)."""
     out: list[str] = []
     for raw in re.split(r"[\r\n]+", _PROGRESS_BAR.sub("", text or "")):
         line = raw.rstrip()
