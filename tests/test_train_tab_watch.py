@@ -55,7 +55,15 @@ def test_the_clock_never_goes_back_from_loading_to_the_first_step():
     assert shown == sorted(shown) and shown[0] == 62.0 and run_clock(step1, t0, True, t0 + 99)[1] is None
     step2 = step1 + [{"step": 2, "elapsed_s": 95.0, "time": t0 + 131}]
     assert run_clock(step2, t0, True, t0 + 131)[0] >= shown[-1]
-    assert run_clock(step2, t0, False, t0 + 500) == (95.0, None), "an ended run shows its training time"
+    # The last step is logged: the clock stops there while the adapter is saved, so the ended run's
+    # figure (its last line) is not below what was shown while it saved.
+    saving = [run_clock(step2, t0, True, t0 + 140, max_steps=2)[0], run_clock(step2, t0, False, t0 + 150)[0]]
+    assert saving == [95.0, 95.0]
+    # The same when Stop ends a run early: the step finished after STOP was written is the last.
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10, stop_requested_at=t0 + 120)[0] == 95.0
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10)[0] == 104.0, "no STOP: it ticks on"
+    # A failure counts the time up to the failure.
+    assert run_clock(step2, t0, False, t0 + 500, failed_at=t0 + 141) == (105.0, None)
 
 
 def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
@@ -106,7 +114,8 @@ def test_failure_and_log_use_the_apps_words():
 
 
 def test_memory_counter_in_plain_words():
-    text = fmt.train_memory_markdown({"peak_memory_bytes": 2**30, "estimate_bytes": 2**30, "memory_kind": "cpu_max_rss"})
+    text = fmt.train_memory_markdown({"peak_memory_bytes": 2**30, "estimate_bytes": 2**30,
+                                      "memory_kind": "cpu_max_rss"})
     assert "cpu_max_rss" not in text and "counter" not in text.lower()
     assert "measured as the process's peak resident memory (RAM)" in text
     measured = fmt.measured_markdown(2**30, 2**30, {"method": "CPU peak RSS (VmHWM reset before the step)"})

@@ -14,8 +14,8 @@ import gradio as gr
 from pipeline.errors import PipelineError
 from ui import formatting as fmt
 from ui.common import DEFAULTS, progress_callback, ui_errors
-from ui.wording import app_wording
 from ui.state import AppState
+from ui.wording import app_wording
 
 
 class DatasetHandlers:
@@ -80,7 +80,7 @@ class DatasetHandlers:
             "\n\n".join(lines),
             fmt.speakers_frame(report.get("speakers", {})),
             figure,
-            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"))} for item in report.get("excluded", [])]),
+            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )

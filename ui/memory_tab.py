@@ -16,8 +16,8 @@ from pipeline.config import DEVICES, LORA_TARGETS, OPTIMIZERS, QUANTIZATIONS, Tr
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
-from ui.wording import app_wording
 from ui.state import AppState
+from ui.wording import app_wording
 
 MAX_SUGGESTIONS = 4
 

@@ -15,8 +15,8 @@ import gradio as gr
 from pipeline.errors import AudioError, ClipTooLongError, ImportFormatError, SampleError
 from ui import formatting as fmt
 from ui.common import REPO_ROOT, progress_callback, ui_errors
-from ui.wording import app_wording
 from ui.state import AppState
+from ui.wording import app_wording
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
@@ -153,7 +153,7 @@ class SamplesHandlers:
         source = str(Path(str(folder).strip()).expanduser())
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
                                trim=bool(trim))
-        report.skipped = [{**entry, "reason": app_wording(entry.get("reason"))} for entry in report.skipped]
+        report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False)} for entry in report.skipped]
         return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
                 self.samples_table())
 

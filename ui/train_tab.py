@@ -20,9 +20,10 @@ from pipeline.config import LR_SCHEDULES, TrainConfig
 from pipeline.errors import PipelineError, TrainingError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
-from ui.common import DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings, ui_errors
-from ui.wording import app_lines, app_wording, readable_log
+from ui.common import (DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings,
+                       ui_errors)
 from ui.state import AppState
+from ui.wording import app_lines, app_wording, readable_log
 
 
 LOG_LINES = 12
@@ -111,7 +112,10 @@ class TrainHandlers:
         result = status.get("result") or {}
         alive = bool(status["alive"])
         last = status.get("last_progress") or {}
-        elapsed, loading_s = run_clock(rows, result.get("started_at") or _started_at(run_dir), alive, time.time())
+        elapsed, loading_s = run_clock(
+            rows, result.get("started_at") or _started_at(run_dir), alive, time.time(),
+            max_steps=status.get("max_steps"), stop_requested_at=_mtime(run_dir / "STOP"),
+            failed_at=result.get("finished_at") if status["state"] == "failed" else None)
         eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
         state = status["state"].replace("_", " ")
         if loading_s is not None:
@@ -203,24 +207,35 @@ def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
     return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
 
 
-def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float) -> tuple[float | None, float | None]:
+def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float, *,
+              max_steps: int | None = None, stop_requested_at: float | None = None,
+              failed_at: float | None = None) -> tuple[float | None, float | None]:
     """(elapsed training seconds, seconds spent loading) of a run for its progress line.
 
     `rows`: progress.jsonl lines (each has `elapsed_s`, the run's training time across resumes, and
     `time`, unix seconds); `started_at`: unix time the current (or last) process started. Elapsed is
-    the training clock only, so it never jumps backwards: before this process's first step it stays
-    at what earlier processes trained (0 for a new run) while the loading time is given apart; after
-    it, it ticks on from the last line until the next. Loading is None once this process has logged.
+    the training clock, so it never goes back: before this process's first step it stays at what
+    earlier processes trained (0 for a new run) while the loading time is given apart; after it, it
+    ticks on from the last line until the next one, and stops ticking once the last line is the run's
+    final step (`max_steps` reached, or logged after STOP was written at `stop_requested_at`), so the
+    figure a finished or stopped run shows (its last line's) is never below one shown while it ran.
+    A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
+    Loading is None once this process has logged a line.
     """
     last = rows[-1] if rows else {}
     logged = last.get("elapsed_s")
+    last_time = float(last.get("time") or now)
     if not alive:
+        if failed_at and logged is not None:
+            return float(logged) + max(0.0, float(failed_at) - last_time), None
         return logged, None
     this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
     if not this_process or logged is None:
         loading = max(0.0, now - float(started_at)) if started_at else None
         return float(logged or 0.0), loading
-    return float(logged) + max(0.0, now - float(last.get("time") or now)), None
+    final = bool(max_steps and int(last.get("step") or 0) >= int(max_steps)) or bool(
+        stop_requested_at and last_time >= float(stop_requested_at))
+    return float(logged) + (0.0 if final else max(0.0, now - last_time)), None
 
 
 def _run_config(ws: Workspace, run_name: str) -> dict | None:
@@ -229,6 +244,14 @@ def _run_config(ws: Workspace, run_name: str) -> dict | None:
         settings = run_settings(ws, run_name)
         return TrainConfig.from_dict(settings).to_dict() if settings else None
     except (PipelineError, TypeError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float | None:
+    """When `path` was last written (unix seconds), None when it does not exist."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
         return None
 
 
