@@ -83,9 +83,12 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             button.click(functools.partial(app.memory.apply_suggestion, index), inputs=memory.suggestions_state,
                          outputs=setting_widgets).then(
                 app.memory.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
-        train.tab.select(app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note)
+        # The "Next run" line; settings are remembered only once this page shows the saved ones (`restored`).
+        restored = gr.State(False)
+        summary_inputs = [restored, *setting_widgets]
+        train.tab.select(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note)
         for widget in setting_widgets:
-            widget.change(app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note,
+            widget.change(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
                           show_progress="hidden")
         memory.measure_button.click(app.memory.measure, inputs=estimate_inputs,
                                     outputs=[memory.measured_out, memory.memory_plot])
@@ -105,8 +108,9 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                               tryout.run, train.resume_choice, train.seen_rows]).then(
             app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         demo.load(app.dataset.dataset_on_load, outputs=dataset_outputs)
-        demo.load(app.state.restore_settings, outputs=setting_widgets).then(
-            app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note, show_progress="hidden")
+        demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
+            app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
+            show_progress="hidden")
     return demo
 
 

@@ -143,6 +143,25 @@ def test_next_run_names_the_vision_tower_and_the_watched_run_shows_its_own_setti
     assert "This run: google/gemma-3n-E2B-it" in progress and "adafactor" in progress and "adamw" not in progress
 
 
+def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
+    """A reloaded page starts with the widgets' defaults (adamw); a tab click or a change event that runs
+    before `restore_settings` has filled them in must not overwrite the saved settings (adafactor)."""
+    ui = TutorApp(tmp_path / "ws")
+    ui.settings_summary(*_settings("google/gemma-3n-E2B-it", optimizer="adafactor", vision_tower=False))
+    saved = ui.settings_path.read_bytes()
+    defaults = [getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS]
+    assert ui.page_settings_summary(False, *defaults) == gr.skip()
+    assert ui.settings_path.read_bytes() == saved, "the defaults were saved over the settings"
+    restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
+    values = [restored[name].value if name == "model" else restored[name]["value"] for name in common.CONFIG_FIELDS]
+    summary = ui.page_settings_summary(True, *values)
+    assert "adafactor" in summary and "vision tower not loaded" in summary
+    # The page wires every settings event through the restored flag.
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws2"))
+    handlers = [getattr(fn, "__name__", "") for dep in demo.fns.values() for fn in [dep.fn]]
+    assert "page_settings_summary" in handlers and "settings_summary" not in handlers
+
+
 def test_resume_or_stop_without_a_run_says_what_to_pick(tmp_path, capsys):
     ui = TutorApp(tmp_path / "ws")
     result = ui.resume_training("")

@@ -45,20 +45,31 @@ class TrainHandlers:
         """The workspace whose `runs/` folder holds the runs."""
         return self.state.ws
 
-    def settings_summary(self, *values: Any) -> str:
+    def settings_summary(self, *values: Any, remember: bool = True) -> str:
         """One line with the settings the next run will use (or what is wrong with them).
 
-        Valid settings are also remembered (`remember_settings`), so a reload restores them.
+        Valid settings are also remembered (`remember_settings`) unless `remember` is False, so a
+        reload restores them.
         """
         try:
             config = config_from_values(values)
         except PipelineError as error:
             return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
         try:
-            self.state.remember_settings(config)
+            if remember:
+                self.state.remember_settings(config)
         except OSError as error:
             return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
         return fmt.settings_markdown(config.to_dict())
+
+    def page_settings_summary(self, restored: bool, *values: Any):
+        """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
+        (`restored`, set after `restore_settings` at page load). Before that the widgets still hold the
+        defaults: the line is left as it is and nothing is remembered, so an early event (a tab click, a
+        change while the page loads) can neither show nor save the defaults over the saved settings."""
+        if not restored:
+            return gr.skip()
+        return self.settings_summary(*values)
 
     @ui_errors(message_at=1, outputs=5)
     def start_training(self, run_name: str, *values: Any):

@@ -77,6 +77,7 @@ class TutorApp:
 
     # 4 Train
     settings_summary = _handler("train", "settings_summary")
+    page_settings_summary = _handler("train", "page_settings_summary")
     start_training = _handler("train", "start_training")
     stop_training = _handler("train", "stop_training")
     resume_training = _handler("train", "resume_training")
