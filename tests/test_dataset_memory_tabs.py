@@ -30,6 +30,7 @@ def built(tmp_path_factory, tiny_model_dir):
     return ui, ui.build_dataset(str(tiny_model_dir), 0.25, 42, 1024)
 
 
+@pytest.mark.slow
 def test_length_chart_counts_train_and_eval_rows_and_says_so(built):
     ui, (summary, speakers, figure, excluded, exports, memory_max) = built
     report = __import__("json").loads((ui.ws.dataset_dir / "build_report.json").read_text(encoding="utf-8"))
@@ -44,6 +45,7 @@ def test_length_chart_counts_train_and_eval_rows_and_says_so(built):
     assert "(train and eval)" in summary and f"longest train row {longest_train}" in summary
 
 
+@pytest.mark.slow
 def test_memory_tab_explains_its_row_length_when_max_length_differs(built, tiny_model_dir):
     ui, (*_outputs, memory_max) = built
     values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
