@@ -379,6 +379,11 @@ def build_dataset(
         elif not answer:
             reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
         if reason is None:
+            try:  # the same rule as training and inference: no control token in a person's text
+                full = counter.render(build_messages(target, answer, tokenizer=counter.tokenizer))
+            except DatasetError as error:
+                reason = str(error)
+        if reason is None:
             path = library.audio_path(sample)
             try:
                 wav, duration_s = _read_wav(path)
@@ -402,8 +407,8 @@ def build_dataset(
                 "duration_s": round(duration_s, 3),
             }
         )
-        full_texts.append(counter.render(build_messages(target, answer)))
-        prompt_texts.append(counter.render(build_messages(target), add_generation_prompt=True))
+        full_texts.append(full)
+        prompt_texts.append(counter.render(build_messages(target, tokenizer=counter.tokenizer), add_generation_prompt=True))
         if index % 50 == 0:
             report_progress(index, len(samples), "reading clips")
 

@@ -96,7 +96,8 @@ class Tutor:
 
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
-            DatasetError: the target text is empty.
+            DatasetError: the target text is empty or spells a control token such as `<end_of_turn>`
+                (`pipeline.conversation.check_user_text`, the rule training uses).
         """
         import torch
 
@@ -104,7 +105,7 @@ class Tutor:
         from pipeline.conversation import build_messages
 
         clip = load_audio(audio)
-        messages = build_messages(target_text, None, clip.samples)
+        messages = build_messages(target_text, None, clip.samples, tokenizer=self.processor.tokenizer)
         inputs = self.processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
         )
