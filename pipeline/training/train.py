@@ -299,6 +299,7 @@ class _Session:
     def __init__(self, config: TrainConfig, ws: Workspace):
         from pipeline.training.collate import ChatCollator, check_rows
         from pipeline.data.dataset import load_built_dataset
+        from pipeline.training.base_identity import describe_base
         from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
@@ -336,6 +337,7 @@ class _Session:
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
         model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
                                                 vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 
@@ -456,6 +458,7 @@ def train(
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
                      dropped, checkpoint.name)
+    from pipeline.training.base_identity import record_or_check_run_base
     from pipeline.training.tiny_model import is_tiny_random_model
 
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model))
@@ -467,6 +470,7 @@ def train(
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
             raise
+        record_or_check_run_base(paths["dir"], session.base_identity, run_name)
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)
@@ -568,6 +572,9 @@ def _save_adapter(session: _Session, adapter_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
     session.model.save_pretrained(str(tmp))
     session.processor.save_pretrained(str(tmp))
+    from pipeline.training.base_identity import write_identity
+
+    write_identity(tmp, session.base_identity)  # load_adapter checks it (pipeline.training.base_identity)
     if adapter_dir.exists():
         adapter_dir.rename(old)
     tmp.rename(adapter_dir)

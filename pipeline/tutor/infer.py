@@ -219,6 +219,8 @@ def load_tutor(
 
     Raises:
         ConfigError: unknown run, or `model` differs from the run's base model.
+        BaseModelMismatchError: the model folder now holds another base than the run was trained
+            on (other config values or weights; see `pipeline.training.base_identity`).
         ModelLoadError: model or adapter cannot be loaded.
     """
     from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
@@ -248,7 +250,7 @@ def load_tutor(
             return _CACHE[key]
         processor = load_processor(str(model))
         base, _ = load_model(str(model), device=device, quantization=quantization)
-        net = load_adapter(base, adapter_dir) if adapter_dir else base
+        net = load_adapter(base, adapter_dir, model_id=str(model)) if adapter_dir else base
         tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device, quantization=quantization)
         if use_cache:
             _CACHE.clear()  # one model in memory at a time
