@@ -40,6 +40,7 @@ from pipeline.training.peak_memory import (
     reset_peak_memory,
 )
 from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
+from pipeline.training.workspace_lock import hold_workspace_lock
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
@@ -374,6 +375,7 @@ def _resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) -
     return saved
 
 
+@hold_workspace_lock  # one run at a time per workspace, from any entry point (refused before anything is written)
 def train(
     config: TrainConfig | None,
     workspace: Workspace | str | os.PathLike,
@@ -398,8 +400,9 @@ def train(
         `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, ...
 
     Raises:
-        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (an
-        existing run without --resume, nothing to resume, bad dataset rows, model not loadable).
+        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (another
+        run trains in the workspace, an existing run without --resume, nothing to resume, bad
+        dataset rows, model not loadable).
         Out of memory (before or during training) is not raised: it is returned with status
         "failed", the step, the peak memory and `suggestions`. Any other error is recorded in
         result.json (status "failed") and train.log, then re-raised.
