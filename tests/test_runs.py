@@ -80,6 +80,15 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
     from pipeline.training.workspace_lock import lock_holder
 
     assert lock_holder(ws)["pid"] == started["pid"]
+    # It trains with cores - 1 threads, leaving one to the app (pipeline.cpu_threads).
+    import os
+    from pathlib import Path
+
+    from pipeline.cpu_threads import trainer_threads
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        environ = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+        assert f"OMP_NUM_THREADS={trainer_threads()}".encode() in environ
     with pytest.raises(TrainingError, match=r"busy: run `first`"):
         train(config, ws, "from-cli")
     assert not (ws / "runs" / "from-cli").exists()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig
+from pipeline.cpu_threads import thread_env, trainer_threads
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
 from pipeline.training.run_folder import last_checkpoint
@@ -230,6 +231,7 @@ def start_run(
     *,
     python: str | None = None,
     extra_env: dict[str, str] | None = None,
+    allow_dataset_change: bool = False,
 ) -> dict[str, Any]:
     """Launch `python -m pipeline train --workspace WS --run NAME ...` as a detached process.
 
@@ -238,6 +240,8 @@ def start_run(
         resume: add `--resume` (continue from the last checkpoint).
         python: interpreter (default: this one).
         extra_env: extra environment variables for the child.
+        allow_dataset_change: with `resume`, continue although the dataset was rebuilt with other
+            rows since the run started (`--allow-dataset-change`, recorded by the run).
 
     Returns:
         `{"run", "pid", "command", "run_dir"}`.
@@ -264,10 +268,16 @@ def start_run(
     elif not (run_dir / "config.json").exists():
         raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
     require_built_dataset(ws)
+    if resume and not allow_dataset_change:  # refused here, with the reason, not in a process nobody watches
+        from pipeline.data.dataset import build_identity
+        from pipeline.training.resume import check_dataset, read_dataset_record
+
+        if read_dataset_record(run_dir) is not None:
+            check_dataset(run_dir, run_name, build_identity(ws))
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
     if resume:
-        command.append("--resume")
+        command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
     else:
         command += config_flags(config)
     env = dict(os.environ)
@@ -275,6 +285,8 @@ def start_run(
     env.setdefault("PYTHONUNBUFFERED", "1")
     # On Apple silicon let a run that does not fit fail instead of swapping (FIELD_NOTES "Memory").
     env.setdefault("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "1.0")
+    for name, value in thread_env(trainer_threads()).items():  # cores - 1: one stays for the app (cpu_threads)
+        env.setdefault(name, value)
     env.update(extra_env or {})
     (run_dir / "STOP").unlink(missing_ok=True)
     log_handle = open(run_dir / PROCESS_LOG, "ab")

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -68,8 +69,11 @@ class Tutor:
     Build with `load_tutor`; call `feedback(audio, target_text)`.
     """
 
-    def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str):
+    def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str,
+                 workspace: Workspace | None = None):
         self.model = model
+        self.workspace = workspace
+        """Where a run may train beside this tutor: answers then use one CPU thread (`pipeline.cpu_threads`)."""
         self.processor = processor
         self.model_id = model_id
         self.run = run
@@ -127,6 +131,8 @@ class Tutor:
             prompt_len = inputs["input_ids"].shape[1]
             eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
             started = time.perf_counter()
+            if self.device == "cpu":
+                apply_threads(inference_threads(training_active=self._training_active()))
             self.model.eval()
             with torch.inference_mode(), (self.model.disable_adapter() if bypass else contextlib.nullcontext()):
                 output = self.model.generate(
@@ -156,6 +162,15 @@ class Tutor:
             audio_duration_s=round(clip.duration_s, 3),
             note=note,
         )
+
+
+    def _training_active(self) -> bool:
+        """True while a run trains in this tutor's workspace (it holds the workspace's training lock)."""
+        if self.workspace is None:
+            return False
+        from pipeline.training.workspace_lock import lock_holder
+
+        return lock_holder(self.workspace) is not None
 
 
 _CACHE: dict[tuple, Tutor] = {}
@@ -227,6 +242,7 @@ def load_tutor(
 
     adapter_dir = None
     settings: dict = {}
+    ws = None if workspace is None else workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     if run:
         if workspace is None:
             raise ConfigError("`--run` needs `--workspace` (the folder holding runs/).")
@@ -251,7 +267,8 @@ def load_tutor(
         processor = load_processor(str(model))
         base, _ = load_model(str(model), device=device, quantization=quantization)
         net = load_adapter(base, adapter_dir, model_id=str(model)) if adapter_dir else base
-        tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device, quantization=quantization)
+        tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device,
+                      quantization=quantization, workspace=ws)
         if use_cache:
             _CACHE.clear()  # one model in memory at a time
             _CACHE[key] = tutor
