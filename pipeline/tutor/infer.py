@@ -163,7 +163,6 @@ class Tutor:
             note=note,
         )
 
-
     def _training_active(self) -> bool:
         """True while a run trains in this tutor's workspace (it holds the workspace's training lock)."""
         if self.workspace is None:
@@ -263,6 +262,8 @@ def load_tutor(
     key = (str(model), adapter_dir, device, quantization)
     with _CACHE_LOCK if use_cache else contextlib.nullcontext():
         if use_cache and key in _CACHE:
+            if ws is not None:
+                _CACHE[key].workspace = ws  # where a run may train beside it (CPU threads)
             return _CACHE[key]
         processor = load_processor(str(model))
         base, _ = load_model(str(model), device=device, quantization=quantization)
