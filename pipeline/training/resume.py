@@ -112,8 +112,9 @@ def check_dataset(run_dir: Path, run_name: str, build: dict, *, allow_change: bo
         raise TrainingError(
             f"Run `{run_name}` started on another build of the dataset ({summary}). Resuming would continue "
             "on different rows with a different number of steps, and its results would match neither dataset. "
-            "Rebuild the dataset from the same samples, start a new run (--run NEW), or resume anyway with "
-            "--allow-dataset-change (the change is recorded in the run's dataset.json and result.json)."
+            "Rebuild the dataset from the same samples, start a new run, or resume anyway with "
+            f"`python -m pipeline train --workspace {Path(run_dir).parent.parent} --run {run_name} --resume "
+            "--allow-dataset-change` (the change is recorded in the run's dataset.json and result.json)."
         )
     change = {"at": round(time.time(), 3), "checkpoint": checkpoint, "from": record["fingerprint"],
               "to": build["fingerprint"], "summary": summary}
