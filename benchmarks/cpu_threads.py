@@ -11,7 +11,7 @@ each policy runs, as separate processes exactly as the app does:
 
 Policies: `before` = torch's default, every core for the trainer AND for inference
 (`TUTOR_TRAIN_THREADS` = `TUTOR_INFER_THREADS` = cores); `after` = the rule (trainer cores - 1,
-inference 1 while a run trains, every core otherwise). Step time is the median of the per-step
+inference 1 while a run trains, cores - 1 otherwise). Step time is the median of the per-step
 `elapsed_s` differences in progress.jsonl (the first step, which includes warm-up, is left out);
 answer time the median seconds per answer.
 

@@ -11,8 +11,11 @@ The rule (cores = the CPUs this process may run on, `os.sched_getaffinity`):
 - the training process uses `cores - 1` threads (at least 1): one core stays free for the app, the
   browser and inference (`trainer_threads`; `python -m pipeline train` applies it at start, and
   `pipeline.training.runs.start_run` also sets `OMP_NUM_THREADS` for the process it starts);
-- inference uses 1 thread while a run trains in its workspace, and every core otherwise
-  (`inference_threads`; `pipeline.tutor.infer` applies it before each answer);
+- inference uses 1 thread while a run trains in its workspace, and `cores - 1` otherwise
+  (`inference_threads`; `pipeline.tutor.infer` applies it before each answer): the app's own
+  server, the browser and the rest of the machine keep a core, because a thread pool that asks for
+  every core stalls as soon as anything else runs (measured on 2 cores under load: an answer took
+  30 s with 2 threads and 4 s with 1);
 - so trainer + inference = cores at most. `TUTOR_TRAIN_THREADS` / `TUTOR_INFER_THREADS` override
   the two numbers (e.g. on a machine where nothing else runs beside the trainer).
 
@@ -65,12 +68,12 @@ def trainer_threads(cores: int | None = None) -> int:
 
 def inference_threads(training_active: bool, cores: int | None = None) -> int:
     """Threads of one answer: `TUTOR_INFER_THREADS`, else 1 while a run trains beside it (the trainer
-    has the other cores), else every core."""
+    has the other cores), else `cores - 1` (at least 1)."""
     override = _override(INFER_THREADS_ENV)
     if override is not None:
         return override
     cores = available_cores() if cores is None else cores
-    return max(1, cores - trainer_threads(cores)) if training_active else cores
+    return max(1, cores - trainer_threads(cores)) if training_active else max(1, cores - 1)
 
 
 def thread_env(threads: int) -> dict[str, str]:
