@@ -41,6 +41,11 @@ class ModelLoadError(PipelineError):
     """The model or processor cannot be loaded (not logged in, gated, offline, missing timm, disk)."""
 
 
+class BaseModelMismatchError(ModelLoadError):
+    """An adapter (or a resumed run) meets a base model other than the one it was trained on; the message
+    says what differs (config values, weight fingerprint) and what to do."""
+
+
 class ConfigError(PipelineError):
     """A training/estimate setting is out of range; the message names the flag and the fix."""
 

@@ -262,3 +262,32 @@ def test_real_speechocean_clips_pass_all_checks(speechocean_dir):
         assert audio.report.source_rate_hz == 16000 and audio.report.channels == 1
         assert audio.report.warnings == []
         assert audio.report.to_dict()["duration_s"] == pytest.approx(len(audio.samples) / 16000, abs=1e-3)
+
+
+@pytest.mark.parametrize("make", ["float_wav", "stereo_float_44k", "microphone_float"])
+def test_over_range_float_audio_is_clipped_with_a_warning(tmp_path, make):
+    """Issue 11 #6: float samples at 1.5 and -2.0 were clipped to [-1, 1] with `warnings: []`."""
+    x = speech_like(2.0, 16000, amplitude=0.3)[:, 0]
+    x[1000], x[2000], x[3000] = 1.5, -2.0, 1.2
+    if make == "float_wav":
+        path = tmp_path / "loud.wav"
+        sf.write(str(path), x, 16000, subtype="FLOAT")
+        source = path
+    elif make == "stereo_float_44k":
+        source = (44100, np.stack([x, x], axis=1))
+    else:
+        source = (16000, x)
+    audio = load_audio(source)
+    assert float(np.max(np.abs(audio.samples))) <= 1.0
+    loud = [w for w in audio.report.warnings if "too loud" in w]
+    assert len(loud) == 1 and "clipped" in loud[0] and "peak 2.00" in loud[0], audio.report.warnings
+
+
+def test_resampling_overshoot_is_not_clipped_silently():
+    rate = 44100
+    t = np.arange(rate) / rate
+    square = np.sign(np.sin(2 * np.pi * 440 * t)).astype(np.float32) * 0.98  # a square wave rings past 1 when resampled (Gibbs)
+    square[: rate // 10] *= 0.3
+    audio = load_audio((rate, square))
+    assert float(np.max(np.abs(audio.samples))) <= 1.0
+    assert any("past full scale" in w for w in audio.report.warnings), audio.report.warnings

@@ -4,7 +4,8 @@ Starts `python app.py` as a subprocess on a free localhost port with a temporary
 as a new user would: creates the offline tiny model, loads the sample pack, builds the dataset,
 runs the memory estimate, starts a short training run, watches progress appear, stops it, resumes
 it, and gets feedback in the Try tab for an uploaded clip. Screenshots of each tab are saved to
-`artifacts/screenshots/` (not committed).
+`artifacts/screenshots/` (not committed). Teardown stops the app and every training process it
+started, whatever the outcome (`tests/processes.py`).
 
 Needs `/usr/bin/chromium` (`apt-get install chromium`; `.ci/run` installs it). Never runs
 `playwright install`.
@@ -15,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -75,12 +75,14 @@ def running_app(tmp_path):
             time.sleep(0.1)
         first_page_s = time.perf_counter() - started
         yield url, workspace, first_page_s, log_path
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    finally:  # whatever the outcome: the app, then the training runs it started (detached on purpose)
+        from tests.processes import stop_process_group, stop_workspace_runs
+
+        stop_process_group(proc.pid, grace_s=15)
+        proc.wait(timeout=30)
+        stopped = stop_workspace_runs(workspace)
+        if stopped:
+            print(f"[e2e] teardown stopped training process(es) {stopped}", flush=True)
         log.close()
 
 

@@ -14,6 +14,9 @@ Checks (constants below; levels are dBFS, 0 dBFS = full scale):
   silently truncates at 480,000 samples); refused unless `trim=True`, which keeps the first 30 s;
 - clipped: more than `CLIPPED_FRACTION_MAX` (0.5 %) of the source samples at full scale
   (|x| >= `CLIP_LEVEL`); between `CLIPPED_FRACTION_WARN` (0.05 %) and that, a warning;
+- over full scale: float input with samples beyond [-1, 1] (e.g. 1.5 or -2.0 in a float WAV) is
+  clipped to [-1, 1] with a "too loud" warning naming how many samples and the peak; samples that
+  only resampling pushed past full scale are clipped with a warning too. Nothing is clipped silently;
 - silent: the loudest 0.25 s of the clip has an RMS level below `SILENCE_DBFS` (-50 dBFS).
   Reasoning for -50: speech recorded at a usable distance measures about -35 to -15 dBFS RMS
   over its loud parts, while a quiet room's noise floor through a laptop or phone microphone is
@@ -354,6 +357,30 @@ def _loudest_window_dbfs(mono: np.ndarray, rate: int) -> float:
     return 10.0 * math.log10(energy)
 
 
+def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[str]:
+    """Warnings for samples beyond full scale that `load_audio` is about to clip to [-1, 1].
+
+    Args:
+        frames: the input (after any trim), float32 (n, channels), full scale = 1.0.
+        samples: the 16 kHz mono result before clipping, float32 (m,).
+
+    Returns one "too loud" warning when the input itself has samples with |x| > 1 (only float
+    input can: integer input is scaled into [-1, 1)), else one warning when resampling alone pushed
+    samples past full scale, else none.
+    """
+    over = int(np.count_nonzero(np.abs(frames) > 1.0))
+    if over:
+        peak = float(np.max(np.abs(frames)))
+        return [
+            f"too loud: {over} sample(s) beyond full scale (peak {peak:.2f} = {20 * math.log10(peak):+.1f} dBFS) "
+            "were clipped to [-1, 1]; lower the level to at most 0 dBFS and export again"
+        ]
+    overshoot = int(np.count_nonzero(np.abs(samples) > 1.0))
+    if overshoot:
+        return [f"near full scale: resampling to 16 kHz pushed {overshoot} sample(s) past full scale; they were clipped to [-1, 1]"]
+    return []
+
+
 def _resample(mono: np.ndarray, rate: int) -> np.ndarray:
     if rate == TARGET_SAMPLE_RATE_HZ:
         return mono
@@ -467,6 +494,7 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         warnings.append(f"low sample rate ({rate} Hz, upsampled to 16 kHz; detail above {rate // 2} Hz is missing)")
 
     samples = _resample(mono, rate)
+    warnings.extend(_over_full_scale_warnings(frames, samples))
     np.clip(samples, -1.0, 1.0, out=samples)
     report = AudioReport(
         source_rate_hz=int(rate),

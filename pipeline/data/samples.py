@@ -8,6 +8,9 @@ Every change re-reads the manifest, applies the change and writes the whole mani
 `pipeline.fileio.atomic_write_json`, so a crash or a failed import leaves either the old or the new
 manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
 spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples.
+A sentence, feedback or transcript that spells a control token (`<end_of_turn>`, `<bos>`,
+`<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
+(`pipeline.conversation.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
 Writers in one process are serialized by a lock; two processes writing the same workspace at the
@@ -28,7 +31,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline.conversation import is_blank
+from pipeline.conversation import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError
 from pipeline.fileio import atomic_write_bytes, atomic_write_json
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
@@ -137,6 +140,17 @@ class Sample:
         return cls(**known)
 
 
+_USER_TEXTS = {"target_text": "Target text", "feedback": "Feedback", "transcript": "Transcript"}
+
+
+def _check_texts(name: str, **texts: str | None) -> None:
+    """Refuse a sample whose sentence, feedback or transcript spells a control token such as
+    `<end_of_turn>` (`pipeline.conversation.check_user_text`); raises `SampleError` naming the field,
+    the clip and the text."""
+    for key, text in texts.items():
+        check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
+
+
 def _lock_for(path: Path) -> threading.RLock:
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(path, threading.RLock())
@@ -239,6 +253,7 @@ class SampleLibrary:
             raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
         if isinstance(audio, (str, Path)) and name is None:
             name = Path(audio).name
+        _check_texts(name or "the clip", target_text=target, feedback=feedback, transcript=transcript)
         clip = load_audio(audio, name=name, trim=trim)
         digest = audio_sha256(clip.samples)
         if digest in hashes:
@@ -292,8 +307,8 @@ class SampleLibrary:
             require_feedback: refuse a blank `feedback` (the app's "Add a recording" form).
 
         Raises:
-            SampleError: blank target text (or feedback with `require_feedback`), duplicate audio
-                (names the existing id), bad manifest.
+            SampleError: blank target text (or feedback with `require_feedback`), a text that spells
+                a control token such as `<end_of_turn>`, duplicate audio (names the existing id), bad manifest.
             AudioError: the clip fails a check in `load_audio`.
         """
         added, skipped = self.add_many(
@@ -406,6 +421,7 @@ class SampleLibrary:
                 fields[key] = nfc(fields[key])
         if "target_text" in fields and is_blank(fields["target_text"]):
             raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
+        _check_texts(f"sample `{sample_id}`", **{k: fields[k] for k in _USER_TEXTS if k in fields})
         if "feedback" in fields and is_blank(fields["feedback"]):
             fields["feedback"] = ""
         for key in ("transcript", "speaker"):

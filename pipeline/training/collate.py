@@ -76,7 +76,8 @@ class ChatCollator:
 
     def conversations(self, rows: Sequence[dict]) -> list[list[dict]]:
         """The `build_messages` conversation (with its audio array) of each row."""
-        return [build_messages(r["target_text"], r["feedback"], _row_audio(r)) for r in rows]
+        tokenizer = self.processor.tokenizer
+        return [build_messages(r["target_text"], r["feedback"], _row_audio(r), tokenizer=tokenizer) for r in rows]
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         batch = self.processor.apply_chat_template(
@@ -118,7 +119,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     for row in rows:
         row_id = row.get("id", "?")
         try:
-            text = counter.render(build_messages(row["target_text"], row["feedback"]))
+            text = counter.render(build_messages(row["target_text"], row["feedback"], tokenizer=tokenizer))
         except DatasetError as error:
             problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue
