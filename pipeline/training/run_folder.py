@@ -7,6 +7,8 @@
     checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
     adapter/         the final LoRA adapter in PEFT format + the processor
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
+    tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)
+    eval/            the run's saved evaluations, one per dataset build (`pipeline.tutor.evaluate`)
     STOP             written by `pipeline.training.runs.request_stop`: save and end at the next step
 """
 
@@ -27,6 +29,7 @@ RUN_FILES = {
     "adapter": "adapter",
     "result": "result.json",
     "stop": "STOP",
+    "tensorboard": "tensorboard",
 }
 """File names inside a run folder (`WS/runs/NAME/`)."""
 
