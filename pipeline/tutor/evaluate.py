@@ -13,8 +13,8 @@ a hash of its data files in `WS/dataset/`, i.e. the dataset build; `-firstN` wit
     WS/evals/MODEL/KEY.json             a base model (MODEL: `model_slug`)
 
 so the app shows saved evaluations without re-running them, and a rebuilt eval split is never
-compared with answers to another one. Inference respects the machine: torch uses every core when no
-training run is alive in the workspace, half of them while one is (`inference_threads`). An
+compared with answers to another one. Inference respects the machine: torch uses the cores the
+machine leaves free, at most half of them while a training run is alive (`inference_threads`). An
 evaluation can be cancelled between tokens (`should_stop`); a cancelled one saves nothing.
 This module does not train, and does not score audio itself.
 """
@@ -138,13 +138,22 @@ def clip_audio_path(workspace: Workspace | str | os.PathLike, clip_id: str) -> P
 
 
 def inference_threads(workspace: Workspace | str | os.PathLike) -> int:
-    """Threads for torch during an evaluation: every core, or half of them (at least 1) while a
-    training run is alive in the workspace (torch's thread pools oversubscribe a shared CPU:
-    FIELD_NOTES, one answer 10-16 s instead of 0.6 s beside a training process)."""
+    """Threads for torch during an evaluation: the cores the machine leaves free (cores minus the
+    1-minute load average, at least 1), and at most half of them while a training run is alive in
+    the workspace. torch's thread pools spin and fight over a busy CPU: on this project's 2-core
+    machine under load, two clips x 24 tokens of the tiny model took 3.4 s with 1 thread and 101 s
+    with 2 (FIELD_NOTES: 0.6 s quiet, 10-16 s beside a training process)."""
     from pipeline.training.runs import active_run
 
     cores = os.cpu_count() or 1
-    return max(1, cores // 2) if active_run(_ws(workspace)) else cores
+    try:
+        free = cores - os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        free = cores
+    threads = max(1, min(cores, round(free)))
+    if active_run(_ws(workspace)):
+        threads = min(threads, max(1, cores // 2))
+    return threads
 
 
 @contextlib.contextmanager
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, half while a run trains)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores, at most half while a run trains)")
     parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
     parser.add_argument("--no-save", action="store_true", help="do not save it under runs/NAME/eval/ or evals/")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

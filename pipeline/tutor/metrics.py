@@ -280,7 +280,7 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
     if not with_reference:
         out["reason"] = f"no reference has a {key} score"
     elif n == 0:
-        out["reason"] = f"no parsed answer gives a {key} score"
+        out["reason"] = f"no parsed answer among the {len(with_reference)} clip(s) the experts scored"
     elif n < MIN_CORRELATION_PAIRS:
         out["reason"] = f"only {n} parsed answer(s); a correlation needs at least {MIN_CORRELATION_PAIRS}"
     elif len(set(tutor)) < 2:
