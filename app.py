@@ -107,10 +107,10 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                               tryout.run, train.resume_choice, train.seen_rows]).then(
             app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         demo.load(app.dataset.dataset_on_load, outputs=dataset_outputs)
-        for handler, inputs, outputs in judge.on_load:  # saved evaluations show without re-running
-            demo.load(handler, inputs=inputs, outputs=outputs)
+        demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(
-            app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note, show_progress="hidden")
+            app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note, show_progress="hidden").then(
+            app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices)
     return demo
 
 

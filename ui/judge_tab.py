@@ -53,11 +53,21 @@ class JudgeHandlers:
         return choices + [(view.model_label({"run": r["run"]}), RUN + r["run"]) for r in runs]
 
     def refresh_choices(self, model: str | None, selected: list[str] | None):
-        """The model checkboxes, keeping what is still offered ticked (the base model by default)."""
+        """The model checkboxes for the picked base `model`, keeping what is still offered ticked (the
+        base model when nothing is). Runs when the page has restored its settings and when the model changes."""
         choices = self.candidates(model)
         values = [value for _, value in choices]
         kept = [v for v in (selected or []) if v in values] or values[:1]
         return gr.CheckboxGroup(choices=choices, value=kept)
+
+    def offer_choices(self, model: str | None, selected: list[str] | None):
+        """The model checkboxes with runs trained since (tab opened, Refresh). The ticks are left as the
+        page has them when still offered, so a click made meanwhile is not undone."""
+        choices = self.candidates(model)
+        values = {value for _, value in choices}
+        if all(v in values for v in selected or []):
+            return gr.CheckboxGroup(choices=choices)
+        return gr.CheckboxGroup(choices=choices, value=[v for v in selected or [] if v in values])
 
     def show_saved(self):
         """The saved evaluations of the current dataset build: (status, headline, scatter, clips table,
@@ -163,8 +173,8 @@ class JudgeHandlers:
 
 
 def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
-    """Lay out the Judge tab and wire it (it reads the model picker `model`); returns the widgets and the
-    (function, outputs) that a page (re)load runs, for `build_ui`."""
+    """Lay out the Judge tab and wire it (it reads the model picker `model`); returns its widgets. A page
+    (re)load shows the saved evaluations and, once the settings are restored, the choices (`build_ui`)."""
     with gr.Tab("6 · Judge", id="judge", elem_id="tab-judge") as tab:
         gr.Markdown(
             "Evaluate the base model and your runs on the **eval split** (clips no run trained on) against the "
@@ -196,8 +206,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
     run_button.click(handlers.evaluate, inputs=[choices, max_tokens], outputs=[progress, *shown])
     cancel_button.click(handlers.cancel, outputs=status)
     for event in (tab.select, refresh.click):
-        event(handlers.refresh_choices, inputs=[model, choices], outputs=choices).then(handlers.show_saved, outputs=shown)
+        event(handlers.offer_choices, inputs=[model, choices], outputs=choices).then(handlers.show_saved, outputs=shown)
+    model.change(handlers.refresh_choices, inputs=[model, choices], outputs=choices)
     clips.select(handlers.select_clip, inputs=rows, outputs=[audio, details])
-    return SimpleNamespace(tab=tab, choices=choices, shown=shown,
-                           on_load=[(handlers.refresh_choices, [model, choices], [choices]),
-                                    (handlers.show_saved, [], shown)])
+    return SimpleNamespace(tab=tab, choices=choices, shown=shown)

@@ -55,7 +55,7 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
         scores = [r["scores"][aspect] for r in results]
         rows += [
             (f"{aspect}: PCC [95 % CI]", [_with_ci(s["pcc"], s["pcc_ci"], s.get("reason")) for s in scores]),
-            (f"{aspect}: SCC [95 % CI]", [_with_ci(s["scc"], s["scc_ci"], s.get("reason")) for s in scores]),
+            (f"{aspect}: SCC [95 % CI]", [_with_ci(s["scc"], s["scc_ci"]) for s in scores]),  # reason: row above
             (f"{aspect}: MAE (n, coverage)",
              [f"{_num(s['mae'])} (n={s['n']}, {_num(100 * s['coverage'], 0) if s.get('coverage') is not None else '–'} %)"
               for s in scores]),

@@ -280,9 +280,9 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
     if not with_reference:
         out["reason"] = f"no reference has a {key} score"
     elif n == 0:
-        out["reason"] = f"no parsed answer among the {len(with_reference)} clip(s) the experts scored"
+        out["reason"] = f"no parsed answer (0 of {len(with_reference)} clips)"
     elif n < MIN_CORRELATION_PAIRS:
-        out["reason"] = f"only {n} parsed answer(s); a correlation needs at least {MIN_CORRELATION_PAIRS}"
+        out["reason"] = f"only {n} parsed answer(s) of {len(with_reference)}; a correlation needs {MIN_CORRELATION_PAIRS}"
     elif len(set(tutor)) < 2:
         out["reason"] = f"the tutor gave every parsed answer the same {key} score ({tutor[0]:g})"
     elif len(set(expert)) < 2:
