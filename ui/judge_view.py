@@ -1,8 +1,8 @@
 """Pure formatting of saved evaluations for the Judge tab: the headline table (one column per model),
 the expert-vs-tutor scatter plot, the per-clip table (largest disagreement first) and a clip's details.
 
-Inputs are `pipeline.tutor.evaluate` results (dicts, as saved in `evaluations/*.json`). Nothing here
-imports gradio, torch or pipeline modules that do work. Figures use the object-oriented
+Inputs are `pipeline.tutor.evaluate` results (dicts, as saved in `runs/NAME/eval/` and `evals/`).
+Nothing here imports gradio, torch or pipeline modules that do work. Figures use the object-oriented
 `matplotlib.figure.Figure` API (no pyplot state shared between sessions).
 """
 
