@@ -52,3 +52,7 @@ class ConfigError(PipelineError):
 
 class TrainingError(PipelineError):
     """Training cannot start or failed (empty dataset, a run already active, out of memory)."""
+
+
+class EvaluationError(PipelineError):
+    """An evaluation cannot run or was cancelled (no eval rows, another evaluation running, Cancel)."""

@@ -565,3 +565,36 @@ def failure_markdown(status: Mapping[str, Any]) -> str:
         lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
         lines += [f"- {tip}" for tip in suggestions]
     return "\n".join(lines)
+
+
+def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """Training loss (solid) and eval loss (dashed, circles) of several runs against the optimizer step,
+    one colour per run (`runs`: run name -> its `progress.jsonl` rows).
+
+    Returns a `matplotlib.figure.Figure`; a note when no run has a logged step yet.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = False
+    for index, (name, rows) in enumerate(runs.items()):
+        colour = _PALETTE[index % len(_PALETTE)]
+        train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r]
+        evals = [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None and "step" in r]
+        if train:
+            ax.plot(*zip(*train), color=colour, linewidth=1.4, label=f"{name}: train")
+        if evals:
+            ax.plot(*zip(*evals), color=colour, linestyle="--", marker="o", markersize=4, label=f"{name}: eval")
+        drawn = drawn or bool(train or evals)
+    if not drawn:
+        ax.text(0.5, 0.5, "pick runs that have logged a step", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (tutor's answer)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig

@@ -190,6 +190,17 @@ class TrainHandlers:
         """Runs table, stopped runs (to resume) and runs with an adapter (to try)."""
         return self._run_lists()
 
+    def compare_choices(self, selected: list[str] | None):
+        """The runs that can be overlaid (every run with a progress.jsonl), keeping the ticked ones."""
+        names = [r["run"] for r in list_runs(self.ws) if (Path(r["run_dir"]) / "progress.jsonl").exists()]
+        return gr.Dropdown(choices=names, value=[n for n in (selected or []) if n in names])
+
+    def compare_runs(self, names: list[str] | None):
+        """The train and eval loss curves of the picked runs, overlaid in one figure."""
+        from pipeline.fileio import read_jsonl
+
+        return fmt.compare_loss_curves({name: read_jsonl(self.ws.run_dir(name) / "progress.jsonl") for name in names or []})
+
     def _run_lists(self, selected: str | None = None):
         """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = list_runs(self.ws)
@@ -330,10 +341,17 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
                                column_widths=RUNS_COLUMN_WIDTHS)
         refresh_runs = gr.Button("Refresh list", size="sm")
+        with gr.Accordion("Compare runs: loss curves overlaid", open=False):
+            compare = gr.Dropdown([], multiselect=True, label="Runs to overlay (train loss solid, eval loss dashed)",
+                                  elem_id="compare-runs")
+            compare_plot = gr.Plot(show_label=False, elem_id="compare-plot")
         seen_rows = gr.State(0)
         timer = gr.Timer(POLL_SECONDS, active=False)
 
     stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
+    for event in (tab.select, refresh_runs.click):
+        event(handlers.compare_choices, inputs=compare, outputs=compare)
+    compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
     resume_button.click(handlers.resume_training, inputs=resume_choice, outputs=started)
     return SimpleNamespace(

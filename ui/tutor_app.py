@@ -12,6 +12,7 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
+from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
 from ui.state import AppState
@@ -38,6 +39,7 @@ class TutorApp:
         self.memory = MemoryHandlers(self.state)
         self.train = TrainHandlers(self.state)
         self.tryout = TryHandlers(self.state)
+        self.judge = JudgeHandlers(self.state)
 
     @property
     def ws(self) -> Workspace:
@@ -88,3 +90,9 @@ class TutorApp:
 
     # 5 Try
     try_feedback = _handler("tryout", "try_feedback")
+
+    # 6 Judge
+    judge_candidates = _handler("judge", "candidates")
+    evaluate_models = _handler("judge", "evaluate")
+    cancel_evaluation = _handler("judge", "cancel")
+    saved_evaluations = _handler("judge", "show_saved")

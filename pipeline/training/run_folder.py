@@ -9,6 +9,8 @@
     base_model.json  the base model's identity (`pipeline.training.base_identity`), checked on resume
     dataset.json     the dataset build the run trains on (`pipeline.training.resume`), checked on resume
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
+    tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)
+    eval/            the run's saved evaluations, one per dataset build (`pipeline.tutor.evaluate`)
     STOP             written by `pipeline.training.runs.request_stop`: save and end after the
                      micro-batch in flight (`pipeline.training.stopping`)
 """
@@ -30,6 +32,7 @@ RUN_FILES = {
     "adapter": "adapter",
     "result": "result.json",
     "stop": "STOP",
+    "tensorboard": "tensorboard",
 }
 """File names inside a run folder (`WS/runs/NAME/`)."""
 

@@ -47,6 +47,8 @@ from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
 from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.training.workspace_lock import hold_workspace_lock
+from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
+from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
@@ -154,7 +156,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         per_device_eval_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
         learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_schedule,
+        lr_scheduler_type=LR_SCHEDULERS[config.lr_schedule],
         warmup_steps=config.warmup_ratio,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
@@ -183,33 +185,6 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         bf16=False,
         fp16=False,
     )
-
-
-def answer_loss(model, batch: dict) -> tuple[torch.Tensor, Any]:
-    """Mean cross-entropy over the supervised answer tokens, with logits computed ONLY where needed.
-
-    The model projects onto the 262,400-token vocabulary only at positions whose next token is
-    supervised (`logits_to_keep` as a boolean (B, T) mask), instead of at every prompt and audio
-    position. Same loss as transformers' `ForCausalLMLoss` (mean over labels != -100, fp32); the
-    logits (and their fp32 gradient) shrink from T positions to the answer's length per row, the
-    biggest memory lever after gradient checkpointing (FIELD_NOTES "Memory": ~3.7 MB per token on E2B).
-
-    Args:
-        batch: `ChatCollator` output; `labels` (B, T) with -100 outside the answers.
-
-    Returns:
-        `(loss, outputs)`; `outputs.logits` has shape (N, vocab) for the N kept positions.
-    """
-    from pipeline.conversation import IGNORE_INDEX
-
-    inputs = dict(batch)
-    labels = inputs.pop("labels")
-    keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
-    targets = labels[:, 1:][keep[:, :-1]]
-    outputs = model(**inputs, logits_to_keep=keep)
-    loss = torch.nn.functional.cross_entropy(outputs.logits.float(), targets.to(outputs.logits.device))
-    return loss, outputs
 
 
 def _move(batch: dict, device: str) -> dict:
@@ -256,19 +231,6 @@ def preflight(model, collator, worst: list[dict], config: TrainConfig, device: s
     }
     del out, loss, batch
     return result
-
-
-def _answer_loss_trainer_class():
-    from transformers import Trainer
-
-    class AnswerLossTrainer(Trainer):
-        """`transformers.Trainer` whose loss is `answer_loss` (logits only at supervised positions)."""
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss, outputs = answer_loss(model, inputs)
-            return (loss, outputs) if return_outputs else loss
-
-    return AnswerLossTrainer
 
 
 class _Session:
@@ -483,7 +445,8 @@ def train(
             return result
         callback = _make_callback_class()(paths, config, device)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
-        trainer = session.trainer(paths["checkpoints"], [callback, stop_now] + list(callbacks or []))
+        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None)
+        trainer = session.trainer(paths["checkpoints"], [callback, stop_now, board] + list(callbacks or []))
         reset_peak_memory(device)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -94,6 +94,7 @@ class Tutor:
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         do_sample: bool = False,
         use_adapter: bool = True,
+        stop: Any = None,
     ) -> Feedback:
         """Answer for one clip.
 
@@ -106,6 +107,8 @@ class Tutor:
             use_adapter: False answers as the base model: generation runs inside peft's
                 `disable_adapter()` context (no effect when no adapter is loaded). The returned
                 `Feedback` then has `run=None`, `adapter_dir=None`.
+            stop: optional `() -> bool`, checked after every generated token; True ends the answer
+                there (used to cancel an evaluation mid-answer).
 
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
@@ -120,6 +123,15 @@ class Tutor:
         clip = load_audio(audio)
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
+        extra = {}
+        if stop is not None:
+            from transformers import StoppingCriteria, StoppingCriteriaList
+
+            class _Stop(StoppingCriteria):
+                def __call__(self, input_ids, scores, **kwargs):
+                    return torch.full((input_ids.shape[0],), bool(stop()), dtype=torch.bool, device=input_ids.device)
+
+            extra["stopping_criteria"] = StoppingCriteriaList([_Stop()])
         # One answer at a time per loaded model: `disable_adapter()` switches the LoRA layers off for
         # every thread, and a fast tokenizer is not safe to share between threads either.
         with self._lock:
@@ -141,6 +153,7 @@ class Tutor:
                     do_sample=do_sample,
                     eos_token_id=[e for e in eos if e is not None],
                     pad_token_id=tokenizer.pad_token_id,
+                    **extra,
                 )
             new_tokens = output[0, prompt_len:]
             text = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
