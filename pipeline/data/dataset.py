@@ -57,8 +57,9 @@ class LengthStats:
     the rows whose worst case sets training memory (read by
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
     count (answer + `<end_of_turn>`, as `pipeline.training.collate.build_labels` labels it) of the row of
-    `row_tokens[i]`; `max_answer_tokens` its maximum. Reports written before these two fields
-    existed load with them empty / 0.
+    `row_tokens[i]`; `max_answer_tokens` its maximum; `eval_*` the same for the eval split
+    (evaluation's worst case); `distinct_tokens` (in the report) the distinct token ids of every kept
+    row. Reports written before these fields existed load with them empty / 0.
     """
 
     count: int = 0
@@ -72,6 +73,9 @@ class LengthStats:
     max_clip_s: float = 0.0
     answer_tokens: list[int] = field(default_factory=list)
     max_answer_tokens: int = 0
+    eval_row_tokens: list[int] = field(default_factory=list)
+    eval_answer_tokens: list[int] = field(default_factory=list)
+    eval_max_clip_s: float = 0.0
 
     @classmethod
     def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
@@ -300,13 +304,15 @@ def _read_wav(path: Path) -> tuple[bytes, float]:
     return wav_bytes(clip.samples), clip.samples.size / 16000
 
 
-def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
+def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthStats:
     stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
     pairs = sorted((r["num_tokens"], r["answer_tokens"]) for r in train_rows)
-    stats.row_tokens = [n for n, _ in pairs]
-    stats.answer_tokens = [a for _, a in pairs]
+    stats.row_tokens, stats.answer_tokens = [n for n, _ in pairs], [a for _, a in pairs]
     stats.max_answer_tokens = max(stats.answer_tokens, default=0)
     stats.max_clip_s = max((r["duration_s"] for r in train_rows), default=0.0)
+    pairs = sorted((r["num_tokens"], r["answer_tokens"]) for r in eval_rows)
+    stats.eval_row_tokens, stats.eval_answer_tokens = [n for n, _ in pairs], [a for _, a in pairs]
+    stats.eval_max_clip_s = max((r["duration_s"] for r in eval_rows), default=0.0)
     return stats
 
 
@@ -412,6 +418,7 @@ def build_dataset(
     totals = [len(ids) for ids in encoded]
     prompts = counter.count_texts(prompt_texts)
     rows: list[dict] = []
+    seen_tokens: set[int] = set()  # distinct token ids of the kept rows (per-layer embedding rows read on CPU)
     for row, ids, total, prompt in zip(candidates, encoded, totals, prompts):
         if prompt >= max_length:
             excluded.append(
@@ -435,6 +442,7 @@ def build_dataset(
             row["num_tokens"] = total
             row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
             rows.append(row)
+            seen_tokens.update(ids)
     excluded.sort(key=lambda e: e["id"])
 
     if not rows:
@@ -458,7 +466,7 @@ def build_dataset(
         path=str(ws.dataset_dir),
         splits={name: len(rs) for name, rs in split_rows.items()},
         excluded=excluded,
-        length_stats=_length_stats(rows, split_rows["train"]).to_dict(),
+        length_stats=dict(_length_stats(rows, split_rows["train"], split_rows["eval"]).to_dict(), distinct_tokens=len(seen_tokens)),
         speakers=speakers,
         split_method=split.method,
         notes=split.notes,

@@ -38,6 +38,11 @@ class LengthStats:
             `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
         longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
         tokenizer_model: the model whose tokenizer counted the tokens (the build report's), if known.
+        eval_row_tokens, eval_answer_tokens: the same per row of the eval split (evaluation's worst
+            case); empty when unknown (then the train split's worst case is assumed for it).
+        eval_longest_clip_s: the eval split's longest clip in seconds (0.0: unknown).
+        distinct_tokens: distinct token ids over the dataset's rows (0: unknown): on CPU only the
+            per-layer embedding rows of these tokens are ever read (`pipeline.memory.terms.weights`).
     """
 
     longest_tokens: int
@@ -47,6 +52,10 @@ class LengthStats:
     answer_tokens: list[int] = field(default_factory=list)
     longest_answer_tokens: int = 0
     tokenizer_model: str | None = None
+    eval_row_tokens: list[int] = field(default_factory=list)
+    eval_answer_tokens: list[int] = field(default_factory=list)
+    eval_longest_clip_s: float = 0.0
+    distinct_tokens: int = 0
 
     @property
     def num_rows(self) -> int:
@@ -109,7 +118,11 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         counted_with = report.get("model")
         source = str(report_path) + (f" (tokens counted with {counted_with}'s tokenizer)" if counted_with else "")
         return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
-                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with)
+                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with,
+                           eval_row_tokens=[int(n) for n in stats.get("eval_row_tokens") or []],
+                           eval_answer_tokens=[int(n) for n in stats.get("eval_answer_tokens") or []],
+                           eval_longest_clip_s=float(stats.get("eval_max_clip_s") or 0.0),
+                           distinct_tokens=int(stats.get("distinct_tokens") or 0))
     if ws.dataset_dir.exists():
         try:
             from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415
@@ -145,12 +158,17 @@ class EstimateOptions:
         cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`);
             False for a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_=65536,
             the benchmark's `--malloc-fixed` diagnostic).
+        weights_mapped: on CPU the weights are views into the memory-mapped checkpoint (how the
+            trainer loads them), so a weight is resident only once read: the vision tower never
+            is, the per-layer embedding table only at the rows of the dataset's tokens. False for a
+            model built in memory (the benchmark's random-weight E2B), whose every weight is resident.
     """
 
     attn_implementation: str = "eager"
     keep_logits: bool = False
     adapter_dtype: str = "float32"
     cpu_heap_retention: bool = True
+    weights_mapped: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 from pathlib import Path
 
 from pipeline.fileio import atomic_write_text, read_jsonl
@@ -102,3 +104,45 @@ def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> li
     """The run's progress.jsonl lines (a torn last line is skipped)."""
     return read_jsonl(run_paths(workspace, run_name)["progress"])
 
+
+
+def setup_log_file(path: Path) -> logging.Handler:
+    """Send the `pipeline` loggers, Python warnings and transformers' logging to the run's train.log
+    (`path`) until `remove_log_file`; returns the handler."""
+    import transformers  # noqa: PLC0415 - the trainer process has it loaded already
+
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("pipeline", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    transformers.utils.logging.add_handler(handler)
+    logging.captureWarnings(True)
+    return handler
+
+
+def remove_log_file(handler: logging.Handler) -> None:
+    """Undo `setup_log_file` and close the file."""
+    import transformers  # noqa: PLC0415
+
+    for name in ("pipeline", "py.warnings"):
+        logging.getLogger(name).removeHandler(handler)
+    transformers.utils.logging.remove_handler(handler)
+    logging.captureWarnings(False)
+    handler.close()
+
+
+def save_adapter(model, processor, adapter_dir: Path) -> None:
+    """Save the LoRA adapter (PEFT `save_pretrained`) and the processor into `adapter_dir`, replacing
+    it atomically (written beside it, then renamed)."""
+    tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
+    old = adapter_dir.with_name(f".{adapter_dir.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    processor.save_pretrained(str(tmp))
+    if adapter_dir.exists():
+        adapter_dir.rename(old)
+    tmp.rename(adapter_dir)
+    shutil.rmtree(old, ignore_errors=True)
