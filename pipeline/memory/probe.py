@@ -203,8 +203,7 @@ def probe_synthetic(request: dict) -> dict:
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
     else:
-        model, qreport = load_model(request["model"], device=device, quantization=config.quantization,
-                                    vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        model, qreport = load_model(request["model"], device=device, **config.load_options())
         weight_bytes = qreport.weight_bytes
     model, lreport = attach_lora(model, config)
     if device == "cpu":  # every weight resident, as on a GPU (see copy_weights_to_anonymous_memory)
