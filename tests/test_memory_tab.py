@@ -94,8 +94,8 @@ def test_each_change_is_listed_once_with_its_own_cost(app):
 
 def test_a_typed_budget_shows_what_is_held_back(app):
     _, verdict, *_ = _estimate(app, 8, _values())
-    assert "6.00 GiB" in verdict and "8.00 GiB (budget you typed)" in verdict
-    assert "2.00 GiB held back" in verdict and "left to the OS and open apps" in verdict
+    assert "Usable 6.00 GiB = 8.00 GiB (budget you typed) minus 2.00 GiB held back" in verdict
+    assert "left to the OS and open apps" in verdict
 
 
 def test_the_plan_table_lists_both_models_and_every_kind(app):

@@ -316,8 +316,8 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
     if device and usable_bytes is not None and device.get("free_bytes"):
         held = int(device["free_bytes"]) - int(usable_bytes)
         what = "budget you typed" if str(device.get("source", "")).startswith("--memory-gb") else "free now"
-        parts.append(f"Usable = {format_bytes(device['free_bytes'])} ({what}) minus {format_bytes(held)} held back: "
-                     f"{device.get('headroom_note', '')}.")
+        parts.append(f"Usable {format_bytes(usable_bytes)} = {format_bytes(device['free_bytes'])} ({what}) minus "
+                     f"{format_bytes(held)} held back. Why: {device.get('headroom_note', '')}.")
     return "\n\n".join(parts)
 
 
@@ -395,8 +395,8 @@ def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any)
     intro = "**Make it fit**" if name == "does not fit" else "**Leave more room**"
     lines = [f"{intro} (click a button below to apply one; only the settings it names change, then the estimate reruns):"]
     for index, item in enumerate(suggestions, 1):
-        tight = " — tight: under 10 % to spare" if item.get("verdict") == "tight" else ""
-        lines.append(f"{index}. **{format_bytes(item.get('total_bytes'))}**{tight}")
+        verdict_words = "fits, tightly: under 10 % to spare" if item.get("verdict") == "tight" else "fits"
+        lines.append(f"{index}. **{format_bytes(item.get('total_bytes'))}**, {verdict_words}:")
         for step in suggestion_steps(item):
             cost = step.get("cost")
             lines.append(f"    - {step['what']}" + (f" (cost: {cost})" if cost else ""))

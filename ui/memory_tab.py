@@ -143,7 +143,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         with gr.Row():
             here = likely_device()
             quantization = gr.Radio(list(QUANTIZATIONS), value=default_quantization(here), label="Quantization",
-                                    info=f"4bit = NF4 weights (bitsandbytes). {DEFAULT_QUANTIZATION_REASON[here]}")
+                                    info=f"4bit = NF4 weights (bitsandbytes). Default on {here}: "
+                                         f"{default_quantization(here)} (why: under the device, after Detect).")
             lora_rank = gr.Number(value=d.lora_rank, precision=0, minimum=1, label="LoRA rank r")
             lora_targets = gr.Radio(list(LORA_TARGETS), value=d.lora_targets, label="LoRA on")
             optimizer = gr.Dropdown(list(OPTIMIZERS), value=d.optimizer, label="Optimizer")
