@@ -133,6 +133,9 @@ def test_full_finetune_cli_defaults_to_bf16_and_train_refuses_it(tmp_path, capsy
     assert code == 1
     assert "LoRA adapters only" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+    with pytest.raises(ConfigError, match="LoRA adapters only"):  # the probe runs the (LoRA) training code
+        memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", quantization="none",
+                                                            finetuning_type="full"), memory_gb=64, measure=True)
 
 
 def test_plan_json_and_48_gib_mac(tmp_path, capsys):

@@ -56,6 +56,9 @@ def estimate_for_workspace(
             f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
             f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
             f"Raise --max-length to at least {min(lengths.row_tokens)}.")
+    if measure and config.finetuning_type != "lora":
+        raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
+                          "a full fine-tune can be estimated (drop --measure), not measured here.")
     est = estimate_memory(model_config, config, lengths, device, options)
     if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
         est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
@@ -106,7 +109,10 @@ def render(result: dict) -> str:
         st = result["settings"]
         lines.append(f"Settings: quantization {st['quantization']}, LoRA r={st['lora_rank']}, batch {st['batch_size']}, "
                      f"checkpointing {'on' if st['gradient_checkpointing'] else 'off'}, optimizer {st['optimizer']}, "
-                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}.")
+                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}"
+                     + (", per-layer embeddings in host RAM" if st.get("ple_on_cpu") else "")
+                     + (", audio encoder quantized" if st.get("quantize_audio_encoder") else "")
+                     + (", FULL fine-tune (estimated only)" if st.get("finetuning_type") == "full" else "") + ".")
     if result.get("excluded_rows"):
         lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
                      "(train skips them; `build --max-length` drops them from the dataset).")
