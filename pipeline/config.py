@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import platform
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -224,10 +227,6 @@ def likely_device() -> str:
     """The device `--device auto` will most likely train on, guessed without importing torch (for the
     app's defaults at start-up): "cuda" when an NVIDIA driver is loaded, "mps" on Apple silicon, else
     "cpu". The training code resolves the real device with torch (`pipeline.training.model.resolve_device`)."""
-    import os
-    import platform
-    import sys
-
     if os.path.exists("/proc/driver/nvidia/version"):
         return "cuda"
     if sys.platform == "darwin" and platform.machine() == "arm64":
