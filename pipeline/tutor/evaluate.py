@@ -229,8 +229,10 @@ def evaluate_tutor(
     The tutor is loaded once with `pipeline.tutor.infer.load_tutor` (base `model`, or `run`'s adapter on
     its training base) and answers each row with `Tutor.feedback` (greedy decoding, the same
     `build_messages` conversation as training). Returns `evaluate_answers`'s metrics plus `model`,
-    `run`, `split`, `seconds`, `note` (set for the tiny random stand-in) and `answers`
-    (`[{id, target_text, answer, reference_feedback}]`). `progress(done, total, message)` is called
+    `run`, `split`, `seconds`, `note` (set for the tiny random stand-in), `by_kind` (every metric per
+    sample kind, chrF for all, `pipeline.tutor.by_kind.metrics_by_kind`) and `answers`
+    (`[{id, kind, turn, target_text, prompt, answer, reference_feedback}]`, one per tutor answer). The
+    top-level expert-score metrics cover the read-aloud rows only. `progress(done, total, message)` is called
     after each clip.
 
     Raises:
@@ -257,15 +259,15 @@ def evaluate_tutor(
         )
     started = time.perf_counter()
     tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device, quantization=quantization)
+    from pipeline.tutor.by_kind import answer_row, metrics_by_kind
+
     items, answers = [], []
-    for index, row in enumerate(rows):
-        answer = tutor.feedback(
-            row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        )
-        items.append({"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference": _row_reference(row)})
-        answers.append(
-            {"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference_feedback": row["feedback"]}
-        )
+    for index, row in enumerate(rows):  # every kind (pipeline.tutor.by_kind); expert metrics on read-aloud rows
+        for answer in answer_row(tutor, row, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS):
+            answers.append(answer)
+            if answer["kind"] == "read_aloud":
+                items.append({"id": row["id"], "target_text": row["target_text"], "answer": answer["answer"],
+                              "reference": _row_reference(row)})
         if progress is not None:
             progress(index + 1, len(rows), f"answered {row['id']}")
     metrics = evaluate_answers(items)
@@ -282,6 +284,7 @@ def evaluate_tutor(
             else None
         ),
         **metrics,
+        "by_kind": metrics_by_kind(answers, items, evaluate_answers),
         "answers": answers,
     }
 
@@ -328,7 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         who = f"run {args.run}" if args.run else f"base model {result['model']}"
         print(f"Evaluated {who} on {result['clips']} {args.split} clips in {result['seconds']} s")
+        from pipeline.tutor.by_kind import by_kind_summary
+
         print(summary(result))
+        print(by_kind_summary(result["by_kind"]))
         if result["note"]:
             print(f"note: {result['note']}")
         for path in result["saved"]:
