@@ -51,13 +51,13 @@ def answer_row(tutor: Any, row: dict, *, max_new_tokens: int) -> list[dict]:
     kind = row_kind(row)
     base = {"id": row["id"], "kind": kind, "turn": None, "target_text": row.get("target_text") or "",
             "prompt": row.get("prompt") or ""}
-    clips = row_clips(row)
     if kind == "read_aloud":
-        answer = tutor.feedback(clips[0], row["target_text"], max_new_tokens=max_new_tokens)
+        answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens)
         return [dict(base, answer=answer.text, reference_feedback=row.get("feedback") or "")]
     if kind == "free_speech":
-        answer = tutor.free_speech_feedback(clips[0], row["prompt"], max_new_tokens=max_new_tokens)
+        answer = tutor.free_speech_feedback(row["audio_wav"], row["prompt"], max_new_tokens=max_new_tokens)
         return [dict(base, answer=answer.text, reference_feedback=row.get("feedback") or "")]
+    clips = row_clips(row)
     out, history = [], []
     for index, turn in enumerate(row_turns(row)):
         if turn.get("role") == TUTOR and history:
