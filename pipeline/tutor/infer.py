@@ -334,6 +334,7 @@ def compare_feedback(
     quantization: str | None = None,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     do_sample: bool = False,
+    kind: str = "read_aloud",
 ) -> dict[str, Any]:
     """The tuned and the base tutor's answers for one clip, from one loaded model.
 
@@ -344,12 +345,14 @@ def compare_feedback(
 
     Args:
         audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, `(rate, ndarray)`, `Audio`).
-        target_text: the sentence the learner was asked to read.
+        target_text: the sentence the learner was asked to read (`kind="free_speech"`: the prompt
+            the learner answered).
         run: run name in `workspace` whose `adapter/` to apply.
         workspace: the workspace folder holding `runs/`.
         device, quantization: override the run's own settings.
         max_new_tokens: longest answer in tokens, per answer.
         do_sample: sample instead of greedy decoding.
+        kind: `read_aloud` (`Tutor.feedback`) or `free_speech` (`Tutor.free_speech_feedback`).
 
     Returns:
         `{"tuned": Feedback dict, "base": Feedback dict, "model", "run", "device", "quantization",
@@ -367,8 +370,12 @@ def compare_feedback(
     tutor = load_tutor(None, run=run, workspace=workspace, device=device, quantization=quantization)
     clip = load_audio(audio)
     started = time.perf_counter()
-    tuned = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
-    base = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
+    if kind not in ("read_aloud", "free_speech"):
+        raise ConfigError(f"Comparing answers works for read_aloud or free_speech clips, not `{kind}`; "
+                          "a dialogue is tried turn by turn (`Tutor.dialogue_reply`).")
+    answer = tutor.feedback if kind == "read_aloud" else tutor.free_speech_feedback
+    tuned = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
+    base = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
     return {
         "tuned": tuned.to_dict(),
         "base": base.to_dict(),
