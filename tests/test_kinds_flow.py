@@ -98,3 +98,22 @@ def test_evaluation_splits_every_metric_by_kind(trained):
     for metrics in by_kind.values():
         assert metrics["answers"] == metrics["chrf"]["n"] and 0 <= metrics["chrf"]["chrf"] <= 100
     assert result["clips"] == 0  # the expert-score metrics cover read-aloud rows only
+
+
+def test_the_try_tab_answers_free_speech_and_keeps_a_voice_conversation(trained):
+    from ui.tutor_app import TutorApp
+
+    ws, source, _, _ = trained
+    ui = TutorApp(ws)
+    clips = source.parent / "clips"
+    tuned, note, base = ui.try_feedback(str(clips / "000010089.wav"), "Describe your favourite animal.", "kinds", 4,
+                                        "Free speech")
+    assert tuned and base and "random" in note
+    history, chat, audio, text, note = ui.try_dialogue_send(str(clips / "000010063.wav"), "", [], "kinds", 4)
+    assert [t["role"] for t in history] == ["learner", "tutor"] and audio is None and text == ""
+    history, chat, *_ = ui.try_dialogue_send(str(clips / "000010069.wav"), "Is this right?", history, "kinds", 4)
+    # the history is kept the way training saw a dialogue: learner clips (and text), tutor replies
+    assert [t["role"] for t in history] == ["learner", "tutor", "learner", "tutor"]
+    assert history[2]["text"] == "Is this right?" and history[0]["audio"].endswith("000010063.wav")
+    assert [m["role"] for m in chat] == ["user", "assistant", "user", "user", "assistant"]
+    assert ui.try_dialogue_start_over()[:2] == ([], [])
