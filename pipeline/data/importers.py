@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         kinds = ", ".join(f"{n} {kind}" for kind, n in report.kind_counts().items())
         print(
-            f"Imported {len(report.imported)} of {report.total} clips from {report.source} "
+            f"Imported {len(report.imported)} of {report.total} {'samples' if report.format == 'chat' else 'clips'} from {report.source} "
             f"({report.format} layout) into {workspace.root}; skipped {len(report.skipped)}."
             + (f" Kinds: {kinds} (each sample's kind: --json `rows`)." if kinds else "")
         )
