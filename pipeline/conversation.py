@@ -179,12 +179,27 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
     return messages
 
 
+CONTROL_TOKENS = ("<start_of_turn>", "<end_of_turn>", "<start_of_audio>", "<end_of_audio>", "<audio_soft_token>",
+                  "<bos>", "<eos>")
+"""Gemma 3n control tokens that typed text must not contain: the tokenizer reads them as control
+tokens (FIELD_NOTES), so a typed `<start_of_turn>model` would fake a tutor turn and its supervision."""
+
+
+def _plain(text: str, what: str) -> str:
+    """`text` NFC-normalized; `DatasetError` naming `what` when it holds a control token."""
+    text = normalize_text(text)
+    found = [t for t in CONTROL_TOKENS if t in text]
+    if found:
+        raise DatasetError(f"The {what} contains {found[0]}, a control token of the chat template; remove it.")
+    return text
+
+
 def free_speech_prompt(prompt: str) -> str:
     """The text of the user turn that follows a free-speech clip: the question the learner answered.
 
     Raises `DatasetError` when `prompt` is empty.
     """
-    text = normalize_text(prompt)
+    text = _plain(prompt, "prompt")
     if not text:
         raise DatasetError(
             "The prompt is empty; give the question the learner was answering (e.g. `Describe your last holiday.`)."
@@ -193,7 +208,7 @@ def free_speech_prompt(prompt: str) -> str:
 
 
 def _answer(feedback: str, what: str) -> dict:
-    answer = normalize_text(feedback)
+    answer = _plain(feedback, what)
     if not answer:
         raise DatasetError(f"The {what} is empty; write the tutor's answer before training on it.")
     return {"role": "assistant", "content": [{"type": "text", "text": answer}]}
@@ -262,7 +277,7 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
                         raise DatasetError(f"Turn {number} of the dialogue names clip {clip!r}, but it has {len(audios)} clip(s).")
                     block["audio"] = audios[clip]
                 blocks.append(block)
-            text = normalize_text(turn.get("text"))
+            text = _plain(turn.get("text"), f"learner turn {number}")
             if text:
                 blocks.append({"type": "text", "text": text})
             if not blocks:

@@ -24,7 +24,7 @@ from ui.session import SessionHandlers, session_section
 from ui.state import AppState
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
-IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
 CANCELLED = "__cancelled__"
 # Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
 _CONFIRM_DELETE_JS = (
@@ -203,8 +203,8 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
                 folder_in = gr.Textbox(label="Folder on this computer", scale=3, elem_id="import-folder",
                                        placeholder="/home/me/recordings")
                 format_in = gr.Dropdown(list(IMPORT_FORMATS), value="auto", label="Layout", scale=1,
-                                        info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
-                                             "audio + .txt")
+                                        info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice, "
+                                             "audio + .txt, or a chat-format .jsonl file")
                 import_button = gr.Button("Import", scale=0, elem_id="import-button")
             import_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
                                       elem_id="import-trim")

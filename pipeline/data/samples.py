@@ -135,7 +135,8 @@ class Sample:
             return self.prompt or ""
         if self.kind == "dialogue":
             turns = self.turns or []
-            first = next((t.get("text") or t.get("transcript") for t in turns if t.get("text") or t.get("transcript")), "")
+            said = [t.get("text") or t.get("transcript") for t in turns if t.get("role") == "learner"]
+            first = next((x for x in said if x), "")
             clips = sum(1 for t in turns if t.get("audio_file"))
             return f"dialogue, {len(turns)} turns, {clips} clip(s)" + (f": {first}" if first else "")
         return self.target_text
