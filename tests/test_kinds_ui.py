@@ -34,13 +34,13 @@ def test_saving_a_clip_clears_the_form_for_the_next_one(ui, tmp_path, speechocea
 
     status, table, *cleared = ui.save_clip("Free speech", clip(speechocean_dir, "000010011", tmp_path),
                                            "", "What is it?", "we call it bear", "Clear BEAR.", "kate")
-    assert "Saved free speech sample" in status and cleared == [None, "", "", "", ""]
+    assert "Saved sample" in status and "(free speech)" in status and cleared == [None, "", "", "", ""]
     assert "[free speech] What is it?" in table["target sentence"].tolist()
     (sample,) = SampleLibrary(ui.ws).list()
     assert (sample.kind, sample.prompt, sample.transcript, sample.speaker) == ("free_speech", "What is it?", "we call it bear", "kate")
     status, table, *cleared = ui.save_clip("Read aloud", clip(speechocean_dir, "000010035", tmp_path),
                                            "ZERO THREE FIVE ONE", "", "", "Fine.", "kate")
-    assert "Saved read aloud sample" in status and cleared == [None, "", "", "", ""]
+    assert "Saved sample" in status and "(free speech)" not in status and cleared == [None, "", "", "", ""]
     # a failure keeps everything typed (only the status changes)
     failed = ui.save_clip("Free speech", clip(speechocean_dir, "000010053", tmp_path), "", "  ", "", "Good.", "kate")
     assert failed[0].startswith("**✗") and "Prompt" in failed[0]

@@ -73,8 +73,9 @@ class SampleKindHandlers:
             audio, feedback=feedback or "", speaker=(speaker or "").strip() or None, kind=kind,
             transcript=(transcript or "").strip() or None if kind == "free_speech" else None,
             source="microphone" if isinstance(audio, tuple) else name, trim=bool(trim), **fields)
-        status = (f"Saved {kind.replace('_', ' ')} sample **{sample.id}** ({sample.duration_s:.1f} s); the form is ready "
-                  "for the next clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
+        what = "" if kind == "read_aloud" else f" ({kind.replace('_', ' ')})"
+        status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s); the form is ready for the next "
+                  "clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
         return status, self._table(), None, "", "", "", ""
 
     @ui_errors(message_at=4, outputs=5)
