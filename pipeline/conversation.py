@@ -11,6 +11,13 @@ and inference all read, so the prompt and the supervised span cannot drift betwe
 - `answer_spans`, `all_answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise
   (every tutor answer and its `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
 
+- `control_tokens_in`, `check_user_text`: the rule that a person's text (sentence, feedback,
+  transcript) never turns into a control or placeholder token. Text holding one (e.g. a literal
+  `<end_of_turn>` pasted from a chat log) is refused, never escaped: at save and import by the
+  sample library (`CONTROL_TOKEN_PATTERN`, Gemma's reserved names), and by `build_messages` with the
+  tokenizer's own special tokens, so the dataset build (and with it the memory estimate), the
+  collator and inference refuse the same texts. The same holds for prompts and dialogue turns.
+
 A clip's transcript is kept with the sample but never shown to the model: at inference time there
 is no transcript, so training must not lean on one.
 
@@ -19,7 +26,9 @@ Torch-free: importing this module loads no model library.
 
 from __future__ import annotations
 
+import re
 import unicodedata
+import weakref
 from typing import Any, Sequence
 
 from pipeline.errors import DatasetError
@@ -131,13 +140,116 @@ def normalize_text(text: str | None) -> str:
     return unicodedata.normalize("NFC", text or "").strip()
 
 
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # Hangul fillers, braille blank
+
+
+def is_blank(text: str | None) -> bool:
+    """True when `text` shows nothing: empty, None, or only spaces, line breaks, tabs, invisible
+    format characters (zero-width space U+200B, byte-order mark U+FEFF, ...) and blank look-alikes
+    (braille blank U+2800, Hangul fillers). Such a sentence or feedback is treated as missing
+    everywhere: the sample checks, the sample library and the dataset build."""
+    return all(
+        ch.isspace() or unicodedata.category(ch) in _BLANK_CATEGORIES or ch in _BLANK_LOOKALIKES
+        for ch in unicodedata.normalize("NFC", text or "")
+    )
+
+
+CONTROL_TOKEN_PATTERN = re.compile(
+    r"<(?:bos|eos|pad|unk|mask|start_of_turn|end_of_turn|start_of_image|end_of_image|image_soft_token"
+    r"|start_of_audio|end_of_audio|audio_soft_token|unused\d+)>|\[multimodal\]|\[@BOS@\]"
+)
+"""Gemma's control and placeholder tokens by name, known without loading a tokenizer (used at save
+and import). `control_tokens_in(text, tokenizer)` adds every special token of the tokenizer itself."""
+
+_TOKENIZER_PATTERNS: "weakref.WeakKeyDictionary[Any, re.Pattern]" = weakref.WeakKeyDictionary()
+
+
+def _special_tokens(tokenizer: Any) -> list[str]:
+    """Every token string `tokenizer` matches atomically in text AND treats as special: its named
+    specials (`all_special_tokens`), its added tokens flagged special, and the processor's
+    multimodal placeholders (audio/image soft tokens and their start/end markers)."""
+    tokens = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            tokens.add(str(getattr(added, "content", added)))
+    for name in ("audio_token", "boa_token", "eoa_token", "image_token", "boi_token", "eoi_token"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, str):
+            tokens.add(value)
+    return sorted((t for t in tokens if t and t.strip()), key=len, reverse=True)
+
+
+def _tokenizer_pattern(tokenizer: Any) -> re.Pattern | None:
+    try:
+        cached = _TOKENIZER_PATTERNS.get(tokenizer)
+    except TypeError:  # not weak-referenceable: build each time
+        cached = None
+    if cached is None:
+        tokens = _special_tokens(tokenizer)
+        cached = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else re.compile(r"(?!x)x")
+        try:
+            _TOKENIZER_PATTERNS[tokenizer] = cached
+        except TypeError:
+            pass
+    return cached
+
+
+def control_tokens_in(text: str | None, tokenizer: Any = None) -> list[str]:
+    """The control or placeholder tokens that `text` spells literally, in order of appearance.
+
+    Matches `CONTROL_TOKEN_PATTERN` (Gemma's reserved names) and, when `tokenizer` is given, every
+    special token it knows (see `_special_tokens`): exactly the strings the tokenizer would turn
+    into a control token instead of text. The text is NFC-normalized first, as it is stored.
+    """
+    text = normalize_text(text)
+    if not text:
+        return []
+    found = [(m.start(), m.group()) for m in CONTROL_TOKEN_PATTERN.finditer(text)]
+    if tokenizer is not None:
+        found += [(m.start(), m.group()) for m in _tokenizer_pattern(tokenizer).finditer(text)]
+    seen: list[str] = []
+    for _, token in sorted(found):
+        if token not in seen:
+            seen.append(token)
+    return seen
+
+
+def check_user_text(text: str | None, what: str, tokenizer: Any = None, *, error: type = DatasetError) -> None:
+    """Raise `error` (default `DatasetError`) when a person's `text` spells a control token.
+
+    Args:
+        text: a sentence, feedback or transcript as typed or imported.
+        what: how to name it in the message, e.g. "Feedback of `kate_03.wav`".
+        tokenizer: adds the tokenizer's own special tokens to Gemma's reserved names.
+        error: the `PipelineError` subclass to raise (the sample library raises `SampleError`).
+
+    The message quotes the text around the first token and says why and how to fix it: the model
+    would read e.g. `<end_of_turn>` as the end of its answer, so the training labels would stop
+    there and the rest would never be learned.
+    """
+    tokens = control_tokens_in(text, tokenizer)
+    if not tokens:
+        return
+    clean = normalize_text(text)
+    at = clean.find(tokens[0])
+    excerpt = ("..." if at > 30 else "") + clean[max(0, at - 30): at + len(tokens[0]) + 30] + (
+        "..." if at + len(tokens[0]) + 30 < len(clean) else "")
+    listed = ", ".join(f"`{t}`" for t in tokens)
+    raise error(
+        f"{what} contains {listed} (in \"{excerpt}\"): {'these are' if len(tokens) > 1 else 'this is'} one of "
+        "Gemma's control tokens, which the model would read as a command (e.g. the end of its answer) instead of "
+        "text, so the rest would never be learned. Remove it or write it another way (e.g. `end of turn`)."
+    )
+
+
 def user_prompt(target_text: str) -> str:
     """The text of the user turn that follows the audio: the sentence the learner was asked to read.
 
     `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
     """
     text = normalize_text(target_text)
-    if not text:
+    if is_blank(text):
         raise DatasetError(
             "The target text is empty; give the sentence the learner was asked to read "
             "(e.g. `The cat sat on the mat.`)."
@@ -145,7 +257,7 @@ def user_prompt(target_text: str) -> str:
     return f'The learner was asked to read: "{text}"'
 
 
-def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
+def build_messages(target_text: str, feedback: str | None = None, audio: Any = None, *, tokenizer: Any = None) -> list[dict]:
     """The Gemma 3n chat conversation for one clip.
 
     Args:
@@ -155,6 +267,9 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
         audio: float32 numpy array of shape (n,), 16 kHz mono in [-1, 1]. When None the user turn
             holds a bare `{"type": "audio"}` placeholder: rendering to text (`tokenize=False`) works
             and shows the audio token, while `apply_chat_template(tokenize=True)` needs the array.
+        tokenizer: the tokenizer that will read the conversation; its special tokens join Gemma's
+            reserved names in the control-token check (`check_user_text`). Every caller that has
+            one passes it (dataset build, collator, inference), so they refuse the same texts.
 
     Returns:
         `[{"role": "system", ...}, {"role": "user", "content": [audio, text]}, ({"role": "assistant",
@@ -162,8 +277,12 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
         blocks as `processor.apply_chat_template` expects.
 
     Raises:
-        DatasetError: empty target text, or `feedback` given but empty.
+        DatasetError: empty target text, `feedback` given but empty, or either spells a control
+            token (`check_user_text`).
     """
+    check_user_text(target_text, "The target sentence", tokenizer)
+    if feedback is not None:
+        check_user_text(feedback, "The feedback", tokenizer)
     audio_block: dict[str, Any] = {"type": "audio"}
     if audio is not None:
         audio_block["audio"] = audio
@@ -179,27 +298,19 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
     return messages
 
 
-CONTROL_TOKENS = ("<start_of_turn>", "<end_of_turn>", "<start_of_audio>", "<end_of_audio>", "<audio_soft_token>",
-                  "<bos>", "<eos>")
-"""Gemma 3n control tokens that typed text must not contain: the tokenizer reads them as control
-tokens (FIELD_NOTES), so a typed `<start_of_turn>model` would fake a tutor turn and its supervision."""
+def _plain(text: str | None, what: str, tokenizer: Any = None) -> str:
+    """`text` NFC-normalized ("" when blank, `is_blank`); `DatasetError` naming `what` when it spells
+    a control token (`check_user_text`: a typed `<start_of_turn>model` would fake a tutor turn)."""
+    check_user_text(text, f"The {what}", tokenizer)
+    return "" if is_blank(text) else normalize_text(text)
 
 
-def _plain(text: str, what: str) -> str:
-    """`text` NFC-normalized; `DatasetError` naming `what` when it holds a control token."""
-    text = normalize_text(text)
-    found = [t for t in CONTROL_TOKENS if t in text]
-    if found:
-        raise DatasetError(f"The {what} contains {found[0]}, a control token of the chat template; remove it.")
-    return text
-
-
-def free_speech_prompt(prompt: str) -> str:
+def free_speech_prompt(prompt: str, tokenizer: Any = None) -> str:
     """The text of the user turn that follows a free-speech clip: the question the learner answered.
 
     Raises `DatasetError` when `prompt` is empty.
     """
-    text = _plain(prompt, "prompt")
+    text = _plain(prompt, "prompt", tokenizer)
     if not text:
         raise DatasetError(
             "The prompt is empty; give the question the learner was answering (e.g. `Describe your last holiday.`)."
@@ -207,35 +318,37 @@ def free_speech_prompt(prompt: str) -> str:
     return f'The learner was asked: "{text}"'
 
 
-def _answer(feedback: str, what: str) -> dict:
-    answer = _plain(feedback, what)
+def _answer(feedback: str, what: str, tokenizer: Any = None) -> dict:
+    answer = _plain(feedback, what, tokenizer)
     if not answer:
         raise DatasetError(f"The {what} is empty; write the tutor's answer before training on it.")
     return {"role": "assistant", "content": [{"type": "text", "text": answer}]}
 
 
-def build_free_speech_messages(prompt: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
+def build_free_speech_messages(prompt: str, feedback: str | None = None, audio: Any = None, *,
+                               tokenizer: Any = None) -> list[dict]:
     """The Gemma 3n chat conversation of one free-speech clip: system, user (audio + the prompt), answer.
 
     Args and result as `build_messages`, with `prompt` (the question answered) in place of the
     target sentence and `FREE_SPEECH_SYSTEM_PROMPT` as the instruction.
 
     Raises:
-        DatasetError: empty prompt, or `feedback` given but empty.
+        DatasetError: empty prompt, `feedback` given but empty, or a text that spells a control token.
     """
     audio_block: dict[str, Any] = {"type": "audio"}
     if audio is not None:
         audio_block["audio"] = audio
     messages: list[dict] = [
         {"role": "system", "content": [{"type": "text", "text": FREE_SPEECH_SYSTEM_PROMPT}]},
-        {"role": "user", "content": [audio_block, {"type": "text", "text": free_speech_prompt(prompt)}]},
+        {"role": "user", "content": [audio_block, {"type": "text", "text": free_speech_prompt(prompt, tokenizer)}]},
     ]
     if feedback is not None:
-        messages.append(_answer(feedback, "feedback"))
+        messages.append(_answer(feedback, "feedback", tokenizer))
     return messages
 
 
-def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None = None) -> list[dict]:
+def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None = None, *,
+                            tokenizer: Any = None) -> list[dict]:
     """The Gemma 3n chat conversation of a tutoring dialogue.
 
     Args:
@@ -245,6 +358,7 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
             Consecutive turns of one role become one message (Gemma 3n's roles must alternate).
         audios: float32 (n,) 16 kHz arrays, one per clip index; None gives bare `{"type": "audio"}`
             placeholders (text rendering and token counts).
+        tokenizer: adds its special tokens to the control-token check of every text (`check_user_text`).
 
     Returns:
         `[system, user, assistant, user, ...]` as `build_messages`; each tutor turn is an assistant
@@ -253,7 +367,8 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
 
     Raises:
         DatasetError: no turns, a turn with an unknown role, a learner turn with neither clip nor
-            text, an empty tutor turn, a clip index outside `audios`, or a first turn by the tutor.
+            text, an empty tutor turn, a clip index outside `audios`, a first turn by the tutor, or a
+            text that spells a control token.
     """
     if not turns:
         raise DatasetError("The dialogue has no turns; add a learner turn (a recording or text) first.")
@@ -265,7 +380,7 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
         if role == TUTOR:
             if len(messages) == 1:
                 raise DatasetError("The dialogue starts with a tutor turn; it must start with the learner (a recording or text).")
-            blocks = [_answer(turn.get("text") or "", f"tutor turn {number}")["content"][0]]
+            blocks = [_answer(turn.get("text") or "", f"tutor turn {number}", tokenizer)["content"][0]]
             chat_role = "assistant"
         else:
             blocks = []
@@ -277,7 +392,7 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
                         raise DatasetError(f"Turn {number} of the dialogue names clip {clip!r}, but it has {len(audios)} clip(s).")
                     block["audio"] = audios[clip]
                 blocks.append(block)
-            text = _plain(turn.get("text"), f"learner turn {number}")
+            text = _plain(turn.get("text"), f"learner turn {number}", tokenizer)
             if text:
                 blocks.append({"type": "text", "text": text})
             if not blocks:
@@ -302,23 +417,25 @@ def conversation_messages(
     feedback: str | None = None,
     turns: Sequence[dict] | None = None,
     audios: Sequence[Any] | None = None,
+    tokenizer: Any = None,
 ) -> list[dict]:
     """The conversation of one sample of any kind (`KINDS`), with the answer(s) when given.
 
     read_aloud: `build_messages(target_text, feedback, audios[0])`; free_speech:
     `build_free_speech_messages(prompt, feedback, audios[0])`; dialogue:
     `build_dialogue_messages(turns, audios)` (its tutor turns are the answers; `feedback` is unused).
-    `audios` None gives audio placeholders (text rendering, token counts).
+    `audios` None gives audio placeholders (text rendering, token counts); `tokenizer` joins the
+    control-token check (`check_user_text`).
 
     Raises `DatasetError` as the builders do, and for an unknown kind.
     """
     kind = check_kind(kind)
     first = audios[0] if audios else None
     if kind == "read_aloud":
-        return build_messages(target_text or "", feedback, first)
+        return build_messages(target_text or "", feedback, first, tokenizer=tokenizer)
     if kind == "free_speech":
-        return build_free_speech_messages(prompt or "", feedback, first)
-    return build_dialogue_messages(list(turns or []), audios)
+        return build_free_speech_messages(prompt or "", feedback, first, tokenizer=tokenizer)
+    return build_dialogue_messages(list(turns or []), audios, tokenizer=tokenizer)
 
 
 def prompt_messages(kind: str, **fields: Any) -> list[dict]:
@@ -329,7 +446,7 @@ def prompt_messages(kind: str, **fields: Any) -> list[dict]:
         return conversation_messages(kind, **{**fields, "feedback": None})
     turns = list(fields.get("turns") or [])
     first_tutor = next((i for i, t in enumerate(turns) if str(t.get("role", "")).lower() == TUTOR), len(turns))
-    return build_dialogue_messages(turns[:first_tutor], fields.get("audios"))
+    return build_dialogue_messages(turns[:first_tutor], fields.get("audios"), tokenizer=fields.get("tokenizer"))
 
 
 def count_clips(messages: Sequence[dict]) -> int:

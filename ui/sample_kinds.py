@@ -16,12 +16,14 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.errors import AudioError, SampleError
+from pipeline.errors import AudioError, ClipTooLongError, SampleError
 from ui import formatting as fmt
 from ui.common import ui_errors
 from ui.state import AppState
 
 KIND_CHOICES = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
+TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep its first 30 s."}
+"""Where a clip is refused as too long, the Samples tab's own way to keep it."""
 
 
 def chat_messages(turns: list[dict]) -> list[dict]:
@@ -41,8 +43,9 @@ def chat_messages(turns: list[dict]) -> list[dict]:
 class SampleKindHandlers:
     """Saving a read-aloud or free-speech clip (then clearing the form) and editing a dialogue."""
 
-    def __init__(self, state: AppState):
+    def __init__(self, state: AppState, check_clip: Any = None):
         self.state = state
+        self._check_read_aloud = check_clip  # the Samples tab's "Check clip" for a read-aloud sample
 
     def _table(self):
         from pipeline.data.samples import SampleLibrary
@@ -58,12 +61,35 @@ class SampleKindHandlers:
                 gr.update(visible=kind == "free_speech"), gr.update(visible=kind == "free_speech"),
                 gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single))
 
-    @ui_errors(message_at=0, outputs=7)
+    @ui_errors(message_at=0, outputs=1, hints=TRIM_HINTS)
+    def check_clip(self, kind_label: str, audio: Any, target_text: str, prompt: str, feedback: str,
+                   trim: bool = False) -> str:
+        """"Check clip" for the chosen kind: the recording's checks and what stops the texts from being
+        saved (read aloud: the sentence and feedback, as the Samples tab's own check; free speech: the
+        prompt and feedback); Markdown."""
+        from pipeline.conversation import is_blank
+        from pipeline.data.audio import load_audio
+
+        kind = KIND_CHOICES.get(kind_label, "read_aloud")
+        if kind == "read_aloud" and self._check_read_aloud is not None:
+            return self._check_read_aloud(audio, target_text, feedback, trim)
+        if audio is None:
+            raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
+        clip = load_audio(audio, name=Path(audio).name if isinstance(audio, (str, os.PathLike)) else None, trim=bool(trim))
+        problems = []
+        if is_blank(prompt):
+            problems.append("The prompt is empty; type the question the learner answered.")
+        if is_blank(feedback):
+            problems.append("The tutor feedback is empty; write what a good tutor would say about this answer.")
+        return fmt.checks_markdown(clip.report, problems=problems)
+
+    @ui_errors(message_at=0, outputs=7, hints=TRIM_HINTS)
     def save_clip(self, kind_label: str, audio: Any, target_text: str, prompt: str, transcript: str, feedback: str,
                   speaker: str, trim: bool = False):
-        """Check and save a read-aloud or free-speech clip; returns (status, table, and the cleared audio,
-        sentence, prompt, transcript and feedback) so the form is ready for the next clip. On a failure
-        only the status changes: nothing typed is lost."""
+        """Check and save a read-aloud or free-speech clip (the feedback is required, as on the Samples
+        tab); returns (status, table, and the cleared audio, sentence, prompt, transcript and feedback)
+        so the form is ready for the next clip. On a failure only the status changes: nothing typed
+        is lost."""
         from pipeline.data.samples import SampleLibrary
 
         kind = KIND_CHOICES.get(kind_label, "read_aloud")
@@ -72,7 +98,7 @@ class SampleKindHandlers:
         sample = SampleLibrary(self.state.ws).add(
             audio, feedback=feedback or "", speaker=(speaker or "").strip() or None, kind=kind,
             transcript=(transcript or "").strip() or None if kind == "free_speech" else None,
-            source="microphone" if isinstance(audio, tuple) else name, trim=bool(trim), **fields)
+            source="microphone" if isinstance(audio, tuple) else name, trim=bool(trim), require_feedback=True, **fields)
         what = "" if kind == "read_aloud" else f" ({kind.replace('_', ' ')})"
         status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s); the form is ready for the next "
                   "clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
@@ -106,7 +132,7 @@ class SampleKindHandlers:
         turns = list(turns or [])[:-1]
         return turns, chat_messages(turns), f"{len(turns)} turn(s)."
 
-    @ui_errors(message_at=0, outputs=4)
+    @ui_errors(message_at=0, outputs=4, hints=TRIM_HINTS)
     def save_dialogue(self, turns: list[dict], speaker: str, trim: bool = False):
         """Save the dialogue as one sample (every clip checked); returns (status, table, cleared turns, chat)."""
         from pipeline.data.samples import SampleLibrary

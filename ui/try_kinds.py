@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.errors import SampleError
+from pipeline.errors import ConfigError, SampleError
 from ui.common import ui_errors
 from ui.sample_kinds import chat_messages
 from ui.state import AppState
@@ -31,19 +31,22 @@ class DialogueTryHandlers:
 
     @staticmethod
     def kind_visibility(kind_label: str):
-        """(read-aloud/free-speech inputs, their outputs, dialogue group, target box) for the chosen kind."""
+        """For the chosen kind: (clip input, target/prompt box, Get feedback button, the answers row,
+        the conversation); the run picker and the answer length stay for every kind."""
         kind = TRY_KINDS.get(kind_label, "read_aloud")
         single = kind != "dialogue"
-        return (gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single),
-                gr.update(label=TARGET_LABELS.get(kind, "Target sentence")))
+        return (gr.update(visible=single), gr.update(visible=single, label=TARGET_LABELS.get(kind, "Target sentence")),
+                gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single))
 
-    @ui_errors
+    @ui_errors(message_at=4, outputs=5)
     def send(self, audio: Any, text: str, history: list[dict], run_name: str, max_new_tokens: float = 128):
-        """The learner's turn and the tutor's reply; returns (history, chat, cleared audio, cleared text, note)."""
+        """The learner's turn and the tutor's reply; returns (history, chat, cleared audio, cleared text,
+        note). What went wrong shows in the note; the conversation stays as it was."""
         from pipeline.tutor.infer import load_tutor
 
         if not run_name:
-            raise gr.Error("Pick a trained run first (the Train tab makes one).", title="Try")
+            raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
+                              "(the Train tab makes one; a stopped run has an adapter too).")
         if audio is None and not (text or "").strip():
             raise SampleError("Record what the learner says (or type it), then send.")
         turn = {"role": "learner", "audio": os.fspath(audio) if isinstance(audio, (str, os.PathLike)) else audio,

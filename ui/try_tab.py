@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from pipeline.errors import ConfigError
 from ui.common import ui_errors
 from ui.state import AppState
 from ui.try_kinds import TRY_KINDS, DialogueTryHandlers, dialogue_section, try_kind_selector
@@ -24,16 +25,19 @@ class TryHandlers:
         self.state = state
         self.dialogue = DialogueTryHandlers(state)
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
                      max_new_tokens: float = 256, kind_label: str = "Read aloud") -> tuple[str, str, str]:
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
-        answer with the adapter disabled); returns (tuned text, note on the model, base text)."""
+        answer with the adapter disabled); returns (tuned text, note on the model, base text).
+
+        What went wrong (no run picked, a clip that fails a check, a model that cannot load) shows in
+        the note panel under the button, in plain words; the answer boxes keep what they showed."""
         from pipeline.tutor.infer import compare_feedback
 
         if not run_name:
-            raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
-                           title="Try")
+            raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
+                              "(the Train tab makes one; a stopped run has an adapter too).")
         result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
                                   max_new_tokens=int(max_new_tokens or 256), kind=TRY_KINDS.get(kind_label, "read_aloud"))
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
@@ -44,7 +48,7 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
     poll and refresh, wired in `build_ui`)."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
         try_kind = try_kind_selector()
-        with gr.Row() as single_inputs:
+        with gr.Row():
             with gr.Column():
                 try_audio = gr.Audio(sources=["microphone", "upload"], type="filepath",
                                      label="Say the sentence (record or upload)", elem_id="try-audio")
@@ -66,6 +70,6 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
     try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
                      outputs=[tuned_out, try_note, base_out])
     try_kind.change(handlers.dialogue.kind_visibility, inputs=try_kind,
-                    outputs=[single_inputs, single_outputs, dialogue.group, try_target])
+                    outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
     dialogue.wire(try_run, try_max_tokens)
     return SimpleNamespace(run=try_run, refresh=try_refresh)

@@ -12,6 +12,7 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
+from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
 from ui.state import AppState
@@ -41,6 +42,7 @@ class TutorApp:
         self.memory = MemoryHandlers(self.state)
         self.train = TrainHandlers(self.state)
         self.tryout = TryHandlers(self.state)
+        self.judge = JudgeHandlers(self.state)
 
     @property
     def ws(self) -> Workspace:
@@ -59,6 +61,7 @@ class TutorApp:
 
     # 1 Samples
     check_clip = _handler("samples", "check_clip")
+    check_recording = _handler("samples", "check_recording")
     save_sample = _handler("samples", "save_sample")
     samples_table = _handler("samples", "samples_table")
     select_sample = _handler("samples", "select_sample")
@@ -88,6 +91,7 @@ class TutorApp:
 
     # 4 Train
     settings_summary = _handler("train", "settings_summary")
+    page_settings_summary = _handler("train", "page_settings_summary")
     start_training = _handler("train", "start_training")
     stop_training = _handler("train", "stop_training")
     resume_training = _handler("train", "resume_training")
@@ -100,3 +104,9 @@ class TutorApp:
     try_feedback = _handler("tryout", "try_feedback")
     try_dialogue_send = _handler("tryout.dialogue", "send")
     try_dialogue_start_over = _handler("tryout.dialogue", "start_over")
+
+    # 6 Judge
+    judge_candidates = _handler("judge", "candidates")
+    evaluate_models = _handler("judge", "evaluate")
+    cancel_evaluation = _handler("judge", "cancel")
+    saved_evaluations = _handler("judge", "show_saved")

@@ -59,9 +59,10 @@ def _audio_path(part: dict, base: Path, where: str) -> Path:
     value = part.get("path") or part.get("audio") or part.get("url")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where} has an audio part without a `path` (relative to the .jsonl file)")
-    path = Path(value.strip()).expanduser()
-    path = path if path.is_absolute() else base / path
-    if not path.is_file():
+    from pipeline.data.paths import PathResolver
+
+    path = PathResolver([base]).resolve(value.strip())  # Windows separators, case, another machine's paths
+    if path is None:
         raise ValueError(f"{where}: audio file `{value}` not found (paths are relative to the .jsonl file's folder)")
     return path
 
@@ -172,3 +173,22 @@ def read_chat(path: Path, root: Path) -> tuple[list[dict[str, Any]], list[dict[s
     if not items and not skipped:
         raise ImportFormatError(f"`{path}` has no lines; expected one chat conversation (`messages`) per line.")
     return items, skipped
+
+
+def is_chat_metadata(root: Path) -> bool:
+    """Whether `root/metadata.jsonl` is in the chat format (its first row has `messages`)."""
+    path = root / "metadata.jsonl"
+    if not path.is_file():
+        return False
+    with open(path, encoding="utf-8-sig", errors="replace") as handle:
+        first = next((line for line in handle if line.strip()), "")
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and "messages" in row
+
+
+def read_chat_source(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """`read_chat` of an import source: a `.jsonl` file, or a folder's chat-format `metadata.jsonl`."""
+    return read_chat(root if root.is_file() else root / "metadata.jsonl", root if root.is_dir() else root.parent)

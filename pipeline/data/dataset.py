@@ -17,7 +17,7 @@ feature extractor runs at training time; every clip takes the same number of pos
 from __future__ import annotations
 
 import argparse
-import io
+import hashlib
 import json
 import math
 import os
@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.conversation import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
-from pipeline.data.rows import COLUMNS, export_record, features as _features, row_messages, sample_row
+from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
 
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
@@ -229,6 +229,9 @@ class BuildReport:
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
     `kinds`: kind -> `{"rows", "train", "eval", "excluded", "tokens": {min, median, max}}` for each
     kind in the library (`pipeline.conversation.KINDS`).
+    `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
+    name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
+    (`pipeline.training.resume`). Reports written before these fields existed load with them empty.
     """
 
     path: str
@@ -246,6 +249,9 @@ class BuildReport:
     exports: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     kinds: dict[str, dict] = field(default_factory=dict)
+    fingerprint: str = ""
+    row_ids: dict[str, list[str]] = field(default_factory=dict)
+    built_at: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -278,6 +284,44 @@ class BuildReport:
                 lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
+    """SHA-256 (hex) of a dataset's content: per split (by name), per row (by id): id, target text,
+    feedback, scores, token count and the SHA-256 of the WAV bytes (and, for free-speech and dialogue
+    rows, the kind, prompt, turns and every further clip). The same rows give the same
+    fingerprint whatever their order or when they were built; any removed, added or edited row,
+    another split or another tokenizer's token counts change it."""
+    digest = hashlib.sha256()
+    for name in sorted(split_rows):
+        digest.update(f"split:{name}\n".encode("utf-8"))
+        for row in sorted(split_rows[name], key=lambda r: str(r["id"])):
+            text = json.dumps([row["id"], row["target_text"], row["feedback"], row["scores"], int(row["num_tokens"])],
+                              ensure_ascii=False)
+            digest.update(text.encode("utf-8"))
+            digest.update(hashlib.sha256(bytes(row["audio_wav"])).digest())
+            if (row.get("kind") or "read_aloud") != "read_aloud":  # read-aloud rows hash as before kinds existed
+                digest.update(json.dumps([row["kind"], row.get("prompt") or "", row.get("turns") or ""],
+                                         ensure_ascii=False).encode("utf-8"))
+                for extra in row.get("extra_audio_wavs") or []:
+                    digest.update(hashlib.sha256(bytes(extra)).digest())
+    return digest.hexdigest()
+
+
+def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
+    """Which build of the dataset `WS/dataset` holds: `{"fingerprint", "splits" {name: rows},
+    "row_ids" {name: sorted ids}, "built_at"}`. Read from the build report; for a dataset built
+    before reports had a fingerprint it is computed from the saved rows (same `fingerprint_rows`).
+
+    Raises `DatasetError` when no dataset is built."""
+    report = load_build_report(workspace)
+    fingerprint, row_ids = report.get("fingerprint") or "", report.get("row_ids") or {}
+    if not fingerprint or not row_ids:
+        data = load_built_dataset(workspace)
+        fingerprint = fingerprint_rows({name: split for name, split in data.items()})
+        row_ids = {name: sorted(split["id"]) for name, split in data.items()}
+    return {"fingerprint": fingerprint, "splits": {k: len(v) for k, v in row_ids.items()}, "row_ids": row_ids,
+            "built_at": report.get("built_at") or None}
 
 
 def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
@@ -374,9 +418,11 @@ def build_dataset(
         if reason is not None:
             excluded.append({"id": sample.id, "reason": reason})
             continue
-        try:
-            full_texts.append(counter.render(row_messages(row)))
-            prompt_texts.append(counter.render(row_messages(row, answers=False), add_generation_prompt=True))
+        try:  # the same rule as training and inference: no control token in a person's text
+            tokenizer = counter.tokenizer
+            full_texts.append(counter.render(row_messages(row, tokenizer=tokenizer)))
+            prompt_texts.append(counter.render(row_messages(row, answers=False, tokenizer=tokenizer),
+                                               add_generation_prompt=True))
         except PipelineError as error:
             full_texts = full_texts[: len(candidates)]
             excluded.append({"id": sample.id, "reason": str(error)})
@@ -446,12 +492,17 @@ def build_dataset(
         seed=seed,
         lengths=sorted(r["num_tokens"] for r in rows),
         kinds=_kind_stats(samples, rows, split_rows, excluded),
+        fingerprint=fingerprint_rows(split_rows),
+        row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
+        built_at=round(time.time(), 3),
     )
 
     report_progress(len(samples), len(samples), "saving")
     _recover_interrupted_swap(ws)
     _save_atomically(ws, split_rows, report)
-    report.exports = _export(ws, split_rows, library)
+    from pipeline.data.exports import export_splits
+
+    report.exports = export_splits(ws, split_rows, library)
     report.seconds = round(time.perf_counter() - started, 3)
     from pipeline.fileio import atomic_write_json
 
@@ -525,49 +576,6 @@ def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: B
         if bars_were_on:
             datasets.enable_progress_bars()
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _export(ws: Workspace, split_rows: dict[str, list[dict]], library: Any) -> dict[str, str]:
-    """Write `WS/exports/{split}.jsonl` (text, scores, audio path, messages) and `{split}.parquet` (with WAV bytes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pipeline.fileio import atomic_write_bytes, atomic_write_text
-
-    ws.exports_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, str] = {}
-    samples = {s.id: s for s in library.list()}
-    for name, rows in split_rows.items():
-        lines = []
-        for r in rows:
-            paths = [str(p) for p in library.clip_paths(samples[r["id"]])] if r["id"] in samples else []
-            lines.append(json.dumps(export_record(r, paths), ensure_ascii=False))
-        jsonl = ws.exports_dir / f"{name}.jsonl"
-        atomic_write_text(jsonl, "".join(line + "\n" for line in lines))
-        table = pa.table(
-            {
-                "id": pa.array([r["id"] for r in rows], pa.string()),
-                "speaker": pa.array([r["speaker"] for r in rows], pa.string()),
-                "target_text": pa.array([r["target_text"] for r in rows], pa.string()),
-                "feedback": pa.array([r["feedback"] for r in rows], pa.string()),
-                "scores": pa.array([r["scores"] for r in rows], pa.string()),
-                "audio_wav": pa.array([r["audio_wav"] for r in rows], pa.binary()),
-                "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
-                "duration_s": pa.array([r["duration_s"] for r in rows], pa.float32()),
-                "kind": pa.array([r["kind"] for r in rows], pa.string()),
-                "prompt": pa.array([r["prompt"] for r in rows], pa.string()),
-                "turns": pa.array([r["turns"] for r in rows], pa.string()),
-                "extra_audio_wavs": pa.array([r["extra_audio_wavs"] for r in rows], pa.list_(pa.binary())),
-                "clips": pa.array([r["clips"] for r in rows], pa.int32()),
-            }
-        )
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer)
-        parquet = ws.exports_dir / f"{name}.parquet"
-        atomic_write_bytes(parquet, buffer.getvalue())
-        written[f"{name}.jsonl"] = str(jsonl)
-        written[f"{name}.parquet"] = str(parquet)
-    return written
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ Formats (`detect_format` picks one; `--format` forces it):
   then each folder above it up to the same limit (Kaldi recipes use paths relative to the recipe root).
 - `audiofolder`: Hugging Face audiofolder, `metadata.csv` / `metadata.jsonl` / `metadata.parquet`
   (in the source or its split subfolders) with a file-name column (`file_name`, relative to the
-  metadata file) and a target-text column (`target_text`, `sentence`, `text`, `transcription` ...;
-  see `COLUMN_ALIASES`) for read-aloud rows, or a `prompt` column (the question answered) for
-  free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and `kind`
-  columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8 BOM,
-  `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
+  metadata file; Windows `\\` separators, `./`, another machine's absolute paths and case differences
+  resolve, see `pipeline.data.paths`) and a target-text column (`target_text`, `sentence`, `text`,
+  `transcription` ...; see `COLUMN_ALIASES`) for read-aloud rows, or a `prompt` column (the question
+  answered) for free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and
+  `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8
+  BOM, `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
 - `chat`: a JSON Lines file (the source itself, or `metadata.jsonl` rows with `messages`) in the chat
   format of transformers' processors: read by `pipeline.data.chat_import` (read-aloud, free speech
   and tutoring dialogues; the kind is inferred when a row names none).
@@ -43,6 +44,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.data.audio import AUDIO_SUFFIXES
+from pipeline.data.chat_import import is_chat_metadata, read_chat_source
+from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -232,7 +235,7 @@ def detect_format(source: str | Path) -> str:
         ImportFormatError: `source` is missing, not a folder, or holds none of these (lists what it holds).
     """
     root = _check_source(source)
-    if root.is_file() or _chat_metadata(root):
+    if root.is_file() or is_chat_metadata(root):
         return "chat"
     if _kaldi_dirs(root):
         return "kaldi"
@@ -263,19 +266,6 @@ def _check_source(source: str | Path) -> Path:
         )
     return root.resolve()
 
-
-def _chat_metadata(root: Path) -> bool:
-    """Whether `root/metadata.jsonl` is in the chat format (its first row has `messages`)."""
-    path = root / "metadata.jsonl"
-    if not path.is_file():
-        return False
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
-        first = next((line for line in handle if line.strip()), "")
-    try:
-        row = json.loads(first)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(row, dict) and "messages" in row
 
 
 # ----------------------------------------------------------------------------- readers
@@ -320,17 +310,12 @@ def _load_scores(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def _resolve_wav(entry: str, data_dir: Path, root: Path) -> Path | None:
-    candidate = Path(entry)
-    if candidate.is_absolute():
-        return candidate if candidate.is_file() else None
-    folder = data_dir
-    while True:
-        if (folder / candidate).is_file():
-            return folder / candidate
-        if folder == _top(root) or folder.parent == folder:
-            return None
-        folder = folder.parent
+def _kaldi_resolver(data_dir: Path, root: Path) -> PathResolver:
+    """Resolves `wav.scp` paths against the data folder, then each folder above it up to `_top(root)`."""
+    folders = [data_dir]
+    while folders[-1] != _top(root) and folders[-1].parent != folders[-1]:
+        folders.append(folders[-1].parent)
+    return PathResolver(folders)
 
 
 def _read_kaldi(root: Path) -> Items:
@@ -356,13 +341,14 @@ def _read_kaldi(root: Path) -> Items:
         utt2spk = _read_kaldi_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
         scores_path = _find_scores(data_dir, root)
         all_scores = _load_scores(scores_path)
+        resolver = _kaldi_resolver(data_dir, root)
         for utt, entry in wavs.items():
             label = f"{_rel(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
             if entry.endswith("|"):
                 skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
                                 "write the audio to a file and list the file instead."})
                 continue
-            path = _resolve_wav(entry, data_dir, root)
+            path = resolver.resolve(entry)
             if path is None:
                 skipped.append({"file": label, "reason": f"audio file `{entry}` listed in wav.scp was not found "
                                 f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
@@ -453,6 +439,7 @@ def _read_audiofolder(root: Path) -> Items:
     for metadata in metadata_files:
         rows, columns, bad = _read_table(metadata)
         skipped.extend(bad)
+        resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
         file_col = _pick_column(columns, "file")
         target_col = _pick_column(columns, "target_text") or _pick_column(columns, "prompt")
@@ -469,12 +456,12 @@ def _read_audiofolder(root: Path) -> Items:
             if not name:
                 skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
                 continue
-            path = (metadata.parent / name)
-            label = _rel(path, root)
-            if not path.is_file():
-                skipped.append({"file": label, "reason": f"audio file not found (named in {_rel(metadata, root)} "
+            path = resolver.resolve(name)
+            if path is None:
+                skipped.append({"file": _rel(metadata.parent / name, root), "reason": f"audio file not found (named in {_rel(metadata, root)} "
                                 f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
                 continue
+            label = _rel(path, root)
             prompt, _ = _row_value(row, "prompt")
             kind, _ = _row_value(row, "kind")
             # With a prompt, a `transcription` column is what was said, not a sentence to read.
@@ -501,7 +488,7 @@ def _read_audiofolder(root: Path) -> Items:
             items.append(dict(
                 audio=path, file=label, target_text=target, feedback=feedback,
                 speaker=speaker or None, transcript=transcript or None,
-                scores=scores, source=str(path), sample_id=Path(name).with_suffix("").as_posix(),
+                scores=scores, source=str(path), sample_id=Path(_rel(path, metadata.parent)).with_suffix("").as_posix(),
                 prompt=prompt or None, kind=kind or None,
             ))
     return items, skipped
@@ -517,6 +504,7 @@ def _read_ljspeech(root: Path) -> Items:
     if not metadata.is_file():
         raise ImportFormatError(f"LJSpeech layout needs `metadata.csv` in `{root}`. Found: {_found(root)}.")
     items, skipped = [], []
+    resolver = PathResolver([root / "wavs", root])
     with open(metadata, encoding="utf-8-sig", newline="") as handle:
         # LJSpeech text contains unbalanced quotes: read with quoting off.
         for number, fields in enumerate(csv.reader(handle, delimiter="|", quoting=csv.QUOTE_NONE), start=1):
@@ -527,7 +515,7 @@ def _read_ljspeech(root: Path) -> Items:
                 skipped.append({"file": f"metadata.csv:{number}", "reason": "expected `id|transcription[|normalized]`"})
                 continue
             text = fields[2].strip() if len(fields) > 2 and fields[2].strip() else fields[1].strip()
-            path = root / "wavs" / f"{clip_id}.wav"
+            path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
             if not path.is_file():
                 matches = sorted((root / "wavs").glob(f"{clip_id}.*"))
                 path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
@@ -548,6 +536,7 @@ def _read_commonvoice(root: Path) -> Items:
             f"No Common Voice TSV (with `path` and `sentence` columns) in `{root}`. Found: {_found(root)}."
         )
     clips = root / "clips" if (root / "clips").is_dir() else root
+    resolver = PathResolver([clips, root])
     items, skipped, seen = [], [], set()
     for tsv in tsvs:
         frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
@@ -558,15 +547,15 @@ def _read_commonvoice(root: Path) -> Items:
             if not name or name in seen:
                 continue
             seen.add(name)
-            path = clips / name
-            if not path.is_file() and not path.suffix:
-                path = clips / f"{name}.mp3"
-            if not path.is_file():
+            path = resolver.resolve(name)
+            if path is None and not Path(name.replace("\\", "/")).suffix:
+                path = resolver.resolve(f"{name}.mp3")
+            if path is None:
                 skipped.append({"file": _rel(clips / name, root), "reason": f"audio file not found (listed in {tsv.name})"})
                 continue
             items.append(dict(
                 audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
-                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=Path(name).stem,
+                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
             ))
     return items, skipped
 
@@ -583,17 +572,19 @@ def _read_folder(root: Path) -> Items:
     if not files:
         raise ImportFormatError(f"No audio files in `{root}`. Found: {_found(root)}.")
     items, skipped = [], []
+    resolver = PathResolver([root])
     for path in files:
         label = _rel(path, root)
-        sidecar = path.with_suffix(".txt")
+        # Sidecars are found whatever their case (`W0.TXT` beside `w0.wav`, as Windows and macOS allow).
+        sidecar = resolver.find(path.parent, [path.stem + ".txt"]) or path.with_suffix(".txt")
         if not sidecar.is_file():
             skipped.append({"file": label, "reason": f"no `{sidecar.name}` next to it; create it with the sentence "
                             "that was read."})
             continue
         try:
             text = _read_sidecar(sidecar)
-            feedback_file = path.with_name(path.stem + ".feedback.txt")
-            feedback = _read_sidecar(feedback_file) if feedback_file.is_file() else ""
+            feedback_file = resolver.find(path.parent, [path.stem + ".feedback.txt"])
+            feedback = _read_sidecar(feedback_file) if feedback_file is not None else ""
         except ImportFormatError as error:
             skipped.append({"file": label, "reason": str(error)})
             continue
@@ -606,20 +597,18 @@ def _read_folder(root: Path) -> Items:
     return items, skipped
 
 
-def _read_chat(root: Path) -> Items:
-    from pipeline.data.chat_import import read_chat
-
-    return read_chat(root if root.is_file() else root / "metadata.jsonl", root if root.is_dir() else root.parent)
-
-
 _READERS: dict[str, Callable[[Path], Items]] = {
-    "chat": _read_chat,
+    "chat": read_chat_source,
     "kaldi": _read_kaldi,
     "audiofolder": _read_audiofolder,
     "ljspeech": _read_ljspeech,
     "commonvoice": _read_commonvoice,
     "folder": _read_folder,
 }
+
+
+TOO_LONG_IMPORT_HINT = "Or import again with `--trim` to keep its first 30 s."
+"""Added to the reason of a clip skipped as longer than 30 s (the import's own way to keep it)."""
 
 
 def import_folder(
@@ -657,6 +646,8 @@ def import_folder(
     items, skipped = _READERS[format](root)
     for item in items:
         item["trim"] = trim
+        if not trim:
+            item["too_long_hint"] = TOO_LONG_IMPORT_HINT
     library = SampleLibrary(workspace)
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:

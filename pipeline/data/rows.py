@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.conversation import check_kind, conversation_messages, normalize_text, prompt_messages
+from pipeline.conversation import check_kind, conversation_messages, is_blank, normalize_text, prompt_messages
 from pipeline.errors import PipelineError
 
 COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens", "duration_s",
@@ -73,15 +73,17 @@ def row_clip_count(row: dict) -> int:
     return 1 + len(row.get("extra_audio_wavs") or [])
 
 
-def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: bool = True) -> list[dict]:
+def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: bool = True,
+                 tokenizer: Any = None) -> list[dict]:
     """The row's conversation (`pipeline.conversation.conversation_messages`), with its answers
     (`answers=True`: training, token counts) or up to the first answer (`answers=False`, to render
-    with `add_generation_prompt=True`). `audios` None gives audio placeholders.
+    with `add_generation_prompt=True`). `audios` None gives audio placeholders; `tokenizer` joins the
+    control-token check of every text.
 
     Raises `DatasetError` when the row cannot make a conversation (empty text, bad turns).
     """
     fields = dict(target_text=row.get("target_text") or "", prompt=row.get("prompt") or "",
-                  feedback=row.get("feedback") or "", turns=row_turns(row), audios=audios)
+                  feedback=row.get("feedback") or "", turns=row_turns(row), audios=audios, tokenizer=tokenizer)
     kind = row_kind(row)
     return conversation_messages(kind, **fields) if answers else prompt_messages(kind, **fields)
 
@@ -130,11 +132,11 @@ def sample_row(sample: Any, library: Any, max_clip_s: float) -> tuple[dict | Non
     target = normalize_text(sample.target_text)
     answer = normalize_text(sample.feedback)
     prompt = normalize_text(sample.prompt)
-    if kind == "read_aloud" and not target:
+    if kind == "read_aloud" and is_blank(target):
         return None, "target text is empty; enter the sentence the learner read"
-    if kind == "free_speech" and not prompt:
+    if kind == "free_speech" and is_blank(prompt):
         return None, "prompt is empty; enter the question the learner answered"
-    if kind != "dialogue" and not answer:
+    if kind != "dialogue" and is_blank(answer):
         return None, "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
     if kind == "dialogue" and not sample.has_answer:
         return None, "the dialogue has no tutor turn; add the tutor's answer"

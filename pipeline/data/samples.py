@@ -15,6 +15,9 @@ Every change re-reads the manifest, applies the change and writes the whole mani
 manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
 spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples (per kind:
 one recording may be a read-aloud and a free-speech sample; a dialogue by all its clips in order).
+A sentence, prompt, feedback, transcript or dialogue turn that spells a control token (`<end_of_turn>`,
+`<bos>`, `<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
+(`pipeline.conversation.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
 Writers in one process are serialized by a lock; two processes writing the same workspace at the
@@ -35,7 +38,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline.errors import PipelineError, SampleError
+from pipeline.conversation import check_user_text, is_blank
+from pipeline.errors import ClipTooLongError, PipelineError, SampleError
 from pipeline.fileio import atomic_write_bytes, atomic_write_json
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -70,6 +74,31 @@ def audio_sha256(samples: np.ndarray) -> str:
     from pipeline.data.audio import pcm16
 
     return hashlib.sha256(pcm16(samples).tobytes()).hexdigest()
+
+
+def text_problems(target_text: str | None, feedback: str | None, *, name: str | None = None,
+                  require_feedback: bool = True) -> list[str]:
+    """What stops a sample's texts from being saved, one sentence per field ([] when none): the target
+    sentence must show something, and so must the feedback when `require_feedback` (blank = only
+    spaces, line breaks or invisible characters, `pipeline.conversation.is_blank`)."""
+    clip = f" of {name}" if name else ""
+    problems = []
+    if is_blank(target_text):
+        what = "is empty" if not (target_text or "") else "holds only spaces or invisible characters"
+        problems.append(f"The target sentence{clip} {what}; type the sentence the learner was asked to read.")
+    if require_feedback and is_blank(feedback):
+        what = "is empty" if not (feedback or "") else "holds only spaces or invisible characters"
+        problems.append(f"The tutor feedback{clip} {what}; write what a good tutor would say about this "
+                        "recording (a sample without feedback is left out of training).")
+    return problems
+
+
+def check_texts(target_text: str | None, feedback: str | None, *, name: str | None = None,
+                require_feedback: bool = True) -> None:
+    """Raise `SampleError` with every `text_problems` sentence (the blank field, what it should hold)."""
+    problems = text_problems(target_text, feedback, name=name, require_feedback=require_feedback)
+    if problems:
+        raise SampleError(" ".join(problems))
 
 
 @dataclass
@@ -188,6 +217,15 @@ def _free_id(base: str, taken_ids: set[str]) -> str:
     while new_id in taken_ids:
         new_id, counter = f"{base}-{counter}", counter + 1
     return new_id
+_USER_TEXTS = {"target_text": "Target text", "prompt": "Prompt", "feedback": "Feedback", "transcript": "Transcript"}
+
+
+def _check_texts(name: str, **texts: str | None) -> None:
+    """Refuse a sample whose sentence, feedback or transcript spells a control token such as
+    `<end_of_turn>` (`pipeline.conversation.check_user_text`); raises `SampleError` naming the field,
+    the clip and the text."""
+    for key, text in texts.items():
+        check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
 
 
 def _lock_for(path: Path) -> threading.RLock:
@@ -297,6 +335,7 @@ class SampleLibrary:
         source: str | None,
         sample_id: str | None,
         trim: bool,
+        require_feedback: bool,
         name: str | None,
         taken_ids: set[str],
         hashes: dict[str, str],
@@ -309,16 +348,17 @@ class SampleLibrary:
         clip fails whole, naming the clip."""
         from pipeline.data.audio import load_audio, wav_bytes
 
-        target = nfc(target_text) if target_text is not None else ""
-        if kind == "read_aloud" and not target:
-            raise SampleError(
-                f"Target text of {name or 'the clip'} is empty; type the sentence the learner was asked to read."
-            )
-        if kind == "free_speech" and not nfc(prompt):
-            raise SampleError(
-                f"Prompt of {name or 'the clip'} is empty; type the question the learner answered "
-                "(e.g. `Describe your last holiday.`)."
-            )
+        label = name or "the clip"
+        if kind == "read_aloud":
+            check_texts(target_text, feedback, name=label, require_feedback=require_feedback)
+        elif kind == "free_speech":
+            if is_blank(prompt):
+                raise SampleError(f"Prompt of {label} is empty; type the question the learner answered "
+                                  "(e.g. `Describe your last holiday.`).")
+            if require_feedback and is_blank(feedback):
+                raise SampleError(f"The tutor feedback of {label} is empty; write what a good tutor would say about "
+                                  "this answer (a sample without feedback is left out of training).")
+        target = nfc(target_text) or ""
         if scores is not None and not isinstance(scores, dict):
             raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
         if kind == "dialogue":
@@ -327,6 +367,7 @@ class SampleLibrary:
                                           hashes=hashes)
         if isinstance(audio, (str, Path)) and name is None:
             name = Path(audio).name
+        _check_texts(name or "the clip", target_text=target, prompt=prompt, feedback=feedback, transcript=transcript)
         clip = load_audio(audio, name=name, trim=trim)
         digest = audio_sha256(clip.samples)
         key = _duplicate_key(kind, digest)
@@ -339,7 +380,7 @@ class SampleLibrary:
             id=new_id,
             audio_file=f"audio/{new_id}.wav",
             target_text=target,
-            feedback=nfc(feedback) or "",
+            feedback="" if is_blank(feedback) else nfc(feedback),
             transcript=nfc(transcript) or None,
             speaker=nfc(speaker) or None,
             scores=scores,
@@ -370,9 +411,11 @@ class SampleLibrary:
             if not isinstance(turn, dict):
                 raise SampleError(f"Turn {number} of {label} is a {type(turn).__name__}; expected a dict with `role`.")
             role = str(turn.get("role", "")).strip().lower()
-            entry: dict[str, Any] = {"role": role, "text": nfc(turn.get("text")) or None}
+            for key in ("text", "transcript"):
+                check_user_text(turn.get(key), f"{key.capitalize()} of turn {number} of {label}", error=SampleError)
+            entry: dict[str, Any] = {"role": role, "text": None if is_blank(turn.get("text")) else nfc(turn.get("text"))}
             if role == "learner":
-                entry["transcript"] = nfc(turn.get("transcript")) or None
+                entry["transcript"] = None if is_blank(turn.get("transcript")) else nfc(turn.get("transcript"))
                 entry["clip"] = None
                 audio = turn.get("audio")
                 if audio is not None:
@@ -428,6 +471,7 @@ class SampleLibrary:
         source: str | None = None,
         sample_id: str | None = None,
         trim: bool = False,
+        require_feedback: bool = False,
         kind: str | None = None,
         prompt: str | None = None,
         turns: list[dict] | None = None,
@@ -438,11 +482,14 @@ class SampleLibrary:
             audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, microphone tuple,
                 Audio); None for a dialogue (its clips are in `turns`).
             target_text: read-aloud: the sentence to read; NFC-normalized, must not be empty.
-            feedback: the tutor's answer; may be empty (then the sample is excluded from training).
-                A dialogue takes none (its tutor turns are the answers).
+            feedback: the tutor's answer; may be empty (then the sample is excluded from training)
+                unless `require_feedback`. Blank text (only spaces or invisible characters,
+                `pipeline.conversation.is_blank`) counts as empty and is stored as "". A dialogue
+                takes none (its tutor turns are the answers).
             sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);
                 default `s-` (`d-` for a dialogue) + the first 10 hex digits of the audio hash.
             trim: keep the first 30 s of a longer clip instead of refusing it.
+            require_feedback: refuse a blank `feedback` (the app's "Add a recording" form).
             kind: `read_aloud`, `free_speech` or `dialogue`; None infers it (`infer_kind`).
             prompt: free speech: the question the learner answered (must not be empty).
             turns: dialogue: `[{"role": "learner", "audio"?, "text"?, "transcript"?} |
@@ -450,8 +497,9 @@ class SampleLibrary:
                 tutor turn.
 
         Raises:
-            SampleError: empty target text or prompt, a dialogue that breaks the rules above,
-                duplicate audio (names the existing id), bad manifest.
+            SampleError: blank target text or prompt (or feedback with `require_feedback`), a text
+                that spells a control token such as `<end_of_turn>`, a dialogue that breaks the rules
+                above, duplicate audio (names the existing id), bad manifest.
             AudioError: a clip fails a check in `load_audio` (for a dialogue the message names the clip).
         """
         added, skipped = self.add_many(
@@ -459,7 +507,7 @@ class SampleLibrary:
                 dict(
                     audio=audio, target_text=target_text, feedback=feedback, transcript=transcript,
                     speaker=speaker, scores=scores, source=source, sample_id=sample_id, trim=trim,
-                    kind=kind, prompt=prompt, turns=turns,
+                    require_feedback=require_feedback, kind=kind, prompt=prompt, turns=turns,
                 )
             ],
             _raise=True,
@@ -477,9 +525,11 @@ class SampleLibrary:
 
         Args:
             items: dicts with the keyword arguments of `add` (`audio`, `target_text`, `feedback`,
-                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`, `kind`, `prompt`,
-                `turns`) plus an optional `file` (how the item is named in the report; default: the
-                audio path). Without `kind` the kind is inferred (`infer_kind`).
+                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`, `require_feedback`,
+                `kind`, `prompt`, `turns`) plus an optional `file` (how the item is named in the
+                report; default: the audio path) and an optional `too_long_hint` (added to the reason
+                of a clip refused as longer than 30 s, e.g. how the caller's trim option keeps its
+                first 30 s). Without `kind` the kind is inferred (`infer_kind`).
             progress: called as `progress(done, total)` after each item.
 
         Returns:
@@ -501,6 +551,7 @@ class SampleLibrary:
                 for index, item in enumerate(items):
                     item = dict(item)
                     label = item.pop("file", None)
+                    too_long_hint = item.pop("too_long_hint", None)
                     audio = item.get("audio")
                     if label is None and isinstance(audio, (str, Path)):
                         label = Path(audio).name
@@ -516,6 +567,7 @@ class SampleLibrary:
                             source=item.get("source"),
                             sample_id=item.get("sample_id"),
                             trim=bool(item.get("trim", False)),
+                            require_feedback=bool(item.get("require_feedback", False)),
                             name=None if label is None else str(label),
                             taken_ids=taken,
                             hashes=hashes,
@@ -526,7 +578,10 @@ class SampleLibrary:
                     except PipelineError as error:
                         if _raise:
                             raise
-                        skipped.append({"file": str(label or f"item {index + 1}"), "reason": str(error)})
+                        reason = str(error)
+                        if too_long_hint and isinstance(error, ClipTooLongError):
+                            reason += f" {too_long_hint}"
+                        skipped.append({"file": str(label or f"item {index + 1}"), "reason": reason})
                     else:
                         for relative, data in clips:
                             path = self.workspace.samples_dir / relative
@@ -549,7 +604,8 @@ class SampleLibrary:
         """Change text fields or scores of one sample (see `EDITABLE_FIELDS`); returns the updated Sample.
 
         Raises:
-            SampleError: unknown id, a field that cannot be edited, or an empty `target_text`.
+            SampleError: unknown id, a field that cannot be edited, or a blank `target_text`
+                (`pipeline.conversation.is_blank`). A blank `feedback` is stored as "".
         """
         unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
         if unknown:
@@ -562,7 +618,8 @@ class SampleLibrary:
                 fields[key] = nfc(fields[key])
         if "prompt" in fields:
             fields["prompt"] = nfc(fields["prompt"]) or None
-        if "feedback" in fields and fields["feedback"] is None:
+        _check_texts(f"sample `{sample_id}`", **{k: fields[k] for k in _USER_TEXTS if k in fields})
+        if "feedback" in fields and is_blank(fields["feedback"]):
             fields["feedback"] = ""
         for key in ("transcript", "speaker"):
             if key in fields and not fields[key]:
@@ -573,9 +630,9 @@ class SampleLibrary:
             samples = self._read()
             for index, sample in enumerate(samples):
                 if sample.id == sample_id:
-                    if sample.kind == "read_aloud" and "target_text" in fields and not fields["target_text"]:
+                    if sample.kind == "read_aloud" and "target_text" in fields and is_blank(fields["target_text"]):
                         raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
-                    if sample.kind == "free_speech" and "prompt" in fields and not fields["prompt"]:
+                    if sample.kind == "free_speech" and "prompt" in fields and is_blank(fields["prompt"]):
                         raise SampleError(f"Prompt of sample `{sample_id}` cannot be empty; type the question answered.")
                     updated = Sample.from_dict({**sample.to_dict(), **fields})
                     samples[index] = updated

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
+from pipeline.cpu_threads import apply_threads, trainer_threads
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training.peak_memory import (
@@ -39,42 +40,21 @@ from pipeline.training.peak_memory import (
     peak_memory_bytes,
     reset_peak_memory,
 )
+from pipeline.training.resume import check_dataset, record_dataset
+from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
+from pipeline.training.run_log import close_run_log as _remove_log_file
+from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
+from pipeline.training.stopping import stop_within_micro_batch
+from pipeline.training.workspace_lock import hold_workspace_lock
+from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
+from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
 """`--optimizer` -> `transformers.TrainingArguments.optim`."""
 
 log = logging.getLogger("pipeline.training.train")
-
-
-# --------------------------------------------------------------------------------------------------
-# Run folder
-# --------------------------------------------------------------------------------------------------
-
-
-def _setup_log_file(path: Path) -> logging.Handler:
-    import transformers
-
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("pipeline", "py.warnings"):
-        logger = logging.getLogger(name)
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-    transformers.utils.logging.add_handler(handler)
-    logging.captureWarnings(True)
-    return handler
-
-
-def _remove_log_file(handler: logging.Handler) -> None:
-    import transformers
-
-    for name in ("pipeline", "py.warnings"):
-        logging.getLogger(name).removeHandler(handler)
-    transformers.utils.logging.remove_handler(handler)
-    logging.captureWarnings(False)
-    handler.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -176,7 +156,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         per_device_eval_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
         learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_schedule,
+        lr_scheduler_type=LR_SCHEDULERS[config.lr_schedule],
         warmup_steps=config.warmup_ratio,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
@@ -205,33 +185,6 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         bf16=False,
         fp16=False,
     )
-
-
-def answer_loss(model, batch: dict) -> tuple[torch.Tensor, Any]:
-    """Mean cross-entropy over the supervised answer tokens, with logits computed ONLY where needed.
-
-    The model projects onto the 262,400-token vocabulary only at positions whose next token is
-    supervised (`logits_to_keep` as a boolean (B, T) mask), instead of at every prompt and audio
-    position. Same loss as transformers' `ForCausalLMLoss` (mean over labels != -100, fp32); the
-    logits (and their fp32 gradient) shrink from T positions to the answer's length per row, the
-    biggest memory lever after gradient checkpointing (FIELD_NOTES "Memory": ~3.7 MB per token on E2B).
-
-    Args:
-        batch: `ChatCollator` output; `labels` (B, T) with -100 outside the answers.
-
-    Returns:
-        `(loss, outputs)`; `outputs.logits` has shape (N, vocab) for the N kept positions.
-    """
-    from pipeline.conversation import IGNORE_INDEX
-
-    inputs = dict(batch)
-    labels = inputs.pop("labels")
-    keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
-    targets = labels[:, 1:][keep[:, :-1]]
-    outputs = model(**inputs, logits_to_keep=keep)
-    loss = torch.nn.functional.cross_entropy(outputs.logits.float(), targets.to(outputs.logits.device))
-    return loss, outputs
 
 
 def _move(batch: dict, device: str) -> dict:
@@ -281,25 +234,13 @@ def preflight(model, collator, worst: list[dict], config: TrainConfig, device: s
     return result
 
 
-def _answer_loss_trainer_class():
-    from transformers import Trainer
-
-    class AnswerLossTrainer(Trainer):
-        """`transformers.Trainer` whose loss is `answer_loss` (logits only at supervised positions)."""
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss, outputs = answer_loss(model, inputs)
-            return (loss, outputs) if return_outputs else loss
-
-    return AnswerLossTrainer
-
-
 class _Session:
     """Everything a run needs, loaded once: processor, model with LoRA, datasets, collator."""
 
     def __init__(self, config: TrainConfig, ws: Workspace):
         from pipeline.training.collate import ChatCollator, check_rows
         from pipeline.data.dataset import load_built_dataset
+        from pipeline.training.base_identity import describe_base
         from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
@@ -337,6 +278,7 @@ class _Session:
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
         model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
                                                 vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 
@@ -361,18 +303,7 @@ class _Session:
 # --------------------------------------------------------------------------------------------------
 
 
-def _resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) -> TrainConfig:
-    if not paths["config"].exists():
-        raise TrainingError(f"Run `{paths['dir'].name}` has no config.json in {paths['dir']}; there is nothing to resume.")
-    saved = TrainConfig.from_dict(json.loads(paths["config"].read_text(encoding="utf-8")))
-    if config is not None:
-        diffs = {k: (v, getattr(config, k)) for k, v in saved.to_dict().items() if getattr(config, k) != v}
-        if diffs:
-            listed = ", ".join(f"--{k.replace('_', '-')} {new!r} (run has {old!r})" for k, (old, new) in diffs.items())
-            raise ConfigError(f"A resumed run keeps its settings; {listed}. Start a new run (--run NEW) to change them.")
-    return saved
-
-
+@hold_workspace_lock  # one run at a time per workspace, from any entry point (refused before anything is written)
 def train(
     config: TrainConfig | None,
     workspace: Workspace | str | os.PathLike,
@@ -380,6 +311,7 @@ def train(
     resume: bool = False,
     *,
     callbacks: list | None = None,
+    allow_dataset_change: bool = False,
 ) -> dict:
     """Fine-tune LoRA adapters on `WS/dataset` and write the run folder; returns the result.json dict.
 
@@ -390,6 +322,8 @@ def train(
         run_name: the run's folder name under `WS/runs/`.
         resume: continue from the last checkpoint (same losses as an uninterrupted run).
         callbacks: extra `transformers.TrainerCallback`s (tests, the memory probe).
+        allow_dataset_change: resume although the dataset was rebuilt with other rows since the run
+            started (refused otherwise; the change is recorded, see `pipeline.training.resume`).
 
     Returns:
         The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
@@ -397,8 +331,9 @@ def train(
         `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, ...
 
     Raises:
-        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (an
-        existing run without --resume, nothing to resume, bad dataset rows, model not loadable).
+        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (another
+        run trains in the workspace, an existing run without --resume, nothing to resume, bad
+        dataset rows, model not loadable).
         Out of memory (before or during training) is not raised: it is returned with status
         "failed", the step, the peak memory and `suggestions`. Any other error is recorded in
         result.json (status "failed") and train.log, then re-raised.
@@ -418,6 +353,10 @@ def train(
             previous = json.loads(paths["result"].read_text(encoding="utf-8"))
             if previous.get("status") == "completed":
                 raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
+        from pipeline.data.dataset import build_identity
+
+        dataset_change = check_dataset(paths["dir"], run_name, build_identity(ws), allow_change=allow_dataset_change,
+                                       checkpoint=checkpoint.name)
     else:
         if config is None:
             raise ConfigError("No training settings given; pass a TrainConfig.")
@@ -439,6 +378,10 @@ def train(
     paths["stop"].unlink(missing_ok=True)
     if not resume:
         atomic_write_json(paths["config"], config.to_dict())
+        from pipeline.data.dataset import build_identity
+
+        record_dataset(paths["dir"], build_identity(ws))
+        dataset_change = None
     started_at = time.time()
     base = {
         "run": run_name,
@@ -457,9 +400,10 @@ def train(
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
                      dropped, checkpoint.name)
+    from pipeline.training.base_identity import record_or_check_run_base
     from pipeline.training.tiny_model import is_tiny_random_model
 
-    result = dict(base, tiny_random_model=is_tiny_random_model(config.model))
+    result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=dataset_change)
     trainer = None
     callback = None
     try:
@@ -468,6 +412,7 @@ def train(
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
             raise
+        record_or_check_run_base(paths["dir"], session.base_identity, run_name)
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)
@@ -500,7 +445,9 @@ def train(
             log.error("%s", result["reason"])
             return result
         callback = _make_callback_class()(paths, config, device)
-        trainer = session.trainer(paths["checkpoints"], [callback] + list(callbacks or []))
+        stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
+        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None)
+        trainer = session.trainer(paths["checkpoints"], [callback, stop_now, board] + list(callbacks or []))
         reset_peak_memory(device)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -528,8 +475,8 @@ def train(
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
-            status="stopped" if callback.stopped else "completed",
-            reason=("stopped by request (STOP file); --resume continues" if callback.stopped else None),
+            status="stopped" if callback.stopped or stop_now.stopped else "completed",
+            reason=("stopped by request (STOP file); --resume continues" if callback.stopped or stop_now.stopped else None),
             steps=state.global_step,
             max_steps=state.max_steps,
             epochs=round(float(state.epoch or 0.0), 4),
@@ -569,6 +516,9 @@ def _save_adapter(session: _Session, adapter_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
     session.model.save_pretrained(str(tmp))
     session.processor.save_pretrained(str(tmp))
+    from pipeline.training.base_identity import write_identity
+
+    write_identity(tmp, session.base_identity)  # load_adapter checks it (pipeline.training.base_identity)
     if adapter_dir.exists():
         adapter_dir.rename(old)
     tmp.rename(adapter_dir)
@@ -669,9 +619,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
     parser.add_argument("--run", required=True, help="run name: its folder is WS/runs/NAME")
     parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
+    parser.add_argument("--allow-dataset-change", action="store_true",
+                        help="with --resume: continue although the dataset was rebuilt with other rows (recorded in the run)")
     parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
+    apply_threads(trainer_threads())  # leave a core to the app and its inference (pipeline.cpu_threads)
     explicit = _explicit_config(args)
     if args.resume:
         paths = run_paths(args.workspace, args.run)
@@ -689,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(stream)
     log.setLevel(logging.INFO)
     try:
-        result = train(config, args.workspace, args.run, resume=args.resume)
+        result = train(config, args.workspace, args.run, resume=args.resume, allow_dataset_change=args.allow_dataset_change)
     finally:
         log.removeHandler(stream)
     print(json.dumps(result) if args.json else summary_text(result))

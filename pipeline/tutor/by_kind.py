@@ -15,7 +15,7 @@ the conversation, and its reply is compared with that turn.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from pipeline.conversation import KINDS, LEARNER, TUTOR
 
@@ -39,12 +39,14 @@ def chrf(answers: Sequence[str], references: Sequence[str]) -> dict[str, Any]:
     return {"n": len(answers), "chrf": round(corpus, 2), "sentence_mean": round(sum(sentences) / len(sentences), 2)}
 
 
-def answer_row(tutor: Any, row: dict, *, max_new_tokens: int) -> list[dict]:
+def answer_row(tutor: Any, row: dict, *, max_new_tokens: int, stop: Any = None) -> list[dict]:
     """The tutor's answers for one dataset row (`pipeline.data.rows` layout), one per supervised answer.
 
-    Returns `[{"id", "kind", "turn", "target_text", "prompt", "answer", "reference_feedback"}]`:
+    `stop`: optional `() -> bool` passed to the tutor (ends an answer early, to cancel).
+
+    Returns `[{"id", "kind", "turn", "target_text", "prompt", "answer", "reference_feedback", "chrf"}]`:
     one entry for a read-aloud or free-speech row (`turn` None), one per tutor turn of a dialogue
-    (`turn` = its index among the dialogue's turns).
+    (`turn` = its index among the dialogue's turns); `chrf` is the answer's sentence chrF.
     """
     from pipeline.data.rows import row_clips, row_kind, row_turns
 
@@ -52,17 +54,17 @@ def answer_row(tutor: Any, row: dict, *, max_new_tokens: int) -> list[dict]:
     base = {"id": row["id"], "kind": kind, "turn": None, "target_text": row.get("target_text") or "",
             "prompt": row.get("prompt") or ""}
     if kind == "read_aloud":
-        answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens)
-        return [dict(base, answer=answer.text, reference_feedback=row.get("feedback") or "")]
+        answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens, stop=stop)
+        return [_scored(dict(base, answer=answer.text, reference_feedback=row.get("feedback") or ""))]
     if kind == "free_speech":
-        answer = tutor.free_speech_feedback(row["audio_wav"], row["prompt"], max_new_tokens=max_new_tokens)
-        return [dict(base, answer=answer.text, reference_feedback=row.get("feedback") or "")]
+        answer = tutor.free_speech_feedback(row["audio_wav"], row["prompt"], max_new_tokens=max_new_tokens, stop=stop)
+        return [_scored(dict(base, answer=answer.text, reference_feedback=row.get("feedback") or ""))]
     clips = row_clips(row)
     out, history = [], []
     for index, turn in enumerate(row_turns(row)):
         if turn.get("role") == TUTOR and history:
-            reply = tutor.dialogue_reply(history, max_new_tokens=max_new_tokens)
-            out.append(dict(base, turn=index, answer=reply.text, reference_feedback=turn.get("text") or ""))
+            reply = tutor.dialogue_reply(history, max_new_tokens=max_new_tokens, stop=stop)
+            out.append(_scored(dict(base, turn=index, answer=reply.text, reference_feedback=turn.get("text") or "")))
         if turn.get("role") == LEARNER:
             clip = turn.get("clip")
             history.append({"role": LEARNER, "text": turn.get("text"),
@@ -72,16 +74,19 @@ def answer_row(tutor: Any, row: dict, *, max_new_tokens: int) -> list[dict]:
     return out
 
 
-def metrics_by_kind(
-    answers: Sequence[dict],
-    read_aloud_items: Sequence[dict] = (),
-    read_aloud_metrics: Callable[[Sequence[dict]], dict] | None = None,
-) -> dict[str, dict]:
+def _scored(answer: dict) -> dict:
+    """`answer` with its sentence chrF against its reference (`chrf`, 0-100)."""
+    from sacrebleu.metrics import CHRF
+
+    return dict(answer, chrf=round(CHRF().sentence_score(answer["answer"], [answer["reference_feedback"]]).score, 2))
+
+
+def metrics_by_kind(answers: Sequence[dict], read_aloud_expert: dict | None = None) -> dict[str, dict]:
     """Every metric split by kind, for the kinds present in `answers` (`answer_row` entries).
 
-    Each kind gets `{"answers": n, "chrf": chrf(...)}`; read-aloud also gets
-    `read_aloud_metrics(read_aloud_items)` (the expert-score metrics of `pipeline.tutor.evaluate`,
-    on the items it takes) under `"expert"`.
+    Each kind gets `{"answers": n, "chrf": chrf(...)}`; read-aloud also gets `read_aloud_expert`
+    (the expert-score metrics of `pipeline.tutor.metrics.evaluate_answers` over the read-aloud
+    rows, computed by the caller) under `"expert"`.
     """
     out: dict[str, dict] = {}
     for kind in KINDS:
@@ -90,8 +95,8 @@ def metrics_by_kind(
             continue
         out[kind] = {"answers": len(mine),
                      "chrf": chrf([a["answer"] for a in mine], [a["reference_feedback"] for a in mine])}
-        if kind == "read_aloud" and read_aloud_metrics is not None:
-            out[kind]["expert"] = read_aloud_metrics(list(read_aloud_items))
+        if kind == "read_aloud" and read_aloud_expert is not None:
+            out[kind]["expert"] = read_aloud_expert
     return out
 
 
