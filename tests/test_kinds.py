@@ -136,12 +136,19 @@ def test_the_processor_takes_several_clips_and_each_lines_up_with_its_own_audio_
     same_length = real_clip(speechocean_dir, "000010069")
     n = min(long_clip.size, same_length.size)
 
-    def audio_embeddings(clips):
+    def audio_embeddings(clips, collate=False):
         turns = []
         for index in range(len(clips)):
             turns += [{"role": "learner", "clip": index}, {"role": "tutor", "text": f"Reply {index}."}]
-        inputs = processor.apply_chat_template(conv.build_dialogue_messages(turns, clips), tokenize=True,
-                                               return_dict=True, return_tensors="pt")
+        if collate:  # the training collator (its frame masks are each clip's own, `align_audio_masks`)
+            from pipeline.training.collate import ChatCollator
+
+            row = {"id": "d", "kind": "dialogue", "turns": json.dumps(turns), "audio": list(clips)}
+            inputs = ChatCollator(processor)([row])
+            inputs.pop("labels")
+        else:
+            inputs = processor.apply_chat_template(conv.build_dialogue_messages(turns, clips), tokenize=True,
+                                                   return_dict=True, return_tensors="pt")
         assert inputs["input_features"].shape[0] == len(clips)
         captured = {}
         hook = model.model.language_model.register_forward_pre_hook(
@@ -170,6 +177,9 @@ def test_the_processor_takes_several_clips_and_each_lines_up_with_its_own_audio_
     assert torch.allclose(mixed[1], own[1], atol=1e-5)
     distance = lambda x, y: float((x - y).norm())  # noqa: E731
     assert distance(mixed[0], own[0]) < distance(mixed[0], own[1])
+    # through the training collator every clip of the row, the short one too, is exactly itself
+    collated = audio_embeddings([short_clip, long_clip], collate=True)
+    assert torch.allclose(collated[0], own[0], atol=1e-5) and torch.allclose(collated[1], own[1], atol=1e-5)
 
 
 # ------------------------------------------------------------------------------ the sample library
