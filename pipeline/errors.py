@@ -35,3 +35,7 @@ class ConfigError(PipelineError):
 
 class TrainingError(PipelineError):
     """Training cannot start or failed (empty dataset, a run already active, out of memory)."""
+
+
+class ExportError(PipelineError):
+    """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""

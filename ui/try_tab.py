@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from ui.common import ui_errors
+from ui.export_section import export_section
 from ui.state import AppState
 
 
@@ -36,9 +37,10 @@ class TryHandlers:
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
 
 
-def try_tab(handlers: TryHandlers) -> SimpleNamespace:
+def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
-    poll and refresh, wired in `build_ui`)."""
+    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
+    tab ends with the export / import section; `imported` is then its import event."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
         with gr.Row():
             with gr.Column():
@@ -57,7 +59,10 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
         with gr.Row():
             tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
             base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
+        exports = None
+        if export_handlers is not None:
+            exports = export_section(export_handlers, try_run)
 
     try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
                      outputs=[tuned_out, try_note, base_out])
-    return SimpleNamespace(run=try_run, refresh=try_refresh)
+    return SimpleNamespace(run=try_run, refresh=try_refresh, imported=exports.imported if exports else None)

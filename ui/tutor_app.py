@@ -12,6 +12,7 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
+from ui.export_section import ExportHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
 from ui.state import AppState
@@ -38,6 +39,7 @@ class TutorApp:
         self.memory = MemoryHandlers(self.state)
         self.train = TrainHandlers(self.state)
         self.tryout = TryHandlers(self.state)
+        self.export = ExportHandlers(self.state)
 
     @property
     def ws(self) -> Workspace:
@@ -86,3 +88,5 @@ class TutorApp:
 
     # 5 Try
     try_feedback = _handler("tryout", "try_feedback")
+    export_run = _handler("export", "export")
+    import_run = _handler("export", "import_run")
