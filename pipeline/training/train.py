@@ -179,6 +179,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         use_cpu=device == "cpu",
+        ddp_find_unused_parameters=False,  # under DDP every LoRA weight gets a gradient (KV-shared layers have no k/v_proj)
         bf16=False,
         fp16=False,
     )
