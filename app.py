@@ -1,15 +1,15 @@
 #!/usr/bin/env python
-"""Pronunciation Tutor Studio: the Gradio app (Samples -> Dataset -> Memory -> Train -> Try).
+"""Pronunciation Tutor Studio: the Gradio app (Samples -> Dataset -> Memory -> Train -> Try -> Judge).
 
     python app.py [--workspace DIR] [--port N] [--host 127.0.0.1] [--share]
 
 Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. This file is
 the entry point: the arguments, the page (the tabs of `ui/` wired together) and the launch. Each
 tab's widgets and handlers live in its own module (`ui/samples_tab.py`, `ui/dataset_tab.py`,
-`ui/memory_tab.py`, `ui/train_tab.py`, `ui/try_tab.py`); every handler reads its widgets, calls ONE
-function of `pipeline/`, and formats the result with `ui.formatting`; a `PipelineError` becomes a
-`gr.Error` in one place (`ui.common.ui_errors`). Widget defaults come from
-`pipeline.config.TrainConfig`, like the command line's flags.
+`ui/memory_tab.py`, `ui/train_tab.py`, `ui/try_tab.py`, `ui/judge_tab.py`); every handler reads its
+widgets, calls ONE function of `pipeline/`, and formats the result with `ui.formatting`; a
+`PipelineError` becomes a `gr.Error` in one place (`ui.common.ui_errors`). Widget defaults come
+from `pipeline.config.TrainConfig`, like the command line's flags.
 
 This module deliberately imports no torch / transformers / datasets at import time or while
 building the page: those load inside the handlers (or in the training process), so the first
@@ -35,6 +35,7 @@ import gradio as gr  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: E402
 from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
 from ui.dataset_tab import dataset_tab  # noqa: E402
+from ui.judge_tab import judge_tab  # noqa: E402
 from ui.memory_tab import memory_tab  # noqa: E402
 from ui.samples_tab import samples_tab  # noqa: E402
 from ui.state import model_picker  # noqa: E402
@@ -63,6 +64,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
             tryout = try_tab(app.tryout, app.export)
+            judge = judge_tab(app.judge, model)
 
         # The settings: one `TrainConfig` from the model picker, the Memory tab and the Train tab.
         settings = {"model": model, **memory.settings, **train.settings}
@@ -83,9 +85,12 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             button.click(functools.partial(app.memory.apply_suggestion, index), inputs=memory.suggestions_state,
                          outputs=setting_widgets).then(
                 app.memory.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
-        train.tab.select(app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note)
+        # The "Next run" line; settings are remembered only once this page shows the saved ones (`restored`).
+        restored = gr.State(False)
+        summary_inputs = [restored, *setting_widgets]
+        train.tab.select(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note)
         for widget in setting_widgets:
-            widget.change(app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note,
+            widget.change(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
                           show_progress="hidden")
         memory.measure_button.click(app.memory.measure, inputs=estimate_inputs,
                                     outputs=[memory.measured_out, memory.memory_plot])
@@ -106,8 +111,11 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                               tryout.run, train.resume_choice, train.seen_rows]).then(
             app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         demo.load(app.dataset.dataset_on_load, outputs=dataset_outputs)
-        demo.load(app.state.restore_settings, outputs=setting_widgets).then(
-            app.train.settings_summary, inputs=setting_widgets, outputs=train.settings_note, show_progress="hidden")
+        demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
+        demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
+            app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
+            show_progress="hidden").then(
+            app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices)
     return demo
 
 
@@ -121,7 +129,7 @@ def _header_html(workspace: Path) -> str:
         f'<div class="app-header"><div class="logo">{svg}</div><div class="app-title">'
         "<h1>Pronunciation Tutor Studio</h1>"
         "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
-        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try</b>. Everything is saved in the "
+        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge</b>. Everything is saved in the "
         f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
         "</div></div>"
     )

@@ -5,13 +5,21 @@ and inference all read, so the prompt and the supervised span cannot drift betwe
 - `TokenCounter`: a conversation's length in tokens exactly as Gemma 3n's processor counts it.
 - `answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise (the answer and its
   `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
+- `control_tokens_in`, `check_user_text`: the rule that a person's text (sentence, feedback,
+  transcript) never turns into a control or placeholder token. Text holding one (e.g. a literal
+  `<end_of_turn>` pasted from a chat log) is refused, never escaped: at save and import by the
+  sample library (`CONTROL_TOKEN_PATTERN`, Gemma's reserved names), and by `build_messages` with the
+  tokenizer's own special tokens, so the dataset build (and with it the memory estimate), the
+  collator and inference refuse the same texts.
 
 Torch-free: importing this module loads no model library.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
+import weakref
 from typing import Any, Sequence
 
 from pipeline.errors import DatasetError
@@ -81,13 +89,116 @@ def normalize_text(text: str | None) -> str:
     return unicodedata.normalize("NFC", text or "").strip()
 
 
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # Hangul fillers, braille blank
+
+
+def is_blank(text: str | None) -> bool:
+    """True when `text` shows nothing: empty, None, or only spaces, line breaks, tabs, invisible
+    format characters (zero-width space U+200B, byte-order mark U+FEFF, ...) and blank look-alikes
+    (braille blank U+2800, Hangul fillers). Such a sentence or feedback is treated as missing
+    everywhere: the sample checks, the sample library and the dataset build."""
+    return all(
+        ch.isspace() or unicodedata.category(ch) in _BLANK_CATEGORIES or ch in _BLANK_LOOKALIKES
+        for ch in unicodedata.normalize("NFC", text or "")
+    )
+
+
+CONTROL_TOKEN_PATTERN = re.compile(
+    r"<(?:bos|eos|pad|unk|mask|start_of_turn|end_of_turn|start_of_image|end_of_image|image_soft_token"
+    r"|start_of_audio|end_of_audio|audio_soft_token|unused\d+)>|\[multimodal\]|\[@BOS@\]"
+)
+"""Gemma's control and placeholder tokens by name, known without loading a tokenizer (used at save
+and import). `control_tokens_in(text, tokenizer)` adds every special token of the tokenizer itself."""
+
+_TOKENIZER_PATTERNS: "weakref.WeakKeyDictionary[Any, re.Pattern]" = weakref.WeakKeyDictionary()
+
+
+def _special_tokens(tokenizer: Any) -> list[str]:
+    """Every token string `tokenizer` matches atomically in text AND treats as special: its named
+    specials (`all_special_tokens`), its added tokens flagged special, and the processor's
+    multimodal placeholders (audio/image soft tokens and their start/end markers)."""
+    tokens = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for added in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(added, "special", False):
+            tokens.add(str(getattr(added, "content", added)))
+    for name in ("audio_token", "boa_token", "eoa_token", "image_token", "boi_token", "eoi_token"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, str):
+            tokens.add(value)
+    return sorted((t for t in tokens if t and t.strip()), key=len, reverse=True)
+
+
+def _tokenizer_pattern(tokenizer: Any) -> re.Pattern | None:
+    try:
+        cached = _TOKENIZER_PATTERNS.get(tokenizer)
+    except TypeError:  # not weak-referenceable: build each time
+        cached = None
+    if cached is None:
+        tokens = _special_tokens(tokenizer)
+        cached = re.compile("|".join(re.escape(t) for t in tokens)) if tokens else re.compile(r"(?!x)x")
+        try:
+            _TOKENIZER_PATTERNS[tokenizer] = cached
+        except TypeError:
+            pass
+    return cached
+
+
+def control_tokens_in(text: str | None, tokenizer: Any = None) -> list[str]:
+    """The control or placeholder tokens that `text` spells literally, in order of appearance.
+
+    Matches `CONTROL_TOKEN_PATTERN` (Gemma's reserved names) and, when `tokenizer` is given, every
+    special token it knows (see `_special_tokens`): exactly the strings the tokenizer would turn
+    into a control token instead of text. The text is NFC-normalized first, as it is stored.
+    """
+    text = normalize_text(text)
+    if not text:
+        return []
+    found = [(m.start(), m.group()) for m in CONTROL_TOKEN_PATTERN.finditer(text)]
+    if tokenizer is not None:
+        found += [(m.start(), m.group()) for m in _tokenizer_pattern(tokenizer).finditer(text)]
+    seen: list[str] = []
+    for _, token in sorted(found):
+        if token not in seen:
+            seen.append(token)
+    return seen
+
+
+def check_user_text(text: str | None, what: str, tokenizer: Any = None, *, error: type = DatasetError) -> None:
+    """Raise `error` (default `DatasetError`) when a person's `text` spells a control token.
+
+    Args:
+        text: a sentence, feedback or transcript as typed or imported.
+        what: how to name it in the message, e.g. "Feedback of `kate_03.wav`".
+        tokenizer: adds the tokenizer's own special tokens to Gemma's reserved names.
+        error: the `PipelineError` subclass to raise (the sample library raises `SampleError`).
+
+    The message quotes the text around the first token and says why and how to fix it: the model
+    would read e.g. `<end_of_turn>` as the end of its answer, so the training labels would stop
+    there and the rest would never be learned.
+    """
+    tokens = control_tokens_in(text, tokenizer)
+    if not tokens:
+        return
+    clean = normalize_text(text)
+    at = clean.find(tokens[0])
+    excerpt = ("..." if at > 30 else "") + clean[max(0, at - 30): at + len(tokens[0]) + 30] + (
+        "..." if at + len(tokens[0]) + 30 < len(clean) else "")
+    listed = ", ".join(f"`{t}`" for t in tokens)
+    raise error(
+        f"{what} contains {listed} (in \"{excerpt}\"): {'these are' if len(tokens) > 1 else 'this is'} one of "
+        "Gemma's control tokens, which the model would read as a command (e.g. the end of its answer) instead of "
+        "text, so the rest would never be learned. Remove it or write it another way (e.g. `end of turn`)."
+    )
+
+
 def user_prompt(target_text: str) -> str:
     """The text of the user turn that follows the audio: the sentence the learner was asked to read.
 
     `target_text` is NFC-normalized and stripped. Raises `DatasetError` when it is empty.
     """
     text = normalize_text(target_text)
-    if not text:
+    if is_blank(text):
         raise DatasetError(
             "The target text is empty; give the sentence the learner was asked to read "
             "(e.g. `The cat sat on the mat.`)."
@@ -95,7 +206,7 @@ def user_prompt(target_text: str) -> str:
     return f'The learner was asked to read: "{text}"'
 
 
-def build_messages(target_text: str, feedback: str | None = None, audio: Any = None) -> list[dict]:
+def build_messages(target_text: str, feedback: str | None = None, audio: Any = None, *, tokenizer: Any = None) -> list[dict]:
     """The Gemma 3n chat conversation for one clip.
 
     Args:
@@ -105,6 +216,9 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
         audio: float32 numpy array of shape (n,), 16 kHz mono in [-1, 1]. When None the user turn
             holds a bare `{"type": "audio"}` placeholder: rendering to text (`tokenize=False`) works
             and shows the audio token, while `apply_chat_template(tokenize=True)` needs the array.
+        tokenizer: the tokenizer that will read the conversation; its special tokens join Gemma's
+            reserved names in the control-token check (`check_user_text`). Every caller that has
+            one passes it (dataset build, collator, inference), so they refuse the same texts.
 
     Returns:
         `[{"role": "system", ...}, {"role": "user", "content": [audio, text]}, ({"role": "assistant",
@@ -112,8 +226,12 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
         blocks as `processor.apply_chat_template` expects.
 
     Raises:
-        DatasetError: empty target text, or `feedback` given but empty.
+        DatasetError: empty target text, `feedback` given but empty, or either spells a control
+            token (`check_user_text`).
     """
+    check_user_text(target_text, "The target sentence", tokenizer)
+    if feedback is not None:
+        check_user_text(feedback, "The feedback", tokenizer)
     audio_block: dict[str, Any] = {"type": "audio"}
     if audio is not None:
         audio_block["audio"] = audio

@@ -13,6 +13,18 @@ class AudioError(PipelineError):
     """Audio that cannot be decoded or fails a check (too short/long, silent, clipped, NaN)."""
 
 
+class ClipTooLongError(AudioError):
+    """A clip longer than Gemma 3n hears (30 s) and trimming was not asked for.
+
+    `duration_s` is the clip's length in seconds. The message says to trim or split it; each place
+    that offers a trim option (the Samples tab's box, `import --trim`) adds its own hint.
+    """
+
+    def __init__(self, message: str, duration_s: float):
+        super().__init__(message)
+        self.duration_s = float(duration_s)
+
+
 class SampleError(PipelineError):
     """A sample library operation failed (unknown id, duplicate audio, empty text, bad manifest)."""
 
@@ -29,12 +41,21 @@ class ModelLoadError(PipelineError):
     """The model or processor cannot be loaded (not logged in, gated, offline, missing timm, disk)."""
 
 
+class BaseModelMismatchError(ModelLoadError):
+    """An adapter (or a resumed run) meets a base model other than the one it was trained on; the message
+    says what differs (config values, weight fingerprint) and what to do."""
+
+
 class ConfigError(PipelineError):
     """A training/estimate setting is out of range; the message names the flag and the fix."""
 
 
 class TrainingError(PipelineError):
     """Training cannot start or failed (empty dataset, a run already active, out of memory)."""
+
+
+class EvaluationError(PipelineError):
+    """An evaluation cannot run or was cancelled (no eval rows, another evaluation running, Cancel)."""
 
 
 class ExportError(PipelineError):

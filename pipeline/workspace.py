@@ -6,7 +6,8 @@ Layout:
     WS/dataset/                  the built `datasets.DatasetDict` (`save_to_disk`)
     WS/exports/                  JSONL / Parquet exports of the dataset
     WS/runs/<name>/              one training run (config.json, progress.jsonl, train.log,
-                                 checkpoints/, adapter/, result.json, STOP)
+                                 checkpoints/, adapter/, result.json, STOP, tensorboard/, eval/)
+    WS/evals/<model>/<key>.json  saved evaluations of base models (`pipeline.tutor.evaluate`)
 """
 
 from __future__ import annotations

@@ -13,6 +13,25 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _stop_started_runs():
+    """After every test, whatever its outcome: stop the training processes it started with
+    `pipeline.training.runs.start_run` (detached on purpose, so nothing else would stop them)."""
+    yield
+    import sys
+
+    runs = sys.modules.get("pipeline.training.runs")
+    if runs is None:
+        return
+    from tests.processes import stop_process_group
+
+    for pid, child in list(runs._CHILDREN.items()):
+        if child.poll() is None:
+            stop_process_group(pid)
+            child.wait(timeout=30)
 
 
 def _speechocean_dir() -> Path:

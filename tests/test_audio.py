@@ -199,7 +199,7 @@ CHECK_CASES = [
     ("too-long-31s", (16000, to_int16(speech_like(31.0, 16000))), r"31\.0 s; Gemma 3n hears at most 30 s"),
     ("nan", _nan_clip(), r"1 NaN or infinite samples"),
     ("inf", _inf_clip(), r"1 NaN or infinite samples"),
-    ("corrupt-bytes", b"RIFF\x10\x00\x00\x00WAVEfmt garbage" + bytes(range(256)) * 4, r"Cannot decode .*corrupt"),
+    ("corrupt-bytes", b"RIFF\x10\x00\x00\x00WAVEfmt garbage" + bytes(range(256)) * 4, r"looks like a WAV file but cannot be decoded: it is damaged"),
     ("empty-bytes", b"", r"empty \(0 bytes\)"),
     ("unscaled-floats", (16000, (speech_like(1.0, 16000)[:, 0] * 32768)), r"expected values in \[-1, 1\]"),
     ("bad-shape", (16000, np.zeros((2, 2, 16000), dtype=np.int16)), r"shape \(2, 2, 16000\)"),
@@ -218,7 +218,7 @@ def test_checks_raise_with_measured_value(case, source, message):
 def test_corrupt_and_missing_files(tmp_path):
     bad = tmp_path / "broken.m4a"
     bad.write_bytes(b"\x00\x00\x00\x20ftypM4A " + b"\xff" * 300)
-    with pytest.raises(AudioError, match=r"Cannot decode `broken.m4a`"):
+    with pytest.raises(AudioError, match=r"`broken.m4a` looks like an MP4/M4A file but cannot be decoded"):
         load_audio(bad)
     with pytest.raises(AudioError, match="does not exist"):
         load_audio(tmp_path / "nope.wav")
@@ -262,3 +262,32 @@ def test_real_speechocean_clips_pass_all_checks(speechocean_dir):
         assert audio.report.source_rate_hz == 16000 and audio.report.channels == 1
         assert audio.report.warnings == []
         assert audio.report.to_dict()["duration_s"] == pytest.approx(len(audio.samples) / 16000, abs=1e-3)
+
+
+@pytest.mark.parametrize("make", ["float_wav", "stereo_float_44k", "microphone_float"])
+def test_over_range_float_audio_is_clipped_with_a_warning(tmp_path, make):
+    """Issue 11 #6: float samples at 1.5 and -2.0 were clipped to [-1, 1] with `warnings: []`."""
+    x = speech_like(2.0, 16000, amplitude=0.3)[:, 0]
+    x[1000], x[2000], x[3000] = 1.5, -2.0, 1.2
+    if make == "float_wav":
+        path = tmp_path / "loud.wav"
+        sf.write(str(path), x, 16000, subtype="FLOAT")
+        source = path
+    elif make == "stereo_float_44k":
+        source = (44100, np.stack([x, x], axis=1))
+    else:
+        source = (16000, x)
+    audio = load_audio(source)
+    assert float(np.max(np.abs(audio.samples))) <= 1.0
+    loud = [w for w in audio.report.warnings if "too loud" in w]
+    assert len(loud) == 1 and "clipped" in loud[0] and "peak 2.00" in loud[0], audio.report.warnings
+
+
+def test_resampling_overshoot_is_not_clipped_silently():
+    rate = 44100
+    t = np.arange(rate) / rate
+    square = np.sign(np.sin(2 * np.pi * 440 * t)).astype(np.float32) * 0.98  # a square wave rings past 1 when resampled (Gibbs)
+    square[: rate // 10] *= 0.3
+    audio = load_audio((rate, square))
+    assert float(np.max(np.abs(audio.samples))) <= 1.0
+    assert any("past full scale" in w for w in audio.report.warnings), audio.report.warnings

@@ -76,22 +76,24 @@ def test_mixed_length_clips_batch_like_single_rows(processor, speechocean_dir, t
         supervised = batch["labels"][i][batch["labels"][i] != IGNORE_INDEX]
         assert processor.tokenizer.decode(supervised) == row["feedback"] + "<end_of_turn>"
         assert (batch["labels"][i][batch["attention_mask"][i] == 0] == IGNORE_INDEX).all()
-    # Padding the clips to the longest one changes no clip's features: its mel frames and the audio
-    # encoder's soft tokens match the row alone. (Batched, Gemma3nAudioFeatureExtractor counts a
-    # trailing partial frame as valid, so a clip may get one more audio token than alone and its last
-    # token may differ: transformers 5.24 behaviour; compared here on the other tokens.)
+    # Padding the clips to the longest one changes no clip's features: its mel frames and its frame
+    # mask equal the row's alone (the feature extractor alone counts 256 valid frames where, padded in a
+    # batch, it counted 258), so the audio encoder gives it the same number of valid audio tokens.
     model = Gemma3nForConditionalGeneration.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
         batched_audio = model.model.get_audio_features(batch["input_features"], ~batch["input_features_mask"], return_dict=True)
         for i, row in enumerate(rows):
             single = collator([row])
-            k = int(single["input_features_mask"][0].sum())
-            assert torch.equal(single["input_features"][0, :k], batch["input_features"][i, :k]), row["id"]
+            k = single["input_features_mask"].shape[1]
+            assert torch.equal(single["input_features"][0], batch["input_features"][i, :k]), row["id"]
+            assert torch.equal(single["input_features_mask"][0], batch["input_features_mask"][i, :k]), row["id"]
+            assert not batch["input_features_mask"][i, k:].any(), f"{row['id']}: padding frames marked valid"
             alone = model.model.get_audio_features(single["input_features"], ~single["input_features_mask"], return_dict=True)
             valid = int((~alone.audio_mel_mask[0]).sum())
             assert valid > 1
-            assert int((~batched_audio.audio_mel_mask[i]).sum()) in (valid, valid + 1)
-            # the last token's receptive field reaches those trailing frames, so compare the others
+            assert int((~batched_audio.audio_mel_mask[i]).sum()) == valid, row["id"]
+            # The encoder's first convolution looks ahead (reverse-causal padding), so the last valid
+            # token's receptive field reaches past the clip: zeros alone, padding frames in a batch.
             same = valid - 1
             assert torch.allclose(alone.pooler_output[0, :same], batched_audio.pooler_output[i, :same], atol=1e-4), row["id"]
         out = model(**batch)

@@ -3,8 +3,10 @@
 Starts `python app.py` as a subprocess on a free localhost port with a temporary workspace, then,
 as a new user would: creates the offline tiny model, loads the sample pack, builds the dataset,
 runs the memory estimate, starts a short training run, watches progress appear, stops it, resumes
-it, and gets feedback in the Try tab for an uploaded clip. Screenshots of each tab are saved to
-`artifacts/screenshots/` (not committed).
+it, gets feedback in the Try tab for an uploaded clip, and judges the base model and the run side by
+side on the eval split in the Judge tab (which a reloaded page shows again without re-running).
+Screenshots of each tab are saved to `artifacts/screenshots/` (not committed). Teardown stops the
+app and every training process it started, whatever the outcome (`tests/processes.py`).
 
 Needs `/usr/bin/chromium` (`apt-get install chromium`; `.ci/run` installs it). Never runs
 `playwright install`.
@@ -15,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -75,12 +76,14 @@ def running_app(tmp_path):
             time.sleep(0.1)
         first_page_s = time.perf_counter() - started
         yield url, workspace, first_page_s, log_path
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    finally:  # whatever the outcome: the app, then the training runs it started (detached on purpose)
+        from tests.processes import stop_process_group, stop_workspace_runs
+
+        stop_process_group(proc.pid, grace_s=15)
+        proc.wait(timeout=30)
+        stopped = stop_workspace_runs(workspace)
+        if stopped:
+            print(f"[e2e] teardown stopped training process(es) {stopped}", flush=True)
         log.close()
 
 
@@ -293,4 +296,34 @@ def test_full_flow_in_the_browser(running_app):
         assert tuned.input_value().strip() and base.input_value().strip()
         _shot(page, "5-try")
         _step("feedback received")
+
+        # 6 Judge: evaluate the base model and the run on the eval split, short answers; both columns show.
+        _tab(page, "6 · Judge")
+        _wait_text(page, "#judge-models", r"base · tiny-gemma3n[\s\S]*run · e2e-run", timeout_s=60)
+        base_box = page.locator("#judge-models").get_by_label("base · tiny-gemma3n")
+        deadline = time.time() + 60  # the picked base model is ticked once the page has restored its settings
+        while not base_box.is_checked() and time.time() < deadline:
+            time.sleep(0.5)
+        assert base_box.is_checked()
+        page.locator("#judge-models").get_by_label("run · e2e-run").check()
+        slider = page.locator("#judge-max-tokens input[type=number]").first
+        slider.fill("16")
+        slider.press("Enter")
+        page.click("#judge-run")
+        _wait_text(page, "#judge-progress", r"answers .* done", timeout_s=420)
+        both = r"base · tiny-gemma3n[\s\S]*run · e2e-run"
+        _wait_text(page, "#judge-headline", both, timeout_s=60)
+        _wait_text(page, "#judge-headline", r"unparsed answers")
+        page.wait_for_selector("#judge-scatter img")
+        _wait_text(page, "#judge-clips", r"disagreement[\s\S]*run · e2e-run: answer")
+        page.wait_for_selector("#judge-audio audio, #judge-audio .waveform-container", state="attached")
+        _shot(page, "6-judge")
+        _step("base model and run judged")
+        assert len(list((workspace / "runs" / "e2e-run" / "eval").glob("eval-*.json"))) == 1
+        page.reload()  # a reopened page shows the saved evaluations without re-running them
+        page.wait_for_selector("#load-pack")
+        _tab(page, "6 · Judge")
+        _wait_text(page, "#judge-headline", both, timeout_s=60)
+        assert "not started" in page.locator("#judge-progress").inner_text()
+        _step("saved evaluations shown after reload")
         browser.close()

@@ -185,10 +185,10 @@ def test_import_run_checks_model_and_dataset_then_copies(tuned, tiny_model_dir, 
 
     # Another dataset build: imported, and the difference is said.
     other = _copy_run(tuned, tmp_path, "other-data")
-    result_file = other / "result.json"
-    data = json.loads(result_file.read_text())
-    data["dataset"]["fingerprint"] = "0" * 64
-    result_file.write_text(json.dumps(data))
+    record = other / "dataset.json"  # the build the run trained on (pipeline.training.resume)
+    data = json.loads(record.read_text())
+    data["fingerprint"] = "0" * 64
+    record.write_text(json.dumps(data))
     archive = tmp_path / "other-data.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(other, arcname="other-data")

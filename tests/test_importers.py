@@ -207,7 +207,7 @@ def test_kaldi_bad_entries_are_skipped_not_fatal(tmp_path):
     assert "was not found" in reasons["train/wav.scp:u1003"]
     assert "command pipe" in reasons["train/wav.scp:u1004"]
     assert "no line in `text`" in reasons["WAVE/SPEAKER0001/u1005.WAV"]
-    assert "Cannot decode" in reasons["WAVE/SPEAKER0001/u1006.WAV"]
+    assert "damaged or cut short" in reasons["WAVE/SPEAKER0001/u1006.WAV"]
 
 
 def test_scores_found_in_parent_folder(tmp_path):
@@ -357,3 +357,101 @@ def test_cli_import_json_and_sample_pack(tmp_path, capsys):
     # A layout error -> exit 1 with one JSON error object.
     assert main(["import", "--workspace", ws, "--source", str(tmp_path / "missing"), "--json"]) == 1
     assert "does not exist" in json.loads(capsys.readouterr().out)["error"]
+
+
+# ----------------------------------------------------------------------------- metadata from other systems
+FOREIGN_FORMS = [
+    # How another system may name `clips/kate/w{i}.wav` (relative to the metadata's folder `corpus/`).
+    "clips\\kate\\w{i}.wav",                                  # Windows separators (the reported case)
+    ".\\clips\\kate\\w{i}.wav",                               # Windows, explicit current folder
+    "./clips/kate/w{i}.wav",                                  # POSIX, explicit current folder
+    "C:\\Users\\ann\\corpus\\clips\\kate\\w{i}.wav",          # absolute, Windows machine
+    "/home/ann/corpus/clips/kate/w{i}.wav",                   # absolute, another Linux machine
+    "Clips/Kate/W{i}.WAV",                                    # case as a Mac or Windows forgives it
+    "file:///C:/Users/ann/corpus/clips/kate/w{i}.wav",        # a file URI
+    "\\\\nas\\share\\corpus\\clips\\kate\\w{i}.wav",          # a Windows network share
+    "corpus/clips/kate/w{i}.wav",                             # relative to the folder above
+]
+
+
+def _foreign_audiofolder(root: Path) -> tuple[Path, int]:
+    corpus = root / "corpus"
+    rows = []
+    for i, form in enumerate(FOREIGN_FORMS):
+        write_audio(corpus / "clips" / "kate" / f"w{i}.wav", 200 + 25 * i)
+        rows.append((form.format(i=i), f"Sentence {i}.", "Good."))
+    # A name stored in NFD (as macOS writes it), named in NFC by the metadata.
+    write_audio(corpus / "clips" / unicodedata.normalize("NFD", "zoë.wav"), 900)
+    rows.append((unicodedata.normalize("NFC", "clips\\zoë.wav"), "Zoë.", "Good."))
+    with open(corpus / "metadata.csv", "w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([("file_name", "sentence", "feedback"), *rows])
+    return corpus, len(rows)
+
+
+def _foreign_kaldi(root: Path) -> tuple[Path, int]:
+    corpus = root / "corpus"
+    corpus.mkdir(parents=True)
+    forms = ["C:\\data\\so762\\WAVE\\SPEAKER0001\\u{i}.WAV", "WAVE\\SPEAKER0001\\u{i}.WAV",
+             "/mnt/old-disk/so762/WAVE/SPEAKER0001/u{i}.WAV", "wave/speaker0001/u{i}.wav", "./WAVE/SPEAKER0001/u{i}.WAV"]
+    with open(corpus / "wav.scp", "w", newline="") as scp, open(corpus / "text", "w", newline="") as text:
+        for i, form in enumerate(forms):
+            write_audio(corpus / "WAVE" / "SPEAKER0001" / f"u{i}.WAV", 300 + 25 * i, fmt="WAV")
+            scp.write(f"u{i} {form.format(i=i)}\r\n")  # CRLF, as a Windows editor saves it
+            text.write(f"u{i} SENTENCE {i}\r\n")
+    return corpus, len(forms)
+
+
+def _foreign_commonvoice(root: Path) -> tuple[Path, int]:
+    corpus = root / "cv"
+    forms = ["clips\\cv_{i}.mp3", "C:\\cv-corpus\\fr\\clips\\cv_{i}.mp3", "CV_{i}.MP3", "cv_{i}"]
+    rows = ["client_id\tpath\tsentence"]
+    for i, form in enumerate(forms):
+        write_audio(corpus / "clips" / f"cv_{i}.mp3", 300 + 25 * i, rate=48000, fmt="MP3")
+        rows.append(f"spk\t{form.format(i=i)}\tPhrase {i}.")
+    (corpus / "train.tsv").write_text("\n".join(rows) + "\n")
+    return corpus, len(forms)
+
+
+def _foreign_ljspeech(root: Path) -> tuple[Path, int]:
+    corpus = root / "lj"
+    (corpus / "wavs").mkdir(parents=True)
+    write_audio(corpus / "wavs" / "lj001-0001.WAV", 300, rate=22050, fmt="WAV")  # case differs from the id
+    write_audio(corpus / "wavs" / "LJ001-0002.wav", 330, rate=22050)
+    (corpus / "metadata.csv").write_text("LJ001-0001|One.|One.\r\nLJ001-0002|Two.|Two.\r\n")
+    return corpus, 2
+
+
+def _foreign_folder(root: Path) -> tuple[Path, int]:
+    corpus = root / "folder"
+    write_audio(corpus / "kate" / "w0.wav", 300)
+    (corpus / "kate" / "W0.TXT").write_text("Upper-case sidecar.")   # as a Windows tool names it
+    (corpus / "kate" / "W0.FEEDBACK.TXT").write_text("Good.")
+    write_audio(corpus / "kate" / "w1.wav", 330)
+    (corpus / "kate" / "w1.txt").write_text("Plain sidecar.")
+    return corpus, 2
+
+
+@pytest.mark.parametrize("build", [_foreign_audiofolder, _foreign_kaldi, _foreign_commonvoice, _foreign_ljspeech, _foreign_folder],
+                         ids=["audiofolder", "kaldi", "commonvoice", "ljspeech", "folder"])
+def test_metadata_written_on_another_system_resolves(tmp_path, build):
+    """Issue 11 #3: `clips\\kate\\w0.wav` from a Windows metadata.csv imported nothing ("audio file not found")."""
+    source, expected = build(tmp_path / "src")
+    report = import_folder(tmp_path / "ws", source)
+    assert len(report.imported) == expected and report.skipped == [], report.skipped
+    library = SampleLibrary(tmp_path / "ws")
+    assert len({s.audio_sha256 for s in library.list()}) == expected  # each row found its own file
+    if build is _foreign_folder:
+        assert {s.target_text for s in library.list()} == {"Upper-case sidecar.", "Plain sidecar."}
+        assert {s.feedback for s in library.list()} == {"Good.", ""}
+
+
+def test_a_case_only_ambiguity_is_never_guessed(tmp_path):
+    from pipeline.data.paths import PathResolver, listed_parts
+
+    (tmp_path / "a.wav").write_bytes(b"x")
+    (tmp_path / "A.wav").write_bytes(b"y")
+    resolver = PathResolver([tmp_path])
+    assert resolver.resolve("a.wav") == tmp_path / "a.wav"  # exact wins
+    assert resolver.resolve("A.WAV") is None  # two candidates differ only in case: not guessed
+    assert listed_parts("\\\\server\\share\\x\\y.wav") == (["x", "y.wav"], True)
+    assert listed_parts("..\\up\\z.wav") == (["..", "up", "z.wav"], False)

@@ -75,6 +75,23 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
     assert runs.active_run(ws) == "first"
     with pytest.raises(TrainingError, match="one run at a time"):
         runs.start_run(ws, "second", config)
+    # The app handed the workspace's training lock to the process it started: the command line honours it.
+    from pipeline.training.train import train
+    from pipeline.training.workspace_lock import lock_holder
+
+    assert lock_holder(ws)["pid"] == started["pid"]
+    # It trains with cores - 1 threads, leaving one to the app (pipeline.cpu_threads).
+    import os
+    from pathlib import Path
+
+    from pipeline.cpu_threads import trainer_threads
+
+    if "OMP_NUM_THREADS" not in os.environ:
+        environ = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+        assert f"OMP_NUM_THREADS={trainer_threads()}".encode() in environ
+    with pytest.raises(TrainingError, match=r"busy: run `first`"):
+        train(config, ws, "from-cli")
+    assert not (ws / "runs" / "from-cli").exists()
     _wait(lambda: runs.run_status(ws, "first")["progress_lines"] >= 1)
     status = runs.request_stop(ws, "first", timeout_s=180, wait=True)
     assert status["state"] == "stopped" and not status["alive"], status

@@ -74,8 +74,8 @@ def test_duplicate_audio_reported_with_existing_id(library):
 
 
 ADD_ERRORS = [
-    ("empty-target", dict(target_text="   "), SampleError, r"Target text .* is empty"),
-    ("none-target", dict(target_text=None), SampleError, r"Target text .* is empty"),
+    ("empty-target", dict(target_text="   "), SampleError, r"target sentence .*holds only spaces"),
+    ("none-target", dict(target_text=None), SampleError, r"target sentence .*is empty"),
     ("silent-audio", dict(audio=(16000, np.zeros(16000, np.int16))), AudioError, r"silent"),
     ("no-audio", dict(audio=None), AudioError, r"No audio received"),
     ("bad-scores", dict(scores=[1, 2]), SampleError, r"`scores` must be a dict"),

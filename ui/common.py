@@ -1,6 +1,7 @@
 """What every tab shares: the settings widgets' order, `ui_errors`, widget values -> `TrainConfig`, progress.
 
-`ui_errors` is the one place a `PipelineError` becomes a `gr.Error` (or a "✗ message" in one output).
+`ui_errors` is the one place a `PipelineError` becomes a "✗ message" in a tab's status panel (or, where
+no panel fits, a `gr.Error`).
 Nothing here imports torch, transformers or datasets; pipeline modules that do work are imported
 inside the functions that call them.
 """
@@ -18,6 +19,7 @@ import gradio as gr
 from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
+from ui.wording import app_wording
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = TrainConfig()
@@ -58,22 +60,38 @@ _ERROR_TITLES = {
     "ConfigError": "Check the settings",
     "TrainingError": "Training",
     "ExportError": "Export / import",
+    "EvaluationError": "Evaluation",
 }
 
 
 def _error_title(error: PipelineError) -> str:
-    return _ERROR_TITLES.get(type(error).__name__, "Cannot do that")
+    """The area of an error (its class or the nearest base class named in `_ERROR_TITLES`)."""
+    return next((_ERROR_TITLES[kind.__name__] for kind in type(error).__mro__ if kind.__name__ in _ERROR_TITLES),
+                "Cannot do that")
 
 
-def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1) -> Callable:
+def error_panel(error: PipelineError, hint: str | None = None) -> str:
+    """The calm status-panel text of a `PipelineError`: "**✗ Area:** message", in the app's words
+    (`ui.wording.app_wording`: widget and button names instead of command-line flags), plus `hint`."""
+    text = f"**✗ {_error_title(error)}:** {app_wording(str(error))}"
+    return f"{text} {hint}" if hint else text
+
+
+def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
+              hints: dict[type, str] | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
 
-    Plain `@ui_errors`: the error becomes a `gr.Error` (a red message). `@ui_errors(message_at=i,
-    outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`) except output i, which shows
-    "✗ message" (used on the Samples tab, where a raised `gr.Error` would mark the sample library and the
-    audio input as errored until reload). The message is the library's own (it names the value, what
-    was expected and the fix); the title names the area. Any other exception is a bug: Gradio shows a
-    generic error and logs the traceback.
+    `@ui_errors(message_at=i, outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`)
+    except output i, a status panel of the tab, which shows `error_panel(error)`: "✗ Area: message"
+    in the app's words. Every handler whose failure a person can act on reports this way: a raised
+    `gr.Error` would be a toast that stays until closed (several stack up, "Error (2)", over the
+    widgets) and would mark every output component with a red "Error" badge until reload. `hints`
+    maps an error class to a sentence added after its message where this tab offers the fix (e.g.
+    the Samples tab's trim box for `ClipTooLongError`).
+
+    Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
+    such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
+    logs the traceback.
     """
 
     def decorate(handler: Callable) -> Callable:
@@ -82,10 +100,11 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
             try:
                 return handler(*args, **kwargs)
             except PipelineError as error:
+                hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
                 if message_at is None:
-                    raise gr.Error(str(error), title=_error_title(error), duration=None,
+                    raise gr.Error(app_wording(str(error)), title=_error_title(error), duration=None,
                                    print_exception=False) from error
-                text = f"**✗ {_error_title(error)}:** {error}"
+                text = error_panel(error, hint)
                 if outputs == 1:
                     return text
                 return tuple(text if index == message_at else gr.skip() for index in range(outputs))

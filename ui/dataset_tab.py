@@ -15,6 +15,7 @@ from pipeline.errors import PipelineError
 from ui import formatting as fmt
 from ui.common import DEFAULTS, progress_callback, ui_errors
 from ui.state import AppState
+from ui.wording import app_wording
 
 
 class DatasetHandlers:
@@ -28,7 +29,7 @@ class DatasetHandlers:
         """The workspace whose samples are built into `WS/dataset`."""
         return self.state.ws
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=6)
     def build_dataset(self, model: str, eval_fraction: float, seed: float, max_length: float,
                       progress: gr.Progress = gr.Progress()):
         """Build the train/eval dataset; returns (summary, speakers, histogram, excluded, export files, memory max length)."""
@@ -61,14 +62,17 @@ class DatasetHandlers:
             + f" (split by {report.get('split_method', '?')}, seed {report.get('seed')})",
             f"**Excluded:** {len(report.get('excluded', []))} row(s)",
         ]
+        train_lengths = stats.get("row_tokens") or []
         if stats.get("count"):
+            longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
             lines.append(
-                f"**Tokens per row:** min {stats['min']}, median {stats['median']:g}, p90 {stats['p90']}, "
-                f"longest **{stats['max']}** (limit {report.get('max_length')})"
+                f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
+                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')})"
             )
-        lines += [f"- {note}" for note in report.get("notes", [])]
+        lines += [f"- {app_wording(note)}" for note in report.get("notes", [])]
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
-        figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"))
+        figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
+                                           train_lengths=train_lengths)
         exports = [path for path in (report.get("exports") or {}).values() if Path(path).exists()]
         longest = int(stats.get("max") or 0)
         memory_max_length = gr.update(value=max(256, longest)) if longest else gr.skip()
@@ -76,7 +80,7 @@ class DatasetHandlers:
             "\n\n".join(lines),
             fmt.speakers_frame(report.get("speakers", {})),
             figure,
-            fmt.excluded_frame(report.get("excluded", [])),
+            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )

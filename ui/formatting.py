@@ -76,11 +76,13 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 # samples
 
 
-def checks_markdown(report: Any, *, title: str = "Check results") -> str:
+def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequence[str] = ()) -> str:
     """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
 
     Each line shows the measured value and a mark: ✓ passed, ⚠ passed with the library's warning.
     (A clip that fails a check never gets here: `load_audio` raises `AudioError` with the reason.)
+    `problems`: what else stops the sample from being saved (blank texts); they head the panel as
+    "✗ Not ready to save" and replace "All checks passed".
     """
     duration = _get(report, "duration_s")
     peak = _get(report, "peak")
@@ -108,8 +110,10 @@ def checks_markdown(report: Any, *, title: str = "Check results") -> str:
     ]
     if warnings:
         lines += ["", *[f"- ⚠ {w}" for w in warnings]]
-    else:
+    elif not problems:
         lines += ["", "All checks passed."]
+    if problems:
+        lines = [f"**✗ Not ready to save:** {' '.join(problems)}", "", *lines]
     return "\n".join(lines)
 
 
@@ -166,10 +170,13 @@ def import_summary(report: Any, source: str) -> str:
 
 
 def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: int | None = None,
-                          longest: int | None = None):
-    """Bar chart of a `LengthStats.histogram` (`[{lo, hi, count}]`, tokens per row) with the limit line.
+                          longest: int | None = None, train_lengths: Sequence[int] | None = None):
+    """Bar chart of a `LengthStats.histogram` (`[{lo, hi, count}]`, tokens per row, train and eval rows
+    together) with the limit line.
 
-    Returns a `matplotlib.figure.Figure`.
+    With `train_lengths` (the train split's row lengths, `LengthStats.row_tokens`) each bar is split
+    into its train rows and its eval rows (stacked, with a legend); without them the bars are every
+    row, and the title says so. Returns a `matplotlib.figure.Figure`.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -181,12 +188,24 @@ def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: in
         ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
-    ax.bar([b["lo"] for b in bins], [b["count"] for b in bins], width=[b["hi"] - b["lo"] for b in bins],
-           align="edge", color=_PALETTE[0], edgecolor="white", label="rows")
+    lefts = [b["lo"] for b in bins]
+    widths = [b["hi"] - b["lo"] for b in bins]
+    totals = [b["count"] for b in bins]
+    if train_lengths:
+        last = len(bins) - 1
+        train = [sum(1 for n in train_lengths if b["lo"] <= n < b["hi"] or (i == last and n == b["hi"]))
+                 for i, b in enumerate(bins)]
+        evals = [max(0, total - count) for total, count in zip(totals, train)]
+        ax.bar(lefts, train, width=widths, align="edge", color=_PALETTE[0], edgecolor="white", label="train rows")
+        ax.bar(lefts, evals, width=widths, bottom=train, align="edge", color=_PALETTE[3], edgecolor="white",
+               label="eval rows")
+        title = "Token length of each row (train and eval)"
+    else:
+        ax.bar(lefts, totals, width=widths, align="edge", color=_PALETTE[0], edgecolor="white", label="rows")
+        title = "Token length of every row (train and eval together)"
     if longest:
         ax.axvline(longest, color=_PALETTE[1], linewidth=1.5, label=f"longest row {longest}")
     top = max(b["hi"] for b in bins)
-    title = "Token length of the training rows"
     if max_length and max_length <= 1.3 * top:
         ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"limit {max_length}")
     elif max_length:
@@ -373,7 +392,7 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
         lines.append(f"**Estimated:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
     kind = data.get("method") or data.get("memory_kind")
     if kind:
-        lines.append(f"Counter: {kind}.")
+        lines.append(f"Peak {memory_counter_words(kind)}.")
     return "\n\n".join(lines)
 
 
@@ -381,24 +400,32 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
 # training
 
 
-def settings_markdown(config: Mapping[str, Any]) -> str:
-    """The run's settings in one line (a `TrainConfig.to_dict()`), in the words the widgets use."""
+def settings_words(config: Mapping[str, Any]) -> str:
+    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`), in the words the widgets use."""
     length = (f"{config['max_steps']} steps" if config.get("max_steps", -1) > 0
               else f"{config.get('epochs'):g} epochs")
     model = str(config["model"])
     model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
+    extras = " · per-layer embeddings in CPU RAM" if config.get("ple_on_cpu") else ""
     return (
-        f"**Next run:** `{model}` · {config['quantization']} · {config['device']} · "
+        f"{model} · {config['quantization']} · {config['device']} · "
         f"LoRA r {config['lora_rank']} (alpha {config['lora_alpha']}) on {config['lora_targets']} · "
         f"batch {config['batch_size']} × {config['grad_accum']} accumulation · max length {config['max_length']} · "
-        f"checkpointing {'on' if config['gradient_checkpointing'] else 'off'} · {config['optimizer']} · "
-        f"lr {config['learning_rate']:g} {config['lr_schedule']} · {length}"
+        f"checkpointing {'on' if config['gradient_checkpointing'] else 'off'} · "
+        f"vision tower {'loaded' if config.get('vision_tower', True) else 'not loaded'}{extras} · "
+        f"{config['optimizer']} · lr {config['learning_rate']:g} {config['lr_schedule']} · {length}"
     )
 
 
+def settings_markdown(config: Mapping[str, Any]) -> str:
+    """The "Next run" line of the Train tab: `settings_words` of the settings the next Start uses."""
+    return f"**Next run:** {settings_words(config)}"
+
+
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
-                  status: str | None, *, label: str = "") -> str:
-    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status."""
+                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
+    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status;
+    with `settings` (the run's config.json), a second line with the settings this run uses."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
@@ -410,7 +437,10 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
         f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
         f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
-        f"status: <b>{status_text}</b></div></div>"
+        f"status: <b>{status_text}</b></div>"
+        + (f'<div class="train-progress-settings"><small>This run: {html.escape(settings_words(settings))}</small></div>'
+           if settings else "")
+        + "</div>"
     )
 
 
@@ -467,15 +497,43 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
     return pd.DataFrame(rows, columns=columns)
 
 
+NOTE_CHARS = 160
+"""A run's note in the Past runs table is cut after this many characters (the Train tab's failure panel
+shows the whole reason of the run being watched)."""
+
+
 def _note(reason: Any) -> str:
     """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
-    "Resume continues" (the Train tab's Resume button)."""
+    "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
     text = str(reason or "")
-    return text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
+    text = text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 
 
 def _round(value: Any) -> Any:
     return round(float(value), 4) if isinstance(value, (int, float)) else value
+
+
+MEMORY_COUNTERS = {
+    "cpu_max_rss": "measured as the process's peak resident memory (RAM)",
+    "cuda_max_memory_allocated": "measured as PyTorch's peak allocated GPU memory",
+    "cuda_max_memory_reserved": "measured as the GPU memory PyTorch reserved at its peak",
+    "mps_driver_allocated_memory": "measured as the memory the Apple GPU driver allocated",
+}
+"""How each peak-memory counter (`pipeline.training.peak_memory.memory_kind`) is said in the app."""
+# The memory probe's `method` texts (`pipeline.memory.probe`), by their first words.
+_PROBE_METHODS = (("CPU peak RSS", "cpu_max_rss"), ("CUDA max_memory_reserved", "cuda_max_memory_reserved"),
+                  ("MPS driver_allocated_memory", "mps_driver_allocated_memory"))
+
+
+def memory_counter_words(kind: str | None) -> str:
+    """How a peak was measured, in plain words: 'measured as the process's peak resident memory (RAM)'
+    for `cpu_max_rss` (or the probe's "CPU peak RSS ..."); '' for None."""
+    if not kind:
+        return ""
+    kind = str(kind)
+    kind = next((name for prefix, name in _PROBE_METHODS if kind.startswith(prefix)), kind)
+    return MEMORY_COUNTERS.get(kind, f"measured by {kind.replace('_', ' ')}")
 
 
 def train_memory_markdown(status: Mapping[str, Any]) -> str:
@@ -492,7 +550,7 @@ def train_memory_markdown(status: Mapping[str, Any]) -> str:
             text += f" (measured is {100.0 * peak / estimate:.0f} % of the estimate)"
     kind = status.get("memory_kind")
     if kind:
-        text += f"  \n<small>counter: {kind}</small>"
+        text += f"  \n<small>Peak {memory_counter_words(kind)}.</small>"
     return text
 
 
@@ -507,3 +565,36 @@ def failure_markdown(status: Mapping[str, Any]) -> str:
         lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
         lines += [f"- {tip}" for tip in suggestions]
     return "\n".join(lines)
+
+
+def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """Training loss (solid) and eval loss (dashed, circles) of several runs against the optimizer step,
+    one colour per run (`runs`: run name -> its `progress.jsonl` rows).
+
+    Returns a `matplotlib.figure.Figure`; a note when no run has a logged step yet.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = False
+    for index, (name, rows) in enumerate(runs.items()):
+        colour = _PALETTE[index % len(_PALETTE)]
+        train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r]
+        evals = [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None and "step" in r]
+        if train:
+            ax.plot(*zip(*train), color=colour, linewidth=1.4, label=f"{name}: train")
+        if evals:
+            ax.plot(*zip(*evals), color=colour, linestyle="--", marker="o", markersize=4, label=f"{name}: eval")
+        drawn = drawn or bool(train or evals)
+    if not drawn:
+        ax.text(0.5, 0.5, "pick runs that have logged a step", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (tutor's answer)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig

@@ -17,6 +17,7 @@ from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
 from ui.state import AppState
+from ui.wording import app_wording
 
 MAX_SUGGESTIONS = 4
 
@@ -32,7 +33,7 @@ class MemoryHandlers:
         """The workspace whose built dataset gives the longest row."""
         return self.state.ws
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1)
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
@@ -41,7 +42,7 @@ class MemoryHandlers:
         resolved = resolve_device(device or "auto")
         return fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=5 + MAX_SUGGESTIONS)
     def estimate(self, memory_gb: float | None, *values: Any):
         """Estimate peak memory of the run the settings describe; returns plot, verdict, table, suggestions."""
         config = config_from_values(values)
@@ -52,12 +53,13 @@ class MemoryHandlers:
         figure = fmt.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
             measured_bytes=measured,
-            title=f"Estimated peak ({data['device']}, longest train row {data['seq_len']} tokens)",
+            title=f"Estimated peak ({data['device']}, batches padded to the longest train row: {data['seq_len']} tokens)",
         )
         verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"])
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
-        verdict += "\n\n" + "\n".join(f"- {note}" for note in data.get("notes", []))
+        verdict += _length_note(data)
+        verdict += "\n\n" + "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []
         for index in range(MAX_SUGGESTIONS):
@@ -75,7 +77,7 @@ class MemoryHandlers:
         changes = suggestions[index].get("changes") or {}
         return tuple(gr.update(value=changes[name]) if name in changes else gr.skip() for name in CONFIG_FIELDS)
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=2)
     def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
         """Run the real one-step probe in a child process; returns (markdown, plot with the measured peak)."""
         config = config_from_values(values)
@@ -86,6 +88,17 @@ class MemoryHandlers:
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
         text = fmt.measured_markdown(peak, data["total_bytes"], measured)
         return text, self._estimate_outputs(data, measured=peak)[0]
+
+
+def _length_note(data: dict) -> str:
+    """Why the estimate's row length differs from the Max length box, when it does (Markdown, or '')."""
+    seq_len, max_length = data.get("seq_len"), data.get("max_length")
+    if not seq_len or not max_length or seq_len >= max_length:
+        return ""
+    return (f"\n\n**Why {seq_len} tokens and not {max_length}?** Max length ({max_length}) is only a limit: longer "
+            "rows are left out. Training pads each micro-batch to its longest row, so the estimate uses the longest "
+            f"**train** row the limit keeps ({seq_len} tokens). A dataset build sets Max length to the longest row "
+            "of train and eval together; eval rows run without gradients and need less memory.")
 
 
 def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:

@@ -12,14 +12,18 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.errors import AudioError, ImportFormatError, SampleError
+from pipeline.errors import AudioError, ClipTooLongError, ImportFormatError, SampleError
 from ui import formatting as fmt
 from ui.common import REPO_ROOT, progress_callback, ui_errors
 from ui.state import AppState
+from ui.wording import app_wording
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
 CANCELLED = "__cancelled__"
+TRIM_LABEL = "Trim clips longer than 30 s (keep their first 30 s)"
+# Where a clip is refused as too long, this tab's own way to keep it.
+_TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep its first 30 s."}
 # Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
 _CONFIRM_DELETE_JS = (
     "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
@@ -38,28 +42,41 @@ class SamplesHandlers:
         """The workspace the sample library lives in."""
         return self.state.ws
 
-    @ui_errors(message_at=0, outputs=1)
-    def check_clip(self, audio: Any) -> str:
-        """Decode and check a recording/upload; returns the check results (or what failed) as Markdown."""
+    @ui_errors(message_at=0, outputs=1, hints=_TRIM_HINTS)
+    def check_clip(self, audio: Any, target_text: str | None = None, feedback: str | None = None,
+                   trim: bool = False) -> str:
+        """"Check clip": is this sample ready to save? Decodes and checks the recording (keeping the
+        first 30 s of a longer clip when `trim`, as Save does) and, unless they are None, the target
+        sentence and the feedback (blank ones fail); returns the results (or what failed) as Markdown."""
         from pipeline.data.audio import load_audio
+        from pipeline.data.samples import text_problems
 
         if audio is None:
             raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
-        clip = load_audio(audio, name=_clip_name(audio))
-        return fmt.checks_markdown(clip.report)
+        clip = load_audio(audio, name=_clip_name(audio), trim=bool(trim))
+        problems = [] if target_text is None and feedback is None else text_problems(target_text, feedback)
+        return fmt.checks_markdown(clip.report, problems=problems)
 
-    @ui_errors(message_at=0, outputs=3)
+    def check_recording(self, audio: Any, trim: bool = False):
+        """A new recording or upload, or the trim box changed: check the audio only (the texts are
+        usually not typed yet); nothing to check (and nothing shown) without a recording."""
+        if audio is None:
+            return gr.skip()
+        return self.check_clip(audio, None, None, trim)
+
+    @ui_errors(message_at=0, outputs=3, hints=_TRIM_HINTS)
     def save_sample(self, audio: Any, target_text: str, feedback: str, speaker: str, trim: bool = False):
         """Check and save a new sample; returns (status, samples table, cleared audio).
 
-        On a `PipelineError` only the status shows what failed; the table and the audio stay as they are.
+        The feedback is required here (a blank one is refused, as "Check clip" says). On a
+        `PipelineError` only the status shows what failed; the table and the audio stay as they are.
         """
         from pipeline.data.samples import SampleLibrary
 
         source = "microphone" if isinstance(audio, tuple) else _clip_name(audio)
         sample = SampleLibrary(self.ws).add(
             audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
-            source=source, trim=bool(trim),
+            source=source, trim=bool(trim), require_feedback=True,
         )
         status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + fmt.checks_markdown(
             sample.checks, title="Saved clip"
@@ -102,7 +119,11 @@ class SamplesHandlers:
         sample = SampleLibrary(self.ws).update(
             sample_id, target_text=target_text or "", feedback=feedback or "", speaker=speaker or None
         )
-        return f"Saved changes to **{sample.id}**.", self.samples_table()
+        status = f"Saved changes to **{sample.id}**."
+        if not sample.feedback:
+            status += (" ⚠ Its tutor feedback is empty, so the dataset build leaves this sample out until "
+                       "you write one.")
+        return status, self.samples_table()
 
     @ui_errors(message_at=0, outputs=8)
     def delete_sample(self, sample_id: str):
@@ -132,6 +153,7 @@ class SamplesHandlers:
         source = str(Path(str(folder).strip()).expanduser())
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
                                trim=bool(trim))
+        report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False)} for entry in report.skipped]
         return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
                 self.samples_table())
 
@@ -178,8 +200,7 @@ def samples_tab(handlers: SamplesHandlers) -> None:
                                          elem_id="sample-feedback")
                 speaker_in = gr.Textbox(label="Speaker (optional; keeps each learner in one split)",
                                         elem_id="sample-speaker")
-                save_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
-                                        elem_id="save-trim")
+                save_trim = gr.Checkbox(False, label=TRIM_LABEL, elem_id="save-trim")
                 with gr.Row():
                     check_button = gr.Button("Check clip", elem_id="check-clip")
                     save_button = gr.Button("Save sample", variant="primary", elem_id="save-sample")
@@ -193,8 +214,7 @@ def samples_tab(handlers: SamplesHandlers) -> None:
                                         info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
                                              "audio + .txt")
                 import_button = gr.Button("Import", scale=0, elem_id="import-button")
-            import_trim = gr.Checkbox(False, label="Trim clips longer than 30 s (keep their first 30 s)",
-                                      elem_id="import-trim")
+            import_trim = gr.Checkbox(False, label=TRIM_LABEL, elem_id="import-trim")
         import_summary = gr.Markdown(elem_id="import-summary")
         import_table = gr.Dataframe(fmt.import_report_frame({}), label="Per-file report", interactive=False,
                                     visible=False, elem_id="import-report", max_height=240)
@@ -216,9 +236,10 @@ def samples_tab(handlers: SamplesHandlers) -> None:
                     delete_button = gr.Button("Delete sample", variant="stop", elem_id="delete-sample")
                 edit_status = gr.Markdown(elem_id="edit-status")
 
-    check_button.click(handlers.check_clip, inputs=audio_in, outputs=checks_out)
-    audio_in.stop_recording(handlers.check_clip, inputs=audio_in, outputs=checks_out)
-    audio_in.upload(handlers.check_clip, inputs=audio_in, outputs=checks_out)
+    check_button.click(handlers.check_clip, inputs=[audio_in, target_in, feedback_in, save_trim], outputs=checks_out)
+    audio_in.stop_recording(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
+    audio_in.upload(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
+    save_trim.change(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
     save_button.click(handlers.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in, save_trim],
                       outputs=[checks_out, samples_df, audio_in])
     pack_button.click(handlers.load_sample_pack, outputs=[import_summary, import_table, samples_df])

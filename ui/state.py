@@ -51,7 +51,7 @@ class AppState:
             choices.append(current)
         return choices
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=2)
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
         from pipeline.training.tiny_model import make_tiny_model
@@ -77,7 +77,13 @@ class AppState:
                 f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
                 "license accepted: `hf auth login`)."
             )
-        return f"Local model folder `{model}`."
+        from pipeline.training.hub import is_local_model
+
+        if is_local_model(model):
+            found = "" if Path(model).expanduser().is_dir() else " (no such folder yet: check the path)"
+            return f"Local model folder `{model}`{found}."
+        return (f"`{model}`: a model on the Hugging Face hub, downloaded on first use (without internet it must "
+                "already be in the Hugging Face cache).")
 
     # ------------------------------------------------------------------ remembered settings
 

@@ -17,11 +17,20 @@ from typing import Any
 import gradio as gr
 
 from pipeline.config import LR_SCHEDULES, TrainConfig
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, TrainingError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
-from ui.common import DEFAULTS, POLL_SECONDS, config_from_values, list_runs, run_settings, ui_errors
+from ui.common import (DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings,
+                       ui_errors)
 from ui.state import AppState
+from ui.wording import app_lines, app_wording, readable_log
+
+
+LOG_LINES = 12
+"""Lines of the training log shown under "Log (last lines)"."""
+RUNS_COLUMN_WIDTHS = ["13%", "9%", "8%", "9%", "9%", "10%", "13%", "29%"]
+"""Past runs table: run, state, steps, final loss, eval loss, peak memory, model, note. Fixed widths keep
+the numbers on one line however long a note is (the note wraps)."""
 
 
 class TrainHandlers:
@@ -36,22 +45,33 @@ class TrainHandlers:
         """The workspace whose `runs/` folder holds the runs."""
         return self.state.ws
 
-    def settings_summary(self, *values: Any) -> str:
+    def settings_summary(self, *values: Any, remember: bool = True) -> str:
         """One line with the settings the next run will use (or what is wrong with them).
 
-        Valid settings are also remembered (`remember_settings`), so a reload restores them.
+        Valid settings are also remembered (`remember_settings`) unless `remember` is False, so a
+        reload restores them.
         """
         try:
             config = config_from_values(values)
         except PipelineError as error:
-            return f"✗ {error} (the last valid settings are kept)"
+            return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
         try:
-            self.state.remember_settings(config)
+            if remember:
+                self.state.remember_settings(config)
         except OSError as error:
             return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
         return fmt.settings_markdown(config.to_dict())
 
-    @ui_errors
+    def page_settings_summary(self, restored: bool, *values: Any):
+        """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
+        (`restored`, set after `restore_settings` at page load). Before that the widgets still hold the
+        defaults: the line is left as it is and nothing is remembered, so an early event (a tab click, a
+        change while the page loads) can neither show nor save the defaults over the saved settings."""
+        if not restored:
+            return gr.skip()
+        return self.settings_summary(*values)
+
+    @ui_errors(message_at=1, outputs=5)
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
@@ -63,26 +83,27 @@ class TrainHandlers:
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
                 gr.Timer(active=True), "", -1)
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1)
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.training.runs import request_stop
 
         if not run_name:
-            raise gr.Error("No run is being watched; start one first.", title="Training")
+            raise TrainingError("No run is being watched, so there is nothing to stop; start one first.")
         status = request_stop(self.ws, run_name)
         if not status["alive"]:
             return f"**{run_name}** is not running (it is {status['state'].replace('_', ' ')})."
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=5)
     def resume_training(self, run_name: str):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
         from pipeline.training.runs import start_run
 
         if not run_name:
-            raise gr.Error("Pick a stopped run to resume.", title="Training")
+            raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
+                                "first (runs that stopped or failed after a checkpoint are listed there).")
         start_run(self.ws, run_name, None, resume=True)
         return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
 
@@ -96,19 +117,20 @@ class TrainHandlers:
         try:
             status = run_status(self.ws, run_name)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (f"✗ {error}", seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 3
         run_dir = Path(status["run_dir"])
         rows = read_jsonl(run_dir / "progress.jsonl")
-        last = status.get("last_progress") or {}
         result = status.get("result") or {}
         alive = bool(status["alive"])
-        elapsed = last.get("elapsed_s")
-        if alive and elapsed is None:
-            elapsed = time.time() - float(result.get("started_at") or _started_at(run_dir) or time.time())
+        last = status.get("last_progress") or {}
+        elapsed, loading_s = run_clock(
+            rows, result.get("started_at") or _started_at(run_dir), alive, time.time(),
+            max_steps=status.get("max_steps"), stop_requested_at=_mtime(run_dir / "STOP"),
+            failed_at=result.get("finished_at") if status["state"] == "failed" else None)
         eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
         state = status["state"].replace("_", " ")
-        if alive and not rows:
-            state += " (loading the model and checking the longest batch)"
+        if loading_s is not None:
+            state += f" (loading the model and checking the longest batch: {fmt.format_seconds(loading_s)})"
         curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
         peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0]) or None
         memory_text = fmt.train_memory_markdown(
@@ -116,12 +138,12 @@ class TrainHandlers:
              "memory_kind": result.get("memory_kind")})
         return (
             fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
-                              state, label=run_name),
+                              state, label=run_name, settings=_run_config(self.ws, run_name)),
             curves,
             memory_text,
-            _tail(run_dir / "train.log") or _tail(run_dir / "process.log"),
-            fmt.failure_markdown({"status": status["state"], "reason": status.get("reason"),
-                                  "suggestions": result.get("suggestions")}),
+            readable_log(_tail(run_dir / "train.log", 200) or _tail(run_dir / "process.log", 200), LOG_LINES),
+            fmt.failure_markdown({"status": status["state"], "reason": app_wording(status.get("reason")),
+                                  "suggestions": app_lines(result.get("suggestions") or [])}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
@@ -151,7 +173,7 @@ class TrainHandlers:
 
     def runs_table(self):
         """Past runs with their results (newest first)."""
-        return fmt.runs_frame(list_runs(self.ws))
+        return _runs_frame(list_runs(self.ws))
 
     def on_load(self):
         """Page (re)opened: re-attach to a running job (or show the latest run), list runs and adapters."""
@@ -168,16 +190,32 @@ class TrainHandlers:
         """Runs table, stopped runs (to resume) and runs with an adapter (to try)."""
         return self._run_lists()
 
+    def compare_choices(self, selected: list[str] | None):
+        """The runs that can be overlaid (every run with a progress.jsonl), keeping the ticked ones."""
+        names = [r["run"] for r in list_runs(self.ws) if (Path(r["run_dir"]) / "progress.jsonl").exists()]
+        return gr.Dropdown(choices=names, value=[n for n in (selected or []) if n in names])
+
+    def compare_runs(self, names: list[str] | None):
+        """The train and eval loss curves of the picked runs, overlaid in one figure."""
+        from pipeline.fileio import read_jsonl
+
+        return fmt.compare_loss_curves({name: read_jsonl(self.ws.run_dir(name) / "progress.jsonl") for name in names or []})
+
     def _run_lists(self, selected: str | None = None):
         """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = list_runs(self.ws)
         resumable = _resumable_runs(runs)
         adapters = _adapter_runs(self.ws, runs)
         return (
-            fmt.runs_frame(runs),
+            _runs_frame(runs),
             gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
             gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
         )
+
+
+def _runs_frame(runs: list[dict]):
+    """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown)."""
+    return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"), markdown=False)} for run in runs])
 
 
 def _resumable_runs(runs: list[dict]) -> list[str]:
@@ -189,6 +227,54 @@ def _resumable_runs(runs: list[dict]) -> list[str]:
 def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
     """Runs that saved an adapter (usable in the Try tab), newest first."""
     return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+
+
+def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float, *,
+              max_steps: int | None = None, stop_requested_at: float | None = None,
+              failed_at: float | None = None) -> tuple[float | None, float | None]:
+    """(elapsed training seconds, seconds spent loading) of a run for its progress line.
+
+    `rows`: progress.jsonl lines (each has `elapsed_s`, the run's training time across resumes, and
+    `time`, unix seconds); `started_at`: unix time the current (or last) process started. Elapsed is
+    the training clock, so it never goes back: before this process's first step it stays at what
+    earlier processes trained (0 for a new run) while the loading time is given apart; after it, it
+    ticks on from the last line until the next one, and stops ticking once the last line is the run's
+    final step (`max_steps` reached, or logged after STOP was written at `stop_requested_at`), so the
+    figure a finished or stopped run shows (its last line's) is never below one shown while it ran.
+    A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
+    Loading is None once this process has logged a line.
+    """
+    last = rows[-1] if rows else {}
+    logged = last.get("elapsed_s")
+    last_time = float(last.get("time") or now)
+    if not alive:
+        if failed_at and logged is not None:
+            return float(logged) + max(0.0, float(failed_at) - last_time), None
+        return logged, None
+    this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
+    if not this_process or logged is None:
+        loading = max(0.0, now - float(started_at)) if started_at else None
+        return float(logged or 0.0), loading
+    final = bool(max_steps and int(last.get("step") or 0) >= int(max_steps)) or bool(
+        stop_requested_at and last_time >= float(stop_requested_at))
+    return float(logged) + (0.0 if final else max(0.0, now - last_time)), None
+
+
+def _run_config(ws: Workspace, run_name: str) -> dict | None:
+    """The run's settings (its config.json) as a full `TrainConfig` dict, or None when unreadable."""
+    try:
+        settings = run_settings(ws, run_name)
+        return TrainConfig.from_dict(settings).to_dict() if settings else None
+    except (PipelineError, TypeError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float | None:
+    """When `path` was last written (unix seconds), None when it does not exist."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _started_at(run_dir: Path) -> float | None:
@@ -249,15 +335,23 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
             loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
             with gr.Column():
                 train_memory = gr.Markdown(elem_id="train-memory")
-                log_tail = gr.Textbox(label="Log (last lines)", lines=14, max_lines=40, interactive=False,
+                log_tail = gr.Textbox(label="Log (last lines)", lines=LOG_LINES, max_lines=LOG_LINES + 8, interactive=False,
                                       autoscroll=True, elem_id="log-tail")
         gr.Markdown("### Past runs")
-        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True)
+        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
+                               column_widths=RUNS_COLUMN_WIDTHS)
         refresh_runs = gr.Button("Refresh list", size="sm")
+        with gr.Accordion("Compare runs: loss curves overlaid", open=False):
+            compare = gr.Dropdown([], multiselect=True, label="Runs to overlay (train loss solid, eval loss dashed)",
+                                  elem_id="compare-runs")
+            compare_plot = gr.Plot(show_label=False, elem_id="compare-plot")
         seen_rows = gr.State(0)
         timer = gr.Timer(POLL_SECONDS, active=False)
 
     stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
+    for event in (tab.select, refresh_runs.click):
+        event(handlers.compare_choices, inputs=compare, outputs=compare)
+    compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
     resume_button.click(handlers.resume_training, inputs=resume_choice, outputs=started)
     return SimpleNamespace(

@@ -11,6 +11,7 @@ from typing import Any
 
 import gradio as gr
 
+from pipeline.errors import ConfigError
 from ui.common import ui_errors
 from ui.export_section import export_section
 from ui.state import AppState
@@ -22,16 +23,19 @@ class TryHandlers:
     def __init__(self, state: AppState):
         self.state = state
 
-    @ui_errors
+    @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
                      max_new_tokens: float = 256) -> tuple[str, str, str]:
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
-        answer with the adapter disabled); returns (tuned text, note on the model, base text)."""
+        answer with the adapter disabled); returns (tuned text, note on the model, base text).
+
+        What went wrong (no run picked, a clip that fails a check, a model that cannot load) shows in
+        the note panel under the button, in plain words; the answer boxes keep what they showed."""
         from pipeline.tutor.infer import compare_feedback
 
         if not run_name:
-            raise gr.Error("Pick a trained run first (the Train tab makes one; a stopped run has an adapter too).",
-                           title="Try")
+            raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
+                              "(the Train tab makes one; a stopped run has an adapter too).")
         result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
                                   max_new_tokens=int(max_new_tokens or 256))
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]

@@ -13,6 +13,7 @@ import os
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
 from ui.export_section import ExportHandlers
+from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
 from ui.state import AppState
@@ -40,6 +41,7 @@ class TutorApp:
         self.train = TrainHandlers(self.state)
         self.tryout = TryHandlers(self.state)
         self.export = ExportHandlers(self.state)
+        self.judge = JudgeHandlers(self.state)
 
     @property
     def ws(self) -> Workspace:
@@ -58,6 +60,7 @@ class TutorApp:
 
     # 1 Samples
     check_clip = _handler("samples", "check_clip")
+    check_recording = _handler("samples", "check_recording")
     save_sample = _handler("samples", "save_sample")
     samples_table = _handler("samples", "samples_table")
     select_sample = _handler("samples", "select_sample")
@@ -78,6 +81,7 @@ class TutorApp:
 
     # 4 Train
     settings_summary = _handler("train", "settings_summary")
+    page_settings_summary = _handler("train", "page_settings_summary")
     start_training = _handler("train", "start_training")
     stop_training = _handler("train", "stop_training")
     resume_training = _handler("train", "resume_training")
@@ -90,3 +94,9 @@ class TutorApp:
     try_feedback = _handler("tryout", "try_feedback")
     export_run = _handler("export", "export")
     import_run = _handler("export", "import_run")
+
+    # 6 Judge
+    judge_candidates = _handler("judge", "candidates")
+    evaluate_models = _handler("judge", "evaluate")
+    cancel_evaluation = _handler("judge", "cancel")
+    saved_evaluations = _handler("judge", "show_saved")

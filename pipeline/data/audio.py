@@ -14,6 +14,9 @@ Checks (constants below; levels are dBFS, 0 dBFS = full scale):
   silently truncates at 480,000 samples); refused unless `trim=True`, which keeps the first 30 s;
 - clipped: more than `CLIPPED_FRACTION_MAX` (0.5 %) of the source samples at full scale
   (|x| >= `CLIP_LEVEL`); between `CLIPPED_FRACTION_WARN` (0.05 %) and that, a warning;
+- over full scale: float input with samples beyond [-1, 1] (e.g. 1.5 or -2.0 in a float WAV) is
+  clipped to [-1, 1] with a "too loud" warning naming how many samples and the peak; samples that
+  only resampling pushed past full scale are clipped with a warning too. Nothing is clipped silently;
 - silent: the loudest 0.25 s of the clip has an RMS level below `SILENCE_DBFS` (-50 dBFS).
   Reasoning for -50: speech recorded at a usable distance measures about -35 to -15 dBFS RMS
   over its loud parts, while a quiet room's noise floor through a laptop or phone microphone is
@@ -28,6 +31,7 @@ model should hear what the learner recorded.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -36,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import AudioError
+from pipeline.errors import AudioError, ClipTooLongError
 
 TARGET_SAMPLE_RATE_HZ = 16000
 MIN_DURATION_S = 0.3
@@ -173,8 +177,93 @@ def _decode_pyav(data: Any) -> tuple[np.ndarray, int]:
     return np.ascontiguousarray(merged.T), int(rate)
 
 
+ACCEPTED_FORMATS = "wav, flac, ogg, mp3, m4a/aac, webm/opus"
+"""The audio formats named in messages (what libsndfile and FFmpeg decode here)."""
+
+# File signatures (magic numbers) of the audio containers we decode: (name in words, test on the first bytes).
+_AUDIO_SIGNATURES = (
+    ("a WAV", lambda h: h[:4] in (b"RIFF", b"RIFX", b"RF64") and h[8:12] == b"WAVE"),
+    ("a FLAC", lambda h: h[:4] == b"fLaC"),
+    ("an Ogg", lambda h: h[:4] == b"OggS"),
+    ("an MP3", lambda h: h[:3] == b"ID3"),
+    ("an MP4/M4A", lambda h: h[4:8] == b"ftyp"),
+    ("a WebM/Matroska", lambda h: h[:4] == b"\x1a\x45\xdf\xa3"),
+    ("an AIFF", lambda h: h[:4] == b"FORM" and h[8:12] in (b"AIFF", b"AIFC")),
+)
+
+
+def _mp3_frame_sync(head: bytes) -> bool:
+    """An MP3 frame header without an ID3 tag: 11 set sync bits and a valid layer. A weak signature
+    (a UTF-16 byte-order mark passes it), so it is tried after text and other file kinds."""
+    return len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0 and (head[1] >> 1) & 0x3 != 0
+
+
+# Common files that are not audio, by signature, in words.
+_OTHER_SIGNATURES = (
+    ("an image (PNG)", lambda h: h[:8] == b"\x89PNG\r\n\x1a\n"),
+    ("an image (JPEG)", lambda h: h[:3] == b"\xff\xd8\xff"),
+    ("an image (GIF)", lambda h: h[:4] == b"GIF8"),
+    ("a PDF document", lambda h: h[:5] == b"%PDF-"),
+    ("a ZIP archive (or an Office document)", lambda h: h[:4] == b"PK\x03\x04"),
+    ("a compressed archive (gzip)", lambda h: h[:2] == b"\x1f\x8b"),
+    ("a program or library", lambda h: h[:4] == b"\x7fELF" or h[:2] == b"MZ"),
+)
+
+
+def _looks_like_text(head: bytes) -> str | None:
+    """'a web page (HTML)' / 'text' when `head` (a file's first bytes) decodes as text, else None."""
+    for bom, encoding in ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")):
+        if head.startswith(bom):
+            head, forced = head[len(bom):], encoding
+            break
+    else:
+        forced = None
+    if not forced and b"\x00" in head:
+        return None
+    try:
+        text = head.decode(forced or "utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 4:  # not just a character cut at the end of `head`
+            return None
+        text = head[: error.start].decode(forced or "utf-8")
+    if not text.strip():
+        return None
+    printable = sum(ch.isprintable() or ch in "\r\n\t" for ch in text)
+    if printable < 0.95 * len(text):
+        return None
+    lowered = text.lstrip().lower()
+    if lowered.startswith(("<!doctype html", "<html")):
+        return "a web page (HTML)"
+    return "text"
+
+
+def _not_decodable(label: str, head: bytes, problems: list[str]) -> AudioError:
+    """The error for a file no decoder could read: says what the bytes look like, never the decoders'
+    internals (temporary paths, errno numbers; those go to the debug log)."""
+    logging.getLogger(__name__).debug("cannot decode %s: %s", label, "; ".join(problems))
+    accepted = f"Accepted audio formats: {ACCEPTED_FORMATS}."
+    container = next((name for name, test in _AUDIO_SIGNATURES if test(head)), None)
+    kind = None if container else (
+        _looks_like_text(head) or next((name for name, test in _OTHER_SIGNATURES if test(head)), None))
+    if kind:
+        return AudioError(f"`{label}` is not audio: it holds {kind}, whatever its name says. {accepted} "
+                          "Pick the recording itself.")
+    if any("no audio stream" in problem for problem in problems):
+        return AudioError(f"`{label}` holds no sound track (only video or pictures). {accepted} "
+                          "Pick the recording itself, or save its sound as WAV or FLAC.")
+    container = container or ("an MP3" if _mp3_frame_sync(head) else None)
+    if container:
+        return AudioError(f"`{label}` looks like {container} file but cannot be decoded: it is damaged or cut "
+                          "short (a copy or a recording that did not finish). Record or export it again.")
+    return AudioError(f"`{label}` is not in an audio format this app can read (it may be damaged, or another "
+                      f"kind of file renamed). {accepted} Re-export the clip as WAV or FLAC.")
+
+
 def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
-    """Decode a path or bytes: libsndfile first (PyAV first for m4a/aac/webm), then the other."""
+    """Decode a path or bytes: libsndfile first (PyAV first for m4a/aac/webm), then the other.
+
+    When neither can, the `AudioError` says what the file is (text, an image, a damaged WAV...)
+    and which formats are accepted."""
     is_path = isinstance(source, (str, os.PathLike))
     if is_path:
         path = Path(source)
@@ -199,11 +288,15 @@ def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
             return _decode_pyav(data)
         except Exception as error:  # noqa: BLE001 - any decoder failure means "try the next one"
             problems.append(f"{decoder}: {str(error).strip()[:160] or type(error).__name__}")
-    raise AudioError(
-        f"Cannot decode `{label}`: it is not a readable audio file or it is corrupt "
-        f"({'; '.join(problems)}). Supported: wav, flac, ogg, mp3, m4a/aac, webm/opus; "
-        "re-export the clip as WAV or FLAC."
-    )
+    if is_path:
+        try:
+            with open(source, "rb") as handle:
+                head = handle.read(4096)
+        except OSError:
+            head = b""
+    else:
+        head = bytes(source[:4096])
+    raise _not_decodable(label, head, problems)
 
 
 def _from_array(rate: Any, data: Any, label: str) -> tuple[np.ndarray, int]:
@@ -264,6 +357,30 @@ def _loudest_window_dbfs(mono: np.ndarray, rate: int) -> float:
     return 10.0 * math.log10(energy)
 
 
+def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[str]:
+    """Warnings for samples beyond full scale that `load_audio` is about to clip to [-1, 1].
+
+    Args:
+        frames: the input (after any trim), float32 (n, channels), full scale = 1.0.
+        samples: the 16 kHz mono result before clipping, float32 (m,).
+
+    Returns one "too loud" warning when the input itself has samples with |x| > 1 (only float
+    input can: integer input is scaled into [-1, 1)), else one warning when resampling alone pushed
+    samples past full scale, else none.
+    """
+    over = int(np.count_nonzero(np.abs(frames) > 1.0))
+    if over:
+        peak = float(np.max(np.abs(frames)))
+        return [
+            f"too loud: {over} sample(s) beyond full scale (peak {peak:.2f} = {20 * math.log10(peak):+.1f} dBFS) "
+            "were clipped to [-1, 1]; lower the level to at most 0 dBFS and export again"
+        ]
+    overshoot = int(np.count_nonzero(np.abs(samples) > 1.0))
+    if overshoot:
+        return [f"near full scale: resampling to 16 kHz pushed {overshoot} sample(s) past full scale; they were clipped to [-1, 1]"]
+    return []
+
+
 def _resample(mono: np.ndarray, rate: int) -> np.ndarray:
     if rate == TARGET_SAMPLE_RATE_HZ:
         return mono
@@ -287,8 +404,10 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         `Audio` with `samples` float32 of shape (n,), in [-1, 1], at 16 kHz, and its `AudioReport`.
 
     Raises:
-        AudioError: no audio, unreadable/corrupt, NaN/inf, shorter than 0.3 s, longer than 30 s
-            (without `trim`), clipped, or silent; the message gives the measured value and a fix.
+        AudioError: no audio, unreadable/corrupt (the message says what the file holds instead and
+            lists `ACCEPTED_FORMATS`), NaN/inf, shorter than 0.3 s, clipped, or silent; the message
+            gives the measured value and a fix.
+        ClipTooLongError: (an `AudioError`) longer than 30 s without `trim`.
     """
     if isinstance(source, Audio):
         return source
@@ -340,9 +459,10 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
     trimmed = False
     if source_duration_s > MAX_DURATION_S:
         if not trim:
-            raise AudioError(
+            raise ClipTooLongError(
                 f"`{label}` is {source_duration_s:.1f} s; Gemma 3n hears at most {MAX_DURATION_S:.0f} s. "
-                "Trim it or split it (or import with trimming on to keep its first 30 s)."
+                "Trim it or split it into shorter clips.",
+                source_duration_s,
             )
         frames = frames[: int(MAX_DURATION_S * rate)]
         trimmed = True
@@ -374,6 +494,7 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         warnings.append(f"low sample rate ({rate} Hz, upsampled to 16 kHz; detail above {rate // 2} Hz is missing)")
 
     samples = _resample(mono, rate)
+    warnings.extend(_over_full_scale_warnings(frames, samples))
     np.clip(samples, -1.0, 1.0, out=samples)
     report = AudioReport(
         source_rate_hz=int(rate),

@@ -15,7 +15,7 @@ feature extractor runs at training time; every clip takes the same number of pos
 from __future__ import annotations
 
 import argparse
-import io
+import hashlib
 import json
 import math
 import os
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
-from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, load_processor, normalize_text
+from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, is_blank, load_processor, normalize_text
 from pipeline.workspace import Workspace
 
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
@@ -223,6 +223,9 @@ class BuildReport:
     name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
+    `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
+    name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
+    (`pipeline.training.resume`). Reports written before these fields existed load with them empty.
     """
 
     path: str
@@ -239,6 +242,9 @@ class BuildReport:
     lengths: list[int] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    fingerprint: str = ""
+    row_ids: dict[str, list[str]] = field(default_factory=dict)
+    built_at: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -267,6 +273,38 @@ class BuildReport:
                 lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
+    """SHA-256 (hex) of a dataset's content: per split (by name), per row (by id): id, target text,
+    feedback, scores, token count and the SHA-256 of the WAV bytes. The same rows give the same
+    fingerprint whatever their order or when they were built; any removed, added or edited row,
+    another split or another tokenizer's token counts change it."""
+    digest = hashlib.sha256()
+    for name in sorted(split_rows):
+        digest.update(f"split:{name}\n".encode("utf-8"))
+        for row in sorted(split_rows[name], key=lambda r: str(r["id"])):
+            text = json.dumps([row["id"], row["target_text"], row["feedback"], row["scores"], int(row["num_tokens"])],
+                              ensure_ascii=False)
+            digest.update(text.encode("utf-8"))
+            digest.update(hashlib.sha256(bytes(row["audio_wav"])).digest())
+    return digest.hexdigest()
+
+
+def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
+    """Which build of the dataset `WS/dataset` holds: `{"fingerprint", "splits" {name: rows},
+    "row_ids" {name: sorted ids}, "built_at"}`. Read from the build report; for a dataset built
+    before reports had a fingerprint it is computed from the saved rows (same `fingerprint_rows`).
+
+    Raises `DatasetError` when no dataset is built."""
+    report = load_build_report(workspace)
+    fingerprint, row_ids = report.get("fingerprint") or "", report.get("row_ids") or {}
+    if not fingerprint or not row_ids:
+        data = load_built_dataset(workspace)
+        fingerprint = fingerprint_rows({name: split for name, split in data.items()})
+        row_ids = {name: sorted(split["id"]) for name, split in data.items()}
+    return {"fingerprint": fingerprint, "splits": {k: len(v) for k, v in row_ids.items()}, "row_ids": row_ids,
+            "built_at": report.get("built_at") or None}
 
 
 def _features():
@@ -374,10 +412,15 @@ def build_dataset(
         target = normalize_text(sample.target_text)
         answer = normalize_text(sample.feedback)
         reason = None
-        if not target:
+        if is_blank(target):
             reason = "target text is empty; enter the sentence the learner read"
-        elif not answer:
+        elif is_blank(answer):
             reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
+        if reason is None:
+            try:  # the same rule as training and inference: no control token in a person's text
+                full = counter.render(build_messages(target, answer, tokenizer=counter.tokenizer))
+            except DatasetError as error:
+                reason = str(error)
         if reason is None:
             path = library.audio_path(sample)
             try:
@@ -402,8 +445,8 @@ def build_dataset(
                 "duration_s": round(duration_s, 3),
             }
         )
-        full_texts.append(counter.render(build_messages(target, answer)))
-        prompt_texts.append(counter.render(build_messages(target), add_generation_prompt=True))
+        full_texts.append(full)
+        prompt_texts.append(counter.render(build_messages(target, tokenizer=counter.tokenizer), add_generation_prompt=True))
         if index % 50 == 0:
             report_progress(index, len(samples), "reading clips")
 
@@ -467,12 +510,17 @@ def build_dataset(
         eval_fraction=float(eval_fraction),
         seed=seed,
         lengths=sorted(r["num_tokens"] for r in rows),
+        fingerprint=fingerprint_rows(split_rows),
+        row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
+        built_at=round(time.time(), 3),
     )
 
     report_progress(len(samples), len(samples), "saving")
     _recover_interrupted_swap(ws)
     _save_atomically(ws, split_rows, report)
-    report.exports = _export(ws, split_rows, library)
+    from pipeline.data.exports import export_splits
+
+    report.exports = export_splits(ws, split_rows, library)
     report.seconds = round(time.perf_counter() - started, 3)
     from pipeline.fileio import atomic_write_json
 
@@ -546,64 +594,6 @@ def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: B
         if bars_were_on:
             datasets.enable_progress_bars()
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _export(ws: Workspace, split_rows: dict[str, list[dict]], library: Any) -> dict[str, str]:
-    """Write `WS/exports/{split}.jsonl` (text, scores, audio path, messages) and `{split}.parquet` (with WAV bytes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pipeline.fileio import atomic_write_bytes, atomic_write_text
-
-    ws.exports_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, str] = {}
-    samples = {s.id: s for s in library.list()}
-    for name, rows in split_rows.items():
-        lines = []
-        for r in rows:
-            audio_path = str(library.audio_path(samples[r["id"]])) if r["id"] in samples else ""
-            messages = build_messages(r["target_text"], r["feedback"])
-            for m in messages:
-                for block in m["content"]:
-                    if block["type"] == "audio":
-                        block["path"] = audio_path
-            lines.append(
-                json.dumps(
-                    {
-                        "id": r["id"],
-                        "speaker": r["speaker"],
-                        "target_text": r["target_text"],
-                        "feedback": r["feedback"],
-                        "scores": json.loads(r["scores"]) if r["scores"] else None,
-                        "num_tokens": r["num_tokens"],
-                        "duration_s": r["duration_s"],
-                        "audio_path": audio_path,
-                        "messages": messages,
-                    },
-                    ensure_ascii=False,
-                )
-            )
-        jsonl = ws.exports_dir / f"{name}.jsonl"
-        atomic_write_text(jsonl, "".join(line + "\n" for line in lines))
-        table = pa.table(
-            {
-                "id": pa.array([r["id"] for r in rows], pa.string()),
-                "speaker": pa.array([r["speaker"] for r in rows], pa.string()),
-                "target_text": pa.array([r["target_text"] for r in rows], pa.string()),
-                "feedback": pa.array([r["feedback"] for r in rows], pa.string()),
-                "scores": pa.array([r["scores"] for r in rows], pa.string()),
-                "audio_wav": pa.array([r["audio_wav"] for r in rows], pa.binary()),
-                "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
-                "duration_s": pa.array([r["duration_s"] for r in rows], pa.float32()),
-            }
-        )
-        buffer = io.BytesIO()
-        pq.write_table(table, buffer)
-        parquet = ws.exports_dir / f"{name}.parquet"
-        atomic_write_bytes(parquet, buffer.getvalue())
-        written[f"{name}.jsonl"] = str(jsonl)
-        written[f"{name}.parquet"] = str(parquet)
-    return written
 
 
 # --------------------------------------------------------------------------------------------------

@@ -410,3 +410,9 @@ def parse_feedback(text: str | None) -> ParsedFeedback:
     if advice_line and advice_line.group(1).strip():
         result.advice = advice_line.group(1).strip()
     return result
+
+
+def has_words_line(text: str | None) -> bool:
+    """Whether `text` has the template's `Words to practise:` line (with a list, or `none`), as
+    `parse_feedback` reads it; a missing line is not the same as `none` (nothing flagged)."""
+    return bool(text and isinstance(text, str) and _WORDS_LINE.search(text))

@@ -9,7 +9,8 @@ Formats (`detect_format` picks one; `--format` forces it):
   then each folder above it up to the same limit (Kaldi recipes use paths relative to the recipe root).
 - `audiofolder`: Hugging Face audiofolder, `metadata.csv` / `metadata.jsonl` / `metadata.parquet`
   (in the source or its split subfolders) with a file-name column (`file_name`, relative to the
-  metadata file) and a target-text column (`target_text`, `sentence`, `text`, `prompt`,
+  metadata file; Windows `\\` separators, `./`, another machine's absolute paths and case differences
+  resolve, see `pipeline.data.paths`) and a target-text column (`target_text`, `sentence`, `text`, `prompt`,
   `transcription` ...; see `COLUMN_ALIASES`); optional `feedback`, `speaker`, `transcript`, `scores`
   (JSON) columns. Spreadsheet CSVs work: UTF-8 BOM, `,` `;` tab or `|` delimiters (sniffed from the
   header), spaces and case in headers.
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.data.audio import AUDIO_SUFFIXES
+from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -282,17 +284,12 @@ def _load_scores(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def _resolve_wav(entry: str, data_dir: Path, root: Path) -> Path | None:
-    candidate = Path(entry)
-    if candidate.is_absolute():
-        return candidate if candidate.is_file() else None
-    folder = data_dir
-    while True:
-        if (folder / candidate).is_file():
-            return folder / candidate
-        if folder == _top(root) or folder.parent == folder:
-            return None
-        folder = folder.parent
+def _kaldi_resolver(data_dir: Path, root: Path) -> PathResolver:
+    """Resolves `wav.scp` paths against the data folder, then each folder above it up to `_top(root)`."""
+    folders = [data_dir]
+    while folders[-1] != _top(root) and folders[-1].parent != folders[-1]:
+        folders.append(folders[-1].parent)
+    return PathResolver(folders)
 
 
 def _read_kaldi(root: Path) -> Items:
@@ -318,13 +315,14 @@ def _read_kaldi(root: Path) -> Items:
         utt2spk = _read_kaldi_table(data_dir / "utt2spk") if (data_dir / "utt2spk").is_file() else {}
         scores_path = _find_scores(data_dir, root)
         all_scores = _load_scores(scores_path)
+        resolver = _kaldi_resolver(data_dir, root)
         for utt, entry in wavs.items():
             label = f"{_rel(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
             if entry.endswith("|"):
                 skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
                                 "write the audio to a file and list the file instead."})
                 continue
-            path = _resolve_wav(entry, data_dir, root)
+            path = resolver.resolve(entry)
             if path is None:
                 skipped.append({"file": label, "reason": f"audio file `{entry}` listed in wav.scp was not found "
                                 f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
@@ -415,6 +413,7 @@ def _read_audiofolder(root: Path) -> Items:
     for metadata in metadata_files:
         rows, columns, bad = _read_table(metadata)
         skipped.extend(bad)
+        resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
         file_col = _pick_column(columns, "file")
         target_col = _pick_column(columns, "target_text")
@@ -430,12 +429,12 @@ def _read_audiofolder(root: Path) -> Items:
             if not name:
                 skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
                 continue
-            path = (metadata.parent / name)
-            label = _rel(path, root)
-            if not path.is_file():
-                skipped.append({"file": label, "reason": f"audio file not found (named in {_rel(metadata, root)} "
+            path = resolver.resolve(name)
+            if path is None:
+                skipped.append({"file": _rel(metadata.parent / name, root), "reason": f"audio file not found (named in {_rel(metadata, root)} "
                                 f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
                 continue
+            label = _rel(path, root)
             target, target_key = _row_value(row, "target_text")
             feedback, _ = _row_value(row, "feedback")
             speaker, _ = _row_value(row, "speaker")
@@ -459,7 +458,7 @@ def _read_audiofolder(root: Path) -> Items:
             items.append(dict(
                 audio=path, file=label, target_text=target, feedback=feedback,
                 speaker=speaker or None, transcript=transcript or None,
-                scores=scores, source=str(path), sample_id=Path(name).with_suffix("").as_posix(),
+                scores=scores, source=str(path), sample_id=Path(_rel(path, metadata.parent)).with_suffix("").as_posix(),
             ))
     return items, skipped
 
@@ -469,6 +468,7 @@ def _read_ljspeech(root: Path) -> Items:
     if not metadata.is_file():
         raise ImportFormatError(f"LJSpeech layout needs `metadata.csv` in `{root}`. Found: {_found(root)}.")
     items, skipped = [], []
+    resolver = PathResolver([root / "wavs", root])
     with open(metadata, encoding="utf-8-sig", newline="") as handle:
         # LJSpeech text contains unbalanced quotes: read with quoting off.
         for number, fields in enumerate(csv.reader(handle, delimiter="|", quoting=csv.QUOTE_NONE), start=1):
@@ -479,7 +479,7 @@ def _read_ljspeech(root: Path) -> Items:
                 skipped.append({"file": f"metadata.csv:{number}", "reason": "expected `id|transcription[|normalized]`"})
                 continue
             text = fields[2].strip() if len(fields) > 2 and fields[2].strip() else fields[1].strip()
-            path = root / "wavs" / f"{clip_id}.wav"
+            path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
             if not path.is_file():
                 matches = sorted((root / "wavs").glob(f"{clip_id}.*"))
                 path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
@@ -500,6 +500,7 @@ def _read_commonvoice(root: Path) -> Items:
             f"No Common Voice TSV (with `path` and `sentence` columns) in `{root}`. Found: {_found(root)}."
         )
     clips = root / "clips" if (root / "clips").is_dir() else root
+    resolver = PathResolver([clips, root])
     items, skipped, seen = [], [], set()
     for tsv in tsvs:
         frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
@@ -510,15 +511,15 @@ def _read_commonvoice(root: Path) -> Items:
             if not name or name in seen:
                 continue
             seen.add(name)
-            path = clips / name
-            if not path.is_file() and not path.suffix:
-                path = clips / f"{name}.mp3"
-            if not path.is_file():
+            path = resolver.resolve(name)
+            if path is None and not Path(name.replace("\\", "/")).suffix:
+                path = resolver.resolve(f"{name}.mp3")
+            if path is None:
                 skipped.append({"file": _rel(clips / name, root), "reason": f"audio file not found (listed in {tsv.name})"})
                 continue
             items.append(dict(
                 audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
-                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=Path(name).stem,
+                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
             ))
     return items, skipped
 
@@ -535,17 +536,19 @@ def _read_folder(root: Path) -> Items:
     if not files:
         raise ImportFormatError(f"No audio files in `{root}`. Found: {_found(root)}.")
     items, skipped = [], []
+    resolver = PathResolver([root])
     for path in files:
         label = _rel(path, root)
-        sidecar = path.with_suffix(".txt")
+        # Sidecars are found whatever their case (`W0.TXT` beside `w0.wav`, as Windows and macOS allow).
+        sidecar = resolver.find(path.parent, [path.stem + ".txt"]) or path.with_suffix(".txt")
         if not sidecar.is_file():
             skipped.append({"file": label, "reason": f"no `{sidecar.name}` next to it; create it with the sentence "
                             "that was read."})
             continue
         try:
             text = _read_sidecar(sidecar)
-            feedback_file = path.with_name(path.stem + ".feedback.txt")
-            feedback = _read_sidecar(feedback_file) if feedback_file.is_file() else ""
+            feedback_file = resolver.find(path.parent, [path.stem + ".feedback.txt"])
+            feedback = _read_sidecar(feedback_file) if feedback_file is not None else ""
         except ImportFormatError as error:
             skipped.append({"file": label, "reason": str(error)})
             continue
@@ -565,6 +568,10 @@ _READERS: dict[str, Callable[[Path], Items]] = {
     "commonvoice": _read_commonvoice,
     "folder": _read_folder,
 }
+
+
+TOO_LONG_IMPORT_HINT = "Or import again with `--trim` to keep its first 30 s."
+"""Added to the reason of a clip skipped as longer than 30 s (the import's own way to keep it)."""
 
 
 def import_folder(
@@ -602,6 +609,8 @@ def import_folder(
     items, skipped = _READERS[format](root)
     for item in items:
         item["trim"] = trim
+        if not trim:
+            item["too_long_hint"] = TOO_LONG_IMPORT_HINT
     library = SampleLibrary(workspace)
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:

@@ -8,9 +8,9 @@
 `write_portable_dataset(workspace, dir)` writes it from `WS/dataset`; `load_portable_dataset(dir)`
 reads it back as the same `datasets.DatasetDict` `load_built_dataset` gives (same rows, same
 order, same features), so `python -m pipeline train --dataset DIR` trains on exactly those rows.
-`dataset_fingerprint` identifies a build's rows (ids, texts, feedback, scores and audio bytes)
-whichever form it is read from: a run records it in result.json, and `import-run` compares it with
-the workspace's build.
+`portable_identity` says which build the folder holds, as `pipeline.data.dataset.build_identity`
+does for the workspace (same rows, same fingerprint): a run trained on it records it in its
+`dataset.json`, a resume checks it, and `import-run` compares it with the workspace's build.
 
 This module does not build or split anything (that is `pipeline.data.dataset`) and reads Parquet
 with pyarrow directly (no copy into the `datasets` cache folder).
@@ -18,7 +18,6 @@ with pyarrow directly (no copy into the `datasets` cache folder).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -30,19 +29,25 @@ INFO_NAME = "dataset.json"
 SPLIT_FILES = {"train": "train.parquet", "eval": "eval.parquet"}
 
 
-def dataset_fingerprint(data) -> str:
-    """SHA-256 (hex) of a `DatasetDict`'s rows: per split (in name order) each row's id, target text,
-    feedback, scores and the SHA-256 of its audio bytes, in row order. Equal for the workspace's
-    build and its portable copy; any changed, added, removed or reordered row changes it."""
-    digest = hashlib.sha256()
-    for name in sorted(data):
-        digest.update(f"split\x1f{name}\x1e".encode())
-        for batch in data[name].iter(batch_size=256):
-            for i, row_id in enumerate(batch["id"]):
-                audio = hashlib.sha256(batch["audio_wav"][i] or b"").hexdigest()
-                fields = (row_id, batch["target_text"][i], batch["feedback"][i], batch["scores"][i], audio)
-                digest.update(("\x1f".join(str(f) for f in fields) + "\x1e").encode("utf-8"))
-    return digest.hexdigest()
+def portable_identity(folder: str | os.PathLike) -> dict:
+    """Which build a portable dataset folder holds, in the shape of `pipeline.data.dataset.build_identity`
+    (`fingerprint`, `splits`, `row_ids`, `built_at`), computed from its rows (`fingerprint_rows`):
+    equal to the identity of the workspace build it was written from."""
+    from pipeline.data.dataset import fingerprint_rows
+
+    data = load_portable_dataset(folder)
+    row_ids = {name: sorted(split["id"]) for name, split in data.items()}
+    report = read_json(Path(folder) / "build_report.json")
+    return {"fingerprint": fingerprint_rows({name: split for name, split in data.items()}),
+            "splits": {k: len(v) for k, v in row_ids.items()}, "row_ids": row_ids, "built_at": report.get("built_at")}
+
+
+def dataset_identity(workspace, dataset_dir: str | os.PathLike | None = None) -> dict:
+    """The build a run trains on: the portable folder's (`portable_identity`) when `dataset_dir` is
+    given, else the workspace's (`pipeline.data.dataset.build_identity`)."""
+    from pipeline.data.dataset import build_identity
+
+    return portable_identity(dataset_dir) if dataset_dir is not None else build_identity(workspace)
 
 
 def write_portable_dataset(workspace, out_dir: str | os.PathLike) -> dict:
@@ -54,7 +59,7 @@ def write_portable_dataset(workspace, out_dir: str | os.PathLike) -> dict:
     """
     import pyarrow.parquet as pq
 
-    from pipeline.data.dataset import load_build_report, load_built_dataset
+    from pipeline.data.dataset import build_identity, load_build_report, load_built_dataset
     from pipeline.fileio import atomic_write_json
 
     data = load_built_dataset(workspace)
@@ -66,7 +71,7 @@ def write_portable_dataset(workspace, out_dir: str | os.PathLike) -> dict:
             pq.write_table(split.with_format("arrow")[:], str(out / SPLIT_FILES[name]))
     info = {
         "format": FORMAT_VERSION,
-        "fingerprint": dataset_fingerprint(data),
+        "fingerprint": build_identity(workspace)["fingerprint"],
         "splits": {name: len(split) for name, split in data.items()},
         "model": report.get("model"),
     }
@@ -131,9 +136,10 @@ def load_portable_dataset(folder: str | os.PathLike):
     return DatasetDict(splits)
 
 
-def read_portable_info(folder: str | os.PathLike) -> dict:
-    """The folder's `dataset.json` dict ({} when absent or unreadable)."""
+def read_json(path: str | os.PathLike) -> dict:
+    """A JSON object file as a dict ({} when absent or unreadable): `dataset.json`, `build_report.json`."""
     try:
-        return json.loads((Path(folder) / INFO_NAME).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}

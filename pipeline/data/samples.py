@@ -8,6 +8,9 @@ Every change re-reads the manifest, applies the change and writes the whole mani
 `pipeline.fileio.atomic_write_json`, so a crash or a failed import leaves either the old or the new
 manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
 spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples.
+A sentence, feedback or transcript that spells a control token (`<end_of_turn>`, `<bos>`,
+`<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
+(`pipeline.conversation.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
 Writers in one process are serialized by a lock; two processes writing the same workspace at the
@@ -28,7 +31,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline.errors import PipelineError, SampleError
+from pipeline.conversation import check_user_text, is_blank
+from pipeline.errors import ClipTooLongError, PipelineError, SampleError
 from pipeline.fileio import atomic_write_bytes, atomic_write_json
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -63,6 +67,31 @@ def audio_sha256(samples: np.ndarray) -> str:
     from pipeline.data.audio import pcm16
 
     return hashlib.sha256(pcm16(samples).tobytes()).hexdigest()
+
+
+def text_problems(target_text: str | None, feedback: str | None, *, name: str | None = None,
+                  require_feedback: bool = True) -> list[str]:
+    """What stops a sample's texts from being saved, one sentence per field ([] when none): the target
+    sentence must show something, and so must the feedback when `require_feedback` (blank = only
+    spaces, line breaks or invisible characters, `pipeline.conversation.is_blank`)."""
+    clip = f" of {name}" if name else ""
+    problems = []
+    if is_blank(target_text):
+        what = "is empty" if not (target_text or "") else "holds only spaces or invisible characters"
+        problems.append(f"The target sentence{clip} {what}; type the sentence the learner was asked to read.")
+    if require_feedback and is_blank(feedback):
+        what = "is empty" if not (feedback or "") else "holds only spaces or invisible characters"
+        problems.append(f"The tutor feedback{clip} {what}; write what a good tutor would say about this "
+                        "recording (a sample without feedback is left out of training).")
+    return problems
+
+
+def check_texts(target_text: str | None, feedback: str | None, *, name: str | None = None,
+                require_feedback: bool = True) -> None:
+    """Raise `SampleError` with every `text_problems` sentence (the blank field, what it should hold)."""
+    problems = text_problems(target_text, feedback, name=name, require_feedback=require_feedback)
+    if problems:
+        raise SampleError(" ".join(problems))
 
 
 @dataclass
@@ -109,6 +138,17 @@ class Sample:
         if missing:
             raise SampleError(f"Manifest entry {data!r:.120} lacks {missing}; the manifest is damaged.")
         return cls(**known)
+
+
+_USER_TEXTS = {"target_text": "Target text", "feedback": "Feedback", "transcript": "Transcript"}
+
+
+def _check_texts(name: str, **texts: str | None) -> None:
+    """Refuse a sample whose sentence, feedback or transcript spells a control token such as
+    `<end_of_turn>` (`pipeline.conversation.check_user_text`); raises `SampleError` naming the field,
+    the clip and the text."""
+    for key, text in texts.items():
+        check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
 
 
 def _lock_for(path: Path) -> threading.RLock:
@@ -199,6 +239,7 @@ class SampleLibrary:
         source: str | None,
         sample_id: str | None,
         trim: bool,
+        require_feedback: bool,
         name: str | None,
         taken_ids: set[str],
         hashes: dict[str, str],
@@ -206,15 +247,13 @@ class SampleLibrary:
         """Validate and decode one clip; returns the Sample and its WAV bytes (nothing written)."""
         from pipeline.data.audio import load_audio, wav_bytes
 
-        target = nfc(target_text) if target_text is not None else ""
-        if not target:
-            raise SampleError(
-                f"Target text of {name or 'the clip'} is empty; type the sentence the learner was asked to read."
-            )
+        check_texts(target_text, feedback, name=name or "the clip", require_feedback=require_feedback)
+        target = nfc(target_text)
         if scores is not None and not isinstance(scores, dict):
             raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
         if isinstance(audio, (str, Path)) and name is None:
             name = Path(audio).name
+        _check_texts(name or "the clip", target_text=target, feedback=feedback, transcript=transcript)
         clip = load_audio(audio, name=name, trim=trim)
         digest = audio_sha256(clip.samples)
         if digest in hashes:
@@ -229,7 +268,7 @@ class SampleLibrary:
             id=new_id,
             audio_file=f"audio/{new_id}.wav",
             target_text=target,
-            feedback=nfc(feedback) or "",
+            feedback="" if is_blank(feedback) else nfc(feedback),
             transcript=nfc(transcript) or None,
             speaker=nfc(speaker) or None,
             scores=scores,
@@ -252,19 +291,24 @@ class SampleLibrary:
         source: str | None = None,
         sample_id: str | None = None,
         trim: bool = False,
+        require_feedback: bool = False,
     ) -> Sample:
         """Check, normalize and store one clip; returns the new `Sample`.
 
         Args:
             audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, microphone tuple, Audio).
             target_text: the sentence to read; NFC-normalized, must not be empty.
-            feedback: the tutor's answer; may be empty (then the sample is excluded from training).
+            feedback: the tutor's answer; may be empty (then the sample is excluded from training)
+                unless `require_feedback`. Blank text (only spaces or invisible characters,
+                `pipeline.conversation.is_blank`) counts as empty and is stored as "".
             sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);
                 default `s-` + the first 10 hex digits of the audio hash.
             trim: keep the first 30 s of a longer clip instead of refusing it.
+            require_feedback: refuse a blank `feedback` (the app's "Add a recording" form).
 
         Raises:
-            SampleError: empty target text, duplicate audio (names the existing id), bad manifest.
+            SampleError: blank target text (or feedback with `require_feedback`), a text that spells
+                a control token such as `<end_of_turn>`, duplicate audio (names the existing id), bad manifest.
             AudioError: the clip fails a check in `load_audio`.
         """
         added, skipped = self.add_many(
@@ -272,6 +316,7 @@ class SampleLibrary:
                 dict(
                     audio=audio, target_text=target_text, feedback=feedback, transcript=transcript,
                     speaker=speaker, scores=scores, source=source, sample_id=sample_id, trim=trim,
+                    require_feedback=require_feedback,
                 )
             ],
             _raise=True,
@@ -289,8 +334,10 @@ class SampleLibrary:
 
         Args:
             items: dicts with the keyword arguments of `add` (`audio`, `target_text`, `feedback`,
-                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`) plus an optional
-                `file` (how the item is named in the report; default: the audio path).
+                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`, `require_feedback`)
+                plus an optional `file` (how the item is named in the report; default: the audio
+                path) and an optional `too_long_hint` (added to the reason of a clip refused as
+                longer than 30 s, e.g. how the caller's trim option keeps its first 30 s).
             progress: called as `progress(done, total)` after each item.
 
         Returns:
@@ -312,6 +359,7 @@ class SampleLibrary:
                 for index, item in enumerate(items):
                     item = dict(item)
                     label = item.pop("file", None)
+                    too_long_hint = item.pop("too_long_hint", None)
                     audio = item.get("audio")
                     if label is None and isinstance(audio, (str, Path)):
                         label = Path(audio).name
@@ -326,6 +374,7 @@ class SampleLibrary:
                             source=item.get("source"),
                             sample_id=item.get("sample_id"),
                             trim=bool(item.get("trim", False)),
+                            require_feedback=bool(item.get("require_feedback", False)),
                             name=None if label is None else str(label),
                             taken_ids=taken,
                             hashes=hashes,
@@ -333,7 +382,10 @@ class SampleLibrary:
                     except PipelineError as error:
                         if _raise:
                             raise
-                        skipped.append({"file": str(label or f"item {index + 1}"), "reason": str(error)})
+                        reason = str(error)
+                        if too_long_hint and isinstance(error, ClipTooLongError):
+                            reason += f" {too_long_hint}"
+                        skipped.append({"file": str(label or f"item {index + 1}"), "reason": reason})
                     else:
                         path = self.workspace.samples_dir / sample.audio_file
                         atomic_write_bytes(path, data)
@@ -355,7 +407,8 @@ class SampleLibrary:
         """Change text fields or scores of one sample (see `EDITABLE_FIELDS`); returns the updated Sample.
 
         Raises:
-            SampleError: unknown id, a field that cannot be edited, or an empty `target_text`.
+            SampleError: unknown id, a field that cannot be edited, or a blank `target_text`
+                (`pipeline.conversation.is_blank`). A blank `feedback` is stored as "".
         """
         unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
         if unknown:
@@ -366,9 +419,10 @@ class SampleLibrary:
         for key in ("target_text", "feedback", "transcript", "speaker"):
             if key in fields:
                 fields[key] = nfc(fields[key])
-        if "target_text" in fields and not fields["target_text"]:
+        if "target_text" in fields and is_blank(fields["target_text"]):
             raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
-        if "feedback" in fields and fields["feedback"] is None:
+        _check_texts(f"sample `{sample_id}`", **{k: fields[k] for k in _USER_TEXTS if k in fields})
+        if "feedback" in fields and is_blank(fields["feedback"]):
             fields["feedback"] = ""
         for key in ("transcript", "speaker"):
             if key in fields and not fields[key]:

@@ -10,8 +10,8 @@ checked against this workspace:
   the original folder recorded in `bundle.json`) must be here, with the same config and weight
   files as recorded when the bundle was made; a different model refuses the import (its adapter
   would not fit) unless `--force`. A model not on this machine yet is a note (download it first).
-- **dataset build**: the fingerprint of the rows the run trained on (result.json's `dataset`, or
-  bundle.json's) is compared with this workspace's build; a difference is reported, not refused:
+- **dataset build**: the fingerprint of the rows the run trained on (its `dataset.json`, or
+  bundle.json's) is compared with this workspace's build (`pipeline.data.dataset.build_identity`); a difference is reported, not refused:
   the tutor works, but Judge's eval split may then hold rows the run trained on.
 
 The run is copied into `WS/runs/NAME/` through a staging folder (never over an existing run), with
@@ -98,13 +98,14 @@ def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
     if here is None:
         notes.append(f"base model `{model}` is not on this machine yet; download it (or put the folder back) before "
                      "trying the run")
-    run_print = (result.get("dataset") or {}).get("fingerprint") or (bundle.get("dataset") or {}).get("fingerprint")
+    from pipeline.training.resume import read_dataset_record
+
+    run_print = (read_dataset_record(run_dir) or {}).get("fingerprint") or (bundle.get("dataset") or {}).get("fingerprint")
     ws_print = None
     if (ws.dataset_dir / "dataset_dict.json").exists():
-        from pipeline.data.dataset import load_built_dataset
-        from pipeline.data.portable import dataset_fingerprint
+        from pipeline.data.dataset import build_identity
 
-        ws_print = dataset_fingerprint(load_built_dataset(ws))
+        ws_print = build_identity(ws)["fingerprint"]
     matches = None if not run_print or not ws_print else run_print == ws_print
     if matches is False:
         differences.append("the dataset build differs: the run trained on other rows than this workspace's build, so "

@@ -11,6 +11,10 @@ refused before training (`check_rows`), never truncated.
 
 Padding side is set on the tokenizer only: passing `padding_side` to the processor leaks into the
 audio feature extractor and shifts the audio (unsloth PR #6157).
+
+A batched clip gets the mel frames and frame mask it gets alone (`align_audio_masks`): padded to the
+longest clip, the feature extractor marks partial trailing frames of a shorter clip as valid (256
+frames alone, 258 in a batch), so the audio encoder would see a different clip.
 """
 
 from __future__ import annotations
@@ -54,6 +58,33 @@ def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenize
     return labels
 
 
+def align_audio_masks(batch: dict, clips: Sequence[np.ndarray], feature_extractor: Any) -> None:
+    """Give each clip of a padded batch the mel-frame mask it has when it is processed alone (in place).
+
+    `Gemma3nAudioFeatureExtractor` pads every clip of a batch to the longest one and marks mel frame
+    i valid when its first sample is a real sample (`attention_mask[::hop_length]`), so a shorter
+    clip's partial trailing frames, which reach into the padding and do not exist when the clip is
+    processed alone, count as valid (transformers 5.24: 256 valid frames alone, 258 in a batch). The
+    frames a clip has alone are bit-identical in the batch (same samples, zeros after the clip), so
+    only the mask differs: each row's mask is replaced by the extractor's own mask for the clip alone,
+    and every later frame is marked padding. The audio encoder then sees the same valid frames and
+    produces the same number of valid audio tokens.
+
+    Args:
+        batch: processor output with `input_features_mask` (B, F) bool; modified in place.
+        clips: the B clips in batch order, 16 kHz mono float32 arrays.
+        feature_extractor: the processor's audio feature extractor.
+    """
+    mask = batch["input_features_mask"]
+    if len(clips) < 2:
+        return
+    for row, clip in enumerate(clips):
+        alone = np.asarray(feature_extractor([clip], return_tensors="np")["input_features_mask"][0], dtype=bool)
+        frames = min(alone.shape[0], mask.shape[1])
+        mask[row, :frames] = torch.from_numpy(alone[:frames]).to(mask.dtype)
+        mask[row, frames:] = False
+
+
 class ChatCollator:
     """Collate dataset rows into a training batch for `Gemma3nForConditionalGeneration`.
 
@@ -62,7 +93,8 @@ class ChatCollator:
         input_ids (B, T) int64, attention_mask (B, T) int64, token_type_ids (B, T),
         input_features (B, F, 128) float32 log-mel frames, input_features_mask (B, F) bool,
         labels (B, T) int64 (-100 outside the answers).
-    T is the longest row of the batch (right padding with `<pad>`); F the longest clip's frames.
+    T is the longest row of the batch (right padding with `<pad>`); F the longest clip's frames. Each
+    clip's frames and frame mask equal those it has alone (`align_audio_masks`).
 
     Raises:
         DatasetError: a row is longer than `max_length` tokens, or has no supervised token.
@@ -74,13 +106,16 @@ class ChatCollator:
         # On the tokenizer only (see the module docstring).
         processor.tokenizer.padding_side = padding_side
 
-    def conversations(self, rows: Sequence[dict]) -> list[list[dict]]:
+    def conversations(self, rows: Sequence[dict], clips: Sequence[np.ndarray] | None = None) -> list[list[dict]]:
         """The `build_messages` conversation (with its audio array) of each row."""
-        return [build_messages(r["target_text"], r["feedback"], _row_audio(r)) for r in rows]
+        tokenizer = self.processor.tokenizer
+        clips = clips if clips is not None else [_row_audio(r) for r in rows]
+        return [build_messages(r["target_text"], r["feedback"], clip, tokenizer=tokenizer) for r, clip in zip(rows, clips)]
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        clips = [_row_audio(r) for r in rows]
         batch = self.processor.apply_chat_template(
-            self.conversations(rows),
+            self.conversations(rows, clips),
             tokenize=True,
             return_dict=True,
             return_tensors="pt",
@@ -100,6 +135,7 @@ class ChatCollator:
         if empty:
             raise DatasetError(f"Rows {empty} have no answer token to learn from (empty or cut feedback); fix or remove them.")
         out = dict(batch)
+        align_audio_masks(out, clips, self.processor.feature_extractor)
         out["labels"] = labels
         return out
 
@@ -118,7 +154,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     for row in rows:
         row_id = row.get("id", "?")
         try:
-            text = counter.render(build_messages(row["target_text"], row["feedback"]))
+            text = counter.render(build_messages(row["target_text"], row["feedback"], tokenizer=tokenizer))
         except DatasetError as error:
             problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue

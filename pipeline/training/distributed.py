@@ -41,6 +41,11 @@ def world_size() -> int:
     return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
 
 
+def local_world_size() -> int:
+    """How many training processes run on this machine (1 without a launcher)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")) or 1))
+
+
 def is_distributed() -> bool:
     """True under torchrun / accelerate launch with more than one process."""
     return world_size() > 1
@@ -82,7 +87,7 @@ def join(device: str) -> None:
         )
     if device == "cuda":
         gpus = torch.cuda.device_count()
-        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", world_size()) or world_size())
+        local_processes = local_world_size()
         if local_processes > gpus:
             raise ConfigError(
                 f"{local_processes} training processes were started on this machine but only {gpus} GPU(s) are "

@@ -583,15 +583,28 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
     return peft_model, report
 
 
-def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_trainable: bool = False):
+def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_trainable: bool = False,
+                 model_id: str | None = None):
     """Load a saved LoRA adapter (PEFT format: adapter_config.json + adapter_model.safetensors).
+
+    Before loading, the base the adapter was trained on (`adapter_dir/base_model.json`, written by
+    the trainer) is compared with `model` (`pipeline.training.base_identity`).
+
+    Args:
+        model: the base model from `load_model`.
+        model_id: where `model` was loaded from (named in errors; default: its config's path).
 
     Returns the `PeftModel` wrapping `model`.
 
     Raises:
+        BaseModelMismatchError: `model` is not the base the adapter was trained on (other config
+            values or other weights), or the adapter's tensors do not fit its shapes.
         ModelLoadError: the folder lacks the adapter files, or no adapter weight matched the model.
     """
     from peft import PeftModel
+
+    from pipeline.errors import BaseModelMismatchError
+    from pipeline.training.base_identity import check_base, is_size_mismatch, read_identity
 
     path = Path(adapter_dir)
     if not (path / "adapter_config.json").is_file():
@@ -600,9 +613,25 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
             f"`{path}` is not a LoRA adapter folder (no adapter_config.json; found {found}). Train a run first, "
             "or give the run's `adapter/` folder."
         )
-    with translate_load_errors(str(path), "adapter"), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=is_trainable)
+    model_id = str(model_id or getattr(model.config, "_name_or_path", "") or "the model")
+    recorded = read_identity(path)
+    trained_on = f"`{recorded['model']}` as it was then" if recorded else "the model it was trained on"
+    fix = (f"Load it on {trained_on} (e.g. `--model` pointing at those weights), or train a new run on "
+           f"`{model_id}`.")
+    check_base(recorded, model, model_id, what=f"The adapter in `{path}`", fix=fix)
+    try:
+        with translate_load_errors(str(path), "adapter"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=is_trainable)
+    except RuntimeError as error:
+        if not is_size_mismatch(error):
+            raise
+        first = next((line.strip() for line in str(error).splitlines() if "size mismatch" in line), "")[:300]
+        raise BaseModelMismatchError(
+            f"The adapter in `{path}` was trained on a different base model than the one loaded from `{model_id}`: "
+            f"its tensors do not fit this model's shapes ({first}). A LoRA adapter only works on the exact "
+            f"weights it was trained on. {fix}"
+        ) from None
     counts, _ = count_lora_modules(peft_model)
     if sum(counts.values()) == 0:
         raise ModelLoadError(f"The adapter in `{path}` attached to no module of this model; was it trained on another model?")

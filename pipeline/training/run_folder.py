@@ -5,9 +5,14 @@
     progress.jsonl   one JSON line per logging step (see `pipeline.training.train`'s ProgressCallback)
     train.log        human log: settings, quantization/LoRA reports, progress, warnings, errors
     checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
-    adapter/         the final LoRA adapter in PEFT format + the processor
+    adapter/         the final LoRA adapter in PEFT format + the processor (+ base_model.json)
+    base_model.json  the base model's identity (`pipeline.training.base_identity`), checked on resume
+    dataset.json     the dataset build the run trains on (`pipeline.training.resume`), checked on resume
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
-    STOP             written by `pipeline.training.runs.request_stop`: save and end at the next step
+    tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)
+    eval/            the run's saved evaluations, one per dataset build (`pipeline.tutor.evaluate`)
+    STOP             written by `pipeline.training.runs.request_stop`: save and end after the
+                     micro-batch in flight (`pipeline.training.stopping`)
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ RUN_FILES = {
     "adapter": "adapter",
     "result": "result.json",
     "stop": "STOP",
+    "tensorboard": "tensorboard",
 }
 """File names inside a run folder (`WS/runs/NAME/`)."""
 

@@ -7,7 +7,10 @@ writes (`progress.jsonl`, `result.json`, `train.log`). Stopping writes the `STOP
 saves a checkpoint + the adapter and ends at the next step); a run that has not ended after a
 timeout is killed. The process's own stdout/stderr go to `WS/runs/NAME/process.log`.
 
-One run at a time per workspace: `start_run` raises `TrainingError` while another is alive.
+One run at a time per workspace, whoever starts it: `start_run` takes the workspace's training lock
+(`pipeline.training.workspace_lock`) and hands it to the process it starts; `python -m pipeline
+train` takes the same lock. A second run (from the app or the command line) is refused with the
+name of the one training, and a run started from the command line shows here as running.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig
+from pipeline.cpu_threads import thread_env, trainer_threads
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
+from pipeline.training.run_folder import last_checkpoint
+from pipeline.training.workspace_lock import LOCK_FD_ENV, WorkspaceLock, lock_holder
 from pipeline.workspace import Workspace
 
 PID_FILE = "pid.json"
@@ -94,9 +100,24 @@ def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
     return True
 
 
-def _run_pid(run_dir: Path) -> int | None:
+def _run_pid(run_dir: Path, result: dict | None = None) -> int | None:
+    """The training process of a run: `pid.json` (started by the app), else the pid a running
+    trainer writes into its result.json (started with `python -m pipeline train`)."""
     info = _read_json(run_dir / PID_FILE)
-    return int(info["pid"]) if info and info.get("pid") else None
+    if info and info.get("pid"):
+        return int(info["pid"])
+    if result and result.get("status") == "running" and result.get("pid"):
+        return int(result["pid"])
+    return None
+
+
+def _ended_without_result(run_dir: Path, how: str) -> str:
+    """Why a run whose process ended without its result failed, and whether Resume can continue it."""
+    kept = last_checkpoint(run_dir)
+    then = (f"--resume continues from its last checkpoint ({kept.name})." if kept else
+            "It saved no checkpoint, so it cannot be resumed: start it again under a new name "
+            f"(and delete {run_dir} if you do not need its log).")
+    return f"{how} See {run_dir / 'train.log'} and {run_dir / PROCESS_LOG}. {then}"
 
 
 def run_status(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Any]:
@@ -111,9 +132,9 @@ def run_status(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
     """
     ws = _ws(workspace)
     run_dir = ws.run_dir(run_name)
-    pid = _run_pid(run_dir)
-    alive = pid_alive(pid, run_name)
     result = _read_json(run_dir / "result.json")
+    pid = _run_pid(run_dir, result)
+    alive = pid_alive(pid, run_name)
     progress = read_jsonl(run_dir / "progress.jsonl")
     train_lines = [p for p in progress if p.get("kind", "train") == "train"]
     last = progress[-1] if progress else None
@@ -125,9 +146,8 @@ def run_status(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
         state = result["status"]
     elif result or pid:
         state = "failed"
-        reason = (
-            "The training process ended without writing its result (it was killed, or the machine ran out of "
-            f"memory). See {run_dir / 'train.log'} and {run_dir / PROCESS_LOG}; --resume continues from the last checkpoint."
+        reason = _ended_without_result(
+            run_dir, "The training process ended without writing its result (it was killed, or the machine ran out of memory)."
         )
     else:
         state = "not_started"
@@ -164,7 +184,11 @@ def list_runs(workspace: Workspace | str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def active_run(workspace: Workspace | str | os.PathLike) -> str | None:
-    """Name of the run whose training process is alive in this workspace, or None."""
+    """Name of the run whose training process is alive in this workspace (the holder of the
+    workspace's training lock, whoever started it), or None."""
+    holder = lock_holder(workspace)
+    if holder and holder.get("run"):
+        return str(holder["run"])
     for status in list_runs(workspace):
         if status["alive"]:
             return status["run"]
@@ -207,6 +231,7 @@ def start_run(
     *,
     python: str | None = None,
     extra_env: dict[str, str] | None = None,
+    allow_dataset_change: bool = False,
 ) -> dict[str, Any]:
     """Launch `python -m pipeline train --workspace WS --run NAME ...` as a detached process.
 
@@ -215,6 +240,8 @@ def start_run(
         resume: add `--resume` (continue from the last checkpoint).
         python: interpreter (default: this one).
         extra_env: extra environment variables for the child.
+        allow_dataset_change: with `resume`, continue although the dataset was rebuilt with other
+            rows since the run started (`--allow-dataset-change`, recorded by the run).
 
     Returns:
         `{"run", "pid", "command", "run_dir"}`.
@@ -232,6 +259,7 @@ def start_run(
         raise TrainingError(
             f"Run `{active}` is still training in this workspace; one run at a time. Wait for it, or stop it first."
         )
+    lock = WorkspaceLock(ws, run_name)
     if not resume:
         if config is None:
             raise TrainingError("No training settings given for the new run.")
@@ -240,10 +268,16 @@ def start_run(
     elif not (run_dir / "config.json").exists():
         raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
     require_built_dataset(ws)
+    if resume and not allow_dataset_change:  # refused here, with the reason, not in a process nobody watches
+        from pipeline.data.dataset import build_identity
+        from pipeline.training.resume import check_dataset, read_dataset_record
+
+        if read_dataset_record(run_dir) is not None:
+            check_dataset(run_dir, run_name, build_identity(ws))
     run_dir.mkdir(parents=True, exist_ok=True)
     command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
     if resume:
-        command.append("--resume")
+        command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
     else:
         command += config_flags(config)
     env = dict(os.environ)
@@ -251,10 +285,18 @@ def start_run(
     env.setdefault("PYTHONUNBUFFERED", "1")
     # On Apple silicon let a run that does not fit fail instead of swapping (FIELD_NOTES "Memory").
     env.setdefault("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "1.0")
+    for name, value in thread_env(trainer_threads()).items():  # cores - 1: one stays for the app (cpu_threads)
+        env.setdefault(name, value)
     env.update(extra_env or {})
     (run_dir / "STOP").unlink(missing_ok=True)
     log_handle = open(run_dir / PROCESS_LOG, "ab")
-    kwargs: dict[str, Any] = {}
+    try:  # held from here until the training process has it: no other run can start in between
+        lock.acquire()
+    except BaseException:
+        log_handle.close()
+        raise
+    env[LOCK_FD_ENV] = str(lock.fd) if lock.fd is not None else ""
+    kwargs: dict[str, Any] = {"pass_fds": (lock.fd,) if lock.fd is not None else ()}
     if os.name == "posix":
         kwargs["start_new_session"] = True
     else:  # pragma: no cover - Windows
@@ -263,8 +305,13 @@ def start_run(
         process = subprocess.Popen(
             command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT, **kwargs
         )
+    except BaseException:
+        lock.release()
+        raise
     finally:
         log_handle.close()
+    lock.record({"pid": process.pid, "run": run_name, "started_at": time.time(), "command": " ".join(command)[:500]})
+    lock.handed_over()
     _CHILDREN[process.pid] = process
     atomic_write_json(run_dir / PID_FILE, {"pid": process.pid, "started_at": time.time(), "command": command})
     return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir)}
@@ -298,7 +345,7 @@ def _wait_then_kill(ws: Workspace, run_name: str, pid: int, timeout_s: float, po
     if result.get("status") in (None, "running"):
         result.update(
             status="stopped",
-            reason=f"killed after not stopping within {timeout_s:.0f} s of the stop request; --resume continues from the last checkpoint",
+            reason=_ended_without_result(run_dir, f"Killed after not stopping within {timeout_s:.0f} s of the stop request."),
         )
         atomic_write_json(run_dir / "result.json", result)
     return run_status(ws, run_name)

@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ from typing import Any, Callable
 import torch
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
+from pipeline.cpu_threads import apply_threads, trainer_threads
+from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training import distributed
@@ -39,8 +42,15 @@ from pipeline.training.peak_memory import (
     peak_memory_bytes,
     reset_peak_memory,
 )
+from pipeline.training.resume import check_dataset, record_dataset
+from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
+from pipeline.training.run_log import close_run_log as _remove_log_file
+from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
-from pipeline.training.run_writer import close_train_log, open_train_log, save_adapter
+from pipeline.training.stopping import stop_within_micro_batch
+from pipeline.training.workspace_lock import hold_workspace_lock
+from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
+from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
@@ -153,7 +163,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         per_device_eval_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
         learning_rate=config.learning_rate,
-        lr_scheduler_type=config.lr_schedule,
+        lr_scheduler_type=LR_SCHEDULERS[config.lr_schedule],
         warmup_steps=config.warmup_ratio,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
@@ -183,33 +193,6 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         bf16=False,
         fp16=False,
     )
-
-
-def answer_loss(model, batch: dict) -> tuple[torch.Tensor, Any]:
-    """Mean cross-entropy over the supervised answer tokens, with logits computed ONLY where needed.
-
-    The model projects onto the 262,400-token vocabulary only at positions whose next token is
-    supervised (`logits_to_keep` as a boolean (B, T) mask), instead of at every prompt and audio
-    position. Same loss as transformers' `ForCausalLMLoss` (mean over labels != -100, fp32); the
-    logits (and their fp32 gradient) shrink from T positions to the answer's length per row, the
-    biggest memory lever after gradient checkpointing (FIELD_NOTES "Memory": ~3.7 MB per token on E2B).
-
-    Args:
-        batch: `ChatCollator` output; `labels` (B, T) with -100 outside the answers.
-
-    Returns:
-        `(loss, outputs)`; `outputs.logits` has shape (N, vocab) for the N kept positions.
-    """
-    from pipeline.conversation import IGNORE_INDEX
-
-    inputs = dict(batch)
-    labels = inputs.pop("labels")
-    keep = torch.zeros_like(labels, dtype=torch.bool)
-    keep[:, :-1] = labels[:, 1:] != IGNORE_INDEX
-    targets = labels[:, 1:][keep[:, :-1]]
-    outputs = model(**inputs, logits_to_keep=keep)
-    loss = torch.nn.functional.cross_entropy(outputs.logits.float(), targets.to(outputs.logits.device))
-    return loss, outputs
 
 
 def _move(batch: dict, device: str) -> dict:
@@ -258,19 +241,6 @@ def preflight(model, collator, worst: list[dict], config: TrainConfig, device: s
     return result
 
 
-def _answer_loss_trainer_class():
-    from transformers import Trainer
-
-    class AnswerLossTrainer(Trainer):
-        """`transformers.Trainer` whose loss is `answer_loss` (logits only at supervised positions)."""
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss, outputs = answer_loss(model, inputs)
-            return (loss, outputs) if return_outputs else loss
-
-    return AnswerLossTrainer
-
-
 class _Session:
     """Everything a run needs, loaded once: processor, model with LoRA, datasets (the workspace's, or
     a portable Parquet folder `dataset_dir`, `pipeline.data.portable`), collator."""
@@ -279,11 +249,12 @@ class _Session:
         from pipeline.training.collate import ChatCollator, check_rows
         from pipeline.data.dataset import load_built_dataset
         from pipeline.data.portable import load_portable_dataset
+        from pipeline.training.base_identity import describe_base
         from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
         self.device = resolve_device(config.device)
-        self.data = data = load_portable_dataset(dataset_dir) if dataset_dir is not None else load_built_dataset(ws)
+        data = load_portable_dataset(dataset_dir) if dataset_dir is not None else load_built_dataset(ws)
         if "train" not in data or len(data["train"]) == 0:
             raise TrainingError(f"The dataset in {dataset_dir or ws.dataset_dir} has no train rows; add samples and rebuild it.")
         self.train_data = data["train"]
@@ -316,6 +287,7 @@ class _Session:
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
         model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
                                                 vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 
@@ -340,18 +312,7 @@ class _Session:
 # --------------------------------------------------------------------------------------------------
 
 
-def _resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) -> TrainConfig:
-    if not paths["config"].exists():
-        raise TrainingError(f"Run `{paths['dir'].name}` has no config.json in {paths['dir']}; there is nothing to resume.")
-    saved = TrainConfig.from_dict(json.loads(paths["config"].read_text(encoding="utf-8")))
-    if config is not None:
-        diffs = {k: (v, getattr(config, k)) for k, v in saved.to_dict().items() if getattr(config, k) != v}
-        if diffs:
-            listed = ", ".join(f"--{k.replace('_', '-')} {new!r} (run has {old!r})" for k, (old, new) in diffs.items())
-            raise ConfigError(f"A resumed run keeps its settings; {listed}. Start a new run (--run NEW) to change them.")
-    return saved
-
-
+@hold_workspace_lock  # one run at a time per workspace, from any entry point (refused before anything is written)
 def train(
     config: TrainConfig | None,
     workspace: Workspace | str | os.PathLike,
@@ -360,6 +321,7 @@ def train(
     *,
     callbacks: list | None = None,
     dataset_dir: str | os.PathLike | None = None,
+    allow_dataset_change: bool = False,
 ) -> dict:
     """Fine-tune LoRA adapters on `WS/dataset` and write the run folder; returns the result.json dict.
 
@@ -375,15 +337,18 @@ def train(
         resume: continue from the last checkpoint (same losses as an uninterrupted run).
         callbacks: extra `transformers.TrainerCallback`s (tests, the memory probe).
         dataset_dir: train on this Parquet folder (a cloud job bundle's `dataset/`), not WS/dataset.
+        allow_dataset_change: resume although the dataset was rebuilt with other rows since the run
+            started (refused otherwise; the change is recorded, see `pipeline.training.resume`).
 
     Returns:
         The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
         `final_loss`, `eval_loss`, `peak_memory_bytes`, `preflight`, `quantization`, `lora`,
-        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, `processes`, `dataset`, ...
+        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, `processes`, ...
 
     Raises:
-        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (an
-        existing run without --resume, nothing to resume, bad dataset rows, model not loadable).
+        TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (another
+        run trains in the workspace, an existing run without --resume, nothing to resume, bad
+        dataset rows, model not loadable).
         Out of memory (before or during training) is not raised: it is returned with status
         "failed", the step, the peak memory and `suggestions`. Any other error is recorded in
         result.json (status "failed") and train.log, then re-raised.
@@ -405,6 +370,8 @@ def train(
             previous = json.loads(paths["result"].read_text(encoding="utf-8"))
             if previous.get("status") == "completed":
                 raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
+        dataset_change = check_dataset(paths["dir"], run_name, dataset_identity(ws, dataset_dir), checkpoint=checkpoint.name,
+                                       allow_change=allow_dataset_change) if main else None
     else:
         if config is None:
             raise ConfigError("No training settings given; pass a TrainConfig.")
@@ -435,6 +402,9 @@ def train(
         paths["stop"].unlink(missing_ok=True)
         if not resume:
             atomic_write_json(paths["config"], config.to_dict())
+            record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
+    if not resume:
+        dataset_change = None
     started_at = time.time()
     base = {
         "run": run_name,
@@ -449,16 +419,17 @@ def train(
     }
     if main:
         atomic_write_json(paths["result"], base)
-    handler = open_train_log(paths["log"]) if main else None
+    handler = _setup_log_file(paths["log"]) if main else None
     log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
     if checkpoint is not None and main:
         dropped = trim_progress_to_step(paths["progress"], int(checkpoint.name.split("-", 1)[1]))
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
                      dropped, checkpoint.name)
+    from pipeline.training.base_identity import record_or_check_run_base
     from pipeline.training.tiny_model import is_tiny_random_model
 
-    result = dict(base, tiny_random_model=is_tiny_random_model(config.model))
+    result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=dataset_change)
     trainer = None
     callback = None
     try:
@@ -467,6 +438,8 @@ def train(
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
             raise
+        if main:
+            record_or_check_run_base(paths["dir"], session.base_identity, run_name)
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)
@@ -478,9 +451,6 @@ def train(
             train_rows=len(session.train_data),
             eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
         )
-        if main:
-            from pipeline.data.portable import dataset_fingerprint
-            result["dataset"] = {"source": str(dataset_dir or ws.dataset_dir), "fingerprint": dataset_fingerprint(session.data)}
         device = session.device
         out_of_memory = False
         try:  # on every process: each holds a whole copy of the model and its own longest batch
@@ -505,7 +475,9 @@ def train(
             log.error("%s", result["reason"])
             return result
         callback = _make_callback_class()(paths, config, device)
-        trainer = session.trainer(paths["checkpoints"], [callback] + list(callbacks or []))
+        stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
+        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
+        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []))
         reset_peak_memory(device)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -530,12 +502,12 @@ def train(
             log.error("%s", result["reason"])
             return result
         if main:
-            save_adapter(session.model, session.processor, paths["adapter"])
+            _save_adapter(session, paths["adapter"])
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
-            status="stopped" if callback.stopped else "completed",
-            reason=("stopped by request (STOP file); --resume continues" if callback.stopped else None),
+            status="stopped" if callback.stopped or stop_now.stopped else "completed",
+            reason=("stopped by request (STOP file); --resume continues" if callback.stopped or stop_now.stopped else None),
             steps=state.global_step,
             max_steps=state.max_steps,
             epochs=round(float(state.epoch or 0.0), 4),
@@ -566,7 +538,24 @@ def train(
         if main:
             atomic_write_json(paths["result"], result)
         if handler is not None:
-            close_train_log(handler)
+            _remove_log_file(handler)
+
+
+def _save_adapter(session: _Session, adapter_dir: Path) -> None:
+    """Save the LoRA adapter (PEFT format) + processor into `adapter_dir`, replacing it atomically."""
+    tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
+    old = adapter_dir.with_name(f".{adapter_dir.name}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    session.model.save_pretrained(str(tmp))
+    session.processor.save_pretrained(str(tmp))
+    from pipeline.training.base_identity import write_identity
+
+    write_identity(tmp, session.base_identity)  # load_adapter checks it (pipeline.training.base_identity)
+    if adapter_dir.exists():
+        adapter_dir.rename(old)
+    tmp.rename(adapter_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike, *,
@@ -666,9 +655,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
     parser.add_argument("--dataset", type=Path, default=None,
                         help="train on this Parquet dataset folder (a cloud job bundle's dataset/) instead of WS/dataset")
+    parser.add_argument("--allow-dataset-change", action="store_true",
+                        help="with --resume: continue although the dataset was rebuilt with other rows (recorded in the run)")
     parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
+    apply_threads(max(1, trainer_threads() // distributed.local_world_size()))  # a core for the app (pipeline.cpu_threads)
     explicit = _explicit_config(args)
     if args.resume:
         paths = run_paths(args.workspace, args.run)
@@ -688,7 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     log.addHandler(stream)
     log.setLevel(logging.INFO)
     try:
-        result = train(config, args.workspace, args.run, resume=args.resume, dataset_dir=args.dataset)
+        result = train(config, args.workspace, args.run, resume=args.resume, dataset_dir=args.dataset,
+                       allow_dataset_change=args.allow_dataset_change)
     finally:
         log.removeHandler(stream)
     if distributed.is_main_process():

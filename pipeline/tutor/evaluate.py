@@ -1,208 +1,176 @@
-"""Judge a tutor on held-out clips: its answers against the experts' scores.
+"""Judge a tutor on the built dataset's held-out clips against the experts, and keep the judgement.
 
-Each answer is read with `pipeline.data.feedback.parse_feedback`; the reference is the experts' scores
-of the clip (speechocean762 layout, summarised with `feedback.summarize_scores`, the same rule that
-wrote the training feedback) or, for clips without scores, the reference feedback text parsed the
-same way. Metrics, the ones used in the pronunciation-assessment literature:
+`python -m pipeline evaluate --workspace WS (--run NAME | --model M) [--split eval] [--limit N] [--json]`
 
-- Sentence scores (accuracy, fluency, prosody, total; 0-10): Pearson correlation coefficient (PCC)
-  between the tutor's and the experts' scores over the clips where both are present, and the mean
-  absolute error. speechocean762 papers report PCC, e.g. GOPT 0.742 for the utterance total
-  (Gong et al., ICASSP 2022); PCC is undefined (None) with fewer than 2 clips or no variance.
-- Flagged words (the "Words to practise" line): micro-averaged precision, recall and F1 of the
-  words the tutor flags against the words the experts' scores flag (mispronunciation detection;
-  F1 around 0.60 on L2-ARCTIC in the literature). Words are compared per clip, upper-cased, as
-  multisets. The same for (word, phone) pairs of the listed phone errors.
+The tutor (a base model, or a run's adapter on its base) answers every clip of the split with
+`pipeline.tutor.infer` (greedy decoding, the training conversation); `pipeline.tutor.metrics` scores
+the answers (every answer counts: unparsed answers are a headline figure and count as misses).
 
-`evaluate_answers` is a pure function; `main` generates the answers with `pipeline.tutor.infer` on the
-built dataset's eval split and writes `WS/runs/NAME/evaluation.json`. It does not train or score
-audio itself.
+Each evaluation is saved, keyed by the data it was computed on (`split_key`: the split's name and
+a hash of its data files in `WS/dataset/`, i.e. the dataset build; `-firstN` with `--limit N`):
+
+    WS/runs/NAME/eval/KEY.json          a run's tuned tutor
+    WS/evals/MODEL/KEY.json             a base model (MODEL: `model_slug`)
+
+so the app shows saved evaluations without re-running them, and a rebuilt eval split is never
+compared with answers to another one. Inference respects the machine: torch uses the cores the
+machine leaves free, at most half of them while a training run is alive (`inference_threads`). An
+evaluation can be cancelled between tokens (`should_stop`); a cancelled one saves nothing.
+This module does not train, and does not score audio itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
-import math
+import os
 import re
+import sys
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable
 
-from pipeline.errors import DatasetError
-from pipeline.data.feedback import SENTENCE_KEYS, ParsedFeedback, parse_feedback, summarize_scores
+from pipeline.errors import DatasetError, EvaluationError, SampleError
+from pipeline.tutor.metrics import (  # noqa: F401  (re-exported: the metrics' home is pipeline.tutor.metrics)
+    DEFAULT_KIND,
+    evaluate_answers,
+    pearson,
+    precision_recall_f1,
+    reference_from,
+    spearman,
+    summary,
+)
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
-EVALUATION_FILE = "evaluation.json"
+RUN_EVAL_DIR = "eval"
+"""A run's saved evaluations: `WS/runs/NAME/eval/KEY.json`."""
+BASE_EVALS_DIR = "evals"
+"""Base models' saved evaluations: `WS/evals/MODEL/KEY.json`."""
+TINY_NOTE = "The model is the tiny random stand-in made by make-tiny-model: its answers are meaningless."
 
 
-def pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """Pearson correlation coefficient r = cov(x, y) / (std(x) std(y)), in [-1, 1].
+def _ws(workspace: Workspace | str | os.PathLike) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
 
-    Returns None when it is undefined: fewer than 2 pairs, or either side constant.
-    Raises `ValueError` when the lengths differ.
+
+def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", limit: int | None = None) -> str:
+    """`"eval-<12 hex>"`: the split's name and the SHA-256 of its data files (`WS/dataset/SPLIT/*.arrow`),
+    i.e. the rows and audio of the dataset build an evaluation used; `-firstN` is appended for `--limit N`.
+
+    Reads only those files (no `datasets` import), so the app can tell which saved evaluations belong to
+    the current build at once. Raises `DatasetError` when the split has no data files.
     """
-    if len(xs) != len(ys):
-        raise ValueError(f"pearson needs equal lengths, got {len(xs)} and {len(ys)}")
-    n = len(xs)
-    if n < 2:
-        return None
-    mx, my = math.fsum(xs) / n, math.fsum(ys) / n
-    dx = [x - mx for x in xs]
-    dy = [y - my for y in ys]
-    sxx, syy = math.fsum(d * d for d in dx), math.fsum(d * d for d in dy)
-    if sxx == 0 or syy == 0:
-        return None
-    r = math.fsum(a * b for a, b in zip(dx, dy)) / math.sqrt(sxx * syy)
-    return max(-1.0, min(1.0, r))
-
-
-def precision_recall_f1(true_positives: int, predicted: int, expected: int) -> dict[str, float | None]:
-    """Precision = TP / predicted, recall = TP / expected, F1 = their harmonic mean.
-
-    A ratio with a zero denominator is None (undefined). F1 is None when neither side flags
-    anything (no evidence either way), and 0.0 when only one side flags something or precision and
-    recall are both 0.
-    """
-    precision = true_positives / predicted if predicted else None
-    recall = true_positives / expected if expected else None
-    f1: float | None
-    if predicted == 0 and expected == 0:
-        f1 = None
-    elif precision is None or recall is None:
-        f1 = 0.0
-    elif precision + recall == 0:
-        f1 = 0.0
-    else:
-        f1 = 2 * precision * recall / (precision + recall)
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "true_positives": true_positives,
-        "predicted": predicted,
-        "expected": expected,
-    }
-
-
-_WORD_CLEAN = re.compile(r"[^\w']+")
-
-
-def _word_key(word: str) -> str:
-    return _WORD_CLEAN.sub("", word.upper())
-
-
-def reference_from(reference: Any, target_text: str = "") -> ParsedFeedback:
-    """The expected content for a clip.
-
-    `reference` is a `ParsedFeedback`, a dict of expert scores (speechocean762 layout, or its JSON
-    string as stored in the dataset's `scores` column), or a reference feedback text.
-    """
-    if isinstance(reference, ParsedFeedback):
-        return reference
-    if isinstance(reference, str) and reference.strip().startswith("{"):
-        try:
-            reference = json.loads(reference)
-        except json.JSONDecodeError:
-            pass
-    if isinstance(reference, dict):
-        return summarize_scores(target_text, reference)
-    return parse_feedback(reference if isinstance(reference, str) else "")
-
-
-def evaluate_answers(pairs: Iterable[Any]) -> dict:
-    """Compare tutor answers with references.
-
-    Args:
-        pairs: `(answer_text, reference)` tuples, or dicts with `answer` and `reference` (and
-            optionally `target_text`, `id`). `reference` is anything `reference_from` accepts:
-            expert scores (dict or JSON string), a reference feedback text, or a `ParsedFeedback`.
-
-    Returns:
-        `{"clips": n, "answers_with_scores": n with at least one sentence score parsed,
-        "sentence": {key: {"n", "pcc", "mae"}} for accuracy/fluency/prosody/total,
-        "words": precision_recall_f1 dict, "phones": precision_recall_f1 dict}`. PCC and ratios
-        are None when undefined (see `pearson`, `precision_recall_f1`).
-    """
-    values: dict[str, tuple[list[float], list[float]]] = {key: ([], []) for key in SENTENCE_KEYS}
-    word_counts = [0, 0, 0]  # tp, predicted, expected
-    phone_counts = [0, 0, 0]
-    clips = 0
-    with_scores = 0
-    for item in pairs:
-        if isinstance(item, dict):
-            answer, reference = item.get("answer"), item.get("reference")
-            target = item.get("target_text", "") or ""
-        else:
-            answer, reference = item[0], item[1]
-            target = ""
-        clips += 1
-        predicted = parse_feedback(answer if isinstance(answer, str) else "")
-        expected = reference_from(reference, target)
-        if any(v is not None for v in predicted.scores.values()):
-            with_scores += 1
-        for key in SENTENCE_KEYS:
-            p, e = predicted.scores[key], expected.scores[key]
-            if p is not None and e is not None:
-                values[key][0].append(float(p))
-                values[key][1].append(float(e))
-        for counts, got, want in (
-            (word_counts, [_word_key(w) for w in predicted.flagged_words], [_word_key(w) for w in expected.flagged_words]),
-            (
-                phone_counts,
-                [(_word_key(w), ph) for w, ph, _ in predicted.phone_errors],
-                [(_word_key(w), ph) for w, ph, _ in expected.phone_errors],
-            ),
-        ):
-            got_c, want_c = Counter(got), Counter(want)
-            counts[0] += sum((got_c & want_c).values())
-            counts[1] += sum(got_c.values())
-            counts[2] += sum(want_c.values())
-    sentence = {}
-    for key, (pred, exp) in values.items():
-        sentence[key] = {
-            "n": len(pred),
-            "pcc": pearson(pred, exp),
-            "mae": (math.fsum(abs(a - b) for a, b in zip(pred, exp)) / len(pred)) if pred else None,
-        }
-    return {
-        "clips": clips,
-        "answers_with_scores": with_scores,
-        "sentence": sentence,
-        "words": precision_recall_f1(*word_counts),
-        "phones": precision_recall_f1(*phone_counts),
-    }
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def summary(metrics: dict) -> str:
-    """Human-readable lines for `evaluate_answers`'s result."""
-    lines = [
-        f"{metrics['clips']} clips, {metrics['answers_with_scores']} answers with scores in the template",
-        "sentence scores (Pearson r with the experts, mean abs. error):",
-    ]
-    for key, m in metrics["sentence"].items():
-        lines.append(f"  {key:<9} r {_fmt(m['pcc'])}  MAE {_fmt(m['mae'], 2)}  (n={m['n']})")
-    for name in ("words", "phones"):
-        m = metrics[name]
-        lines.append(
-            f"flagged {name}: precision {_fmt(m['precision'])}, recall {_fmt(m['recall'])}, F1 {_fmt(m['f1'])} "
-            f"({m['true_positives']} agreed, {m['predicted']} flagged by the tutor, {m['expected']} by the experts)"
+    ws = _ws(workspace)
+    files = sorted((ws.dataset_dir / split).glob("*.arrow")) if split and "/" not in split else []
+    if not files:
+        raise DatasetError(
+            f"No `{split}` split in {ws.dataset_dir}; build the dataset first "
+            f"(`python -m pipeline build --workspace {ws.root}`, or the app's Dataset tab)."
         )
-    return "\n".join(lines)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return f"{split}-{digest.hexdigest()[:12]}" + (f"-first{limit}" if limit else "")
 
 
-# --------------------------------------------------------------------------------------------------
-# Command line: answer the eval split with pipeline.tutor.infer, then score
-# --------------------------------------------------------------------------------------------------
+def model_slug(model: str) -> str:
+    """A folder name for a base model: `google/gemma-3n-E2B-it` -> `google--gemma-3n-E2B-it`; a local
+    folder -> its name plus a hash of its full path (two folders of the same name stay apart)."""
+    model = str(model)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return f"{path.name}-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", model).strip("-.") or "model"
+
+
+def evaluation_path(workspace: Workspace | str | os.PathLike, key: str, *, run: str | None = None,
+                    model: str | None = None) -> Path:
+    """Where the evaluation of `run` (or of base `model`) on the data `key` is saved."""
+    ws = _ws(workspace)
+    if run:
+        return ws.run_dir(run) / RUN_EVAL_DIR / f"{key}.json"
+    if not model:
+        raise EvaluationError("An evaluation belongs to a run or a base model; give `--run NAME` or `--model M`.")
+    return ws.root / BASE_EVALS_DIR / model_slug(model) / f"{key}.json"
+
+
+def save_evaluation(workspace: Workspace | str | os.PathLike, result: dict) -> Path:
+    """Write `result` (from `evaluate_tutor`) atomically to its place (`evaluation_path`); returns the path."""
+    from pipeline.fileio import atomic_write_json
+
+    path = evaluation_path(workspace, result["dataset_key"], run=result.get("run"), model=result.get("model"))
+    atomic_write_json(path, result)
+    return path
+
+
+def saved_evaluations(workspace: Workspace | str | os.PathLike, key: str | None = None) -> list[dict]:
+    """Every saved evaluation in the workspace (base models first, then runs, by name), each with its
+    `path`; only those computed on the data `key` when given. Unreadable files are skipped."""
+    ws = _ws(workspace)
+    found = []
+    patterns = [(ws.root / BASE_EVALS_DIR, "*/*.json"), (ws.runs_dir, f"*/{RUN_EVAL_DIR}/*.json")]
+    for folder, pattern in patterns:
+        for path in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+            try:
+                result = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(result, dict) and "dataset_key" in result and (key is None or result["dataset_key"] == key):
+                result["path"] = str(path)
+                found.append(result)
+    return found
+
+
+def clip_audio_path(workspace: Workspace | str | os.PathLike, clip_id: str) -> Path | None:
+    """The sample library's 16 kHz WAV of clip `clip_id`, or None when the sample is gone."""
+    from pipeline.data.samples import SampleLibrary
+
+    try:
+        path = SampleLibrary(_ws(workspace)).audio_path(str(clip_id))
+    except SampleError:
+        return None
+    return path if path.exists() else None
+
+
+def inference_threads(workspace: Workspace | str | os.PathLike) -> int:
+    """Threads for torch during an evaluation: the cores the machine leaves free (cores minus the
+    1-minute load average, at least 1), and at most half of them while a training run is alive in
+    the workspace. torch's thread pools spin and fight over a busy CPU: on this project's 2-core
+    machine under load, two clips x 24 tokens of the tiny model took 3.4 s with 1 thread and 101 s
+    with 2 (FIELD_NOTES: 0.6 s quiet, 10-16 s beside a training process)."""
+    from pipeline.training.runs import active_run
+
+    cores = os.cpu_count() or 1
+    try:
+        free = cores - os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        free = cores
+    threads = max(1, min(cores, round(free)))
+    if active_run(_ws(workspace)):
+        threads = min(threads, max(1, cores // 2))
+    return threads
+
+
+@contextlib.contextmanager
+def _torch_threads(count: int):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(count)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _row_reference(row: dict) -> Any:
     """A dataset row's reference: its expert scores when they carry any, else its feedback text."""
-    from pipeline.errors import SampleError
+    from pipeline.data.feedback import summarize_scores
 
     if row.get("scores"):
         try:
@@ -213,7 +181,7 @@ def _row_reference(row: dict) -> Any:
 
 
 def evaluate_tutor(
-    workspace: Any,
+    workspace: Workspace | str | os.PathLike,
     model: str | None = None,
     *,
     run: str | None = None,
@@ -222,26 +190,36 @@ def evaluate_tutor(
     device: str | None = None,
     quantization: str | None = None,
     max_new_tokens: int | None = None,
-    progress: Any = None,
+    progress: Callable[[int, int, str], Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    threads: int | None = None,
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
-    The tutor is loaded once with `pipeline.tutor.infer.load_tutor` (base `model`, or `run`'s adapter on
-    its training base) and answers each row with `Tutor.feedback` (greedy decoding, the same
-    `build_messages` conversation as training). Returns `evaluate_answers`'s metrics plus `model`,
-    `run`, `split`, `seconds`, `note` (set for the tiny random stand-in) and `answers`
-    (`[{id, target_text, answer, reference_feedback}]`). `progress(done, total, message)` is called
-    after each clip.
+    The tutor is loaded once with `pipeline.tutor.infer.load_tutor` (base `model`, or `run`'s adapter
+    on its training base) and answers each row with `Tutor.feedback`.
+
+    Args:
+        progress: `progress(done, total, message)`, called before the first clip and after each one.
+        should_stop: `() -> bool`, checked before each clip and after every generated token; True
+            cancels the evaluation (nothing is returned or saved).
+        threads: torch threads while answering (default `inference_threads`).
+
+    Returns:
+        `evaluate_answers`'s metrics (`clips`, `unparsed`, `unparsed_fraction`, `scores`, `words`,
+        `phones`, `per_clip` with each clip's `answer`, `reference_feedback`, `kind`, ...) plus
+        `model`, `run`, `split`, `dataset_key` (`split_key`), `device`, `quantization`,
+        `max_new_tokens`, `seconds`, `finished_at` (unix s) and `note` (set for the tiny random stand-in).
 
     Raises:
         DatasetError: no built dataset, unknown or empty split, `limit` < 1.
+        EvaluationError: cancelled through `should_stop`.
         ConfigError / ModelLoadError: from `load_tutor` (unknown run, model cannot be loaded).
     """
     from pipeline.data.dataset import DEFAULT_MODEL, load_built_dataset
     from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS, load_tutor
-    from pipeline.workspace import Workspace
 
-    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    ws = _ws(workspace)
     data = load_built_dataset(ws)
     if split not in data:
         raise DatasetError(f"Split `{split}` is not in the dataset in {ws.dataset_dir}; it has {sorted(data)}.")
@@ -255,47 +233,51 @@ def evaluate_tutor(
             f"The `{split}` split is empty; rebuild with a larger --eval-fraction or more speakers "
             f"(`python -m pipeline build --workspace {ws.root} --eval-fraction 0.2`)."
         )
+    key = split_key(ws, split, limit if limit is not None and limit < len(data[split]) else None)
+    tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    stop = should_stop or (lambda: False)
+    who = f"run `{run}`" if run else f"base model `{model}`"
     started = time.perf_counter()
-    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device, quantization=quantization)
-    items, answers = [], []
-    for index, row in enumerate(rows):
-        answer = tutor.feedback(
-            row["audio_wav"], row["target_text"], max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        )
-        items.append({"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference": _row_reference(row)})
-        answers.append(
-            {"id": row["id"], "target_text": row["target_text"], "answer": answer.text, "reference_feedback": row["feedback"]}
-        )
-        if progress is not None:
-            progress(index + 1, len(rows), f"answered {row['id']}")
+    if progress is not None:
+        progress(0, len(rows), f"loading {who}")
+    with _torch_threads(threads or inference_threads(ws)):
+        tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
+                           quantization=quantization)
+        items = []
+        for index, row in enumerate(rows):
+            if stop():
+                raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
+            answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=tokens, stop=stop)
+            if stop():
+                raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
+            items.append({"id": row["id"], "kind": row.get("kind") or DEFAULT_KIND, "target_text": row["target_text"],
+                          "answer": answer.text, "reference": _row_reference(row),
+                          "reference_feedback": row.get("feedback") or ""})
+            if progress is not None:
+                progress(index + 1, len(rows), f"{who}: answered {row['id']}")
     metrics = evaluate_answers(items)
     return {
         "model": tutor.model_id,
         "run": run,
         "split": split,
+        "dataset_key": key,
         "device": tutor.device,
         "quantization": tutor.quantization,
+        "max_new_tokens": tokens,
         "seconds": round(time.perf_counter() - started, 2),
-        "note": (
-            "The model is the tiny random stand-in made by make-tiny-model: its answers are meaningless."
-            if tutor.tiny_random_model
-            else None
-        ),
+        "finished_at": round(time.time(), 3),
+        "note": TINY_NOTE if tutor.tiny_random_model else None,
         **metrics,
-        "answers": answers,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline evaluate --workspace WS --model M [--run NAME] [--split eval] [--limit N] [--json]`."""
-    import sys
-
+    """`python -m pipeline evaluate --workspace WS (--run NAME | --model M) [--split eval] [--limit N] [--json]`."""
     from pipeline.fileio import atomic_write_json
-    from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
     parser = argparse.ArgumentParser(
         prog="python -m pipeline evaluate",
-        description="Score a tutor's answers on the built dataset's eval split against the experts' scores.",
+        description="Score a tutor's answers on the built dataset's eval split against the experts' scores, and save them.",
     )
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
     parser.add_argument("--model", default=None, help="base model (default: the run's model, else google/gemma-3n-E2B-it)")
@@ -305,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
-    parser.add_argument("--out", type=Path, default=None, help=f"also save the result JSON here (a run's is saved to runs/NAME/{EVALUATION_FILE})")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores, at most half while a run trains)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
+    parser.add_argument("--no-save", action="store_true", help="do not save it under runs/NAME/eval/ or evals/")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
@@ -315,19 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace(args.workspace)
     result = evaluate_tutor(
         ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
-        quantization=args.quantization, max_new_tokens=args.max_new_tokens, progress=None if args.json else progress,
+        quantization=args.quantization, max_new_tokens=args.max_new_tokens, threads=args.threads,
+        progress=None if args.json else progress,
     )
-    targets = [args.out] if args.out else []
-    if args.run:
-        targets.append(ws.run_dir(args.run) / EVALUATION_FILE)
-    for path in targets:
-        atomic_write_json(path, result)
-    result["saved"] = [str(p) for p in targets]
+    saved = [] if args.no_save else [save_evaluation(ws, result)]
+    if args.out:
+        atomic_write_json(args.out, result)
+        saved.append(args.out)
+    result["saved"] = [str(p) for p in saved]
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
         who = f"run {args.run}" if args.run else f"base model {result['model']}"
-        print(f"Evaluated {who} on {result['clips']} {args.split} clips in {result['seconds']} s")
+        print(f"Evaluated {who} on {result['clips']} {args.split} clips ({result['dataset_key']}) in {result['seconds']} s")
         print(summary(result))
         if result["note"]:
             print(f"note: {result['note']}")

@@ -14,6 +14,12 @@ quantization) within a process, so the app does not reload the model on every cl
 `compare_feedback` answers with the tuned and the base tutor from ONE loaded model: the base answer
 runs inside peft's `disable_adapter()` context, which skips every LoRA layer (identical to the base
 model without the adapter).
+
+Concurrency (the app serves several clicks at once): switching the adapter off changes the shared
+model for every thread, so each `Tutor` lets one answer generate at a time (`Tutor.feedback` holds
+the tutor's lock from tokenizing to decoding, the adapter switch included), and `load_tutor` loads a
+model once however many first clicks arrive together. An answer is always from the model it is
+labelled with; concurrent clicks wait for each other instead of mixing models.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -61,14 +69,19 @@ class Tutor:
     Build with `load_tutor`; call `feedback(audio, target_text)`.
     """
 
-    def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str):
+    def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str,
+                 workspace: Workspace | None = None):
         self.model = model
+        self.workspace = workspace
+        """Where a run may train beside this tutor: answers then use one CPU thread (`pipeline.cpu_threads`)."""
         self.processor = processor
         self.model_id = model_id
         self.run = run
         self.adapter_dir = adapter_dir
         self.device = device
         self.quantization = quantization
+        self._lock = threading.Lock()
+        """Held by `feedback` from tokenizing to decoding: the adapter switch is global to the model."""
         from pipeline.training.tiny_model import is_tiny_random_model
 
         self.tiny_random_model = is_tiny_random_model(model_id)
@@ -81,6 +94,7 @@ class Tutor:
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         do_sample: bool = False,
         use_adapter: bool = True,
+        stop: Any = None,
     ) -> Feedback:
         """Answer for one clip.
 
@@ -93,10 +107,13 @@ class Tutor:
             use_adapter: False answers as the base model: generation runs inside peft's
                 `disable_adapter()` context (no effect when no adapter is loaded). The returned
                 `Feedback` then has `run=None`, `adapter_dir=None`.
+            stop: optional `() -> bool`, checked after every generated token; True ends the answer
+                there (used to cancel an evaluation mid-answer).
 
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
-            DatasetError: the target text is empty.
+            DatasetError: the target text is empty or spells a control token such as `<end_of_turn>`
+                (`pipeline.conversation.check_user_text`, the rule training uses).
         """
         import torch
 
@@ -104,27 +121,42 @@ class Tutor:
         from pipeline.conversation import build_messages
 
         clip = load_audio(audio)
-        messages = build_messages(target_text, None, clip.samples)
-        inputs = self.processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-        inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
-        prompt_len = inputs["input_ids"].shape[1]
         tokenizer = self.processor.tokenizer
-        eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
-        started = time.perf_counter()
-        self.model.eval()
         bypass = not use_adapter and self.adapter_dir is not None
-        with torch.inference_mode(), (self.model.disable_adapter() if bypass else contextlib.nullcontext()):
-            output = self.model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                eos_token_id=[e for e in eos if e is not None],
-                pad_token_id=tokenizer.pad_token_id,
+        extra = {}
+        if stop is not None:
+            from transformers import StoppingCriteria, StoppingCriteriaList
+
+            class _Stop(StoppingCriteria):
+                def __call__(self, input_ids, scores, **kwargs):
+                    return torch.full((input_ids.shape[0],), bool(stop()), dtype=torch.bool, device=input_ids.device)
+
+            extra["stopping_criteria"] = StoppingCriteriaList([_Stop()])
+        # One answer at a time per loaded model: `disable_adapter()` switches the LoRA layers off for
+        # every thread, and a fast tokenizer is not safe to share between threads either.
+        with self._lock:
+            messages = build_messages(target_text, None, clip.samples, tokenizer=tokenizer)
+            inputs = self.processor.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
             )
-        new_tokens = output[0, prompt_len:]
-        text = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+            inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+            prompt_len = inputs["input_ids"].shape[1]
+            eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
+            started = time.perf_counter()
+            if self.device == "cpu":
+                apply_threads(inference_threads(training_active=self._training_active()))
+            self.model.eval()
+            with torch.inference_mode(), (self.model.disable_adapter() if bypass else contextlib.nullcontext()):
+                output = self.model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    eos_token_id=[e for e in eos if e is not None],
+                    pad_token_id=tokenizer.pad_token_id,
+                    **extra,
+                )
+            new_tokens = output[0, prompt_len:]
+            text = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
         note = (
             "The model is the tiny random stand-in made by make-tiny-model: this text is meaningless."
             if self.tiny_random_model
@@ -144,8 +176,18 @@ class Tutor:
             note=note,
         )
 
+    def _training_active(self) -> bool:
+        """True while a run trains in this tutor's workspace (it holds the workspace's training lock)."""
+        if self.workspace is None:
+            return False
+        from pipeline.training.workspace_lock import lock_holder
+
+        return lock_holder(self.workspace) is not None
+
 
 _CACHE: dict[tuple, Tutor] = {}
+_CACHE_LOCK = threading.Lock()
+"""Held while a tutor is looked up or loaded, so concurrent first clicks load one model, not several."""
 
 
 def usable_runs(workspace: Workspace) -> list[str]:
@@ -204,12 +246,15 @@ def load_tutor(
 
     Raises:
         ConfigError: unknown run, or `model` differs from the run's base model.
+        BaseModelMismatchError: the model folder now holds another base than the run was trained
+            on (other config values or weights; see `pipeline.training.base_identity`).
         ModelLoadError: model or adapter cannot be loaded.
     """
     from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
     settings: dict = {}
+    ws = None if workspace is None else workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     if run:
         if workspace is None:
             raise ConfigError("`--run` needs `--workspace` (the folder holding runs/).")
@@ -228,15 +273,19 @@ def load_tutor(
     device = resolve_device(device or settings.get("device") or "auto")
     quantization = quantization or settings.get("quantization") or default_quantization(device)
     key = (str(model), adapter_dir, device, quantization)
-    if use_cache and key in _CACHE:
-        return _CACHE[key]
-    processor = load_processor(str(model))
-    base, _ = load_model(str(model), device=device, quantization=quantization)
-    net = load_adapter(base, adapter_dir) if adapter_dir else base
-    tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device, quantization=quantization)
-    if use_cache:
-        _CACHE.clear()  # one model in memory at a time
-        _CACHE[key] = tutor
+    with _CACHE_LOCK if use_cache else contextlib.nullcontext():
+        if use_cache and key in _CACHE:
+            if ws is not None:
+                _CACHE[key].workspace = ws  # where a run may train beside it (CPU threads)
+            return _CACHE[key]
+        processor = load_processor(str(model))
+        base, _ = load_model(str(model), device=device, quantization=quantization)
+        net = load_adapter(base, adapter_dir, model_id=str(model)) if adapter_dir else base
+        tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device,
+                      quantization=quantization, workspace=ws)
+        if use_cache:
+            _CACHE.clear()  # one model in memory at a time
+            _CACHE[key] = tutor
     return tutor
 
 
@@ -296,8 +345,8 @@ def compare_feedback(
 
     if not run:
         raise ConfigError("Comparing tuned and base feedback needs a trained run; pick one (the Train tab or `--run`).")
+    clip = load_audio(audio)  # before the model load: a bad clip is refused in a second, not minutes
     tutor = load_tutor(None, run=run, workspace=workspace, device=device, quantization=quantization)
-    clip = load_audio(audio)
     started = time.perf_counter()
     tuned = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
     base = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)

@@ -1,0 +1,82 @@
+"""Stopping the processes a test started, whatever its outcome (issue 11 #8).
+
+A training run started through the app (`pipeline.training.runs.start_run`) is detached on purpose:
+it has its own session, so killing the app's process group does not stop it. A failed browser test
+once left such a run training for 20 minutes. Tests therefore stop, in their teardown:
+- every run process of the workspaces they used (`stop_workspace_runs`: the pids in
+  `WS/runs/*/pid.json` and the holder of the workspace's training lock), and
+- every process this test process started through `start_run` (conftest's autouse fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def stop_process_group(pid: int, *, grace_s: float = 10.0) -> bool:
+    """SIGTERM the process group led by `pid` (or the process alone when it leads none), wait up
+    to `grace_s`, then SIGKILL; returns True when a live process was signalled."""
+    try:
+        target_group = os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+    send = (lambda sig: os.killpg(pid, sig)) if target_group else (lambda sig: os.kill(pid, sig))
+    try:
+        send(signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    try:
+        send(signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own child not yet reaped) has finished
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def workspace_run_pids(workspace: Path) -> set[int]:
+    """Pids of the training processes of a workspace: every `runs/*/pid.json`, the pid a running
+    trainer writes into its `result.json`, and the holder of the workspace's training lock."""
+    from pipeline.training.runs import pid_alive
+    from pipeline.training.workspace_lock import lock_holder
+
+    pids: set[int] = set()
+    runs = Path(workspace) / "runs"
+    for run_dir in runs.iterdir() if runs.is_dir() else ():
+        for name in ("pid.json", "result.json"):
+            try:
+                pid = json.loads((run_dir / name).read_text(encoding="utf-8")).get("pid")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(pid, int) and pid_alive(pid, run_dir.name):
+                pids.add(pid)
+    holder = lock_holder(workspace) if runs.is_dir() else None
+    if holder and isinstance(holder.get("pid"), int):
+        pids.add(holder["pid"])
+    pids.discard(os.getpid())
+    return pids
+
+
+def stop_workspace_runs(workspace: Path) -> list[int]:
+    """Stop every training process of `workspace` (see `workspace_run_pids`); returns the pids stopped."""
+    return [pid for pid in sorted(workspace_run_pids(workspace)) if stop_process_group(pid)]

@@ -1,0 +1,95 @@
+"""The Dataset chart and the Memory estimate agree with what they say, and the app's words name real widgets.
+
+- The Dataset tab's length chart counts train and eval rows and says so (stacked, with a legend).
+- The Memory tab's row length (the longest train row) differs from Max length (a build sets it to the
+  longest row of train and eval); when they differ the tab says why.
+- Every widget, button and tab that `ui.wording` names instead of a command-line flag exists on the page.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import app as app_module  # noqa: E402
+from ui import common  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
+from ui.wording import BUTTONS, COMMANDS, SETTING_WIDGETS, app_wording  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_model_dir):
+    """The sample pack built with the tiny model (8 rows: train and eval): (app, build outputs)."""
+    ui = TutorApp(tmp_path_factory.mktemp("tabs") / "ws")
+    ui.load_sample_pack()
+    return ui, ui.build_dataset(str(tiny_model_dir), 0.25, 42, 1024)
+
+
+@pytest.mark.slow
+def test_length_chart_counts_train_and_eval_rows_and_says_so(built):
+    ui, (summary, speakers, figure, excluded, exports, memory_max) = built
+    report = __import__("json").loads((ui.ws.dataset_dir / "build_report.json").read_text(encoding="utf-8"))
+    ax = figure.axes[0]
+    assert "train and eval" in ax.get_title()
+    containers = {container.get_label(): container for container in ax.containers}
+    assert set(containers) >= {"train rows", "eval rows"}
+    counted = {name: int(sum(bar.get_height() for bar in containers[f"{name} rows"])) for name in ("train", "eval")}
+    assert counted == {"train": report["splits"]["train"], "eval": report["splits"]["eval"]}
+    assert counted["eval"] > 0, "the sample pack's build has eval rows"
+    longest_train = max(report["length_stats"]["row_tokens"])
+    assert "(train and eval)" in summary and f"longest train row {longest_train}" in summary
+
+
+@pytest.mark.slow
+def test_memory_tab_explains_its_row_length_when_max_length_differs(built, tiny_model_dir):
+    ui, (*_outputs, memory_max) = built
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    values.update(model=str(tiny_model_dir), device="cpu", max_length=memory_max["value"] + 20)
+    figure, verdict, *_rest = ui.estimate(0, *[values[name] for name in common.CONFIG_FIELDS])
+    report = __import__("json").loads((ui.ws.dataset_dir / "build_report.json").read_text(encoding="utf-8"))
+    longest_train = max(report["length_stats"]["row_tokens"])
+    title = figure.axes[0].get_title()
+    assert f"longest train row: {longest_train} tokens" in title
+    assert f"Why {longest_train} tokens and not {values['max_length']}?" in verdict and "eval" in verdict
+    values.update(max_length=longest_train)
+    verdict = ui.estimate(0, *[values[name] for name in common.CONFIG_FIELDS])[1]
+    assert "Why" not in verdict, "nothing to explain when the two agree"
+
+
+def _page_words(demo: gr.Blocks) -> list[str]:
+    """Every label, button text and tab name on the page."""
+    words = []
+    for block in demo.blocks.values():
+        for attribute in ("label", "value"):
+            value = getattr(block, attribute, None)
+            if isinstance(value, str) and value and (attribute == "label" or isinstance(block, gr.Button)):
+                words.append(value)
+    return words
+
+
+def test_the_app_words_name_widgets_that_exist(tmp_path):
+    words = _page_words(app_module.build_ui(TutorApp(tmp_path / "ws")))
+    tabs = {word.split("·")[-1].strip() for word in words if "·" in word}
+    for flag, (label, where, _switch) in SETTING_WIDGETS.items():
+        assert any(word.startswith(label) for word in words), f"--{flag}: no widget labelled {label!r}"
+        tab = where.split(" tab")[0].split(",")[0]
+        assert where == "top of the page" or tab in tabs, f"--{flag}: no tab {tab!r}"
+    for name, (label, _where) in {**BUTTONS, **COMMANDS}.items():
+        assert any(word.startswith(label) for word in words), f"{name}: no button or table {label!r}"
+
+
+def test_app_wording_examples():
+    assert app_wording("`--max-length 300` excludes every train row; raise it") == (
+        "**Max length (tokens): 300** (Memory tab) excludes every train row; raise it")
+    assert app_wording("try --batch-size 1 --grad-accum 8 (same effective batch)") == (
+        "try **Batch size: 1** (Memory tab), **Gradient accumulation: 8** (Memory tab) (same effective batch)")
+    assert app_wording("see `python -m pipeline estimate`") == "see **Estimate** (Memory tab)"
+    assert app_wording("use --no-vision-tower") == "use **Load the vision tower** off (Memory tab)"
+    assert app_wording("`--workspace` and `hf download x --local-dir DIR`") == (
+        "`--workspace` and `hf download x --local-dir DIR`"), "no app counterpart: unchanged"
+    assert app_wording("pass `--model DIR`", markdown=False) == "pick DIR in the Model box at the top of the page"

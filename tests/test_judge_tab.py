@@ -1,0 +1,115 @@
+"""The Judge tab's handlers (no browser): evaluate the base model on the sample pack's eval split with the
+tiny model, see it side by side, reopen the app and see it again without re-running, cancel cleanly;
+and the Train tab's overlay of several runs' loss curves."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from ui import formatting as fmt  # noqa: E402
+from ui import judge_view as view  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_model_dir) -> TutorApp:
+    """The sample pack built into a dataset with the tiny model (its eval split holds a few real clips)."""
+    ui = TutorApp(tmp_path_factory.mktemp("judge") / "ws")
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    return ui
+
+
+def _drain(generator) -> tuple[list, tuple]:
+    """Every yielded tuple of a generator handler, and the last one."""
+    yielded = list(generator)
+    return yielded, yielded[-1]
+
+
+def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir):
+    model = str(tiny_model_dir)
+    choices = built.judge_candidates(model)
+    assert choices == [(f"base · {Path(model).name}", f"base:{model}")]
+    status, headline, *_ = built.saved_evaluations()
+    assert "No evaluation" in status and list(headline.columns) == ["figure"]
+
+    yielded, last = _drain(built.evaluate_models([f"base:{model}"], 16))
+    progress, status, headline, scatter, clips, rows, audio, details = last
+    assert "done" in progress and 'value="100.0"' in progress
+    assert any("answers" in str(item[0]) for item in yielded[:-1])  # the bar moved while it ran
+    label = f"base · {Path(model).name}"
+    assert list(headline.columns) == ["figure", label]
+    figures = dict(zip(headline["figure"], headline[label]))
+    assert figures["unparsed answers (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
+    assert figures["total: PCC [95 % CI]"].startswith("– (no parsed answer")
+    assert scatter.axes and len(clips) == len(rows) >= 1 and clips["disagreement"].iloc[0] == "10.0"
+    assert audio and Path(audio).exists() and "Experts' feedback" in details and "unparsed" in details
+    saved = list((built.ws.root / "evals").glob("*/*.json"))
+    assert len(saved) == 1
+    stamp = saved[0].stat().st_mtime_ns
+
+    reopened = TutorApp(built.ws.root)  # a new app on the same workspace: the page reopened
+    status, headline2, scatter2, clips2, rows2, audio2, details2 = reopened.saved_evaluations()
+    assert "1 saved evaluation" in status and "tiny random" in status
+    assert headline2.equals(headline) and clips2.equals(clips)
+    assert saved[0].stat().st_mtime_ns == stamp  # nothing was re-run
+
+    class Select:  # what Gradio passes when a table cell is clicked
+        index = [0, 1]
+
+    audio3, details3 = reopened.judge.select_clip(rows2, Select())
+    assert audio3 == audio and rows2[0]["id"] in details3
+
+
+def test_cancel_stops_an_evaluation_and_saves_nothing(built, tiny_model_dir):
+    before = sorted((built.ws.root / "evals").glob("*/*.json")) if (built.ws.root / "evals").exists() else []
+    stamps = [p.stat().st_mtime_ns for p in before]
+    assert built.cancel_evaluation() == "No evaluation is running."
+    generator = built.evaluate_models([f"base:{tiny_model_dir}"], 512)
+    first = next(generator)
+    assert "<progress" in first[0]
+    with pytest.raises(gr.Error, match="already running"):
+        next(built.evaluate_models([f"base:{tiny_model_dir}"], 16))
+    assert "Cancelling" in built.cancel_evaluation()
+    last = list(generator)[-1]
+    assert "cancelled" in last[0] and last[1].startswith("**Cancelled.**")
+    after = sorted((built.ws.root / "evals").glob("*/*.json")) if (built.ws.root / "evals").exists() else []
+    assert after == before and [p.stat().st_mtime_ns for p in after] == stamps
+
+
+def test_nothing_ticked_is_refused(built):
+    with pytest.raises(gr.Error, match="Tick at least one model"):
+        next(built.evaluate_models([], 16))
+
+
+def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scale():
+    def clip(clip_id, expert, tutor, parsed=True):
+        return {"id": clip_id, "target_text": "S", "answer": "a", "reference_feedback": "f", "parsed": parsed,
+                "unparsed_reason": None if parsed else "missing total score",
+                "scores": {"total": {"expert": expert, "tutor": tutor if parsed else None}}}
+
+    base = {"model": "google/gemma-3n-E2B-it", "run": None,
+            "per_clip": [clip("a", 5, 6), clip("b", 8, 2), clip("c", 3, None, parsed=False)]}
+    tuned = {"model": "x", "run": "r1", "per_clip": [clip("a", 5, 1), clip("b", 8, 8), clip("c", 3, 3)]}
+    rows = view.clip_rows([base, tuned])
+    assert [(r["id"], r["disagreement"]) for r in rows] == [("c", 10.0), ("b", 6.0), ("a", 4.0)]
+    frame = view.clips_frame(rows, ["base · google/gemma-3n-E2B-it", "run · r1"])
+    assert list(frame["base · google/gemma-3n-E2B-it: total"]) == ["unparsed", "2.0", "6.0"]
+
+
+def test_loss_curves_of_several_runs_overlay_in_one_figure():
+    runs = {
+        "r1": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 2.8}],
+        "r2": [{"step": 1, "loss": 3.2}, {"step": 2, "loss": 2.0}],
+    }
+    figure = fmt.compare_loss_curves(runs)
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert labels == ["r1: train", "r1: eval", "r2: train"]
+    assert not fmt.compare_loss_curves({}).axes[0].axison

@@ -1,0 +1,236 @@
+"""The Train tab as a new user watches a run: a clock that never goes back, a readable log of the last
+lines, plain words for the memory counter, the run's own settings next to the "Next run" line, a Past
+runs table whose numbers stay readable, failures in the app's words, and Resume without a choice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import app as app_module  # noqa: E402
+from pipeline.training.runs import request_stop, run_status, wait_for_run  # noqa: E402
+from tests.test_app_handlers import assert_failed  # noqa: E402
+from ui import common  # noqa: E402
+from ui import formatting as fmt  # noqa: E402
+from ui.train_tab import RUNS_COLUMN_WIDTHS, run_clock  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
+from ui.wording import readable_log  # noqa: E402
+
+
+def _settings(model: str, **changes):
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    values.update(model=model, device="cpu", batch_size=1, grad_accum=1, max_steps=3, eval_steps=0, save_steps=1)
+    values.update(changes)
+    return [values[name] for name in common.CONFIG_FIELDS]
+
+
+def _elapsed_s(progress_html: str) -> int:
+    """Seconds of the "elapsed" figure of `fmt.progress_html` ("1 min 02 s", "37 s", "–" = 0)."""
+    text = re.search(r"elapsed ([^·]+)·", progress_html).group(1).strip()
+    if text == "–":
+        return 0
+    parts = dict((unit, int(value)) for value, unit in re.findall(r"(\d+) (h|min|s)\b", text))
+    return parts.get("h", 0) * 3600 + parts.get("min", 0) * 60 + parts.get("s", 0)
+
+
+# ------------------------------------------------------------------------------------------- the clock
+
+
+def test_the_clock_never_goes_back_from_loading_to_the_first_step():
+    """The new user's case: 1 min 37 s shown while loading, then 1 min 02 s at step 1."""
+    t0 = 1_000_000.0
+    elapsed, loading = run_clock([], t0, True, t0 + 97)
+    assert (elapsed, loading) == (0.0, 97.0), "while loading: no training time yet, the loading time apart"
+    step1 = [{"step": 1, "elapsed_s": 62.0, "time": t0 + 98}]  # the trainer's clock: training time only
+    shown = [run_clock(step1, t0, True, now)[0] for now in (t0 + 98, t0 + 99, t0 + 130)]
+    assert shown == sorted(shown) and shown[0] == 62.0 and run_clock(step1, t0, True, t0 + 99)[1] is None
+    step2 = step1 + [{"step": 2, "elapsed_s": 95.0, "time": t0 + 131}]
+    assert run_clock(step2, t0, True, t0 + 131)[0] >= shown[-1]
+    # The last step is logged: the clock stops there while the adapter is saved, so the ended run's
+    # figure (its last line) is not below what was shown while it saved.
+    saving = [run_clock(step2, t0, True, t0 + 140, max_steps=2)[0], run_clock(step2, t0, False, t0 + 150)[0]]
+    assert saving == [95.0, 95.0]
+    # The same when Stop ends a run early: the step finished after STOP was written is the last.
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10, stop_requested_at=t0 + 120)[0] == 95.0
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10)[0] == 104.0, "no STOP: it ticks on"
+    # A failure counts the time up to the failure.
+    assert run_clock(step2, t0, False, t0 + 500, failed_at=t0 + 141) == (105.0, None)
+
+
+def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
+    t0 = 2_000_000.0
+    before = [{"step": 3, "elapsed_s": 40.0, "time": t0 - 600}]  # logged by the first process
+    elapsed, loading = run_clock(before, t0, True, t0 + 25)  # the resumed process is loading
+    assert elapsed == 40.0 and loading == 25.0
+    after = before + [{"step": 4, "elapsed_s": 52.0, "time": t0 + 30}]
+    assert run_clock(after, t0, True, t0 + 31) == (53.0, None)
+
+
+# ------------------------------------------------------------------------------------------- the log
+
+TRAIN_LOG = """\
+2026-11-30 10:59:15,939 INFO pipeline.training.train: Starting run `t1` with settings {"model": "/ws/models/tiny", "device": "cpu", "quantization": "4bit", "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets": "language", "batch_size": 1, "grad_accum": 1, "learning_rate": 0.0002}
+2026-11-30 10:59:30,449 WARNING transformers.models.timm_wrapper.modeling_timm_wrapper: `attn_implementation='eager'` is not propagated to the wrapped `timm` model.
+2026-11-30 10:59:57,948 INFO pipeline.training.train: Preflight on the longest batch: {"batch_rows": ["000050122"], "batch_tokens": 389, "loss": 7.628689765930176, "seconds": 22.703, "peak_memory_bytes": 1088507904, "memory_kind": "cpu_max_rss"}
+2026-11-30 11:00:20,010 INFO pipeline.training.train: step 1/3 loss 7.628849506378174 lr 0.0 grad_norm 6.158710479736328 peak 1059.8 MiB eta 40.4 s
+2026-11-30 11:00:29,566 INFO pipeline.training.train: step 2/3 loss 7.644067764282227 lr 0.0002 grad_norm 6.40974760055542 peak 1090.2 MiB eta 14.9 s
+2026-11-30 11:00:58,281 INFO pipeline.training.train: Run `t1` completed at step 3.Writing model shards:   0%|          | 0/1 [00:00<?, ?it/s]\rWriting model shards: 100%|##########| 1/1 [00:00<00:00,  7.26it/s]
+"""
+
+
+def test_the_log_box_shows_the_last_lines_readably():
+    text = readable_log(TRAIN_LOG, lines=4)
+    lines = text.splitlines()
+    assert len(lines) == 4 and lines[-1] == "11:00:58  Run t1 completed at step 3."
+    assert lines[0].startswith("10:59:57  Preflight on the longest batch: batch rows 000050122")
+    assert "peak memory 1.01 GiB" in lines[0] and "peak resident memory (RAM)" in lines[0]
+    assert "loss 7.629" in lines[1] and "grad norm 6.159" in lines[1]
+    for raw in ("INFO", "pipeline.training", "{", "cpu_max_rss", "it/s", "2026-11-30", "7.628849506378174"):
+        assert raw not in text, raw
+    first = readable_log(TRAIN_LOG, lines=2_000).splitlines()
+    assert first[0] == "10:59:15  Starting run t1 with settings (10 values, in the run's config.json)"
+    assert first[1].startswith("10:59:30  ⚠ ")
+
+
+def test_failure_and_log_use_the_apps_words():
+    reason = ("`org/x` is not in the Hugging Face cache; `hf download org/x --local-dir DIR` and pass `--model DIR`. "
+              "A lower `--max-length 300` also helps; --resume continues from the last checkpoint.")
+    panel = fmt.failure_markdown({"status": "failed", "reason": common.app_wording(reason)})
+    assert "--model" not in panel and "--max-length" not in panel and "--resume" not in panel
+    assert "pick DIR in the **Model** box" in panel and "**Max length (tokens): 300** (Memory tab)" in panel
+    assert "`hf download org/x --local-dir DIR`" in panel, "a real shell step keeps its command"
+    log = readable_log(f"2026-01-01 10:00:00,000 ERROR pipeline.training.train: Run failed: {reason}")
+    assert log.startswith("10:00:00  ✗ Run failed") and "**" not in log and "`" not in log
+    assert not any(flag in log for flag in ("--model", "--max-length", "--resume"))
+
+
+def test_memory_counter_in_plain_words():
+    text = fmt.train_memory_markdown({"peak_memory_bytes": 2**30, "estimate_bytes": 2**30,
+                                      "memory_kind": "cpu_max_rss"})
+    assert "cpu_max_rss" not in text and "counter" not in text.lower()
+    assert "measured as the process's peak resident memory (RAM)" in text
+    measured = fmt.measured_markdown(2**30, 2**30, {"method": "CPU peak RSS (VmHWM reset before the step)"})
+    assert "RSS" not in measured and "peak resident memory (RAM)" in measured
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def test_next_run_names_the_vision_tower_and_the_watched_run_shows_its_own_settings(tmp_path):
+    ui = TutorApp(tmp_path / "ws")
+    summary = ui.settings_summary(*_settings("google/gemma-3n-E2B-it", vision_tower=False, optimizer="adafactor"))
+    assert "vision tower not loaded" in summary and "adafactor" in summary
+    # A reload restores what the summary said (WS/settings.json), whatever the defaults are.
+    restored = dict(zip(common.CONFIG_FIELDS, TutorApp(tmp_path / "ws").restore_settings()))
+    assert restored["optimizer"]["value"] == "adafactor" and restored["vision_tower"]["value"] is False
+    # The run being watched states its own settings, apart from the "Next run" line.
+    run_dir = ui.ws.run_dir("r1")
+    run_dir.mkdir(parents=True)
+    config = common.config_from_values(_settings("google/gemma-3n-E2B-it", optimizer="adafactor")).to_dict()
+    (run_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (run_dir / "result.json").write_text(json.dumps({"status": "stopped", "reason": "stopped by request"}))
+    ui.settings_summary(*_settings("google/gemma-3n-E2B-it", optimizer="adamw"))  # the next run differs
+    progress = ui.poll("r1", -1)[0]
+    assert "This run: google/gemma-3n-E2B-it" in progress and "adafactor" in progress and "adamw" not in progress
+
+
+def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
+    """A reloaded page starts with the widgets' defaults (adamw); a tab click or a change event that runs
+    before `restore_settings` has filled them in must not overwrite the saved settings (adafactor)."""
+    ui = TutorApp(tmp_path / "ws")
+    ui.settings_summary(*_settings("google/gemma-3n-E2B-it", optimizer="adafactor", vision_tower=False))
+    saved = ui.settings_path.read_bytes()
+    defaults = [getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS]
+    assert ui.page_settings_summary(False, *defaults) == gr.skip()
+    assert ui.settings_path.read_bytes() == saved, "the defaults were saved over the settings"
+    restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
+    values = [restored[name].value if name == "model" else restored[name]["value"] for name in common.CONFIG_FIELDS]
+    summary = ui.page_settings_summary(True, *values)
+    assert "adafactor" in summary and "vision tower not loaded" in summary
+    # The page wires every settings event through the restored flag.
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws2"))
+    handlers = [getattr(fn, "__name__", "") for dep in demo.fns.values() for fn in [dep.fn]]
+    assert "page_settings_summary" in handlers and "settings_summary" not in handlers
+
+
+def test_resume_or_stop_without_a_run_says_what_to_pick(tmp_path, capsys):
+    ui = TutorApp(tmp_path / "ws")
+    result = ui.resume_training("")
+    assert_failed(result, "Stopped run to continue", message_at=1)
+    assert_failed(ui.resume_training(None), "Stopped run to continue", message_at=1)
+    assert_failed(ui.stop_training(""), "nothing to stop")
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_past_runs_table_keeps_its_numbers_readable_with_a_long_note(tmp_path):
+    long_reason = "The training process ended without writing its result " * 12
+    table = fmt.runs_frame([{"run": "r", "state": "failed", "step": 3, "max_steps": 60, "reason": long_reason,
+                             "result": {"final_loss": 7.61, "eval_loss": 7.62, "peak_memory_bytes": 2**30}}])
+    note = table.iloc[0]["note"]
+    assert len(note) <= fmt.NOTE_CHARS and note.endswith("…")
+    # The page gives every column a width (the note wraps), so numbers never squeeze into vertical letters.
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    runs_df = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "runs-table")
+    assert runs_df.column_widths == RUNS_COLUMN_WIDTHS and len(RUNS_COLUMN_WIDTHS) == len(table.columns)
+    assert runs_df.wrap is True
+    assert sum(float(width.rstrip("%")) for width in RUNS_COLUMN_WIDTHS) == pytest.approx(100)
+
+
+# ------------------------------------------------------------------------------------------- real runs
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_find_its_model_offline_says_so_in_app_words(tmp_path, tiny_model_dir, monkeypatch):
+    """The trainer process fails (a hub id that is not cached, offline): the Train tab never shows CLI flags."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    ui.start_training("offline", *_settings("example-org/not-a-cached-model"))
+    assert wait_for_run(ui.ws, "offline", timeout_s=180)["state"] == "failed"
+    progress, curves, memory, log, failure, seen, timer, table, resume, try_run = ui.poll("offline", -1)
+    assert "Training failed" in failure and "not in the Hugging Face cache" in failure
+    assert "pick DIR in the **Model** box" in failure
+    for text in (failure, log, " ".join(table["note"])):
+        assert "--model" not in text and "pass `" not in text, text
+    assert "**" not in " ".join(table["note"]), "table cells are plain text"
+
+
+@pytest.mark.slow
+def test_watching_a_real_run_clock_log_and_memory(tmp_path, tiny_model_dir):
+    """A real tiny run watched by the timer: elapsed never goes back, the log box ends with the newest line
+    in plain words, the memory line says how it was measured."""
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
+    ui.start_training("watched", *_settings(str(tiny_model_dir), max_steps=3))
+    shown, states, logs = [], [], []
+    try:
+        deadline = time.time() + 400
+        while time.time() < deadline:
+            progress, _curves, memory, log, _failure, _seen, timer, *_lists = ui.poll("watched", -1)
+            shown.append(_elapsed_s(progress))
+            states.append(re.search(r"status: <b>([^<]*)</b>", progress).group(1))
+            logs.append(log if isinstance(log, str) else "")
+            if not run_status(ui.ws, "watched")["alive"]:
+                break
+            time.sleep(0.7)
+    finally:
+        request_stop(ui.ws, "watched", wait=True, timeout_s=5)
+    assert run_status(ui.ws, "watched")["state"] == "completed", states[-5:]
+    assert shown == sorted(shown), f"elapsed went back: {shown}"
+    assert any("loading the model" in state for state in states), states[:5]
+    final_log = logs[-1].splitlines()
+    assert final_log and "completed" in final_log[-1] and len(final_log) <= 12
+    assert not any(raw in logs[-1] for raw in ("INFO", "{", "cpu_max_rss"))
+    assert "peak resident memory (RAM)" in memory and "cpu_max_rss" not in memory
+    assert isinstance(timer, gr.Timer)

@@ -1,0 +1,197 @@
+"""Pure formatting of saved evaluations for the Judge tab: the headline table (one column per model),
+the expert-vs-tutor scatter plot, the per-clip table (largest disagreement first) and a clip's details.
+
+Inputs are `pipeline.tutor.evaluate` results (dicts, as saved in `runs/NAME/eval/` and `evals/`).
+Nothing here imports gradio, torch or pipeline modules that do work. Figures use the object-oriented
+`matplotlib.figure.Figure` API (no pyplot state shared between sessions).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+ASPECTS = ("total", "accuracy", "fluency", "prosody")
+UNPARSED_DISAGREEMENT = 10.0
+"""An unparsed answer disagrees by the whole 0-10 scale (it said nothing usable)."""
+_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
+
+
+def model_label(result: Mapping[str, Any]) -> str:
+    """`base · NAME` for a base model (a local folder by its name), `run · NAME` for a tuned run."""
+    if result.get("run"):
+        return f"run · {result['run']}"
+    model = str(result.get("model") or "?")
+    return f"base · {Path(model).name if '/' in model and Path(model).is_absolute() else model}"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _with_ci(value: float | None, interval: Sequence[float] | None, reason: str | None = None) -> str:
+    if value is None:
+        return f"– ({reason})" if reason else "–"
+    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no CI: too few clips]")
+
+
+def headline_frame(results: Sequence[Mapping[str, Any]]):
+    """The headline figures side by side: one row per figure, one column per model (`model_label`).
+
+    Rows: clips; unparsed answers (count and %); for each sentence score PCC and SCC with their 95 %
+    bootstrap intervals and MAE with n and coverage; precision, recall and F1 (with interval) of
+    flagged words and of phone errors; the answer length limit and the seconds taken.
+    """
+    import pandas as pd
+
+    rows: list[tuple[str, list[str]]] = [
+        ("clips", [str(r["clips"]) for r in results]),
+        ("unparsed answers (count as misses)",
+         [f"{r['unparsed']} ({100 * (r['unparsed_fraction'] or 0):.0f} %)" for r in results]),
+    ]
+    for aspect in ASPECTS:
+        scores = [r["scores"][aspect] for r in results]
+        rows += [
+            (f"{aspect}: PCC [95 % CI]", [_with_ci(s["pcc"], s["pcc_ci"], s.get("reason")) for s in scores]),
+            (f"{aspect}: SCC [95 % CI]", [_with_ci(s["scc"], s["scc_ci"]) for s in scores]),  # reason: row above
+            (f"{aspect}: MAE (n, coverage)",
+             [f"{_num(s['mae'])} (n={s['n']}, {_num(100 * s['coverage'], 0) if s.get('coverage') is not None else '–'} %)"
+              for s in scores]),
+        ]
+    for name, title in (("words", "flagged words"), ("phones", "phone errors")):
+        flags = [r[name] for r in results]
+        rows += [
+            (f"{title}: precision", [_num(f["precision"]) for f in flags]),
+            (f"{title}: recall", [_num(f["recall"]) for f in flags]),
+            (f"{title}: F1 [95 % CI]", [_with_ci(f["f1"], f["f1_ci"]) for f in flags]),
+        ]
+    rows += [
+        ("longest answer (tokens)", [str(r.get("max_new_tokens", "–")) for r in results]),
+        ("seconds", [_num(r.get("seconds"), 0) for r in results]),
+    ]
+    columns = ["figure", *[model_label(r) for r in results]]
+    return pd.DataFrame([[name, *values] for name, values in rows], columns=columns)
+
+
+def scatter_figure(results: Sequence[Mapping[str, Any]]):
+    """Expert total score (x) against each model's total score (y), one colour per model; unparsed
+    answers are drawn as crosses in a band below 0, so none disappears from the picture."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    if not results:
+        ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    ax.plot([0, 10], [0, 10], color="#999999", linestyle="--", linewidth=1, label="agreement")
+    ax.axhspan(-1.6, -0.4, color="#f3f3f3", zorder=0)
+    for index, result in enumerate(results):
+        colour = _COLOURS[index % len(_COLOURS)]
+        shift = (index - (len(results) - 1) / 2) * 0.08  # models side by side at the same expert score
+        parsed = [(c["scores"]["total"]["expert"], c["scores"]["total"]["tutor"]) for c in result["per_clip"]
+                  if c["scores"]["total"]["expert"] is not None and c["scores"]["total"]["tutor"] is not None]
+        unparsed = [c["scores"]["total"]["expert"] for c in result["per_clip"]
+                    if c["scores"]["total"]["expert"] is not None and not c["parsed"]]
+        label = f"{model_label(result)} ({len(parsed)} scored, {len(unparsed)} unparsed)"
+        if parsed:
+            ax.scatter([x + shift for x, _ in parsed], [y for _, y in parsed], color=colour, alpha=0.75, s=28,
+                       label=label)
+        if unparsed:
+            ax.scatter([x + shift for x in unparsed], [-1.0] * len(unparsed), color=colour, marker="x", s=32,
+                       label=None if parsed else label)
+    ax.set_xlim(-0.5, 10.5)
+    ax.set_ylim(-1.6, 10.5)
+    ax.set_yticks([-1, 0, 2, 4, 6, 8, 10], ["unparsed", "0", "2", "4", "6", "8", "10"])
+    ax.set_xlabel("experts' total score (0-10)")
+    ax.set_ylabel("tutor's total score (0-10)")
+    ax.set_title("Expert vs tutor: total score per clip")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def clip_rows(results: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """One entry per clip over all `results`, largest disagreement first.
+
+    Each: `id`, `sentence`, `expert_total`, `expert_feedback`, `answers` ({label: {"answer", "total",
+    "parsed", "reason"}}) and `disagreement`: the largest |tutor - expert| total over the models, an
+    unparsed answer counting `UNPARSED_DISAGREEMENT` (10, the whole scale).
+    """
+    clips: dict[str, dict] = {}
+    for result in results:
+        label = model_label(result)
+        for clip in result["per_clip"]:
+            entry = clips.setdefault(str(clip["id"]), {
+                "id": str(clip["id"]), "sentence": clip.get("target_text") or "",
+                "expert_total": clip["scores"]["total"]["expert"],
+                "expert_feedback": clip.get("reference_feedback") or "", "answers": {},
+            })
+            entry["answers"][label] = {"answer": clip.get("answer") or "", "total": clip["scores"]["total"]["tutor"],
+                                       "parsed": clip["parsed"], "reason": clip.get("unparsed_reason")}
+    for entry in clips.values():
+        gaps = []
+        for answer in entry["answers"].values():
+            if not answer["parsed"]:
+                gaps.append(UNPARSED_DISAGREEMENT)
+            elif answer["total"] is not None and entry["expert_total"] is not None:
+                gaps.append(abs(answer["total"] - entry["expert_total"]))
+        entry["disagreement"] = max(gaps) if gaps else None
+    return sorted(clips.values(), key=lambda e: (-(e["disagreement"] if e["disagreement"] is not None else -1), e["id"]))
+
+
+def _short(text: str, limit: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clips_frame(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]):
+    """The per-clip table of `clip_rows`: clip, sentence, disagreement, expert total and feedback, then
+    each model's total and answer (first 90 characters; select a row for the whole text and the audio)."""
+    import pandas as pd
+
+    columns = ["clip", "sentence", "disagreement", "expert total", "expert feedback"]
+    for label in labels:
+        columns += [f"{label}: total", f"{label}: answer"]
+    table = []
+    for row in rows:
+        line = [row["id"], row["sentence"], _num(row["disagreement"], 1), _num(row["expert_total"], 1),
+                _short(row["expert_feedback"])]
+        for label in labels:
+            answer = row["answers"].get(label)
+            if answer is None:
+                line += ["", ""]
+            else:
+                line += ["unparsed" if not answer["parsed"] else _num(answer["total"], 1), _short(answer["answer"])]
+        table.append(line)
+    return pd.DataFrame(table, columns=columns)
+
+
+def clip_markdown(row: Mapping[str, Any] | None) -> str:
+    """A clip's full texts: the sentence, the experts' feedback and every model's answer (with why an
+    answer could not be read)."""
+    if not row:
+        return "Select a clip in the table to hear it and read every answer in full."
+    parts = [f"**Clip `{row['id']}`** · sentence: *{html.escape(row['sentence'])}* · disagreement "
+             f"{_num(row['disagreement'], 1)}", "", "**Experts' feedback**", "", _quote(row["expert_feedback"])]
+    for label, answer in row["answers"].items():
+        status = "" if answer["parsed"] else f" — ✗ unparsed: {answer['reason']}"
+        parts += ["", f"**{label}**{status}", "", _quote(answer["answer"] or "(empty answer)")]
+    return "\n".join(parts)
+
+
+def _quote(text: str) -> str:
+    return "\n".join("> " + html.escape(line) for line in str(text).splitlines() or [""])
+
+
+def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None) -> str:
+    """The evaluation's progress bar: clips answered of all clips to answer, and what happens now."""
+    fraction = min(1.0, done / total) if total else 0.0
+    elapsed = f" · {elapsed_s:.0f} s" if elapsed_s is not None else ""
+    return (
+        '<div class="judge-progress">'
+        f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
+        f"<div>{done} of {total or '?'} answers · {fraction * 100:.0f} %{elapsed} · {html.escape(message)}</div></div>"
+    )

@@ -1,0 +1,214 @@
+"""The app's words for what the library says in command-line terms: flags, commands, log lines, counters.
+
+`pipeline/` messages name the command line's flags and commands (`--max-length`, `python -m pipeline
+build`), because the same message is printed by the CLI. Inside the app a person has widgets and
+buttons instead, so `app_wording` rewrites those names into the label of the widget that holds the
+same setting and the tab it is on (`SETTING_WIDGETS`; `tests/test_app_handlers.py` checks every label
+against the built page). `readable_log` turns `train.log` lines into short readable ones, and
+`memory_counter_words` says in plain words how a peak memory figure was measured.
+
+Pure text work: no gradio, torch or pipeline module that does work is imported (and `ui.formatting`
+does not import this module: the handlers apply the app's words before formatting).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterable
+
+from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
+from ui.formatting import format_bytes, memory_counter_words
+
+SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
+    # flag (without --): (widget label as shown, where it is, on/off setting)
+    "model": ("Model", "top of the page", False),
+    "device": ("Device", "Memory tab", False),
+    "memory-gb": ("Memory budget (GiB)", "Memory tab", False),
+    "quantization": ("Quantization", "Memory tab", False),
+    "lora-rank": ("LoRA rank r", "Memory tab", False),
+    "lora-targets": ("LoRA on", "Memory tab", False),
+    "optimizer": ("Optimizer", "Memory tab", False),
+    "batch-size": ("Batch size", "Memory tab", False),
+    "grad-accum": ("Gradient accumulation", "Memory tab", False),
+    "max-length": ("Max length (tokens)", "Memory tab", False),
+    "gradient-checkpointing": ("Gradient checkpointing", "Memory tab", True),
+    "vision-tower": ("Load the vision tower", "Memory tab", True),
+    "ple-on-cpu": ("Per-layer embeddings in CPU RAM", "Memory tab", True),
+    "learning-rate": ("Learning rate", "Train tab", False),
+    "lr-schedule": ("Schedule", "Train tab", False),
+    "epochs": ("Epochs", "Train tab", False),
+    "max-steps": ("Max steps", "Train tab", False),
+    "lora-alpha": ("LoRA alpha", "Train tab, More settings", False),
+    "lora-dropout": ("LoRA dropout", "Train tab, More settings", False),
+    "eval-steps": ("Eval every N steps", "Train tab, More settings", False),
+    "save-steps": ("Checkpoint every N steps", "Train tab, More settings", False),
+    "eval-fraction": ("Held-out share", "Dataset tab", False),
+    "trim": ("Trim clips longer than 30 s", "Samples tab", True),
+    "format": ("Layout", "Samples tab, Import a folder", False),
+    "max-new-tokens": ("Longest answer (tokens)", "Try tab", False),
+    "run": ("Tuned run", "Try tab", False),
+}
+"""Command-line flags that have a widget in the app: its label (the start of the widget's label on the
+page), where it is, and whether it is an on/off box."""
+
+BUTTONS: dict[str, tuple[str, str]] = {
+    "resume": ("Resume", "Train tab"),
+}
+"""Flags that are a button in the app."""
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("Build dataset", "Dataset tab"),
+    "estimate": ("Estimate", "Memory tab"),
+    "make-tiny-model": ("Create offline tiny test model", "top of the page"),
+    "samples": ("Sample library", "Samples tab"),
+    "import": ("Import a folder", "Samples tab"),
+    "train": ("Start training", "Train tab"),
+    "infer": ("Get feedback", "Try tab"),
+}
+"""`python -m pipeline COMMAND`s and the button (or table) that does the same in the app."""
+
+_CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
+            for value in group}
+_VALUE = r"(?:-?\d[\w.]*|DIR|N|" + "|".join(re.escape(c) for c in sorted(_CHOICES, key=len, reverse=True)) + r")"
+_BACKTICKED_COMMAND = re.compile(r"`python -m pipeline ([a-z-]+)[^`]*`")
+_BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)[^\s,;)`]+)?)*")
+_BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
+_BARE_FLAG = re.compile(r"(?<![\w`-])--(no-)?([a-z][a-z0-9-]*)(?: (" + _VALUE + r")(?![\w+]))?")
+_PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
+_NEXT_SETTING = re.compile(r"(\((?:top of the page|[A-Z][a-z]+ tab[^)]*)\)) (\*\*)")
+
+
+def _setting(flag: str, value: str | None, negated: bool = False) -> str | None:
+    """One flag (with its value) in the app's words, or None when the app has no widget for it."""
+    if flag in BUTTONS:
+        label, where = BUTTONS[flag]
+        return f"**{label}** ({where})"
+    if flag not in SETTING_WIDGETS:
+        return None
+    label, where, switch = SETTING_WIDGETS[flag]
+    if switch:
+        return f"**{label}** {'off' if negated else 'on'} ({where})"
+    if value:
+        return f"**{label}: {value}** ({where})"
+    return f"**{label}** ({where})"
+
+
+def _backticked_flags(match: re.Match) -> str:
+    """`--a 1 --b 2` -> **A: 1** (tab), **B: 2** (tab); left as it was when any flag has no widget."""
+    parts = []
+    for chunk in re.split(r"\s+(?=--)", match.group(1).strip()):
+        name, _, value = chunk[2:].partition(" ")
+        negated = name.startswith("no-") and name[3:] in SETTING_WIDGETS
+        words = _setting(name[3:] if negated else name, value.strip() or None, negated)
+        if words is None:
+            return match.group(0)
+        parts.append(words)
+    return ", ".join(parts)
+
+
+def _bare_flag(match: re.Match) -> str:
+    negated, name, value = match.group(1), match.group(2), match.group(3)
+    words = _setting(name, value, bool(negated))
+    return match.group(0) if words is None else words
+
+
+def _command(match: re.Match) -> str:
+    command = COMMANDS.get(match.group(1))
+    if command is None:
+        return match.group(0)
+    return f"**{command[0]}** ({command[1]})"
+
+
+def app_wording(text: str | None, *, markdown: bool = True) -> str:
+    """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
+
+    E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
+    "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
+    "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)". Flags and commands with no
+    counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
+    `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
+    """
+    if not text:
+        return ""
+    if not markdown:
+        return app_wording(text).replace("**", "").replace("`", "")
+    text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
+    text = _BACKTICKED_COMMAND.sub(_command, text)
+    text = _BARE_COMMAND.sub(_command, text)
+    text = _BACKTICKED_FLAGS.sub(_backticked_flags, text)
+    text = _BARE_FLAG.sub(_bare_flag, text)
+    return _NEXT_SETTING.sub(r"\1, \2", text)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
+
+
+# --------------------------------------------------------------------------------------------
+# the training log
+
+_LOG_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)(?:[,.]\d+)? (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: (.*)$")
+_PROGRESS_BAR = re.compile(r"(?:[A-Z][A-Za-z ]*:)?\s*\d+%\|[^|\r\n]*\|[^\]\r\n]*\]")  # tqdm's bars
+_LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{5,})(?![\d])")
+_LEVEL_MARK = {"WARNING": "⚠ ", "ERROR": "✗ ", "CRITICAL": "✗ "}
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _json_words(data: dict) -> str:
+    """A logged JSON object in words: `key value` pairs, bytes as MiB/GiB, counters in plain words."""
+    words = []
+    for key, value in data.items():
+        name = key.replace("_", " ")
+        if key == "memory_kind":
+            words.append(memory_counter_words(value))
+            continue
+        if key.endswith("_bytes") and isinstance(value, (int, float)):
+            value = format_bytes(value)
+            name = name[: -len(" bytes")]
+        elif isinstance(value, float):
+            value = _number(value)
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value[:4]) + (" …" if len(value) > 4 else "")
+        words.append(f"{name} {value}")
+    return "; ".join(words)
+
+
+def _readable_message(message: str) -> str:
+    start = message.find(" {")
+    if start >= 0 and message.rstrip().endswith("}"):
+        try:
+            data = json.loads(message[start + 1:])
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and len(data) > 8:  # the run's settings: in config.json and the Next run line
+            message = f"{message[:start]} ({len(data)} values, in the run's config.json)"
+        elif isinstance(data, dict):
+            message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
+    message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
+    message = app_wording(message, markdown=False)
+    return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
+
+
+def readable_log(text: str, lines: int = 12) -> str:
+    """The last `lines` lines of a `train.log` / `process.log` text, readable: `HH:MM:SS message`,
+    ⚠ before warnings and ✗ before errors, logged JSON as words, long floats to 4 digits, the app's
+    words for command-line flags (`app_wording`), and no progress-bar fragments (tqdm's
+    carriage-return lines)."""
+    out: list[str] = []
+    for raw in re.split(r"[\r\n]+", _PROGRESS_BAR.sub("", text or "")):
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        match = _LOG_LINE.match(line)
+        if match:
+            clock, level, message = match.groups()
+            out.append(f"{clock}  {_LEVEL_MARK.get(level, '')}{_readable_message(message)}")
+        else:
+            out.append(_readable_message(line))
+    return "\n".join(out[-lines:])
+
+
+def app_lines(texts: Iterable[str]) -> list[str]:
+    """`app_wording` of each text."""
+    return [app_wording(text) for text in texts]
