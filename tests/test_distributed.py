@@ -115,3 +115,30 @@ def test_two_processes_match_one_stop_together_and_resume(tmp_path, tmp_path_fac
     assert result["resumed_from"].endswith(f"checkpoint-{stopped_at}")
     assert [line["step"] for line in read_progress(ws, "ddp")] == [1, 2, 3, 4]
     assert (run_dir / "train.log").read_text().count("Resuming run `ddp`") == 1
+
+
+def test_without_a_launcher_everything_is_one_process(monkeypatch):
+    from pipeline.training import distributed
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.world_size() == 1 and distributed.is_main_process() and not distributed.is_distributed()
+    assert distributed.any_process(True) is True and distributed.any_process(False) is False
+    assert distributed.gather_ints(7) == [7] and distributed.placement("cuda") == "cuda"
+    distributed.barrier()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert not distributed.is_main_process() and distributed.local_world_size() == 2
+    assert distributed.placement("cuda") == "cuda:1" and distributed.placement("cpu") == "cpu"
+
+
+def test_the_memory_estimate_says_it_is_per_process(tmp_path_factory, speechocean_dir, tiny_model_dir):
+    from pipeline.memory.report import estimate_for_workspace, render
+
+    ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    result = estimate_for_workspace(ws, TrainConfig(model=str(tiny_model_dir), device="cpu"), memory_gb=16)
+    assert result["per_process"] is True
+    assert any("per training process" in note and "every GPU" in note for note in result["notes"])
+    assert "per training process" in render(result)
