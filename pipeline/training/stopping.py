@@ -65,9 +65,23 @@ def stop_within_micro_batch(stop_file: Path):
             self.stop_file = Path(stop_file)
             self.stopped = False
             self.step_start_rng: dict[str, Any] | None = None
+            self.epoch_start_rng: dict[str, Any] | None = None
+            self.first_step_of_epoch = False
+            self.step_starts_epoch = False
+
+        # Where `Trainer` reloads a checkpoint's RNG state on resume (transformers 5.24,
+        # `_inner_training_loop`): at the start of the epoch loop, before the epoch's data iterator is
+        # made, when the checkpoint ends an epoch; otherwise after the first resumed step's batches are
+        # fetched, where `on_step_begin` runs. The state saved must be the one at that same point.
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            self.epoch_start_rng = rng_snapshot()
+            self.first_step_of_epoch = True
+            return control
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.step_start_rng = rng_snapshot()
+            self.step_starts_epoch = self.first_step_of_epoch
+            self.first_step_of_epoch = False
             return control
 
         def on_substep_end(self, args, state, control, **kwargs):
@@ -83,8 +97,9 @@ def stop_within_micro_batch(stop_file: Path):
             model = kwargs.get("model")
             if model is not None:
                 model.zero_grad(set_to_none=True)  # the dropped step's gradients
-            if self.step_start_rng is not None:
-                restore_rng(self.step_start_rng)
+            rewind_to = self.epoch_start_rng if self.step_starts_epoch else self.step_start_rng
+            if rewind_to is not None:
+                restore_rng(rewind_to)
             self.stopped = True
             control.should_training_stop = True
             control.should_save = True

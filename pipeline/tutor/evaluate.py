@@ -13,16 +13,16 @@ a hash of its data files in `WS/dataset/`, i.e. the dataset build; `-firstN` wit
     WS/evals/MODEL/KEY.json             a base model (MODEL: `model_slug`)
 
 so the app shows saved evaluations without re-running them, and a rebuilt eval split is never
-compared with answers to another one. Inference respects the machine: torch uses the cores the
-machine leaves free, at most half of them while a training run is alive (`inference_threads`). An
-evaluation can be cancelled between tokens (`should_stop`); a cancelled one saves nothing.
+compared with answers to another one. Inference follows the project's CPU thread rule
+(`pipeline.cpu_threads`: one thread while a run trains in the workspace, else cores - 1;
+`TUTOR_INFER_THREADS` overrides it). An evaluation can be cancelled between tokens (`should_stop`);
+a cancelled one saves nothing.
 This module does not train, and does not score audio itself.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -137,37 +137,6 @@ def clip_audio_path(workspace: Workspace | str | os.PathLike, clip_id: str) -> P
     return path if path.exists() else None
 
 
-def inference_threads(workspace: Workspace | str | os.PathLike) -> int:
-    """Threads for torch during an evaluation: the cores the machine leaves free (cores minus the
-    1-minute load average, at least 1), and at most half of them while a training run is alive in
-    the workspace. torch's thread pools spin and fight over a busy CPU: on this project's 2-core
-    machine under load, two clips x 24 tokens of the tiny model took 3.4 s with 1 thread and 101 s
-    with 2 (FIELD_NOTES: 0.6 s quiet, 10-16 s beside a training process)."""
-    from pipeline.training.runs import active_run
-
-    cores = os.cpu_count() or 1
-    try:
-        free = cores - os.getloadavg()[0]
-    except OSError:  # no load average on this system
-        free = cores
-    threads = max(1, min(cores, round(free)))
-    if active_run(_ws(workspace)):
-        threads = min(threads, max(1, cores // 2))
-    return threads
-
-
-@contextlib.contextmanager
-def _torch_threads(count: int):
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(count)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _row_reference(row: dict) -> Any:
     """A dataset row's reference: its expert scores when they carry any, else its feedback text."""
     from pipeline.data.feedback import summarize_scores
@@ -192,7 +161,6 @@ def evaluate_tutor(
     max_new_tokens: int | None = None,
     progress: Callable[[int, int, str], Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    threads: int | None = None,
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
@@ -203,7 +171,6 @@ def evaluate_tutor(
         progress: `progress(done, total, message)`, called before the first clip and after each one.
         should_stop: `() -> bool`, checked before each clip and after every generated token; True
             cancels the evaluation (nothing is returned or saved).
-        threads: torch threads while answering (default `inference_threads`).
 
     Returns:
         `evaluate_answers`'s metrics (`clips`, `unparsed`, `unparsed_fraction`, `scores`, `words`,
@@ -240,21 +207,20 @@ def evaluate_tutor(
     started = time.perf_counter()
     if progress is not None:
         progress(0, len(rows), f"loading {who}")
-    with _torch_threads(threads or inference_threads(ws)):
-        tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
-                           quantization=quantization)
-        items = []
-        for index, row in enumerate(rows):
-            if stop():
-                raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-            answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=tokens, stop=stop)
-            if stop():
-                raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-            items.append({"id": row["id"], "kind": row.get("kind") or DEFAULT_KIND, "target_text": row["target_text"],
-                          "answer": answer.text, "reference": _row_reference(row),
-                          "reference_feedback": row.get("feedback") or ""})
-            if progress is not None:
-                progress(index + 1, len(rows), f"{who}: answered {row['id']}")
+    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
+                       quantization=quantization)
+    items = []
+    for index, row in enumerate(rows):
+        if stop():
+            raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
+        answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=tokens, stop=stop)
+        if stop():
+            raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
+        items.append({"id": row["id"], "kind": row.get("kind") or DEFAULT_KIND, "target_text": row["target_text"],
+                      "answer": answer.text, "reference": _row_reference(row),
+                      "reference_feedback": row.get("feedback") or ""})
+        if progress is not None:
+            progress(index + 1, len(rows), f"{who}: answered {row['id']}")
     metrics = evaluate_answers(items)
     return {
         "model": tutor.model_id,
@@ -287,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores, at most half while a run trains)")
     parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
     parser.add_argument("--no-save", action="store_true", help="do not save it under runs/NAME/eval/ or evals/")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -299,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace(args.workspace)
     result = evaluate_tutor(
         ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
-        quantization=args.quantization, max_new_tokens=args.max_new_tokens, threads=args.threads,
+        quantization=args.quantization, max_new_tokens=args.max_new_tokens,
         progress=None if args.json else progress,
     )
     saved = [] if args.no_save else [save_evaluation(ws, result)]
