@@ -72,14 +72,16 @@ def test_two_processes_match_one_stop_together_and_resume(tmp_path, tmp_path_fac
     settings = dict(model=str(tiny_model_dir), device="cpu", quantization="4bit", lora_rank=8, lora_alpha=16,
                     lora_dropout=0.0, batch_size=1, eval_steps=0, save_steps=100, learning_rate=1e-3, seed=3)
 
-    # One process with global batch 2 (grad accum 2): the reference first step.
-    single = train(TrainConfig(**settings, grad_accum=2, max_steps=1), ws, "single")
+    # One process with global batch 4 (grad accum 4): the reference first step.
+    single = train(TrainConfig(**settings, grad_accum=4, max_steps=1), ws, "single")
     assert single["status"] == "completed" and single["processes"] == 1
     reference_loss = read_progress(ws, "single")[0]["loss"]
 
-    # Two processes, grad accum 1 each: the same global batch of 2 rows per optimizer step.
+    # Two processes, grad accum 2 each: the same global batch of 4 rows per optimizer step. With two
+    # micro-batches per step a STOP can land inside a step (`pipeline.training.stopping`): the
+    # processes must agree on that too.
     flags = ["--workspace", str(ws), "--run-name", "ddp", "--json"]
-    for name, value in TrainConfig(**settings, grad_accum=1, max_steps=4).to_dict().items():
+    for name, value in TrainConfig(**settings, grad_accum=2, max_steps=4).to_dict().items():
         flag = "--" + name.replace("_", "-")
         flags += ([flag] if value else ["--no-" + name.replace("_", "-")]) if isinstance(value, bool) else [flag, str(value)]
     log_path = tmp_path / "torchrun.log"
@@ -95,7 +97,7 @@ def test_two_processes_match_one_stop_together_and_resume(tmp_path, tmp_path_fac
 
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "stopped", result
-    assert result["processes"] == 2 and result["global_batch_size"] == 2
+    assert result["processes"] == 2 and result["global_batch_size"] == 4
     stopped_at = result["steps"]
     assert 1 <= stopped_at < 4
     lines = read_progress(ws, "ddp")
