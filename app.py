@@ -59,7 +59,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         gr.HTML(_header_html(app.ws.root), elem_id="header", padding=False)
         model, _model_note = model_picker(app.state)
         with gr.Tabs(elem_id="tabs"):
-            samples_tab(app.samples)
+            samples = samples_tab(app.samples)
             dataset = dataset_tab()
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
@@ -110,6 +110,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
                                               tryout.run, train.resume_choice, train.seen_rows]).then(
             app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         demo.load(app.dataset.dataset_on_load, outputs=dataset_outputs)
+        demo.load(samples.restore, outputs=[samples.progress, samples.item])  # the recording session goes on
         demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,

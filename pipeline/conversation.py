@@ -1,16 +1,25 @@
 """The conversation the tutor sees: one place that the dataset, the collator, the memory estimate
 and inference all read, so the prompt and the supervised span cannot drift between them.
 
-- `SYSTEM_PROMPT`, `user_prompt`, `build_messages`: the Gemma 3n chat conversation of one clip.
+- `SYSTEM_PROMPT`, `user_prompt`, `build_messages`: the Gemma 3n chat conversation of one
+  read-aloud clip.
+- `KINDS`: the three sample kinds. `build_free_speech_messages` (a clip answering a prompt) and
+  `build_dialogue_messages` (a tutoring dialogue: learner clips or text, tutor text) build the
+  other two; `conversation_messages` picks the builder for a kind, `prompt_messages` gives the part
+  before the first answer.
 - `TokenCounter`: a conversation's length in tokens exactly as Gemma 3n's processor counts it.
-- `answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise (the answer and its
-  `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
+- `answer_spans`, `all_answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise
+  (every tutor answer and its `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
+
 - `control_tokens_in`, `check_user_text`: the rule that a person's text (sentence, feedback,
   transcript) never turns into a control or placeholder token. Text holding one (e.g. a literal
   `<end_of_turn>` pasted from a chat log) is refused, never escaped: at save and import by the
   sample library (`CONTROL_TOKEN_PATTERN`, Gemma's reserved names), and by `build_messages` with the
   tokenizer's own special tokens, so the dataset build (and with it the memory estimate), the
-  collator and inference refuse the same texts.
+  collator and inference refuse the same texts. The same holds for prompts and dialogue turns.
+
+A clip's transcript is kept with the sample but never shown to the model: at inference time there
+is no transcript, so training must not lean on one.
 
 Torch-free: importing this module loads no model library.
 """
@@ -82,6 +91,48 @@ def _system_prompt() -> str:
 SYSTEM_PROMPT = _system_prompt()
 """System instruction of every conversation: the tutor's job and the answer template of
 `pipeline.data.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
+
+KINDS = ("read_aloud", "free_speech", "dialogue")
+"""The sample kinds: a sentence read aloud, free speech answering a prompt, a tutoring dialogue."""
+
+KIND_LABELS = {"read_aloud": "read-aloud", "free_speech": "free speech", "dialogue": "tutoring dialogue"}
+"""How each kind is named to a person."""
+
+LEARNER, TUTOR = "learner", "tutor"
+"""Roles of dialogue turns (rendered as Gemma 3n's `user` and `model`)."""
+
+FREE_SPEECH_SYSTEM_PROMPT = (
+    "You are a language tutor. You hear a learner answer a question in their own words. Give feedback "
+    "on pronunciation, fluency, grammar and vocabulary: name each mispronounced word and the wrong sounds, "
+    "correct each grammar or word-choice mistake, and end with one concrete piece of advice."
+)
+"""System instruction of a free-speech conversation (there is no target sentence to compare with)."""
+
+DIALOGUE_SYSTEM_PROMPT = (
+    "You are a friendly language tutor talking with a learner, who speaks (you hear the audio) or types. "
+    "Answer the learner's last turn as a tutor: briefly correct mistakes of pronunciation, grammar or "
+    "vocabulary, then keep the conversation going."
+)
+"""System instruction of a tutoring dialogue."""
+
+
+def check_kind(kind: str | None) -> str:
+    """`kind` if it is one of `KINDS` ("" or None -> "read_aloud", what manifests without a kind hold).
+
+    Raises `DatasetError` naming the value and the kinds.
+    """
+    if not kind:
+        return "read_aloud"
+    value = str(kind).strip().lower().replace("-", "_").replace(" ", "_")
+    if value not in KINDS:
+        raise DatasetError(f"Unknown sample kind `{kind}`; expected one of {', '.join(KINDS)}.")
+    return value
+
+
+def system_prompt(kind: str) -> str:
+    """The system instruction of a conversation of `kind` (one of `KINDS`)."""
+    return {"read_aloud": SYSTEM_PROMPT, "free_speech": FREE_SPEECH_SYSTEM_PROMPT,
+            "dialogue": DIALOGUE_SYSTEM_PROMPT}[check_kind(kind)]
 
 
 def normalize_text(text: str | None) -> str:
@@ -247,6 +298,164 @@ def build_messages(target_text: str, feedback: str | None = None, audio: Any = N
     return messages
 
 
+def _plain(text: str | None, what: str, tokenizer: Any = None) -> str:
+    """`text` NFC-normalized ("" when blank, `is_blank`); `DatasetError` naming `what` when it spells
+    a control token (`check_user_text`: a typed `<start_of_turn>model` would fake a tutor turn)."""
+    check_user_text(text, f"The {what}", tokenizer)
+    return "" if is_blank(text) else normalize_text(text)
+
+
+def free_speech_prompt(prompt: str, tokenizer: Any = None) -> str:
+    """The text of the user turn that follows a free-speech clip: the question the learner answered.
+
+    Raises `DatasetError` when `prompt` is empty.
+    """
+    text = _plain(prompt, "prompt", tokenizer)
+    if not text:
+        raise DatasetError(
+            "The prompt is empty; give the question the learner was answering (e.g. `Describe your last holiday.`)."
+        )
+    return f'The learner was asked: "{text}"'
+
+
+def _answer(feedback: str, what: str, tokenizer: Any = None) -> dict:
+    answer = _plain(feedback, what, tokenizer)
+    if not answer:
+        raise DatasetError(f"The {what} is empty; write the tutor's answer before training on it.")
+    return {"role": "assistant", "content": [{"type": "text", "text": answer}]}
+
+
+def build_free_speech_messages(prompt: str, feedback: str | None = None, audio: Any = None, *,
+                               tokenizer: Any = None) -> list[dict]:
+    """The Gemma 3n chat conversation of one free-speech clip: system, user (audio + the prompt), answer.
+
+    Args and result as `build_messages`, with `prompt` (the question answered) in place of the
+    target sentence and `FREE_SPEECH_SYSTEM_PROMPT` as the instruction.
+
+    Raises:
+        DatasetError: empty prompt, `feedback` given but empty, or a text that spells a control token.
+    """
+    audio_block: dict[str, Any] = {"type": "audio"}
+    if audio is not None:
+        audio_block["audio"] = audio
+    messages: list[dict] = [
+        {"role": "system", "content": [{"type": "text", "text": FREE_SPEECH_SYSTEM_PROMPT}]},
+        {"role": "user", "content": [audio_block, {"type": "text", "text": free_speech_prompt(prompt, tokenizer)}]},
+    ]
+    if feedback is not None:
+        messages.append(_answer(feedback, "feedback", tokenizer))
+    return messages
+
+
+def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None = None, *,
+                            tokenizer: Any = None) -> list[dict]:
+    """The Gemma 3n chat conversation of a tutoring dialogue.
+
+    Args:
+        turns: in order, dicts with `role` "learner" or "tutor". A learner turn has `clip` (an index
+            into `audios`, or into the sample's clips) and/or `text`; a tutor turn has `text`. Other
+            keys (`transcript`, `audio_file`, checks) are ignored: the model hears the clip.
+            Consecutive turns of one role become one message (Gemma 3n's roles must alternate).
+        audios: float32 (n,) 16 kHz arrays, one per clip index; None gives bare `{"type": "audio"}`
+            placeholders (text rendering and token counts).
+        tokenizer: adds its special tokens to the control-token check of every text (`check_user_text`).
+
+    Returns:
+        `[system, user, assistant, user, ...]` as `build_messages`; each tutor turn is an assistant
+        message (every one is supervised in training, `all_answer_spans`). A conversation that ends
+        with a learner turn is a prompt for the tutor's next answer.
+
+    Raises:
+        DatasetError: no turns, a turn with an unknown role, a learner turn with neither clip nor
+            text, an empty tutor turn, a clip index outside `audios`, a first turn by the tutor, or a
+            text that spells a control token.
+    """
+    if not turns:
+        raise DatasetError("The dialogue has no turns; add a learner turn (a recording or text) first.")
+    messages: list[dict] = [{"role": "system", "content": [{"type": "text", "text": DIALOGUE_SYSTEM_PROMPT}]}]
+    for number, turn in enumerate(turns, start=1):
+        role = str(turn.get("role", "")).strip().lower()
+        if role not in (LEARNER, TUTOR):
+            raise DatasetError(f"Turn {number} of the dialogue has role `{turn.get('role')}`; expected learner or tutor.")
+        if role == TUTOR:
+            if len(messages) == 1:
+                raise DatasetError("The dialogue starts with a tutor turn; it must start with the learner (a recording or text).")
+            blocks = [_answer(turn.get("text") or "", f"tutor turn {number}", tokenizer)["content"][0]]
+            chat_role = "assistant"
+        else:
+            blocks = []
+            clip = turn.get("clip")
+            if clip is not None:
+                block: dict[str, Any] = {"type": "audio"}
+                if audios is not None:
+                    if not isinstance(clip, int) or not 0 <= clip < len(audios):
+                        raise DatasetError(f"Turn {number} of the dialogue names clip {clip!r}, but it has {len(audios)} clip(s).")
+                    block["audio"] = audios[clip]
+                blocks.append(block)
+            text = _plain(turn.get("text"), f"learner turn {number}", tokenizer)
+            if text:
+                blocks.append({"type": "text", "text": text})
+            if not blocks:
+                raise DatasetError(f"Learner turn {number} of the dialogue has neither a recording nor text; add one or remove the turn.")
+            chat_role = "user"
+        if messages[-1]["role"] == chat_role:
+            if chat_role == "assistant":  # two tutor turns in a row: one answer
+                previous = messages[-1]["content"][0]
+                previous["text"] = previous["text"] + "\n\n" + blocks[0]["text"]
+            else:
+                messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": chat_role, "content": blocks})
+    return messages
+
+
+def conversation_messages(
+    kind: str,
+    *,
+    target_text: str | None = None,
+    prompt: str | None = None,
+    feedback: str | None = None,
+    turns: Sequence[dict] | None = None,
+    audios: Sequence[Any] | None = None,
+    tokenizer: Any = None,
+) -> list[dict]:
+    """The conversation of one sample of any kind (`KINDS`), with the answer(s) when given.
+
+    read_aloud: `build_messages(target_text, feedback, audios[0])`; free_speech:
+    `build_free_speech_messages(prompt, feedback, audios[0])`; dialogue:
+    `build_dialogue_messages(turns, audios)` (its tutor turns are the answers; `feedback` is unused).
+    `audios` None gives audio placeholders (text rendering, token counts); `tokenizer` joins the
+    control-token check (`check_user_text`).
+
+    Raises `DatasetError` as the builders do, and for an unknown kind.
+    """
+    kind = check_kind(kind)
+    first = audios[0] if audios else None
+    if kind == "read_aloud":
+        return build_messages(target_text or "", feedback, first, tokenizer=tokenizer)
+    if kind == "free_speech":
+        return build_free_speech_messages(prompt or "", feedback, first, tokenizer=tokenizer)
+    return build_dialogue_messages(list(turns or []), audios, tokenizer=tokenizer)
+
+
+def prompt_messages(kind: str, **fields: Any) -> list[dict]:
+    """The conversation up to the first answer (what the model reads before it first answers), to be
+    rendered with `add_generation_prompt=True`. Arguments as `conversation_messages`."""
+    kind = check_kind(kind)
+    if kind != "dialogue":
+        return conversation_messages(kind, **{**fields, "feedback": None})
+    turns = list(fields.get("turns") or [])
+    first_tutor = next((i for i, t in enumerate(turns) if str(t.get("role", "")).lower() == TUTOR), len(turns))
+    return build_dialogue_messages(turns[:first_tutor], fields.get("audios"), tokenizer=fields.get("tokenizer"))
+
+
+def count_clips(messages: Sequence[dict]) -> int:
+    """Audio blocks in a conversation (each becomes its own ~192-position span)."""
+    return sum(
+        1 for m in messages if isinstance(m.get("content"), list) for b in m["content"] if b.get("type") == "audio"
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Token lengths as Gemma 3n sees them
 # --------------------------------------------------------------------------------------------------
@@ -313,12 +522,12 @@ class TokenCounter:
         return counts
 
     def supervised_tokens(self, ids: Sequence[int]) -> int:
-        """Tokens the training labels supervise in one tokenized conversation: the answer and its
-        `<end_of_turn>`, exactly the span of `answer_spans` (and `pipeline.training.collate.build_labels`)
-        (0 when there is no complete answer). The training loss computes logits at as many
-        positions (`pipeline.training.train.answer_loss`), so the memory estimate needs this count."""
-        span = answer_spans(ids, self.tokenizer)
-        return 0 if span is None else span[1] - span[0]
+        """Tokens the training labels supervise in one tokenized conversation: every answer and its
+        `<end_of_turn>`, exactly the spans of `all_answer_spans` (and `pipeline.training.collate.build_labels`)
+        (0 when there is no complete answer; one span for a read-aloud or free-speech row, one per
+        tutor turn for a dialogue). The training loss computes logits at as many positions
+        (`pipeline.training.train.answer_loss`), so the memory estimate needs this count."""
+        return sum(end - start for start, end in all_answer_spans(ids, self.tokenizer))
 
     def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
         """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
@@ -354,12 +563,38 @@ def load_processor(model: str) -> Any:
 
 
 
+def _model_header_end(ids: list[int], s: int, tokenizer: Any) -> int | None:
+    """Index just past `model\\n` when the turn starting at `ids[s]` is a model turn, else None.
+
+    When the last header token straddles "\\n" and the answer, that token is supervised (index j-1).
+    """
+    for j in range(s + 1, min(len(ids), s + 8) + 1):
+        text = tokenizer.decode(ids[s:j])
+        if text == MODEL_TURN_HEADER:
+            return j
+        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
+            return j - 1
+        if not MODEL_TURN_HEADER.startswith(text):
+            return None
+    return None
+
+
+def _unknown_turn(ids: list[int], s: int, tokenizer: Any) -> DatasetError:
+    head = tokenizer.decode(ids[s : s + 4])
+    return DatasetError(
+        f"A turn starts with {head!r}, not {MODEL_TURN_HEADER!r} or 'user': the processor's chat template is not "
+        "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
+    )
+
+
 def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | None:
-    """Half-open span `[start, end)` of the answer tokens in one tokenized conversation.
+    """Half-open span `[start, end)` of the LAST answer's tokens in one tokenized conversation.
 
     The answer starts after the last `<start_of_turn>` + `model\\n` and ends after the first
     `<end_of_turn>` that follows (included, so the model learns to stop). Returns None when there
-    is no model turn or its `<end_of_turn>` is missing (answer cut off).
+    is no model turn or its `<end_of_turn>` is missing (answer cut off). A read-aloud or
+    free-speech row has exactly this one answer; `all_answer_spans` gives every tutor turn of a
+    dialogue (what training supervises).
 
     Raises:
         DatasetError: the tokens after the last `<start_of_turn>` do not spell `model\\n` on a
@@ -372,17 +607,7 @@ def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | 
     if not positions:
         return None
     s = positions[-1] + 1
-    header_end = None
-    for j in range(s + 1, min(len(ids), s + 8) + 1):
-        text = tokenizer.decode(ids[s:j])
-        if text == MODEL_TURN_HEADER:
-            header_end = j
-            break
-        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
-            header_end = j - 1
-            break
-        if not MODEL_TURN_HEADER.startswith(text):
-            break
+    header_end = _model_header_end(ids, s, tokenizer)
     if header_end is None:
         head = tokenizer.decode(ids[s : s + 4])
         if head.startswith("user"):
@@ -395,3 +620,33 @@ def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | 
         if ids[k] == end_turn:
             return header_end, k + 1
     return None
+
+
+def all_answer_spans(input_ids: Sequence[int], tokenizer: Any) -> list[tuple[int, int]]:
+    """Half-open spans `[start, end)` of EVERY answer in one tokenized conversation, in order.
+
+    Each model turn's answer starts after its `<start_of_turn>` + `model\\n` and ends after the
+    `<end_of_turn>` that follows (included). User turns (audio, prompts, learner text, the system
+    text folded into the first one) are never in a span. A model turn whose `<end_of_turn>` is
+    missing (cut off) gives no span. For a conversation with one answer this is
+    `[answer_spans(...)]`; for a tutoring dialogue, one span per tutor turn.
+
+    Raises:
+        DatasetError: a turn starts with neither `model\\n` nor `user` (a chat template this code
+            does not know).
+    """
+    ids = list(input_ids)
+    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
+    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    spans: list[tuple[int, int]] = []
+    for position in [i for i, t in enumerate(ids) if t == start_turn]:
+        s = position + 1
+        header_end = _model_header_end(ids, s, tokenizer)
+        if header_end is None:
+            if tokenizer.decode(ids[s : s + 4]).startswith("user"):
+                continue
+            raise _unknown_turn(ids, s, tokenizer)
+        end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
+        if end is not None:
+            spans.append((header_end, end))
+    return spans

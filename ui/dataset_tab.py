@@ -69,6 +69,10 @@ class DatasetHandlers:
                 f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
                 f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')})"
             )
+        for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
+            t = k.get("tokens") or {}
+            lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}, "
+                         f"excluded {k['excluded']})" + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
         lines += [f"- {app_wording(note)}" for note in report.get("notes", [])]
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
         figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),

@@ -134,7 +134,7 @@ def samples_frame(samples: Iterable[Any]):
                 "id": _get(sample, "id"),
                 "speaker": _get(sample, "speaker") or "",
                 "seconds": round(float(_get(sample, "duration_s") or 0.0), 2),
-                "target sentence": _get(sample, "target_text") or "",
+                "target sentence": _sample_title(sample),
                 "feedback": feedback if len(feedback) <= 80 else feedback[:79] + "…",
                 "warnings": "; ".join(warnings),
             }
@@ -143,11 +143,22 @@ def samples_frame(samples: Iterable[Any]):
     return pd.DataFrame(rows, columns=columns)
 
 
+def _sample_title(sample: Any) -> str:
+    """The sentence of a read-aloud sample; "[free speech] prompt" or "[dialogue] N turns..." for the other kinds."""
+    kind = _get(sample, "kind") or "read_aloud"
+    if kind == "read_aloud":
+        return _get(sample, "target_text") or ""
+    title = getattr(sample, "title", None) or _get(sample, "prompt") or ""
+    return f"[{kind.replace('_', ' ')}] {title}"
+
+
 def import_report_frame(report: Any):
     """Per-file table of an `ImportReport`: imported ids then skipped files with the reason."""
     import pandas as pd
 
-    rows = [{"file / sample": sid, "result": "imported", "reason": ""} for sid in _get(report, "imported") or []]
+    kinds = {r["id"]: r["kind"] for r in _get(report, "rows") or [] if r["kind"] != "read_aloud"}
+    rows = [{"file / sample": sid, "result": f"imported ({kinds[sid].replace('_', ' ')})" if sid in kinds else "imported",
+             "reason": ""} for sid in _get(report, "imported") or []]
     for item in _get(report, "skipped") or []:
         rows.append({"file / sample": _get(item, "file"), "result": "skipped", "reason": _get(item, "reason")})
     return pd.DataFrame(rows, columns=["file / sample", "result", "reason"])

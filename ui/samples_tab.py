@@ -1,5 +1,8 @@
 """Tab 1, Samples: record or upload a clip, check it, save it; import a folder or the sample pack; edit, delete.
 
+The three kinds (read aloud, free speech, dialogue) and the save that clears the form live in
+`ui/sample_kinds.py`; the recording session in `ui/session.py`.
+
 Failures show as "✗ message" in the tab's status panel (`ui_errors(message_at=...)`) rather than as a
 raised `gr.Error`, which would mark the sample library and the audio input as errored until reload.
 """
@@ -8,22 +11,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
 
-from pipeline.errors import AudioError, ClipTooLongError, ImportFormatError, SampleError
+from pipeline.errors import AudioError, ImportFormatError, SampleError
 from ui import formatting as fmt
 from ui.common import REPO_ROOT, progress_callback, ui_errors
+from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
+from ui.session import SessionHandlers, session_section
 from ui.state import AppState
 from ui.wording import app_wording
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
-IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
 CANCELLED = "__cancelled__"
 TRIM_LABEL = "Trim clips longer than 30 s (keep their first 30 s)"
 # Where a clip is refused as too long, this tab's own way to keep it.
-_TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep its first 30 s."}
+_TRIM_HINTS = TRIM_HINTS
 # Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
 _CONFIRM_DELETE_JS = (
     "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
@@ -36,6 +42,8 @@ class SamplesHandlers:
 
     def __init__(self, state: AppState):
         self.state = state
+        self.kinds = SampleKindHandlers(state, check_clip=self.check_clip)
+        self.session = SessionHandlers(state)
 
     @property
     def ws(self):
@@ -181,8 +189,9 @@ def _sample_pack_attribution() -> str:
     )
 
 
-def samples_tab(handlers: SamplesHandlers) -> None:
-    """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab)."""
+def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
+    """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab); returns
+    the recording session's widgets (its page-load restore is wired in `build_ui`)."""
     with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
         with gr.Row(equal_height=True):
             pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
@@ -192,27 +201,31 @@ def samples_tab(handlers: SamplesHandlers) -> None:
         with gr.Row():
             with gr.Column(scale=1):
                 gr.Markdown("### Add a recording")
+                kind_in = kind_selector()
                 audio_in = gr.Audio(sources=["microphone", "upload"], type="filepath",
                                     label="Record or upload a clip (0.3–30 s)", elem_id="sample-audio")
                 target_in = gr.Textbox(label="Target sentence (what the learner was asked to read)",
                                        elem_id="sample-target")
+                free = free_speech_fields()
                 feedback_in = gr.Textbox(label="Tutor feedback (what a good tutor would say)", lines=4,
                                          elem_id="sample-feedback")
                 speaker_in = gr.Textbox(label="Speaker (optional; keeps each learner in one split)",
                                         elem_id="sample-speaker")
                 save_trim = gr.Checkbox(False, label=TRIM_LABEL, elem_id="save-trim")
-                with gr.Row():
+                with gr.Row() as single_buttons:
                     check_button = gr.Button("Check clip", elem_id="check-clip")
                     save_button = gr.Button("Save sample", variant="primary", elem_id="save-sample")
+                dialogue = dialogue_editor(handlers.kinds)
             with gr.Column(scale=1):
                 checks_out = gr.Markdown("Record or upload a clip, then **Check clip**.", elem_id="checks")
+        session = session_section(handlers.session)
         with gr.Accordion("Import a folder", open=False, elem_id="import-accordion"):
             with gr.Row():
                 folder_in = gr.Textbox(label="Folder on this computer", scale=3, elem_id="import-folder",
                                        placeholder="/home/me/recordings")
                 format_in = gr.Dropdown(list(IMPORT_FORMATS), value="auto", label="Layout", scale=1,
-                                        info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice or "
-                                             "audio + .txt")
+                                        info="auto detects Kaldi, audiofolder, LJSpeech, Common Voice, "
+                                             "audio + .txt, or a chat-format .jsonl file")
                 import_button = gr.Button("Import", scale=0, elem_id="import-button")
             import_trim = gr.Checkbox(False, label=TRIM_LABEL, elem_id="import-trim")
         import_summary = gr.Markdown(elem_id="import-summary")
@@ -236,12 +249,17 @@ def samples_tab(handlers: SamplesHandlers) -> None:
                     delete_button = gr.Button("Delete sample", variant="stop", elem_id="delete-sample")
                 edit_status = gr.Markdown(elem_id="edit-status")
 
-    check_button.click(handlers.check_clip, inputs=[audio_in, target_in, feedback_in, save_trim], outputs=checks_out)
+    check_button.click(handlers.kinds.check_clip,
+                       inputs=[kind_in, audio_in, target_in, free.prompt, feedback_in, save_trim], outputs=checks_out)
     audio_in.stop_recording(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
     audio_in.upload(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
     save_trim.change(handlers.check_recording, inputs=[audio_in, save_trim], outputs=checks_out)
-    save_button.click(handlers.save_sample, inputs=[audio_in, target_in, feedback_in, speaker_in, save_trim],
-                      outputs=[checks_out, samples_df, audio_in])
+    save_button.click(handlers.kinds.save_clip,
+                      inputs=[kind_in, audio_in, target_in, free.prompt, free.transcript, feedback_in, speaker_in, save_trim],
+                      outputs=[checks_out, samples_df, audio_in, target_in, free.prompt, free.transcript, feedback_in])
+    kind_in.change(handlers.kinds.kind_visibility, inputs=kind_in,
+                   outputs=[audio_in, target_in, free.prompt, free.transcript, feedback_in, single_buttons, dialogue.group])
+    dialogue.wire(speaker_in, save_trim, checks_out, samples_df)
     pack_button.click(handlers.load_sample_pack, outputs=[import_summary, import_table, samples_df])
     import_button.click(handlers.import_folder, inputs=[folder_in, format_in, import_trim],
                         outputs=[import_summary, import_table, samples_df])
@@ -252,3 +270,5 @@ def samples_tab(handlers: SamplesHandlers) -> None:
     editor = [edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks]
     delete_button.click(handlers.delete_sample, inputs=edit_id, js=_CONFIRM_DELETE_JS,
                         outputs=[edit_status, samples_df, *editor])
+    session.wire(samples_df)
+    return session

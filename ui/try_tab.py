@@ -1,7 +1,8 @@
 """Tab 5, Try: speak a sentence and compare the tuned tutor's feedback with the base model's.
 
 One model load serves both answers: the run's base model with its adapter, and the base answer with
-the adapter disabled (`pipeline.tutor.infer.compare_feedback`).
+the adapter disabled (`pipeline.tutor.infer.compare_feedback`). Free speech and the voice conversation
+with the tutor are in `ui/try_kinds.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gradio as gr
 from pipeline.errors import ConfigError
 from ui.common import ui_errors
 from ui.state import AppState
+from ui.try_kinds import TRY_KINDS, DialogueTryHandlers, dialogue_section, try_kind_selector
 
 
 class TryHandlers:
@@ -21,10 +23,11 @@ class TryHandlers:
 
     def __init__(self, state: AppState):
         self.state = state
+        self.dialogue = DialogueTryHandlers(state)
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
-                     max_new_tokens: float = 256) -> tuple[str, str, str]:
+                     max_new_tokens: float = 256, kind_label: str = "Read aloud") -> tuple[str, str, str]:
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
         answer with the adapter disabled); returns (tuned text, note on the model, base text).
 
@@ -36,7 +39,7 @@ class TryHandlers:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
                               "(the Train tab makes one; a stopped run has an adapter too).")
         result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
-                                  max_new_tokens=int(max_new_tokens or 256))
+                                  max_new_tokens=int(max_new_tokens or 256), kind=TRY_KINDS.get(kind_label, "read_aloud"))
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
 
 
@@ -44,6 +47,7 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
     poll and refresh, wired in `build_ui`)."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
+        try_kind = try_kind_selector()
         with gr.Row():
             with gr.Column():
                 try_audio = gr.Audio(sources=["microphone", "upload"], type="filepath",
@@ -57,11 +61,15 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
                                            info="The feedback template needs ~40-120 tokens.",
                                            elem_id="try-max-tokens")
                 try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
+        dialogue = dialogue_section(handlers.dialogue)
         try_note = gr.Markdown(elem_id="try-note")
-        with gr.Row():
+        with gr.Row() as single_outputs:
             tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
             base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
 
-    try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens],
+    try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
                      outputs=[tuned_out, try_note, base_out])
+    try_kind.change(handlers.dialogue.kind_visibility, inputs=try_kind,
+                    outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
+    dialogue.wire(try_run, try_max_tokens)
     return SimpleNamespace(run=try_run, refresh=try_refresh)

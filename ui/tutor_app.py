@@ -21,8 +21,11 @@ from ui.try_tab import TryHandlers
 
 
 def _handler(part: str, name: str) -> property:
-    """A read-only attribute that is `self.<part>.<name>` (a tab's bound handler, or a state attribute)."""
-    return property(lambda self: getattr(getattr(self, part), name), doc=f"`{part}.{name}`")
+    """A read-only attribute that is `self.<part>.<name>` (a tab's bound handler, or a state attribute);
+    `part` may be dotted (`samples.kinds`)."""
+    import functools
+
+    return property(lambda self: getattr(functools.reduce(getattr, part.split("."), self), name), doc=f"`{part}.{name}`")
 
 
 class TutorApp:
@@ -66,6 +69,15 @@ class TutorApp:
     delete_sample = _handler("samples", "delete_sample")
     import_folder = _handler("samples", "import_folder")
     load_sample_pack = _handler("samples", "load_sample_pack")
+    save_clip = _handler("samples.kinds", "save_clip")
+    add_learner_turn = _handler("samples.kinds", "add_learner_turn")
+    add_tutor_turn = _handler("samples.kinds", "add_tutor_turn")
+    save_dialogue = _handler("samples.kinds", "save_dialogue")
+    start_session = _handler("samples.session", "start_session")
+    session_save_and_next = _handler("samples.session", "save_and_next")
+    session_skip = _handler("samples.session", "skip")
+    session_back = _handler("samples.session", "back")
+    session_restore = _handler("samples.session", "restore")
 
     # 2 Dataset
     build_dataset = _handler("dataset", "build_dataset")
@@ -90,6 +102,8 @@ class TutorApp:
 
     # 5 Try
     try_feedback = _handler("tryout", "try_feedback")
+    try_dialogue_send = _handler("tryout.dialogue", "send")
+    try_dialogue_start_over = _handler("tryout.dialogue", "start_over")
 
     # 6 Judge
     judge_candidates = _handler("judge", "candidates")

@@ -1,7 +1,9 @@
 """Sample library -> chat-formatted Hugging Face `DatasetDict` (train / eval) for Gemma 3n.
 
-One function, `build_messages`, defines the conversation the tutor sees; training, the memory
-estimate and inference all call it, so the prompt cannot drift between them. `build_dataset` splits
+`pipeline.conversation` defines the conversation the tutor sees (for each sample kind: read-aloud,
+free speech, tutoring dialogue); training, the memory estimate and inference all read it, so the
+prompt cannot drift between them. `pipeline.data.rows` turns a sample into a row (a dialogue row
+holds all its clips). `build_dataset` splits
 the library (speaker-disjoint when speakers are known), measures every row's length in tokens as
 Gemma 3n sees it (text tokens + the fixed audio span), lists rows that cannot be trained on with
 the reason, saves the result atomically to `WS/dataset` and exports JSONL / Parquet to `WS/exports`.
@@ -29,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
-from pipeline.conversation import MAX_AUDIO_S, TokenCounter, build_messages, is_blank, load_processor, normalize_text
+from pipeline.conversation import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
+from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
 
 DEFAULT_MODEL = "google/gemma-3n-E2B-it"
@@ -38,8 +41,6 @@ BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
 STALE_STAGING_S = 3600.0
 """A `WS/.dataset-tmp-*` staging folder older than this (seconds) is a crashed build's leftover."""
-# The columns of every split, in this order (also the Parquet / JSONL export columns).
-COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens", "duration_s")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,8 +58,9 @@ class LengthStats:
     the rows whose worst case sets training memory (read by
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
     count (answer + `<end_of_turn>`, as `pipeline.training.collate.build_labels` labels it) of the row of
-    `row_tokens[i]`; `max_answer_tokens` its maximum. Reports written before these two fields
-    existed load with them empty / 0.
+    `row_tokens[i]`; `max_answer_tokens` its maximum. `row_clips[i]` is the number of clips of that
+    row (the audio encoder runs on each; a dialogue has several), `max_clips` its maximum. Reports
+    written before these fields existed load with them empty / 0.
     """
 
     count: int = 0
@@ -72,6 +74,8 @@ class LengthStats:
     max_clip_s: float = 0.0
     answer_tokens: list[int] = field(default_factory=list)
     max_answer_tokens: int = 0
+    row_clips: list[int] = field(default_factory=list)
+    max_clips: int = 0
 
     @classmethod
     def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
@@ -223,6 +227,8 @@ class BuildReport:
     name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
+    `kinds`: kind -> `{"rows", "train", "eval", "excluded", "tokens": {min, median, max}}` for each
+    kind in the library (`pipeline.conversation.KINDS`).
     `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
     name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
     (`pipeline.training.resume`). Reports written before these fields existed load with them empty.
@@ -242,6 +248,7 @@ class BuildReport:
     lengths: list[int] = field(default_factory=list)
     exports: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    kinds: dict[str, dict] = field(default_factory=dict)
     fingerprint: str = ""
     row_ids: dict[str, list[str]] = field(default_factory=dict)
     built_at: float = 0.0
@@ -260,6 +267,10 @@ class BuildReport:
         for name, speakers in self.speakers.items():
             if speakers:
                 lines.append(f"  {name} speakers: {', '.join(speakers)}")
+        for kind, k in self.kinds.items():
+            t = k.get("tokens") or {}
+            lines.append(f"  {kind}: {k['rows']} rows (train {k['train']}, eval {k['eval']}, excluded {k['excluded']})"
+                         + (f", tokens min {t['min']}, median {t['median']:g}, max {t['max']}" if t else ""))
         if s.get("count"):
             lines.append(
                 f"  length in tokens: min {s['min']}, median {s['median']:g}, p90 {s['p90']}, max {s['max']} "
@@ -277,7 +288,8 @@ class BuildReport:
 
 def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
     """SHA-256 (hex) of a dataset's content: per split (by name), per row (by id): id, target text,
-    feedback, scores, token count and the SHA-256 of the WAV bytes. The same rows give the same
+    feedback, scores, token count and the SHA-256 of the WAV bytes (and, for free-speech and dialogue
+    rows, the kind, prompt, turns and every further clip). The same rows give the same
     fingerprint whatever their order or when they were built; any removed, added or edited row,
     another split or another tokenizer's token counts change it."""
     digest = hashlib.sha256()
@@ -288,6 +300,11 @@ def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
                               ensure_ascii=False)
             digest.update(text.encode("utf-8"))
             digest.update(hashlib.sha256(bytes(row["audio_wav"])).digest())
+            if (row.get("kind") or "read_aloud") != "read_aloud":  # read-aloud rows hash as before kinds existed
+                digest.update(json.dumps([row["kind"], row.get("prompt") or "", row.get("turns") or ""],
+                                         ensure_ascii=False).encode("utf-8"))
+                for extra in row.get("extra_audio_wavs") or []:
+                    digest.update(hashlib.sha256(bytes(extra)).digest())
     return digest.hexdigest()
 
 
@@ -307,45 +324,33 @@ def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
             "built_at": report.get("built_at") or None}
 
 
-def _features():
-    from datasets import Features, Value
-
-    return Features(
-        {
-            "id": Value("string"),
-            "speaker": Value("string"),
-            "target_text": Value("string"),
-            "feedback": Value("string"),
-            "scores": Value("string"),
-            "audio_wav": Value("binary"),
-            "num_tokens": Value("int32"),
-            "duration_s": Value("float32"),
-        }
-    )
-
-
-def _read_wav(path: Path) -> tuple[bytes, float]:
-    """The sample's stored WAV as 16 kHz mono PCM16 bytes (re-encoded through our ingest if not),
-    and its duration in seconds."""
-    import soundfile
-
-    info = soundfile.info(str(path))
-    if info.samplerate == 16000 and info.channels == 1 and info.subtype == "PCM_16" and info.format == "WAV":
-        return path.read_bytes(), info.frames / 16000
-    from pipeline.data.audio import load_audio, wav_bytes
-
-    clip = load_audio(path)
-    return wav_bytes(clip.samples), clip.samples.size / 16000
-
-
 def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
     stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
-    pairs = sorted((r["num_tokens"], r["answer_tokens"]) for r in train_rows)
-    stats.row_tokens = [n for n, _ in pairs]
-    stats.answer_tokens = [a for _, a in pairs]
+    triples = sorted((r["num_tokens"], r["answer_tokens"], r["clips"]) for r in train_rows)
+    stats.row_tokens = [n for n, _, _ in triples]
+    stats.answer_tokens = [a for _, a, _ in triples]
+    stats.row_clips = [c for _, _, c in triples]
     stats.max_answer_tokens = max(stats.answer_tokens, default=0)
-    stats.max_clip_s = max((r["duration_s"] for r in train_rows), default=0.0)
+    stats.max_clips = max(stats.row_clips, default=0)
+    stats.max_clip_s = max((r["longest_clip_s"] for r in train_rows), default=0.0)
     return stats
+
+
+def _kind_stats(samples: list, rows: list[dict], split_rows: dict[str, list[dict]], excluded: list[dict]) -> dict:
+    """Rows, split sizes, exclusions and token lengths per sample kind (kinds present in the library)."""
+    kind_of = {s.id: s.kind or "read_aloud" for s in samples}
+    out: dict[str, dict] = {}
+    for kind in KINDS:
+        if kind not in kind_of.values():
+            continue
+        lengths = sorted(r["num_tokens"] for r in rows if r["kind"] == kind)
+        out[kind] = {
+            "rows": len(lengths),
+            **{name: sum(1 for r in rs if r["kind"] == kind) for name, rs in split_rows.items()},
+            "excluded": sum(1 for e in excluded if kind_of.get(e["id"]) == kind),
+            "tokens": {"min": lengths[0], "median": float(statistics.median(lengths)), "max": lengths[-1]} if lengths else {},
+        }
+    return out
 
 
 def build_dataset(
@@ -409,44 +414,20 @@ def build_dataset(
     full_texts: list[str] = []
     prompt_texts: list[str] = []
     for index, sample in enumerate(samples):
-        target = normalize_text(sample.target_text)
-        answer = normalize_text(sample.feedback)
-        reason = None
-        if is_blank(target):
-            reason = "target text is empty; enter the sentence the learner read"
-        elif is_blank(answer):
-            reason = "feedback is empty; write the tutor's answer for this clip (Samples tab) or import expert scores"
-        if reason is None:
-            try:  # the same rule as training and inference: no control token in a person's text
-                full = counter.render(build_messages(target, answer, tokenizer=counter.tokenizer))
-            except DatasetError as error:
-                reason = str(error)
-        if reason is None:
-            path = library.audio_path(sample)
-            try:
-                wav, duration_s = _read_wav(path)
-            except PipelineError as error:
-                reason = f"audio cannot be used: {error}"
-            except (OSError, RuntimeError) as error:
-                reason = f"audio file {path} cannot be read ({error}); re-add the clip"
-        if reason is None and duration_s > MAX_AUDIO_S + 1e-3:
-            reason = f"clip is {duration_s:.1f} s; Gemma 3n hears at most {MAX_AUDIO_S:.0f} s: trim or split it"
+        row, reason = sample_row(sample, library, MAX_AUDIO_S)
         if reason is not None:
             excluded.append({"id": sample.id, "reason": reason})
             continue
-        candidates.append(
-            {
-                "id": sample.id,
-                "speaker": (sample.speaker or "").strip(),
-                "target_text": target,
-                "feedback": answer,
-                "scores": json.dumps(sample.scores, ensure_ascii=False, sort_keys=True) if sample.scores else "",
-                "audio_wav": wav,
-                "duration_s": round(duration_s, 3),
-            }
-        )
-        full_texts.append(full)
-        prompt_texts.append(counter.render(build_messages(target, tokenizer=counter.tokenizer), add_generation_prompt=True))
+        try:  # the same rule as training and inference: no control token in a person's text
+            tokenizer = counter.tokenizer
+            full_texts.append(counter.render(row_messages(row, tokenizer=tokenizer)))
+            prompt_texts.append(counter.render(row_messages(row, answers=False, tokenizer=tokenizer),
+                                               add_generation_prompt=True))
+        except PipelineError as error:
+            full_texts = full_texts[: len(candidates)]
+            excluded.append({"id": sample.id, "reason": str(error)})
+            continue
+        candidates.append(row)
         if index % 50 == 0:
             report_progress(index, len(samples), "reading clips")
 
@@ -510,6 +491,7 @@ def build_dataset(
         eval_fraction=float(eval_fraction),
         seed=seed,
         lengths=sorted(r["num_tokens"] for r in rows),
+        kinds=_kind_stats(samples, rows, split_rows, excluded),
         fingerprint=fingerprint_rows(split_rows),
         row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
         built_at=round(time.time(), 3),
@@ -607,7 +589,9 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     Rows: `id`, `speaker`, `target_text`, `feedback` (str), `scores` (JSON str, "" when none),
     `audio_wav` (16 kHz mono PCM16 WAV bytes; decode with `pipeline.data.audio.load_audio(bytes)` or
     `decode_wav`), `num_tokens` (int, text tokens + audio positions), `duration_s` (float, seconds
-    of audio). A split may have no rows (`--eval-fraction 0`: no eval split rows, training uses all
+    of audio, all clips), `kind`, `prompt` (free speech), `turns` (dialogue, JSON), `extra_audio_wavs`
+    (a dialogue's clips after the first), `clips` (int); `pipeline.data.rows` reads them (datasets
+    built before kinds existed lack the last five and read as read-aloud). A split may have no rows (`--eval-fraction 0`: no eval split rows, training uses all
     rows); it keeps the columns. Raises `DatasetError` (never another error) when the folder is
     missing or unreadable.
     """

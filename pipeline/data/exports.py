@@ -1,5 +1,6 @@
 """The built dataset's exports: `WS/exports/{train,eval}.jsonl` and `.parquet`, for use outside this
-app (each row's texts, scores, token count, audio path and chat messages; Parquet with the WAV bytes).
+app (each row's kind, texts, scores, token count, audio paths and chat messages, which
+`python -m pipeline import` reads back; Parquet with the WAV bytes).
 
 Written by `pipeline.data.dataset.build_dataset` after the dataset itself is saved.
 """
@@ -10,7 +11,7 @@ import io
 import json
 from typing import Any
 
-from pipeline.conversation import build_messages
+from pipeline.data.rows import export_record
 from pipeline.workspace import Workspace
 
 
@@ -35,28 +36,8 @@ def export_splits(ws: Workspace, split_rows: dict[str, list[dict]], library: Any
     for name, rows in split_rows.items():
         lines = []
         for r in rows:
-            audio_path = str(library.audio_path(samples[r["id"]])) if r["id"] in samples else ""
-            messages = build_messages(r["target_text"], r["feedback"])
-            for m in messages:
-                for block in m["content"]:
-                    if block["type"] == "audio":
-                        block["path"] = audio_path
-            lines.append(
-                json.dumps(
-                    {
-                        "id": r["id"],
-                        "speaker": r["speaker"],
-                        "target_text": r["target_text"],
-                        "feedback": r["feedback"],
-                        "scores": json.loads(r["scores"]) if r["scores"] else None,
-                        "num_tokens": r["num_tokens"],
-                        "duration_s": r["duration_s"],
-                        "audio_path": audio_path,
-                        "messages": messages,
-                    },
-                    ensure_ascii=False,
-                )
-            )
+            paths = [str(p) for p in library.clip_paths(samples[r["id"]])] if r["id"] in samples else []
+            lines.append(json.dumps(export_record(r, paths), ensure_ascii=False))
         jsonl = ws.exports_dir / f"{name}.jsonl"
         atomic_write_text(jsonl, "".join(line + "\n" for line in lines))
         table = pa.table(
@@ -69,6 +50,11 @@ def export_splits(ws: Workspace, split_rows: dict[str, list[dict]], library: Any
                 "audio_wav": pa.array([r["audio_wav"] for r in rows], pa.binary()),
                 "num_tokens": pa.array([r["num_tokens"] for r in rows], pa.int32()),
                 "duration_s": pa.array([r["duration_s"] for r in rows], pa.float32()),
+                "kind": pa.array([r["kind"] for r in rows], pa.string()),
+                "prompt": pa.array([r["prompt"] for r in rows], pa.string()),
+                "turns": pa.array([r["turns"] for r in rows], pa.string()),
+                "extra_audio_wavs": pa.array([r["extra_audio_wavs"] for r in rows], pa.list_(pa.binary())),
+                "clips": pa.array([r["clips"] for r in rows], pa.int32()),
             }
         )
         buffer = io.BytesIO()

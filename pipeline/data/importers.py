@@ -10,10 +10,14 @@ Formats (`detect_format` picks one; `--format` forces it):
 - `audiofolder`: Hugging Face audiofolder, `metadata.csv` / `metadata.jsonl` / `metadata.parquet`
   (in the source or its split subfolders) with a file-name column (`file_name`, relative to the
   metadata file; Windows `\\` separators, `./`, another machine's absolute paths and case differences
-  resolve, see `pipeline.data.paths`) and a target-text column (`target_text`, `sentence`, `text`, `prompt`,
-  `transcription` ...; see `COLUMN_ALIASES`); optional `feedback`, `speaker`, `transcript`, `scores`
-  (JSON) columns. Spreadsheet CSVs work: UTF-8 BOM, `,` `;` tab or `|` delimiters (sniffed from the
-  header), spaces and case in headers.
+  resolve, see `pipeline.data.paths`) and a target-text column (`target_text`, `sentence`, `text`,
+  `transcription` ...; see `COLUMN_ALIASES`) for read-aloud rows, or a `prompt` column (the question
+  answered) for free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and
+  `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8
+  BOM, `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
+- `chat`: a JSON Lines file (the source itself, or `metadata.jsonl` rows with `messages`) in the chat
+  format of transformers' processors: read by `pipeline.data.chat_import` (read-aloud, free speech
+  and tutoring dialogues; the kind is inferred when a row names none).
 - `ljspeech`: `metadata.csv`, `|`-separated, no header (`id|transcription|normalized`), `wavs/<id>.wav`.
 - `commonvoice`: Common Voice TSVs (`path`, `sentence`, `client_id` read by name) and `clips/`;
   train/dev/test TSVs when present, else `validated.tsv`, else every TSV with those columns.
@@ -21,6 +25,7 @@ Formats (`detect_format` picks one; `--format` forces it):
   optionally `<name>.feedback.txt` holding the feedback. A first-level subfolder names the speaker
   (`kate/01.wav` -> speaker `kate`).
 
+The report says which kind (`read_aloud`, `free_speech`, `dialogue`) each imported sample became.
 Formats without feedback import with feedback "" (such samples are listed as excluded when the
 dataset is built until their feedback is written). Every file is reported as imported or skipped
 with a reason; one bad file never stops the rest. All samples are added with one manifest write at
@@ -39,15 +44,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.data.audio import AUDIO_SUFFIXES
+from pipeline.data.chat_import import is_chat_metadata, read_chat_source
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
-FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder")
+FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
 
 COLUMN_ALIASES = {
     "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
-    "target_text": ("target_text", "target", "sentence", "text", "prompt", "reference", "transcription"),
+    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription"),
+    "prompt": ("prompt", "question", "topic"),
+    "kind": ("kind", "sample_kind"),
     "feedback": ("feedback", "tutor_feedback", "answer", "response"),
     "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
     "transcript": ("transcript", "transcription", "heard"),
@@ -65,12 +73,14 @@ LEVELS_ABOVE_SOURCE = 2
 
 @dataclass
 class ImportReport:
-    """Result of `import_folder`: ids added, `{file, reason}` for each file skipped."""
+    """Result of `import_folder`: ids added, the kind each became, `{file, reason}` for each file skipped."""
 
     source: str
     format: str
     imported: list[str] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    rows: list[dict[str, str]] = field(default_factory=list)
+    """One `{"id", "kind", "source"}` per imported sample, in order."""
 
     @property
     def total(self) -> int:
@@ -78,15 +88,25 @@ class ImportReport:
         return len(self.imported) + len(self.skipped)
 
     def to_dict(self) -> dict[str, Any]:
-        """The `--json` object: `imported` (count), `ids`, `skipped` [{file, reason}], `source`, `format`."""
+        """The `--json` object: `imported` (count), `ids`, `rows` [{id, kind, source}], `kinds` (count
+        per kind), `skipped` [{file, reason}], `source`, `format`."""
         return {
             "source": self.source,
             "format": self.format,
             "imported": len(self.imported),
             "ids": list(self.imported),
+            "rows": list(self.rows),
+            "kinds": self.kind_counts(),
             "skipped": list(self.skipped),
             "total": self.total,
         }
+
+    def kind_counts(self) -> dict[str, int]:
+        """Imported samples per kind (only kinds that occur)."""
+        counts: dict[str, int] = {}
+        for row in self.rows:
+            counts[row["kind"]] = counts.get(row["kind"], 0) + 1
+        return counts
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -206,7 +226,8 @@ def _cv_tsvs(source: Path) -> list[Path]:
 def detect_format(source: str | Path) -> str:
     """Which of `FORMATS` the folder `source` is in.
 
-    Order: `wav.scp` (here or in a subfolder) -> kaldi; a TSV with `path`+`sentence` -> commonvoice;
+    Order: a `.jsonl` file, or a `metadata.jsonl` whose rows have `messages` -> chat; `wav.scp` (here
+    or in a subfolder) -> kaldi; a TSV with `path`+`sentence` -> commonvoice;
     headerless `|` metadata.csv with `wavs/` -> ljspeech; `metadata.csv/.jsonl/.parquet` ->
     audiofolder; any audio files -> folder.
 
@@ -214,6 +235,8 @@ def detect_format(source: str | Path) -> str:
         ImportFormatError: `source` is missing, not a folder, or holds none of these (lists what it holds).
     """
     root = _check_source(source)
+    if root.is_file() or is_chat_metadata(root):
+        return "chat"
     if _kaldi_dirs(root):
         return "kaldi"
     if _cv_tsvs(root):
@@ -235,11 +258,14 @@ def _check_source(source: str | Path) -> Path:
     if not root.exists():
         raise ImportFormatError(f"Source folder `{root}` does not exist; check the path.")
     if not root.is_dir():
+        if root.suffix.lower() == ".jsonl":
+            return root.resolve()  # a chat-format JSON Lines file
         raise ImportFormatError(
             f"Source `{root}` is a file; pass the folder that holds the recordings and their metadata "
-            f"(e.g. `{root.parent}`)."
+            f"(e.g. `{root.parent}`), or a chat-format `.jsonl` file."
         )
     return root.resolve()
+
 
 
 # ----------------------------------------------------------------------------- readers
@@ -416,12 +442,13 @@ def _read_audiofolder(root: Path) -> Items:
         resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
         file_col = _pick_column(columns, "file")
-        target_col = _pick_column(columns, "target_text")
+        target_col = _pick_column(columns, "target_text") or _pick_column(columns, "prompt")
         if file_col is None or target_col is None:
             role = "the audio file name" if file_col is None else "the target text"
             expected = COLUMN_ALIASES["file" if file_col is None else "target_text"]
+            extra = "" if file_col is None else " (or `prompt` for free speech: the question the learner answered)"
             raise ImportFormatError(
-                f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}; "
+                f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
                 f"columns found: {shown}. Rename that column in the first row and import again."
             )
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
@@ -435,7 +462,10 @@ def _read_audiofolder(root: Path) -> Items:
                                 f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
                 continue
             label = _rel(path, root)
-            target, target_key = _row_value(row, "target_text")
+            prompt, _ = _row_value(row, "prompt")
+            kind, _ = _row_value(row, "kind")
+            # With a prompt, a `transcription` column is what was said, not a sentence to read.
+            target, target_key = _row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
             feedback, _ = _row_value(row, "feedback")
             speaker, _ = _row_value(row, "speaker")
             transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
@@ -459,8 +489,14 @@ def _read_audiofolder(root: Path) -> Items:
                 audio=path, file=label, target_text=target, feedback=feedback,
                 speaker=speaker or None, transcript=transcript or None,
                 scores=scores, source=str(path), sample_id=Path(_rel(path, metadata.parent)).with_suffix("").as_posix(),
+                prompt=prompt or None, kind=kind or None,
             ))
     return items, skipped
+
+
+def _keys(row: dict[str, Any], alias: str) -> tuple[str, ...]:
+    """The keys of `row` that normalize to `alias`."""
+    return tuple(k for k in row if _norm_header(k) == alias)
 
 
 def _read_ljspeech(root: Path) -> Items:
@@ -562,6 +598,7 @@ def _read_folder(root: Path) -> Items:
 
 
 _READERS: dict[str, Callable[[Path], Items]] = {
+    "chat": read_chat_source,
     "kaldi": _read_kaldi,
     "audiofolder": _read_audiofolder,
     "ljspeech": _read_ljspeech,
@@ -615,7 +652,8 @@ def import_folder(
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:
         progress(0, 0)
-    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped + failed)
+    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped + failed,
+                        rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -626,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="python -m pipeline import", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
-    parser.add_argument("--source", type=Path, required=True, help="folder of recordings to import")
+    parser.add_argument("--source", type=Path, required=True,
+                        help="folder of recordings to import, or a chat-format .jsonl file")
     parser.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="layout of --source")
     parser.add_argument("--trim", action="store_true", help="keep the first 30 s of longer clips instead of skipping them")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -637,9 +676,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({**report.to_dict(), "workspace": str(workspace.root)}, ensure_ascii=False))
     else:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in report.kind_counts().items())
         print(
-            f"Imported {len(report.imported)} of {report.total} clips from {report.source} "
+            f"Imported {len(report.imported)} of {report.total} {'samples' if report.format == 'chat' else 'clips'} from {report.source} "
             f"({report.format} layout) into {workspace.root}; skipped {len(report.skipped)}."
+            + (f" Kinds: {kinds} (each sample's kind: --json `rows`)." if kinds else "")
         )
         for entry in report.skipped:
             print(f"  skipped {entry['file']}: {entry['reason']}")

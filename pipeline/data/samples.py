@@ -1,15 +1,22 @@
 """The sample library: clips with their target text and tutor feedback, kept in a workspace folder.
 
+Three kinds of sample (`pipeline.conversation.KINDS`): `read_aloud` (a clip, the sentence read, the
+feedback), `free_speech` (a clip, the prompt answered, an optional transcript, the feedback) and
+`dialogue` (turns: learner clips or text, tutor text). Manifests written before kinds existed load
+as read-aloud.
+
 On disk (see `pipeline.workspace`):
     WS/samples/manifest.json    {"version": 1, "samples": [Sample.to_dict(), ...]}, written atomically
     WS/samples/audio/<id>.wav   the clip after `pipeline.data.audio.load_audio`: 16 kHz mono PCM16
+                                (a dialogue's first clip; its clip k >= 2 is `audio/<id>.<k>.wav`)
 
 Every change re-reads the manifest, applies the change and writes the whole manifest once with
 `pipeline.fileio.atomic_write_json`, so a crash or a failed import leaves either the old or the new
 manifest, never a half-written one. Text fields are stored NFC-normalized (macOS file names and some
-spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples.
-A sentence, feedback or transcript that spells a control token (`<end_of_turn>`, `<bos>`,
-`<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
+spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalized PCM16 samples (per kind:
+one recording may be a read-aloud and a free-speech sample; a dialogue by all its clips in order).
+A sentence, prompt, feedback, transcript or dialogue turn that spells a control token (`<end_of_turn>`,
+`<bos>`, `<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
 (`pipeline.conversation.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
@@ -37,7 +44,7 @@ from pipeline.fileio import atomic_write_bytes, atomic_write_json
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 MANIFEST_VERSION = 1
-EDITABLE_FIELDS = ("target_text", "feedback", "transcript", "speaker", "scores", "source")
+EDITABLE_FIELDS = ("target_text", "prompt", "feedback", "transcript", "speaker", "scores", "source")
 """Fields `SampleLibrary.update` may change; audio is replaced by deleting and adding again."""
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 _LOCKS: dict[Path, threading.RLock] = {}
@@ -110,8 +117,15 @@ class Sample:
             completeness, words[...]) when the sample came with them.
         source: where it came from (file path or "microphone").
         checks: `AudioReport.to_dict()` of the clip.
-        audio_sha256: SHA-256 of the stored PCM16 samples (duplicate detection).
-        duration_s: clip length in seconds.
+        audio_sha256: SHA-256 of the stored PCM16 samples (duplicate detection); for a dialogue,
+            the SHA-256 of its clips' digests in order.
+        duration_s: clip length in seconds (a dialogue: all its clips together).
+        kind: `read_aloud`, `free_speech` or `dialogue` (`pipeline.conversation.KINDS`).
+        prompt: free speech: the question the learner answered (NFC, never empty); else None.
+        turns: dialogue: `[{"role": "learner", "audio_file", "clip", "text", "transcript", "checks",
+            "audio_sha256", "duration_s"} | {"role": "tutor", "text"}]` in order, `clip` the index of
+            the turn's clip (None for a typed learner turn); else None. `audio_file` above is the
+            first clip's.
     """
 
     id: str
@@ -125,6 +139,36 @@ class Sample:
     checks: dict = field(default_factory=dict)
     audio_sha256: str = ""
     duration_s: float = 0.0
+    kind: str = "read_aloud"
+    prompt: str | None = None
+    turns: list[dict] | None = None
+
+    @property
+    def clip_files(self) -> list[str]:
+        """Paths of the sample's clips relative to `WS/samples/`, in order (one unless a dialogue)."""
+        if self.kind == "dialogue" and self.turns:
+            return [t["audio_file"] for t in self.turns if t.get("audio_file")]
+        return [self.audio_file]
+
+    @property
+    def has_answer(self) -> bool:
+        """Whether there is something to train on: feedback, or a dialogue's tutor turn."""
+        if self.kind == "dialogue":
+            return any(t.get("role") == "tutor" and (t.get("text") or "").strip() for t in self.turns or [])
+        return bool(self.feedback)
+
+    @property
+    def title(self) -> str:
+        """What the sample is about, in a line: the sentence, the prompt, or the dialogue's first words."""
+        if self.kind == "free_speech":
+            return self.prompt or ""
+        if self.kind == "dialogue":
+            turns = self.turns or []
+            said = [t.get("text") or t.get("transcript") for t in turns if t.get("role") == "learner"]
+            first = next((x for x in said if x), "")
+            clips = sum(1 for t in turns if t.get("audio_file"))
+            return f"dialogue, {len(turns)} turns, {clips} clip(s)" + (f": {first}" if first else "")
+        return self.target_text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (the manifest entry)."""
@@ -137,10 +181,43 @@ class Sample:
         missing = [name for name in ("id", "audio_file", "target_text") if name not in known]
         if missing:
             raise SampleError(f"Manifest entry {data!r:.120} lacks {missing}; the manifest is damaged.")
+        if known.get("kind") in (None, ""):
+            known["kind"] = "read_aloud"  # manifests written before kinds existed
         return cls(**known)
 
 
-_USER_TEXTS = {"target_text": "Target text", "feedback": "Feedback", "transcript": "Transcript"}
+def infer_kind(item: dict[str, Any]) -> str:
+    """The kind of an item for `SampleLibrary.add_many` when it names none: `dialogue` with `turns`,
+    `free_speech` with a `prompt` and no `target_text`, else `read_aloud`. A given `kind` is checked
+    (`SampleError` for an unknown one)."""
+    from pipeline.conversation import check_kind
+    from pipeline.errors import DatasetError
+
+    if item.get("kind"):
+        try:
+            return check_kind(item["kind"])
+        except DatasetError as error:
+            raise SampleError(str(error)) from None
+    if item.get("turns"):
+        return "dialogue"
+    if nfc(item.get("prompt")) and not nfc(item.get("target_text")):
+        return "free_speech"
+    return "read_aloud"
+
+
+def _duplicate_key(kind: str, digest: str) -> str:
+    """What makes two samples the same: the audio and the kind (one recording may be both a
+    read-aloud sample and a free-speech one; a dialogue's digest already covers all its clips)."""
+    return digest if kind in ("read_aloud", "dialogue") else f"{kind}:{digest}"
+
+
+def _free_id(base: str, taken_ids: set[str]) -> str:
+    """`base`, or `base-2`, `base-3`... whichever is not taken."""
+    new_id, counter = base, 2
+    while new_id in taken_ids:
+        new_id, counter = f"{base}-{counter}", counter + 1
+    return new_id
+_USER_TEXTS = {"target_text": "Target text", "prompt": "Prompt", "feedback": "Feedback", "transcript": "Transcript"}
 
 
 def _check_texts(name: str, **texts: str | None) -> None:
@@ -226,6 +303,25 @@ class SampleLibrary:
         samples, _ = sf.read(str(path), dtype="float32", always_2d=False)
         return np.ascontiguousarray(samples, dtype=np.float32)
 
+    def clip_paths(self, sample: Sample | str) -> list[Path]:
+        """Absolute paths of the sample's stored clips, in order (a dialogue has one per spoken turn)."""
+        if isinstance(sample, str):
+            sample = self.get(sample)
+        return [self.workspace.samples_dir / name for name in sample.clip_files]
+
+    def load_clips(self, sample: Sample | str) -> list[np.ndarray]:
+        """Every clip of the sample as float32 (n,) at 16 kHz, in order. `SampleError` if a file is gone."""
+        import soundfile as sf
+
+        clips = []
+        for path in self.clip_paths(sample):
+            if not path.exists():
+                raise SampleError(f"Audio `{path.name}` of sample `{getattr(sample, 'id', sample)}` is missing (`{path}`); "
+                                  "delete the sample and add it again.")
+            samples, _ = sf.read(str(path), dtype="float32", always_2d=False)
+            clips.append(np.ascontiguousarray(samples, dtype=np.float32))
+        return clips
+
     # ----------------------------------------------------------------- writing
     def _prepare(
         self,
@@ -243,27 +339,43 @@ class SampleLibrary:
         name: str | None,
         taken_ids: set[str],
         hashes: dict[str, str],
-    ) -> tuple[Sample, bytes]:
-        """Validate and decode one clip; returns the Sample and its WAV bytes (nothing written)."""
+        kind: str = "read_aloud",
+        prompt: str | None = None,
+        turns: list[dict] | None = None,
+    ) -> tuple[Sample, list[tuple[str, bytes]]]:
+        """Validate and decode one sample; returns the Sample and its clips as (relative path, WAV
+        bytes), nothing written. Every audio check applies to every clip; a dialogue with one bad
+        clip fails whole, naming the clip."""
         from pipeline.data.audio import load_audio, wav_bytes
 
-        check_texts(target_text, feedback, name=name or "the clip", require_feedback=require_feedback)
-        target = nfc(target_text)
+        label = name or "the clip"
+        if kind == "read_aloud":
+            check_texts(target_text, feedback, name=label, require_feedback=require_feedback)
+        elif kind == "free_speech":
+            if is_blank(prompt):
+                raise SampleError(f"Prompt of {label} is empty; type the question the learner answered "
+                                  "(e.g. `Describe your last holiday.`).")
+            if require_feedback and is_blank(feedback):
+                raise SampleError(f"The tutor feedback of {label} is empty; write what a good tutor would say about "
+                                  "this answer (a sample without feedback is left out of training).")
+        target = nfc(target_text) or ""
         if scores is not None and not isinstance(scores, dict):
             raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
+        if kind == "dialogue":
+            return self._prepare_dialogue(turns, feedback, speaker=speaker, scores=scores, source=source,
+                                          sample_id=sample_id, trim=trim, name=name, taken_ids=taken_ids,
+                                          hashes=hashes)
         if isinstance(audio, (str, Path)) and name is None:
             name = Path(audio).name
-        _check_texts(name or "the clip", target_text=target, feedback=feedback, transcript=transcript)
+        _check_texts(name or "the clip", target_text=target, prompt=prompt, feedback=feedback, transcript=transcript)
         clip = load_audio(audio, name=name, trim=trim)
         digest = audio_sha256(clip.samples)
-        if digest in hashes:
+        key = _duplicate_key(kind, digest)
+        if key in hashes:
             raise SampleError(
-                f"{name or 'This clip'} has the same audio as sample `{hashes[digest]}`; it was not added twice."
+                f"{name or 'This clip'} has the same audio as sample `{hashes[key]}`; it was not added twice."
             )
-        base = make_sample_id(sample_id) if sample_id else f"s-{digest[:10]}"
-        new_id, counter = base, 2
-        while new_id in taken_ids:
-            new_id, counter = f"{base}-{counter}", counter + 1
+        new_id = _free_id(make_sample_id(sample_id) if sample_id else f"s-{digest[:10]}", taken_ids)
         sample = Sample(
             id=new_id,
             audio_file=f"audio/{new_id}.wav",
@@ -276,13 +388,81 @@ class SampleLibrary:
             checks=clip.report.to_dict(),
             audio_sha256=digest,
             duration_s=round(clip.duration_s, 3),
+            kind=kind,
+            prompt=nfc(prompt) or None if kind == "free_speech" else None,
         )
-        return sample, wav_bytes(clip.samples)
+        return sample, [(sample.audio_file, wav_bytes(clip.samples))]
+
+    def _prepare_dialogue(self, turns: Any, feedback: str | None, *, speaker, scores, source, sample_id, trim,
+                          name, taken_ids, hashes) -> tuple[Sample, list[tuple[str, bytes]]]:
+        """A dialogue's Sample and clips. `turns`: `[{"role": "learner", "audio"?, "text"?, "transcript"?}
+        | {"role": "tutor", "text"}]`; `audio` is anything `load_audio` takes."""
+        from pipeline.conversation import build_dialogue_messages
+        from pipeline.data.audio import load_audio, wav_bytes
+        from pipeline.errors import DatasetError
+
+        label = name or "the dialogue"
+        if not isinstance(turns, (list, tuple)) or not turns:
+            raise SampleError(f"{label} has no turns; a dialogue needs learner turns (a recording or text) and tutor turns.")
+        if feedback:
+            raise SampleError(f"{label} is a dialogue: its tutor turns are the answers, so it takes no separate feedback.")
+        clips, stored, digests = [], [], []
+        for number, turn in enumerate(turns, start=1):
+            if not isinstance(turn, dict):
+                raise SampleError(f"Turn {number} of {label} is a {type(turn).__name__}; expected a dict with `role`.")
+            role = str(turn.get("role", "")).strip().lower()
+            for key in ("text", "transcript"):
+                check_user_text(turn.get(key), f"{key.capitalize()} of turn {number} of {label}", error=SampleError)
+            entry: dict[str, Any] = {"role": role, "text": None if is_blank(turn.get("text")) else nfc(turn.get("text"))}
+            if role == "learner":
+                entry["transcript"] = None if is_blank(turn.get("transcript")) else nfc(turn.get("transcript"))
+                entry["clip"] = None
+                audio = turn.get("audio")
+                if audio is not None:
+                    clip_name = turn.get("file") or (Path(audio).name if isinstance(audio, (str, Path)) else None)
+                    where = f"clip {len(clips) + 1} of {label} (turn {number}" + (f", `{clip_name}`)" if clip_name else ")")
+                    try:
+                        clip = load_audio(audio, name=clip_name, trim=trim)
+                    except PipelineError as error:
+                        raise type(error)(f"{where}: {error}") from None
+                    entry["clip"] = len(clips)
+                    clips.append(clip)
+                    digests.append(audio_sha256(clip.samples))
+            stored.append(entry)
+        try:
+            build_dialogue_messages(stored)  # roles, empty turns, first turn by the learner
+        except DatasetError as error:
+            raise SampleError(f"{label}: {error}") from None
+        if not clips:
+            raise SampleError(f"{label} has no recording; at least one learner turn must be a clip (the tutor listens).")
+        if not any(t["role"] == "tutor" for t in stored):
+            raise SampleError(f"{label} has no tutor turn; add the tutor's answer to the learner.")
+        digest = hashlib.sha256(("dialogue:" + ":".join(digests)).encode()).hexdigest()
+        if digest in hashes:
+            raise SampleError(f"{label} has the same clips as sample `{hashes[digest]}`; it was not added twice.")
+        new_id = _free_id(make_sample_id(sample_id) if sample_id else f"d-{digest[:10]}", taken_ids)
+        files = [f"audio/{new_id}.wav"] + [f"audio/{new_id}.{k}.wav" for k in range(2, len(clips) + 1)]
+        warnings = []
+        for entry in stored:
+            if entry.get("clip") is not None:
+                k = entry["clip"]
+                report = clips[k].report.to_dict()
+                entry.update(audio_file=files[k], checks=report, audio_sha256=digests[k],
+                             duration_s=round(clips[k].duration_s, 3))
+                warnings += [f"clip {k + 1}: {w}" for w in report.get("warnings", [])]
+        checks = dict(stored[next(i for i, t in enumerate(stored) if t.get("clip") == 0)]["checks"], warnings=warnings)
+        sample = Sample(
+            id=new_id, audio_file=files[0], target_text="", feedback="", speaker=nfc(speaker) or None,
+            scores=scores, source=str(source) if source is not None else None, checks=checks,
+            audio_sha256=digest, duration_s=round(sum(c.duration_s for c in clips), 3), kind="dialogue",
+            turns=stored,
+        )
+        return sample, [(f, wav_bytes(c.samples)) for f, c in zip(files, clips)]
 
     def add(
         self,
         audio: Any,
-        target_text: str,
+        target_text: str = "",
         feedback: str | None = "",
         *,
         transcript: str | None = None,
@@ -292,31 +472,42 @@ class SampleLibrary:
         sample_id: str | None = None,
         trim: bool = False,
         require_feedback: bool = False,
+        kind: str | None = None,
+        prompt: str | None = None,
+        turns: list[dict] | None = None,
     ) -> Sample:
-        """Check, normalize and store one clip; returns the new `Sample`.
+        """Check, normalize and store one sample; returns the new `Sample`.
 
         Args:
-            audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, microphone tuple, Audio).
-            target_text: the sentence to read; NFC-normalized, must not be empty.
+            audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, microphone tuple,
+                Audio); None for a dialogue (its clips are in `turns`).
+            target_text: read-aloud: the sentence to read; NFC-normalized, must not be empty.
             feedback: the tutor's answer; may be empty (then the sample is excluded from training)
                 unless `require_feedback`. Blank text (only spaces or invisible characters,
-                `pipeline.conversation.is_blank`) counts as empty and is stored as "".
+                `pipeline.conversation.is_blank`) counts as empty and is stored as "". A dialogue
+                takes none (its tutor turns are the answers).
             sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);
-                default `s-` + the first 10 hex digits of the audio hash.
+                default `s-` (`d-` for a dialogue) + the first 10 hex digits of the audio hash.
             trim: keep the first 30 s of a longer clip instead of refusing it.
             require_feedback: refuse a blank `feedback` (the app's "Add a recording" form).
+            kind: `read_aloud`, `free_speech` or `dialogue`; None infers it (`infer_kind`).
+            prompt: free speech: the question the learner answered (must not be empty).
+            turns: dialogue: `[{"role": "learner", "audio"?, "text"?, "transcript"?} |
+                {"role": "tutor", "text"}]`, starting with the learner, at least one clip and one
+                tutor turn.
 
         Raises:
-            SampleError: blank target text (or feedback with `require_feedback`), a text that spells
-                a control token such as `<end_of_turn>`, duplicate audio (names the existing id), bad manifest.
-            AudioError: the clip fails a check in `load_audio`.
+            SampleError: blank target text or prompt (or feedback with `require_feedback`), a text
+                that spells a control token such as `<end_of_turn>`, a dialogue that breaks the rules
+                above, duplicate audio (names the existing id), bad manifest.
+            AudioError: a clip fails a check in `load_audio` (for a dialogue the message names the clip).
         """
         added, skipped = self.add_many(
             [
                 dict(
                     audio=audio, target_text=target_text, feedback=feedback, transcript=transcript,
                     speaker=speaker, scores=scores, source=source, sample_id=sample_id, trim=trim,
-                    require_feedback=require_feedback,
+                    require_feedback=require_feedback, kind=kind, prompt=prompt, turns=turns,
                 )
             ],
             _raise=True,
@@ -334,10 +525,11 @@ class SampleLibrary:
 
         Args:
             items: dicts with the keyword arguments of `add` (`audio`, `target_text`, `feedback`,
-                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`, `require_feedback`)
-                plus an optional `file` (how the item is named in the report; default: the audio
-                path) and an optional `too_long_hint` (added to the reason of a clip refused as
-                longer than 30 s, e.g. how the caller's trim option keeps its first 30 s).
+                `transcript`, `speaker`, `scores`, `source`, `sample_id`, `trim`, `require_feedback`,
+                `kind`, `prompt`, `turns`) plus an optional `file` (how the item is named in the
+                report; default: the audio path) and an optional `too_long_hint` (added to the reason
+                of a clip refused as longer than 30 s, e.g. how the caller's trim option keeps its
+                first 30 s). Without `kind` the kind is inferred (`infer_kind`).
             progress: called as `progress(done, total)` after each item.
 
         Returns:
@@ -354,7 +546,7 @@ class SampleLibrary:
         with self._lock:
             existing = self._read()
             taken = {sample.id for sample in existing}
-            hashes = {sample.audio_sha256: sample.id for sample in existing if sample.audio_sha256}
+            hashes = {_duplicate_key(s.kind, s.audio_sha256): s.id for s in existing if s.audio_sha256}
             try:
                 for index, item in enumerate(items):
                     item = dict(item)
@@ -364,7 +556,8 @@ class SampleLibrary:
                     if label is None and isinstance(audio, (str, Path)):
                         label = Path(audio).name
                     try:
-                        sample, data = self._prepare(
+                        kind = infer_kind(item)
+                        sample, clips = self._prepare(
                             audio,
                             item.get("target_text"),
                             item.get("feedback"),
@@ -378,6 +571,9 @@ class SampleLibrary:
                             name=None if label is None else str(label),
                             taken_ids=taken,
                             hashes=hashes,
+                            kind=kind,
+                            prompt=item.get("prompt"),
+                            turns=item.get("turns"),
                         )
                     except PipelineError as error:
                         if _raise:
@@ -387,11 +583,12 @@ class SampleLibrary:
                             reason += f" {too_long_hint}"
                         skipped.append({"file": str(label or f"item {index + 1}"), "reason": reason})
                     else:
-                        path = self.workspace.samples_dir / sample.audio_file
-                        atomic_write_bytes(path, data)
-                        written.append(path)
+                        for relative, data in clips:
+                            path = self.workspace.samples_dir / relative
+                            atomic_write_bytes(path, data)
+                            written.append(path)
                         taken.add(sample.id)
-                        hashes[sample.audio_sha256] = sample.id
+                        hashes[_duplicate_key(sample.kind, sample.audio_sha256)] = sample.id
                         added.append(sample)
                     if progress is not None:
                         progress(index + 1, len(items))
@@ -419,8 +616,8 @@ class SampleLibrary:
         for key in ("target_text", "feedback", "transcript", "speaker"):
             if key in fields:
                 fields[key] = nfc(fields[key])
-        if "target_text" in fields and is_blank(fields["target_text"]):
-            raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
+        if "prompt" in fields:
+            fields["prompt"] = nfc(fields["prompt"]) or None
         _check_texts(f"sample `{sample_id}`", **{k: fields[k] for k in _USER_TEXTS if k in fields})
         if "feedback" in fields and is_blank(fields["feedback"]):
             fields["feedback"] = ""
@@ -433,6 +630,10 @@ class SampleLibrary:
             samples = self._read()
             for index, sample in enumerate(samples):
                 if sample.id == sample_id:
+                    if sample.kind == "read_aloud" and "target_text" in fields and is_blank(fields["target_text"]):
+                        raise SampleError(f"Target text of sample `{sample_id}` cannot be empty; type the sentence to read.")
+                    if sample.kind == "free_speech" and "prompt" in fields and is_blank(fields["prompt"]):
+                        raise SampleError(f"Prompt of sample `{sample_id}` cannot be empty; type the question answered.")
                     updated = Sample.from_dict({**sample.to_dict(), **fields})
                     samples[index] = updated
                     self._write(samples)
@@ -452,7 +653,8 @@ class SampleLibrary:
                 )
             removed = next(sample for sample in samples if sample.id == sample_id)
             self._write(keep)
-            (self.workspace.samples_dir / removed.audio_file).unlink(missing_ok=True)
+            for name in removed.clip_files:
+                (self.workspace.samples_dir / name).unlink(missing_ok=True)
         return removed
 
 
@@ -479,13 +681,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(samples)} samples in {library.workspace.root}")
     for sample in samples:
         notes = sample.checks.get("warnings") or []
-        feedback = "no feedback yet" if not sample.feedback else f"feedback {len(sample.feedback)} chars"
+        if sample.kind == "dialogue":
+            feedback = f"{sum(1 for t in sample.turns or [] if t.get('role') == 'tutor')} tutor turns"
+        else:
+            feedback = "no feedback yet" if not sample.feedback else f"feedback {len(sample.feedback)} chars"
         print(
-            f"  {sample.id:<16} {sample.duration_s:5.1f} s  speaker={sample.speaker or '-':<8} "
-            f"{feedback:<20} {sample.target_text[:50]}"
+            f"  {sample.id:<16} {sample.kind:<11} {sample.duration_s:5.1f} s  speaker={sample.speaker or '-':<8} "
+            f"{feedback:<20} {sample.title[:50]}"
             + (f"  [{'; '.join(notes)}]" if notes else "")
         )
-    without = sum(1 for sample in samples if not sample.feedback)
+    without = sum(1 for sample in samples if not sample.has_answer)
     if without:
         print(f"{without} samples have no feedback yet; they are left out of the training dataset.")
     return 0

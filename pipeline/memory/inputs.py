@@ -38,6 +38,10 @@ class LengthStats:
             `row_tokens[i]`; empty when unknown (datasets built before it was recorded).
         longest_answer_tokens: the longest answer when only the maximum is known (0: unknown).
         tokenizer_model: the model whose tokenizer counted the tokens (the build report's), if known.
+        row_clips: clips of each train row (`row_clips[i]` for the row of `row_tokens[i]`): the audio
+            encoder runs on every clip of a row (a tutoring dialogue has several); empty when
+            unknown (one clip per row is assumed).
+        longest_clips: the most clips of a row when only the maximum is known (0: unknown, 1 assumed).
     """
 
     longest_tokens: int
@@ -47,6 +51,16 @@ class LengthStats:
     answer_tokens: list[int] = field(default_factory=list)
     longest_answer_tokens: int = 0
     tokenizer_model: str | None = None
+    row_clips: list[int] = field(default_factory=list)
+    longest_clips: int = 0
+
+    def kept_max_clips(self, max_length: int) -> int:
+        """The most clips of a row among the rows `max_length` keeps (at least 1: the estimate's
+        worst case has a clip)."""
+        if self.row_clips and len(self.row_clips) == len(self.row_tokens):
+            kept = [c for c, n in zip(self.row_clips, self.row_tokens) if n <= max_length]
+            return max(kept + [1])
+        return max(1, self.longest_clips, max(self.row_clips, default=1))
 
     @property
     def num_rows(self) -> int:
@@ -108,8 +122,10 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         longest_answer = int(stats.get("max_answer_tokens") or (max(answers) if answers else 0))
         counted_with = report.get("model")
         source = str(report_path) + (f" (tokens counted with {counted_with}'s tokenizer)" if counted_with else "")
+        clips = [int(c) for c in (stats.get("row_clips") or [])]  # absent before sample kinds existed
         return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
-                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with)
+                           longest_answer_tokens=longest_answer, tokenizer_model=counted_with,
+                           row_clips=clips, longest_clips=int(stats.get("max_clips") or 0))
     if ws.dataset_dir.exists():
         try:
             from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415

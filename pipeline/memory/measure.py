@@ -48,6 +48,7 @@ def measure_peak(
         "seq_len": seq_len,
         "answer_tokens": lengths.kept_longest_answer(config.max_length),
         "clip_s": lengths.longest_clip_s,
+        "clips_per_row": lengths.kept_max_clips(config.max_length),
         "device": device,
         "options": options.to_dict(),
         "workspace": str(workspace) if workspace is not None else None,

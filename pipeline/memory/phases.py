@@ -113,7 +113,8 @@ def estimate_memory(
         config: training settings (quantization, LoRA rank/targets/dropout, batch size,
             max_length, gradient checkpointing, optimizer).
         lengths: dataset length statistics; the micro-batch is `batch_size` rows padded to the
-            longest row that `max_length` keeps, with the longest clip; the logits cover
+            longest row that `max_length` keeps, with the longest clip (as many clips per row as
+            the kept row with the most, `LengthStats.kept_max_clips`); the logits cover
             `batch_size` x the longest kept answer (`LengthStats.kept_longest_answer`).
         device: `cpu`, `cuda` or `mps` (not `auto`: resolve it first).
         options: `EstimateOptions` (attention implementation, vision tower, PLE on CPU, ...).
@@ -142,7 +143,8 @@ def estimate_memory(
         notes.append(f"answer length unknown (no dataset with answer lengths): the logits assume {answer} supervised "
                      f"tokens per row (min(row, {DEFAULT_ANSWER_TOKENS})); build the dataset for its real answers.")
     comps["logits_loss"] = logits_loss(shape, config, device, options, answer)
-    comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s))
+    comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s,
+                                     lengths.kept_max_clips(config.max_length)))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
     comps["load_per_layer_embedding"] = load_transient(shape, config, device)
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)

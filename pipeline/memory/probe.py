@@ -95,15 +95,16 @@ def _peaks(device: str) -> dict:
 
 
 def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, seed: int = 0,
-                    answer_tokens: int = DEFAULT_PROBE_ANSWER_TOKENS) -> dict:
+                    answer_tokens: int = DEFAULT_PROBE_ANSWER_TOKENS, clips_per_row: int = 1) -> dict:
     """A worst-case micro-batch shaped like `pipeline.training.collate.ChatCollator`'s output.
 
     input_ids (B, T) int64: `<bos>`, text, `<start_of_audio>`, the 188 audio soft tokens,
     `<end_of_audio>`, text; `labels` (B, T) are -100 except the last `answer_tokens` positions of
     each row (the answer and its `<end_of_turn>`, as `pipeline.training.collate.build_labels` supervises;
     clamped to 1..seq_len-1 so position 0 is never a target); input_features
-    (B, F, 128) float32 with F = 100 x clip_s frames, input_features_mask (B, F) bool; without a clip
-    (clip_s = 0) a text-only batch.
+    (B x clips_per_row, F, 128) float32 with F = 100 x clip_s frames, input_features_mask
+    (B x clips_per_row, F) bool, each row holding `clips_per_row` audio spans one after the other (a
+    tutoring dialogue's clips); without a clip (clip_s = 0) a text-only batch.
     """
     import torch
 
@@ -115,14 +116,16 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
     batch: dict = {}
     if clip_s > 0:
         n_audio = int(model_config.audio_soft_tokens_per_image)
-        start = 8
-        ids[:, start] = int(model_config.boa_token_id)
-        ids[:, start + 1 : start + 1 + n_audio] = int(model_config.audio_token_id)
-        ids[:, start + 1 + n_audio] = int(model_config.eoa_token_id)
+        clips = max(1, int(clips_per_row))
+        for k in range(clips):
+            start = 8 + k * (n_audio + 4)
+            ids[:, start] = int(model_config.boa_token_id)
+            ids[:, start + 1 : start + 1 + n_audio] = int(model_config.audio_token_id)
+            ids[:, start + 1 + n_audio] = int(model_config.eoa_token_id)
         frames = max(1, int(round(min(clip_s, 30.0) * 100)))
         feat = int(model_config.audio_config.input_feat_size)
-        batch["input_features"] = torch.randn(batch_size, frames, feat, generator=g)
-        batch["input_features_mask"] = torch.ones(batch_size, frames, dtype=torch.bool)
+        batch["input_features"] = torch.randn(batch_size * clips, frames, feat, generator=g)
+        batch["input_features_mask"] = torch.ones(batch_size * clips, frames, dtype=torch.bool)
     labels = torch.full_like(ids, -100)
     answer = max(1, min(int(answer_tokens), seq_len - 1))
     labels[:, -answer:] = ids[:, -answer:]
@@ -215,7 +218,7 @@ def probe_synthetic(request: dict) -> dict:
     out["trainable_params"] = int(lreport.trainable_params)
     answer = int(request.get("answer_tokens") or DEFAULT_PROBE_ANSWER_TOKENS)
     batch = synthetic_batch(model.config, config.batch_size, int(request["seq_len"]), float(request["clip_s"]),
-                            answer_tokens=answer)
+                            answer_tokens=answer, clips_per_row=int(request.get("clips_per_row") or 1))
     out["answer_tokens"] = int((batch["labels"][0] != -100).sum())
     batch = {k: v.to(device) for k, v in batch.items()}
     with tempfile.TemporaryDirectory(prefix="memprobe-") as tmp:

@@ -86,6 +86,7 @@ def estimate_for_workspace(
         "margin_percent": v.margin_percent,
         "seq_len": est.seq_len,
         "answer_tokens": est.answer_tokens,
+        "clips_per_row": lengths.kept_max_clips(config.max_length),
         "max_length": config.max_length,
         "settings": config.to_dict(),
         "lengths_source": lengths.source,
@@ -100,7 +101,8 @@ def estimate_for_workspace(
 def render(result: dict) -> str:
     """Human summary of an `estimate_for_workspace` result dict (what `python -m pipeline estimate` prints)."""
     lines = [f"Memory estimate: {result['model']} on {result['device']} "
-             f"(micro-batch padded to {result['seq_len']} tokens, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
+             f"(micro-batch padded to {result['seq_len']} tokens, {result.get('clips_per_row', 1)} clip(s) per row through the audio "
+             f"encoder, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
              f"lengths from {result['lengths_source']})"]
     if result.get("settings"):
         st = result["settings"]

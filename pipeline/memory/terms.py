@@ -373,22 +373,26 @@ AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H = 86
 
 
 def audio_encoder_bytes(
-    shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, clip_s: float
+    shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, clip_s: float,
+    clips_per_row: int = 1,
 ) -> dict[str, int]:
     """Audio encoder activations for the longest clip, per micro-batch.
 
+    The encoder runs on every clip of every row of the micro-batch at once, each padded to the
+    longest (`Gemma3nModel.get_audio_features` on input_features (C, F, 128)), so the clip count is
+    C = batch x `clips_per_row` (the most clips of a kept row; a tutoring dialogue has several).
     Frames after the 4x convolutional subsampling: F = ceil(min(clip, 30 s) x 100 / 4).
     * frozen (`language` targets): only one conformer block's intermediates are alive (no graph):
-      `audio_encoder_transient` = batch x (248 x h_a x F + 19 MiB) (measured, see the constants).
+      `audio_encoder_transient` = C x (248 x h_a x F + 19 MiB) (measured, see the constants).
     * with LoRA in the conformer (`language+audio`): every block keeps its saved tensors through
       the decoder's forward and backward (transformers' gradient checkpointing does not cover the
-      conformer): `audio_encoder_saved` = batch x layers x F x h_a x (86 + 16 (a + m)) + LoRA
+      conformer): `audio_encoder_saved` = C x layers x F x h_a x (86 + 16 (a + m)) + LoRA
       rank terms, with a, m the adapter and dropout-mask bytes (`dropout_mask_bytes`).
     """
     if clip_s <= 0:
         return {"audio_encoder_transient": 0, "audio_encoder_saved": 0}
     frames = math.ceil(min(clip_s, MAX_CLIP_S) * MEL_FRAMES_PER_SECOND / 4)
-    b = config.batch_size
+    b = config.batch_size * max(1, int(clips_per_row))
     ha = shape.audio_hidden
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
     saved = 0

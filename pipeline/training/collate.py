@@ -1,11 +1,14 @@
 """Dataset rows -> a Gemma 3n training batch whose labels supervise only the tutor's answer.
 
 Rendering and tokenizing happen in ONE call, `processor.apply_chat_template(tokenize=True,
-return_dict=True)`, on the conversation of `pipeline.conversation.build_messages`: rendering to text and
-calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312).
+return_dict=True)`, on the row's conversation from `pipeline.conversation` (through
+`pipeline.data.rows.row_messages`, every kind: read-aloud, free speech, tutoring dialogue): rendering
+to text and calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312). A
+dialogue row brings all its clips; the processor gives each its own audio span and feature row.
 
-Labels are -100 everywhere except the answer: the tokens after the last `<start_of_turn>model\\n`
-up to and including its `<end_of_turn>` (FIELD_NOTES "Train only on the answer"). A row whose answer
+Labels are -100 everywhere except the answers: the tokens after each `<start_of_turn>model\\n`
+up to and including its `<end_of_turn>` (FIELD_NOTES "Train only on the answer"): one answer for a
+read-aloud or free-speech row, every tutor turn of a dialogue, and nothing the learner said. A row whose answer
 is missing or cut has no supervised token and would make the loss NaN (trl #6668): such rows are
 refused before training (`check_rows`), never truncated.
 
@@ -24,22 +27,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from pipeline.conversation import IGNORE_INDEX, TokenCounter, answer_spans, build_messages
-from pipeline.data.audio import decode_wav
+from pipeline.conversation import IGNORE_INDEX, TokenCounter, all_answer_spans
+from pipeline.data.rows import row_clips, row_messages
 from pipeline.errors import DatasetError
-
-def _row_audio(row: dict) -> np.ndarray:
-    """16 kHz mono float32 samples of a dataset row (`audio` array or `audio_wav` WAV bytes)."""
-    if row.get("audio") is not None:
-        return np.asarray(row["audio"], dtype=np.float32)
-    data = row.get("audio_wav")
-    if not data:
-        raise DatasetError(f"Row `{row.get('id', '?')}` has no audio; rebuild the dataset with `python -m pipeline build`.")
-    return decode_wav(data)
 
 
 def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenizer: Any) -> torch.Tensor:
-    """Labels for a padded batch: `input_ids` inside each answer span, -100 elsewhere.
+    """Labels for a padded batch: `input_ids` inside every answer span (`all_answer_spans`), -100 elsewhere.
 
     Args:
         input_ids: int64 tensor (batch, seq).
@@ -50,9 +44,7 @@ def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenize
     """
     labels = torch.full_like(input_ids, IGNORE_INDEX)
     for row in range(input_ids.shape[0]):
-        span = answer_spans(input_ids[row].tolist(), tokenizer)
-        if span is not None:
-            start, end = span
+        for start, end in all_answer_spans(input_ids[row].tolist(), tokenizer):
             labels[row, start:end] = input_ids[row, start:end]
     labels[attention_mask == 0] = IGNORE_INDEX
     return labels
@@ -71,8 +63,8 @@ def align_audio_masks(batch: dict, clips: Sequence[np.ndarray], feature_extracto
     produces the same number of valid audio tokens.
 
     Args:
-        batch: processor output with `input_features_mask` (B, F) bool; modified in place.
-        clips: the B clips in batch order, 16 kHz mono float32 arrays.
+        batch: processor output with `input_features_mask` (C, F) bool; modified in place.
+        clips: the C clips in batch order (row by row, each row's clips in order), 16 kHz mono float32.
         feature_extractor: the processor's audio feature extractor.
     """
     mask = batch["input_features_mask"]
@@ -88,13 +80,15 @@ def align_audio_masks(batch: dict, clips: Sequence[np.ndarray], feature_extracto
 class ChatCollator:
     """Collate dataset rows into a training batch for `Gemma3nForConditionalGeneration`.
 
-    Rows are dicts with `target_text`, `feedback` and the clip (`audio_wav` 16 kHz WAV bytes, or
-    `audio` float32 array). Output (all torch tensors):
+    Rows are dataset rows (`pipeline.data.rows`: `kind`, `target_text` / `prompt` / `turns`,
+    `feedback`, and the clips as `audio_wav` + `extra_audio_wavs` WAV bytes, or `audio` float32
+    arrays). Output (all torch tensors):
         input_ids (B, T) int64, attention_mask (B, T) int64, token_type_ids (B, T),
-        input_features (B, F, 128) float32 log-mel frames, input_features_mask (B, F) bool,
+        input_features (C, F, 128) float32 log-mel frames, input_features_mask (C, F) bool,
         labels (B, T) int64 (-100 outside the answers).
-    T is the longest row of the batch (right padding with `<pad>`); F the longest clip's frames. Each
-    clip's frames and frame mask equal those it has alone (`align_audio_masks`).
+    T is the longest row of the batch (right padding with `<pad>`); C the clips of all rows (row by
+    row, each row's clips in order: the order of the audio spans in `input_ids`), F the longest
+    clip's frames. Each clip's frames and frame mask equal those it has alone (`align_audio_masks`).
 
     Raises:
         DatasetError: a row is longer than `max_length` tokens, or has no supervised token.
@@ -106,16 +100,18 @@ class ChatCollator:
         # On the tokenizer only (see the module docstring).
         processor.tokenizer.padding_side = padding_side
 
-    def conversations(self, rows: Sequence[dict], clips: Sequence[np.ndarray] | None = None) -> list[list[dict]]:
-        """The `build_messages` conversation (with its audio array) of each row."""
+    def conversations(self, rows: Sequence[dict], clips: Sequence[list[np.ndarray]] | None = None) -> list[list[dict]]:
+        """The conversation (`pipeline.data.rows.row_messages`, with its audio arrays: `clips[i]` are
+        row i's clips, read from the rows when None) of each row."""
         tokenizer = self.processor.tokenizer
-        clips = clips if clips is not None else [_row_audio(r) for r in rows]
-        return [build_messages(r["target_text"], r["feedback"], clip, tokenizer=tokenizer) for r, clip in zip(rows, clips)]
+        clips = clips if clips is not None else [row_clips(r) for r in rows]
+        return [row_messages(r, c, tokenizer=tokenizer) for r, c in zip(rows, clips)]
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
-        clips = [_row_audio(r) for r in rows]
+        per_row = [row_clips(r) for r in rows]
+        clips = [clip for row in per_row for clip in row]  # the order of the feature rows
         batch = self.processor.apply_chat_template(
-            self.conversations(rows, clips),
+            self.conversations(rows, per_row),
             tokenize=True,
             return_dict=True,
             return_tensors="pt",
@@ -154,7 +150,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     for row in rows:
         row_id = row.get("id", "?")
         try:
-            text = counter.render(build_messages(row["target_text"], row["feedback"], tokenizer=tokenizer))
+            text = counter.render(row_messages(row, tokenizer=tokenizer))
         except DatasetError as error:
             problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue
@@ -164,7 +160,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
                 {"id": row_id, "reason": f"{len(ids)} tokens > --max-length {max_length}", "too_long": True}
             )
             continue
-        span = answer_spans(ids, tokenizer)
-        if span is None or span[1] - span[0] < 2:
+        spans = all_answer_spans(ids, tokenizer)
+        if not spans or any(end - start < 2 for start, end in spans):
             problems.append({"id": row_id, "reason": "no answer token to learn from (empty feedback?)", "too_long": False})
     return problems

@@ -199,10 +199,11 @@ def _without_rows(dataset, row_ids: set[str]):
 
 
 def worst_case_rows(dataset, batch_size: int) -> list[dict]:
-    """The `batch_size` longest rows (by `num_tokens`) of a `datasets.Dataset`: the batch that needs
-    the most memory. Only those rows' audio is read."""
+    """The `batch_size` longest rows (by `num_tokens`, then clips: the audio encoder runs on each) of a
+    `datasets.Dataset`: the batch that needs the most memory. Only those rows' audio is read."""
     lengths = [int(n or 0) for n in dataset["num_tokens"]]
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)[:batch_size]
+    clips = [int(c or 1) for c in dataset["clips"]] if "clips" in dataset.column_names else [1] * len(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], clips[i]), reverse=True)[:batch_size]
     return list(dataset.select(order))
 
 
@@ -250,7 +251,7 @@ class _Session:
         self.train_data = data["train"]
         self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
         self.processor = load_processor(config.model)
-        text_columns = ["id", "target_text", "feedback"]
+        text_columns = [c for c in ("id", "kind", "target_text", "prompt", "feedback", "turns") if c in self.train_data.column_names]
         rows = list(self.train_data.select_columns(text_columns))
         if self.eval_data is not None:
             rows += list(self.eval_data.select_columns(text_columns))

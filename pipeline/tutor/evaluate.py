@@ -165,7 +165,8 @@ def evaluate_tutor(
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
     The tutor is loaded once with `pipeline.tutor.infer.load_tutor` (base `model`, or `run`'s adapter
-    on its training base) and answers each row with `Tutor.feedback`.
+    on its training base) and answers each row, whatever its kind (`pipeline.tutor.by_kind.answer_row`:
+    `Tutor.feedback`, `free_speech_feedback`, or `dialogue_reply` for each tutor turn).
 
     Args:
         progress: `progress(done, total, message)`, called before the first clip and after each one.
@@ -173,10 +174,14 @@ def evaluate_tutor(
             cancels the evaluation (nothing is returned or saved).
 
     Returns:
-        `evaluate_answers`'s metrics (`clips`, `unparsed`, `unparsed_fraction`, `scores`, `words`,
-        `phones`, `per_clip` with each clip's `answer`, `reference_feedback`, `kind`, ...) plus
-        `model`, `run`, `split`, `dataset_key` (`split_key`), `device`, `quantization`,
-        `max_new_tokens`, `seconds`, `finished_at` (unix s) and `note` (set for the tiny random stand-in).
+        `evaluate_answers`'s metrics over the read-aloud rows (`clips`, `unparsed`,
+        `unparsed_fraction`, `scores`, `words`, `phones`, `per_clip` with each clip's `answer`,
+        `reference_feedback`, `kind`, ...), `by_kind` (every sample kind present: `answers` and chrF
+        against the reference, and for read-aloud these expert metrics,
+        `pipeline.tutor.by_kind.metrics_by_kind`), `answers` (every answer of every kind with its
+        sentence chrF; one per tutor turn of a dialogue), plus `model`, `run`, `split`, `dataset_key`
+        (`split_key`), `device`, `quantization`, `max_new_tokens`, `seconds`, `finished_at` (unix s)
+        and `note` (set for the tiny random stand-in).
 
     Raises:
         DatasetError: no built dataset, unknown or empty split, `limit` < 1.
@@ -207,18 +212,22 @@ def evaluate_tutor(
     started = time.perf_counter()
     if progress is not None:
         progress(0, len(rows), f"loading {who}")
+    from pipeline.tutor.by_kind import answer_row, metrics_by_kind
+
     tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
                        quantization=quantization)
-    items = []
+    items, answers = [], []
     for index, row in enumerate(rows):
         if stop():
             raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-        answer = tutor.feedback(row["audio_wav"], row["target_text"], max_new_tokens=tokens, stop=stop)
+        row_answers = answer_row(tutor, row, max_new_tokens=tokens, stop=stop)  # every kind; one per tutor turn
         if stop():
             raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-        items.append({"id": row["id"], "kind": row.get("kind") or DEFAULT_KIND, "target_text": row["target_text"],
-                      "answer": answer.text, "reference": _row_reference(row),
-                      "reference_feedback": row.get("feedback") or ""})
+        answers += row_answers
+        if (row.get("kind") or DEFAULT_KIND) == "read_aloud":  # the expert-score template metrics
+            items.append({"id": row["id"], "kind": "read_aloud", "target_text": row["target_text"],
+                          "answer": row_answers[0]["answer"], "reference": _row_reference(row),
+                          "reference_feedback": row.get("feedback") or ""})
         if progress is not None:
             progress(index + 1, len(rows), f"{who}: answered {row['id']}")
     metrics = evaluate_answers(items)
@@ -234,6 +243,8 @@ def evaluate_tutor(
         "finished_at": round(time.time(), 3),
         "note": TINY_NOTE if tutor.tiny_random_model else None,
         **metrics,
+        "by_kind": metrics_by_kind(answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
+        "answers": answers,
     }
 
 
@@ -277,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         who = f"run {args.run}" if args.run else f"base model {result['model']}"
         print(f"Evaluated {who} on {result['clips']} {args.split} clips ({result['dataset_key']}) in {result['seconds']} s")
+        from pipeline.tutor.by_kind import by_kind_summary
+
         print(summary(result))
+        print(by_kind_summary(result["by_kind"]))
         if result["note"]:
             print(f"note: {result['note']}")
         for path in result["saved"]:

@@ -1,6 +1,13 @@
 """Tutor feedback for one clip, from the base Gemma 3n or a run's LoRA adapter.
 
 `python -m pipeline infer --workspace WS --model M [--run NAME] --audio FILE --text "TARGET" [--json]`
+`python -m pipeline infer ... --kind free_speech --prompt "QUESTION" --audio FILE`
+`python -m pipeline infer ... --kind dialogue --turns TURNS.json` (the tutor's next reply)
+
+Three kinds of question (`pipeline.conversation.KINDS`): a sentence read aloud (`Tutor.feedback`), free
+speech answering a prompt (`Tutor.free_speech_feedback`), and the next tutor turn of a dialogue whose
+history is learner clips or text and earlier tutor turns (`Tutor.dialogue_reply`); each is asked
+with the same conversation as training saw for that kind.
 
 The clip goes through the same ingest as the sample library (`pipeline.data.audio.load_audio`: decode,
 16 kHz mono, checks) and the same conversation as training (`pipeline.data.dataset.build_messages`:
@@ -66,7 +73,8 @@ class Feedback:
 class Tutor:
     """A loaded model (+ optional adapter) and processor that answers for clips.
 
-    Build with `load_tutor`; call `feedback(audio, target_text)`.
+    Build with `load_tutor`; call `feedback(audio, target_text)` (read aloud),
+    `free_speech_feedback(audio, prompt)` or `dialogue_reply(turns)`.
     """
 
     def __init__(self, model, processor, *, model_id: str, run: str | None, adapter_dir: str | None, device: str, quantization: str,
@@ -115,12 +123,76 @@ class Tutor:
             DatasetError: the target text is empty or spells a control token such as `<end_of_turn>`
                 (`pipeline.conversation.check_user_text`, the rule training uses).
         """
-        import torch
-
-        from pipeline.data.audio import load_audio
         from pipeline.conversation import build_messages
+        from pipeline.data.audio import load_audio
 
         clip = load_audio(audio)
+        return self._generate(lambda tokenizer: build_messages(target_text, None, clip.samples, tokenizer=tokenizer),
+                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              use_adapter=use_adapter, stop=stop)
+
+    def free_speech_feedback(self, audio: Any, prompt: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                             do_sample: bool = False, use_adapter: bool = True, stop: Any = None) -> Feedback:
+        """Feedback on one free-speech clip: the learner answering `prompt` (e.g. "Describe your last
+        holiday."), asked as training asked it (`pipeline.conversation.build_free_speech_messages`).
+
+        Arguments and errors as `feedback`, with `prompt` in place of the target sentence
+        (`DatasetError` when it is empty or spells a control token).
+        """
+        from pipeline.conversation import build_free_speech_messages
+        from pipeline.data.audio import load_audio
+
+        clip = load_audio(audio)
+        return self._generate(lambda tokenizer: build_free_speech_messages(prompt, None, clip.samples, tokenizer=tokenizer),
+                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              use_adapter=use_adapter, stop=stop)
+
+    def dialogue_reply(self, turns: list[dict], *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                       do_sample: bool = False, use_adapter: bool = True, stop: Any = None) -> Feedback:
+        """The tutor's next turn in a dialogue.
+
+        Args:
+            turns: the history, in order: `{"role": "learner", "audio": clip?, "text": str?}` (a clip
+                is anything `load_audio` accepts) and `{"role": "tutor", "text": str}`; it starts and
+                ends with the learner. Every clip is heard again, as in training
+                (`pipeline.conversation.build_dialogue_messages`).
+            max_new_tokens, do_sample, use_adapter, stop: as `feedback`.
+
+        Returns:
+            `Feedback` whose `text` is the reply and `audio_duration_s` the clips' total.
+
+        Raises:
+            DatasetError: no turns, a tutor turn first or last, an empty turn, a control token in a text.
+            AudioError: a clip fails a check (the message names its turn).
+        """
+        from pipeline.conversation import LEARNER, build_dialogue_messages
+        from pipeline.data.audio import load_audio
+        from pipeline.errors import DatasetError, PipelineError
+
+        if not turns or str(turns[-1].get("role", "")).lower() != LEARNER:
+            raise DatasetError("The dialogue must end with a learner turn (a recording or text) for the tutor to answer.")
+        audios, shaped = [], []
+        for number, turn in enumerate(turns, start=1):
+            turn = dict(turn)
+            clip = turn.pop("audio", None)
+            if clip is not None:
+                try:
+                    audios.append(load_audio(clip).samples)
+                except PipelineError as error:
+                    raise type(error)(f"Turn {number} of the dialogue: {error}") from None
+                turn["clip"] = len(audios) - 1
+            shaped.append(turn)
+        seconds = sum(a.size for a in audios) / 16000
+        return self._generate(lambda tokenizer: build_dialogue_messages(shaped, audios, tokenizer=tokenizer), seconds,
+                              max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
+
+    def _generate(self, make_messages: Any, audio_s: float, *, max_new_tokens: int, do_sample: bool,
+                  use_adapter: bool, stop: Any = None) -> Feedback:
+        """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
+        turn): greedy by default, stopping at `<end_of_turn>` or when `stop()` says so; only the new
+        text is returned."""
+        import torch
+
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
         extra = {}
@@ -135,7 +207,7 @@ class Tutor:
         # One answer at a time per loaded model: `disable_adapter()` switches the LoRA layers off for
         # every thread, and a fast tokenizer is not safe to share between threads either.
         with self._lock:
-            messages = build_messages(target_text, None, clip.samples, tokenizer=tokenizer)
+            messages = make_messages(tokenizer)
             inputs = self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
             )
@@ -172,7 +244,7 @@ class Tutor:
             quantization=self.quantization,
             new_tokens=int(new_tokens.numel()),
             seconds=round(time.perf_counter() - started, 3),
-            audio_duration_s=round(clip.duration_s, 3),
+            audio_duration_s=round(audio_s, 3),
             note=note,
         )
 
@@ -315,6 +387,7 @@ def compare_feedback(
     quantization: str | None = None,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     do_sample: bool = False,
+    kind: str = "read_aloud",
 ) -> dict[str, Any]:
     """The tuned and the base tutor's answers for one clip, from one loaded model.
 
@@ -325,12 +398,14 @@ def compare_feedback(
 
     Args:
         audio: anything `pipeline.data.audio.load_audio` accepts (path, bytes, `(rate, ndarray)`, `Audio`).
-        target_text: the sentence the learner was asked to read.
+        target_text: the sentence the learner was asked to read (`kind="free_speech"`: the prompt
+            the learner answered).
         run: run name in `workspace` whose `adapter/` to apply.
         workspace: the workspace folder holding `runs/`.
         device, quantization: override the run's own settings.
         max_new_tokens: longest answer in tokens, per answer.
         do_sample: sample instead of greedy decoding.
+        kind: `read_aloud` (`Tutor.feedback`) or `free_speech` (`Tutor.free_speech_feedback`).
 
     Returns:
         `{"tuned": Feedback dict, "base": Feedback dict, "model", "run", "device", "quantization",
@@ -348,8 +423,12 @@ def compare_feedback(
     clip = load_audio(audio)  # before the model load: a bad clip is refused in a second, not minutes
     tutor = load_tutor(None, run=run, workspace=workspace, device=device, quantization=quantization)
     started = time.perf_counter()
-    tuned = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
-    base = tutor.feedback(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
+    if kind not in ("read_aloud", "free_speech"):
+        raise ConfigError(f"Comparing answers works for read_aloud or free_speech clips, not `{kind}`; "
+                          "a dialogue is tried turn by turn (`Tutor.dialogue_reply`).")
+    answer = tutor.feedback if kind == "read_aloud" else tutor.free_speech_feedback
+    tuned = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
+    base = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
     return {
         "tuned": tuned.to_dict(),
         "base": base.to_dict(),
@@ -363,14 +442,36 @@ def compare_feedback(
     }
 
 
+def _read_turns(path: Path) -> list[dict]:
+    """The `--turns` file: a JSON list of turns; audio paths made relative to the file's folder."""
+    try:
+        turns = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"`--turns {path}` cannot be read as JSON ({error}); give a JSON list of turns.") from None
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise ConfigError(f"`--turns {path}` must hold a JSON list of turns like "
+                          '[{"role": "learner", "audio": "a.wav"}, {"role": "tutor", "text": "..."}].')
+    for turn in turns:
+        if isinstance(turn.get("audio"), str):
+            turn["audio"] = str(path.parent / turn["audio"])
+    return turns
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline infer --workspace WS --model M [--run NAME] --audio FILE --text "TARGET" [--json]`."""
+    """`python -m pipeline infer --workspace WS --model M [--run NAME] [--kind K] --audio FILE --text "TARGET"
+    [--prompt "QUESTION"] [--turns TURNS.json] [--json]`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline infer", description="Tutor feedback for one clip, base or tuned.")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
     parser.add_argument("--model", default=None, help="hub id or local folder (default: the run's model; required without --run)")
     parser.add_argument("--run", default=None, help="run whose LoRA adapter to apply (default: the base model)")
-    parser.add_argument("--audio", required=True, help="audio file (wav, flac, ogg, mp3, m4a, webm)")
-    parser.add_argument("--text", required=True, help="the sentence the learner was asked to read")
+    parser.add_argument("--kind", choices=("read_aloud", "free_speech", "dialogue"), default="read_aloud",
+                        help="read_aloud (--audio + --text), free_speech (--audio + --prompt), dialogue (--turns)")
+    parser.add_argument("--audio", default=None, help="audio file (wav, flac, ogg, mp3, m4a, webm)")
+    parser.add_argument("--text", default=None, help="read_aloud: the sentence the learner was asked to read")
+    parser.add_argument("--prompt", default=None, help="free_speech: the question the learner answered")
+    parser.add_argument("--turns", type=Path, default=None,
+                        help='dialogue: a JSON list of turns, [{"role": "learner", "audio": "a.wav"}, {"role": "tutor", '
+                             '"text": "..."}, ...], ending with the learner; audio paths relative to the file')
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="longest answer in tokens")
@@ -379,8 +480,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
         raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}.")
+    needs = {"read_aloud": ("audio", "text"), "free_speech": ("audio", "prompt"), "dialogue": ("turns",)}[args.kind]
+    missing = [f"--{name}" for name in needs if getattr(args, name) in (None, "")]
+    if missing:
+        raise ConfigError(f"`--kind {args.kind}` needs {' and '.join(missing)}; see `python -m pipeline infer --help`.")
+    turns = _read_turns(args.turns) if args.kind == "dialogue" else None
     tutor = load_tutor(args.model, run=args.run, workspace=args.workspace, device=args.device, quantization=args.quantization, use_cache=False)
-    result = tutor.feedback(args.audio, args.text, max_new_tokens=args.max_new_tokens, do_sample=args.sample)
+    options = dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample)
+    if args.kind == "free_speech":
+        result = tutor.free_speech_feedback(args.audio, args.prompt, **options)
+    elif args.kind == "dialogue":
+        result = tutor.dialogue_reply(turns, **options)
+    else:
+        result = tutor.feedback(args.audio, args.text, **options)
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
     else:

@@ -1,0 +1,111 @@
+"""The Samples and Try tabs' kinds through their handlers: save-and-clear, the dialogue editor, the
+recording session (start, save and next, skip, back to re-record, reopened after closing)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+
+RATE = 16000
+
+
+@pytest.fixture()
+def ui(tmp_path):
+    from ui.tutor_app import TutorApp
+
+    return TutorApp(tmp_path / "ws")
+
+
+def clip(speechocean_dir: Path, utt: str, folder: Path) -> str:
+    """A real learner clip copied to `folder` (as an upload would be), as a file path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{utt}.wav"
+    shutil.copyfile(speechocean_dir / "WAVE" / f"SPEAKER{utt[1:5]}" / f"{utt}.WAV", path)
+    return str(path)
+
+
+def test_saving_a_clip_clears_the_form_for_the_next_one(ui, tmp_path, speechocean_dir):
+    from pipeline.data.samples import SampleLibrary
+
+    status, table, *cleared = ui.save_clip("Free speech", clip(speechocean_dir, "000010011", tmp_path),
+                                           "", "What is it?", "we call it bear", "Clear BEAR.", "kate")
+    assert "Saved sample" in status and "(free speech)" in status and cleared == [None, "", "", "", ""]
+    assert "[free speech] What is it?" in table["target sentence"].tolist()
+    (sample,) = SampleLibrary(ui.ws).list()
+    assert (sample.kind, sample.prompt, sample.transcript, sample.speaker) == ("free_speech", "What is it?", "we call it bear", "kate")
+    status, table, *cleared = ui.save_clip("Read aloud", clip(speechocean_dir, "000010035", tmp_path),
+                                           "ZERO THREE FIVE ONE", "", "", "Fine.", "kate")
+    assert "Saved sample" in status and "(free speech)" not in status and cleared == [None, "", "", "", ""]
+    # a failure keeps everything typed (only the status changes)
+    failed = ui.save_clip("Free speech", clip(speechocean_dir, "000010053", tmp_path), "", "  ", "", "Good.", "kate")
+    assert failed[0].startswith("**✗") and "Prompt" in failed[0]
+    assert all(v == gr.skip() for v in failed[1:]), failed  # the sentence, prompt and feedback typed stay
+    assert len(SampleLibrary(ui.ws).list()) == 2
+
+
+def test_the_dialogue_editor_builds_and_saves_a_dialogue(ui, tmp_path, speechocean_dir):
+    from pipeline.data.samples import SampleLibrary
+
+    turns, chat, audio, text, note = ui.add_learner_turn(clip(speechocean_dir, "000010011", tmp_path), "", [])
+    assert audio is None and text == "" and chat[0]["role"] == "user" and "path" in chat[0]["content"]
+    turns, chat, text, note = ui.add_tutor_turn("Say BEAR with an open EH.", turns)
+    turns, chat, audio, text, note = ui.add_learner_turn(None, "Like bear?", turns)
+    turns, chat, text, note = ui.add_tutor_turn("Yes, better.", turns)
+    assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant"]
+    assert ui.add_tutor_turn("", turns)[-1].startswith("**✗")
+    status, table, cleared_turns, cleared_chat = ui.save_dialogue(turns, "kate")
+    assert "Saved dialogue" in status and "4 turns, 1 clip(s)" in status and cleared_turns == [] and cleared_chat == []
+    (sample,) = SampleLibrary(ui.ws).list()
+    assert sample.kind == "dialogue" and [t["role"] for t in sample.turns] == ["learner", "tutor", "learner", "tutor"]
+    assert ui.save_dialogue([], "kate")[0].startswith("**✗")
+
+
+def test_a_recording_session_saves_skips_rerecords_and_survives_closing_the_tab(tmp_path, speechocean_dir):
+    from pipeline.data.samples import SampleLibrary
+    from ui.tutor_app import TutorApp
+
+    ui = TutorApp(tmp_path / "ws")
+    items = tmp_path / "list.csv"
+    items.write_text("sentence,notes\nWE CALL IT BEAR,a\nZERO THREE FIVE ONE,b\nTHREE TWO TWO SEVEN,c\n", encoding="utf-8")
+    progress, item = ui.start_session("", str(items), "Read aloud (sentences)", "0001")
+    assert "1 of 3" in progress and "WE CALL IT BEAR" in item and "0001" in progress
+    progress, item, status, audio, feedback, table = ui.session_save_and_next(
+        clip(speechocean_dir, "000010011", tmp_path), "Clear.")
+    assert "2 of 3 · 1 saved" in progress and "ZERO THREE FIVE ONE" in item and audio is None and feedback == ""
+    progress, item, status, audio = ui.session_skip()
+    assert "3 of 3" in progress and "1 skipped" in progress
+    # closing the tab (a new page, a new app object): the session goes on where it was
+    ui = TutorApp(tmp_path / "ws")
+    progress, item = ui.session_restore()
+    assert "3 of 3" in progress and "THREE TWO TWO SEVEN" in item
+    progress, *_ = ui.session_save_and_next(clip(speechocean_dir, "000010053", tmp_path), "")
+    assert progress.startswith("**done: 2 saved, 1 skipped of 3")
+    # back to the skipped item, record it; back again to re-record the last one (replaces its sample)
+    ui.session_back()
+    progress, item, status, _ = ui.session_back()
+    assert "ZERO THREE FIVE ONE" in item
+    ui.session_save_and_next(clip(speechocean_dir, "000010035", tmp_path), "")
+    progress, item, status, _ = ui.session_back()
+    assert "Re-recording" in status and "THREE TWO TWO SEVEN" in item
+    ui.session_save_and_next(clip(speechocean_dir, "000010069", tmp_path), "Second take.")
+    samples = SampleLibrary(ui.ws).list()
+    assert sorted(s.target_text for s in samples) == ["THREE TWO TWO SEVEN", "WE CALL IT BEAR", "ZERO THREE FIVE ONE"]
+    assert {s.speaker for s in samples} == {"0001"} and {s.kind for s in samples} == {"read_aloud"}
+    assert next(s for s in samples if s.target_text == "THREE TWO TWO SEVEN").feedback == "Second take."
+    saved = json.loads((ui.ws.samples_dir / "session.json").read_text())
+    assert saved["position"] == 3 and len(saved["saved"]) == 3
+    # a bad clip is refused with the reason and the session stays on its item
+    ui.start_session("Describe your last holiday.\n# a comment\n\nWhat do bears eat?", None, "Free speech (prompts)", "")
+    silent = tmp_path / "silent.wav"
+    import soundfile
+
+    soundfile.write(str(silent), np.zeros(RATE, dtype=np.float32), RATE)
+    failed = ui.session_save_and_next(str(silent), "")
+    assert failed[2].startswith("**✗") and "silent" in failed[2]
+    assert "1 of 2" in ui.session_restore()[0]
+    assert ui.start_session("", None, "Read aloud (sentences)", "")[0].startswith("**✗")

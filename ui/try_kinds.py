@@ -1,0 +1,88 @@
+"""The Try tab's kinds: the kind selector (read aloud, free speech, dialogue) and the voice conversation.
+
+Free speech uses the read-aloud widgets with the text box asking for the prompt. The dialogue is a
+`gr.Chatbot` with a microphone: each learner turn (a recording and/or typed text) is appended to the
+history, and the tuned tutor answers the whole history the way training saw a dialogue (every
+learner clip heard again, `pipeline.tutor.infer.Tutor.dialogue_reply`). Start over clears it.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from pipeline.errors import ConfigError, SampleError
+from ui.common import ui_errors
+from ui.sample_kinds import chat_messages
+from ui.state import AppState
+
+TRY_KINDS = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
+TARGET_LABELS = {"read_aloud": "Target sentence", "free_speech": "Prompt (the question the learner answers)"}
+
+
+class DialogueTryHandlers:
+    """A voice conversation with the tuned tutor: send a turn, start over."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    @staticmethod
+    def kind_visibility(kind_label: str):
+        """For the chosen kind: (clip input, target/prompt box, Get feedback button, the answers row,
+        the conversation); the run picker and the answer length stay for every kind."""
+        kind = TRY_KINDS.get(kind_label, "read_aloud")
+        single = kind != "dialogue"
+        return (gr.update(visible=single), gr.update(visible=single, label=TARGET_LABELS.get(kind, "Target sentence")),
+                gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single))
+
+    @ui_errors(message_at=4, outputs=5)
+    def send(self, audio: Any, text: str, history: list[dict], run_name: str, max_new_tokens: float = 128):
+        """The learner's turn and the tutor's reply; returns (history, chat, cleared audio, cleared text,
+        note). What went wrong shows in the note; the conversation stays as it was."""
+        from pipeline.tutor.infer import load_tutor
+
+        if not run_name:
+            raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
+                              "(the Train tab makes one; a stopped run has an adapter too).")
+        if audio is None and not (text or "").strip():
+            raise SampleError("Record what the learner says (or type it), then send.")
+        turn = {"role": "learner", "audio": os.fspath(audio) if isinstance(audio, (str, os.PathLike)) else audio,
+                "text": (text or "").strip() or None}
+        turns = list(history or []) + [turn]
+        tutor = load_tutor(None, run=run_name, workspace=self.state.ws)
+        reply = tutor.dialogue_reply(turns, max_new_tokens=int(max_new_tokens or 128))
+        turns.append({"role": "tutor", "text": reply.text or "…"})
+        return turns, chat_messages(turns), None, "", self.state.describe_model(tutor.model_id)
+
+    def start_over(self):
+        """A new conversation: (history, chat, note)."""
+        return [], [], "New conversation: record the learner's first turn."
+
+
+def try_kind_selector() -> Any:
+    """The kind selector at the top of the Try tab."""
+    return gr.Radio(list(TRY_KINDS), value="Read aloud", label="What to try", elem_id="try-kind")
+
+
+def dialogue_section(handlers: DialogueTryHandlers) -> SimpleNamespace:
+    """The conversation widgets (hidden unless Dialogue is chosen); `wire(run, max_tokens)` connects them."""
+    with gr.Group(visible=False, elem_id="try-dialogue") as group:
+        history = gr.State([])
+        chat = gr.Chatbot(label="Conversation with the tuned tutor", height=360, elem_id="try-chat")
+        audio = gr.Audio(sources=["microphone", "upload"], type="filepath", label="Learner: speak your turn",
+                         elem_id="try-dialogue-audio")
+        text = gr.Textbox(label="…or type it (optional with a recording)", elem_id="try-dialogue-text")
+        with gr.Row():
+            send = gr.Button("Send", variant="primary", elem_id="try-dialogue-send")
+            reset = gr.Button("Start over", elem_id="try-dialogue-reset")
+        note = gr.Markdown(elem_id="try-dialogue-note")
+
+    def wire(run: Any, max_tokens: Any) -> None:
+        send.click(handlers.send, inputs=[audio, text, history, run, max_tokens],
+                   outputs=[history, chat, audio, text, note])
+        reset.click(handlers.start_over, outputs=[history, chat, note])
+
+    return SimpleNamespace(group=group, wire=wire)
