@@ -63,7 +63,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             dataset = dataset_tab()
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
-            tryout = try_tab(app.tryout)
+            tryout = try_tab(app.tryout, app.export)
             judge = judge_tab(app.judge, model)
 
         # The settings: one `TrainConfig` from the model picker, the Memory tab and the Train tab.
@@ -104,6 +104,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         train.timer.tick(app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         train.refresh_runs.click(app.train.refresh_run_lists, outputs=run_lists)
         tryout.refresh.click(app.train.refresh_run_lists, outputs=run_lists)
+        tryout.imported.success(app.train.refresh_run_lists, outputs=run_lists)  # an imported run joins the lists
 
         # A (re)opened page: re-attach to a running job, show the last build, restore the settings.
         demo.load(app.train.on_load, outputs=[train.current_run, train.timer, train.train_status, train.runs_df,

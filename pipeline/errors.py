@@ -56,3 +56,7 @@ class TrainingError(PipelineError):
 
 class EvaluationError(PipelineError):
     """An evaluation cannot run or was cancelled (no eval rows, another evaluation running, Cancel)."""
+
+
+class ExportError(PipelineError):
+    """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""

@@ -59,6 +59,7 @@ _ERROR_TITLES = {
     "ModelLoadError": "Cannot load the model",
     "ConfigError": "Check the settings",
     "TrainingError": "Training",
+    "ExportError": "Export / import",
     "EvaluationError": "Evaluation",
 }
 

@@ -14,6 +14,7 @@ import gradio as gr
 
 from pipeline.errors import ConfigError
 from ui.common import ui_errors
+from ui.export_section import export_section
 from ui.state import AppState
 from ui.try_kinds import TRY_KINDS, DialogueTryHandlers, dialogue_section, try_kind_selector
 
@@ -43,9 +44,10 @@ class TryHandlers:
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
 
 
-def try_tab(handlers: TryHandlers) -> SimpleNamespace:
+def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
-    poll and refresh, wired in `build_ui`)."""
+    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
+    tab ends with the export / import section; `imported` is then its import event."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
         try_kind = try_kind_selector()
         with gr.Row():
@@ -66,10 +68,13 @@ def try_tab(handlers: TryHandlers) -> SimpleNamespace:
         with gr.Row() as single_outputs:
             tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
             base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
+        exports = None
+        if export_handlers is not None:
+            exports = export_section(export_handlers, try_run)
 
     try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
                      outputs=[tuned_out, try_note, base_out])
     try_kind.change(handlers.dialogue.kind_visibility, inputs=try_kind,
                     outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
     dialogue.wire(try_run, try_max_tokens)
-    return SimpleNamespace(run=try_run, refresh=try_refresh)
+    return SimpleNamespace(run=try_run, refresh=try_refresh, imported=exports.imported if exports else None)

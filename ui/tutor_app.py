@@ -12,6 +12,7 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
+from ui.export_section import ExportHandlers
 from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
@@ -42,6 +43,7 @@ class TutorApp:
         self.memory = MemoryHandlers(self.state)
         self.train = TrainHandlers(self.state)
         self.tryout = TryHandlers(self.state)
+        self.export = ExportHandlers(self.state)
         self.judge = JudgeHandlers(self.state)
 
     @property
@@ -104,6 +106,8 @@ class TutorApp:
     try_feedback = _handler("tryout", "try_feedback")
     try_dialogue_send = _handler("tryout.dialogue", "send")
     try_dialogue_start_over = _handler("tryout.dialogue", "start_over")
+    export_run = _handler("export", "export")
+    import_run = _handler("export", "import_run")
 
     # 6 Judge
     judge_candidates = _handler("judge", "candidates")

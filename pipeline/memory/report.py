@@ -16,6 +16,11 @@ from pipeline.memory.shape import load_model_config
 from pipeline.memory.units import fmt_bytes
 
 
+PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "
+                    "per GPU) every GPU needs all of it, plus DDP's gradient buckets (about the LoRA gradients, {grads}).")
+"""Multi-GPU training (DDP) gives every process a whole copy of the model and its own micro-batch."""
+
+
 def estimate_for_workspace(
     workspace,
     config: TrainConfig,
@@ -32,7 +37,8 @@ def estimate_for_workspace(
     static terms, runtime overhead and the peak phase's terms, which add up to `total_bytes`),
     `phases`, `peak_phase`, `total_bytes`, `usable_bytes`, `device_memory`, `verdict`,
     `margin_bytes`, `margin_percent`, `seq_len`, `answer_tokens`, `max_length`, `lengths_source`,
-    `excluded_rows`, `options`, `notes`, `suggestions` (at most `limit`, each with `changes`,
+    `excluded_rows`, `options`, `notes` (the last says the figure is per training process),
+    `per_process` (True: the bytes one process, one GPU under DDP, needs), `suggestions` (at most `limit`, each with `changes`,
     `total_bytes`, `verdict`, `cost`, `score`; none when it fits, only ones that fit when it is
     tight) and `measured` (None unless `measure`: `measure_peak`'s dict plus `error_percent`).
     `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
@@ -60,6 +66,7 @@ def estimate_for_workspace(
     if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
         est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
                          "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
+    est.notes.append(PER_PROCESS_NOTE.format(grads=fmt_bytes(est.components.get("lora_grads", 0))))
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
@@ -95,6 +102,7 @@ def estimate_for_workspace(
         "notes": est.notes,
         "suggestions": [s.to_dict() for s in suggestions],
         "measured": measured,
+        "per_process": True,
     }
 
 

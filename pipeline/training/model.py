@@ -293,7 +293,9 @@ def load_model(
     else:
         check_disk_for_download(model_id)
     qconfig = quantization_config(quantization, dtype)
-    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": device}}
+    from pipeline.training.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
+
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": placement(device)}}
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     with translate_load_errors(model_id, "model"), warnings.catch_warnings():

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.training import distributed
+
 log = logging.getLogger("pipeline.training.stopping")
 
 
@@ -83,7 +85,11 @@ def stop_within_micro_batch(stop_file: Path):
             return control
 
         def on_substep_end(self, args, state, control, **kwargs):
-            if self.stopped or not self.stop_file.exists():
+            if self.stopped:
+                return control
+            # Under DDP rank 0 reads the file and every process gets its answer, so all stop after
+            # the same micro-batch (a process that went on would wait for the others forever).
+            if not distributed.any_process(distributed.is_main_process() and self.stop_file.exists()):
                 return control
             log.info("STOP file found during optimizer step %d: dropping its partly accumulated gradients and "
                      "saving the state after step %d; --resume redoes step %d.",

@@ -31,8 +31,10 @@ import torch
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.cpu_threads import apply_threads, trainer_threads
+from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
+from pipeline.training import distributed
 from pipeline.training.peak_memory import (
     is_out_of_memory,
     memory_kind,
@@ -74,6 +76,8 @@ def _make_callback_class():
         in seconds across resumes (a resumed run continues from the checkpoint's last logged
         `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
         time of this process.
+        Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
+        them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
         """
 
         def __init__(self, paths: dict[str, Path], config: TrainConfig, device: str):
@@ -86,6 +90,7 @@ def _make_callback_class():
             self.stopped = False
             self.last_loss: float | None = None
             self.last_eval_loss: float | None = None
+            self.rows_per_step = config.effective_batch_size * distributed.world_size()
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.perf_counter()
@@ -93,7 +98,7 @@ def _make_callback_class():
             self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.paths["stop"].exists():
+            if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
                 log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
                 self.stopped = True
                 control.should_save = True
@@ -116,7 +121,7 @@ def _make_callback_class():
                 "learning_rate": logs.get("learning_rate"),
                 "grad_norm": logs.get("grad_norm"),
                 "eval_loss": logs.get("eval_loss"),
-                "samples_per_s": round(steps_done * self.config.effective_batch_size / elapsed, 4) if elapsed > 0 else None,
+                "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
                 "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
                 "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
                 "peak_memory_bytes": peak_memory_bytes(self.device),
@@ -126,6 +131,8 @@ def _make_callback_class():
                 self.last_loss = float(line["loss"])
             if line["eval_loss"] is not None:
                 self.last_eval_loss = float(line["eval_loss"])
+            if not distributed.is_main_process():
+                return
             append_jsonl(self.paths["progress"], line)
             if line["kind"] == "eval":
                 log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
@@ -182,6 +189,7 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         use_cpu=device == "cpu",
+        ddp_find_unused_parameters=False,  # under DDP every LoRA weight gets a gradient (KV-shared layers have no k/v_proj)
         bf16=False,
         fp16=False,
     )
@@ -235,19 +243,21 @@ def preflight(model, collator, worst: list[dict], config: TrainConfig, device: s
 
 
 class _Session:
-    """Everything a run needs, loaded once: processor, model with LoRA, datasets, collator."""
+    """Everything a run needs, loaded once: processor, model with LoRA, datasets (the workspace's, or
+    a portable Parquet folder `dataset_dir`, `pipeline.data.portable`), collator."""
 
-    def __init__(self, config: TrainConfig, ws: Workspace):
+    def __init__(self, config: TrainConfig, ws: Workspace, dataset_dir: Path | None = None):
         from pipeline.training.collate import ChatCollator, check_rows
         from pipeline.data.dataset import load_built_dataset
+        from pipeline.data.portable import load_portable_dataset
         from pipeline.training.base_identity import describe_base
         from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
         self.device = resolve_device(config.device)
-        data = load_built_dataset(ws)
+        data = load_portable_dataset(dataset_dir) if dataset_dir is not None else load_built_dataset(ws)
         if "train" not in data or len(data["train"]) == 0:
-            raise TrainingError(f"The dataset in {ws.dataset_dir} has no train rows; add samples and rebuild it.")
+            raise TrainingError(f"The dataset in {dataset_dir or ws.dataset_dir} has no train rows; add samples and rebuild it.")
         self.train_data = data["train"]
         self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
         self.processor = load_processor(config.model)
@@ -311,9 +321,14 @@ def train(
     resume: bool = False,
     *,
     callbacks: list | None = None,
+    dataset_dir: str | os.PathLike | None = None,
     allow_dataset_change: bool = False,
 ) -> dict:
     """Fine-tune LoRA adapters on `WS/dataset` and write the run folder; returns the result.json dict.
+
+    Under torchrun / accelerate launch every process calls this (DDP, `distributed`) and runs the
+    preflight; only rank 0 writes the run folder (Trainer adds one `rng_state_N.pth` per process to
+    a checkpoint). The global batch is `batch_size * grad_accum * processes`.
 
     Args:
         config: the settings; with `resume=True` may be None (the run's config.json is used) and
@@ -322,13 +337,14 @@ def train(
         run_name: the run's folder name under `WS/runs/`.
         resume: continue from the last checkpoint (same losses as an uninterrupted run).
         callbacks: extra `transformers.TrainerCallback`s (tests, the memory probe).
+        dataset_dir: train on this Parquet folder (a cloud job bundle's `dataset/`), not WS/dataset.
         allow_dataset_change: resume although the dataset was rebuilt with other rows since the run
             started (refused otherwise; the change is recorded, see `pipeline.training.resume`).
 
     Returns:
         The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
         `final_loss`, `eval_loss`, `peak_memory_bytes`, `preflight`, `quantization`, `lora`,
-        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, ...
+        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, `processes`, ...
 
     Raises:
         TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (another
@@ -340,7 +356,9 @@ def train(
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     paths = run_paths(ws, run_name)
+    dataset_dir = Path(dataset_dir).expanduser().resolve() if dataset_dir is not None else None
     checkpoint = None
+    main = distributed.is_main_process()
     if resume:
         config = _resolve_resume_config(paths, config)
         checkpoint = last_checkpoint(paths["dir"])
@@ -353,10 +371,8 @@ def train(
             previous = json.loads(paths["result"].read_text(encoding="utf-8"))
             if previous.get("status") == "completed":
                 raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
-        from pipeline.data.dataset import build_identity
-
-        dataset_change = check_dataset(paths["dir"], run_name, build_identity(ws), allow_change=allow_dataset_change,
-                                       checkpoint=checkpoint.name)
+        dataset_change = check_dataset(paths["dir"], run_name, dataset_identity(ws, dataset_dir), checkpoint=checkpoint.name,
+                                       allow_change=allow_dataset_change) if main else None
     else:
         if config is None:
             raise ConfigError("No training settings given; pass a TrainConfig.")
@@ -364,7 +380,11 @@ def train(
             raise TrainingError(
                 f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
             )
-    if not resume:  # checked before the run folder exists: a run that cannot start leaves nothing behind
+    if dataset_dir is not None:
+        from pipeline.data.portable import check_portable_dataset
+
+        check_portable_dataset(dataset_dir)
+    elif not resume:  # checked before the run folder exists: a run that cannot start leaves nothing behind
         from pipeline.data.dataset import load_built_dataset
 
         try:
@@ -374,13 +394,17 @@ def train(
                 raise
             raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with "
                                f"`python -m pipeline build --workspace {ws.root} --model {config.model}`.") from None
-    paths["dir"].mkdir(parents=True, exist_ok=True)
-    paths["stop"].unlink(missing_ok=True)
-    if not resume:
-        atomic_write_json(paths["config"], config.to_dict())
-        from pipeline.data.dataset import build_identity
+    from pipeline.training.model import resolve_device
 
-        record_dataset(paths["dir"], build_identity(ws))
+    distributed.join(resolve_device(config.device))
+    distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
+    if main:
+        paths["dir"].mkdir(parents=True, exist_ok=True)
+        paths["stop"].unlink(missing_ok=True)
+        if not resume:
+            atomic_write_json(paths["config"], config.to_dict())
+            record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
+    if not resume:
         dataset_change = None
     started_at = time.time()
     base = {
@@ -391,11 +415,14 @@ def train(
         "model": config.model,
         "resumed_from": str(checkpoint) if checkpoint else None,
         "started_at": started_at,
+        "processes": distributed.world_size(),
+        "global_batch_size": config.effective_batch_size * distributed.world_size(),
     }
-    atomic_write_json(paths["result"], base)
-    handler = _setup_log_file(paths["log"])
+    if main:
+        atomic_write_json(paths["result"], base)
+    handler = _setup_log_file(paths["log"]) if main else None
     log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
-    if checkpoint is not None:
+    if checkpoint is not None and main:
         dropped = trim_progress_to_step(paths["progress"], int(checkpoint.name.split("-", 1)[1]))
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
@@ -408,11 +435,12 @@ def train(
     callback = None
     try:
         try:
-            session = _Session(config, ws)
+            session = _Session(config, ws, dataset_dir)
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
             raise
-        record_or_check_run_base(paths["dir"], session.base_identity, run_name)
+        if main:
+            record_or_check_run_base(paths["dir"], session.base_identity, run_name)
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)
@@ -425,13 +453,16 @@ def train(
             eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
         )
         device = session.device
-        try:
+        out_of_memory = False
+        try:  # on every process: each holds a whole copy of the model and its own longest batch
             result["preflight"] = preflight(session.model, session.collator, session.worst_rows, config, device)
             log.info("Preflight on the longest batch: %s", json.dumps(result["preflight"]))
         except Exception as error:  # noqa: BLE001
             if not is_out_of_memory(error):
                 raise
-            peak = peak_memory_bytes(device)
+            out_of_memory = True
+        if distributed.any_process(out_of_memory):
+            peak = max(distributed.gather_ints(peak_memory_bytes(device)))  # the largest of the processes
             result.update(
                 status="failed",
                 reason=(
@@ -446,8 +477,8 @@ def train(
             return result
         callback = _make_callback_class()(paths, config, device)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
-        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None)
-        trainer = session.trainer(paths["checkpoints"], [callback, stop_now, board] + list(callbacks or []))
+        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
+        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []))
         reset_peak_memory(device)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -471,7 +502,8 @@ def train(
             )
             log.error("%s", result["reason"])
             return result
-        _save_adapter(session, paths["adapter"])
+        if main:
+            _save_adapter(session, paths["adapter"])
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
@@ -504,8 +536,10 @@ def train(
         result["seconds"] = round(time.time() - started_at, 3)
         result["finished_at"] = time.time()
         result.pop("pid", None)
-        atomic_write_json(paths["result"], result)
-        _remove_log_file(handler)
+        if main:
+            atomic_write_json(paths["result"], result)
+        if handler is not None:
+            _remove_log_file(handler)
 
 
 def _save_adapter(session: _Session, adapter_dir: Path) -> None:
@@ -617,14 +651,17 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline train", description="LoRA fine-tune Gemma 3n on the built dataset.")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
-    parser.add_argument("--run", required=True, help="run name: its folder is WS/runs/NAME")
+    parser.add_argument("--run", "--run-name", dest="run", required=True,
+                        help="run name: its folder is WS/runs/NAME (under torchrun write --run-name: torchrun reads --run as its --run-path)")
     parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="train on this Parquet dataset folder (a cloud job bundle's dataset/) instead of WS/dataset")
     parser.add_argument("--allow-dataset-change", action="store_true",
                         help="with --resume: continue although the dataset was rebuilt with other rows (recorded in the run)")
     parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
-    apply_threads(trainer_threads())  # leave a core to the app and its inference (pipeline.cpu_threads)
+    apply_threads(max(1, trainer_threads() // distributed.local_world_size()))  # a core for the app (pipeline.cpu_threads)
     explicit = _explicit_config(args)
     if args.resume:
         paths = run_paths(args.workspace, args.run)
@@ -637,15 +674,19 @@ def main(argv: list[str] | None = None) -> int:
             explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
         config = TrainConfig(**explicit)
     # Progress lines go to train.log and stderr; stdout keeps the summary / JSON.
+    # Under torchrun / accelerate launch only rank 0 reports; the other processes say only warnings.
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(logging.Formatter("%(message)s"))
+    stream.setLevel(logging.INFO if distributed.is_main_process() else logging.WARNING)
     log.addHandler(stream)
     log.setLevel(logging.INFO)
     try:
-        result = train(config, args.workspace, args.run, resume=args.resume, allow_dataset_change=args.allow_dataset_change)
+        result = train(config, args.workspace, args.run, resume=args.resume, dataset_dir=args.dataset,
+                       allow_dataset_change=args.allow_dataset_change)
     finally:
         log.removeHandler(stream)
-    print(json.dumps(result) if args.json else summary_text(result))
+    if distributed.is_main_process():
+        print(json.dumps(result) if args.json else summary_text(result))
     return 0 if result.get("status") in ("completed", "stopped") else 1
 
 

@@ -202,6 +202,10 @@ def hold_workspace_lock(function: Callable) -> Callable:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from pipeline.training.distributed import is_main_process
+
+        if not is_main_process():  # several processes train one run (DDP): rank 0 holds the lock for all
+            return function(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         with workspace_lock(bound.arguments["workspace"], bound.arguments["run_name"]):
             return function(*args, **kwargs)

@@ -1,0 +1,201 @@
+"""Bring back a run trained elsewhere (a cloud job bundle, another machine's workspace).
+
+`python -m pipeline import-run --workspace WS --source RUN_DIR_OR_TAR [--name NAME] [--force] [--json]`
+
+The source is a run folder (config.json + adapter/), a folder holding exactly one under `runs/`
+(a bundle's output folder), or a .tar.gz / .tgz / .tar of either. Before anything is copied it is
+checked against this workspace:
+
+- **base model**: the model the run was trained on (for a bundle that carried a local base model,
+  the original folder recorded in `bundle.json`) must be here, with the same config and weight
+  files as recorded when the bundle was made; a different model refuses the import (its adapter
+  would not fit) unless `--force`. A model not on this machine yet is a note (download it first).
+- **dataset build**: the fingerprint of the rows the run trained on (its `dataset.json`, or
+  bundle.json's) is compared with this workspace's build (`pipeline.data.dataset.build_identity`); a difference is reported, not refused:
+  the tutor works, but Judge's eval split may then hold rows the run trained on.
+
+The run is copied into `WS/runs/NAME/` through a staging folder (never over an existing run), with
+config.json's `model` set to this machine's name of the base model, and `imported.json` recording
+the source, the checks and what was changed; it then appears in Train, Try and Judge like a local run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ExportError
+from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+LEFT_BEHIND = ("pid.json", "STOP")
+"""Files of the source run that are not copied: they describe its process on the other machine."""
+
+
+def _find_run_dir(root: Path) -> Path:
+    """The run folder in `root`: `root` itself, or the only `runs/*` / `*` folder with a config.json."""
+    if (root / "config.json").is_file():
+        return root
+    candidates = [p.parent for pattern in ("runs/*/config.json", "*/config.json", "*/runs/*/config.json", "*/*/runs/*/config.json")
+                  for p in root.glob(pattern)]
+    candidates = sorted({c for c in candidates if (c / "adapter").exists() or (c / "result.json").exists()})
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        found = sorted(p.name for p in root.iterdir())[:20] if root.is_dir() else "nothing"
+        raise ExportError(f"`{root}` holds no run folder (a folder with config.json and adapter/); found {found}. Give the "
+                          "run folder itself, e.g. OUTPUT/runs/NAME from the bundle's train.sh.")
+    listed = ", ".join(str(c.relative_to(root)) for c in candidates[:10])
+    raise ExportError(f"`{root}` holds {len(candidates)} runs ({listed}); give --source the one to import.")
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")  # no absolute paths, no links out of `into`
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise ExportError(f"`{archive}` cannot be unpacked ({type(error).__name__}: {error}); give the run folder or a "
+                          ".tar.gz made with `tar czf NAME.tar.gz -C OUTPUT/runs NAME`.") from error
+    return into
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
+    """Compare a run folder with the workspace; nothing is written.
+
+    Returns `{"model" (this machine's name of the base), "trained_model" (config.json's), "model_here"
+    (bool), "model_differences" (list), "dataset_fingerprint" (the run's or None),
+    "workspace_fingerprint" (the build's or None), "dataset_matches" (bool or None: unknown),
+    "differences" (sentences), "notes" (sentences), "status", "steps"}`.
+    """
+    from pipeline.export.bundle import model_differences, model_fingerprint
+
+    config = _read_json(run_dir / "config.json")
+    result = _read_json(run_dir / "result.json")
+    bundle = _read_json(run_dir / "bundle.json")
+    trained_model = str(config.get("model", ""))
+    model = str(bundle.get("model", {}).get("id") or trained_model)
+    here = model_fingerprint(model)
+    expected = bundle.get("model", {}).get("fingerprint")
+    differences, notes = [], []
+    model_diff = model_differences(expected, here)
+    if model_diff:
+        differences.append(f"base model `{model}` here is not the one the run was trained on: {' and '.join(model_diff)}")
+    if here is None:
+        notes.append(f"base model `{model}` is not on this machine yet; download it (or put the folder back) before "
+                     "trying the run")
+    from pipeline.training.resume import read_dataset_record
+
+    run_print = (read_dataset_record(run_dir) or {}).get("fingerprint") or (bundle.get("dataset") or {}).get("fingerprint")
+    ws_print = None
+    if (ws.dataset_dir / "dataset_dict.json").exists():
+        from pipeline.data.dataset import build_identity
+
+        ws_print = build_identity(ws)["fingerprint"]
+    matches = None if not run_print or not ws_print else run_print == ws_print
+    if matches is False:
+        differences.append("the dataset build differs: the run trained on other rows than this workspace's build, so "
+                           "Judge's eval split may hold rows it trained on")
+    elif matches is None:
+        notes.append("the dataset build could not be compared (" + ("no build in this workspace" if not ws_print else
+                     "the run did not record its dataset") + ")")
+    model_set = bundle.get("model", {}).get("id")
+    if model_set and model_set != trained_model:
+        notes.append(f"config.json's model `{trained_model}` (the bundle's copy) becomes `{model}`")
+    return {
+        "model": model, "trained_model": trained_model, "model_here": here is not None,
+        "model_differences": model_diff, "dataset_fingerprint": run_print, "workspace_fingerprint": ws_print,
+        "dataset_matches": matches, "differences": differences, "notes": notes,
+        "status": result.get("status"), "steps": result.get("steps"),
+    }
+
+
+def import_run(workspace, source: str | os.PathLike, *, name: str | None = None, force: bool = False) -> dict[str, Any]:
+    """Copy the run at `source` into `WS/runs/NAME/` after `check_run` (see the module docstring).
+
+    Args:
+        name: the run's name here (default: the source folder's name).
+        force: import even when the base model differs from the one the run was trained on.
+
+    Returns:
+        `check_run`'s dict plus `run`, `path`, `source`, `imported` (True).
+
+    Raises:
+        ExportError: no run at `source`, no adapter, a run of that name exists here, the base model
+            differs (without `force`), or not enough free disk.
+    """
+    from pipeline.fileio import atomic_write_json
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    source = Path(source).expanduser().resolve()
+    if not source.exists():
+        raise ExportError(f"`{source}` does not exist; give the run folder (OUTPUT/runs/NAME) or its .tar.gz.")
+    with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.root if ws.root.is_dir() else None) as tmp:
+        root = _unpack(source, Path(tmp)) if source.is_file() and source.name.endswith(ARCHIVE_SUFFIXES) else source
+        run_dir = _find_run_dir(root)
+        if not (run_dir / "adapter" / "adapter_config.json").is_file():
+            status = _read_json(run_dir / "result.json").get("status", "unknown")
+            raise ExportError(f"The run in `{run_dir}` has no adapter (status {status}): nothing to try here. Resume it where "
+                              "it ran (`train.sh --resume`) or stop it (a stopped run saves its adapter), then import it.")
+        name = name or run_dir.name
+        target = ws.run_dir(name)
+        if target.exists():
+            raise ExportError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name with "
+                              "--name NEW.")
+        report = check_run(ws, run_dir)
+        if report["model_differences"] and not force:
+            raise ExportError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the right "
+                              "model back, or import anyway with --force.")
+        check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
+        with staged_folder(target) as staging:
+            shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
+            config = _read_json(staging / "config.json")
+            if config.get("model") != report["model"]:
+                config["model"] = report["model"]
+                atomic_write_json(staging / "config.json", config)
+            atomic_write_json(staging / "imported.json", {
+                "source": str(source), "source_run": run_dir.name, "imported_at": round(time.time(), 3),
+                "forced": bool(force and report["model_differences"]), **report,
+            })
+    return dict(report, run=name, path=str(target), source=str(source), imported=True)
+
+
+def summary_text(result: dict) -> str:
+    """Human summary of `import_run`'s result."""
+    lines = [f"Imported run `{result['run']}` into {result['path']} (status {result.get('status')}, "
+             f"{result.get('steps')} steps; base model {result['model']})."]
+    if not result["differences"]:
+        lines.append("  base model and dataset build match this workspace." if result.get("dataset_matches") else
+                     "  base model matches.")
+    lines += [f"  differs: {d}" for d in result["differences"]]
+    lines += [f"  note: {n}" for n in result["notes"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline import-run --workspace WS --source RUN_DIR_OR_TAR [--name NAME] [--force] [--json]`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline import-run",
+                                     description="Bring back a run trained elsewhere (a cloud job bundle's output).")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--source", type=Path, required=True, help="the run folder (OUTPUT/runs/NAME) or a .tar.gz of it")
+    parser.add_argument("--name", default=None, help="the run's name here (default: its folder's name)")
+    parser.add_argument("--force", action="store_true", help="import even when the base model here differs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    args = parser.parse_args(argv)
+    result = import_run(args.workspace, args.source, name=args.name, force=args.force)
+    print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
+    return 0

@@ -1,0 +1,86 @@
+"""The Try tab's "Take the tutor out" section: export a run (adapter zip, merged model, cloud job
+bundle) and bring back a run trained elsewhere.
+
+Each handler calls one `pipeline/` function (`pipeline.export.cli.export_run`,
+`pipeline.export.import_run.import_run`); both import torch only when the merged export needs it.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+
+from ui.common import ui_errors
+from ui.state import AppState
+
+FORMAT_CHOICES = [
+    ("Adapter zip: small, to send (needs the base model to load)", "adapter"),
+    ("Merged model: the LoRA folded into a bf16 copy of the base (plain transformers, ~11 GB for E2B)", "merged"),
+    ("Cloud job bundle: train these settings on any GPU machine or Vertex AI", "bundle"),
+]
+
+
+class ExportHandlers:
+    """Export the chosen run; import a run folder or archive into this workspace."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    @ui_errors
+    def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:
+        """Export `run_name` as `fmt` (adapter / merged / bundle); returns (markdown, file to download
+        or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve)."""
+        from pipeline.export.cli import export_run
+
+        if not run_name:
+            raise gr.Error("Pick a run first (the Train tab makes one).", title="Export")
+        result = export_run(self.state.ws, run_name, fmt or "adapter", (out_dir or "").strip() or None)
+        lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}` "
+                 f"({result['bytes'] / 1024**2:.1f} MiB)."]
+        if result.get("archive"):
+            lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
+        lines += [f"- {html.escape(note)}" for note in result.get("notes", [])]
+        download = result.get("archive") or (result["path"] if result["format"] == "adapter" else None)
+        if download and not Path(download).resolve().is_relative_to(self.state.ws.root):
+            download = None  # the app serves files from the workspace only
+        return "\n\n".join(lines), download
+
+    @ui_errors
+    def import_run(self, source: str, name: str = "") -> str:
+        """Copy a run trained elsewhere (its folder or a .tar.gz) into this workspace; returns markdown
+        with what was checked and what differs."""
+        from pipeline.export.import_run import import_run
+
+        if not (source or "").strip():
+            raise gr.Error("Give the run folder (OUTPUT/runs/NAME) or its .tar.gz.", title="Import")
+        result = import_run(self.state.ws, source.strip(), name=(name or "").strip() or None)
+        lines = [f"✓ Imported **{html.escape(result['run'])}** ({result.get('status')}, {result.get('steps')} steps; base "
+                 f"model `{result['model']}`). It is in the run lists now."]
+        lines += [f"- differs: {html.escape(d)}" for d in result["differences"]]
+        lines += [f"- note: {html.escape(n)}" for n in result["notes"]]
+        return "\n".join(lines)
+
+
+def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespace:
+    """Lay out the section (inside the Try tab, under its run list `run`) and wire its buttons;
+    returns the import button, whose success the page wires to refresh the run lists."""
+    with gr.Accordion("Take the tutor out: export a run, or bring one back", open=False, elem_id="export-section"):
+        with gr.Row():
+            fmt = gr.Radio(FORMAT_CHOICES, value="adapter", label="Export the tuned run above as", elem_id="export-format")
+            out_dir = gr.Textbox(label="Output folder (optional)", placeholder="default: WS/exports/runs/NAME",
+                                 elem_id="export-out")
+        export_button = gr.Button("Export", elem_id="export-button")
+        export_note = gr.Markdown(elem_id="export-note")
+        export_file = gr.File(label="Download", interactive=False, elem_id="export-file")
+        with gr.Row():
+            source = gr.Textbox(label="Run trained elsewhere: its folder or .tar.gz",
+                                placeholder="e.g. /home/me/NAME (copied back from the GPU machine)", elem_id="import-source")
+            name = gr.Textbox(label="Name here (optional)", elem_id="import-name")
+        import_button = gr.Button("Import run", elem_id="import-button")
+        import_note = gr.Markdown(elem_id="import-note")
+    export_button.click(handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
+    imported = import_button.click(handlers.import_run, inputs=[source, name], outputs=import_note)
+    return SimpleNamespace(imported=imported)
