@@ -81,6 +81,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
 
         estimate_inputs = [memory.memory_gb, *setting_widgets]
         memory.estimate_button.click(app.memory.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
+        for event in (memory.estimate_button.click, memory.detect_button.click, memory.tab.select):
+            event(app.memory.plan, inputs=estimate_inputs, outputs=memory.plan_out)
         for index, button in enumerate(memory.suggestion_buttons):
             button.click(functools.partial(app.memory.apply_suggestion, index), inputs=memory.suggestions_state,
                          outputs=setting_widgets).then(

@@ -19,6 +19,7 @@ COMMANDS = {
     "build": ("pipeline.data.dataset", "build the train/eval dataset from the sample library"),
     "make-tiny-model": ("pipeline.training.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
     "estimate": ("pipeline.memory.cli", "estimate (and optionally measure) fine-tuning peak memory"),
+    "plan": ("pipeline.memory.plan", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
     "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),

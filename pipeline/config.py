@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import platform
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,6 +24,7 @@ DEVICES = ("auto", "cuda", "mps", "cpu")
 QUANTIZATIONS = ("4bit", "8bit", "none")
 LORA_TARGETS = ("language", "language+audio")
 OPTIMIZERS = ("adamw", "adamw_8bit", "adafactor")
+FINETUNING_TYPES = ("lora", "full")
 LR_SCHEDULES = ("linear", "cosine", "constant")
 SETTING_CHOICES = {
     "device": DEVICES,
@@ -28,6 +32,7 @@ SETTING_CHOICES = {
     "lora_targets": LORA_TARGETS,
     "optimizer": OPTIMIZERS,
     "lr_schedule": LR_SCHEDULES,
+    "finetuning_type": FINETUNING_TYPES,
 }
 """The settings that take one of a fixed set of values, with those values (CLI choices, app dropdowns)."""
 
@@ -77,7 +82,14 @@ class TrainConfig:
     The tutor never sees images, so `--no-vision-tower` frees it after loading at no cost."""
     ple_on_cpu: bool = False
     """CUDA only: keep the per-layer embedding table (262,144 x 30 x 256 on E2B: 3.75 GiB in bf16) in
-    host RAM; each step copies only the batch's rows to the GPU. Ignored on CPU and MPS."""
+    host RAM; each step copies only the batch's rows to the GPU. Ignored on CPU and MPS. The loader
+    places the table in host RAM directly (it never reaches the GPU)."""
+    quantize_audio_encoder: bool = False
+    """With `--quantization 4bit|8bit` and `--lora-targets language`, quantize the frozen audio encoder's
+    Linear layers too (NF4 / int8): 1.27 -> ~0.35 GiB on E2B, at some speed cost (see the README)."""
+    finetuning_type: str = "lora"
+    """`lora` (train adapters; the only kind `train` runs) or `full` (every weight trainable: estimated
+    only, to answer "would a full fine-tune fit?"; LLaMA-Factory's term)."""
     optimizer: str = "adamw"
     """`adamw` (fp32 moments, 8 bytes/param), `adamw_8bit` (bitsandbytes, 2 bytes/param), `adafactor` (factored)."""
     eval_steps: int = 50
@@ -129,8 +141,27 @@ class TrainConfig:
             raise ConfigError(
                 f"`--max-length` must be at least 256 tokens (each clip alone takes ~192), got {self.max_length}."
             )
+        if self.finetuning_type == "full" and self.quantization != "none":
+            raise ConfigError(
+                f"`--finetuning-type full` trains every weight, so the weights cannot be quantized; got "
+                f"`--quantization {self.quantization}`. Use `--quantization none`, or `--finetuning-type lora`.")
+        if self.quantize_audio_encoder and self.quantization == "none":
+            raise ConfigError(
+                "`--quantize-audio-encoder` needs `--quantization 4bit` or `8bit` (the base weights are quantized with "
+                "it), got `--quantization none`. Pick 4bit, or drop --quantize-audio-encoder.")
+        if self.quantize_audio_encoder and self.lora_targets != "language":
+            raise ConfigError(
+                f"`--quantize-audio-encoder` applies to a frozen audio encoder (`--lora-targets language`), got "
+                f"`--lora-targets {self.lora_targets}`: with LoRA in the encoder keep its weights bf16. Use "
+                "--lora-targets language, or drop --quantize-audio-encoder.")
         if not self.model or not str(self.model).strip():
             raise ConfigError("`--model` is empty; give a hub id such as google/gemma-3n-E2B-it or a local folder.")
+
+    def load_options(self) -> dict[str, Any]:
+        """The settings `pipeline.training.model.load_model` takes: quantization, vision_tower, ple_on_cpu,
+        quantize_audio_encoder."""
+        return {"quantization": self.quantization, "vision_tower": self.vision_tower, "ple_on_cpu": self.ple_on_cpu,
+                "quantize_audio_encoder": self.quantize_audio_encoder}
 
     @property
     def effective_batch_size(self) -> int:
@@ -168,13 +199,46 @@ class TrainConfig:
         return cls(**values)
 
 
-def default_quantization(device: str) -> str:
-    """The quantization offered by default on `device`: "4bit" (NF4) on CUDA and CPU, "none" on MPS.
+DEFAULT_QUANTIZATION_REASON = {
+    "cuda": "4-bit NF4 is the default on CUDA: it stores the text decoder in a quarter of the bf16 bytes "
+            "(E2B: 3.43 -> 0.89 GiB), and the GPU holds every weight byte it loads.",
+    "mps": "bf16 (no quantization) is the default on Apple MPS: bitsandbytes 4-bit is experimental there "
+           "(no public training report), so 4-bit is opt-in.",
+    "cpu": "bf16 (no quantization) is the default on CPU: 4-bit NF4 measured a higher whole-run peak there "
+           "(full-size E2B, random weights, same settings, two runs each: peak RSS 9.82-9.85 GiB with NF4 against "
+           "8.83-8.84 GiB with bf16) and slower steps (24.3-25.5 s against 22.0-24.2 s). The bf16 checkpoint is "
+           "memory-mapped and its pages are read only where used, while NF4 reads every bf16 page to quantize it "
+           "and then holds the quantized copy too.",
+}
+"""Why `default_quantization` picks what it picks, per device (shown by the app and the README)."""
 
-    On Apple MPS bitsandbytes 4-bit is experimental (no public training report seen), so bf16 LoRA
-    is the default there and 4-bit is opt-in.
-    """
-    return "none" if device == "mps" else "4bit"
+
+def refuse_full_finetuning(finetuning_type: str) -> None:
+    """Raise `ConfigError` unless `finetuning_type` is lora: `train` fine-tunes LoRA adapters only (a full
+    fine-tune is sized by `python -m pipeline estimate --finetuning-type full` and `plan`, never run)."""
+    if finetuning_type != "lora":
+        raise ConfigError(
+            f"`--finetuning-type {finetuning_type}`: this trainer fine-tunes LoRA adapters only. A full fine-tune "
+            "is something `python -m pipeline estimate --finetuning-type full` and `python -m pipeline plan` can "
+            "size for you, not run. Use `--finetuning-type lora` (the default).")
+
+
+def likely_device() -> str:
+    """The device `--device auto` will most likely train on, guessed without importing torch (for the
+    app's defaults at start-up): "cuda" when an NVIDIA driver is loaded, "mps" on Apple silicon, else
+    "cpu". The training code resolves the real device with torch (`pipeline.training.model.resolve_device`)."""
+    if os.path.exists("/proc/driver/nvidia/version"):
+        return "cuda"
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "mps"
+    return "cpu"
+
+
+def default_quantization(device: str) -> str:
+    """The quantization used when none is given, on `device`: "4bit" (NF4) on CUDA, "none" (bf16) on
+    CPU and Apple MPS; `DEFAULT_QUANTIZATION_REASON` says why for each. A default must lower the
+    whole-run peak on the device it is the default for: on CPU NF4 measured higher (issue 10)."""
+    return "4bit" if device == "cuda" else "none"
 
 
 def _flag(name: str) -> str:

@@ -25,8 +25,9 @@ def test_device_and_dtype_rules():
         if device == "cuda" and not torch.cuda.is_available():
             continue
         assert gm.compute_dtype(device) in (torch.bfloat16, torch.float32)
-    assert gm.default_quantization("mps") == "none"
-    assert gm.default_quantization("cpu") == gm.default_quantization("cuda") == "4bit"
+    # bf16 on CPU and MPS (4-bit measured a higher whole-run peak on CPU; experimental on MPS), NF4 on CUDA
+    assert gm.default_quantization("mps") == gm.default_quantization("cpu") == "none"
+    assert gm.default_quantization("cuda") == "4bit"
 
 
 @pytest.fixture(scope="module")

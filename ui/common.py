@@ -39,6 +39,7 @@ CONFIG_FIELDS = (
     "gradient_checkpointing",
     "vision_tower",
     "ple_on_cpu",
+    "quantize_audio_encoder",
     "optimizer",
     "lora_alpha",
     "lora_dropout",

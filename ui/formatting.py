@@ -320,22 +320,34 @@ def pretty_name(name: str) -> str:
     return name.replace("_", " ")
 
 
-def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None) -> str:
-    """Verdict line: fits / tight / does not fit, with the margin in bytes and percent."""
+def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None,
+                     device: Mapping[str, Any] | None = None) -> str:
+    """Verdict line: fits / tight / does not fit, with the margin in bytes and percent. With `device`
+    (a `DeviceMemory` dict), it also says where the usable budget comes from: the memory the device
+    has (or the budget typed in) and what is held back for the OS and other apps, and why."""
     name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
     margin = _get(verdict, "margin_bytes") if not isinstance(verdict, str) else None
     if margin is None and total_bytes is not None and usable_bytes:
         margin = usable_bytes - total_bytes
+    label = {"fits": "Fits", "tight": "Fits, tightly", "does not fit": "Does not fit"}.get(
+        name.replace("_", " "), name.replace("_", " ").capitalize())
     icon = {"fits": "✓", "tight": "⚠", "does not fit": "✗"}.get(name.replace("_", " "), "")
-    parts = [f"### {icon} {name.replace('_', ' ').capitalize()}"]
+    parts = [f"### {icon} {label}"]
     if total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
             tail = f"{format_bytes(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of the budget)."
+            if name == "tight":
+                tail += " Under 10 % to spare is within the estimate's error: it should fit, with little room."
         else:
             tail = f"{format_bytes(-margin)} too much ({total_bytes / usable_bytes:.1f}× the budget)."
         parts.append(
             f"Estimated peak **{format_bytes(total_bytes)}** against **{format_bytes(usable_bytes)}** usable: {tail}"
         )
+    if device and usable_bytes is not None and device.get("free_bytes"):
+        held = int(device["free_bytes"]) - int(usable_bytes)
+        what = "budget you typed" if str(device.get("source", "")).startswith("--memory-gb") else "free now"
+        parts.append(f"Usable {format_bytes(usable_bytes)} = {format_bytes(device['free_bytes'])} ({what}) minus "
+                     f"{format_bytes(held)} held back (the headroom rule: {device.get('headroom_note', '')}).")
     return "\n\n".join(parts)
 
 
@@ -363,10 +375,29 @@ def device_markdown(info: Mapping[str, Any]) -> str:
     return text
 
 
+def suggestion_steps(suggestion: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A suggestion's changes, one per step ({"changes", "what", "cost"}, `pipeline.memory.search.Move`);
+    an older suggestion without steps becomes one step per setting."""
+    steps = suggestion.get("steps")
+    if steps:
+        return list(steps)
+    changes = suggestion.get("changes") or {}
+    return [{"changes": {k: v}, "what": f"{pretty_setting(k)} {_setting_value(v)}", "cost": ""} for k, v in changes.items()]
+
+
+def pretty_setting(name: str) -> str:
+    """A `TrainConfig` field as the widget calls it: `lora_rank` -> `LoRA rank`."""
+    words = {"lora_rank": "LoRA rank", "lora_alpha": "LoRA alpha", "lora_dropout": "LoRA dropout",
+             "lora_targets": "LoRA on", "ple_on_cpu": "per-layer embeddings in CPU RAM",
+             "vision_tower": "vision tower", "max_length": "max length", "batch_size": "batch size",
+             "grad_accum": "gradient accumulation", "gradient_checkpointing": "gradient checkpointing",
+             "quantize_audio_encoder": "quantized audio encoder", "finetuning_type": "fine-tuning type"}
+    return words.get(name, name.replace("_", " "))
+
+
 def suggestion_label(suggestion: Mapping[str, Any]) -> str:
-    """Button text of one "make it fit" suggestion: the change and its new estimate."""
-    changes = suggestion.get("changes") or suggestion.get("settings") or {}
-    what = ", ".join(f"{pretty_name(k)} {_setting_value(v)}" for k, v in changes.items())
+    """Button text of one "make it fit" suggestion: its changes (each once) and the new estimate."""
+    what = " + ".join(str(step["what"]) for step in suggestion_steps(suggestion))
     total = suggestion.get("total_bytes")
     return f"Apply: {what}" + (f" → {format_bytes(total)}" if total else "")
 
@@ -380,16 +411,50 @@ def _setting_value(value: Any) -> str:
 
 
 def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any) -> str:
-    """The "make it fit" list: each suggestion's change, new estimate and its cost in words."""
+    """The "make it fit" list: each suggestion's new estimate and verdict, then each of its changes once,
+    with that change's own cost. With no suggestion: nothing when the run fits, "it fits, tightly"
+    when it is tight (never "nothing fits"), else that no setting change fits."""
     name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
     if not suggestions:
         if name == "fits":
             return ""
+        if name == "tight":
+            return ("It fits, tightly: under 10 % to spare. No setting change found that leaves more room; "
+                    "a shorter max length or a machine with more memory would.")
         return "No setting change found that fits this device; try a smaller model or a device with more memory."
-    lines = ["**Make it fit** (click a button below to apply the settings, then the estimate reruns):"]
-    for item in suggestions:
-        cost = item.get("cost") or item.get("tradeoff") or ""
-        lines.append(f"- {suggestion_label(item)[7:]}" + (f": {cost}" if cost else ""))
+    intro = "**Make it fit**" if name == "does not fit" else "**Leave more room**"
+    lines = [f"{intro} (click a button below to apply one; only the settings it names change, then the estimate reruns):"]
+    for index, item in enumerate(suggestions, 1):
+        verdict_words = "fits, tightly: under 10 % to spare" if item.get("verdict") == "tight" else "fits"
+        lines.append(f"{index}. **{format_bytes(item.get('total_bytes'))}**, {verdict_words}:")
+        for step in suggestion_steps(item):
+            cost = step.get("cost")
+            lines.append(f"    - {step['what']}" + (f" (cost: {cost})" if cost else ""))
+    return "\n".join(lines)
+
+
+def plan_markdown(result: Mapping[str, Any]) -> str:
+    """The "what can this machine do?" table of `pipeline.memory.plan.plan_for_workspace`: one row per
+    model and kind of fine-tune, with its peak, verdict and the changes it needs (each with its cost)."""
+    icons = {"fits": "✓ fits", "tight": "⚠ fits, tightly", "does not fit": "✗ does not fit"}
+    mem = result.get("device_memory") or {}
+    held = int(mem.get("free_bytes") or 0) - int(result["usable_bytes"])
+    lines = [f"On **{result['device']}** with **{format_bytes(result['usable_bytes'])}** usable "
+             f"({format_bytes(held)} held back: {mem.get('headroom_note', '')}):", "",
+             "| model | fine-tune | peak | verdict | changes it needs |", "|---|---|---|---|---|"]
+    for row in result["rows"]:
+        model = str(row["model"]).split("/")[-1].replace("gemma-3n-", "")
+        if row["verdict"] == "fits":
+            changes = "none"
+        elif not row["changes"]:
+            changes = "none leaves more room" if row["verdict"] == "tight" else "no setting change makes it fit"
+        else:
+            after = row.get("after_changes") or {}
+            changes = "; ".join(f"{step['what']} (cost: {step['cost']})" for step in row["changes"])
+            changes += f" → {format_bytes(after.get('total_bytes'))}, {after.get('verdict', '?')}"
+        lines.append(f"| {model} | {row['label']} | {format_bytes(row['total_bytes'])} | "
+                     f"{icons.get(row['verdict'], row['verdict'])} | {changes.replace('|', '/')} |")
+    lines += ["", "Full fine-tunes are estimated only (training here is LoRA): they show whether one would fit."]
     return "\n".join(lines)
 
 

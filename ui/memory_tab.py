@@ -1,8 +1,10 @@
-"""Tab 3, Memory: will the fine-tune fit? Estimate (or measure) the peak, apply a suggestion in one click.
+"""Tab 3, Memory: will the fine-tune fit? What this machine can do, the estimate (or a measured step) of the
+run the settings describe, and suggestions applied in one click.
 
-The estimate is `pipeline.memory.estimate_for_workspace`, the same function `python -m pipeline
-estimate --json` prints, so the app and the command line cannot drift. The tab also holds the
-memory-relevant training settings; with the Train tab's they form one `TrainConfig`.
+The table at the top is `pipeline.memory.plan.plan_for_workspace` (`python -m pipeline plan --json`),
+the estimate `pipeline.memory.estimate_for_workspace` (`python -m pipeline estimate --json`), so the
+app and the command line cannot drift. The tab also holds the memory-relevant training settings;
+with the Train tab's they form one `TrainConfig`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.config import DEVICES, LORA_TARGETS, OPTIMIZERS, QUANTIZATIONS, TrainConfig
+from pipeline.config import (
+    DEFAULT_QUANTIZATION_REASON,
+    DEVICES,
+    LORA_TARGETS,
+    OPTIMIZERS,
+    QUANTIZATIONS,
+    TrainConfig,
+    default_quantization,
+    likely_device,
+)
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
@@ -40,7 +51,18 @@ class MemoryHandlers:
         from pipeline.training.model import resolve_device
 
         resolved = resolve_device(device or "auto")
-        return fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
+        text = fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
+        return text + f"  \nDefault quantization here: **{default_quantization(resolved)}**. {DEFAULT_QUANTIZATION_REASON[resolved]}"
+
+    @ui_errors
+    def plan(self, memory_gb: float | None, *values: Any) -> str:
+        """What can this machine do? The plan table (E2B/E4B x full / LoRA / int8 / QLoRA) for the settings'
+        device and budget, each row starting from the other settings shown."""
+        from pipeline.memory.plan import plan_for_workspace
+
+        config = config_from_values(values)
+        result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
+        return fmt.plan_markdown(result)
 
     @ui_errors(message_at=1, outputs=5 + MAX_SUGGESTIONS)
     def estimate(self, memory_gb: float | None, *values: Any):
@@ -55,7 +77,7 @@ class MemoryHandlers:
             measured_bytes=measured,
             title=f"Estimated peak ({data['device']}, batches padded to the longest train row: {data['seq_len']} tokens)",
         )
-        verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"])
+        verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"], data.get("device_memory"))
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += _length_note(data)
@@ -71,7 +93,9 @@ class MemoryHandlers:
         return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons)
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
-        """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting."""
+        """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of
+        `CONFIG_FIELDS`: a new value for each setting the suggestion names, `gr.skip()` (unchanged) for
+        every other one."""
         if not suggestions or index >= len(suggestions):
             return tuple(gr.skip() for _ in CONFIG_FIELDS)
         changes = suggestions[index].get("changes") or {}
@@ -117,6 +141,9 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     suggestion buttons need every setting widget, so `build_ui` wires them)."""
     d = DEFAULTS
     with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory") as tab:
+        gr.Markdown("**What can this machine do?** Gemma 3n E2B and E4B, fully fine-tuned or with LoRA, on "
+                    "bf16, int8 or 4-bit weights, for your dataset's longest row and the settings below.")
+        plan_out = gr.Markdown(elem_id="plan-table")
         gr.Markdown("Will the fine-tune fit? The estimate uses your dataset's **longest** row, "
                     "not the average: that is the batch that runs out of memory hours in.")
         with gr.Row():
@@ -127,8 +154,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             detect_button = gr.Button("Detect device", scale=0)
         device_note = gr.Markdown(elem_id="device-note")
         with gr.Row():
-            quantization = gr.Radio(list(QUANTIZATIONS), value=d.quantization, label="Quantization",
-                                    info="4bit = NF4 weights (bitsandbytes)")
+            here = likely_device()
+            quantization = gr.Radio(list(QUANTIZATIONS), value=default_quantization(here), label="Quantization",
+                                    info=f"4bit = NF4 weights (bitsandbytes). Default on {here}: "
+                                         f"{default_quantization(here)} (why: under the device, after Detect).")
             lora_rank = gr.Number(value=d.lora_rank, precision=0, minimum=1, label="LoRA rank r")
             lora_targets = gr.Radio(list(LORA_TARGETS), value=d.lora_targets, label="LoRA on")
             optimizer = gr.Dropdown(list(OPTIMIZERS), value=d.optimizer, label="Optimizer")
@@ -143,7 +172,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             vision_tower = gr.Checkbox(value=d.vision_tower, label="Load the vision tower",
                                        info="The tutor never sees images: untick to free ~0.55 GiB.")
             ple_on_cpu = gr.Checkbox(value=d.ple_on_cpu, label="Per-layer embeddings in CPU RAM (CUDA)",
-                                     info="~3.75 GiB off the GPU on E2B; slightly slower steps.")
+                                     info="~3.75 GiB off the GPU on E2B, from loading on; slightly slower steps.")
+            quantize_audio_encoder = gr.Checkbox(
+                value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
+                info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio encoding.")
         with gr.Row():
             estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate")
             measure_button = gr.Button("Measure (one real step)", elem_id="measure")
@@ -162,6 +194,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     detect_button.click(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     tab.select(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     return SimpleNamespace(
+        tab=tab, detect_button=detect_button, plan_out=plan_out,
         memory_gb=memory_gb, estimate_button=estimate_button, measure_button=measure_button,
         suggestion_buttons=suggestion_buttons, suggestions_state=suggestions_state, measured_out=measured_out,
         memory_plot=memory_plot,
@@ -172,5 +205,6 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         settings={"device": device, "quantization": quantization, "lora_rank": lora_rank,
                   "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
                   "max_length": max_length, "gradient_checkpointing": gradient_checkpointing,
-                  "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu, "optimizer": optimizer},
+                  "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
+                  "quantize_audio_encoder": quantize_audio_encoder, "optimizer": optimizer},
     )

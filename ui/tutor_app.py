@@ -88,6 +88,7 @@ class TutorApp:
     # 3 Memory
     detect_device = _handler("memory", "detect_device")
     estimate = _handler("memory", "estimate")
+    plan = _handler("memory", "plan")
     apply_suggestion = _handler("memory", "apply_suggestion")
     measure = _handler("memory", "measure")
 

@@ -35,6 +35,7 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     "gradient-checkpointing": ("Gradient checkpointing", "Memory tab", True),
     "vision-tower": ("Load the vision tower", "Memory tab", True),
     "ple-on-cpu": ("Per-layer embeddings in CPU RAM", "Memory tab", True),
+    "quantize-audio-encoder": ("Quantize the audio encoder too", "Memory tab", True),
     "learning-rate": ("Learning rate", "Train tab", False),
     "lr-schedule": ("Schedule", "Train tab", False),
     "epochs": ("Epochs", "Train tab", False),

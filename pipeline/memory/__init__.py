@@ -18,7 +18,10 @@ The package, one job per module (each imports its siblings by full path, never t
                   and `MemoryEstimate`.
   * `budget.py`   the device: `device_memory` (CUDA free memory, Apple's recommended working set,
                   available RAM), `usable_budget` (headroom), `verdict` (fits / tight / does not fit).
-  * `search.py`   make it fit: `suggest_fits`, the cheapest `TrainConfig` changes that fit.
+  * `search.py`   make it fit: `suggest_fits`, the cheapest `TrainConfig` changes that fit, each
+                  change (`Move`) with its words and its own cost.
+  * `plan.py`     what can this machine do? `plan_for_workspace` (E2B / E4B x full fine-tune, LoRA
+                  bf16, LoRA int8, QLoRA: peak, verdict, changes), `python -m pipeline plan`.
   * `measure.py`  `measure_peak`: runs the probe in a child process and reads its peak.
   * `probe.py`    the probe itself (the only module here that imports torch at import time): one
                   real optimizer step, `python -m pipeline.memory.probe '<request JSON>'`.
@@ -55,13 +58,16 @@ from pipeline.memory.inputs import (
 from pipeline.memory.measure import measure_peak
 from pipeline.memory.phases import (
     PHASE_MEMBERS,
+    PHASE_STATIC,
     STATIC_PREFIXES,
     MemoryEstimate,
     alive_at_peak,
     estimate_memory,
+    static_prefixes,
 )
+from pipeline.memory.plan import PLAN_MODELS, PLAN_ROWS, plan_for_workspace, plan_rows, render_plan
 from pipeline.memory.report import estimate_for_workspace, render
-from pipeline.memory.search import SUGGESTION_LIMIT, Suggestion, suggest_fits
+from pipeline.memory.search import SUGGESTION_LIMIT, Move, Suggestion, suggest_fits
 from pipeline.memory.shape import (
     ASSETS_DIR,
     SHIPPED_CONFIGS,
@@ -96,6 +102,7 @@ from pipeline.memory.terms import (
     audio_encoder_bytes,
     compute_dtype,
     dequant_workspace,
+    full_trainable_params,
     dropout_mask_bytes,
     int8_bytes,
     layer_saved_bytes_per_token,
@@ -106,6 +113,7 @@ from pipeline.memory.terms import (
     nf4_bytes,
     optimizer_step_bytes,
     ple_on_host,
+    quantized_parts,
     runtime_overhead,
     trainable_state,
     weights,
@@ -126,14 +134,18 @@ __all__ = [
     "CPU_IMPORT_BASELINE_BYTES", "CPU_RUNTIME_OBJECTS_BYTES", "EAGER_BACKWARD_BYTES_PER_PROB",
     "FINAL_SAVED_H_ELEMS", "INPUT_GRAD_SAVED_H_ELEMS", "MEL_FRAMES_PER_SECOND", "NF4_TABLE_BYTES",
     "QUANTIZED_PARTS", "RUNTIME_OVERHEAD_BYTES", "RUNTIME_OVERHEAD_NOTE", "activations", "allocator_retention",
-    "audio_encoder_bytes", "compute_dtype", "dequant_workspace", "dropout_mask_bytes", "int8_bytes",
+    "audio_encoder_bytes", "compute_dtype", "dequant_workspace", "dropout_mask_bytes", "full_trainable_params",
+    "int8_bytes",
     "layer_saved_bytes_per_token", "load_transient", "logits_loss", "lora_params", "lora_targets", "nf4_bytes",
-    "optimizer_step_bytes", "ple_on_host", "runtime_overhead", "trainable_state", "weights",
+    "optimizer_step_bytes", "ple_on_host", "quantized_parts", "runtime_overhead", "trainable_state", "weights",
     # phases
-    "PHASE_MEMBERS", "STATIC_PREFIXES", "MemoryEstimate", "alive_at_peak", "estimate_memory",
+    "PHASE_MEMBERS", "PHASE_STATIC", "STATIC_PREFIXES", "MemoryEstimate", "alive_at_peak", "estimate_memory",
+    "static_prefixes",
     # budget
     "FIT_FRACTION", "DeviceMemory", "Verdict", "auto_device", "device_memory", "usable_budget", "verdict",
     # search, measure, report, cli
-    "SUGGESTION_LIMIT", "Suggestion", "suggest_fits", "measure_peak", "estimate_for_workspace", "render",
+    "SUGGESTION_LIMIT", "Move", "Suggestion", "suggest_fits", "measure_peak", "estimate_for_workspace", "render",
+    # plan
+    "PLAN_MODELS", "PLAN_ROWS", "plan_for_workspace", "plan_rows", "render_plan",
     "build_parser", "main",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.memory.budget import auto_device
@@ -20,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `estimate` flags: `--workspace`, `--memory-gb` (GiB), `--attn`, `--measure`, `--json`, and every
     training flag of `pipeline.config.add_train_arguments`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline estimate",
-                                     description="Estimate (and optionally measure) the peak memory of a LoRA fine-tune.")
+                                     description="Estimate (and optionally measure) the peak memory of a LoRA (or full) fine-tune.")
     parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
     parser.add_argument("--memory-gb", type=float, default=None, help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB (N x 1024**3 bytes)")
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None, help="attention implementation (default: the training code's)")
@@ -30,14 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The `TrainConfig` the flags describe. An unset `--quantization` is the trainer's default for the
+    device (`train` does the same), or none with `--finetuning-type full` (every weight trains)."""
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
+    if "quantization" not in values:
+        device = values.get("device", "auto")
+        values["quantization"] = ("none" if values.get("finetuning_type") == "full"
+                                  else default_quantization(auto_device() if device == "auto" else device))
+    return TrainConfig(**values)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
     suggestions (human summary, or its dict as one JSON object with `--json`)."""
     args = build_parser().parse_args(argv)
-    config = TrainConfig.from_args(args)
-    if args.quantization is None:  # the trainer's default for the device (`train` does the same)
-        config = config.replace(quantization=default_quantization(
-            auto_device() if config.device == "auto" else config.device))
+    config = config_from_args(args)
     from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
 
     result = estimate_for_workspace(args.workspace or DEFAULT_WORKSPACE, config, memory_gb=args.memory_gb,

@@ -2,8 +2,10 @@
 
 The peak is the largest of these phases (steady state: the optimizer states exist and, with gradient
 accumulation, the LoRA gradients of the previous micro-batch are alive), each the static terms
-(weights, LoRA, optimizer states) plus:
-  * `load`: the per-layer embedding table on the GPU before it moves to host RAM (`ple_on_cpu`),
+(weights, LoRA, optimizer states; `load` only the weights, `PHASE_STATIC`) plus:
+  * `load`: only what exists while loading: the weights on the device and the bf16 source of the
+    matrix being quantized (no LoRA weights, gradients or optimizer states yet; the per-layer table
+    with `ple_on_cpu` and a vision tower that is off never reach the GPU),
   * `audio`: the frozen audio encoder's forward on the longest clip (before the decoder runs),
   * `loss`: the start of backward, when every tensor saved for backward, the logits and the fp32
     cross-entropy gradient are alive at once (logits only at the answer's positions, as the
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
-from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape
+from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape, part_params
 from pipeline.memory.terms import (
     RUNTIME_OVERHEAD_BYTES,
     RUNTIME_OVERHEAD_NOTE,
@@ -69,7 +71,7 @@ class MemoryEstimate:
 
 
 PHASE_MEMBERS = {
-    "load": ("load_per_layer_embedding",),
+    "load": ("load_transient",),
     "audio": ("audio_encoder_transient", "allocator_retention"),
     "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss", "allocator_retention"),
     "layer_backward": (
@@ -82,21 +84,29 @@ PHASE_MEMBERS = {
     ),
     "optimizer": ("optimizer_step",),
 }
-"""What is alive, besides the static terms, at each candidate peak: loading (only with `ple_on_cpu`
-on CUDA, the per-layer table before it moves to host RAM; the LoRA terms of the static part are
-counted there too, a small overcount); the audio encoder's
+"""What is alive, besides the static terms, at each candidate peak: loading (the bf16 source of the
+matrix being quantized, `load_transient`); the audio encoder's
 forward; the loss (every saved activation + the logits and the fp32 cross-entropy gradient, the
 start of backward); a decoder layer's backward (the logits are freed by then; with checkpointing
 one layer is recomputed); the
 optimizer step."""
-STATIC_PREFIXES = ("weights_", "lora_", "optimizer_states")
-"""Name prefixes of the static terms, alive in every phase."""
+STATIC_PREFIXES = ("weights_", "lora_", "optimizer_states", "full_")
+"""Name prefixes of the static terms, alive in every phase after loading."""
+PHASE_STATIC = {"load": ("weights_",)}
+"""Phases whose static part is narrower than `STATIC_PREFIXES`: while loading only the weights exist
+(LoRA adapters, their gradients and the optimizer states are created afterwards)."""
+
+
+def static_prefixes(phase: str) -> tuple[str, ...]:
+    """Name prefixes of the static terms alive in `phase` (`PHASE_STATIC`, else `STATIC_PREFIXES`)."""
+    return PHASE_STATIC.get(phase, STATIC_PREFIXES)
 
 
 def alive_at_peak(name: str, peak_phase: str) -> bool:
-    """Whether component `name` is alive at `peak_phase`'s moment: a static term, the runtime
-    overhead, or a member of that phase (`PHASE_MEMBERS`)."""
-    return name.startswith(STATIC_PREFIXES) or name == "runtime_overhead" or name in PHASE_MEMBERS[peak_phase]
+    """Whether component `name` is alive at `peak_phase`'s moment: a static term of that phase
+    (`static_prefixes`), the runtime overhead, or a member of that phase (`PHASE_MEMBERS`)."""
+    return (name.startswith(static_prefixes(peak_phase)) or name == "runtime_overhead"
+            or name in PHASE_MEMBERS[peak_phase])
 
 
 def estimate_memory(
@@ -106,7 +116,8 @@ def estimate_memory(
     device: str,
     options: EstimateOptions | None = None,
 ) -> MemoryEstimate:
-    """Peak memory in bytes, per component, of one LoRA fine-tuning step of Gemma 3n.
+    """Peak memory in bytes, per component, of one fine-tuning step of Gemma 3n (LoRA, or a full
+    fine-tune with `config.finetuning_type` full), and of loading it.
 
     Args:
         model_config: the model's config.json as a dict (`load_model_config`).
@@ -146,19 +157,24 @@ def estimate_memory(
     comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s,
                                      lengths.kept_max_clips(config.max_length)))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
-    comps["load_per_layer_embedding"] = load_transient(shape, config, device)
+    comps["load_transient"] = load_transient(shape, config, device)
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = runtime_overhead(device)
-    static = sum(v for k, v in comps.items() if k.startswith(STATIC_PREFIXES))
-    phases = {name: static + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
+    phases = {name: sum(v for k, v in comps.items() if k.startswith(static_prefixes(name)))
+              + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
     peak_phase = max(phases, key=phases.get)
     total = phases[peak_phase] + comps["runtime_overhead"]
     if shape.vision_architecture not in VISION_TOWER_PARAMS and config.vision_tower:
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
-        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(comps['load_per_layer_embedding'])} of host "
-                     "memory; loading holds them on the GPU first (the `load` phase).")
+        table = part_params(shape)["per_layer_embedding"].total * 2
+        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(table)} of host memory, placed there "
+                     "while loading (they never reach the GPU).")
+    if config.finetuning_type == "full":
+        notes.append("full fine-tuning is estimated only (`train` runs LoRA): every weight but the vision tower's "
+                     "gets a bf16 gradient, an fp32 master copy and the optimizer's states (ZeRO's 16 bytes per "
+                     "parameter with AdamW).")
     elif config.ple_on_cpu:
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
     notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")

@@ -206,14 +206,16 @@ def probe_synthetic(request: dict) -> dict:
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
     else:
-        model, qreport = load_model(request["model"], device=device, quantization=config.quantization,
-                                    vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        model, qreport = load_model(request["model"], device=device, **config.load_options())
         weight_bytes = qreport.weight_bytes
     model, lreport = attach_lora(model, config)
     if device == "cpu":  # every weight resident, as on a GPU (see copy_weights_to_anonymous_memory)
         out["resident_weight_bytes"] = copy_weights_to_anonymous_memory(model)
     out["load_seconds"] = round(time.perf_counter() - started, 1)
     out["after_load_rss_bytes"] = rss_bytes()
+    if device == "cuda":  # the load phase's own peak (benchmarks/gpu_memory.py compares it with the estimate's)
+        out["load_max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+        out["load_max_memory_reserved"] = int(torch.cuda.max_memory_reserved())
     out["weight_bytes"] = int(weight_bytes)
     out["trainable_params"] = int(lreport.trainable_params)
     answer = int(request.get("answer_tokens") or DEFAULT_PROBE_ANSWER_TOKENS)
@@ -232,6 +234,9 @@ def probe_synthetic(request: dict) -> dict:
         trainer.training_step(model, dict(batch))
         trainer.optimizer.step()  # optimizer states now exist; gradients kept (accumulation)
         out["before_step_rss_bytes"] = rss_bytes()
+        if device == "cuda":  # loading + the first step (the counters run from the process start)
+            out["first_step_max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+            out["first_step_max_memory_reserved"] = int(torch.cuda.max_memory_reserved())
         _reset(device)
         loss = trainer.training_step(model, dict(batch))
         trainer.optimizer.step()

@@ -62,6 +62,9 @@ def estimate_for_workspace(
             f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
             f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
             f"Raise --max-length to at least {min(lengths.row_tokens)}.")
+    if measure and config.finetuning_type != "lora":
+        raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
+                          "a full fine-tune can be estimated (drop --measure), not measured here.")
     est = estimate_memory(model_config, config, lengths, device, options)
     if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
         est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
@@ -116,7 +119,10 @@ def render(result: dict) -> str:
         st = result["settings"]
         lines.append(f"Settings: quantization {st['quantization']}, LoRA r={st['lora_rank']}, batch {st['batch_size']}, "
                      f"checkpointing {'on' if st['gradient_checkpointing'] else 'off'}, optimizer {st['optimizer']}, "
-                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}.")
+                     f"max length {st['max_length']}, vision tower {'on' if st['vision_tower'] else 'off'}"
+                     + (", per-layer embeddings in host RAM" if st.get("ple_on_cpu") else "")
+                     + (", audio encoder quantized" if st.get("quantize_audio_encoder") else "")
+                     + (", FULL fine-tune (estimated only)" if st.get("finetuning_type") == "full" else "") + ".")
     if result.get("excluded_rows"):
         lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
                      "(train skips them; `build --max-length` drops them from the dataset).")
@@ -128,17 +134,20 @@ def render(result: dict) -> str:
     mem = result["device_memory"]
     lines.append(f"  {'peak (' + result['peak_phase'] + ')':<28} {fmt_bytes(result['total_bytes']):>12}")
     lines.append(f"Device: {fmt_bytes(mem['total_bytes'])} total, {fmt_bytes(mem['free_bytes'])} free "
-                 f"({mem['source']}); usable {fmt_bytes(mem['usable_bytes'])} after {mem['headroom_note']}.")
+                 f"({mem['source']}); usable {fmt_bytes(mem['usable_bytes'])}: "
+                 f"{fmt_bytes(mem['free_bytes'] - mem['usable_bytes'])} held back ({mem['headroom_note']}).")
     lines.append(f"Verdict: {result['verdict']} (margin {fmt_bytes(result['margin_bytes'])}, {result['margin_percent']:.1f} %).")
     for note in result["notes"]:
         lines.append(f"  note: {note}")
     if result["suggestions"]:
-        lines.append("To make it fit:")
+        lines.append("To make it fit:" if result["verdict"] == "does not fit" else "To leave more room:")
         for s in result["suggestions"]:
-            changes = ", ".join(f"{k}={v}" for k, v in s["changes"].items())
-            lines.append(f"  - {changes}: {fmt_bytes(s['total_bytes'])}; cost: {s['cost']}")
+            lines.append(f"  - {fmt_bytes(s['total_bytes'])} ({s['verdict']}):")
+            for step in s.get("steps") or [{"changes": s["changes"], "what": "", "cost": s["cost"]}]:
+                flags = " ".join(_flag(k, v) for k, v in step["changes"].items())
+                lines.append(f"      {step['what'] or flags} [{flags}]; cost: {step['cost']}")
     elif result["verdict"] == "tight":
-        lines.append("It should fit, with under 10 % to spare; no change found that leaves more room.")
+        lines.append("It fits, tightly: under 10 % to spare, so it should fit; no change found that leaves more room.")
     elif result["verdict"] != "fits":
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):
@@ -146,3 +155,13 @@ def render(result: dict) -> str:
         lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): peak {fmt_bytes(m['peak_bytes'])} "
                      f"vs estimate {fmt_bytes(result['total_bytes'])} ({m['error_percent']:+.1f} %).")
     return "\n".join(lines)
+
+
+def _flag(name: str, value) -> str:
+    """A setting as its command-line flag: `--quantization 4bit`, `--no-vision-tower`, `--ple-on-cpu`."""
+    flag = name.replace("_", "-")
+    if value is True:
+        return f"--{flag}"
+    if value is False:
+        return f"--no-{flag}"
+    return f"--{flag} {value}"

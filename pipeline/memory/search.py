@@ -2,13 +2,15 @@
 
 `suggest_fits` combines single moves (`_candidate_moves`: quantization, gradient checkpointing,
 smaller micro-batch, lower max_length, lighter optimizer, lower rank, no dropout, no vision tower,
-PLE on CPU) and re-runs `estimate_memory` for each combination.
+PLE on CPU, a quantized audio encoder, LoRA instead of a full fine-tune) and re-runs
+`estimate_memory` for each combination. Each move carries its words and its own cost, so a
+suggestion lists every change once with what it costs (`Suggestion.steps`).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipeline.config import TrainConfig
@@ -21,51 +23,88 @@ SUGGESTION_LIMIT = 4  # suggestions shown by the command line and the app alike
 
 
 @dataclass
+class Move:
+    """One setting change the search can make: `changes` (TrainConfig fields, several only when they
+    belong together, e.g. LoRA rank with its alpha), `what` in words a teacher understands,
+    `cost` (what it costs, in words) and `score` (how much it costs, lower = cheaper)."""
+
+    changes: dict[str, Any]
+    what: str
+    cost: str
+    score: float
+
+    def to_dict(self) -> dict:
+        return {"changes": dict(self.changes), "what": self.what, "cost": self.cost}
+
+
+@dataclass
 class Suggestion:
-    """Settings that fit: `changes` (TrainConfig fields, applied with `TrainConfig.replace`), the new
-    `total_bytes`, its verdict and `cost` in words; `score` orders suggestions (lower = cheaper)."""
+    """Settings that fit: `changes` (every TrainConfig field it sets, applied with
+    `TrainConfig.replace`), `steps` (one dict per change, `Move.to_dict`: its fields, what it is in
+    words and its own cost), the new `total_bytes` and its verdict (`fits`, or `tight`: under 10 %
+    to spare); `cost` joins the steps' costs (one per step) for the command line; `score` orders
+    suggestions (lower = cheaper)."""
 
     changes: dict[str, Any]
     total_bytes: int
     verdict: str
     cost: str
     score: float
+    steps: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> list[tuple[dict, str, float]]:
-    """Single setting changes that can lower memory: (TrainConfig changes, cost in words, score)."""
-    moves: list[tuple[dict, str, float]] = []
+def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> list[Move]:
+    """Single setting changes that can lower memory, each with its words and cost."""
+    moves: list[Move] = []
+    full = config.finetuning_type == "full"
+    if full:
+        moves.append(Move({"finetuning_type": "lora"}, "Train LoRA adapters instead of every weight",
+                          "the usual way to fine-tune on a small dataset; the tutor learns less than a full fine-tune "
+                          "could, with far fewer examples needed", 3.0))
     if config.vision_tower:
-        moves.append(({"vision_tower": False}, "none (the tutor never sees images)", 0.0))
+        moves.append(Move({"vision_tower": False}, "Don't load the vision tower", "none: the tutor never sees images", 0.0))
     if device == "cuda" and not config.ple_on_cpu:
-        moves.append(({"ple_on_cpu": True},
-                      "slightly slower (the batch's per-layer embedding rows are copied to the GPU each step)", 0.5))
+        moves.append(Move({"ple_on_cpu": True}, "Keep the per-layer embeddings in CPU memory",
+                          "slightly slower steps: each step copies its rows to the GPU", 0.5))
     if not config.gradient_checkpointing:
-        moves.append(({"gradient_checkpointing": True}, "about 30 % slower (activations recomputed in backward)", 1.0))
+        moves.append(Move({"gradient_checkpointing": True}, "Turn on gradient checkpointing",
+                          "about 30 % slower steps (activations are recomputed)", 1.0))
     if config.quantization == "none":
-        moves.append(({"quantization": "8bit"}, "slower steps; int8 base weights", 1.5))
-        moves.append(({"quantization": "4bit"}, "slower steps; NF4 base weights (QLoRA), small quality cost", 1.5))
+        moves.append(Move({"quantization": "8bit"}, "Store the base model in 8 bits (int8)", "slower steps", 1.5))
+        moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4, QLoRA)",
+                          "slower steps and a small loss of quality", 1.5))
     elif config.quantization == "8bit":
-        moves.append(({"quantization": "4bit"}, "NF4 base weights instead of int8, small quality cost", 1.0))
+        moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4) instead of 8",
+                          "a small loss of quality", 1.0))
+    if not config.quantize_audio_encoder and config.lora_targets == "language" and not full:
+        moves.append(Move({"quantize_audio_encoder": True}, "Store the frozen audio encoder in 4/8 bits too",
+                          "slower audio encoding and a small loss of quality in what the model hears", 1.2))
     if config.optimizer == "adamw":
-        moves.append(({"optimizer": "adamw_8bit"}, "8-bit optimizer states (bitsandbytes), same results in practice", 0.5))
-        moves.append(({"optimizer": "adafactor"}, "Adafactor: less memory, may need a different learning rate", 1.0))
-    if config.lora_dropout > 0:
-        moves.append(({"lora_dropout": 0.0}, "no LoRA dropout: less regularisation on a small dataset", 0.8))
-    if config.lora_targets == "language+audio":
-        moves.append(({"lora_targets": "language"}, "audio encoder frozen: it adapts less to your learners' accents", 2.0))
+        moves.append(Move({"optimizer": "adamw_8bit"}, "Use the 8-bit AdamW optimizer",
+                          "none in practice (bitsandbytes; same results)", 0.5))
+        moves.append(Move({"optimizer": "adafactor"}, "Use the Adafactor optimizer",
+                          "may need a different learning rate", 1.0))
+    if config.lora_dropout > 0 and not full:
+        moves.append(Move({"lora_dropout": 0.0}, "Turn off LoRA dropout", "less protection against overfitting a small dataset", 0.8))
+    if config.lora_targets == "language+audio" and not full:
+        moves.append(Move({"lora_targets": "language"}, "Train the language model only (freeze the audio encoder)",
+                          "the model adapts less to your learners' accents", 2.0))
     b = config.batch_size
     for new_b in sorted({1, b // 2, b // 4} - {0, b}):
         ga = config.grad_accum * b // new_b
-        moves.append(({"batch_size": new_b, "grad_accum": ga},
-                      f"batch {new_b} x {ga} accumulation (same effective batch {b * config.grad_accum}), slower", 0.7))
-    for new_r in (config.lora_rank // 2, config.lora_rank // 4):
-        if new_r >= 4:
-            moves.append(({"lora_rank": new_r, "lora_alpha": max(1, config.lora_alpha * new_r // config.lora_rank)},
-                          f"LoRA rank {new_r} instead of {config.lora_rank}: less capacity", 2.0))
+        moves.append(Move({"batch_size": new_b, "grad_accum": ga},
+                          f"Batch size {new_b} with {ga} accumulation steps",
+                          f"slower steps; the same {b * config.grad_accum} rows per update", 0.7))
+    if not full:
+        for new_r in (config.lora_rank // 2, config.lora_rank // 4):
+            if new_r >= 4:
+                alpha = max(1, config.lora_alpha * new_r // config.lora_rank)
+                moves.append(Move({"lora_rank": new_r, "lora_alpha": alpha},
+                                  f"LoRA rank {new_r} instead of {config.lora_rank} (alpha {alpha}, the same scale)",
+                                  "less capacity to learn", 2.0))
     if lengths.row_tokens:
         current = lengths.kept_longest(config.max_length)
         candidates = sorted({n for n in lengths.row_tokens if 256 <= n < current}, reverse=True)
@@ -76,8 +115,8 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> 
                 continue
             seen_excluded.add(excluded)
             frac = excluded / max(1, lengths.num_rows)
-            moves.append(({"max_length": cut},
-                          f"max length {cut}: excludes {excluded} of {lengths.num_rows} rows", 3.0 + 20 * frac))
+            moves.append(Move({"max_length": cut}, f"Max length {cut} tokens",
+                              f"leaves out {excluded} of {lengths.num_rows} rows", 3.0 + 20 * frac))
             if len(seen_excluded) >= 4:
                 break
     return moves
@@ -94,6 +133,7 @@ def suggest_fits(
     limit: int = 3,
     max_changes: int = 4,
     accept_tight: bool = True,
+    keep: tuple[str, ...] = (),
 ) -> list[Suggestion]:
     """The cheapest few setting changes that bring the estimate under the usable budget.
 
@@ -111,16 +151,17 @@ def suggest_fits(
     cheapest one that fits takes the last place.
     Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
     `ple_on_cpu`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
-    fit (for a run that is already tight, another tight setting is no help).
+    fit (for a run that is already tight, another tight setting is no help). `keep` names settings the
+    suggestions must not change (the plan keeps each row's fine-tuning type and quantization).
     """
     options = options or EstimateOptions()
-    moves = _candidate_moves(config, lengths, device)
+    moves = [m for m in _candidate_moves(config, lengths, device) if not set(m.changes) & set(keep)]
     found: list[Suggestion] = []
     fit_keys: list[frozenset] = []
     tight_keys: list[frozenset] = []
     for k in range(1, max_changes + 1):
         for combo in itertools.combinations(range(len(moves)), k):
-            keys = [set(moves[i][0]) for i in combo]
+            keys = [set(moves[i].changes) for i in combo]
             if any(keys[a] & keys[b] for a, b in itertools.combinations(range(k), 2)):
                 continue  # two moves on the same setting
             key = frozenset(combo)
@@ -128,7 +169,7 @@ def suggest_fits(
                 continue  # a subset already fits: this one only costs more
             changes: dict[str, Any] = {}
             for i in combo:
-                changes.update(moves[i][0])
+                changes.update(moves[i].changes)
             try:
                 new_config = config.replace(**changes)
             except ConfigError:
@@ -147,9 +188,9 @@ def suggest_fits(
                 changes=changes,
                 total_bytes=est.total_bytes,
                 verdict=v.status,
-                cost=("tight: under 10 % to spare, within the estimate's error; " if v.status == "tight" else "")
-                + "; ".join(moves[i][1] for i in combo),
-                score=sum(moves[i][2] for i in combo),
+                cost="; ".join(f"{moves[i].what}: {moves[i].cost}" for i in combo),
+                score=sum(moves[i].score for i in combo),
+                steps=[moves[i].to_dict() for i in combo],
             ))
     found.sort(key=lambda s: (s.score, s.total_bytes))
     chosen = found[:limit]

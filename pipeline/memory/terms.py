@@ -67,15 +67,26 @@ def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
     return "bfloat16"
 
 
+def quantized_parts(config: TrainConfig) -> tuple[str, ...]:
+    """Parts whose Linear layers the loader quantizes: `QUANTIZED_PARTS`, plus the audio encoder with
+    `config.quantize_audio_encoder` (`pipeline.training.model.quantization_skip_modules`); none
+    without quantization."""
+    if config.quantization == "none":
+        return ()
+    return QUANTIZED_PARTS + (("audio_encoder",) if config.quantize_audio_encoder else ())
+
+
 def weights(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> dict[str, int]:
     """Bytes of the frozen weights on the device, per part.
 
     Formula per part: non-Linear params x 2 (bf16) + Linear params x (2 for bf16 | NF4 bytes from
     `nf4_bytes` + code tables | `int8_bytes`) for the parts the quantizer touches
-    (`QUANTIZED_PARTS`; the skip list keeps audio/vision towers, their embedders and lm_head in bf16).
+    (`quantized_parts`: the skip list keeps audio/vision towers, their embedders and lm_head in bf16,
+    unless `quantize_audio_encoder` takes the audio encoder off it).
     The token embedding is counted once (tied to lm_head). Vision tower: 0 with
-    `config.vision_tower` False (`pipeline.training.model.drop_vision_tower`). Per-layer embeddings: 0 on the
-    device with `config.ple_on_cpu` on CUDA (host RAM, `pipeline.training.model.keep_per_layer_embeddings_on_host`).
+    `config.vision_tower` False (the loader keeps it off the device and frees it,
+    `pipeline.training.model.load_model`). Per-layer embeddings: 0 on the device with `config.ple_on_cpu`
+    on CUDA (the loader places the table in host RAM, `pipeline.training.model.placement_device_map`).
     On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
     table is only read row by row (plus the kernel's read-ahead), so part of it may never become
     resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
@@ -84,15 +95,17 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     """
     parts = part_params(shape)
     wb = dtype_bytes(compute_dtype(shape, config, device))
+    quantized = quantized_parts(config)
     out: dict[str, int] = {}
     for name, pp in parts.items():
         lin_bytes = pp.linear * wb
-        if name in QUANTIZED_PARTS and config.quantization == "4bit":
+        if name in quantized and config.quantization == "4bit":
             lin_bytes = nf4_bytes(pp.linear) + pp.linear_count * NF4_TABLE_BYTES
-        elif name in QUANTIZED_PARTS and config.quantization == "8bit":
+        elif name in quantized and config.quantization == "8bit":
             skipped = shape.hidden_size * shape.num_layers * shape.hidden_size_per_layer_input if name == "projections" else 0
-            # out_features summed over matrices ~ params / in_features (h for most)
-            lin_bytes = int8_bytes(pp.linear - skipped, (pp.linear - skipped) // shape.hidden_size) + skipped * wb
+            # out_features summed over matrices ~ params / in_features (the hidden size for most)
+            width = shape.audio_hidden if name == "audio_encoder" else shape.hidden_size
+            lin_bytes = int8_bytes(pp.linear - skipped, (pp.linear - skipped) // width) + skipped * wb
         total = int(lin_bytes + pp.other * wb)
         if name == "vision_tower" and not config.vision_tower:
             total = 0
@@ -108,12 +121,21 @@ def ple_on_host(config: TrainConfig, device: str) -> bool:
 
 
 def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
-    """Bytes on the device while loading that the step no longer holds: with `ple_on_cpu` on CUDA
-    the per-layer embedding table (bf16) is loaded onto the GPU with the rest, then moved to host
-    RAM (`pipeline.training.model.load_model`), so the `load` phase holds it on top of the weights. 0 otherwise."""
-    if not ple_on_host(config, device):
+    """Bytes on the device while loading beyond the loaded weights: with 4/8-bit, bitsandbytes
+    quantizes each Linear as it arrives (`Params4bit` / `Int8Params` on `.to(device)`), so the bf16
+    source of one matrix is alive next to the weights: 2 x the largest quantized matrix. 0 without
+    quantization.
+
+    Only what exists at load time: no LoRA weights, gradients or optimizer states (they are created
+    after loading), and nothing the loader keeps off the device: with `ple_on_cpu` on CUDA the
+    per-layer table is placed in host RAM by the device map and never reaches the GPU, and with
+    `vision_tower` off the vision tower is placed in host RAM and freed
+    (`pipeline.training.model.placement_device_map`)."""
+    if config.quantization == "none":
         return 0
-    return part_params(shape)["per_layer_embedding"].total * dtype_bytes(compute_dtype(shape, config, device))
+    parts = part_params(shape)
+    largest = max(parts[name].largest_linear for name in quantized_parts(config))
+    return 2 * largest
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
@@ -122,7 +144,7 @@ def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> in
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
-    return 2 * max(parts["text_decoder"].largest_linear, parts["projections"].largest_linear)
+    return 2 * max(parts[name].largest_linear for name in quantized_parts(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -156,44 +178,82 @@ def lora_params(shape: ModelShape, config: TrainConfig) -> int:
     return sum(config.lora_rank * (i + o) for i, o in lora_targets(shape, config.lora_targets))
 
 
-def trainable_state(shape: ModelShape, config: TrainConfig, options: EstimateOptions) -> dict[str, int]:
-    """Bytes of LoRA weights, their gradients, optimizer states and fp32 master copies.
+def _optimizer_state_bytes(mats: list[tuple[int, int]], optimizer: str) -> int:
+    """Optimizer state bytes for trainable tensors of shapes `mats` ((rows, cols); a vector is (1, n)):
+    `adamw` 2 fp32 moments = 8 bytes per element (torch.optim.AdamW); `adamw_8bit` (bitsandbytes
+    AdamW8bit) 2 bytes per element + fp32 absmax per 256-block for tensors of at least 4,096 elements
+    (`min_8bit_size`), 8 bytes per element below that; `adafactor` (transformers Adafactor,
+    beta1=None): factored second moment, (rows + cols) x 4 bytes per matrix."""
+    if optimizer == "adamw":
+        return 8 * sum(a * b for a, b in mats)
+    if optimizer == "adamw_8bit":
+        opt = 0
+        for a, b in mats:
+            n = a * b
+            opt += 2 * n + 2 * 4 * math.ceil(n / 256) if n >= 4096 else 8 * n
+        return opt
+    return sum(4 * (a + b) for a, b in mats)
 
+
+def full_trainable_params(shape: ModelShape) -> int:
+    """Parameters a full fine-tune updates: every part but the vision tower (the tutor's rows never run
+    it, so its parameters get no gradient and torch's optimizers create no state for them)."""
+    return sum(pp.total for name, pp in part_params(shape).items() if name != "vision_tower")
+
+
+def _full_matrices(shape: ModelShape) -> list[tuple[int, int]]:
+    """(rows, cols) of a full fine-tune's trainable tensors: the projections of the decoder and the audio
+    encoder (`lora_targets(..., "language+audio")`), the token and per-layer embedding tables, and the
+    rest (norms, LAuReL, AltUp, ...) counted as one vector (for the factored optimizers' bound)."""
+    mats = list(lora_targets(shape, "language+audio"))
+    mats += [(shape.vocab_size, shape.hidden_size),
+             (shape.vocab_size_per_layer_input, shape.num_layers * shape.hidden_size_per_layer_input)]
+    rest = full_trainable_params(shape) - sum(a * b for a, b in mats)
+    return mats + [(1, max(0, rest))]
+
+
+def trainable_state(shape: ModelShape, config: TrainConfig, options: EstimateOptions) -> dict[str, int]:
+    """Bytes of the trainable weights' extra state: gradients, optimizer states, fp32 master copies.
+
+    LoRA (`finetuning_type` lora):
     * `lora_params` = P x adapter bytes (fp32: peft upcasts adapters on a bf16 base).
     * `lora_grads` = P x adapter bytes (alive between micro-batches of gradient accumulation).
-    * `optimizer_states`: `adamw` 2 fp32 moments = 8 P (torch.optim.AdamW); `adamw_8bit`
-      (bitsandbytes AdamW8bit) 2 bytes per element + fp32 absmax per 256-block for tensors of at least
-      4,096 elements (`min_8bit_size`), 8 bytes per element below that; `adafactor` (transformers
-      Adafactor, beta1=None): factored second moment, (rows + cols) x 4 bytes per matrix.
+    * `optimizer_states`: see `_optimizer_state_bytes` (AdamW 8 P).
     * `lora_master_fp32`: 4 P when adapters are kept in bf16/fp16 (mixed precision keeps an fp32
       master copy); 0 with fp32 adapters (they are their own master copy).
+
+    Full fine-tuning (`finetuning_type` full; estimated only, `train` runs LoRA): every parameter
+    but the vision tower's is trainable (`full_trainable_params`, P); the weights themselves are the
+    bf16 `weights_*` terms. Mixed-precision Adam as the ZeRO paper counts it (Rajbhandari et al.
+    2020, sec. 3.1: 2 + 2 + 12 = 16 bytes per parameter): `full_grads` bf16 gradients 2 P,
+    `full_master_fp32` the fp32 master weights 4 P, `optimizer_states` two fp32 moments 8 P
+    (8-bit AdamW / Adafactor per `_optimizer_state_bytes`). A script that steps AdamW on bf16
+    weights directly ("pure bf16") needs 8 instead of 16 bytes per parameter and loses small updates.
     """
+    if config.finetuning_type == "full":
+        numel = full_trainable_params(shape)
+        opt = _optimizer_state_bytes(_full_matrices(shape), config.optimizer)
+        return {"lora_params": 0, "lora_grads": 0, "optimizer_states": opt, "lora_master_fp32": 0,
+                "full_grads": 2 * numel, "full_master_fp32": 4 * numel}
     r = config.lora_rank
     ab = dtype_bytes(options.adapter_dtype)
     mats = []
     for i, o in lora_targets(shape, config.lora_targets):
         mats += [(r, i), (o, r)]
     numel = sum(a * b for a, b in mats)
-    if config.optimizer == "adamw":
-        opt = 8 * numel
-    elif config.optimizer == "adamw_8bit":
-        opt = 0
-        for a, b in mats:
-            n = a * b
-            opt += 2 * n + 2 * 4 * math.ceil(n / 256) if n >= 4096 else 8 * n
-    else:
-        opt = sum(4 * (a + b) for a, b in mats)
+    opt = _optimizer_state_bytes(mats, config.optimizer)
     master = 4 * numel if ab < 4 else 0
     return {"lora_params": numel * ab, "lora_grads": numel * ab, "optimizer_states": opt, "lora_master_fp32": master}
 
 
 def optimizer_step_bytes(state: dict[str, int], config: TrainConfig) -> int:
     """Temporaries of the optimizer step: torch's foreach AdamW allocates one fp32 buffer per
-    parameter for sqrt(v) + eps (torch/optim/adamw.py `_multi_tensor_adamw`); gradient clipping's
-    foreach norm adds a small one. 8-bit AdamW and Adafactor update in place (their kernels),
-    so ~0 beyond a per-tensor scratch."""
+    parameter for sqrt(v) + eps (torch/optim/adamw.py `_multi_tensor_adamw`): the LoRA parameters'
+    bytes, or the fp32 master weights' in a full fine-tune; gradient clipping's foreach norm adds a
+    small one. 8-bit AdamW and Adafactor update in place (their kernels), so ~0 beyond a per-tensor
+    scratch."""
     if config.optimizer == "adamw":
-        return state["lora_params"]
+        return state.get("full_master_fp32") or state["lora_params"]
     return 0
 
 
@@ -232,7 +292,7 @@ def dropout_mask_bytes(config: TrainConfig, device: str, options: EstimateOption
     ATen's non-fused dropout saves a noise tensor in the input dtype (fp32 adapters: 4 bytes,
     aten/src/ATen/native/Dropout.cpp `_dropout_impl`); on CUDA/MPS `native_dropout` saves a bool
     mask (1 byte)."""
-    if config.lora_dropout <= 0.0:
+    if config.lora_dropout <= 0.0 or config.finetuning_type == "full":
         return 0
     return dtype_bytes(options.adapter_dtype) if device == "cpu" else 1
 
@@ -250,7 +310,9 @@ def layer_saved_bytes_per_token(
       * AltUp predict/correct keep the n-stream stack twice: 2 n h c (+ tiny coefficient tensors);
       * LoRA on each wrapped Linear (fp32 adapters, peft `Linear.forward` casts x to fp32):
         (a + m) in + a r (a = adapter bytes, m = dropout mask bytes, see `dropout_mask_bytes`);
-        frozen base Linears save no input (their weights need no gradient);
+        frozen base Linears save no input (their weights need no gradient). A full fine-tune instead
+        saves every Linear's distinct input in the compute dtype, c (3 h + q + I + laurel rank + p)
+        (derived from the same forward, not measured: training here is LoRA only);
       * attention: SDPA saves q, k, v (kv heads; shared layers reuse another layer's k/v), its output
         and the logsumexp: 2 q c + 2 kv c + 4 heads; eager saves q and the repeated k and v
         (3 q c), the fp32 softmax and its bf16 copy: heads x seq x (4 + c) (the quadratic term);
@@ -269,8 +331,14 @@ def layer_saved_bytes_per_token(
     if owner:
         total += 2 * (4 * kv + 8 * shape.num_kv_heads)
     total += 2 * n * h * c + 8 * n + n * n * c + n * c
-    lora_in = [h, h, h, q, inter] + ([h, h] if owner else [])
-    total += sum((a + m) * i + a * r for i in lora_in)
+    if config.finetuning_type == "full":
+        # every Linear is trainable and saves its input for its weight gradient (in the compute
+        # dtype; q/k/v share one input, as do gate/up and laurel's left): q/k/v (h), o (q), gate/up
+        # (h), down (I), laurel right (rank), per-layer gate (h) and projection (p)
+        total += c * (3 * h + q + inter + shape.laurel_rank + p)
+    else:
+        lora_in = [h, h, h, q, inter] + ([h, h] if owner else [])
+        total += sum((a + m) * i + a * r for i in lora_in)
     if options.attn_implementation == "eager":
         total += 3 * q * c + shape.num_heads * seq_len * (4 + c)
     else:
@@ -388,6 +456,8 @@ def audio_encoder_bytes(
       the decoder's forward and backward (transformers' gradient checkpointing does not cover the
       conformer): `audio_encoder_saved` = C x layers x F x h_a x (86 + 16 (a + m)) + LoRA
       rank terms, with a, m the adapter and dropout-mask bytes (`dropout_mask_bytes`).
+    * full fine-tuning: the encoder trains, so as with LoRA in it, with its Linear inputs saved in
+      the compute dtype: batch x layers x F x h_a x (86 + 16 c).
     """
     if clip_s <= 0:
         return {"audio_encoder_transient": 0, "audio_encoder_saved": 0}
@@ -396,7 +466,10 @@ def audio_encoder_bytes(
     ha = shape.audio_hidden
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
     saved = 0
-    if config.lora_targets == "language+audio":
+    if config.finetuning_type == "full":  # the encoder trains: every block keeps its saved tensors, Linear inputs in c
+        c = dtype_bytes(compute_dtype(shape, config, device))
+        saved = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * c) * shape.audio_layers * frames * b
+    elif config.lora_targets == "language+audio":
         a = dtype_bytes(options.adapter_dtype)
         m = dropout_mask_bytes(config, device, options)
         per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank

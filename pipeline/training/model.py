@@ -3,8 +3,10 @@
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
 - `compute_dtype(device)`: bf16 where the device supports it, else fp32; never fp16.
-- `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA/CPU, "none" (bf16 LoRA) on Apple MPS.
-- `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=)`.
+- `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA, "none" (bf16 LoRA) on CPU and Apple MPS.
+- `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
+  quantize_audio_encoder=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
+  `pipeline.training.placement`, the quantization config and skip list).
 - `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
   settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
   `TrainConfig.ple_on_cpu`).
@@ -40,6 +42,7 @@ from pipeline.training.hub import (
     is_local_model,
     translate_load_errors,
 )
+from pipeline.training.placement import empty_model, host_modules, placement_device_map, settle_placements
 
 
 class _QuietBnbKernelsNotice(logging.Filter):
@@ -219,12 +222,27 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def quantization_config(method: str, dtype: torch.dtype):
-    """`BitsAndBytesConfig` for "4bit" (NF4, double quant, `dtype` compute) or "8bit"; None for "none"."""
+def quantization_skip_modules(method: str, *, quantize_audio_encoder: bool = False) -> list[str]:
+    """The skip list for `method` (4bit / 8bit): `QUANTIZATION_SKIP_MODULES` (+ `INT8_EXTRA_SKIP_MODULES`
+    for 8-bit), without `model.audio_tower` when `quantize_audio_encoder` (its Linear layers are then
+    quantized too: the frozen encoder only runs forward, its conformer calls every Linear as a module)."""
+    skip = [m for m in QUANTIZATION_SKIP_MODULES if not (quantize_audio_encoder and m == "model.audio_tower")]
+    return skip + (list(INT8_EXTRA_SKIP_MODULES) if method == "8bit" else [])
+
+
+def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encoder: bool = False,
+                        host_placements: bool = False):
+    """`BitsAndBytesConfig` for "4bit" (NF4, double quant, `dtype` compute) or "8bit"; None for "none".
+
+    `quantize_audio_encoder`: quantize the audio encoder's Linear layers too (`quantization_skip_modules`).
+    `host_placements`: the device map puts some modules in host RAM (`pipeline.training.placement`);
+    transformers refuses such a map with bitsandbytes unless `llm_int8_enable_fp32_cpu_offload` is set
+    (those modules, an embedding table and the vision tower, are never quantized anyway)."""
     from transformers import BitsAndBytesConfig
 
     if method == "none":
         return None
+    skip = quantization_skip_modules(method, quantize_audio_encoder=quantize_audio_encoder)
     if method == "4bit":
         return BitsAndBytesConfig(
             load_in_4bit=True,
@@ -232,18 +250,38 @@ def quantization_config(method: str, dtype: torch.dtype):
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=dtype,
             bnb_4bit_quant_storage=torch.uint8,
-            llm_int8_skip_modules=list(QUANTIZATION_SKIP_MODULES),
+            llm_int8_skip_modules=skip,
+            llm_int8_enable_fp32_cpu_offload=host_placements,
         )
     if method == "8bit":
-        return BitsAndBytesConfig(
-            load_in_8bit=True, llm_int8_skip_modules=list(QUANTIZATION_SKIP_MODULES + INT8_EXTRA_SKIP_MODULES)
-        )
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=skip,
+                                  llm_int8_enable_fp32_cpu_offload=host_placements)
     raise ConfigError(f"`--quantization` must be one of 4bit, 8bit, none, got {method!r}.")
+
+
+def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization: str, vision_tower: bool = True,
+                ple_on_cpu: bool = False, quantize_audio_encoder: bool = False) -> dict[str, Any]:
+    """The `from_pretrained` keyword arguments `load_model` uses: dtype, eager attention, the device map
+    (`pipeline.training.placement.placement_device_map`: the per-layer table with `ple_on_cpu` on CUDA
+    and a vision tower that is off go to host RAM, so they never reach the GPU) and the quantization
+    config. Builds the model on the meta device only when some module goes to host RAM. Under a
+    multi-process launcher the device is this process's GPU (`pipeline.training.distributed.placement`)."""
+    from pipeline.training.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
+
+    target = placement(device)
+    host = host_modules(device, ple_on_cpu=ple_on_cpu, vision_tower=vision_tower)
+    device_map = placement_device_map(empty_model(model_id), target, host) if host else {"": target}
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": device_map}
+    qconfig = quantization_config(quantization, dtype, quantize_audio_encoder=quantize_audio_encoder,
+                                  host_placements=bool(host))
+    if qconfig is not None:
+        kwargs["quantization_config"] = qconfig
+    return kwargs
 
 
 def load_model(
     model_id: str, *, device: str = "auto", quantization: str = "4bit", vision_tower: bool = True,
-    ple_on_cpu: bool = False,
+    ple_on_cpu: bool = False, quantize_audio_encoder: bool = False,
 ) -> tuple[torch.nn.Module, QuantizationReport]:
     """Load `Gemma3nForConditionalGeneration` on `device`, quantized as asked, with eager attention.
 
@@ -253,10 +291,12 @@ def load_model(
         quantization: "4bit" (bitsandbytes NF4, double quant, bf16 compute), "8bit" (LLM.int8) or
             "none". The audio/vision towers, their embedders and `lm_head` are never quantized
             (`QUANTIZATION_SKIP_MODULES`). 4-bit on MPS is experimental (a warning is reported).
-        vision_tower: False frees the vision tower after loading (`drop_vision_tower`).
-        ple_on_cpu: on CUDA, move the per-layer embedding table to host RAM after loading
-            (`keep_per_layer_embeddings_on_host`); ignored on CPU and MPS. Loading still places
-            the table on the GPU first, so the load peaks at all weights on the device.
+        vision_tower: False frees the vision tower after loading (`drop_vision_tower`); on a GPU it is
+            loaded into host RAM first, so it never reaches the GPU (`load_kwargs`).
+        ple_on_cpu: on CUDA, keep the per-layer embedding table in host RAM behind a `HostEmbedding`
+            (`keep_per_layer_embeddings_on_host`); the device map loads it there directly, so it
+            never reaches the GPU. Ignored on CPU and MPS.
+        quantize_audio_encoder: with 4bit/8bit, quantize the frozen audio encoder's Linear layers too.
 
     Returns:
         `(model, report)`; the model is in eval mode with `use_cache` on.
@@ -292,15 +332,15 @@ def load_model(
         check_local_folder(model_id)
     else:
         check_disk_for_download(model_id)
-    qconfig = quantization_config(quantization, dtype)
-    from pipeline.training.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
-
-    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": placement(device)}}
-    if qconfig is not None:
-        kwargs["quantization_config"] = qconfig
+    kwargs = load_kwargs(model_id, device=device, dtype=dtype, quantization=quantization, vision_tower=vision_tower,
+                         ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
     with translate_load_errors(model_id, "model"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
+        # a placement map names buffers directly (placement_device_map); accelerate expects module names only
+        warnings.filterwarnings("ignore", message=".*device_map keys do not match any submodules.*")
         model = from_pretrained_cached_first(Gemma3nForConditionalGeneration.from_pretrained, model_id, **kwargs)
+    if len(set(kwargs["device_map"].values())) > 1:
+        settle_placements(model)  # host modules back as plain host tensors, no dispatch hooks
     model.eval()
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
@@ -308,11 +348,12 @@ def load_model(
         drop_vision_tower(model)
     if ple_on_cpu and device == "cuda":
         keep_per_layer_embeddings_on_host(model)
-    report = _quantization_report(model, quantization, device, dtype, report_warnings)
+    skip = quantization_skip_modules(quantization, quantize_audio_encoder=quantize_audio_encoder)
+    report = _quantization_report(model, quantization, device, dtype, report_warnings, skip)
     if quantization != "none" and report.quantized_count == 0:
         raise ModelLoadError(
             f"`--quantization {quantization}` quantized no Linear layer of `{model_id}` (skip patterns "
-            f"{list(QUANTIZATION_SKIP_MODULES)}); the weights would silently stay {report.dtype}. "
+            f"{skip}); the weights would silently stay {report.dtype}. "
             "Use `--quantization none` or report this with your transformers/bitsandbytes versions."
         )
     return model, report
@@ -381,7 +422,9 @@ class HostEmbedding(torch.nn.Module):
 def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     """Move Gemma 3n's per-layer embedding table (`language_model.embed_tokens_per_layer`, on E2B
     262,144 x (30 x 256) = 2.01 B parameters, 3.75 GiB in bf16) to host RAM behind a
-    `HostEmbedding`; returns the bytes taken off the device (0 when already on the host).
+    `HostEmbedding`; returns the bytes taken off the device (0 when the table was loaded into host
+    RAM directly, `pipeline.training.placement`, or is already wrapped). A model entirely in host RAM
+    (CPU training) is left as it is.
 
     Each forward then gathers the batch's rows on the CPU and copies only those (tokens x 7,680 x 2
     bytes, ~15 KB per token on E2B) to the GPU. The table is frozen in LoRA training, so nothing flows
@@ -390,9 +433,11 @@ def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     """
     language_model = _gemma3n_inner(model).language_model
     table = language_model.embed_tokens_per_layer
-    if isinstance(table, HostEmbedding) or table.weight.device.type == "cpu":
+    if isinstance(table, HostEmbedding):
         return 0
-    moved = _tensor_bytes(table)
+    if table.weight.device.type == "cpu" and language_model.embed_tokens.weight.device.type == "cpu":
+        return 0  # the whole model is in host RAM (CPU training): nothing to separate
+    moved = _tensor_bytes(table) if table.weight.device.type != "cpu" else 0  # 0: loaded there directly
     if hasattr(table, "_hf_hook"):  # an accelerate dispatch hook would move the ids back to the GPU
         from accelerate.hooks import remove_hook_from_module
 
@@ -403,7 +448,7 @@ def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     return moved
 
 
-def _quantization_report(model, method, device, dtype, report_warnings) -> QuantizationReport:
+def _quantization_report(model, method, device, dtype, report_warnings, skip: list[str]) -> QuantizationReport:
     quantized, kept = [], []
     bnb_types: tuple = ()
     if method != "none":
@@ -415,7 +460,6 @@ def _quantization_report(model, method, device, dtype, report_warnings) -> Quant
             quantized.append(name)
         elif isinstance(module, torch.nn.Linear):
             kept.append(name)
-    skip = list(QUANTIZATION_SKIP_MODULES) + (list(INT8_EXTRA_SKIP_MODULES) if method == "8bit" else [])
     return QuantizationReport(
         method={"4bit": "4bit-nf4", "8bit": "8bit", "none": "none"}[method],
         device=device,

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.config import TrainConfig, add_train_arguments, default_quantization
+from pipeline.config import TrainConfig, add_train_arguments, default_quantization, refuse_full_finetuning
 from pipeline.cpu_threads import apply_threads, trainer_threads
 from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
@@ -286,8 +286,7 @@ class _Session:
                     f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
                     "estimate` for the longest row) or rebuild the dataset.")
         self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
-        model, self.quantization = load_model(config.model, device=self.device, quantization=config.quantization,
-                                                vision_tower=config.vision_tower, ple_on_cpu=config.ple_on_cpu)
+        model, self.quantization = load_model(config.model, device=self.device, **config.load_options())
         self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
@@ -376,6 +375,7 @@ def train(
     else:
         if config is None:
             raise ConfigError("No training settings given; pass a TrainConfig.")
+        refuse_full_finetuning(config.finetuning_type)
         if any(paths[k].exists() for k in ("config", "result", "checkpoints", "progress")):
             raise TrainingError(
                 f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
@@ -668,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = _resolve_resume_config(paths, None)
         config = _resolve_resume_config(paths, saved.replace(**explicit)) if explicit else saved
     else:
+        refuse_full_finetuning(explicit.get("finetuning_type", "lora"))
         if "quantization" not in explicit:
             from pipeline.training.model import resolve_device
 

@@ -1,0 +1,171 @@
+"""What can this machine do? One table: Gemma 3n E2B and E4B, each as a full fine-tune in bf16, LoRA in
+bf16, LoRA on int8 weights and QLoRA (NF4), with its estimated peak, its verdict on this device and
+the setting changes it needs to fit.
+
+`plan_for_workspace(workspace, base, memory_gb=)` gives the dict that `python -m pipeline plan --json`
+prints and the Memory tab shows (`rows`, `usable_bytes`, ...); `render_plan` its text table; `main`
+the command line:
+
+    python -m pipeline plan --workspace WS [--device auto|cuda|mps|cpu] [--memory-gb N] [--json]
+
+Every row is `pipeline.memory.phases.estimate_memory` on the shipped config of the model (assets/)
+with the base settings (the command line: `TrainConfig` defaults; the app: its widgets), the longest
+rows of the workspace's dataset, and the row's fine-tuning type and quantization; "changes it needs"
+is the cheapest suggestion of `pipeline.memory.search.suggest_fits` that keeps those two (another
+row of the table is not a change). Training here is LoRA only: the full fine-tune rows answer
+"would it fit?", they are not something `train` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from pipeline.config import TrainConfig
+from pipeline.memory.budget import auto_device, device_memory, verdict
+from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
+from pipeline.memory.phases import estimate_memory
+from pipeline.memory.search import suggest_fits
+from pipeline.memory.shape import load_model_config
+from pipeline.memory.units import fmt_bytes
+
+PLAN_MODELS = ("google/gemma-3n-E2B-it", "google/gemma-3n-E4B-it")
+"""The models of the table (their configs ship in assets/, so no download is needed)."""
+PLAN_ROWS = (
+    ("full", "none", "full fine-tune, bf16"),
+    ("lora", "none", "LoRA, bf16"),
+    ("lora", "8bit", "LoRA, int8 weights"),
+    ("lora", "4bit", "QLoRA, NF4 weights"),
+)
+"""(finetuning_type, quantization, label) of each row, per model."""
+
+
+def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
+              options: EstimateOptions | None = None) -> list[dict[str, Any]]:
+    """One dict per (model, row of `PLAN_ROWS`): `model`, `finetuning_type`, `quantization`, `label`,
+    `total_bytes` (estimated peak, bytes), `peak_phase`, `verdict` (fits / tight / does not fit
+    against `usable_bytes`), `changes` (the steps of the cheapest suggestion, each {"changes",
+    "what", "cost"}; [] when the row fits as it is or when nothing fits) and `after_changes`
+    ({"total_bytes", "verdict"} of that suggestion, or None).
+
+    Args:
+        base: the settings every row starts from (batch, rank, checkpointing, placements, ...).
+        lengths: `LengthStats` of the dataset.
+        device: cpu, cuda or mps (resolved).
+        usable_bytes: the device's usable budget (`device_memory(...).usable_bytes`).
+    """
+    options = options or EstimateOptions()
+    rows = []
+    for model in PLAN_MODELS:
+        model_config = load_model_config(model)
+        for finetuning_type, quantization, label in PLAN_ROWS:
+            config = base.replace(model=model, device=device, finetuning_type=finetuning_type,
+                                  quantization=quantization,
+                                  quantize_audio_encoder=base.quantize_audio_encoder and quantization != "none",
+                                  lora_targets=base.lora_targets if finetuning_type == "lora" else "language")
+            est = estimate_memory(model_config, config, lengths, device, options)
+            v = verdict(est.total_bytes, usable_bytes)
+            changes, after = [], None
+            if v.status != "fits":
+                found = suggest_fits(model_config, config, lengths, device, usable_bytes, options, limit=1,
+                                     accept_tight=v.status == "does not fit",
+                                     keep=("finetuning_type", "quantization"))
+                if found:
+                    changes = found[0].steps
+                    after = {"total_bytes": found[0].total_bytes, "verdict": found[0].verdict}
+            rows.append({
+                "model": model, "finetuning_type": finetuning_type, "quantization": quantization, "label": label,
+                "total_bytes": est.total_bytes, "peak_phase": est.peak_phase, "verdict": v.status,
+                "changes": changes, "after_changes": after,
+            })
+    return rows
+
+
+def plan_for_workspace(workspace, base: TrainConfig | None = None, *, device: str | None = None,
+                       memory_gb: float | None = None) -> dict:
+    """The plan for the dataset built in `workspace` (a path or `Workspace`).
+
+    Args:
+        base: the settings every row starts from (the app's widgets); None: `TrainConfig()` with its
+            max length raised to the dataset's longest row, so no row is left out.
+        device: cpu, cuda, mps or auto (default: `base.device`); auto picks this machine's.
+        memory_gb: the device's memory in GiB instead of what it reports (see `device_memory`).
+    Returns:
+        {"rows": `plan_rows`, "usable_bytes", "device", "device_memory" (`DeviceMemory` dict),
+        "lengths_source", "settings" (the base settings)}.
+    Raises:
+        ConfigError: the device is not available here (without `memory_gb`) or a setting is invalid.
+    """
+    from pipeline.workspace import Workspace  # noqa: PLC0415
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+    device = device or (base.device if base is not None else "auto")
+    device = auto_device() if device == "auto" else device
+    if base is None:
+        base = TrainConfig()
+        longest = length_stats_from_workspace(ws, base.max_length).row_tokens
+        if longest and max(longest) > base.max_length:
+            base = base.replace(max_length=max(longest))
+    base = base.replace(device=device)
+    lengths = length_stats_from_workspace(ws, base.max_length)
+    mem = device_memory(device, memory_gb)
+    return {
+        "rows": plan_rows(base, lengths, device, mem.usable_bytes),
+        "usable_bytes": mem.usable_bytes,
+        "device": device,
+        "device_memory": mem.to_dict(),
+        "lengths_source": lengths.source,
+        "settings": base.to_dict(),
+    }
+
+
+def change_words(row: dict) -> str:
+    """A row's "changes it needs" in words: "none", "nothing fits", or each change with its cost."""
+    if row["verdict"] == "fits":
+        return "none"
+    if not row["changes"]:
+        return "it fits, tightly; nothing leaves more room" if row["verdict"] == "tight" else "no setting change makes it fit"
+    steps = "; ".join(f"{step['what']} (cost: {step['cost']})" for step in row["changes"])
+    after = row["after_changes"] or {}
+    return f"{steps} -> {fmt_bytes(after.get('total_bytes', 0))}, {after.get('verdict', '?')}"
+
+
+def render_plan(result: dict) -> str:
+    """The plan as text: one line per row (model, kind, peak, verdict, the changes it needs)."""
+    mem = result["device_memory"]
+    held = mem["free_bytes"] - mem["usable_bytes"]
+    lines = [f"What can this machine do? {result['device']}: {fmt_bytes(result['usable_bytes'])} usable "
+             f"({fmt_bytes(mem['free_bytes'])} free, {fmt_bytes(held)} held back: {mem['headroom_note']}).",
+             f"Rows of your dataset: {result['lengths_source']}.",
+             f"{'model':<24} {'fine-tune':<22} {'peak':>10}  {'verdict':<13} changes it needs"]
+    for row in result["rows"]:
+        lines.append(f"{row['model']:<24} {row['label']:<22} {fmt_bytes(row['total_bytes']):>10}  "
+                     f"{row['verdict']:<13} {change_words(row)}")
+    lines.append("Full fine-tunes are estimated only (`train` runs LoRA); bf16 weights, fp32 master copy and "
+                 "AdamW states: 16 bytes per trained parameter.")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `plan` flags: `--workspace`, `--device`, `--memory-gb` (GiB), `--json`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline plan",
+                                     description="What can this machine do? Full fine-tune / LoRA / int8 / QLoRA of "
+                                                 "Gemma 3n E2B and E4B: peak, verdict and the changes each needs.")
+    parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
+    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default="auto",
+                        help="the device to plan for (default: this machine's)")
+    parser.add_argument("--memory-gb", type=float, default=None,
+                        help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB")
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "usable_bytes": N, ...}')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline plan ...`: print the plan table (or its dict as one JSON object)."""
+    args = build_parser().parse_args(argv)
+    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
+
+    result = plan_for_workspace(args.workspace or DEFAULT_WORKSPACE, device=args.device, memory_gb=args.memory_gb)
+    print(json.dumps(result) if args.json else render_plan(result))
+    return 0

@@ -1,0 +1,129 @@
+"""Where each part of Gemma 3n is placed while it loads: the device map that keeps the per-layer
+embedding table and an unused vision tower off the accelerator from the first byte.
+
+Without it, `from_pretrained(device_map={"": "cuda"})` puts every weight on the GPU and only then can
+the table be moved to host RAM or the vision tower freed, so the load peaks at all the weights
+(E2B: 3.75 GiB of per-layer embeddings + 0.55 GiB of vision tower above what training keeps).
+
+* `host_modules(device, ple_on_cpu=, vision_tower=)`: the module paths that go to host RAM.
+* `placement_device_map(model, device, host)`: a device map naming every parameter and buffer,
+  the host modules on "cpu", everything else on `device`, with no "" entry (accelerate's root hook
+  would otherwise pull every tensor, the host ones included, onto the device while dispatching).
+* `empty_model(model_id)`: the model built on the meta device, whose names the map is made from.
+* `settle_placements(model)`: after loading with such a map, transformers has dispatched the model
+  with accelerate hooks that treat the host modules as CPU-offloaded (weights on `meta`, copied to
+  the GPU at every forward). Removing the hooks puts those weights back in host RAM as plain
+  tensors; `pipeline.training.model` then wraps the table in `HostEmbedding` and frees the vision
+  tower, so the training step sees the same model as before, with nothing of either on the GPU.
+
+Module paths only; the Gemma 3n classes are named in `pipeline.training.model`. What this module
+deliberately does not do: offload anything the step needs on the device (no accelerate CPU-offload
+at run time: each forward would copy the whole table to the GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+PLE_MODULE = "model.language_model.embed_tokens_per_layer"
+"""The per-layer embedding table (E2B: 262,144 x 7,680 bf16, 3.75 GiB)."""
+VISION_MODULE = "model.vision_tower"
+"""The vision tower (MobileNetV5-300M on E2B/E4B, 0.55 GiB bf16); the tutor never runs it."""
+
+
+def host_modules(device: str, *, ple_on_cpu: bool, vision_tower: bool) -> list[str]:
+    """Module paths to place in host RAM at load on `device` (cuda, mps or cpu): the per-layer
+    table with `ple_on_cpu` on CUDA (where it stays, behind `HostEmbedding`), and the vision tower
+    when it is not wanted (freed right after loading). On CPU everything is host RAM already: []."""
+    if device == "cpu":
+        return []
+    host = []
+    if ple_on_cpu and device == "cuda":
+        host.append(PLE_MODULE)
+    if not vision_tower:
+        host.append(VISION_MODULE)
+    return host
+
+
+def placement_device_map(model: torch.nn.Module, device: str, host: list[str]) -> dict[str, str]:
+    """A `from_pretrained` device map placing the modules `host` on "cpu" and all else on `device`.
+
+    Args:
+        model: the model (e.g. built on the meta device by `empty_model`); only its names are read.
+        device: where everything else goes ("cuda", "mps", or any torch device string).
+        host: module paths (e.g. `PLE_MODULE`) to keep in host RAM.
+    Returns:
+        `{"": device}` when `host` is empty; otherwise a map whose keys are the host modules, every
+        sibling module along the path to them, and the direct parameters and buffers (persistent or
+        not) of the modules on that path, so every tensor name resolves (transformers places a name
+        the map does not cover on "cpu"), with no "" key (see the module doc).
+    Raises:
+        ValueError: a path in `host` is not a module of `model`.
+    """
+    if not host:
+        return {"": device}
+    modules = dict(model.named_modules())
+    missing = [path for path in host if path not in modules]
+    if missing:
+        raise ValueError(f"no module {missing} in {type(model).__name__}; cannot place it in host RAM")
+    device_map: dict[str, str] = {}
+
+    def visit(module: torch.nn.Module, prefix: str) -> None:
+        for name, _ in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+            device_map[f"{prefix}.{name}" if prefix else name] = device
+        for name, child in module.named_children():
+            path = f"{prefix}.{name}" if prefix else name
+            if path in host:
+                device_map[path] = "cpu"
+            elif any(h.startswith(path + ".") for h in host):
+                visit(child, path)
+            else:
+                device_map[path] = device
+
+    visit(model, "")
+    return device_map
+
+
+def empty_model(model_id: str) -> torch.nn.Module:
+    """`model_id`'s architecture built on the meta device (no weights read, no memory used), for
+    `placement_device_map`. The Auto classes resolve Gemma 3n's `model_type` to the class
+    `pipeline.training.model.load_model` loads."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from pipeline.training.hub import from_pretrained_cached_first, translate_load_errors
+
+    with translate_load_errors(str(model_id), "config"):
+        config = from_pretrained_cached_first(AutoConfig.from_pretrained, str(model_id))
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(config)
+
+
+def settle_placements(model: torch.nn.Module) -> int:
+    """Remove the accelerate dispatch hooks a mixed device map left on `model` (in place); returns
+    the number of modules that had one.
+
+    `accelerate.hooks.remove_hook_from_module` gives every offloaded module its weights back from the
+    hook's weights map on their original device (host RAM), restores each module's own `forward`, and
+    drops the `to`/`cuda` guards `dispatch_model` put on the model. `hf_device_map` is removed as
+    well, so the model looks as it does after a single-device load (`transformers.Trainer` and
+    `accelerate` then treat it as one model on one device).
+    """
+    from accelerate.hooks import SequentialHook, remove_hook_from_module
+
+    hooked = 0
+    for module in model.modules():
+        hook = getattr(module, "_hf_hook", None)
+        if hook is None:
+            continue
+        hooked += 1
+        for one in hook.hooks if isinstance(hook, SequentialHook) else (hook,):
+            if getattr(one, "offload", False) and getattr(one, "weights_map", None) is not None:
+                # Detaching restores what the weights map holds (the checkpoint's tensors, in host RAM).
+                # A non-persistent buffer (e.g. the table's `embed_scale`) is not in it: it was moved to the
+                # execution device with its value and stays there until its module moves or is freed.
+                one.original_devices = {name: dev for name, dev in one.original_devices.items()
+                                        if name in one.weights_map}
+    remove_hook_from_module(model, recurse=True)
+    if "hf_device_map" in model.__dict__:
+        del model.hf_device_map
+    return hooked

@@ -1,0 +1,121 @@
+"""The Memory tab tells one consistent story (issue 10): a tight fit after Apply never says nothing fits, Apply
+changes only what the suggestion names, each change is listed once with its own cost, a typed budget shows
+what is held back, the "what can this machine do?" table, and why the default quantization is what it is."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.config import DEFAULT_QUANTIZATION_REASON  # noqa: E402
+from ui import common  # noqa: E402
+from ui import formatting as fmt  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
+
+E2B = "google/gemma-3n-E2B-it"
+
+
+@pytest.fixture()
+def app(tmp_path) -> TutorApp:
+    """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""
+    ui = TutorApp(tmp_path / "ws")
+    report = ui.ws.dataset_dir / "build_report.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps({"model": E2B, "length_stats": {
+        "max": 389, "row_tokens": [389, 350, 300, 280], "answer_tokens": [80, 70, 60, 60], "max_clip_s": 12.0}}))
+    return ui
+
+
+def _values(**changes) -> dict:
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    values.update(model=E2B, device="cpu", quantization="4bit", max_length=389)
+    values.update(changes)
+    return values
+
+
+def _estimate(app, budget, values):
+    return app.estimate(budget, *[values[name] for name in common.CONFIG_FIELDS])
+
+
+def _apply(app, index, suggestions, values) -> dict:
+    """Apply suggestion `index` as the page does: only widgets given a value change."""
+    updates = app.apply_suggestion(index, suggestions)
+    assert len(updates) == len(common.CONFIG_FIELDS)
+    changed = {}
+    for name, update in zip(common.CONFIG_FIELDS, updates):
+        if update == gr.skip():
+            continue
+        changed[name] = update["value"]
+    return changed
+
+
+def test_apply_changes_only_the_named_settings_and_a_tight_fit_says_so(app):
+    values = _values()
+    figure, verdict, table, hint, suggestions, *buttons = _estimate(app, 12, values)
+    assert "Does not fit" in verdict and suggestions
+    tight = next(i for i, s in enumerate(suggestions) if s["verdict"] == "tight")
+    changed = _apply(app, tight, suggestions, values)
+    assert changed == suggestions[tight]["changes"]  # nothing else, Max length 389 included
+    assert "max_length" not in changed
+    values.update(changed)
+    assert values["max_length"] == 389
+    _, verdict, _, hint, after, *_ = _estimate(app, 12, values)
+    assert "Fits, tightly" in verdict and "Does not fit" not in verdict
+    assert "No setting change found that fits" not in hint and "nothing fits" not in hint.lower()
+    if not after:
+        assert "It fits, tightly" in hint
+
+
+def test_each_change_is_listed_once_with_its_own_cost(app):
+    _, _, _, hint, suggestions, *buttons = _estimate(app, 12, _values())
+    assert suggestions
+    for index, suggestion in enumerate(suggestions):
+        steps = suggestion["steps"]
+        assert len(steps) == len({frozenset(step["changes"]) for step in steps})
+        assert {k: v for step in steps for k, v in step["changes"].items()} == suggestion["changes"]
+        block = hint.split(f"\n{index + 1}. ")[1].split(f"\n{index + 2}. ")[0]
+        assert block.count("(cost: ") == len(steps)  # one cost per change, no extra "tight" cost
+        for step in steps:
+            assert f"{step['what']} (cost: {step['cost']})" in block
+        label = buttons[index].value
+        assert label.count(" + ") == len(steps) - 1
+    assert "lora: rank" not in hint and "lora: alpha" not in hint
+    rank = [step for s in suggestions for step in s["steps"] if "lora_rank" in step["changes"]]
+    for step in rank:  # rank and alpha are one change, said once, in words
+        assert re.fullmatch(r"LoRA rank \d+ instead of 16 \(alpha \d+, the same scale\)", step["what"])
+
+
+def test_a_typed_budget_shows_what_is_held_back(app):
+    _, verdict, *_ = _estimate(app, 8, _values())
+    assert "Usable 6.00 GiB = 8.00 GiB (budget you typed) minus 2.00 GiB held back" in verdict
+    assert "left to the OS and open apps" in verdict
+
+
+def test_the_plan_table_lists_both_models_and_every_kind(app):
+    text = app.plan(8, *[_values(device="cuda")[name] for name in common.CONFIG_FIELDS])
+    rows = [line for line in text.splitlines() if line.startswith("| E")]
+    assert len(rows) == 8 and sum(row.startswith("| E2B") for row in rows) == 4
+    for kind in ("full fine-tune, bf16", "LoRA, bf16", "LoRA, int8 weights", "QLoRA, NF4 weights"):
+        assert sum(kind in row for row in rows) == 2
+    assert "7.75 GiB" in text and "256 MiB held back" in text
+    qlora = next(row for row in rows if row.startswith("| E2B") and "QLoRA" in row)
+    assert "per-layer embeddings in CPU memory" in qlora and "(cost: " in qlora
+
+
+def test_detected_device_says_why_its_default_quantization(app):
+    text = app.detect_device("cpu", 0)
+    assert "Default quantization here: **none**" in text and DEFAULT_QUANTIZATION_REASON["cpu"] in text
+    assert "9.82-9.85 GiB" in DEFAULT_QUANTIZATION_REASON["cpu"]
+
+
+def test_tight_with_no_suggestion_never_says_nothing_fits():
+    assert "It fits, tightly" in fmt.suggestions_markdown([], "tight")
+    assert "No setting change found" in fmt.suggestions_markdown([], "does not fit")
+    assert fmt.suggestions_markdown([], "fits") == ""
