@@ -85,6 +85,8 @@ from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.memory.shape import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
 from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
+from pipeline.memory.probe import PROBE_VOCAB  # noqa: E402
+from whole_run import run_whole  # noqa: E402
 
 CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
 
@@ -230,6 +232,33 @@ def available_ram() -> int:
     return 0
 
 
+def _step_cells(rec: dict, est) -> str:
+    """Step column: the estimate of one step against the probe's median (and the range over runs)."""
+    meas = rec["peak_bytes"]
+    err = 100.0 * (est.step_bytes - meas) / meas
+    peaks = rec.get("peak_runs_bytes") or [meas]
+    errs = [100.0 * (est.step_bytes - p) / p for p in peaks]
+    rec.update(error_percent=round(err, 2), peak_phase=est.peak_phase,
+               error_range_percent=[round(min(errs), 2), round(max(errs), 2)])
+    spread = f"{min(errs):+.1f}..{max(errs):+.1f}" if len(peaks) > 1 else ""
+    return (f"{fmt_bytes(est.step_bytes):>10} {fmt_bytes(meas):>10} {err:>+6.1f} {spread:>13} "
+            f"{est.peak_phase:>14}")
+
+
+def _run_cells(rec: dict, whole: dict) -> str:
+    """Whole-run column: the trainer's whole-run peak against the estimate it recorded for the same
+    settings and dataset, and the phase that set each."""
+    if "error" in whole:
+        return f"error: {whole['error'][-200:]}"
+    measured, estimate = whole["memory"], whole["memory_estimate"]
+    err = 100.0 * (estimate["total_bytes"] - measured["peak_bytes"]) / measured["peak_bytes"]
+    rec.update(run_error_percent=round(err, 2), run_measured_bytes=measured["peak_bytes"],
+               run_estimate_bytes=estimate["total_bytes"], run_measured_phase=measured["peak_phase"],
+               run_estimate_phase=estimate["run_peak_phase"])
+    return (f"{fmt_bytes(estimate['total_bytes']):>10} {fmt_bytes(measured['peak_bytes']):>10} {err:>+6.1f} "
+            f"{estimate['run_peak_phase']:>9}/{measured['peak_phase']:<9}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-full", action="store_true", help="skip the full-size E2B row")
@@ -244,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="measure each row N times in fresh processes; the table compares the estimate with "
                              "the median and shows the range (CPU peak RSS varies from run to run, see above)")
+    parser.add_argument("--step-only", action="store_true", help="skip the whole-run column (no training runs)")
+    parser.add_argument("--run-only", action="store_true", help="only the whole-run column (no step probes)")
     parser.add_argument("--malloc-fixed", action="store_true",
                         help="diagnostic: fix glibc's mmap threshold in the children (RSS then follows live tensors)")
     args = parser.parse_args(argv)
@@ -263,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
              if args.malloc_fixed else ";"))
     print(f"estimate includes the CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}.\n")
     header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
-              f"{'estimate':>10} {'measured':>10} {'err%':>6} {'err% range':>13} | {'phase':>14} | {'s':>5}")
+              f"{'step est.':>10} {'measured':>10} {'err%':>6} {'err% range':>13} {'step moment':>14} | "
+              f"{'run est.':>10} {'measured':>10} {'err%':>6} {'peak phase est/measured':>19}")
     print(header)
     print("-" * len(header))
     for i, row in enumerate(rows):
@@ -276,10 +308,12 @@ def main(argv: list[str] | None = None) -> int:
                              lora_rank=row["rank"], lora_alpha=2 * row["rank"], batch_size=row["batch"],
                              gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
         model_config = load_model_config(paths[row["model"]])
-        # --malloc-fixed: every tensor mmapped, so the allocator keeps nothing resident
+        # --malloc-fixed: every tensor mmapped, so the allocator keeps nothing resident; the random-weight
+        # E2B is built in memory (every weight resident), the other models load from a mapped checkpoint
         options = EstimateOptions(attn_implementation="eager", keep_logits=False,
-                                  cpu_heap_retention=not args.malloc_fixed)
-        lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens)
+                                  cpu_heap_retention=not args.malloc_fixed, weights_mapped=row["model"] != "E2B")
+        lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens,
+                              distinct_tokens=PROBE_VOCAB)
         est = estimate_memory(model_config, config, lengths, "cpu", options)
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
@@ -287,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             if key not in saved:
                 continue
             m = {k: v for k, v in saved[key].items() if k not in row and k not in ("estimate_bytes", "components")}
+        elif args.run_only:
+            m = {}
         else:
             runs = []
             for _ in range(max(1, args.repeat)):
@@ -298,31 +334,33 @@ def main(argv: list[str] | None = None) -> int:
                     break
             m = median_run(runs)
         seconds = m.get("seconds", time.perf_counter() - started)
-        rec = {**row, "estimate_bytes": est.total_bytes, "components": est.components, "seconds": round(seconds, 1), **m}
+        rec = {**row, "estimate_bytes": est.step_bytes, "components": est.components, "seconds": round(seconds, 1), **m}
         results.append(rec)
         if "error" in m:
             print(f"{i:>2} {row['model']:5} error: {m['error'][-300:]}")
             continue
-        meas = m["peak_bytes"]
-        err = 100.0 * (est.total_bytes - meas) / meas
-        peaks = m.get("peak_runs_bytes") or [meas]
-        errs = [100.0 * (est.total_bytes - p) / p for p in peaks]
-        rec.update(error_percent=round(err, 2), peak_phase=est.peak_phase,
-                   error_range_percent=[round(min(errs), 2), round(max(errs), 2)])
-        spread = f"{min(errs):+.1f}..{max(errs):+.1f}" if len(peaks) > 1 else ""
+        step = "" if not m else _step_cells(rec, est)
+        run = ""
+        if not args.step_only and not args.from_json and not args.malloc_fixed:
+            whole_path = str(e2b_checkpoint_dir()) if row["model"] == "E2B" else paths[row["model"]]
+            rec["whole_run"] = whole = run_whole(CACHE, whole_path, row, args.answer_tokens)
+            run = _run_cells(rec, whole)
+        elif "whole_run" in rec:
+            run = _run_cells(rec, rec["whole_run"])
         print(f"{i:>2} {row['model']:5} {row['seq_len']:>5} {row['batch']:>2} {'on' if row['gc'] else 'off':>3} "
-              f"{row['quant']:5} {row['rank']:>3} {row['clip_s']:>4.0f} | {fmt_bytes(est.total_bytes):>10} "
-              f"{fmt_bytes(meas):>10} {err:>+6.1f} {spread:>13} | {est.peak_phase:>14} | {seconds:>5.0f}", flush=True)
-    done = [r for r in results if "error_percent" in r]
-    if done:
-        worst = max(done, key=lambda r: abs(r["error_percent"]))
-        print(f"\nlargest absolute error: {worst['error_percent']:+.1f} % (row {worst['model']} seq {worst['seq_len']})")
-        print(f"rows within 10 % (of the median measurement): {sum(abs(r['error_percent']) <= 10 for r in done)}/{len(done)}; "
-              f"within 5 %: {sum(abs(r['error_percent']) <= 5 for r in done)}/{len(done)}")
-        runs = [e for r in done for e in (r.get("error_range_percent") or [r["error_percent"]])]
-        if any(len(r.get("peak_runs_bytes") or []) > 1 for r in done):
+              f"{row['quant']:5} {row['rank']:>3} {row['clip_s']:>4.0f} | {step or ' ' * 57} | {run}", flush=True)
+    for label, key in (("step", "error_percent"), ("whole run", "run_error_percent")):
+        done = [r for r in results if key in r]
+        if not done:
+            continue
+        worst = max(done, key=lambda r: abs(r[key]))
+        print(f"\n{label}: largest absolute error {worst[key]:+.1f} % (row {worst['model']} seq {worst['seq_len']}); "
+              f"rows within 10 %: {sum(abs(r[key]) <= 10 for r in done)}/{len(done)}; "
+              f"within 5 %: {sum(abs(r[key]) <= 5 for r in done)}/{len(done)}")
+        if key == "error_percent" and any(len(r.get("peak_runs_bytes") or []) > 1 for r in done):
+            runs = [e for r in done for e in (r.get("error_range_percent") or [r["error_percent"]])]
             every = sum(max(abs(e) for e in r["error_range_percent"]) <= 10 for r in done)
-            print(f"rows whose every run is within 10 %: {every}/{len(done)}; "
+            print(f"step: rows whose every run is within 10 %: {every}/{len(done)}; "
                   f"error over all runs: {min(runs):+.1f} .. {max(runs):+.1f} %")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

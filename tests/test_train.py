@@ -212,9 +212,13 @@ def test_probe_step_reports_peak_memory_of_the_worst_batch(workspace, tiny_model
     assert probe["peak_memory_bytes"] > 0 and probe["memory_kind"] == "cpu_max_rss"
     assert math.isfinite(probe["loss"]) and not probe["out_of_memory"]
     train_rows = load_from_disk(str(workspace / "dataset"))["train"]
-    longest = sorted(train_rows["num_tokens"], reverse=True)[:2]
     by_id = dict(zip(train_rows["id"], train_rows["num_tokens"]))
-    assert sorted((by_id[i] for i in probe["batch_rows"]), reverse=True) == longest
+    clips = dict(zip(train_rows["id"], train_rows["duration_s"]))
+    # two copies of the longest row, each with the longest clip (the worst case of every dimension)
+    worst = probe["worst_case"]
+    assert probe["batch_rows"] == [worst["longest_row"]] * 2 and worst["batch_size"] == 2
+    assert by_id[worst["longest_row"]] == max(by_id.values()) and probe["batch_tokens"] == 2 * max(by_id.values())
+    assert clips[worst["longest_clip"]] == max(clips.values())
     assert probe["lora_modules"]["language"] > 0
 
 

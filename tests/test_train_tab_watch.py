@@ -114,8 +114,8 @@ def test_failure_and_log_use_the_apps_words():
 
 
 def test_memory_counter_in_plain_words():
-    text = fmt.train_memory_markdown({"peak_memory_bytes": 2**30, "estimate_bytes": 2**30,
-                                      "memory_kind": "cpu_max_rss"})
+    text = fmt.train_memory_markdown({"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30,
+                                      "memory_kind": "cpu_max_rss"}, {"total_bytes": 2**30, "run_peak_phase": "step"})
     assert "cpu_max_rss" not in text and "counter" not in text.lower()
     assert "measured as the process's peak resident memory (RAM)" in text
     measured = fmt.measured_markdown(2**30, 2**30, {"method": "CPU peak RSS (VmHWM reset before the step)"})

@@ -459,13 +459,13 @@ def plan_markdown(result: Mapping[str, Any]) -> str:
 
 
 def measured_markdown(measured: int | None, estimated: int | None, data: Mapping[str, Any]) -> str:
-    """Measured peak vs estimate, with the relative error."""
+    """Measured peak of one step vs the estimate of one step (`estimated`), with the relative error."""
     if not measured:
         return "The probe returned no measurement."
-    lines = [f"**Measured peak:** {format_bytes(measured)} (one real optimizer step on the longest batch)"]
+    lines = [f"**Measured peak:** {format_bytes(measured)} (one real optimizer step on the worst-case batch)"]
     if estimated:
         err = 100.0 * (estimated - measured) / measured
-        lines.append(f"**Estimated:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
+        lines.append(f"**Estimated for one step:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
     kind = data.get("method") or data.get("memory_kind")
     if kind:
         lines.append(f"Peak {memory_counter_words(kind)}.")
@@ -612,21 +612,18 @@ def memory_counter_words(kind: str | None) -> str:
     return MEMORY_COUNTERS.get(kind, f"measured by {kind.replace('_', ' ')}")
 
 
-def train_memory_markdown(status: Mapping[str, Any]) -> str:
-    """Peak memory of a run so far against the estimate for its settings (`peak_memory_bytes`,
-    `estimate_bytes`, `memory_kind`: which counter was read)."""
-    peak = status.get("peak_memory_bytes")
-    estimate = status.get("estimate_bytes")
-    if not peak and not estimate:
-        return ""
-    text = f"**Peak memory so far:** {format_bytes(peak)}"
-    if estimate:
-        text += f" · **estimate** {format_bytes(estimate)}"
-        if peak:
-            text += f" (measured is {100.0 * peak / estimate:.0f} % of the estimate)"
-    kind = status.get("memory_kind")
-    if kind:
-        text += f"  \n<small>Peak {memory_counter_words(kind)}.</small>"
+def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
+                          running: bool = False) -> str:
+    """A run's measured memory against the estimate for its settings, like with like: the whole
+    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
+    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
+    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
+    from pipeline.memory.run_compare import compare, comparison_text
+
+    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
+    kind = (memory or {}).get("memory_kind")
+    if text and kind:
+        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
     return text
 
 

@@ -110,7 +110,7 @@ class MemoryHandlers:
         data = _memory_result(self.ws, config, memory_gb, measure=True)
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
-        text = fmt.measured_markdown(peak, data["total_bytes"], measured)
+        text = fmt.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
         return text, self._estimate_outputs(data, measured=peak)[0]
 
 

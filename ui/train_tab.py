@@ -38,7 +38,7 @@ class TrainHandlers:
 
     def __init__(self, state: AppState):
         self.state = state
-        self._estimates: dict[str, int | None] = {}
+        self._estimates: dict[str, dict | None] = {}
 
     @property
     def ws(self):
@@ -132,10 +132,8 @@ class TrainHandlers:
         if loading_s is not None:
             state += f" (loading the model and checking the longest batch: {fmt.format_seconds(loading_s)})"
         curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
-        peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0]) or None
-        memory_text = fmt.train_memory_markdown(
-            {"peak_memory_bytes": peak, "estimate_bytes": self._run_estimate(run_name, result),
-             "memory_kind": result.get("memory_kind")})
+        memory_text = fmt.train_memory_markdown(_measured_memory(rows, result), self._run_estimate(run_name, result),
+                                                running=alive)
         return (
             fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
                               state, label=run_name, settings=_run_config(self.ws, run_name)),
@@ -151,25 +149,25 @@ class TrainHandlers:
               else self._run_lists(selected=run_name)),
         )
 
-    def _run_estimate(self, run_name: str, result: dict) -> int | None:
-        """The memory estimate (bytes) for a run's settings on the device it runs on; cached per run."""
+    def _run_estimate(self, run_name: str, result: dict) -> dict | None:
+        """The memory estimate for a run's settings on the device it runs on: the one the trainer
+        wrote into result.json when it started (`memory_estimate`), else (runs from before it did)
+        computed here once per run (`pipeline.memory.run_compare.run_estimate`)."""
+        if result.get("memory_estimate"):
+            return result["memory_estimate"]
         if run_name in self._estimates:
             return self._estimates[run_name]
         device = result.get("device")
         if device not in ("cpu", "cuda", "mps"):
             return None  # not known until the trainer has resolved `auto`
-        estimate = None
-        try:
-            from pipeline import memory
+        from pipeline.memory.run_compare import run_estimate
 
+        try:
             config = TrainConfig.from_dict(run_settings(self.ws, run_name))
-            lengths = memory.length_stats_from_workspace(self.ws, config.max_length)
-            estimate = memory.estimate_memory(memory.load_model_config(config.model), config, lengths,
-                                              device).total_bytes
         except PipelineError:
-            pass
-        self._estimates[run_name] = estimate
-        return estimate
+            return None
+        self._estimates[run_name] = run_estimate(self.ws, config, device, on_error=lambda error: None)
+        return self._estimates[run_name]
 
     def runs_table(self):
         """Past runs with their results (newest first)."""
@@ -216,6 +214,20 @@ class TrainHandlers:
 def _runs_frame(runs: list[dict]):
     """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown)."""
     return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"), markdown=False)} for run in runs])
+
+
+def _measured_memory(rows: list[dict], result: dict) -> dict | None:
+    """The run's measured memory per phase: result.json's `memory` when the run has ended, else the
+    last progress line's figures so far (runs from before phases were recorded: the largest
+    `peak_memory_bytes`, with no phase)."""
+    if result.get("memory"):
+        return result["memory"]
+    last = next((r for r in reversed(rows) if r.get("phase_peak_bytes")), None)
+    if last is not None:
+        return {"phase_peak_bytes": last["phase_peak_bytes"], "peak_phase": last.get("peak_phase"),
+                "peak_bytes": last.get("peak_memory_bytes"), "memory_kind": last.get("memory_kind")}
+    peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0])
+    return {"peak_bytes": peak} if peak else None
 
 
 def _resumable_runs(runs: list[dict]) -> list[str]:

@@ -171,6 +171,8 @@ def _json_words(data: dict) -> str:
             value = _number(value)
         elif isinstance(value, list):
             value = ", ".join(str(v) for v in value[:4]) + (" …" if len(value) > 4 else "")
+        elif isinstance(value, dict):  # e.g. the preflight's worst case: its own words, in brackets
+            value = f"({_json_words(value)})"
         words.append(f"{name} {value}")
     return "; ".join(words)
 

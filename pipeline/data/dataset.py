@@ -59,8 +59,10 @@ class LengthStats:
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
     count (answer + `<end_of_turn>`, as `pipeline.training.collate.build_labels` labels it) of the row of
     `row_tokens[i]`; `max_answer_tokens` its maximum. `row_clips[i]` is the number of clips of that
-    row (the audio encoder runs on each; a dialogue has several), `max_clips` its maximum. Reports
-    written before these fields existed load with them empty / 0.
+    row (the audio encoder runs on each; a dialogue has several), `max_clips` its maximum. `eval_*`
+    are the same for the eval split (evaluation's worst case); `distinct_tokens` (in the report) the
+    distinct token ids of every kept row. Reports written before these fields existed load with them
+    empty / 0.
     """
 
     count: int = 0
@@ -76,6 +78,9 @@ class LengthStats:
     max_answer_tokens: int = 0
     row_clips: list[int] = field(default_factory=list)
     max_clips: int = 0
+    eval_row_tokens: list[int] = field(default_factory=list)
+    eval_answer_tokens: list[int] = field(default_factory=list)
+    eval_max_clip_s: float = 0.0
 
     @classmethod
     def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
@@ -324,7 +329,7 @@ def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
             "built_at": report.get("built_at") or None}
 
 
-def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
+def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthStats:
     stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
     triples = sorted((r["num_tokens"], r["answer_tokens"], r["clips"]) for r in train_rows)
     stats.row_tokens = [n for n, _, _ in triples]
@@ -333,6 +338,9 @@ def _length_stats(rows: list[dict], train_rows: list[dict]) -> LengthStats:
     stats.max_answer_tokens = max(stats.answer_tokens, default=0)
     stats.max_clips = max(stats.row_clips, default=0)
     stats.max_clip_s = max((r["longest_clip_s"] for r in train_rows), default=0.0)
+    pairs = sorted((r["num_tokens"], r["answer_tokens"]) for r in eval_rows)
+    stats.eval_row_tokens, stats.eval_answer_tokens = [n for n, _ in pairs], [a for _, a in pairs]
+    stats.eval_max_clip_s = max((r["longest_clip_s"] for r in eval_rows), default=0.0)
     return stats
 
 
@@ -436,6 +444,7 @@ def build_dataset(
     totals = [len(ids) for ids in encoded]
     prompts = counter.count_texts(prompt_texts)
     rows: list[dict] = []
+    seen_tokens: set[int] = set()  # distinct token ids of the kept rows (per-layer embedding rows read on CPU)
     for row, ids, total, prompt in zip(candidates, encoded, totals, prompts):
         if prompt >= max_length:
             excluded.append(
@@ -459,6 +468,7 @@ def build_dataset(
             row["num_tokens"] = total
             row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
             rows.append(row)
+            seen_tokens.update(ids)
     excluded.sort(key=lambda e: e["id"])
 
     if not rows:
@@ -482,7 +492,7 @@ def build_dataset(
         path=str(ws.dataset_dir),
         splits={name: len(rs) for name, rs in split_rows.items()},
         excluded=excluded,
-        length_stats=_length_stats(rows, split_rows["train"]).to_dict(),
+        length_stats=dict(_length_stats(rows, split_rows["train"], split_rows["eval"]).to_dict(), distinct_tokens=len(seen_tokens)),
         speakers=speakers,
         split_method=split.method,
         notes=split.notes,

@@ -14,8 +14,12 @@ The package, one job per module (each imports its siblings by full path, never t
   * `terms.py`    the formulas, one function per component (weights, LoRA and optimizer state,
                   activations, logits, audio encoder, allocator retention, runtime overhead), each
                   with its measured constants next to it.
-  * `phases.py`   the phase model (load, audio, loss, layer_backward, optimizer), `estimate_memory`
-                  and `MemoryEstimate`.
+  * `phases.py`   the phase model of a step (load, audio, loss, layer_backward, optimizer,
+                  audio_backward), `estimate_memory` and `MemoryEstimate`.
+  * `run_phases.py` the whole run (load, preflight, step, eval, save, resume): `whole_run`, whose
+                  largest phase is the estimate's total.
+  * `run_compare.py` a run's measured peaks against the estimate for its settings (`run_estimate`,
+                  `compare`, `comparison_text`), for the Train tab and the `train` summary.
   * `budget.py`   the device: `device_memory` (CUDA free memory, Apple's recommended working set,
                   available RAM), `usable_budget` (headroom), `verdict` (fits / tight / does not fit).
   * `search.py`   make it fit: `suggest_fits`, the cheapest `TrainConfig` changes that fit, each
@@ -67,6 +71,8 @@ from pipeline.memory.phases import (
 )
 from pipeline.memory.plan import PLAN_MODELS, PLAN_ROWS, plan_for_workspace, plan_rows, render_plan
 from pipeline.memory.report import estimate_for_workspace, render
+from pipeline.memory.run_compare import compare, comparison_text, run_estimate
+from pipeline.memory.run_phases import RUN_PHASES, whole_run
 from pipeline.memory.search import SUGGESTION_LIMIT, Move, Suggestion, suggest_fits
 from pipeline.memory.shape import (
     ASSETS_DIR,
@@ -88,6 +94,8 @@ from pipeline.memory.terms import (
     BACKWARD_STACK_COPIES,
     CPU_HEAP_RETENTION_PER_TOKEN,
     CPU_IMPORT_BASELINE_BYTES,
+    CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH,
+    CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH,
     CPU_RUNTIME_OBJECTS_BYTES,
     EAGER_BACKWARD_BYTES_PER_PROB,
     FINAL_SAVED_H_ELEMS,
@@ -131,7 +139,8 @@ __all__ = [
     # terms
     "AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H", "AUDIO_FROZEN_BYTES_PER_FRAME_PER_H", "AUDIO_FROZEN_FIXED_BYTES",
     "AUDIO_LORA_INPUT_H", "BACKWARD_MLP_ELEMS", "BACKWARD_STACK_COPIES", "CPU_HEAP_RETENTION_PER_TOKEN",
-    "CPU_IMPORT_BASELINE_BYTES", "CPU_RUNTIME_OBJECTS_BYTES", "EAGER_BACKWARD_BYTES_PER_PROB",
+    "CPU_IMPORT_BASELINE_BYTES", "CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH", "CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH",
+    "CPU_RUNTIME_OBJECTS_BYTES", "EAGER_BACKWARD_BYTES_PER_PROB",
     "FINAL_SAVED_H_ELEMS", "INPUT_GRAD_SAVED_H_ELEMS", "MEL_FRAMES_PER_SECOND", "NF4_TABLE_BYTES",
     "QUANTIZED_PARTS", "RUNTIME_OVERHEAD_BYTES", "RUNTIME_OVERHEAD_NOTE", "activations", "allocator_retention",
     "audio_encoder_bytes", "compute_dtype", "dequant_workspace", "dropout_mask_bytes", "full_trainable_params",
@@ -141,6 +150,8 @@ __all__ = [
     # phases
     "PHASE_MEMBERS", "PHASE_STATIC", "STATIC_PREFIXES", "MemoryEstimate", "alive_at_peak", "estimate_memory",
     "static_prefixes",
+    # the whole run
+    "RUN_PHASES", "whole_run", "compare", "comparison_text", "run_estimate",
     # budget
     "FIT_FRACTION", "DeviceMemory", "Verdict", "auto_device", "device_memory", "usable_budget", "verdict",
     # search, measure, report, cli

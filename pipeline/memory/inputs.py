@@ -5,6 +5,8 @@ statistics (`LengthStats`, read from a workspace by `length_stats_from_workspace
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -42,6 +44,11 @@ class LengthStats:
             encoder runs on every clip of a row (a tutoring dialogue has several); empty when
             unknown (one clip per row is assumed).
         longest_clips: the most clips of a row when only the maximum is known (0: unknown, 1 assumed).
+        eval_row_tokens, eval_answer_tokens: the same per row of the eval split (evaluation's worst
+            case); empty when unknown (then the train split's worst case is assumed for it).
+        eval_longest_clip_s: the eval split's longest clip in seconds (0.0: unknown).
+        distinct_tokens: distinct token ids over the dataset's rows (0: unknown): on CPU only the
+            per-layer embedding rows of these tokens are ever read (`pipeline.memory.terms.weights`).
     """
 
     longest_tokens: int
@@ -53,6 +60,10 @@ class LengthStats:
     tokenizer_model: str | None = None
     row_clips: list[int] = field(default_factory=list)
     longest_clips: int = 0
+    eval_row_tokens: list[int] = field(default_factory=list)
+    eval_answer_tokens: list[int] = field(default_factory=list)
+    eval_longest_clip_s: float = 0.0
+    distinct_tokens: int = 0
 
     def kept_max_clips(self, max_length: int) -> int:
         """The most clips of a row among the rows `max_length` keeps (at least 1: the estimate's
@@ -96,19 +107,22 @@ class LengthStats:
         return min(seq_len, DEFAULT_ANSWER_TOKENS)
 
 
-def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
+def length_stats_from_workspace(workspace, max_length: int, dataset_dir=None) -> LengthStats:
     """Length statistics of the dataset built in `workspace`.
 
     Reads `WS/dataset/build_report.json` (written by `pipeline.data.dataset.build_dataset`: its
     `length_stats`, with `answer_tokens` per train row when the report has them), else the train
     split's `num_tokens` column; when no dataset is built, returns `max_length` as the longest row
-    and a 30 s clip (the worst case), saying so in `source`. Without answer lengths the estimate
+    and a 30 s clip (the worst case), saying so in `source`. `dataset_dir` reads a dataset folder
+    other than `WS/dataset` (a portable Parquet folder with its `build_report.json`, `train --dataset`).
+    Without answer lengths the estimate
     assumes `DEFAULT_ANSWER_TOKENS` (see `LengthStats.kept_longest_answer`).
     """
     from pipeline.workspace import Workspace  # noqa: PLC0415
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-    report_path = ws.dataset_dir / "build_report.json"
+    folder = Path(dataset_dir) if dataset_dir is not None else ws.dataset_dir
+    report_path = folder / "build_report.json"
     if report_path.exists():
         try:
             report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -125,8 +139,12 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
         clips = [int(c) for c in (stats.get("row_clips") or [])]  # absent before sample kinds existed
         return LengthStats(longest, clip, rows, source=source, answer_tokens=answers,
                            longest_answer_tokens=longest_answer, tokenizer_model=counted_with,
-                           row_clips=clips, longest_clips=int(stats.get("max_clips") or 0))
-    if ws.dataset_dir.exists():
+                           row_clips=clips, longest_clips=int(stats.get("max_clips") or 0),
+                           eval_row_tokens=[int(n) for n in stats.get("eval_row_tokens") or []],
+                           eval_answer_tokens=[int(n) for n in stats.get("eval_answer_tokens") or []],
+                           eval_longest_clip_s=float(stats.get("eval_max_clip_s") or 0.0),
+                           distinct_tokens=int(stats.get("distinct_tokens") or 0))
+    if folder.exists() and dataset_dir is None:
         try:
             from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415
 
@@ -137,7 +155,7 @@ def length_stats_from_workspace(workspace, max_length: int) -> LengthStats:
                 if "duration_s" in split.column_names:
                     clip = max(float(x) for x in split["duration_s"])
             if rows:
-                return LengthStats(max(rows), clip, rows, source=f"{ws.dataset_dir} num_tokens column")
+                return LengthStats(max(rows), clip, rows, source=f"{folder} num_tokens column")
         except Exception as error:  # noqa: BLE001 - fall back to the worst case, say so
             return LengthStats(max_length, MAX_CLIP_S, [], source=f"no readable dataset ({error}); assumed rows of --max-length {max_length}")
     return LengthStats(max_length, MAX_CLIP_S, [], source=f"no dataset built in {ws.root}; assumed rows of --max-length {max_length} tokens and 30 s clips")
@@ -161,12 +179,17 @@ class EstimateOptions:
         cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`);
             False for a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_=65536,
             the benchmark's `--malloc-fixed` diagnostic).
+        weights_mapped: on CPU the weights are views into the memory-mapped checkpoint (how the
+            trainer loads them), so a weight is resident only once read: the vision tower never
+            is, the per-layer embedding table only at the rows of the dataset's tokens. False for a
+            model built in memory (the benchmark's random-weight E2B), whose every weight is resident.
     """
 
     attn_implementation: str = "eager"
     keep_logits: bool = False
     adapter_dtype: str = "float32"
     cpu_heap_retention: bool = True
+    weights_mapped: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)

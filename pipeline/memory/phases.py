@@ -1,6 +1,7 @@
-"""The phase model: which terms are alive together at each moment of a training step, and the peak.
+"""The phase model: which terms are alive together at each moment of a training step, and the peak
+of the whole run.
 
-The peak is the largest of these phases (steady state: the optimizer states exist and, with gradient
+The step's peak is the largest of these phases (steady state: the optimizer states exist and, with gradient
 accumulation, the LoRA gradients of the previous micro-batch are alive), each the static terms
 (weights, LoRA, optimizer states; `load` only the weights, `PHASE_STATIC`) plus:
   * `load`: only what exists while loading: the weights on the device and the bf16 source of the
@@ -12,7 +13,10 @@ accumulation, the LoRA gradients of the previous micro-batch are alive), each th
     training loss `pipeline.training.train.answer_loss` computes them),
   * `layer_backward`: a decoder layer's backward (with checkpointing, one layer recomputed),
   * `optimizer`: the optimizer step's temporaries,
-and the total adds the per-device runtime overhead. `estimate_memory` is the entry point.
+and the total adds the per-device runtime overhead. The run goes through more than steps (loading,
+the preflight, evaluation, checkpoint saves, resuming: `pipeline.memory.run_phases`), and the
+estimate's `total_bytes` is the largest of those run phases, what the training process needs.
+`estimate_memory` is the entry point.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
+from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
 from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape, part_params
 from pipeline.memory.terms import (
     RUNTIME_OVERHEAD_BYTES,
@@ -30,6 +35,7 @@ from pipeline.memory.terms import (
     allocator_retention,
     audio_encoder_bytes,
     dequant_workspace,
+    load_checkpoint_pages,
     load_transient,
     logits_loss,
     optimizer_step_bytes,
@@ -43,13 +49,20 @@ from pipeline.memory.units import fmt_bytes
 
 @dataclass
 class MemoryEstimate:
-    """Peak memory of one training step, per component (bytes).
+    """Peak memory of a training run and of one training step, per component (bytes).
 
     Attributes:
         components: name -> bytes of every term (including terms not alive at the peak).
-        phases: phase name -> bytes of that phase (without runtime overhead).
-        peak_phase: the largest phase; `total_bytes` = that phase + runtime overhead.
-        total_bytes: estimated peak memory on the device (bytes).
+        phases: moment of a step (and `load`) -> bytes (without runtime overhead).
+        peak_phase: the largest of `phases`.
+        total_bytes: estimated peak memory of the whole run on the device (bytes): the largest of
+            `run_phases`, the phase `run_peak_phase`.
+        run_phases: run phase (`pipeline.memory.run_phases.RUN_PHASES`: load, preflight, step,
+            eval, save, resume) -> bytes including the runtime overhead (0: the run skips it).
+        run_peak_phase: the run phase that sets `total_bytes`.
+        run_members: run phase -> the components alive at its peak (they add up to its bytes).
+        step_bytes: the peak of one optimizer step on the worst-case batch (what `--measure` runs);
+            `run_phases["step"]` adds what the run's many batch shapes cache on CPU.
         seq_len: tokens of the longest kept row (the micro-batch is padded to it).
         answer_tokens: supervised tokens per row the logits are sized for (longest kept answer,
             or the `DEFAULT_ANSWER_TOKENS` assumption; see `logits_loss`).
@@ -65,13 +78,17 @@ class MemoryEstimate:
     options: dict
     notes: list[str] = field(default_factory=list)
     answer_tokens: int = 0
+    run_phases: dict[str, int] = field(default_factory=dict)
+    run_peak_phase: str = "step"
+    run_members: dict[str, list[str]] = field(default_factory=dict)
+    step_bytes: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 PHASE_MEMBERS = {
-    "load": ("load_transient",),
+    "load": ("load_transient", "load_checkpoint_pages"),
     "audio": ("audio_encoder_transient", "allocator_retention"),
     "loss": ("audio_encoder_saved", "activations_decoder", "logits_loss", "allocator_retention"),
     "layer_backward": (
@@ -83,16 +100,19 @@ PHASE_MEMBERS = {
         "dequant_workspace",
     ),
     "optimizer": ("optimizer_step",),
+    "audio_backward": ("audio_encoder_saved", "audio_encoder_recompute", "allocator_retention"),
 }
 """What is alive, besides the static terms, at each candidate peak: loading (the bf16 source of the
-matrix being quantized, `load_transient`); the audio encoder's
+matrix being quantized, `load_transient`; on CPU with quantization, the checkpoint's bf16 pages read
+while quantizing, `load_checkpoint_pages`); the audio encoder's
 forward; the loss (every saved activation + the logits and the fp32 cross-entropy gradient, the
 start of backward); a decoder layer's backward (the logits are freed by then; with checkpointing
 one layer is recomputed); the
-optimizer step."""
+optimizer step; the audio encoder's backward with LoRA in it and gradient checkpointing (one conformer
+block recomputed, at the end of backward, when the decoder's tensors are freed)."""
 STATIC_PREFIXES = ("weights_", "lora_", "optimizer_states", "full_")
 """Name prefixes of the static terms, alive in every phase after loading."""
-PHASE_STATIC = {"load": ("weights_",)}
+PHASE_STATIC = {"load": LOAD_STATIC_PREFIXES}
 """Phases whose static part is narrower than `STATIC_PREFIXES`: while loading only the weights exist
 (LoRA adapters, their gradients and the optimizer states are created afterwards)."""
 
@@ -130,8 +150,9 @@ def estimate_memory(
         device: `cpu`, `cuda` or `mps` (not `auto`: resolve it first).
         options: `EstimateOptions` (attention implementation, vision tower, PLE on CPU, ...).
     Returns:
-        `MemoryEstimate`; total = static (weights, LoRA, grads, optimizer) + the largest phase +
-        runtime overhead.
+        `MemoryEstimate`; a step's peak = static (weights, LoRA, grads, optimizer) + its largest
+        moment + runtime overhead; `total_bytes` = the largest phase of the whole run
+        (`pipeline.memory.run_phases.whole_run`).
     Raises:
         ConfigError: unknown device. ModelLoadError: not a Gemma 3n config.
     """
@@ -145,7 +166,7 @@ def estimate_memory(
         seq_len = 0
         notes.append(f"max_length {config.max_length} excludes every row; nothing would be trained.")
     comps: dict[str, int] = {}
-    comps.update(weights(shape, config, device, options))
+    comps.update(weights(shape, config, device, options, lengths.distinct_tokens))
     state = trainable_state(shape, config, options)
     comps.update(state)
     comps.update(activations(shape, config, device, options, seq_len))
@@ -158,13 +179,17 @@ def estimate_memory(
                                      lengths.kept_max_clips(config.max_length)))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
     comps["load_transient"] = load_transient(shape, config, device)
+    comps["load_checkpoint_pages"] = load_checkpoint_pages(shape, config, device, options)
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = runtime_overhead(device)
     phases = {name: sum(v for k, v in comps.items() if k.startswith(static_prefixes(name)))
               + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
     peak_phase = max(phases, key=phases.get)
-    total = phases[peak_phase] + comps["runtime_overhead"]
+    extra, run, members = whole_run(shape, config, lengths, device, options, comps, phases, PHASE_MEMBERS, STATIC_PREFIXES)
+    comps.update(extra)
+    run_peak = max(run, key=run.get)
+    total = run[run_peak]
     if shape.vision_architecture not in VISION_TOWER_PARAMS and config.vision_tower:
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
@@ -178,4 +203,6 @@ def estimate_memory(
     elif config.ple_on_cpu:
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
     notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
-    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer)
+    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer,
+                          run_phases=run, run_peak_phase=run_peak, run_members=members,
+                          step_bytes=max(phases[m] for m in STEP_MOMENTS) + comps["runtime_overhead"])

@@ -15,18 +15,24 @@ Two modes, both with the training code's own loading, quantization, LoRA, Traine
     micro-batch's LoRA gradients are alive, as under gradient accumulation); the peak is taken over
     the second step only.
 
-Counters: CPU: the process's resident-set high-water mark (VmHWM from /proc/self/status, reset by
-writing 5 to /proc/self/clear_refs right before the measured step; `ru_maxrss` where that is not
-available); CUDA: `max_memory_allocated` and `max_memory_reserved`; MPS: `driver_allocated_memory`.
-`baseline_rss_bytes` is the RSS after importing torch/transformers/peft/bitsandbytes, before the
-model exists.
+The child is a training process in all but the run folder: it imports what the trainer imports
+(datasets included), loads the model's processor when the model folder has one, and loads the
+weights with the trainer's `load_model` (on CPU: views into the memory-mapped checkpoint, its pages
+read while quantizing released afterwards, `pipeline.training.model.release_checkpoint_pages`).
+Synthetic rows draw their text tokens from `PROBE_VOCAB` ids spread over the vocabulary, about as
+many distinct tokens as a real dataset has (only those rows of the per-layer embedding table are read).
+
+Counters (`pipeline.training.peak_memory`): CPU: the process's resident-set high-water mark (VmHWM
+from /proc/self/status, reset by writing 5 to /proc/self/clear_refs right before the measured step;
+`ru_maxrss` where that is not available); CUDA: `max_memory_allocated` and `max_memory_reserved`;
+MPS: `driver_allocated_memory`. `baseline_rss_bytes` is the RSS after importing
+torch/transformers/peft/bitsandbytes/datasets, before the model exists.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -36,37 +42,20 @@ DEFAULT_PROBE_ANSWER_TOKENS = 64
 `pipeline.data.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
 
 
+PROBE_VOCAB = 1024
+"""Distinct text tokens of a synthetic row set (a dataset of a few hundred tutor answers has about this many)."""
+
+
 def rss_bytes() -> int:
-    """Current resident set size of this process (bytes), from /proc/self/statm."""
-    with open("/proc/self/statm", encoding="ascii") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    from pipeline.training.peak_memory import rss_bytes as current  # noqa: PLC0415 - torch is imported by now
 
-
-def reset_rss_peak() -> bool:
-    """Reset this process's RSS high-water mark (Linux `clear_refs` 5); False where unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
-            handle.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def rss_peak_bytes() -> int:
-    """RSS high-water mark (bytes): VmHWM (resettable) on Linux, else `ru_maxrss`."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
+    return current()
 
 
 def _reset(device: str) -> None:
     import torch
+
+    from pipeline.training.peak_memory import reset_rss_peak  # noqa: PLC0415
 
     if device == "cuda":
         torch.cuda.synchronize()
@@ -76,6 +65,8 @@ def _reset(device: str) -> None:
 
 def _peaks(device: str) -> dict:
     import torch
+
+    from pipeline.training.peak_memory import rss_peak_bytes  # noqa: PLC0415
 
     out = {"peak_rss_bytes": rss_peak_bytes()}
     if device == "cuda":
@@ -104,14 +95,16 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
     clamped to 1..seq_len-1 so position 0 is never a target); input_features
     (B x clips_per_row, F, 128) float32 with F = 100 x clip_s frames, input_features_mask
     (B x clips_per_row, F) bool, each row holding `clips_per_row` audio spans one after the other (a
-    tutoring dialogue's clips); without a clip (clip_s = 0) a text-only batch.
+    tutoring dialogue's clips); without a clip (clip_s = 0) a text-only batch. Text ids come from
+    `PROBE_VOCAB` ids spread evenly over the text vocabulary.
     """
     import torch
 
     g = torch.Generator().manual_seed(seed)
     text = model_config.text_config
     vocab_text = int(text.vocab_size_per_layer_input)
-    ids = torch.randint(8, vocab_text - 1, (batch_size, seq_len), generator=g)
+    spread = torch.linspace(8, vocab_text - 2, min(PROBE_VOCAB, vocab_text - 9)).long()  # `PROBE_VOCAB` distinct ids
+    ids = spread[torch.randint(0, spread.numel(), (batch_size, seq_len), generator=g)]
     ids[:, 0] = int(text.bos_token_id if isinstance(text.bos_token_id, int) else 2)
     batch: dict = {}
     if clip_s > 0:
@@ -156,39 +149,6 @@ def random_model(config_path: str, device: str, quantization: str):
     return model, weight_bytes(model)
 
 
-def copy_weights_to_anonymous_memory(model) -> int:
-    """Copy every floating-point CPU parameter and buffer into fresh (anonymous) memory; returns the
-    bytes copied. CPU only; a no-op for tensors on other devices.
-
-    transformers loads a safetensors checkpoint on CPU as views into the memory-mapped files. Two
-    things then make the process's RSS disagree with what the step needs: (1) weights become
-    resident only when read, so the per-layer embedding table (256 MiB of the mid-size benchmark
-    model, 3.75 GiB on E2B) is mostly absent, whereas on a GPU every weight occupies device memory;
-    (2) with 4/8-bit quantization, the bf16 source pages of every quantized Linear were read while
-    quantizing and stay mapped as file pages although nothing uses them (measured on E2B in 4-bit:
-    3.85 GiB of RssFile after loading, 0.32 GiB after this copy; the kernel could reclaim them, so they
-    are not a real cost). After the copy the mappings are released and RSS holds exactly the weights
-    the estimate counts. Quantized storage (uint8/int8) is already anonymous and is left alone; a
-    parameter shared by two modules (tied embeddings) is copied once, keeping the tie."""
-    import gc
-
-    import torch
-
-    copied = 0
-    seen: set[int] = set()
-    with torch.no_grad():
-        for module in model.modules():
-            tensors = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
-            for _, tensor in tensors:
-                if tensor is None or id(tensor) in seen or tensor.device.type != "cpu" or not tensor.is_floating_point():
-                    continue
-                seen.add(id(tensor))
-                tensor.data = tensor.data.clone()
-                copied += tensor.numel() * tensor.element_size()
-    gc.collect()
-    return copied
-
-
 def probe_synthetic(request: dict) -> dict:
     """Two steps on a synthetic worst-case batch with the training code's settings (see module doc)."""
     import tempfile
@@ -206,11 +166,12 @@ def probe_synthetic(request: dict) -> dict:
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
     else:
+        from pipeline.training.model import load_processor  # noqa: PLC0415
+
+        processor = load_processor(request["model"])  # noqa: F841 - held, as the trainer holds it
         model, qreport = load_model(request["model"], device=device, **config.load_options())
         weight_bytes = qreport.weight_bytes
     model, lreport = attach_lora(model, config)
-    if device == "cpu":  # every weight resident, as on a GPU (see copy_weights_to_anonymous_memory)
-        out["resident_weight_bytes"] = copy_weights_to_anonymous_memory(model)
     out["load_seconds"] = round(time.perf_counter() - started, 1)
     out["after_load_rss_bytes"] = rss_bytes()
     if device == "cuda":  # the load phase's own peak (benchmarks/gpu_memory.py compares it with the estimate's)
@@ -222,6 +183,7 @@ def probe_synthetic(request: dict) -> dict:
     batch = synthetic_batch(model.config, config.batch_size, int(request["seq_len"]), float(request["clip_s"]),
                             answer_tokens=answer, clips_per_row=int(request.get("clips_per_row") or 1))
     out["answer_tokens"] = int((batch["labels"][0] != -100).sum())
+    out["distinct_tokens"] = int(batch["input_ids"].unique().numel())
     batch = {k: v.to(device) for k, v in batch.items()}
     with tempfile.TemporaryDirectory(prefix="memprobe-") as tmp:
         args = training_arguments(config, Path(tmp), device, has_eval=False)
@@ -249,31 +211,20 @@ def probe_synthetic(request: dict) -> dict:
 
 
 def probe_workspace(request: dict) -> dict:
-    """`pipeline.training.train.run_probe_step` on the workspace's longest rows, with the CPU RSS peak reset
-    where the training code resets its counter (so loading does not count)."""
-    import pipeline.training.train as train_module
+    """`pipeline.training.train.run_probe_step` on the workspace's worst-case batch (its counters are
+    reset right before the step, so loading does not count)."""
     from pipeline.config import TrainConfig
+    from pipeline.training.train import run_probe_step
 
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]
     out: dict = {"baseline_rss_bytes": rss_bytes()}
-    original_reset = train_module.reset_peak_memory
-
-    def reset_both(dev: str) -> None:
-        original_reset(dev)
-        reset_rss_peak()
-
-    train_module.reset_peak_memory = reset_both
-    try:
-        after_load = copy_weights_to_anonymous_memory if device == "cpu" else None
-        result = train_module.run_probe_step(config, request["workspace"], after_load=after_load)
-    finally:
-        train_module.reset_peak_memory = original_reset
+    result = run_probe_step(config, request["workspace"])
     out.update(_peaks(device))
     out["training_code_peak_bytes"] = result.get("peak_memory_bytes")
-    out.update({k: result.get(k) for k in ("batch_rows", "batch_tokens", "loss", "seconds", "out_of_memory")})
+    out.update({k: result.get(k) for k in ("batch_rows", "worst_case", "batch_tokens", "loss", "seconds", "out_of_memory")})
     out["step_error"] = result.get("error")
-    out["mode"] = "pipeline.training.train.run_probe_step on the dataset's longest rows (one step)"
+    out["mode"] = "pipeline.training.train.run_probe_step on the dataset's worst-case batch (one step)"
     return out
 
 
@@ -284,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # noqa: F401 - imported before the baseline, as in training
     import transformers  # noqa: F401
     import peft  # noqa: F401
+    import datasets  # noqa: F401 - the trainer reads its rows with it
 
     try:
         import bitsandbytes  # noqa: F401

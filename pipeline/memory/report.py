@@ -10,7 +10,7 @@ from pipeline.errors import ConfigError
 from pipeline.memory.budget import auto_device, device_memory, verdict
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.measure import measure_peak
-from pipeline.memory.phases import alive_at_peak, estimate_memory
+from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.memory.shape import load_model_config
 from pipeline.memory.units import fmt_bytes
@@ -34,8 +34,11 @@ def estimate_for_workspace(
     the dict `python -m pipeline estimate --json` prints and the app shows, so the two cannot drift.
 
     Keys: `model`, `device`, `components` (name to bytes, every term), `components_at_peak` (the
-    static terms, runtime overhead and the peak phase's terms, which add up to `total_bytes`),
-    `phases`, `peak_phase`, `total_bytes`, `usable_bytes`, `device_memory`, `verdict`,
+    terms alive at the whole run's peak, which add up to `total_bytes`), `phases` (the moments of a
+    step, and `load`), `peak_phase` (the step's largest moment), `run_phases` (load, preflight,
+    step, eval, save, resume: each phase's peak, runtime overhead included), `run_peak_phase` (the
+    phase that sets the peak), `step_bytes` (a training step's peak), `total_bytes` (the whole
+    run's peak), `usable_bytes`, `device_memory`, `verdict`,
     `margin_bytes`, `margin_percent`, `seq_len`, `answer_tokens`, `max_length`, `lengths_source`,
     `excluded_rows`, `options`, `notes` (the last says the figure is per training process),
     `per_process` (True: the bytes one process, one GPU under DDP, needs), `suggestions` (at most `limit`, each with `changes`,
@@ -75,12 +78,13 @@ def estimate_for_workspace(
     suggestions = [] if v.status == "fits" else suggest_fits(
         model_config, config, lengths, device, mem.usable_bytes, options,
         accept_tight=v.status == "does not fit", limit=limit)
-    at_peak = {name: value for name, value in est.components.items() if value and alive_at_peak(name, est.peak_phase)}
+    at_peak = {name: est.components[name] for name in est.run_members[est.run_peak_phase]}
     measured = None
     if measure:
         built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
         measured = measure_peak(config.model, config, lengths, device, options, workspace=ws.root if built else None)
-        measured["error_percent"] = round(100.0 * est.total_bytes / measured["peak_bytes"] - 100.0, 1)
+        # the probe measures one optimizer step: compare it with the step's estimate (like with like)
+        measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
     return {
         "model": config.model,
         "device": device,
@@ -88,6 +92,9 @@ def estimate_for_workspace(
         "components_at_peak": at_peak,
         "phases": est.phases,
         "peak_phase": est.peak_phase,
+        "run_phases": est.run_phases,
+        "run_peak_phase": est.run_peak_phase,
+        "step_bytes": est.step_bytes,
         "total_bytes": est.total_bytes,
         "usable_bytes": mem.usable_bytes,
         "device_memory": mem.to_dict(),
@@ -126,13 +133,17 @@ def render(result: dict) -> str:
     if result.get("excluded_rows"):
         lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
                      "(train skips them; `build --max-length` drops them from the dataset).")
+    at_peak = result.get("components_at_peak") or {}
     for name, value in result["components"].items():
         if not value:
             continue
-        alive = alive_at_peak(name, result["peak_phase"])
-        lines.append(f"  {name:<28} {fmt_bytes(value):>12}{'' if alive else '   (not at the peak)'}")
+        lines.append(f"  {name:<28} {fmt_bytes(value):>12}{'' if name in at_peak else '   (not at the peak)'}")
     mem = result["device_memory"]
-    lines.append(f"  {'peak (' + result['peak_phase'] + ')':<28} {fmt_bytes(result['total_bytes']):>12}")
+    run = result.get("run_phases") or {}
+    if run:
+        lines.append("  phases of the run: " + ", ".join(f"{p} {fmt_bytes(v)}" for p, v in run.items() if v))
+    peak = result.get("run_peak_phase") or result["peak_phase"]
+    lines.append(f"  {'peak of the run (' + peak + ')':<28} {fmt_bytes(result['total_bytes']):>12}")
     lines.append(f"Device: {fmt_bytes(mem['total_bytes'])} total, {fmt_bytes(mem['free_bytes'])} free "
                  f"({mem['source']}); usable {fmt_bytes(mem['usable_bytes'])}: "
                  f"{fmt_bytes(mem['free_bytes'] - mem['usable_bytes'])} held back ({mem['headroom_note']}).")
@@ -152,8 +163,9 @@ def render(result: dict) -> str:
         lines.append("No combination of settings fits this device; use a machine with more memory.")
     if result.get("measured"):
         m = result["measured"]
-        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): peak {fmt_bytes(m['peak_bytes'])} "
-                     f"vs estimate {fmt_bytes(result['total_bytes'])} ({m['error_percent']:+.1f} %).")
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {fmt_bytes(m['peak_bytes'])} "
+                     f"vs the step's estimate {fmt_bytes(result.get('step_bytes') or result['total_bytes'])} "
+                     f"({m['error_percent']:+.1f} %).")
     return "\n".join(lines)
 
 

@@ -76,7 +76,13 @@ def quantized_parts(config: TrainConfig) -> tuple[str, ...]:
     return QUANTIZED_PARTS + (("audio_encoder",) if config.quantize_audio_encoder else ())
 
 
-def weights(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> dict[str, int]:
+PAGE_FAULT_AROUND_BYTES = 64 * 1024
+"""Linux maps up to this much of a file around each page fault (`fault_around_bytes`, default 64 KiB):
+what one looked-up row of a memory-mapped embedding table can bring into the resident set."""
+
+
+def weights(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions,
+            distinct_tokens: int = 0) -> dict[str, int]:
     """Bytes of the frozen weights on the device, per part.
 
     Formula per part: non-Linear params x 2 (bf16) + Linear params x (2 for bf16 | NF4 bytes from
@@ -87,9 +93,12 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     `config.vision_tower` False (the loader keeps it off the device and frees it,
     `pipeline.training.model.load_model`). Per-layer embeddings: 0 on the device with `config.ple_on_cpu`
     on CUDA (the loader places the table in host RAM, `pipeline.training.model.placement_device_map`).
-    On CPU without quantization transformers memory-maps the bf16 checkpoint, and the per-layer
-    table is only read row by row (plus the kernel's read-ahead), so part of it may never become
-    resident; it is counted in full (the safe side: those file-backed pages are reclaimable).
+    On CPU (`options.weights_mapped`) every unquantized weight is a view into the memory-mapped
+    checkpoint and becomes resident only when read (`pipeline.training.model.release_checkpoint_pages`
+    drops what loading read): the vision tower is never read (0), and the per-layer embedding table
+    only at the rows of the dataset's `distinct_tokens`, each bringing at most
+    `PAGE_FAULT_AROUND_BYTES` (or its own size, if larger) into the resident set; with
+    `distinct_tokens` unknown (0) the table is counted in full.
     Source: transformers `bitsandbytes` quantizer (replaces nn.Linear outside the skip list) and
     bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
     """
@@ -111,6 +120,12 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
             total = 0
         if name == "per_layer_embedding" and ple_on_host(config, device):
             total = 0
+        if device == "cpu" and options.weights_mapped:
+            if name == "vision_tower":
+                total = 0
+            elif name == "per_layer_embedding" and distinct_tokens > 0:
+                row = shape.num_layers * shape.hidden_size_per_layer_input * wb
+                total = min(total, distinct_tokens * max(PAGE_FAULT_AROUND_BYTES, math.ceil(row / 4096) * 4096 + 4096))
         out[f"weights_{name}"] = total
     return out
 
@@ -136,6 +151,17 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
     parts = part_params(shape)
     largest = max(parts[name].largest_linear for name in quantized_parts(config))
     return 2 * largest
+
+
+def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
+    """CPU with 4/8-bit weights: quantizing reads the bf16 source of every quantized Linear from the
+    memory-mapped checkpoint, and those file pages stay resident until loading ends and
+    `pipeline.training.model.release_checkpoint_pages` drops them: the `load` phase holds them on top
+    of the quantized weights (their bf16 bytes). 0 on other devices and without quantization."""
+    if device != "cpu" or config.quantization == "none" or not options.weights_mapped:
+        return 0
+    parts = part_params(shape)
+    return sum(parts[name].linear for name in quantized_parts(config)) * dtype_bytes(compute_dtype(shape, config, device))
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
@@ -452,20 +478,25 @@ def audio_encoder_bytes(
     Frames after the 4x convolutional subsampling: F = ceil(min(clip, 30 s) x 100 / 4).
     * frozen (`language` targets): only one conformer block's intermediates are alive (no graph):
       `audio_encoder_transient` = C x (248 x h_a x F + 19 MiB) (measured, see the constants).
-    * with LoRA in the conformer (`language+audio`): every block keeps its saved tensors through
-      the decoder's forward and backward (transformers' gradient checkpointing does not cover the
-      conformer): `audio_encoder_saved` = C x layers x F x h_a x (86 + 16 (a + m)) + LoRA
-      rank terms, with a, m the adapter and dropout-mask bytes (`dropout_mask_bytes`).
-    * full fine-tuning: the encoder trains, so as with LoRA in it, with its Linear inputs saved in
-      the compute dtype: batch x layers x F x h_a x (86 + 16 c).
+    * with LoRA in the conformer (`language+audio`) and no gradient checkpointing: every block keeps
+      its saved tensors through the decoder's forward and backward: `audio_encoder_saved` = C x
+      layers x F x h_a x (86 + 16 (a + m)) + LoRA rank terms, with a, m the adapter and
+      dropout-mask bytes (`dropout_mask_bytes`).
+    * with LoRA in the conformer and gradient checkpointing, every block is checkpointed too
+      (`pipeline.training.model.checkpoint_audio_encoder_blocks`): `audio_encoder_saved` = C x
+      layers x F x h_a x c (each block's input), and `audio_encoder_recompute` = one block's saved
+      tensors (the per-block figure above), alive only while that block runs backward again, at
+      the end of the step's backward (the `audio_backward` moment of `pipeline.memory.phases`).
+    * full fine-tuning (estimate only): the encoder trains, so as with LoRA in it and no
+      checkpointing, with its Linear inputs saved in the compute dtype: C x layers x F x h_a x (86 + 16 c).
     """
     if clip_s <= 0:
-        return {"audio_encoder_transient": 0, "audio_encoder_saved": 0}
+        return {"audio_encoder_transient": 0, "audio_encoder_saved": 0, "audio_encoder_recompute": 0}
     frames = math.ceil(min(clip_s, MAX_CLIP_S) * MEL_FRAMES_PER_SECOND / 4)
     b = config.batch_size * max(1, int(clips_per_row))
     ha = shape.audio_hidden
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
-    saved = 0
+    saved = recompute = 0
     if config.finetuning_type == "full":  # the encoder trains: every block keeps its saved tensors, Linear inputs in c
         c = dtype_bytes(compute_dtype(shape, config, device))
         saved = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * c) * shape.audio_layers * frames * b
@@ -473,8 +504,12 @@ def audio_encoder_bytes(
         a = dtype_bytes(options.adapter_dtype)
         m = dropout_mask_bytes(config, device, options)
         per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank
-        saved = per_frame_layer * shape.audio_layers * frames * b
-    return {"audio_encoder_transient": transient, "audio_encoder_saved": saved}
+        if config.gradient_checkpointing:
+            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype(shape, config, device))
+            recompute = per_frame_layer * frames * b
+        else:
+            saved = per_frame_layer * shape.audio_layers * frames * b
+    return {"audio_encoder_transient": transient, "audio_encoder_saved": saved, "audio_encoder_recompute": recompute}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -521,28 +556,72 @@ def allocator_retention(
 
 
 # --------------------------------------------------------------------------------------------------
+# CPU kernel caches
+
+
+# CPU only: PyTorch's oneDNN (mkldnn) backend builds and caches a kernel ("primitive") for every new
+# matrix shape, and the cache holds it for the rest of the process (oneDNN's LRU cache keeps up to
+# 1,024 primitives). A training run meets a new shape with every new row length (the decoder's
+# matmuls, forward and backward), every new clip length (the audio encoder's) and every new answer
+# length (the logits at the supervised positions), so its resident memory grows over the first steps
+# and evaluations; one optimizer step on one batch (the probe) never sees it. Measured here on the
+# tiny Gemma 3n (4-bit and bf16 alike, torch 2.14.1 CPU), anonymous RSS after `malloc_trim` per
+# new shape, none for a shape seen before: 14.5 MiB per new row length (forward + backward of
+# every layer), 5 MiB per new clip length (the frozen audio encoder's forward), 2 MiB per new answer
+# length (the logits' matmuls at the supervised positions). Not yet measured on larger models. Turning oneDNN off
+# removes the growth but makes a bf16 matmul ~30x slower, so the growth is modelled, not avoided.
+CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH = int(14.5 * MIB)
+CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH = 5 * MIB
+CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH = 2 * MIB
+CPU_KERNEL_CACHE_MAX_SHAPES = 32
+"""Shapes of each kind counted at most (oneDNN's cache holds 1,024 primitives, roughly 30 per shape)."""
+
+
+def cpu_kernel_cache(config: TrainConfig, device: str, row_tokens: list[int], clip_count: int,
+                     answer_tokens: list[int] | None = None) -> int:
+    """Bytes of oneDNN kernels a CPU training run caches beyond its first batch shape: one
+    `CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH` per distinct row length after the first (`row_tokens`:
+    the kept rows of both splits; a batch is padded to its longest row, so there are at most as many
+    lengths as rows) and one `CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH` per clip after the first
+    (`clip_count`: recorded clips almost never share a length to the 10 ms frame) and one
+    `CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH` per distinct answer length after the first
+    (`answer_tokens`; with batches of several rows, their sums), each capped at
+    `CPU_KERNEL_CACHE_MAX_SHAPES`. 0 off CPU (CUDA/MPS kernels are not cached per shape in host
+    memory this way) and when the lengths are unknown."""
+    if device != "cpu" or not row_tokens:
+        return 0
+    lengths = min(len(set(row_tokens)), CPU_KERNEL_CACHE_MAX_SHAPES)
+    clips = min(max(clip_count, 1), CPU_KERNEL_CACHE_MAX_SHAPES)
+    answers = min(max(len(set(answer_tokens or [])), 1), CPU_KERNEL_CACHE_MAX_SHAPES)
+    return ((lengths - 1) * CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + (clips - 1) * CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
+            + (answers - 1) * CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH)
+
+
+# --------------------------------------------------------------------------------------------------
 # Runtime overhead
 
 
 # Runtime overhead per device (bytes) that is not a tensor of ours.
-# cpu: measured here (torch 2.14.1, transformers 5.24, peft 0.21, bitsandbytes 0.50, Linux x86-64):
-#      the resident memory of a Python process after importing them is 870 MiB (the probe's
-#      `baseline_rss_bytes`, 912 MB on every run of benchmarks/memory_accuracy.py), and the model's
-#      Python objects, peft wrappers, the Trainer and oneDNN kernel caches add ~75 MiB (peak RSS of a
-#      step of the tiny model, 958-975 MiB, minus its ~20 MiB of tensors).
+# cpu: measured here (torch 2.14.1, transformers 5.24, peft 0.21, bitsandbytes 0.50, datasets, Linux
+#      x86-64): the resident memory of a Python process after importing what the trainer imports is
+#      900 MiB (the probe's `baseline_rss_bytes`, 900-901 MiB on 2026-11-30; 870 MiB before datasets
+#      was imported too), and the processor, the model's Python objects, peft wrappers, the Trainer
+#      and oneDNN's kernels for the first batch shape add ~90 MiB (peak RSS of a step of the tiny
+#      model, 1,009 MiB at 256 tokens, minus its ~20 MiB of tensors). The Gemma 3n processor's real
+#      262k-entry tokenizer is larger than the tiny model's (not measured here: no copy offline).
 # cuda: CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack. Public reports for
 #      PyTorch 2.x on Ampere/Hopper put the context at 0.4-0.6 GiB; not measured in this session
 #      (no GPU was lent): 0.75 GiB includes allocator block rounding.
 # mps: Metal command buffers and MPSGraph caches; not measured here (no Mac): 0.5 GiB assumed.
-CPU_IMPORT_BASELINE_BYTES = 870 * MIB
-CPU_RUNTIME_OBJECTS_BYTES = 75 * MIB
+CPU_IMPORT_BASELINE_BYTES = 900 * MIB
+CPU_RUNTIME_OBJECTS_BYTES = 90 * MIB
 RUNTIME_OVERHEAD_BYTES = {
     "cpu": CPU_IMPORT_BASELINE_BYTES + CPU_RUNTIME_OBJECTS_BYTES,
     "cuda": int(0.75 * GIB),
     "mps": int(0.5 * GIB),
 }
 RUNTIME_OVERHEAD_NOTE = {
-    "cpu": "measured: RSS of Python + torch/transformers/peft (870 MiB) and the model's objects (75 MiB)",
+    "cpu": "measured: RSS of Python + torch/transformers/peft/datasets (900 MiB), the processor and the model's objects (90 MiB)",
     "cuda": "assumed from public reports of CUDA context + allocator slack (no GPU measured here)",
     "mps": "assumed (no Mac measured here)",
 }

@@ -10,7 +10,8 @@ Public functions:
 - `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
   settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
   `TrainConfig.ple_on_cpu`).
-- `attach_lora(model, config)` -> (PeftModel, LoraReport); `load_adapter(model, adapter_dir)`.
+- `attach_lora(model, config)` -> (PeftModel, LoraReport); `load_adapter(model, adapter_dir)`;
+  `checkpoint_audio_encoder_blocks(model)` (gradient checkpointing of the conformer with audio LoRA).
 
 Errors a person can act on (not logged in, gated license, offline with nothing cached, missing
 `timm`, not enough disk, a folder without a checkpoint) become `ModelLoadError` with the fix
@@ -42,7 +43,17 @@ from pipeline.training.hub import (
     is_local_model,
     translate_load_errors,
 )
-from pipeline.training.placement import empty_model, host_modules, placement_device_map, settle_placements
+from pipeline.training.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
+    HostEmbedding,
+    _gemma3n_inner,
+    _tensor_bytes,
+    drop_vision_tower,
+    empty_model,
+    host_modules,
+    keep_per_layer_embeddings_on_host,
+    placement_device_map,
+    settle_placements,
+)
 
 
 class _QuietBnbKernelsNotice(logging.Filter):
@@ -342,6 +353,10 @@ def load_model(
     if len(set(kwargs["device_map"].values())) > 1:
         settle_placements(model)  # host modules back as plain host tensors, no dispatch hooks
     model.eval()
+    if device == "cpu":  # the bf16 source pages of quantized Linears would stay resident
+        from pipeline.training.checkpoint_pages import release_checkpoint_pages
+
+        release_checkpoint_pages()
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
     if not vision_tower:
@@ -357,95 +372,6 @@ def load_model(
             "Use `--quantization none` or report this with your transformers/bitsandbytes versions."
         )
     return model, report
-
-
-def _gemma3n_inner(model: torch.nn.Module) -> torch.nn.Module:
-    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one)."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inner = getattr(inner, "model", inner)
-    if not hasattr(inner, "language_model"):
-        raise ModelLoadError(f"Expected a Gemma 3n model with a `language_model`, got {type(model).__name__}.")
-    return inner
-
-
-def _tensor_bytes(module: torch.nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in list(module.parameters()) + list(module.buffers()))
-
-
-def drop_vision_tower(model: torch.nn.Module) -> int:
-    """Free Gemma 3n's vision tower; returns the bytes it held (0 when already gone).
-
-    The tutor's inputs are audio and text: `Gemma3nModel.forward` calls the vision tower only for
-    `pixel_values`, and the vision soft-token embedder (`embed_vision`, kept) is all text-only rows
-    need. On E2B/E4B the tower is MobileNetV5-300M: 294,126,912 parameters, 0.55 GiB in bf16
-    (`pipeline.memory.VISION_TOWER_PARAMS`). Passing images to a model without it raises TypeError.
-    """
-    inner = _gemma3n_inner(model)
-    tower = getattr(inner, "vision_tower", None)
-    if tower is None:
-        return 0
-    freed = _tensor_bytes(tower)
-    inner.vision_tower = None
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # give the freed blocks back so the training step can use them
-    return freed
-
-
-class HostEmbedding(torch.nn.Module):
-    """An embedding table kept in host (CPU) RAM, looked up there, with its rows sent to the
-    device of the ids.
-
-    Input: ids (any shape) int64 on any device. Output: `table(ids)` (ids shape + (dim,)), same dtype
-    as the table, on the ids' device. The table is held outside the module tree (not a registered
-    submodule, parameter or buffer), so `model.to(device)` (e.g. by `transformers.Trainer`) cannot
-    move it back to the GPU and `state_dict()` does not include it. It is frozen (no gradient).
-    """
-
-    def __init__(self, table: torch.nn.Module) -> None:
-        super().__init__()
-        table.requires_grad_(False)
-        self._host = (table.to("cpu"),)  # a tuple hides it from nn.Module's registry
-
-    @property
-    def table(self) -> torch.nn.Module:
-        """The host-side embedding module (e.g. `Gemma3nTextScaledWordEmbedding`)."""
-        return self._host[0]
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.table.weight
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.table(input_ids.to("cpu")).to(input_ids.device, non_blocking=True)
-
-
-def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
-    """Move Gemma 3n's per-layer embedding table (`language_model.embed_tokens_per_layer`, on E2B
-    262,144 x (30 x 256) = 2.01 B parameters, 3.75 GiB in bf16) to host RAM behind a
-    `HostEmbedding`; returns the bytes taken off the device (0 when the table was loaded into host
-    RAM directly, `pipeline.training.placement`, or is already wrapped). A model entirely in host RAM
-    (CPU training) is left as it is.
-
-    Each forward then gathers the batch's rows on the CPU and copies only those (tokens x 7,680 x 2
-    bytes, ~15 KB per token on E2B) to the GPU. The table is frozen in LoRA training, so nothing flows
-    back. Source of the idea: the per-layer embeddings are designed to be cached off-accelerator
-    (Gemma 3n model card, "Per-Layer Embedding (PLE) caching").
-    """
-    language_model = _gemma3n_inner(model).language_model
-    table = language_model.embed_tokens_per_layer
-    if isinstance(table, HostEmbedding):
-        return 0
-    if table.weight.device.type == "cpu" and language_model.embed_tokens.weight.device.type == "cpu":
-        return 0  # the whole model is in host RAM (CPU training): nothing to separate
-    moved = _tensor_bytes(table) if table.weight.device.type != "cpu" else 0  # 0: loaded there directly
-    if hasattr(table, "_hf_hook"):  # an accelerate dispatch hook would move the ids back to the GPU
-        from accelerate.hooks import remove_hook_from_module
-
-        remove_hook_from_module(table)
-    language_model.embed_tokens_per_layer = HostEmbedding(table)
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return moved
 
 
 def _quantization_report(model, method, device, dtype, report_warnings, skip: list[str]) -> QuantizationReport:
@@ -568,6 +494,36 @@ def prepare_for_training(model: torch.nn.Module, *, gradient_checkpointing: bool
     return model
 
 
+def checkpoint_audio_encoder_blocks(model: torch.nn.Module) -> int:
+    """Gradient checkpointing (`torch.utils.checkpoint`, use_reentrant=False) for every conformer
+    block of the audio encoder; returns the number of blocks wrapped (0 when already wrapped).
+
+    transformers' `activation_checkpointing_enable` covers the text decoder layers only (they are
+    `GradientCheckpointingLayer`s; `Gemma3nAudioConformerBlock` is a plain module), so with LoRA in
+    the audio encoder every block would keep its saved tensors through the decoder's forward and
+    backward: 2.8 GiB for a 30 s clip on E2B (FIELD_NOTES "Memory"). Wrapped, a block keeps only
+    its input (frames x hidden) and is recomputed during backward. Only in training mode with
+    gradients on; evaluation and generation run the plain forward.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    wrapped = 0
+    for block in getattr(_gemma3n_inner(model).audio_tower, "conformer", []):
+        if getattr(block, "_checkpointed_forward", None) is not None:
+            continue
+        plain = block.forward
+
+        def forward(*args, _plain=plain, _block=block, **kwargs):
+            if _block.training and torch.is_grad_enabled():
+                return checkpoint(_plain, *args, use_reentrant=False, **kwargs)
+            return _plain(*args, **kwargs)
+
+        block._checkpointed_forward = plain
+        block.forward = forward
+        wrapped += 1
+    return wrapped
+
+
 def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraReport]:
     """Freeze the base and wrap the target projections with LoRA adapters (trainable, fp32).
 
@@ -577,7 +533,9 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
             gradient_checkpointing, seed).
 
     Returns:
-        `(peft_model, report)` with the number of LoRA-wrapped modules per part.
+        `(peft_model, report)` with the number of LoRA-wrapped modules per part. With gradient
+        checkpointing and LoRA in the audio encoder, its blocks are checkpointed too
+        (`checkpoint_audio_encoder_blocks`).
 
     Raises:
         TrainingError: a requested part (language, or audio with `language+audio`) got zero modules.
@@ -611,6 +569,8 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
             f"LoRA wrapped zero modules in {empty} (counts {counts}) with `--lora-targets {config.lora_targets}`; "
             "the model's module names do not match the target pattern, so that part would silently not train."
         )
+    if config.gradient_checkpointing and counts.get("audio", 0):
+        checkpoint_audio_encoder_blocks(peft_model)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in peft_model.parameters())
     report = LoraReport(

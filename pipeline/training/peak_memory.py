@@ -1,35 +1,60 @@
-"""Peak memory of the training process as each backend reports it, and what to do after running out.
+"""Peak memory of the training process, per phase of the run, as each backend reports it; what to do
+after running out.
 
-Counters (FIELD_NOTES "Memory"): CUDA `torch.cuda.max_memory_allocated` (resettable), Apple MPS
-`torch.mps.driver_allocated_memory` (current, not a peak), CPU the process's resident-set
-high-water mark (`getrusage` ru_maxrss, not resettable).
+A run goes through phases (`RUN_PHASES`: load, preflight, step, eval, save, resume; the memory
+estimate, `pipeline.memory.run_phases`, uses the same names). `PhaseMemory` resets the backend's
+peak counter when a phase begins and reads it when the phase ends, so each phase has its own peak
+and the whole run's peak is the largest of them. Counters (FIELD_NOTES "Memory"):
+
+  * CPU (Linux): the resident-set high-water mark `VmHWM` of /proc/self/status, reset at each
+    phase change by writing 5 to /proc/self/clear_refs (Linux >= 4.0, allowed for one's own
+    process). Exact: the kernel updates it on every page fault, so no spike is missed. Where
+    clear_refs cannot be written (macOS, a locked-down /proc), `getrusage` `ru_maxrss` is read
+    instead; it cannot be reset, so only the phase during which it rose gets an exact figure and
+    the others get the larger of their start and end RSS (a lower bound; `exact` says which).
+  * CUDA: `torch.cuda.max_memory_reserved` (what the caching allocator took from the device: what
+    runs out) and `max_memory_allocated` (live tensors), both reset per phase with
+    `reset_peak_memory_stats`; the host's RSS is recorded beside them.
+  * Apple MPS: `torch.mps.driver_allocated_memory` has no peak counter; it is sampled at every
+    phase change and after every micro-batch (`sample`), a lower bound of the true peak.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
 from pipeline.config import TrainConfig
 
+RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
+"""The phases of a training process: `load` (process start, model, quantization, LoRA), `preflight`
+(one forward+backward on the worst-case batch), `step` (optimizer steps), `eval` (evaluation on the
+eval split), `save` (checkpoints and the final adapter), `resume` (reading a checkpoint back)."""
 
-def reset_peak_memory(device: str) -> None:
-    """Reset the peak-memory counter where the backend allows it (CUDA; CPU's RSS high-water mark cannot be reset)."""
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+
+# --------------------------------------------------------------------------------------------------
+# Counters
 
 
-def peak_memory_bytes(device: str) -> int:
-    """Peak memory in bytes: CUDA `max_memory_allocated`, MPS `driver_allocated_memory` (current),
-    CPU the process's resident-set high-water mark (`getrusage` ru_maxrss; KiB on Linux, bytes on macOS).
+def _proc_status() -> dict[str, int]:
+    """Byte values of /proc/self/status's `Vm*` / `Rss*` lines ({} where there is no /proc)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.startswith(("Vm", "Rss")) and value.strip().endswith("kB"):
+                    out[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
-    Source of the choice of counters: FIELD_NOTES "Memory".
-    """
-    if device == "cuda":
-        return int(torch.cuda.max_memory_allocated())
-    if device == "mps":
-        return int(torch.mps.driver_allocated_memory())
+
+def _ru_maxrss_bytes() -> int:
     try:
         import resource
     except ImportError:  # Windows: the peak working set, when psutil is installed
@@ -43,9 +68,187 @@ def peak_memory_bytes(device: str) -> int:
     return int(maxrss if sys.platform == "darwin" else maxrss * 1024)
 
 
+def rss_bytes() -> int:
+    """Current resident set size of this process (bytes): /proc/self/statm, else psutil, else 0."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        try:
+            import psutil
+
+            return int(psutil.Process().memory_info().rss)
+        except ImportError:
+            return 0
+
+
+def reset_rss_peak() -> bool:
+    """Reset this process's RSS high-water mark VmHWM to the current RSS (Linux `clear_refs` 5);
+    False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_peak_bytes() -> int:
+    """RSS high-water mark (bytes): VmHWM (resettable with `reset_rss_peak`) on Linux, else `ru_maxrss`."""
+    return _proc_status().get("VmHWM") or _ru_maxrss_bytes()
+
+
+def reset_peak_memory(device: str) -> None:
+    """Reset the peak-memory counters where the backend allows it (CUDA; CPU VmHWM on Linux)."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    reset_rss_peak()
+
+
+def peak_memory_bytes(device: str) -> int:
+    """Peak memory in bytes since the last `reset_peak_memory`: CUDA `max_memory_reserved`, MPS
+    `driver_allocated_memory` (current: MPS has no peak counter), CPU the resident-set high-water mark
+    (`rss_peak_bytes`). Source of the choice of counters: FIELD_NOTES "Memory"."""
+    if device == "cuda":
+        return int(torch.cuda.max_memory_reserved())
+    if device == "mps":
+        return int(torch.mps.driver_allocated_memory())
+    return rss_peak_bytes()
+
+
 def memory_kind(device: str) -> str:
     """Which counter `peak_memory_bytes` reads on `device`."""
-    return {"cuda": "cuda_max_memory_allocated", "mps": "mps_driver_allocated_memory"}.get(device, "cpu_max_rss")
+    return {"cuda": "cuda_max_memory_reserved", "mps": "mps_driver_allocated_memory"}.get(device, "cpu_max_rss")
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-phase peaks
+
+
+class PhaseMemory:
+    """The peak memory of each phase of a training process (see the module docstring for the counters).
+
+    `enter(phase)` ends the current phase (its peak is read and kept, the largest over repeated
+    visits: every evaluation is one visit of `eval`) and starts `phase` with fresh counters;
+    `during(phase)` is a context manager that returns to the previous phase afterwards;
+    `sample()` reads a current figure into the open phase (MPS, and CPU without a resettable
+    high-water mark). `to_dict()` is what the run writes into progress.jsonl and result.json.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self.phase: str | None = None
+        self.peaks: dict[str, int] = {}
+        self.details: dict[str, dict[str, int]] = {}
+        self.exact: dict[str, bool] = {}
+        self._resettable = device != "mps" and reset_rss_peak()
+        self._maxrss_at_start = _ru_maxrss_bytes()
+        self._sampled = 0
+
+    @property
+    def method(self) -> str:
+        """How the peaks were measured, in words (shown next to them)."""
+        if self.device == "cuda":
+            return ("CUDA torch.cuda.max_memory_reserved per phase (max_memory_allocated and the host's RSS "
+                    "recorded beside it)")
+        if self.device == "mps":
+            return "MPS torch.mps.driver_allocated_memory sampled at each phase change and micro-batch (a lower bound)"
+        if self._resettable:
+            return "CPU resident set high-water mark (VmHWM), reset per phase through /proc/self/clear_refs"
+        return ("CPU getrusage ru_maxrss (not resettable: exact for the phase that set it, the others are the larger "
+                "of their start and end RSS)")
+
+    def _read(self) -> tuple[int, dict[str, int], bool]:
+        """(peak of the open phase so far, details, exact)."""
+        status = _proc_status()
+        details = {k: v for k, v in (("rss_anon_bytes", status.get("RssAnon")), ("rss_file_bytes", status.get("RssFile")),
+                                     ("rss_bytes", status.get("VmRSS"))) if v is not None}
+        if self.device == "cuda":
+            details.update(cuda_max_memory_allocated=int(torch.cuda.max_memory_allocated()),
+                           cuda_max_memory_reserved=int(torch.cuda.max_memory_reserved()),
+                           host_peak_rss_bytes=rss_peak_bytes())
+            return details["cuda_max_memory_reserved"], details, True
+        if self.device == "mps":
+            current = int(torch.mps.driver_allocated_memory())
+            self._sampled = max(self._sampled, current)
+            details["mps_driver_allocated_memory"] = current
+            return self._sampled, details, False
+        if self._resettable:
+            return status.get("VmHWM", 0), details, True
+        maxrss = _ru_maxrss_bytes()
+        current = rss_bytes()
+        self._sampled = max(self._sampled, current)
+        if maxrss > self._maxrss_at_start:
+            return maxrss, details, True
+        return self._sampled, details, False
+
+    def sample(self) -> None:
+        """Read the counters into the open phase now (needed where the backend keeps no peak)."""
+        if self.phase is not None and (self.device == "mps" or not self._resettable):
+            self._read()
+
+    def _close(self) -> None:
+        if self.phase is None:
+            return
+        peak, details, exact = self._read()
+        if peak >= self.peaks.get(self.phase, -1):
+            self.details[self.phase] = details
+            self.exact[self.phase] = exact
+        self.peaks[self.phase] = max(peak, self.peaks.get(self.phase, 0))
+
+    def enter(self, phase: str) -> None:
+        """End the open phase (keeping its peak) and start `phase` with the counters reset."""
+        if phase not in RUN_PHASES:
+            raise ValueError(f"unknown run phase {phase!r}; expected one of {RUN_PHASES}")
+        self._close()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        if self._resettable:
+            reset_rss_peak()
+        self._maxrss_at_start = _ru_maxrss_bytes()
+        self._sampled = rss_bytes() if self.device == "cpu" else 0
+        self.phase = phase
+        self.sample()
+
+    @contextmanager
+    def during(self, phase: str) -> Iterator[None]:
+        """Record the enclosed code as `phase`, then continue the phase that was open before."""
+        previous = self.phase
+        self.enter(phase)
+        try:
+            yield
+        finally:
+            self.enter(previous) if previous is not None else self._close()
+
+    def current(self) -> dict[str, int]:
+        """Phase -> peak bytes so far, the open phase included (without ending it)."""
+        peaks = dict(self.peaks)
+        if self.phase is not None:
+            peak, _, _ = self._read()
+            peaks[self.phase] = max(peak, peaks.get(self.phase, 0))
+        return peaks
+
+    def to_dict(self) -> dict:
+        """`{"phase_peak_bytes": {phase: bytes}, "peak_phase", "peak_bytes", "method", "memory_kind",
+        "exact": {phase: bool}, "details": {phase: counters at that phase's peak visit}}`, phases
+        in `RUN_PHASES` order, the open phase included."""
+        peaks = self.current()
+        ordered = {p: peaks[p] for p in RUN_PHASES if p in peaks}
+        peak_phase = max(ordered, key=ordered.get) if ordered else None
+        return {
+            "phase_peak_bytes": ordered,
+            "peak_phase": peak_phase,
+            "peak_bytes": ordered.get(peak_phase, 0) if peak_phase else 0,
+            "method": self.method,
+            "memory_kind": memory_kind(self.device),
+            "exact": {p: self.exact.get(p, p == self.phase and self.device != "mps") for p in ordered},
+            "details": {p: self.details[p] for p in RUN_PHASES if p in self.details},
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# Out of memory
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -66,7 +269,7 @@ def oom_suggestions(config: TrainConfig) -> list[str]:
     if config.quantization != "4bit":
         tips.append("--quantization 4bit (NF4 weights)")
     if config.lora_targets != "language":
-        tips.append("--lora-targets language (LoRA in the audio encoder keeps ~2 GiB per 30 s clip)")
+        tips.append("--lora-targets language (LoRA in the audio encoder costs memory that grows with the clip length)")
     tips.append("a lower --max-length, rebuilding the dataset so long rows are excluded")
     tips.append("`python -m pipeline estimate` to see what fits this device")
     return tips

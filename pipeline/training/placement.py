@@ -13,8 +13,9 @@ the table be moved to host RAM or the vision tower freed, so the load peaks at a
 * `settle_placements(model)`: after loading with such a map, transformers has dispatched the model
   with accelerate hooks that treat the host modules as CPU-offloaded (weights on `meta`, copied to
   the GPU at every forward). Removing the hooks puts those weights back in host RAM as plain
-  tensors; `pipeline.training.model` then wraps the table in `HostEmbedding` and frees the vision
-  tower, so the training step sees the same model as before, with nothing of either on the GPU.
+  tensors; `keep_per_layer_embeddings_on_host` then wraps the table in `HostEmbedding` and
+  `drop_vision_tower` frees the vision tower, so the training step sees the same model as before,
+  with nothing of either on the GPU (`pipeline.training.model.load_model` calls them).
 
 Module paths only; the Gemma 3n classes are named in `pipeline.training.model`. What this module
 deliberately does not do: offload anything the step needs on the device (no accelerate CPU-offload
@@ -24,6 +25,8 @@ at run time: each forward would copy the whole table to the GPU).
 from __future__ import annotations
 
 import torch
+
+from pipeline.errors import ModelLoadError
 
 PLE_MODULE = "model.language_model.embed_tokens_per_layer"
 """The per-layer embedding table (E2B: 262,144 x 7,680 bf16, 3.75 GiB)."""
@@ -127,3 +130,92 @@ def settle_placements(model: torch.nn.Module) -> int:
     if "hf_device_map" in model.__dict__:
         del model.hf_device_map
     return hooked
+
+
+def _gemma3n_inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(inner, "model", inner)
+    if not hasattr(inner, "language_model"):
+        raise ModelLoadError(f"Expected a Gemma 3n model with a `language_model`, got {type(model).__name__}.")
+    return inner
+
+
+def _tensor_bytes(module: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in list(module.parameters()) + list(module.buffers()))
+
+
+def drop_vision_tower(model: torch.nn.Module) -> int:
+    """Free Gemma 3n's vision tower; returns the bytes it held (0 when already gone).
+
+    The tutor's inputs are audio and text: `Gemma3nModel.forward` calls the vision tower only for
+    `pixel_values`, and the vision soft-token embedder (`embed_vision`, kept) is all text-only rows
+    need. On E2B/E4B the tower is MobileNetV5-300M: 294,126,912 parameters, 0.55 GiB in bf16
+    (`pipeline.memory.VISION_TOWER_PARAMS`). Passing images to a model without it raises TypeError.
+    """
+    inner = _gemma3n_inner(model)
+    tower = getattr(inner, "vision_tower", None)
+    if tower is None:
+        return 0
+    freed = _tensor_bytes(tower)
+    inner.vision_tower = None
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # give the freed blocks back so the training step can use them
+    return freed
+
+
+class HostEmbedding(torch.nn.Module):
+    """An embedding table kept in host (CPU) RAM, looked up there, with its rows sent to the
+    device of the ids.
+
+    Input: ids (any shape) int64 on any device. Output: `table(ids)` (ids shape + (dim,)), same dtype
+    as the table, on the ids' device. The table is held outside the module tree (not a registered
+    submodule, parameter or buffer), so `model.to(device)` (e.g. by `transformers.Trainer`) cannot
+    move it back to the GPU and `state_dict()` does not include it. It is frozen (no gradient).
+    """
+
+    def __init__(self, table: torch.nn.Module) -> None:
+        super().__init__()
+        table.requires_grad_(False)
+        self._host = (table.to("cpu"),)  # a tuple hides it from nn.Module's registry
+
+    @property
+    def table(self) -> torch.nn.Module:
+        """The host-side embedding module (e.g. `Gemma3nTextScaledWordEmbedding`)."""
+        return self._host[0]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.table.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.table(input_ids.to("cpu")).to(input_ids.device, non_blocking=True)
+
+
+def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
+    """Move Gemma 3n's per-layer embedding table (`language_model.embed_tokens_per_layer`, on E2B
+    262,144 x (30 x 256) = 2.01 B parameters, 3.75 GiB in bf16) to host RAM behind a
+    `HostEmbedding`; returns the bytes taken off the device (0 when the table was loaded into host
+    RAM directly, `pipeline.training.placement`, or is already wrapped). A model entirely in host RAM
+    (CPU training) is left as it is.
+
+    Each forward then gathers the batch's rows on the CPU and copies only those (tokens x 7,680 x 2
+    bytes, ~15 KB per token on E2B) to the GPU. The table is frozen in LoRA training, so nothing flows
+    back. Source of the idea: the per-layer embeddings are designed to be cached off-accelerator
+    (Gemma 3n model card, "Per-Layer Embedding (PLE) caching").
+    """
+    language_model = _gemma3n_inner(model).language_model
+    table = language_model.embed_tokens_per_layer
+    if isinstance(table, HostEmbedding):
+        return 0
+    if table.weight.device.type == "cpu" and language_model.embed_tokens.weight.device.type == "cpu":
+        return 0  # the whole model is in host RAM (CPU training): nothing to separate
+    moved = _tensor_bytes(table) if table.weight.device.type != "cpu" else 0  # 0: loaded there directly
+    if hasattr(table, "_hf_hook"):  # an accelerate dispatch hook would move the ids back to the GPU
+        from accelerate.hooks import remove_hook_from_module
+
+        remove_hook_from_module(table)
+    language_model.embed_tokens_per_layer = HostEmbedding(table)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return moved

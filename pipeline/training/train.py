@@ -5,8 +5,11 @@
 Everything a run produces lives in its run folder `WS/runs/NAME/` (`pipeline.training.run_folder`
 names the files); the UI, the CLI and the tests read the same files.
 
-Before the first optimizer step, one forward+backward runs on the longest batch of the dataset
-(`preflight`), so a configuration that does not fit fails in seconds with the memory figure.
+Before the first optimizer step, one forward+backward runs on the dataset's worst-case batch
+(`pipeline.training.worst_case`: the longest row, with the longest clip and the longest answer), so a
+configuration that does not fit fails in seconds with the memory figure. The peak memory of every
+phase of the run (load, preflight, step, eval, save, resume) is recorded with how it was measured
+(`pipeline.training.peak_memory.PhaseMemory`), next to the estimate for the same settings.
 
 `run_probe_step(config, workspace)` runs exactly one optimizer step on that worst-case batch with
 the same code and settings and reports the peak memory (used by `pipeline.memory.measure_peak`).
@@ -25,9 +28,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
-
-import torch
+from typing import Any
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization, refuse_full_finetuning
 from pipeline.cpu_threads import apply_threads, trainer_threads
@@ -36,12 +37,14 @@ from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingEr
 from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training import distributed
 from pipeline.training.peak_memory import (
+    PhaseMemory,
     is_out_of_memory,
     memory_kind,
     oom_suggestions,
     peak_memory_bytes,
     reset_peak_memory,
 )
+from pipeline.memory.run_compare import run_estimate
 from pipeline.training.resume import check_dataset, record_dataset
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_log import close_run_log as _remove_log_file
@@ -51,6 +54,7 @@ from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.training.workspace_lock import hold_workspace_lock
 from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
 from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
+from pipeline.training.worst_case import preflight, worst_case, worst_case_batch
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
@@ -72,7 +76,9 @@ def _make_callback_class():
 
         Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
         `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
-        `eta_s`, `peak_memory_bytes`, `time` (unix seconds). `elapsed_s` is the run's training time
+        `eta_s`, `peak_memory_bytes` (the whole process so far), `phase_peak_bytes` (phase -> peak
+        so far, `pipeline.training.peak_memory.RUN_PHASES`), `peak_phase` (the phase that set the
+        peak), `time` (unix seconds). `elapsed_s` is the run's training time
         in seconds across resumes (a resumed run continues from the checkpoint's last logged
         `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
         time of this process.
@@ -80,10 +86,10 @@ def _make_callback_class():
         them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
         """
 
-        def __init__(self, paths: dict[str, Path], config: TrainConfig, device: str):
+        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
             self.paths = paths
             self.config = config
-            self.device = device
+            self.memory = memory
             self.started = time.perf_counter()
             self.start_step = 0
             self.elapsed_before_s = 0.0
@@ -97,7 +103,11 @@ def _make_callback_class():
             self.start_step = state.global_step
             self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
 
+        def on_substep_end(self, args, state, control, **kwargs):
+            self.memory.sample()
+
         def on_step_end(self, args, state, control, **kwargs):
+            self.memory.sample()
             if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
                 log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
                 self.stopped = True
@@ -124,9 +134,11 @@ def _make_callback_class():
                 "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
                 "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
                 "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
-                "peak_memory_bytes": peak_memory_bytes(self.device),
                 "time": round(time.time(), 3),
             }
+            memory = self.memory.to_dict()
+            line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
+                        peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
             if line["loss"] is not None:
                 self.last_loss = float(line["loss"])
             if line["eval_loss"] is not None:
@@ -195,10 +207,6 @@ def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, ha
     )
 
 
-def _move(batch: dict, device: str) -> dict:
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
 def _without_rows(dataset, row_ids: set[str]):
     """`dataset` without the rows whose `id` is in `row_ids` (an in-memory index, nothing written
     to the dataset folder); None when no row is left."""
@@ -206,40 +214,6 @@ def _without_rows(dataset, row_ids: set[str]):
     return dataset.select(keep) if keep else None
 
 
-def worst_case_rows(dataset, batch_size: int) -> list[dict]:
-    """The `batch_size` longest rows (by `num_tokens`, then clips: the audio encoder runs on each) of a
-    `datasets.Dataset`: the batch that needs the most memory. Only those rows' audio is read."""
-    lengths = [int(n or 0) for n in dataset["num_tokens"]]
-    clips = [int(c or 1) for c in dataset["clips"]] if "clips" in dataset.column_names else [1] * len(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], clips[i]), reverse=True)[:batch_size]
-    return list(dataset.select(order))
-
-
-def preflight(model, collator, worst: list[dict], config: TrainConfig, device: str) -> dict:
-    """One forward+backward on the worst-case batch `worst` (no optimizer step); gradients are cleared.
-
-    Returns `{"batch_rows", "batch_tokens", "loss", "seconds", "peak_memory_bytes", "memory_kind"}`.
-    Raises `torch.OutOfMemoryError` (or the backend's RuntimeError) when it does not fit.
-    """
-    batch = _move(collator(worst), device)
-    reset_peak_memory(device)
-    started = time.perf_counter()
-    model.train()
-    loss, out = answer_loss(model, batch)
-    if not torch.isfinite(loss):
-        raise TrainingError(f"The loss on the longest batch is {loss.item()} (not finite); check the dataset rows {[r.get('id') for r in worst]}.")
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-    result = {
-        "batch_rows": [r.get("id") for r in worst],
-        "batch_tokens": int(batch["input_ids"].numel()),
-        "loss": float(loss.item()),
-        "seconds": round(time.perf_counter() - started, 3),
-        "peak_memory_bytes": peak_memory_bytes(device),
-        "memory_kind": memory_kind(device),
-    }
-    del out, loss, batch
-    return result
 
 
 class _Session:
@@ -285,13 +259,13 @@ class _Session:
                 raise TrainingError(
                     f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
                     "estimate` for the longest row) or rebuild the dataset.")
-        self.worst_rows = worst_case_rows(self.train_data, config.batch_size)
+        self.worst = worst_case(self.train_data, config.batch_size, self.processor)
         model, self.quantization = load_model(config.model, device=self.device, **config.load_options())
         self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)
         self.collator = ChatCollator(self.processor, max_length=config.max_length)
 
-    def trainer(self, output_dir: Path, callbacks: list) -> Any:
+    def trainer(self, output_dir: Path, callbacks: list, memory: PhaseMemory | None = None) -> Any:
         from transformers.trainer_callback import PrinterCallback
 
         args = training_arguments(self.config, output_dir, self.device, has_eval=self.eval_data is not None)
@@ -304,6 +278,7 @@ class _Session:
             callbacks=callbacks,
         )
         trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout; ProgressCallback logs instead
+        trainer.memory = memory
         return trainer
 
 
@@ -342,7 +317,9 @@ def train(
 
     Returns:
         The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
-        `final_loss`, `eval_loss`, `peak_memory_bytes`, `preflight`, `quantization`, `lora`,
+        `final_loss`, `eval_loss`, `peak_memory_bytes` (the whole process's peak), `memory` (the peak of
+        each phase, the phase that set the peak and how it was measured:
+        `pipeline.training.peak_memory.PhaseMemory.to_dict`), `preflight`, `quantization`, `lora`,
         `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, `processes`, ...
 
     Raises:
@@ -433,8 +410,13 @@ def train(
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=dataset_change)
     trainer = None
     callback = None
+    memory: PhaseMemory | None = None
     try:
         try:
+            from pipeline.training.model import resolve_device
+
+            memory = PhaseMemory(resolve_device(config.device))
+            memory.enter("load")
             session = _Session(config, ws, dataset_dir)
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
@@ -453,16 +435,22 @@ def train(
             eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
         )
         device = session.device
+        result["memory_estimate"] = run_estimate(ws, config, device, dataset_dir=dataset_dir,
+                                                 on_error=lambda e: log.warning("No memory estimate: %s", e))
+        if main:
+            atomic_write_json(paths["result"], result)  # the app compares the run's memory with it while it runs
         out_of_memory = False
-        try:  # on every process: each holds a whole copy of the model and its own longest batch
-            result["preflight"] = preflight(session.model, session.collator, session.worst_rows, config, device)
-            log.info("Preflight on the longest batch: %s", json.dumps(result["preflight"]))
+        memory.enter("preflight")
+        try:  # on every process: each holds a whole copy of the model and its own worst-case batch
+            result["preflight"] = preflight(session.model, session.collator, session.worst, config, device, answer_loss)
+            result["preflight"]["peak_memory_bytes"] = memory.current()["preflight"]
+            log.info("Preflight on the worst-case batch: %s", json.dumps(result["preflight"]))
         except Exception as error:  # noqa: BLE001
             if not is_out_of_memory(error):
                 raise
             out_of_memory = True
         if distributed.any_process(out_of_memory):
-            peak = max(distributed.gather_ints(peak_memory_bytes(device)))  # the largest of the processes
+            peak = max(distributed.gather_ints(memory.current()["preflight"]))  # the largest of the processes
             result.update(
                 status="failed",
                 reason=(
@@ -475,18 +463,18 @@ def train(
             )
             log.error("%s", result["reason"])
             return result
-        callback = _make_callback_class()(paths, config, device)
+        memory.enter("step")
+        callback = _make_callback_class()(paths, config, memory)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
-        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []))
-        reset_peak_memory(device)
+        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []), memory)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         except Exception as error:  # noqa: BLE001
             if not is_out_of_memory(error):
                 raise
             step = trainer.state.global_step
-            peak = peak_memory_bytes(device)
+            peak = memory.to_dict()["peak_bytes"]
             kept = last_checkpoint(paths["dir"])
             result.update(
                 status="failed",
@@ -502,8 +490,9 @@ def train(
             )
             log.error("%s", result["reason"])
             return result
-        if main:
-            _save_adapter(session, paths["adapter"])
+        with memory.during("save"):
+            if main:
+                _save_adapter(session, paths["adapter"])
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
@@ -514,8 +503,6 @@ def train(
             epochs=round(float(state.epoch or 0.0), 4),
             final_loss=callback.last_loss,
             eval_loss=best_eval[-1] if best_eval else None,
-            peak_memory_bytes=peak_memory_bytes(device),
-            memory_kind=memory_kind(device),
             adapter_dir=str(paths["adapter"]),
             checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
         )
@@ -533,6 +520,9 @@ def train(
             result["checkpoint"] = str(kept)
         raise
     finally:
+        if memory is not None:  # the whole run's peak and the phase that set it
+            result["memory"] = memory.to_dict()
+            result.update(peak_memory_bytes=result["memory"]["peak_bytes"], memory_kind=result["memory"]["memory_kind"])
         result["seconds"] = round(time.time() - started_at, 3)
         result["finished_at"] = time.time()
         result.pop("pid", None)
@@ -559,21 +549,19 @@ def _save_adapter(session: _Session, adapter_dir: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike, *,
-                   after_load: Callable[[Any], Any] | None = None) -> dict:
-    """Run exactly ONE optimizer step on the worst-case (longest) batch with the training code's
-    settings and report its peak memory. Writes nothing to the workspace.
+def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:
+    """Run exactly ONE optimizer step on the worst-case batch (`pipeline.training.worst_case`: the
+    longest row with the longest clip and the longest answer) with the training code's settings and
+    report its peak memory. Writes nothing to the workspace.
 
     Same loading, quantization, LoRA, collator, Trainer optimizer and `training_step` as `train`.
-    `after_load(model)`, when given, runs on the LoRA-wrapped model before the step (the memory
-    probe uses it to put CPU weights in anonymous memory, `pipeline.memory.probe`).
 
     Returns:
-        `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "batch_tokens", "loss",
-        "seconds", "weight_bytes", "quantization", "lora_modules", "trainable_params",
-        "out_of_memory": bool, "error": str | None}`. `memory_kind` says which counter: CUDA
-        `max_memory_allocated` (reset after loading, so it covers weights + the step), MPS driver
-        memory, or the CPU process's RSS high-water mark (includes loading).
+        `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "worst_case", "batch_tokens",
+        "loss", "seconds", "weight_bytes", "quantization", "lora_modules", "trainable_params",
+        "out_of_memory": bool, "error": str | None}`. `memory_kind` says which counter
+        (`pipeline.training.peak_memory`), reset right before the step: CUDA `max_memory_reserved`,
+        MPS driver memory (current), or the CPU process's RSS high-water mark (Linux).
 
     Raises:
         PipelineError subclasses when the model or dataset cannot be loaded.
@@ -582,14 +570,12 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     session = _Session(config, ws)
-    if after_load is not None:
-        after_load(session.model)
     device = session.device
-    worst = session.worst_rows
     out = {
         "device": device,
         "memory_kind": memory_kind(device),
-        "batch_rows": [r.get("id") for r in worst],
+        "batch_rows": [r["id"] for r in session.worst.rows],
+        "worst_case": session.worst.to_dict(),
         "weight_bytes": session.quantization.weight_bytes,
         "quantization": session.quantization.method,
         "lora_modules": session.lora.modules_per_part,
@@ -601,7 +587,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
         trainer = session.trainer(Path(tmp), [])
         trainer.create_optimizer_and_scheduler(num_training_steps=1)
         trainer.current_gradient_accumulation_steps = 1  # set by Trainer's own loop; one micro-batch here
-        batch = session.collator(worst)
+        batch = worst_case_batch(session.collator, session.worst)
         out["batch_tokens"] = int(batch["input_ids"].numel())
         reset_peak_memory(device)
         started = time.perf_counter()
@@ -632,7 +618,10 @@ def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary_text(result: dict) -> str:
-    """Human summary of a result.json dict."""
+    """Human summary of a result.json dict, with the run's measured memory against the estimate
+    for its settings (`pipeline.memory.run_compare`: whole run against whole run, step against step)."""
+    from pipeline.memory.run_compare import compare, comparison_text
+
     status = result.get("status")
     lines = [f"Run `{result.get('run')}` {status}" + (f": {result['reason']}" if result.get("reason") else ".")]
     if result.get("steps") is not None:
@@ -640,6 +629,9 @@ def summary_text(result: dict) -> str:
             f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
             f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
         )
+    memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
+    if memory:
+        lines += ["  " + line for line in memory.splitlines()]
     if result.get("adapter_dir"):
         lines.append(f"  adapter: {result['adapter_dir']}")
     if result.get("tiny_random_model"):

@@ -73,7 +73,13 @@ def answer_loss_trainer_class():
 
     class AnswerLossTrainer(Trainer):
         """`transformers.Trainer` whose loss is `answer_loss` (logits only at supervised positions),
-        divided by the supervised tokens of the whole gradient-accumulation window."""
+        divided by the supervised tokens of the whole gradient-accumulation window.
+
+        With a `pipeline.training.peak_memory.PhaseMemory` in `memory`, evaluation, checkpoint saves
+        and reading a checkpoint back are recorded as the run phases `eval`, `save` and `resume`
+        (the rest of `train` is `step`)."""
+
+        memory = None
 
         def __init__(self, *args: Any, **kwargs: Any):
             super().__init__(*args, **kwargs)
@@ -90,6 +96,27 @@ def answer_loss_trainer_class():
                 # (as `Trainer.compute_loss` does), so each token weighs the same on every process.
                 loss = loss * self.accelerator.num_processes
             return (loss, outputs) if return_outputs else loss
+
+        def _phase(self, name: str):
+            from contextlib import nullcontext
+
+            return self.memory.during(name) if self.memory is not None else nullcontext()
+
+        def evaluate(self, *args: Any, **kwargs: Any):
+            with self._phase("eval"):
+                return super().evaluate(*args, **kwargs)
+
+        def _save_checkpoint(self, *args: Any, **kwargs: Any):
+            with self._phase("save"):
+                return super()._save_checkpoint(*args, **kwargs)
+
+        def _load_from_checkpoint(self, *args: Any, **kwargs: Any):
+            with self._phase("resume"):
+                return super()._load_from_checkpoint(*args, **kwargs)
+
+        def _load_optimizer_and_scheduler(self, *args: Any, **kwargs: Any):
+            with self._phase("resume"):
+                return super()._load_optimizer_and_scheduler(*args, **kwargs)
 
     return AnswerLossTrainer
 

@@ -1,0 +1,112 @@
+"""A training run's measured memory against the estimate for its settings, like with like.
+
+The trainer records the peak of every phase of the run (`pipeline.training.peak_memory.PhaseMemory`:
+load, preflight, step, eval, save, resume) and, when it starts, the estimate of the same phases for
+the same settings, dataset and device (`run_estimate`, written into result.json as
+`memory_estimate`). `compare` puts the two side by side: the whole run's peak against the
+estimate's whole-run peak, each naming the phase that set it, and one training step against one
+step. The Train tab and `python -m pipeline train`'s summary both print `comparison_text`, so they
+cannot disagree. Torch-free (the app imports it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from pipeline.errors import PipelineError
+from pipeline.memory.units import fmt_bytes
+
+
+def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
+                 dataset_dir=None) -> dict | None:
+    """The estimate for a run's settings on `device` (cpu, cuda or mps) with the lengths of the
+    dataset built in `workspace` (or in `dataset_dir`, `train --dataset`): `{"total_bytes", "run_peak_phase", "run_phases", "step_bytes",
+    "device"}` (bytes; `run_phases` includes the runtime overhead).
+
+    Raises what `pipeline.memory.phases.estimate_memory` raises (`PipelineError` subclasses, e.g. a
+    model folder without a readable config.json), unless `on_error` is given: then it is called
+    with the error and None is returned (the trainer logs it and trains without an estimate)."""
+    from pipeline.memory.inputs import length_stats_from_workspace  # noqa: PLC0415
+    from pipeline.memory.phases import estimate_memory  # noqa: PLC0415
+    from pipeline.memory.shape import load_model_config  # noqa: PLC0415
+
+    try:
+        lengths = length_stats_from_workspace(workspace, config.max_length, dataset_dir)
+        est = estimate_memory(load_model_config(config.model), config, lengths, device)
+    except PipelineError as error:
+        if on_error is None:
+            raise
+        on_error(error)
+        return None
+    return {"total_bytes": est.total_bytes, "run_peak_phase": est.run_peak_phase, "run_phases": est.run_phases,
+            "step_bytes": est.step_bytes, "device": device}
+
+
+def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None) -> dict:
+    """Measured against estimated, like with like.
+
+    Args:
+        memory: the run's measured `memory` (`PhaseMemory.to_dict`: `phase_peak_bytes`,
+            `peak_phase`, `peak_bytes`, `method`), from result.json or the last progress.jsonl line.
+        estimate: `run_estimate`'s dict.
+    Returns:
+        `{"measured_bytes", "measured_phase", "estimate_bytes", "estimate_phase", "percent",
+        "step_measured_bytes", "step_estimate_bytes", "step_percent", "phases": {phase:
+        {"measured", "estimate"}}, "method"}`; a figure is None where a side is missing, and
+        `percent` is measured as a percentage of the estimate.
+    """
+    memory = memory or {}
+    estimate = estimate or {}
+    measured_phases = dict(memory.get("phase_peak_bytes") or {})
+    estimate_phases = dict(estimate.get("run_phases") or {})
+    measured = memory.get("peak_bytes") or (max(measured_phases.values()) if measured_phases else None)
+    total = estimate.get("total_bytes")
+    step_measured = measured_phases.get("step")
+    step_estimate = estimate_phases.get("step") or estimate.get("step_bytes")
+
+    def percent(a, b):
+        return round(100.0 * a / b, 1) if a and b else None
+
+    return {
+        "measured_bytes": measured,
+        "measured_phase": memory.get("peak_phase"),
+        "estimate_bytes": total,
+        "estimate_phase": estimate.get("run_peak_phase"),
+        "percent": percent(measured, total),
+        "step_measured_bytes": step_measured,
+        "step_estimate_bytes": step_estimate,
+        "step_percent": percent(step_measured, step_estimate),
+        "phases": {p: {"measured": measured_phases.get(p), "estimate": estimate_phases.get(p)}
+                   for p in list(estimate_phases) + [p for p in measured_phases if p not in estimate_phases]},
+        "method": memory.get("method"),
+    }
+
+
+def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, markdown: bool = False) -> str:
+    """Two lines: the whole run's peak against the estimate's whole-run peak, each with the phase
+    that set it, then one training step against one step. `running`: the run has not finished, so
+    the measured peak covers only the phases reached so far."""
+    b = (lambda s: f"**{s}**") if markdown else (lambda s: s)
+    measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
+    if not measured and not total:
+        return ""
+    label = "Peak memory so far" if running else "Peak memory of the run"
+    text = f"{b(label + ':')} {fmt_bytes(measured) if measured else 'not measured yet'}"
+    if measured and comparison.get("measured_phase"):
+        text += f" (set by {comparison['measured_phase']})"
+    if total:
+        text += f" · {b('estimate for the whole run:')} {fmt_bytes(total)}"
+        if comparison.get("estimate_phase"):
+            text += f" (peak in {comparison['estimate_phase']})"
+        if comparison.get("percent"):
+            text += f"; measured is {comparison['percent']:.0f} % of the estimate"
+    lines = [text]
+    step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
+    if step_measured or step_estimate:
+        step = f"{b('One training step:')} {fmt_bytes(step_measured) if step_measured else 'not reached yet'}"
+        if step_estimate:
+            step += f" against {fmt_bytes(step_estimate)} estimated"
+            if comparison.get("step_percent"):
+                step += f" ({comparison['step_percent']:.0f} %)"
+        lines.append(step)
+    return ("  \n" if markdown else "\n").join(lines)

@@ -1,0 +1,263 @@
+"""Memory of the whole run: per-phase peaks measured by the trainer, the estimate of every phase, the
+worst-case batch (longest row, answer and clip together) and gradient checkpointing of the audio encoder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import memory
+from pipeline.config import TrainConfig
+from pipeline.memory import GIB, MIB, LengthStats, estimate_memory
+from pipeline.memory.run_compare import compare, comparison_text
+from pipeline.memory.run_phases import RUN_PHASES
+from tests.test_memory import SMALL, cfg
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Measured: PhaseMemory
+
+
+def test_each_phase_gets_its_own_peak_and_the_run_peak_names_its_phase():
+    from pipeline.training.peak_memory import RUN_PHASES as TRAINER_PHASES
+    from pipeline.training.peak_memory import PhaseMemory, rss_bytes
+
+    assert TRAINER_PHASES == RUN_PHASES  # the trainer records what the estimate predicts, by name
+    recorder = PhaseMemory("cpu")
+    recorder.enter("load")
+    start = rss_bytes()
+    recorder.enter("step")
+    big = np.ones(64 * MIB // 8)  # 64 MiB touched, then freed before the next phase
+    del big
+    with recorder.during("eval"):
+        small = np.ones(8 * MIB // 8)
+        del small
+    recorder.enter("save")
+    out = recorder.to_dict()
+    assert list(out["phase_peak_bytes"]) == ["load", "step", "eval", "save"]
+    peaks = out["phase_peak_bytes"]
+    assert peaks["step"] >= start + 60 * MIB
+    if out["method"].startswith("CPU resident set high-water mark"):  # VmHWM reset per phase (Linux)
+        assert peaks["eval"] < peaks["step"] - 40 * MIB and peaks["save"] < peaks["step"] - 40 * MIB
+        assert all(out["exact"].values())
+    assert out["peak_phase"] == "step" and out["peak_bytes"] == peaks["step"]
+    assert out["memory_kind"] == "cpu_max_rss"
+
+
+def test_unknown_phase_is_refused():
+    from pipeline.training.peak_memory import PhaseMemory
+
+    with pytest.raises(ValueError, match="unknown run phase"):
+        PhaseMemory("cpu").enter("warmup")
+
+
+# --------------------------------------------------------------------------------------------------
+# Estimated: the phases of the run
+
+
+def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
+    lengths = LengthStats(300, 10.0, [300, 280])
+    est = estimate_memory(SMALL, cfg(eval_steps=10, max_length=512), lengths, "cpu")
+    assert list(est.run_phases) == list(RUN_PHASES)
+    assert est.total_bytes == max(est.run_phases.values()) == est.run_phases[est.run_peak_phase]
+    runtime = est.components["runtime_overhead"]
+    step_moments = ("audio", "loss", "layer_backward", "optimizer", "audio_backward")
+    assert est.step_bytes == max(est.phases[m] for m in step_moments) + runtime  # one step, as --measure runs it
+    # the run's steps meet two row lengths and two clips: oneDNN caches kernels for each new shape on CPU
+    assert est.components["cpu_kernel_cache"] == memory.CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + \
+        memory.CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
+    assert est.run_phases["step"] == est.step_bytes + est.components["cpu_kernel_cache"]
+    assert est.run_phases["load"] <= est.phases["load"] + runtime  # on CPU mapped weights are read after loading
+    on_gpu = estimate_memory(SMALL, cfg(eval_steps=10, max_length=512), lengths, "cuda")
+    assert on_gpu.run_phases["load"] == on_gpu.phases["load"] + on_gpu.components["runtime_overhead"]
+    assert on_gpu.components["cpu_kernel_cache"] == 0
+    # the preflight runs before the optimizer exists
+    assert est.run_phases["preflight"] <= est.run_phases["step"] - est.components["optimizer_states"]
+    # each phase's members add up to its bytes
+    every = est.components
+    for phase, names in est.run_members.items():
+        assert sum(every[n] for n in names) == est.run_phases[phase], phase
+    # the checkpoint: the adapter copied into host bytes on top of what is alive
+    static = sum(v for k, v in every.items() if k.startswith(memory.STATIC_PREFIXES))
+    assert est.run_phases["save"] == static + every["lora_params"] + every["cpu_kernel_cache"] + \
+        every["allocator_retention"] + runtime
+
+
+def test_evaluation_is_estimated_on_the_eval_splits_worst_case():
+    train_only = LengthStats(300, 2.0, [300], answer_tokens=[40], longest_answer_tokens=40)
+    longer_eval = LengthStats(300, 2.0, [300], answer_tokens=[40], longest_answer_tokens=40,
+                              eval_row_tokens=[200, 2000], eval_answer_tokens=[30, 1500], eval_longest_clip_s=30.0)
+    config = cfg(eval_steps=10, max_length=4096)
+    base = estimate_memory(SMALL, config, train_only, "cpu")
+    longer = estimate_memory(SMALL, config, longer_eval, "cpu")
+    assert longer.run_phases["eval"] > base.run_phases["eval"]
+    assert longer.components["eval_logits"] == 100 * (2 + 8) * 1 * 1500  # V x (c + 8) x batch x answer
+    # a longer eval row can set the run's peak, and the estimate says so
+    assert longer.run_peak_phase == "eval" and longer.total_bytes == longer.run_phases["eval"]
+    # rows over max_length are excluded from evaluation as from training
+    cut = estimate_memory(SMALL, cfg(eval_steps=10, max_length=512), longer_eval, "cpu")
+    assert cut.components["eval_logits"] == 100 * 10 * 30
+    # no evaluation, no eval phase
+    assert estimate_memory(SMALL, cfg(eval_steps=0), longer_eval, "cpu").run_phases["eval"] == 0
+
+
+def test_audio_lora_with_checkpointing_keeps_only_block_inputs():
+    shape = memory.model_shape(memory.load_model_config("google/gemma-3n-E2B-it"))
+    lengths = LengthStats(512, 30.0)
+    kept = estimate_memory(memory.load_model_config("google/gemma-3n-E2B-it"),
+                           TrainConfig(lora_targets="language+audio", gradient_checkpointing=False), lengths, "cuda")
+    ckpt = estimate_memory(memory.load_model_config("google/gemma-3n-E2B-it"),
+                           TrainConfig(lora_targets="language+audio", gradient_checkpointing=True), lengths, "cuda")
+    frames = 750  # 30 s x 100 frames / 4
+    assert ckpt.components["audio_encoder_saved"] == shape.audio_layers * frames * shape.audio_hidden * 2
+    assert ckpt.components["audio_encoder_recompute"] * shape.audio_layers == kept.components["audio_encoder_saved"]
+    assert kept.components["audio_encoder_saved"] > 2 * GIB > 10 * ckpt.components["audio_encoder_saved"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Like with like
+
+
+def test_comparison_puts_whole_run_against_whole_run_and_step_against_step():
+    measured = {"phase_peak_bytes": {"load": 900 * MIB, "preflight": 950 * MIB, "step": 1000 * MIB, "eval": 990 * MIB},
+                "peak_phase": "step", "peak_bytes": 1000 * MIB, "method": "CPU resident set high-water mark"}
+    estimate = {"total_bytes": 1100 * MIB, "run_peak_phase": "eval", "step_bytes": 1050 * MIB,
+                "run_phases": {"load": 900 * MIB, "step": 1050 * MIB, "eval": 1100 * MIB}}
+    result = compare(measured, estimate)
+    assert result["percent"] == pytest.approx(100 * 1000 / 1100, abs=0.1)
+    assert result["step_percent"] == pytest.approx(100 * 1000 / 1050, abs=0.1)
+    text = comparison_text(result)
+    assert "set by step" in text and "peak in eval" in text and "1.07 GiB" in text and "91 %" in text
+    assert "One training step: 1000 MiB against 1.03 GiB estimated (95 %)" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# The worst-case batch
+
+
+def _rows(processor):
+    """Three rows whose maxima differ: `text` has the most tokens, `clip` the longest clip, `answer`
+    the longest answer."""
+    from datasets import Dataset
+
+    from pipeline.conversation import TokenCounter, build_messages
+    from pipeline.data.audio import wav_bytes
+
+    def clip(seconds):
+        t = np.arange(int(16000 * seconds)) / 16000
+        return wav_bytes((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+
+    rows = [
+        {"id": "text", "target_text": "We call it bear " * 30, "feedback": "Scores (0-10): accuracy 6", "seconds": 1.0},
+        {"id": "clip", "target_text": "Bear", "feedback": "Scores (0-10): accuracy 7", "seconds": 4.0},
+        {"id": "answer", "target_text": "Bear", "feedback": "Advice: say the vowel longer. " * 12, "seconds": 0.5},
+    ]
+    counter = TokenCounter(processor)
+    tokens = counter.count([build_messages(r["target_text"], r["feedback"]) for r in rows])
+    return Dataset.from_dict({
+        "id": [r["id"] for r in rows], "target_text": [r["target_text"] for r in rows],
+        "feedback": [r["feedback"] for r in rows], "audio_wav": [clip(r["seconds"]) for r in rows],
+        "num_tokens": tokens, "duration_s": [r["seconds"] for r in rows],
+    })
+
+
+def test_the_preflight_batch_holds_the_longest_clip_when_it_is_not_the_longest_row(tiny_model_dir):
+    from pipeline.training.collate import ChatCollator
+    from pipeline.training.model import load_processor
+    from pipeline.training.worst_case import answer_token_counts, worst_case, worst_case_batch
+
+    processor = load_processor(str(tiny_model_dir))
+    data = _rows(processor)
+    tokens = dict(zip(data["id"], data["num_tokens"]))
+    answers = dict(zip(data["id"], answer_token_counts(processor, list(data))))
+    assert max(tokens, key=tokens.get) == "text" and max(answers, key=answers.get) == "answer"
+    case = worst_case(data, 2, processor)
+    assert (case.longest_row, case.longest_clip, case.longest_answer) == ("text", "clip", "answer")
+    assert case.clip_s == 4.0 and case.tokens == tokens["text"] and case.answer_tokens == answers["answer"]
+    batch = worst_case_batch(ChatCollator(processor, max_length=1024), case)
+    # two rows of the longest row's tokens, each with the 4 s clip (100 mel frames per second)...
+    assert batch["input_ids"].shape == (2, tokens["text"])
+    assert batch["input_features_mask"].sum(dim=1).tolist() == [pytest.approx(400, abs=3)] * 2
+    # ...each supervising as many positions as the longest answer
+    assert (batch["labels"] != -100).sum(dim=1).tolist() == [answers["answer"]] * 2
+    # the longest row alone, as the preflight used to pick it, has a shorter clip and answer
+    alone = ChatCollator(processor, max_length=1024)([data[0]])
+    assert alone["input_features_mask"].sum() < 150 and (alone["labels"] != -100).sum() < answers["answer"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Audio-encoder checkpointing
+
+
+def test_audio_lora_blocks_are_checkpointed_with_gradient_checkpointing(tiny_model_dir):
+    """With LoRA in the audio encoder and gradient checkpointing, the conformer's blocks keep only
+    their inputs for backward: counted with torch's saved-tensor hooks over the encoder's forward."""
+    import torch
+
+    from pipeline.training.model import _gemma3n_inner, attach_lora, load_model
+
+    def saved_bytes(checkpointing: bool) -> tuple[int, torch.Tensor]:
+        model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
+        model, report = attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_targets="language+audio",
+                                                       gradient_checkpointing=checkpointing, lora_dropout=0.0))
+        assert report.modules_per_part["audio"] > 0
+        model.train()
+        tower = _gemma3n_inner(model).audio_tower
+        torch.manual_seed(0)
+        mel = torch.randn(1, 800, tower.config.input_feat_size, dtype=torch.bfloat16)
+        mask = torch.zeros(1, 800, dtype=torch.bool)
+        total = 0
+
+        def pack(t):
+            nonlocal total
+            total += t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = tower(mel, mask).last_hidden_state
+        out.float().sum().backward()
+        grads = [p.grad for n, p in model.named_parameters() if "audio_tower" in n and p.grad is not None]
+        return total, torch.cat([g.flatten().float() for g in grads])
+
+    plain_bytes, plain_grads = saved_bytes(False)
+    ckpt_bytes, ckpt_grads = saved_bytes(True)
+    assert ckpt_bytes < plain_bytes / 3
+    assert torch.allclose(plain_grads, ckpt_grads, rtol=1e-2, atol=1e-3)  # same gradients, recomputed
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole run, end to end
+
+
+@pytest.mark.slow
+def test_cli_run_on_the_sample_pack_reports_its_peak_within_10_percent_of_the_estimate(tmp_path, tiny_model_dir):
+    """A new user's run: the tiny model, the bundled sample pack, default settings, 4-bit, 6 steps with
+    evaluation and a checkpoint at step 3, in its own process as the app starts it. The reported peak
+    of the whole run is within 10 % of the whole-run estimate for the same settings, and the summary
+    names the phase that set each."""
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.importers import import_folder
+
+    ws = tmp_path / "ws"
+    import_folder(ws, REPO / "sample_data" / "speechocean762-pack", format="kaldi")
+    build_dataset(ws, str(tiny_model_dir))
+    cmd = [sys.executable, "-m", "pipeline", "train", "--workspace", str(ws), "--run", "first", "--model",
+           str(tiny_model_dir), "--device", "cpu", "--quantization", "4bit", "--max-steps", "6", "--eval-steps", "3",
+           "--save-steps", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((ws / "runs" / "first" / "result.json").read_text())
+    measured, estimate = result["memory"], result["memory_estimate"]
+    assert set(measured["phase_peak_bytes"]) == {"load", "preflight", "step", "eval", "save"}
+    assert result["peak_memory_bytes"] == measured["peak_bytes"] == max(measured["phase_peak_bytes"].values())
+    assert abs(measured["peak_bytes"] - estimate["total_bytes"]) <= 0.10 * estimate["total_bytes"], (measured, estimate)
+    summary = proc.stdout
+    assert f"set by {measured['peak_phase']}" in summary and f"peak in {estimate['run_peak_phase']}" in summary
+    assert "One training step:" in summary
