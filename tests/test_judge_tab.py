@@ -104,6 +104,34 @@ def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scal
     assert list(frame["base · google/gemma-3n-E2B-it: total"]) == ["unparsed", "2.0", "6.0"]
 
 
+def test_the_headline_gives_chrf_for_every_kind_present():
+    """Issue 13: free-speech and dialogue answers are judged by chrF against the reference, per kind."""
+    from pipeline.tutor.by_kind import metrics_by_kind
+    from pipeline.tutor.metrics import evaluate_answers
+
+    reference = "Scores: total 6, accuracy 6, fluency 7, prosody 6 (0-10)\nWords to practise: bear\nTip: open the vowel."
+    answers = [
+        {"kind": "read_aloud", "answer": reference, "reference_feedback": reference, "reference": reference},
+        {"kind": "free_speech", "answer": "Good pace; say 'holiday' with the stress first.",
+         "reference_feedback": "Good pace. Stress the first syllable of 'holiday'."},
+        {"kind": "free_speech", "answer": "zzz", "reference_feedback": "Clear vowels; link 'went to'."},
+        {"kind": "dialogue", "answer": "Try again: 'thought', tongue between the teeth.",
+         "reference_feedback": "Almost: 'thought' starts with the tongue between the teeth."},
+    ]
+    expert = evaluate_answers([a for a in answers if a["kind"] == "read_aloud"], resamples=50)
+    result = dict(expert, model="m", run="r1", by_kind=metrics_by_kind(answers, expert))
+    base = dict(expert, model="m", run=None, by_kind=metrics_by_kind(answers[:1], expert))
+    frame = view.headline_frame([base, result])
+    figures = list(frame["figure"])
+    row = {name: list(frame.iloc[figures.index(name), 1:]) for name in figures if "chrF" in name}
+    assert list(row) == ["read-aloud: chrF 0-100 (answers)", "free speech: chrF 0-100 (answers)",
+                         "tutoring dialogue: chrF 0-100 (answers)"]
+    assert row["read-aloud: chrF 0-100 (answers)"] == ["100.0 (n=1)", "100.0 (n=1)"]  # the reference itself
+    free = result["by_kind"]["free_speech"]["chrf"]["chrf"]
+    assert 0 < free < 100 and row["free speech: chrF 0-100 (answers)"] == ["–", f"{free:.1f} (n=2)"]
+    assert row["tutoring dialogue: chrF 0-100 (answers)"][0] == "–"  # the base was not asked any dialogue
+
+
 def test_loss_curves_of_several_runs_overlay_in_one_figure():
     runs = {
         "r1": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 2.8}],

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pipeline.conversation import KIND_LABELS
+
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
 UNPARSED_DISAGREEMENT = 10.0
 """An unparsed answer disagrees by the whole 0-10 scale (it said nothing usable)."""
@@ -42,7 +44,9 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
 
     Rows: clips; unparsed answers (count and %); for each sentence score PCC and SCC with their 95 %
     bootstrap intervals and MAE with n and coverage; precision, recall and F1 (with interval) of
-    flagged words and of phone errors; the answer length limit and the seconds taken.
+    flagged words and of phone errors (read-aloud rows, against the experts); chrF against the
+    reference feedback for each sample kind present (`pipeline.tutor.by_kind`); the answer length
+    limit and the seconds taken.
     """
     import pandas as pd
 
@@ -67,6 +71,14 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
             (f"{title}: recall", [_num(f["recall"]) for f in flags]),
             (f"{title}: F1 [95 % CI]", [_with_ci(f["f1"], f["f1_ci"]) for f in flags]),
         ]
+    kinds = [kind for kind in KIND_LABELS if any(kind in (r.get("by_kind") or {}) for r in results)]
+    for kind in kinds:  # every kind against its reference feedback (chrF, sacrebleu), beside the expert scores
+        cells = []
+        for r in results:
+            entry = (r.get("by_kind") or {}).get(kind)
+            chrf = (entry or {}).get("chrf") or {}
+            cells.append("–" if not chrf else f"{_num(chrf.get('chrf'), 1)} (n={entry.get('answers', '?')})")
+        rows.append((f"{KIND_LABELS[kind]}: chrF 0-100 (answers)", cells))
     rows += [
         ("longest answer (tokens)", [str(r.get("max_new_tokens", "–")) for r in results]),
         ("seconds", [_num(r.get("seconds"), 0) for r in results]),
