@@ -160,6 +160,34 @@ def e2b_checkpoint_dir() -> Path:
     return out
 
 
+def give_tokenizer_the_models_ids(folder: Path) -> Path:
+    """Move the multimodal block of the tiny tokenizer copied into `folder` to the ids of `folder`'s
+    own config, so that real rows (the whole-run column trains through the processor and collator)
+    put `<audio_soft_token>` where the model looks for it. The tiny tokenizer holds its vision block
+    at [T0, T0 + M0) and its audio block at [T0 + M0, T0 + 2 M0) (`make_tiny_model`); the model at
+    [T, T + M) and [T + M, T + 2 M), with T = `eoi_token_id` and T + M = `eoa_token_id` in both
+    configs. Text ids stay as they are. Idempotent; returns `folder`."""
+    model = json.loads((folder / "config.json").read_text())
+    tiny = json.loads((tiny_model_dir() / "config.json").read_text())
+    t0, m0 = tiny["eoi_token_id"], tiny["eoa_token_id"] - tiny["eoi_token_id"]
+    t, m = model["eoi_token_id"], model["eoa_token_id"] - model["eoi_token_id"]
+    path = folder / "tokenizer.json"
+    data = json.loads((tiny_model_dir() / "tokenizer.json").read_text())
+
+    def moved(i: int) -> int:
+        if t0 <= i < t0 + m0:
+            return t + (i - t0)
+        if t0 + m0 <= i < t0 + 2 * m0:
+            return t + m + (i - t0 - m0)
+        return i
+
+    data["model"]["vocab"] = {token: moved(i) for token, i in data["model"]["vocab"].items()}
+    for added in data["added_tokens"]:
+        added["id"] = moved(added["id"])
+    path.write_text(json.dumps(data, ensure_ascii=False))
+    return folder
+
+
 def grid(full: bool) -> list[dict]:
     """The configurations: (model, seq_len, batch, gradient checkpointing, quantization, rank, clip)."""
     rows = []
@@ -342,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         step = "" if not m else _step_cells(rec, est)
         run = ""
         if not args.step_only and not args.from_json and not args.malloc_fixed:
-            whole_path = str(e2b_checkpoint_dir()) if row["model"] == "E2B" else paths[row["model"]]
+            folder = e2b_checkpoint_dir() if row["model"] in ("E2B", "E2B-ckpt") else Path(paths[row["model"]])
+            whole_path = str(give_tokenizer_the_models_ids(folder) if row["model"] != "tiny" else folder)
             rec["whole_run"] = whole = run_whole(CACHE, whole_path, row, args.answer_tokens)
             run = _run_cells(rec, whole)
         elif "whole_run" in rec:
