@@ -109,3 +109,35 @@ def test_a_recording_session_saves_skips_rerecords_and_survives_closing_the_tab(
     assert failed[2].startswith("**✗") and "silent" in failed[2]
     assert "1 of 2" in ui.session_restore()[0]
     assert ui.start_session("", None, "Read aloud (sentences)", "")[0].startswith("**✗")
+
+
+def test_the_trim_box_is_honoured_by_every_check_of_a_dialogue_turn_and_a_session_clip(ui, tmp_path, speechocean_dir):
+    """A 40 s learner clip: refused with the hint to tick the Trim box, then taken with the box ticked, in
+    the dialogue editor (the turn's check and the save) and in the recording session (the automatic check
+    and the save), as the single-clip form already did."""
+    import soundfile
+
+    from pipeline.data.samples import SampleLibrary
+
+    speech, rate = soundfile.read(clip(speechocean_dir, "000010011", tmp_path), dtype="float32")
+    long_clip = tmp_path / "long-answer.wav"
+    soundfile.write(str(long_clip), np.tile(speech, int(40 * rate / len(speech)) + 1), rate)
+
+    refused = ui.add_learner_turn(str(long_clip), "", [])
+    assert refused[-1].startswith("**✗") and " s; Gemma 3n hears at most 30 s" in refused[-1] and "Trim clips longer than 30 s" in refused[-1]
+    turns, chat, audio, text, note = ui.add_learner_turn(str(long_clip), "", [], True)
+    assert len(turns) == 1 and note == "1 turn(s)."
+    turns, *_ = ui.add_tutor_turn("Good, a bit slower next time.", turns)
+    status, *_ = ui.save_dialogue(turns, "kate", True)
+    assert "Saved dialogue" in status and "30.0 s" in status
+
+    ui.start_session("WE CALL IT BEAR", None, "Read aloud (sentences)", "kate")
+    refused = ui.session_check(str(long_clip))
+    assert refused.startswith("**✗") and "Trim clips longer than 30 s" in refused
+    checked = ui.session_check(str(long_clip), True)
+    assert "✗" not in checked and "trimmed" in checked
+    refused = ui.session_save_and_next(str(long_clip), "", False)
+    assert refused[2].startswith("**✗") and "Trim clips longer than 30 s" in refused[2]
+    progress, item, status, *_ = ui.session_save_and_next(str(long_clip), "", True)
+    assert "Saved" in status and "(30.0 s)" in status
+    assert sorted(s.kind for s in SampleLibrary(ui.ws).list()) == ["dialogue", "read_aloud"]
