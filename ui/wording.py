@@ -52,6 +52,9 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
 """Command-line flags that have a widget in the app: its label (the start of the widget's label on the
 page), where it is, and whether it is an on/off box."""
 
+RESUME_ANYWAY_LABEL = "Resume even though the dataset was rebuilt (the run records the change)"
+"""The Train tab's box beside Resume: `train --resume --allow-dataset-change`."""
+
 BUTTONS: dict[str, tuple[str, str]] = {
     "resume": ("Resume", "Train tab"),
 }
@@ -71,6 +74,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
             for value in group}
 _VALUE = r"(?:-?\d[\w.]*|DIR|N|" + "|".join(re.escape(c) for c in sorted(_CHOICES, key=len, reverse=True)) + r")"
+_RESUME_COMMAND = re.compile(r"`python -m pipeline train [^`]*?--resume(?P<anyway> --allow-dataset-change)?[^`]*`")
 _BACKTICKED_COMMAND = re.compile(r"`python -m pipeline ([a-z-]+)[^`]*`")
 _BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)[^\s,;)`]+)?)*")
 _BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
@@ -114,6 +118,13 @@ def _bare_flag(match: re.Match, widgets: dict[str, tuple[str, str, bool]] = SETT
     return match.group(0) if words is None else words
 
 
+def _resume_command(match: re.Match) -> str:
+    """`python -m pipeline train ... --resume [--allow-dataset-change]` -> the Train tab's Resume button
+    (with its box ticked): the app resumes a run there, never with Start training."""
+    resume = f"**{BUTTONS['resume'][0]}** ({BUTTONS['resume'][1]})"
+    return f"{resume} with **{RESUME_ANYWAY_LABEL}** ticked" if match.group("anyway") else resume
+
+
 def _command(match: re.Match) -> str:
     command = COMMANDS.get(match.group(1))
     if command is None:
@@ -147,6 +158,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
         return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
+    text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)
     text = _BARE_COMMAND.sub(_command, text)
     text = _BACKTICKED_FLAGS.sub(lambda m: _backticked_flags(m, table), text)
