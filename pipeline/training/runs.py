@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -208,7 +209,7 @@ def require_built_dataset(workspace: Workspace | str | os.PathLike) -> dict:
     ws = _ws(workspace)
     fix = (
         f"build it first: the app's Dataset tab (Build dataset), or "
-        f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`"
+        f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --model google/gemma-3n-E2B-it`"
     )
     try:
         report = load_build_report(ws)
