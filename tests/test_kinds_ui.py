@@ -141,3 +141,22 @@ def test_the_trim_box_is_honoured_by_every_check_of_a_dialogue_turn_and_a_sessio
     progress, item, status, *_ = ui.session_save_and_next(str(long_clip), "", True)
     assert "Saved" in status and "(30.0 s)" in status
     assert sorted(s.kind for s in SampleLibrary(ui.ws).list()) == ["dialogue", "read_aloud"]
+
+
+def test_start_session_again_on_the_same_list_continues_it_and_another_learner_starts_over(ui, tmp_path, speechocean_dir):
+    """Start pressed a second time (a double click, or after reopening the page with the list still pasted)
+    threw the teacher back to "1 of 3 · 0 saved": the clips saved stayed in the library but the session
+    forgot them. The same list for the same speaker continues; another speaker or list starts over."""
+    from pipeline.data.samples import SampleLibrary
+
+    items = "WE CALL IT BEAR\nZERO THREE FIVE ONE\nTHREE TWO TWO SEVEN"
+    ui.start_session(items, None, "Read aloud (sentences)", "0001")
+    ui.session_save_and_next(clip(speechocean_dir, "000010011", tmp_path), "Clear.")
+    ui.session_skip()
+    progress, item = ui.start_session(items, None, "Read aloud (sentences)", "0001")
+    assert "3 of 3 · 1 saved, 1 skipped" in progress and "THREE TWO TWO SEVEN" in item
+    progress, item = ui.start_session(items, None, "Read aloud (sentences)", "0002")
+    assert "1 of 3 · 0 saved" in progress and "WE CALL IT BEAR" in item and "0002" in progress
+    progress, item = ui.start_session("WE CALL IT BEAR", None, "Read aloud (sentences)", "0002")
+    assert "1 of 1" in progress
+    assert len(SampleLibrary(ui.ws).list()) == 1, "starting over deletes nothing saved"

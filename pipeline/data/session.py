@@ -129,6 +129,11 @@ class SessionStore:
     def start(self, items: list[str], kind: str = "read_aloud", speaker: str | None = None) -> RecordingSession:
         """A new session over `items` (replacing any previous one; saved samples stay in the library).
 
+        Starting the same list of the same kind for the same speaker again while that session is
+        unfinished (Start pressed twice, or again after reopening the page) continues it where it was,
+        with its saved and skipped items, instead of starting over at item 1 (where re-recording the
+        items already saved would add them twice). Another speaker on the same list is a new session.
+
         Raises `SampleError` for an empty list or a kind other than read_aloud / free_speech.
         """
         if kind not in SESSION_KINDS:
@@ -138,8 +143,12 @@ class SessionStore:
         if not items:
             what = "sentences" if kind == "read_aloud" else "prompts"
             raise SampleError(f"The list is empty: paste the {what}, one per line, or import a .txt/.csv file.")
-        return self._save(RecordingSession(kind=kind, items=items, speaker=(speaker or "").strip() or None,
-                                           started_at=time.time()))
+        speaker = (speaker or "").strip() or None
+        current = self.load()
+        if (current is not None and not current.done and current.kind == kind and current.items == items
+                and current.speaker == speaker):
+            return current
+        return self._save(RecordingSession(kind=kind, items=items, speaker=speaker, started_at=time.time()))
 
     def _current(self) -> RecordingSession:
         session = self.load()
