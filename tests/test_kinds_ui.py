@@ -160,3 +160,18 @@ def test_start_session_again_on_the_same_list_continues_it_and_another_learner_s
     progress, item = ui.start_session("WE CALL IT BEAR", None, "Read aloud (sentences)", "0002")
     assert "1 of 1" in progress
     assert len(SampleLibrary(ui.ws).list()) == 1, "starting over deletes nothing saved"
+
+
+def test_the_sample_pack_says_how_to_add_its_free_speech_and_dialogue_examples(ui):
+    """"Load the sample pack" imports the read-aloud clips only; its note names the pack's chat-format
+    examples, and the path it gives imports them in Import a folder."""
+    import re
+
+    from pipeline.data.samples import SampleLibrary
+
+    summary, *_ = ui.load_sample_pack()
+    (path,) = re.findall(r"type `([^`]+tutoring\.jsonl)`", summary)
+    summary, *_ = ui.import_folder(path, "auto", False)
+    assert "Imported **4**" in summary and "skipped **0**" in summary, summary
+    kinds = sorted(s.kind for s in SampleLibrary(ui.ws).list())
+    assert kinds.count("dialogue") == 2 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8

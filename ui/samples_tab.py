@@ -185,7 +185,10 @@ def _sample_pack_attribution() -> str:
     return (
         "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
         "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
-        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`."
+        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
+        "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
+        f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
+        "**Import** (2 tutoring dialogues and 2 free-speech answers over the same clips)."
     )
 
 
