@@ -175,3 +175,34 @@ def test_the_sample_pack_says_how_to_add_its_free_speech_and_dialogue_examples(u
     assert "Imported **4**" in summary and "skipped **0**" in summary, summary
     kinds = sorted(s.kind for s in SampleLibrary(ui.ws).list())
     assert kinds.count("dialogue") == 2 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8
+
+
+def test_the_library_editor_shows_and_edits_each_kinds_own_texts(ui, tmp_path, speechocean_dir):
+    """Clicking a free-speech sample showed an empty "Target sentence" (its prompt could not be seen or fixed);
+    a dialogue showed two empty boxes and Save changes warned that its empty feedback leaves it out of the
+    build, which is false (a dialogue trains on its tutor turns)."""
+    from pipeline.data.samples import SampleLibrary
+
+    ui.save_clip("Free speech", clip(speechocean_dir, "000010011", tmp_path), "", "Waht is it?", "", "Clear BEAR.", "kate")
+    turns, *_ = ui.add_learner_turn(clip(speechocean_dir, "000010035", tmp_path), "zero three", [])
+    turns, *_ = ui.add_tutor_turn("Good; THREE starts with TH.", turns)
+    ui.save_dialogue(turns, "kate")
+    library = SampleLibrary(ui.ws)
+    free = next(s for s in library.list() if s.kind == "free_speech")
+    dialogue = next(s for s in library.list() if s.kind == "dialogue")
+
+    def select(sample_id):
+        return ui.select_sample(None, gr.SelectData(None, {"index": [0, 0], "value": sample_id,
+                                                             "row_value": [sample_id], "selected": True}))
+
+    _id, _audio, text, feedback, speaker, _checks = select(free.id)
+    assert text["value"] == "Waht is it?" and text["label"].startswith("Prompt") and text["interactive"]
+    status, _table = ui.update_sample(free.id, "What is it?", feedback["value"], speaker)
+    assert "⚠" not in status and library.get(free.id).prompt == "What is it?" and not library.get(free.id).target_text
+
+    _id, _audio, text, feedback, speaker, _checks = select(dialogue.id)
+    assert not text["interactive"] and not feedback["interactive"]
+    assert feedback["value"].splitlines() == ["Learner: [clip] zero three", "Tutor: Good; THREE starts with TH."]
+    status, _table = ui.update_sample(dialogue.id, text["value"], feedback["value"], "kate-2")
+    assert status == f"Saved changes to **{dialogue.id}**.", status
+    assert library.get(dialogue.id).speaker == "kate-2" and library.get(dialogue.id).turns == dialogue.turns
