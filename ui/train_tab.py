@@ -330,7 +330,9 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
             resume_choice = gr.Dropdown([], label="Stopped run to continue", elem_id="resume-choice",
                                         scale=3, allow_custom_value=True)
             resume_button = gr.Button("Resume", elem_id="resume-training", scale=1)
-        allow_change = gr.Checkbox(False, label=RESUME_ANYWAY_LABEL, elem_id="resume-allow-change")
+        allow_change = gr.Checkbox(False, label=RESUME_ANYWAY_LABEL, elem_id="resume-allow-change",
+                                   info="Only when Resume is refused for a rebuilt dataset: the run goes on with "
+                                        "the new rows and records the change.")
         current_run = gr.Textbox(label="Watching run", interactive=False, elem_id="current-run")
         train_status = gr.Markdown(elem_id="train-status")
         progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")

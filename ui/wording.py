@@ -52,7 +52,7 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
 """Command-line flags that have a widget in the app: its label (the start of the widget's label on the
 page), where it is, and whether it is an on/off box."""
 
-RESUME_ANYWAY_LABEL = "Resume even though the dataset was rebuilt (the run records the change)"
+RESUME_ANYWAY_LABEL = "Resume even though the dataset was rebuilt"
 """The Train tab's box beside Resume: `train --resume --allow-dataset-change`."""
 
 BUTTONS: dict[str, tuple[str, str]] = {
@@ -122,7 +122,7 @@ def _resume_command(match: re.Match) -> str:
     """`python -m pipeline train ... --resume [--allow-dataset-change]` -> the Train tab's Resume button
     (with its box ticked): the app resumes a run there, never with Start training."""
     resume = f"**{BUTTONS['resume'][0]}** ({BUTTONS['resume'][1]})"
-    return f"{resume} with **{RESUME_ANYWAY_LABEL}** ticked" if match.group("anyway") else resume
+    return f"{resume} after ticking **{RESUME_ANYWAY_LABEL}**" if match.group("anyway") else resume
 
 
 def _command(match: re.Match) -> str:
