@@ -206,3 +206,30 @@ def test_the_library_editor_shows_and_edits_each_kinds_own_texts(ui, tmp_path, s
     status, _table = ui.update_sample(dialogue.id, text["value"], feedback["value"], "kate-2")
     assert status == f"Saved changes to **{dialogue.id}**.", status
     assert library.get(dialogue.id).speaker == "kate-2" and library.get(dialogue.id).turns == dialogue.turns
+
+
+@pytest.mark.parametrize("typed", ['"{}"', "'{}'", "  {}  ", "file://{}"])
+def test_a_pasted_folder_path_with_quotes_or_as_a_file_address_imports(ui, typed):
+    """Windows' "Copy as path" pastes "C:\\...\\clips" in double quotes, a file manager's drag or a terminal
+    gives '/path/with spaces' or file:///path: each was refused as a folder that does not exist."""
+    from pipeline.data.samples import SampleLibrary
+    from ui.samples_tab import SAMPLE_PACK_DIR
+
+    source = str(SAMPLE_PACK_DIR)
+    if typed.startswith("file://"):
+        from urllib.parse import quote
+
+        source = quote(source)
+    summary, *_ = ui.import_folder(typed.format(source), "auto", False)
+    assert summary.startswith("Imported **8**"), summary
+    assert len(SampleLibrary(ui.ws).list()) == 8
+
+
+def test_typed_path_keeps_a_plain_path_and_names_with_quotes_inside():
+    from ui.common import typed_path
+
+    assert typed_path("/home/me/kate's clips") == "/home/me/kate's clips"
+    assert typed_path("'/home/me/my clips'") == "/home/me/my clips"
+    assert typed_path("file:///home/me/my%20clips") == "/home/me/my clips"
+    assert typed_path('"C:\\Users\\me\\clips"') == "C:\\Users\\me\\clips"
+    assert typed_path("   ") == "" and typed_path(None) == ""

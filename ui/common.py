@@ -117,6 +117,22 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     return decorate(fn) if fn is not None else decorate
 
 
+def typed_path(text: str | None) -> str:
+    """A path as a person pastes it into a text box, as the file system names it: surrounding spaces
+    and one pair of matching quotes removed (Windows' "Copy as path" adds double quotes, a file dragged
+    from a Linux or macOS file manager or copied from a terminal may come in single quotes), a
+    `file://` address (a file dragged into the box) turned into its path, and `~` expanded. "" stays "".
+    """
+    from urllib.parse import unquote, urlparse
+
+    path = (text or "").strip()
+    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
+        path = path[1:-1].strip()
+    if path.lower().startswith("file://"):
+        path = unquote(urlparse(path).path)
+    return str(Path(path).expanduser()) if path else ""
+
+
 def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
     """A validated `TrainConfig` from widget values (dict by field name, or values in `CONFIG_FIELDS` order).
 
