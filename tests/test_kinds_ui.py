@@ -233,3 +233,20 @@ def test_typed_path_keeps_a_plain_path_and_names_with_quotes_inside():
     assert typed_path("file:///home/me/my%20clips") == "/home/me/my clips"
     assert typed_path('"C:\\Users\\me\\clips"') == "C:\\Users\\me\\clips"
     assert typed_path("   ") == "" and typed_path(None) == ""
+
+
+def test_a_model_path_pasted_with_spaces_or_quotes_is_the_folder(ui, tiny_model_dir):
+    """" /path/to/tiny-gemma3n " in the Model box was taken for a hub id: the build failed with "accept the
+    license at https://huggingface.co/ /path..." and a download command for it."""
+    from ui import common
+
+    ui.load_sample_pack()
+    for typed in (f"  {tiny_model_dir} ", f"'{tiny_model_dir}'", f'"{tiny_model_dir}"'):
+        summary = ui.build_dataset(typed, 0.25, 42, 1024)[0]
+        assert summary.startswith("**Rows:**") and f"(model `{tiny_model_dir}`)" in summary, summary
+        assert "random weights" in ui.describe_model(typed)
+        assert [value for _label, value in ui.judge_candidates(typed)][0] == f"base:{tiny_model_dir}"
+        values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+        assert common.config_from_values({**values, "model": typed}).model == str(tiny_model_dir)
+    assert common.model_text(" google/gemma-3n-E2B-it ") == "google/gemma-3n-E2B-it"
+    assert common.model_text("./models/x") == "./models/x"

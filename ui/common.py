@@ -117,6 +117,16 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     return decorate(fn) if fn is not None else decorate
 
 
+def model_text(value: str | None) -> str:
+    """The Model box's value as a hub id or a folder: surrounding spaces and one pair of matching quotes
+    removed (a pasted path often brings them; " /home/me/model " was taken for a hub id and answered with
+    a download command for it). Nothing else changes: `./models/x` stays a relative folder."""
+    text = str(value or "").strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
 def typed_path(text: str | None) -> str:
     """A path as a person pastes it into a text box, as the file system names it: surrounding spaces
     and one pair of matching quotes removed (Windows' "Copy as path" adds double quotes, a file dragged
@@ -150,7 +160,7 @@ def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
         elif kind is float and isinstance(value, int):
             value = float(value)
         elif kind is str:
-            value = str(value).strip()
+            value = model_text(value) if name == "model" else str(value).strip()
         clean[name] = value
     return TrainConfig(**clean)
 

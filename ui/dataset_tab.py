@@ -13,7 +13,7 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import formatting as fmt
-from ui.common import DEFAULTS, progress_callback, ui_errors
+from ui.common import DEFAULTS, model_text, progress_callback, ui_errors
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
@@ -36,7 +36,7 @@ class DatasetHandlers:
         from pipeline.data.dataset import build_dataset
 
         report = build_dataset(
-            self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
+            self.ws, model_text(model) or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
             seed=int(DEFAULTS.seed if seed is None else seed),
             max_length=int(DEFAULTS.max_length if max_length is None else max_length),
             progress=progress_callback(progress, unit="rows"),

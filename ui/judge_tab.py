@@ -21,7 +21,7 @@ import gradio as gr
 
 from pipeline.errors import EvaluationError, PipelineError
 from ui import judge_view as view
-from ui.common import error_panel, list_runs, run_settings, ui_errors
+from ui.common import error_panel, list_runs, model_text, run_settings, ui_errors
 from ui.state import AppState
 
 BASE, RUN = "base:", "run:"
@@ -44,7 +44,7 @@ class JudgeHandlers:
         """(label, value) of what can be evaluated: the picked base model, the base models of the runs,
         then every run with an adapter. Values are `base:MODEL` or `run:NAME`."""
         runs = [r for r in list_runs(self.ws) if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
-        bases = [str(model)] if model else []
+        bases = [model_text(model)] if model_text(model) else []
         for run in runs:
             base = run_settings(self.ws, run["run"]).get("model")
             if base and str(base) not in bases:
