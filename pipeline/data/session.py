@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, read_text, where_not_utf8
 from pipeline.workspace import Workspace
 
 SESSION_FILE = "session.json"
@@ -88,9 +88,12 @@ def parse_items(text: str | None = None, file: str | Path | None = None) -> list
     if file:
         path = Path(file)
         try:
-            content = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as error:
-            raise SampleError(f"The list `{path.name}` cannot be read as UTF-8 text ({error}); save it as UTF-8.") from None
+            content = read_text(path)
+        except UnicodeDecodeError as error:
+            raise SampleError(f"The list `{path.name}` is not UTF-8 text (from {where_not_utf8(path, error)}); "
+                              "save it as UTF-8 (a text editor's or Excel's 'UTF-8' option) and import it again.") from None
+        except OSError as error:
+            raise SampleError(f"The list `{path.name}` cannot be read ({error.strerror or error}); check the file.") from None
         if path.suffix.lower() in (".csv", ".tsv"):
             rows = list(csv.reader(io.StringIO(content), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
             header = [h.strip().lower() for h in rows[0]] if rows else []
