@@ -1,4 +1,5 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written manifest or config."""
+"""Atomic file writes: a crash mid-write never leaves a half-written manifest or config. Also how a text
+file a person made (an import's metadata, a recording session's list) is decoded: `read_text`."""
 
 from __future__ import annotations
 
