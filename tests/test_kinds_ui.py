@@ -250,3 +250,27 @@ def test_a_model_path_pasted_with_spaces_or_quotes_is_the_folder(ui, tiny_model_
         assert common.config_from_values({**values, "model": typed}).model == str(tiny_model_dir)
     assert common.model_text(" google/gemma-3n-E2B-it ") == "google/gemma-3n-E2B-it"
     assert common.model_text("./models/x") == "./models/x"
+
+
+def test_back_and_saving_the_same_take_again_updates_it_instead_of_refusing_a_duplicate(ui, tmp_path, speechocean_dir):
+    """Back, then Save and next with the same recording (to fix its feedback): refused as "the same audio as"
+    the item's own sample, the session stuck on that item. Now the take's sample is updated and the session
+    moves on; a different take still replaces it."""
+    from pipeline.data.samples import SampleLibrary
+
+    take = clip(speechocean_dir, "000010011", tmp_path)
+    ui.start_session("WE CALL IT BEAR\nZERO THREE FIVE ONE", None, "Read aloud (sentences)", "0001")
+    ui.session_save_and_next(take, "")
+    ui.session_back()
+    progress, item, status, *_ = ui.session_save_and_next(take, "Open the EH in BEAR.")
+    assert status.startswith("Saved") and "2 of 2 · 1 saved" in progress and "ZERO THREE FIVE ONE" in item, status
+    (sample,) = SampleLibrary(ui.ws).list()
+    assert sample.feedback == "Open the EH in BEAR." and sample.target_text == "WE CALL IT BEAR"
+    ui.session_back()
+    ui.session_save_and_next(clip(speechocean_dir, "000010035", tmp_path / "other"), "Second take.")
+    (sample,) = SampleLibrary(ui.ws).list()
+    assert sample.feedback == "Second take."
+    # the same audio for another item is still refused, and says how to change that sample instead
+    refused = ui.session_save_and_next(clip(speechocean_dir, "000010035", tmp_path / "again"), "")
+    assert refused[2].startswith("**✗") and "same audio" in refused[2] and "edit it" in refused[2], refused[2]
+    assert "2 of 2" in ui.session_restore()[0]

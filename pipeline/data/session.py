@@ -108,6 +108,20 @@ def parse_items(text: str | None = None, file: str | Path | None = None) -> list
     return [item for item in items if item and not item.startswith("#")]
 
 
+def _same_audio(library: Any, sample_id: str, audio: Any, trim: bool) -> bool:
+    """Whether `audio` (as the library would store it) is the audio of sample `sample_id` (False when that
+    sample is gone, or the clip cannot be read: the library's own add then says why)."""
+    from pipeline.data.audio import load_audio
+    from pipeline.data.samples import audio_sha256
+    from pipeline.errors import PipelineError
+
+    try:
+        stored = library.get(sample_id)
+        return bool(stored.audio_sha256) and audio_sha256(load_audio(audio, trim=trim).samples) == stored.audio_sha256
+    except PipelineError:
+        return False
+
+
 class SessionStore:
     """The recording session of one workspace (`WS/samples/session.json`)."""
 
@@ -178,14 +192,19 @@ class SessionStore:
         key = str(session.position)
         item = session.current
         text = dict(target_text=item) if session.kind == "read_aloud" else dict(prompt=item)
-        sample = library.add(audio, feedback=feedback or "", speaker=session.speaker, kind=session.kind, trim=trim,
-                             source="microphone" if isinstance(audio, tuple) else None, **text)
         previous = session.saved.get(key)
-        if previous:
-            try:
-                library.delete(previous)
-            except SampleError:
-                pass  # deleted meanwhile in the library view
+        if previous and _same_audio(library, previous, audio, trim):
+            # the same take saved again (e.g. to change its feedback): update it; adding it would be refused
+            # as a duplicate of itself and leave the teacher stuck on this item
+            sample = library.update(previous, feedback=feedback or "", speaker=session.speaker, **text)
+        else:
+            sample = library.add(audio, feedback=feedback or "", speaker=session.speaker, kind=session.kind, trim=trim,
+                                 source="microphone" if isinstance(audio, tuple) else None, **text)
+            if previous:
+                try:
+                    library.delete(previous)
+                except SampleError:
+                    pass  # deleted meanwhile in the library view
         session.saved[key] = sample.id
         session.skipped = [i for i in session.skipped if i != session.position]
         session.position = self._next_open(session, session.position + 1)
