@@ -284,9 +284,11 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
         assert name == "first" and "Started" in status
         pid_file = ui.ws.run_dir("first") / "pid.json"
         before = pid_file.read_bytes()
-        for second in ("second", "first"):
-            assert_failed(ui.start_training(second, *settings), "`first` is still training", "one run at a time",
-                          message_at=1)
+        assert_failed(ui.start_training("second", *settings), "`first` is still training", "one run at a time",
+                      message_at=1)
+        # Start clicked again on the same run (a double click): not an error, the page goes on watching it
+        again, status, *_ = ui.start_training("first", *settings)
+        assert again == "first" and "already training" in status and "✗" not in status
         assert_failed(ui.resume_training("first"), message_at=1)
         assert not (ui.ws.runs_dir / "second").exists()
         assert pid_file.read_bytes() == before, "the running job's files are untouched"

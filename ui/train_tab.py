@@ -76,9 +76,14 @@ class TrainHandlers:
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
 
+        from pipeline.training.runs import active_run
+
         config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
         self.ws.run_dir(name)  # validates the name before anything is written
+        if run_name and active_run(self.ws) == name:  # Start clicked again (a double click): it is that run
+            return (name, f"**{name}** is already training (started by the first click); watching it.",
+                    gr.Timer(active=True), gr.skip(), gr.skip())
         start_run(self.ws, name, config)
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
                 gr.Timer(active=True), "", -1)
