@@ -1,4 +1,5 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written manifest or config."""
+"""Atomic file writes: a crash mid-write never leaves a half-written manifest or config. Also how a text
+file a person made (an import's metadata, a recording session's list) is decoded: `read_text`."""
 
 from __future__ import annotations
 
@@ -67,3 +68,27 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+_UTF16_BOMS = ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A text file a person made (a CSV or list saved from Excel or a text editor), decoded: UTF-8 with or
+    without a byte-order mark, or UTF-16 with one (Excel's "Unicode Text" and some Windows editors).
+
+    Raises `UnicodeDecodeError` for anything else (e.g. a legacy 8-bit code page); `where_not_utf8`
+    words where, for the message."""
+    data = Path(path).read_bytes()
+    for bom, encoding in _UTF16_BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
+    return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def where_not_utf8(path: str | os.PathLike, error: UnicodeDecodeError) -> str:
+    """Where a file stops being UTF-8, in words for a message: "line 3, near 'Caf'" (no codec internals)."""
+    data = Path(path).read_bytes()[: error.start]
+    line = data.count(b"\n") + 1
+    before = data.rsplit(b"\n", 1)[-1][-20:].decode("utf-8", errors="ignore")
+    return f"line {line}" + (f", after {before!r}" if before.strip() else "")

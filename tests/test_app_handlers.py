@@ -284,9 +284,11 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
         assert name == "first" and "Started" in status
         pid_file = ui.ws.run_dir("first") / "pid.json"
         before = pid_file.read_bytes()
-        for second in ("second", "first"):
-            assert_failed(ui.start_training(second, *settings), "`first` is still training", "one run at a time",
-                          message_at=1)
+        assert_failed(ui.start_training("second", *settings), "`first` is still training", "one run at a time",
+                      message_at=1)
+        # Start clicked again on the same run (a double click): not an error, the page goes on watching it
+        again, status, *_ = ui.start_training("first", *settings)
+        assert again == "first" and "already training" in status and "✗" not in status
         assert_failed(ui.resume_training("first"), message_at=1)
         assert not (ui.ws.runs_dir / "second").exists()
         assert pid_file.read_bytes() == before, "the running job's files are untouched"
@@ -331,7 +333,8 @@ def test_clicking_a_saved_sample_loads_it_for_playback_and_editing(ui):
     event = gr.SelectData(None, {"index": [0, 3], "value": row[3], "row_value": row, "selected": True})
     sample_id, audio_path, target, feedback, speaker, checks = ui.select_sample(table, event)
     assert sample_id == row[0] and Path(audio_path).is_file() and audio_path.endswith(".wav")
-    assert target == "The cat sat." and feedback == "Clear and accurate." and speaker == "spk1"
+    assert target["value"] == "The cat sat." and feedback["value"] == "Clear and accurate." and speaker == "spk1"
+    assert target["label"] == "Target sentence" and target["interactive"]
     assert "dBFS" in checks
 
 

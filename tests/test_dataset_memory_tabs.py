@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import app as app_module  # noqa: E402
 from ui import common  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
-from ui.wording import BUTTONS, COMMANDS, SETTING_WIDGETS, app_wording  # noqa: E402
+from ui.wording import BUILD_WIDGETS, BUTTONS, COMMANDS, SETTING_WIDGETS, app_wording  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +75,29 @@ def _page_words(demo: gr.Blocks) -> list[str]:
 def test_the_app_words_name_widgets_that_exist(tmp_path):
     words = _page_words(app_module.build_ui(TutorApp(tmp_path / "ws")))
     tabs = {word.split("·")[-1].strip() for word in words if "·" in word}
-    for flag, (label, where, _switch) in SETTING_WIDGETS.items():
+    for flag, (label, where, _switch) in [*SETTING_WIDGETS.items(), *BUILD_WIDGETS.items()]:
         assert any(word.startswith(label) for word in words), f"--{flag}: no widget labelled {label!r}"
         tab = where.split(" tab")[0].split(",")[0]
         assert where == "top of the page" or tab in tabs, f"--{flag}: no tab {tab!r}"
     for name, (label, _where) in {**BUTTONS, **COMMANDS}.items():
         assert any(word.startswith(label) for word in words), f"{name}: no button or table {label!r}"
+
+
+def test_what_the_build_leaves_out_names_the_dataset_tabs_max_tokens_box(tmp_path, tiny_model_dir):
+    """The build's limit is the Dataset tab's "Max tokens per row": its excluded rows, its note and its
+    errors send the teacher there, not to the Memory tab's training limit (which does not change what a
+    build keeps)."""
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    summary, _speakers, _figure, excluded, _exports, _memory = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 380)
+    reasons = " ".join(excluded["reason"].tolist())
+    assert "tokens > Max tokens per row: 380 (Dataset tab)" in reasons, reasons
+    assert "Memory tab" not in reasons
+    assert "longer than **Max tokens per row: 380** (Dataset tab)" in summary and "Max length" not in summary
+    failed = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 300)[0]
+    assert failed.startswith("**✗") and "Max tokens per row" in failed and "Memory tab" not in failed, failed
+    assert app_wording("raise `--max-length` to 420", widgets=BUILD_WIDGETS) == (
+        "raise **Max tokens per row** (Dataset tab) to 420")
 
 
 def test_app_wording_examples():

@@ -240,3 +240,32 @@ def test_app_export_and_import_handlers(tuned, tmp_path):
     source = _copy_run(tuned, tmp_path, "from-app")
     note = app.import_run(str(source), "app-import")
     assert "Imported **app-import**" in note and (tuned / "runs" / "app-import" / "adapter").exists()
+
+
+def test_app_export_and_import_say_what_is_missing_in_their_notes(tmp_path):
+    """Export with no run picked, Import run with no path, a path that is not a run: the reason in the
+    section's note (no error toast), the download left as it was."""
+    import gradio as gr
+
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(tmp_path / "ws")
+    note, download = app.export_run("", "adapter", "")
+    assert note.startswith("**✗ Export / import:**") and "Tuned run (adapter)" in note and download == gr.skip()
+    note = app.import_run("   ", "")
+    assert note.startswith("**✗ Export / import:**") and ".tar.gz" in note
+    note = app.import_run(str(tmp_path / "no such run"), "")
+    assert note.startswith("**✗") and "no such run" in note
+
+
+def test_every_element_id_on_the_page_is_unique(tmp_path):
+    """The Try tab's Import run button had the Samples tab's Import button's id: a click on `#import-button`
+    (a test, an extension, a screen reader's jump list) could reach either."""
+    from collections import Counter
+
+    import app as app_module
+    from ui.tutor_app import TutorApp
+
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    ids = Counter(block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None))
+    assert not [name for name, count in ids.items() if count > 1], ids.most_common(3)

@@ -455,3 +455,50 @@ def test_a_case_only_ambiguity_is_never_guessed(tmp_path):
     assert resolver.resolve("A.WAV") is None  # two candidates differ only in case: not guessed
     assert listed_parts("\\\\server\\share\\x\\y.wav") == (["x", "y.wav"], True)
     assert listed_parts("..\\up\\z.wav") == (["..", "up", "z.wav"], False)
+
+
+def _voiced_wav(path: Path) -> Path:
+    t = np.arange(32000) / 16000
+    sf.write(str(path), (0.3 * np.sin(2 * np.pi * 150 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
+             16000, subtype="PCM_16")
+    return path
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-8-sig"])
+def test_metadata_saved_as_unicode_text_imports_with_its_accents(tmp_path, encoding):
+    """Excel's "Unicode Text" and some Windows editors save UTF-16 with a byte-order mark: refused before
+    with the codec's own words ("'utf-8' codec can't decode byte 0xff in position 0")."""
+    source = tmp_path / "clips"
+    source.mkdir()
+    _voiced_wav(source / "a.wav")
+    text = "file_name,sentence,feedback\r\na.wav,Café au lait,Très bien\r\n"
+    (source / "metadata.csv").write_bytes(("\ufeff" + text).encode(encoding) if encoding == "utf-16-be" else text.encode(encoding))
+    report = import_folder(tmp_path / "ws", source)
+    assert len(report.imported) == 1, report.skipped
+    (sample,) = SampleLibrary(tmp_path / "ws").list()
+    assert (sample.target_text, sample.feedback) == ("Café au lait", "Très bien")
+
+
+def test_a_legacy_code_page_file_is_refused_with_the_line_and_the_fix_not_codec_internals(tmp_path):
+    source = tmp_path / "clips"
+    source.mkdir()
+    _voiced_wav(source / "a.wav")
+    (source / "metadata.csv").write_bytes("file_name,sentence,feedback\na.wav,Café au lait,Bien\n".encode("cp1252"))
+    with pytest.raises(ImportFormatError) as caught:
+        import_folder(tmp_path / "ws", source)
+    message = str(caught.value)
+    assert "line 2, after 'a.wav,Caf'" in message and "CSV UTF-8" in message and "codec" not in message, message
+    assert not (tmp_path / "ws" / "samples" / "manifest.json").exists() or not SampleLibrary(tmp_path / "ws").list()
+
+
+def test_a_session_list_saved_as_unicode_text_is_read(tmp_path):
+    from pipeline.data.session import parse_items
+    from pipeline.errors import SampleError
+
+    listing = tmp_path / "list.txt"
+    listing.write_bytes("Café au lait\r\nThe cat sat.\r\n".encode("utf-16"))
+    assert parse_items(None, listing) == ["Café au lait", "The cat sat."]
+    listing.write_bytes("Café au lait\n".encode("cp1252"))
+    with pytest.raises(SampleError, match=r"not UTF-8 text \(from line 1, after 'Caf'\)") as caught:
+        parse_items(None, listing)
+    assert "codec" not in str(caught.value)

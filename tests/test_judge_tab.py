@@ -75,8 +75,10 @@ def test_cancel_stops_an_evaluation_and_saves_nothing(built, tiny_model_dir):
     generator = built.evaluate_models([f"base:{tiny_model_dir}"], 512)
     first = next(generator)
     assert "<progress" in first[0]
-    with pytest.raises(gr.Error, match="already running"):
-        next(built.evaluate_models([f"base:{tiny_model_dir}"], 16))
+    # Evaluate pressed again meanwhile: the reason in the status panel (no toast), the running one goes on
+    (refused,) = list(built.evaluate_models([f"base:{tiny_model_dir}"], 16))
+    assert refused[1].startswith("**✗ Evaluation:**") and "already running" in refused[1]
+    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 1)
     assert "Cancelling" in built.cancel_evaluation()
     last = list(generator)[-1]
     assert "cancelled" in last[0] and last[1].startswith("**Cancelled.**")
@@ -84,9 +86,19 @@ def test_cancel_stops_an_evaluation_and_saves_nothing(built, tiny_model_dir):
     assert after == before and [p.stat().st_mtime_ns for p in after] == stamps
 
 
-def test_nothing_ticked_is_refused(built):
-    with pytest.raises(gr.Error, match="Tick at least one model"):
-        next(built.evaluate_models([], 16))
+def test_nothing_ticked_is_refused_in_the_status_panel(built):
+    (refused,) = list(built.evaluate_models([], 16))
+    assert refused[1].startswith("**✗ Evaluation:**") and "tick at least one model" in refused[1]
+    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 1)
+
+
+def test_a_failed_evaluation_shows_in_the_status_panel_in_the_apps_words(tmp_path, tiny_model_dir):
+    """No dataset built: the reason and the fix in the status panel, naming the Dataset tab's button
+    instead of a `python -m pipeline` command, and no error toast (a raised gr.Error)."""
+    ui = TutorApp(tmp_path / "ws")
+    *_, last = list(ui.evaluate_models([f"base:{tiny_model_dir}"], 16))
+    assert "failed" in last[0] and last[1].startswith("**✗ Dataset:**"), last[1]
+    assert "**Build dataset** (Dataset tab)" in last[1] and "python -m pipeline" not in last[1]
 
 
 def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scale():

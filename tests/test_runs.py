@@ -114,3 +114,21 @@ def test_stop_timeout_grows_with_the_measured_step_time():
     assert runs.stop_timeout_s({"last_progress": None}) == runs.DEFAULT_STOP_TIMEOUT_S
     slow = {"last_progress": {"step": 2, "elapsed_s": 400.0}}  # 200 s per step on a slow machine
     assert runs.stop_timeout_s(slow) == 3 * 200.0 + 60.0
+
+
+def test_stop_pressed_while_the_run_is_still_starting_stops_it_cleanly(tmp_path_factory, tmp_path, speechocean_dir, tiny_model_dir):
+    """Stop at once after Start (the process still importing torch): the trainer cleared the STOP file as
+    it began, trained on, and was killed at the stop deadline. The request now stands until the run ends:
+    it stops after its first micro-batch, with a checkpoint and the adapter, as `stopped`."""
+    shared = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    ws = copy_workspace(shared, tmp_path / "ws")
+    config = TrainConfig(
+        model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8, batch_size=1,
+        grad_accum=1, max_steps=400, eval_steps=0, save_steps=0, logging_steps=1,
+    )
+    runs.start_run(ws, "early", config)
+    assert not read_jsonl(ws / "runs" / "early" / "progress.jsonl"), "the stop must come before the first step"
+    status = runs.request_stop(ws, "early", timeout_s=200, wait=True, poll_s=0.2)
+    result = status["result"]
+    assert result["status"] == "stopped" and "Killed" not in (result.get("reason") or ""), result
+    assert result["steps"] < 400 and (ws / "runs" / "early" / "adapter" / "adapter_config.json").exists()

@@ -125,3 +125,41 @@ def test_resume_after_the_dataset_changed_is_refused_or_recorded(tmp_path_factor
     assert gone[0] in result["dataset_change"]["summary"]
     record = json.loads((ws / "runs" / "r" / "dataset.json").read_text())
     assert record["fingerprint"] == build_identity(ws)["fingerprint"] and len(record["changes"]) == 1
+
+
+@pytest.mark.slow
+def test_the_train_tab_resumes_on_a_changed_dataset_only_with_its_box_ticked(tmp_path_factory, speechocean_dir, tiny_model_dir):
+    """The app's refusal named "Start training" as the way to resume anyway, which starts nothing of
+    the kind: it names the Resume button with its box, and the box does resume (recording the change)."""
+    import time
+
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.samples import SampleLibrary
+    from pipeline.training import runs
+    from tests.test_train import StopAtStep
+    from ui.tutor_app import TutorApp
+    from ui.wording import RESUME_ANYWAY_LABEL
+
+    shared = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    ws = copy_workspace(shared, tmp_path_factory.mktemp("tab-resume") / "ws")
+    stopped = train(_config(tiny_model_dir, grad_accum=1, max_steps=2), ws, "r",
+                    callbacks=[StopAtStep(ws / "runs" / "r" / "STOP", 1)])
+    assert stopped["status"] == "stopped"
+    recorded = json.loads((ws / "runs" / "r" / "dataset.json").read_text())
+    SampleLibrary(ws).delete(sorted(recorded["row_ids"]["train"])[0])
+    build_dataset(ws, str(tiny_model_dir), eval_fraction=0.34, seed=0, max_length=512)
+
+    ui = TutorApp(ws)
+    refused = ui.resume_training("r")[1]
+    assert refused.startswith("**✗") and "another build of the dataset" in refused
+    assert f"**Resume** (Train tab) after ticking **{RESUME_ANYWAY_LABEL}**" in refused, refused
+    assert "Start training" not in refused and "python -m pipeline" not in refused
+    assert RESUME_ANYWAY_LABEL in [getattr(block, "label", None) for block in __import__("app").build_ui(ui).blocks.values()]
+
+    name, status, *_ = ui.resume_training("r", True)
+    assert name == "r" and status.startswith("Resumed"), status
+    deadline = time.time() + 240
+    while runs.run_status(ws, "r")["alive"] and time.time() < deadline:
+        time.sleep(1)
+    result = json.loads((ws / "runs" / "r" / "result.json").read_text())
+    assert result["status"] == "completed" and result["dataset_change"]["summary"]

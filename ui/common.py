@@ -71,15 +71,17 @@ def _error_title(error: PipelineError) -> str:
                 "Cannot do that")
 
 
-def error_panel(error: PipelineError, hint: str | None = None) -> str:
+def error_panel(error: PipelineError, hint: str | None = None,
+                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
     """The calm status-panel text of a `PipelineError`: "**✗ Area:** message", in the app's words
-    (`ui.wording.app_wording`: widget and button names instead of command-line flags), plus `hint`."""
-    text = f"**✗ {_error_title(error)}:** {app_wording(str(error))}"
+    (`ui.wording.app_wording`: widget and button names instead of command-line flags, `widgets` where
+    the tab has its own), plus `hint`."""
+    text = f"**✗ {_error_title(error)}:** {app_wording(str(error), widgets=widgets)}"
     return f"{text} {hint}" if hint else text
 
 
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
-              hints: dict[type, str] | None = None) -> Callable:
+              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
 
     `@ui_errors(message_at=i, outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`)
@@ -88,7 +90,8 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     `gr.Error` would be a toast that stays until closed (several stack up, "Error (2)", over the
     widgets) and would mark every output component with a red "Error" badge until reload. `hints`
     maps an error class to a sentence added after its message where this tab offers the fix (e.g.
-    the Samples tab's trim box for `ClipTooLongError`).
+    the Samples tab's trim box for `ClipTooLongError`); `widgets` names the tab's own widget for a flag
+    (`ui.wording.BUILD_WIDGETS`).
 
     Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
     such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
@@ -103,9 +106,9 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
             except PipelineError as error:
                 hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
                 if message_at is None:
-                    raise gr.Error(app_wording(str(error)), title=_error_title(error), duration=None,
+                    raise gr.Error(app_wording(str(error), widgets=widgets), title=_error_title(error), duration=None,
                                    print_exception=False) from error
-                text = error_panel(error, hint)
+                text = error_panel(error, hint, widgets)
                 if outputs == 1:
                     return text
                 return tuple(text if index == message_at else gr.skip() for index in range(outputs))
@@ -113,6 +116,32 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
+
+
+def model_text(value: str | None) -> str:
+    """The Model box's value as a hub id or a folder: surrounding spaces and one pair of matching quotes
+    removed (a pasted path often brings them; " /home/me/model " was taken for a hub id and answered with
+    a download command for it). Nothing else changes: `./models/x` stays a relative folder."""
+    text = str(value or "").strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def typed_path(text: str | None) -> str:
+    """A path as a person pastes it into a text box, as the file system names it: surrounding spaces
+    and one pair of matching quotes removed (Windows' "Copy as path" adds double quotes, a file dragged
+    from a Linux or macOS file manager or copied from a terminal may come in single quotes), a
+    `file://` address (a file dragged into the box) turned into its path, and `~` expanded. "" stays "".
+    """
+    from urllib.parse import unquote, urlparse
+
+    path = (text or "").strip()
+    if len(path) >= 2 and path[0] == path[-1] and path[0] in "\"'":
+        path = path[1:-1].strip()
+    if path.lower().startswith("file://"):
+        path = unquote(urlparse(path).path)
+    return str(Path(path).expanduser()) if path else ""
 
 
 def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
@@ -132,7 +161,7 @@ def config_from_values(values: dict[str, Any] | tuple | list) -> TrainConfig:
         elif kind is float and isinstance(value, int):
             value = float(value)
         elif kind is str:
-            value = str(value).strip()
+            value = model_text(value) if name == "model" else str(value).strip()
         clean[name] = value
     return TrainConfig(**clean)
 

@@ -13,9 +13,9 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import formatting as fmt
-from ui.common import DEFAULTS, progress_callback, ui_errors
+from ui.common import DEFAULTS, model_text, progress_callback, ui_errors
 from ui.state import AppState
-from ui.wording import app_wording
+from ui.wording import BUILD_WIDGETS, app_wording
 
 
 class DatasetHandlers:
@@ -29,14 +29,14 @@ class DatasetHandlers:
         """The workspace whose samples are built into `WS/dataset`."""
         return self.state.ws
 
-    @ui_errors(message_at=0, outputs=6)
+    @ui_errors(message_at=0, outputs=6, widgets=BUILD_WIDGETS)
     def build_dataset(self, model: str, eval_fraction: float, seed: float, max_length: float,
                       progress: gr.Progress = gr.Progress()):
         """Build the train/eval dataset; returns (summary, speakers, histogram, excluded, export files, memory max length)."""
         from pipeline.data.dataset import build_dataset
 
         report = build_dataset(
-            self.ws, model or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
+            self.ws, model_text(model) or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
             seed=int(DEFAULTS.seed if seed is None else seed),
             max_length=int(DEFAULTS.max_length if max_length is None else max_length),
             progress=progress_callback(progress, unit="rows"),
@@ -73,7 +73,7 @@ class DatasetHandlers:
             t = k.get("tokens") or {}
             lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}, "
                          f"excluded {k['excluded']})" + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
-        lines += [f"- {app_wording(note)}" for note in report.get("notes", [])]
+        lines += [f"- {app_wording(note, widgets=BUILD_WIDGETS)}" for note in report.get("notes", [])]
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
         figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
                                            train_lengths=train_lengths)
@@ -84,7 +84,7 @@ class DatasetHandlers:
             "\n\n".join(lines),
             fmt.speakers_frame(report.get("speakers", {})),
             figure,
-            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False)} for item in report.get("excluded", [])]),
+            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ui.common import ui_errors
+from pipeline.errors import ExportError
+from ui.common import typed_path, ui_errors
 from ui.state import AppState
 
 FORMAT_CHOICES = [
@@ -29,15 +30,17 @@ class ExportHandlers:
     def __init__(self, state: AppState):
         self.state = state
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=2)
     def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:
         """Export `run_name` as `fmt` (adapter / merged / bundle); returns (markdown, file to download
-        or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve)."""
+        or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve). What went
+        wrong shows in the export note, in the app's words; the download keeps what it showed."""
         from pipeline.export.cli import export_run
 
         if not run_name:
-            raise gr.Error("Pick a run first (the Train tab makes one).", title="Export")
-        result = export_run(self.state.ws, run_name, fmt or "adapter", (out_dir or "").strip() or None)
+            raise ExportError("No run picked: choose a trained run in **Tuned run (adapter)** above (the Train tab "
+                              "makes one; a stopped run has an adapter too), then press Export.")
+        result = export_run(self.state.ws, run_name, fmt or "adapter", typed_path(out_dir) or None)
         lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}` "
                  f"({result['bytes'] / 1024**2:.1f} MiB)."]
         if result.get("archive"):
@@ -48,15 +51,17 @@ class ExportHandlers:
             download = None  # the app serves files from the workspace only
         return "\n\n".join(lines), download
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1)
     def import_run(self, source: str, name: str = "") -> str:
         """Copy a run trained elsewhere (its folder or a .tar.gz) into this workspace; returns markdown
-        with what was checked and what differs."""
+        with what was checked and what differs (or, in the same note, what stopped the import)."""
         from pipeline.export.import_run import import_run
 
-        if not (source or "").strip():
-            raise gr.Error("Give the run folder (OUTPUT/runs/NAME) or its .tar.gz.", title="Import")
-        result = import_run(self.state.ws, source.strip(), name=(name or "").strip() or None)
+        source = typed_path(source)
+        if not source:
+            raise ExportError("No run given to import: type the path of the run folder copied back from the other "
+                              "machine (OUTPUT/runs/NAME) or of its .tar.gz, then press Import run.")
+        result = import_run(self.state.ws, source, name=(name or "").strip() or None)
         lines = [f"✓ Imported **{html.escape(result['run'])}** ({result.get('status')}, {result.get('steps')} steps; base "
                  f"model `{result['model']}`). It is in the run lists now."]
         lines += [f"- differs: {html.escape(d)}" for d in result["differences"]]
@@ -79,7 +84,7 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
             source = gr.Textbox(label="Run trained elsewhere: its folder or .tar.gz",
                                 placeholder="e.g. /home/me/NAME (copied back from the GPU machine)", elem_id="import-source")
             name = gr.Textbox(label="Name here (optional)", elem_id="import-name")
-        import_button = gr.Button("Import run", elem_id="import-button")
+        import_button = gr.Button("Import run", elem_id="import-run-button")
         import_note = gr.Markdown(elem_id="import-note")
     export_button.click(handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
     imported = import_button.click(handlers.import_run, inputs=[source, name], outputs=import_note)

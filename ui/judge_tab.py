@@ -21,7 +21,7 @@ import gradio as gr
 
 from pipeline.errors import EvaluationError, PipelineError
 from ui import judge_view as view
-from ui.common import list_runs, run_settings, ui_errors
+from ui.common import error_panel, list_runs, model_text, run_settings, ui_errors
 from ui.state import AppState
 
 BASE, RUN = "base:", "run:"
@@ -44,7 +44,7 @@ class JudgeHandlers:
         """(label, value) of what can be evaluated: the picked base model, the base models of the runs,
         then every run with an adapter. Values are `base:MODEL` or `run:NAME`."""
         runs = [r for r in list_runs(self.ws) if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
-        bases = [str(model)] if model else []
+        bases = [model_text(model)] if model_text(model) else []
         for run in runs:
             base = run_settings(self.ws, run["run"]).get("model")
             if base and str(base) not in bases:
@@ -77,7 +77,7 @@ class JudgeHandlers:
         try:
             key = split_key(self.ws, "eval")
         except PipelineError as error:
-            return (f"✗ {error}", view.headline_frame([]), view.scatter_figure([]), view.clips_frame([], []), [],
+            return (error_panel(error), view.headline_frame([]), view.scatter_figure([]), view.clips_frame([], []), [],
                     None, view.clip_markdown(None))
         results = saved_evaluations(self.ws, key)
         order = sorted(results, key=lambda r: (r.get("run") is not None, str(r.get("run") or r.get("model"))))
@@ -117,9 +117,13 @@ class JudgeHandlers:
         from pipeline.tutor.evaluate import evaluate_tutor, save_evaluation
 
         if not selected:
-            raise gr.Error("Tick at least one model to evaluate (the base model, a run, or both).", title="Judge")
-        if not self._busy.acquire(blocking=False):
-            raise gr.Error("An evaluation is already running; wait for it or press Cancel.", title="Judge")
+            yield _refused(EvaluationError("No model is ticked: tick at least one model to evaluate (the base "
+                                           "model, a run, or both), then press Evaluate."))
+            return
+        if not self._busy.acquire(blocking=False):  # e.g. Evaluate pressed twice: the first one goes on
+            yield _refused(EvaluationError("An evaluation is already running (its progress is above); wait for "
+                                           "it, or press Cancel and then Evaluate."))
+            return
         self._cancel.clear()
         progress = {"done": 0, "total": 0, "message": "starting", "finished": 0}
         failure: list[BaseException] = []
@@ -162,14 +166,23 @@ class JudgeHandlers:
         saved = self.show_saved()
         if failure:
             error = failure[0]
-            if isinstance(error, EvaluationError):
+            if isinstance(error, EvaluationError) and self._cancel.is_set():
                 yield (view.progress_html(progress["done"], progress["total"], "cancelled"),
                        f"**Cancelled.** {error}\n\n{saved[0]}", *saved[1:])
                 return
-            if isinstance(error, PipelineError):
-                raise gr.Error(str(error), title="Judge", duration=None, print_exception=False)
+            if isinstance(error, PipelineError):  # in the status panel, in the app's words (`ui.common.error_panel`)
+                panel = error_panel(error)
+                yield (view.progress_html(progress["done"], progress["total"], "failed"),
+                       panel if saved[0] == panel else f"{panel}\n\n{saved[0]}", *saved[1:])
+                return
             raise error
         yield (view.progress_html(progress["total"], progress["total"], "done", time.perf_counter() - started), *saved)
+
+
+def _refused(error: PipelineError) -> tuple:
+    """The outputs of an Evaluate that cannot start: the reason in the status panel, everything else as it is
+    (a toast would stay over the tab until closed, and stack on a double click)."""
+    return (gr.skip(), error_panel(error), *(gr.skip(),) * 6)
 
 
 def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:

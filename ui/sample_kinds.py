@@ -104,16 +104,17 @@ class SampleKindHandlers:
                   "clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
         return status, self._table(), None, "", "", "", ""
 
-    @ui_errors(message_at=4, outputs=5)
-    def add_learner_turn(self, audio: Any, text: str, turns: list[dict]):
-        """Add a learner turn (a recording and/or text), checking the clip now; returns (turns, chat,
-        cleared audio, cleared text, status)."""
+    @ui_errors(message_at=4, outputs=5, hints=TRIM_HINTS)
+    def add_learner_turn(self, audio: Any, text: str, turns: list[dict], trim: bool = False):
+        """Add a learner turn (a recording and/or text), checking the clip now as the dialogue's save
+        will (`trim`: the tab's "Trim clips longer than 30 s" box, which the save also gets); returns
+        (turns, chat, cleared audio, cleared text, status)."""
         from pipeline.data.audio import load_audio
 
         if audio is None and not (text or "").strip():
             raise SampleError("Record a clip or type what the learner said, then add the learner turn.")
         if audio is not None:
-            load_audio(audio, name=Path(audio).name if isinstance(audio, (str, os.PathLike)) else None)
+            load_audio(audio, name=Path(audio).name if isinstance(audio, (str, os.PathLike)) else None, trim=bool(trim))
         turns = list(turns or []) + [{"role": "learner", "audio": audio, "text": (text or "").strip() or None}]
         return turns, chat_messages(turns), None, "", f"{len(turns)} turn(s)."
 
@@ -183,7 +184,7 @@ def dialogue_editor(handlers: SampleKindHandlers) -> SimpleNamespace:
         note = gr.Markdown(elem_id="dialogue-note")
 
     def wire(speaker: Any, trim: Any, status: Any, samples_table: Any) -> None:
-        learner.click(handlers.add_learner_turn, inputs=[turn_audio, turn_text, turns],
+        learner.click(handlers.add_learner_turn, inputs=[turn_audio, turn_text, turns, trim],
                       outputs=[turns, chat, turn_audio, turn_text, note])
         tutor.click(handlers.add_tutor_turn, inputs=[turn_text, turns], outputs=[turns, chat, turn_text, note])
         undo.click(handlers.remove_last_turn, inputs=turns, outputs=[turns, chat, note])

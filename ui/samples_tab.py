@@ -18,7 +18,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, SampleError
 from ui import formatting as fmt
-from ui.common import REPO_ROOT, progress_callback, ui_errors
+from ui.common import REPO_ROOT, progress_callback, typed_path, ui_errors
 from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.session import SessionHandlers, session_section
 from ui.state import AppState
@@ -100,7 +100,11 @@ class SamplesHandlers:
 
     @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
-        """Load the clicked sample into the editor: (id, audio path, target, feedback, speaker, checks)."""
+        """Load the clicked sample into the editor: (id, audio path, text, feedback, speaker, checks).
+
+        The two text boxes follow the sample's kind: read aloud, the target sentence and the feedback;
+        free speech, the prompt (labelled so) and the feedback; a dialogue, its turns to read (not edited
+        here: a dialogue is changed by saving a new one in the dialogue editor), only the speaker editable."""
         from pipeline.data.samples import SampleLibrary
 
         row = evt.row_value if evt is not None and evt.row_value else None
@@ -108,27 +112,42 @@ class SamplesHandlers:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         library = SampleLibrary(self.ws)
         sample = library.get(str(row[0]))
+        text, feedback = EDIT_LABELS[sample.kind]
+        if sample.kind == "dialogue":
+            shown_text, shown_feedback = sample.title, _dialogue_text(sample.turns or [])
+        else:
+            shown_text = sample.prompt or "" if sample.kind == "free_speech" else sample.target_text
+            shown_feedback = sample.feedback
+        editable = sample.kind != "dialogue"
         return (
             sample.id,
             str(library.audio_path(sample)),
-            sample.target_text,
-            sample.feedback,
+            gr.update(value=shown_text, label=text, interactive=editable),
+            gr.update(value=shown_feedback, label=feedback, interactive=editable),
             sample.speaker or "",
             fmt.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
         )
 
     @ui_errors(message_at=0, outputs=2)
     def update_sample(self, sample_id: str, target_text: str, feedback: str, speaker: str):
-        """Save edits of the selected sample; returns (status, samples table)."""
+        """Save edits of the selected sample; returns (status, samples table). `target_text` is the
+        editor's first box: the sentence of a read-aloud sample, the prompt of a free-speech one; a
+        dialogue keeps its turns (only the speaker changes)."""
         from pipeline.data.samples import SampleLibrary
 
         if not sample_id:
             raise SampleError("No sample selected: click a sample in the table first, then edit it.")
-        sample = SampleLibrary(self.ws).update(
-            sample_id, target_text=target_text or "", feedback=feedback or "", speaker=speaker or None
-        )
+        library = SampleLibrary(self.ws)
+        kind = library.get(sample_id).kind
+        if kind == "dialogue":
+            sample = library.update(sample_id, speaker=speaker or None)
+        elif kind == "free_speech":
+            sample = library.update(sample_id, prompt=target_text or "", feedback=feedback or "", speaker=speaker or None)
+        else:
+            sample = library.update(sample_id, target_text=target_text or "", feedback=feedback or "",
+                                    speaker=speaker or None)
         status = f"Saved changes to **{sample.id}**."
-        if not sample.feedback:
+        if not sample.has_answer:
             status += (" ⚠ Its tutor feedback is empty, so the dataset build leaves this sample out until "
                        "you write one.")
         return status, self.samples_table()
@@ -155,10 +174,10 @@ class SamplesHandlers:
         """
         from pipeline.data.importers import import_folder
 
-        if not folder or not str(folder).strip():
+        source = typed_path(folder)
+        if not source:
             raise ImportFormatError("No folder given: type the path of a folder on this computer, "
                                     "e.g. /home/me/recordings.")
-        source = str(Path(str(folder).strip()).expanduser())
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
                                trim=bool(trim))
         report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False)} for entry in report.skipped]
@@ -173,6 +192,26 @@ class SamplesHandlers:
         return summary + "\n\n" + _sample_pack_attribution(), table, samples
 
 
+EDIT_LABELS = {
+    "read_aloud": ("Target sentence", "Tutor feedback"),
+    "free_speech": ("Prompt (the question the learner answered)", "Tutor feedback"),
+    "dialogue": ("Dialogue", "Turns (to change them, save a new dialogue in the dialogue editor)"),
+}
+"""The editor's two text boxes for a sample of each kind."""
+
+
+def _dialogue_text(turns: list[dict]) -> str:
+    """A dialogue's turns to read in the editor: "Learner: [clip] text" / "Tutor: text", one per line."""
+    lines = []
+    for turn in turns:
+        if turn.get("role") == "tutor":
+            lines.append(f"Tutor: {turn.get('text') or ''}")
+        else:
+            said = turn.get("text") or turn.get("transcript") or ""
+            lines.append("Learner: " + " ".join(part for part in ("[clip]" if turn.get("audio_file") else "", said) if part))
+    return "\n".join(lines)
+
+
 def _clip_name(audio: Any) -> str | None:
     if isinstance(audio, (str, os.PathLike)):
         return Path(audio).name
@@ -185,7 +224,10 @@ def _sample_pack_attribution() -> str:
     return (
         "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
         "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
-        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`."
+        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
+        "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
+        f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
+        "**Import** (2 tutoring dialogues and 2 free-speech answers over the same clips)."
     )
 
 

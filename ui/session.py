@@ -17,6 +17,7 @@ import gradio as gr
 from pipeline.errors import AudioError
 from ui import formatting as fmt
 from ui.common import ui_errors
+from ui.sample_kinds import TRIM_HINTS
 from ui.state import AppState
 
 SESSION_KIND_LABELS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
@@ -56,7 +57,7 @@ class SessionHandlers:
         session = self._store().start(items, SESSION_KIND_LABELS.get(kind_label, kind_label or "read_aloud"), speaker)
         return _view(session)
 
-    @ui_errors(message_at=2, outputs=6)
+    @ui_errors(message_at=2, outputs=6, hints=TRIM_HINTS)
     def save_and_next(self, audio: Any, feedback: str, trim: bool = False):
         """Save the recording for the current item and go to the next; returns (progress, item, status,
         cleared audio, cleared feedback, samples table)."""
@@ -83,15 +84,16 @@ class SessionHandlers:
         again = str(session.position) in session.saved
         return (*_view(session), "Re-recording: saving replaces the earlier clip." if again else "Back one item.", None)
 
-    @ui_errors(message_at=0, outputs=1)
-    def check(self, audio: Any) -> str:
-        """The automatic check of a fresh recording (the same checks as on save)."""
+    @ui_errors(message_at=0, outputs=1, hints=TRIM_HINTS)
+    def check(self, audio: Any, trim: bool = False) -> str:
+        """The automatic check of a fresh recording (the same checks as on save, with the session's
+        "Trim clips longer than 30 s" box: `trim`)."""
         from pipeline.data.audio import load_audio
 
         if audio is None:
             return ""
         name = Path(audio).name if isinstance(audio, (str, os.PathLike)) else None
-        return fmt.checks_markdown(load_audio(audio, name=name).report)
+        return fmt.checks_markdown(load_audio(audio, name=name, trim=bool(trim)).report)
 
     def restore(self):
         """On page load: where the saved session stands (progress, item)."""
@@ -132,8 +134,9 @@ def session_section(handlers: SessionHandlers) -> SimpleNamespace:
 
     def wire(samples_table: Any) -> None:
         start.click(handlers.start_session, inputs=[items_in, items_file, kind_in, speaker_in], outputs=[progress, item])
-        audio.stop_recording(handlers.check, inputs=audio, outputs=checks)
-        audio.upload(handlers.check, inputs=audio, outputs=checks)
+        audio.stop_recording(handlers.check, inputs=[audio, trim], outputs=checks)
+        audio.upload(handlers.check, inputs=[audio, trim], outputs=checks)
+        trim.change(handlers.check, inputs=[audio, trim], outputs=checks)
         save.click(handlers.save_and_next, inputs=[audio, feedback, trim],
                    outputs=[progress, item, status, audio, feedback, samples_table])
         skip.click(handlers.skip, outputs=[progress, item, status, audio])

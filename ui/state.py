@@ -16,7 +16,7 @@ import gradio as gr
 from pipeline.config import KNOWN_MODELS, TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
-from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, run_settings, ui_errors
+from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, model_text, run_settings, ui_errors
 
 TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
 SETTINGS_FILE = "settings.json"
@@ -65,6 +65,7 @@ class AppState:
         """One line under the model picker: what the chosen model is and what it needs."""
         from pipeline.training.tiny_model import is_tiny_random_model
 
+        model = model_text(model)
         if not model:
             return "Pick a model."
         if is_tiny_random_model(model):
@@ -148,4 +149,7 @@ def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:
     model_note = gr.Markdown(state.describe_model(DEFAULTS.model), elem_id="model-note")
     tiny_button.click(state.make_tiny_model, outputs=[model, model_note])
     model.change(state.describe_model, inputs=model, outputs=model_note)
+    # a pasted path keeps no surrounding spaces or quotes in the box (`ui.common.model_text`)
+    model.blur(lambda value: gr.update(value=model_text(value)) if model_text(value) != (value or "") else gr.skip(),
+               inputs=model, outputs=model, show_progress="hidden")
     return model, model_note

@@ -23,7 +23,7 @@ from ui import formatting as fmt
 from ui.common import (DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings,
                        ui_errors)
 from ui.state import AppState
-from ui.wording import app_lines, app_wording, readable_log
+from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
 
 
 LOG_LINES = 12
@@ -76,9 +76,14 @@ class TrainHandlers:
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
 
+        from pipeline.training.runs import active_run
+
         config = config_from_values(values)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
         self.ws.run_dir(name)  # validates the name before anything is written
+        if run_name and active_run(self.ws) == name:  # Start clicked again (a double click): it is that run
+            return (name, f"**{name}** is already training (started by the first click); watching it.",
+                    gr.Timer(active=True), gr.skip(), gr.skip())
         start_run(self.ws, name, config)
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
                 gr.Timer(active=True), "", -1)
@@ -97,14 +102,17 @@ class TrainHandlers:
                 "step, then ends. **Resume** continues it later.")
 
     @ui_errors(message_at=1, outputs=5)
-    def resume_training(self, run_name: str):
-        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen)."""
+    def resume_training(self, run_name: str, allow_dataset_change: bool = False):
+        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen).
+
+        `allow_dataset_change` (the box beside Resume): continue although the dataset was rebuilt with
+        other rows since the run started (`--allow-dataset-change`; the run records the change)."""
         from pipeline.training.runs import start_run
 
         if not run_name:
             raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
                                 "first (runs that stopped or failed after a checkpoint are listed there).")
-        start_run(self.ws, run_name, None, resume=True)
+        start_run(self.ws, run_name, None, resume=True, allow_dataset_change=bool(allow_dataset_change))
         return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
 
     def poll(self, run_name: str, seen: int | None):
@@ -339,6 +347,9 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
             resume_choice = gr.Dropdown([], label="Stopped run to continue", elem_id="resume-choice",
                                         scale=3, allow_custom_value=True)
             resume_button = gr.Button("Resume", elem_id="resume-training", scale=1)
+        allow_change = gr.Checkbox(False, label=RESUME_ANYWAY_LABEL, elem_id="resume-allow-change",
+                                   info="Only when Resume is refused for a rebuilt dataset: the run goes on with "
+                                        "the new rows and records the change.")
         current_run = gr.Textbox(label="Watching run", interactive=False, elem_id="current-run")
         train_status = gr.Markdown(elem_id="train-status")
         progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")
@@ -365,7 +376,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         event(handlers.compare_choices, inputs=compare, outputs=compare)
     compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
-    resume_button.click(handlers.resume_training, inputs=resume_choice, outputs=started)
+    resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change], outputs=started)
     return SimpleNamespace(
         tab=tab, settings_note=settings_note, run_name=run_name, start_button=start_button,
         resume_choice=resume_choice, current_run=current_run, train_status=train_status, timer=timer,

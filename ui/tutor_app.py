@@ -80,6 +80,7 @@ class TutorApp:
     session_skip = _handler("samples.session", "skip")
     session_back = _handler("samples.session", "back")
     session_restore = _handler("samples.session", "restore")
+    session_check = _handler("samples.session", "check")
 
     # 2 Dataset
     build_dataset = _handler("dataset", "build_dataset")

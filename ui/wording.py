@@ -53,6 +53,9 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
 """Command-line flags that have a widget in the app: its label (the start of the widget's label on the
 page), where it is, and whether it is an on/off box."""
 
+RESUME_ANYWAY_LABEL = "Resume even though the dataset was rebuilt"
+"""The Train tab's box beside Resume: `train --resume --allow-dataset-change`."""
+
 BUTTONS: dict[str, tuple[str, str]] = {
     "resume": ("Resume", "Train tab"),
 }
@@ -72,6 +75,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
             for value in group}
 _VALUE = r"(?:-?\d[\w.]*|DIR|N|" + "|".join(re.escape(c) for c in sorted(_CHOICES, key=len, reverse=True)) + r")"
+_RESUME_COMMAND = re.compile(r"`python -m pipeline train [^`]*?--resume(?P<anyway> --allow-dataset-change)?[^`]*`")
 _BACKTICKED_COMMAND = re.compile(r"`python -m pipeline ([a-z-]+)[^`]*`")
 _BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)[^\s,;)`]+)?)*")
 _BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
@@ -80,14 +84,15 @@ _PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
 _NEXT_SETTING = re.compile(r"(\((?:top of the page|[A-Z][a-z]+ tab[^)]*)\)) (\*\*)")
 
 
-def _setting(flag: str, value: str | None, negated: bool = False) -> str | None:
+def _setting(flag: str, value: str | None, negated: bool = False,
+             widgets: dict[str, tuple[str, str, bool]] = SETTING_WIDGETS) -> str | None:
     """One flag (with its value) in the app's words, or None when the app has no widget for it."""
     if flag in BUTTONS:
         label, where = BUTTONS[flag]
         return f"**{label}** ({where})"
-    if flag not in SETTING_WIDGETS:
+    if flag not in widgets:
         return None
-    label, where, switch = SETTING_WIDGETS[flag]
+    label, where, switch = widgets[flag]
     if switch:
         return f"**{label}** {'off' if negated else 'on'} ({where})"
     if value:
@@ -95,23 +100,30 @@ def _setting(flag: str, value: str | None, negated: bool = False) -> str | None:
     return f"**{label}** ({where})"
 
 
-def _backticked_flags(match: re.Match) -> str:
+def _backticked_flags(match: re.Match, widgets: dict[str, tuple[str, str, bool]] = SETTING_WIDGETS) -> str:
     """`--a 1 --b 2` -> **A: 1** (tab), **B: 2** (tab); left as it was when any flag has no widget."""
     parts = []
     for chunk in re.split(r"\s+(?=--)", match.group(1).strip()):
         name, _, value = chunk[2:].partition(" ")
-        negated = name.startswith("no-") and name[3:] in SETTING_WIDGETS
-        words = _setting(name[3:] if negated else name, value.strip() or None, negated)
+        negated = name.startswith("no-") and name[3:] in widgets
+        words = _setting(name[3:] if negated else name, value.strip() or None, negated, widgets)
         if words is None:
             return match.group(0)
         parts.append(words)
     return ", ".join(parts)
 
 
-def _bare_flag(match: re.Match) -> str:
+def _bare_flag(match: re.Match, widgets: dict[str, tuple[str, str, bool]] = SETTING_WIDGETS) -> str:
     negated, name, value = match.group(1), match.group(2), match.group(3)
-    words = _setting(name, value, bool(negated))
+    words = _setting(name, value, bool(negated), widgets)
     return match.group(0) if words is None else words
+
+
+def _resume_command(match: re.Match) -> str:
+    """`python -m pipeline train ... --resume [--allow-dataset-change]` -> the Train tab's Resume button
+    (with its box ticked): the app resumes a run there, never with Start training."""
+    resume = f"**{BUTTONS['resume'][0]}** ({BUTTONS['resume'][1]})"
+    return f"{resume} after ticking **{RESUME_ANYWAY_LABEL}**" if match.group("anyway") else resume
 
 
 def _command(match: re.Match) -> str:
@@ -121,7 +133,16 @@ def _command(match: re.Match) -> str:
     return f"**{command[0]}** ({command[1]})"
 
 
-def app_wording(text: str | None, *, markdown: bool = True) -> str:
+BUILD_WIDGETS: dict[str, tuple[str, str, bool]] = {
+    "max-length": ("Max tokens per row", "Dataset tab", False),
+}
+"""Where the Dataset tab's build has its own widget for a flag: `--max-length` of `build` decides which
+rows the build leaves out, and that is the Dataset tab's box, not the Memory tab's training limit (pass
+as `app_wording(..., widgets=BUILD_WIDGETS)` for what the build says)."""
+
+
+def app_wording(text: str | None, *, markdown: bool = True,
+                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
@@ -129,16 +150,20 @@ def app_wording(text: str | None, *, markdown: bool = True) -> str:
     "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)". Flags and commands with no
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
+    `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
+    over `SETTING_WIDGETS`.
     """
     if not text:
         return ""
     if not markdown:
-        return app_wording(text).replace("**", "").replace("`", "")
+        return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
+    table = {**SETTING_WIDGETS, **(widgets or {})}
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
+    text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)
     text = _BARE_COMMAND.sub(_command, text)
-    text = _BACKTICKED_FLAGS.sub(_backticked_flags, text)
-    text = _BARE_FLAG.sub(_bare_flag, text)
+    text = _BACKTICKED_FLAGS.sub(lambda m: _backticked_flags(m, table), text)
+    text = _BARE_FLAG.sub(lambda m: _bare_flag(m, table), text)
     return _NEXT_SETTING.sub(r"\1, \2", text)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
 
 

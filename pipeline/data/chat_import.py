@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ImportFormatError
+from pipeline.fileio import read_text, where_not_utf8
 
 _READ_ALOUD = re.compile(r'^The learner was asked to read: "(?P<text>.*)"$', re.S)
 _FREE_SPEECH = re.compile(r'^The learner was asked: "(?P<text>.*)"$', re.S)
@@ -153,9 +154,12 @@ def read_chat(path: Path, root: Path) -> tuple[list[dict[str, Any]], list[dict[s
     items: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ImportFormatError(f"`{path}` cannot be read as UTF-8 JSON Lines ({error}); save it as UTF-8.") from None
+        lines = read_text(path).splitlines()
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(f"`{path}` is not UTF-8 JSON Lines (from {where_not_utf8(path, error)}); "
+                                "save it as UTF-8 and import again.") from None
+    except OSError as error:
+        raise ImportFormatError(f"`{path}` cannot be read ({error.strerror or error}); check the file.") from None
     name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
     for number, line in enumerate(lines, start=1):
         if not line.strip():

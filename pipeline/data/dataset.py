@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import statistics
 import tempfile
@@ -407,7 +408,7 @@ def build_dataset(
     if not samples:
         raise DatasetError(
             f"The sample library in {ws.root} is empty; add or import samples first "
-            f"(e.g. `python -m pipeline import --workspace {ws.root} --source FOLDER`)."
+            f"(e.g. `python -m pipeline import --workspace {shlex.quote(str(ws.root))} --source FOLDER`)."
         )
     report_progress(0, len(samples), "loading the processor")
     processor = load_processor(model) if isinstance(model, (str, os.PathLike)) else model
@@ -612,7 +613,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     if not (path / "dataset_dict.json").exists():
         raise DatasetError(
             f"No built dataset in {path}; build it first with "
-            f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`."
+            f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --model google/gemma-3n-E2B-it`."
         )
     from datasets import Dataset, DatasetDict
 
@@ -629,7 +630,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     except Exception as error:  # noqa: BLE001 - any unreadable folder becomes one typed error with the fix
         raise DatasetError(
             f"The dataset in {path} cannot be read ({type(error).__name__}: {error}); rebuild it with "
-            f"`python -m pipeline build --workspace {ws.root}` (the app's Dataset tab, Build dataset)."
+            f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))}` (the app's Dataset tab, Build dataset)."
         ) from error
 
 

@@ -47,6 +47,7 @@ from pipeline.data.audio import AUDIO_SUFFIXES
 from pipeline.data.chat_import import is_chat_metadata, read_chat_source
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError
+from pipeline.fileio import read_text, where_not_utf8
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
@@ -412,7 +413,7 @@ def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[d
                     rows.append(row)
                     columns.extend(k for k in row if k not in columns)
             return rows, columns, bad
-        text = metadata.read_text(encoding="utf-8-sig")
+        text = read_text(metadata)
         header = text.split("\n", 1)[0]
         frame = pd.read_csv(
             io.StringIO(text), sep=_sniff_delimiter(header), dtype=str, keep_default_na=False,
@@ -420,7 +421,9 @@ def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[d
         )
     except UnicodeDecodeError as error:
         raise ImportFormatError(
-            f"`{metadata}` is not UTF-8 text ({error}); save it as 'CSV UTF-8' and import again."
+            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}: probably saved in an "
+            "older encoding such as Windows-1252); save it as 'CSV UTF-8' (Excel: File > Save As > CSV UTF-8) "
+            "and import again."
         ) from None
     except Exception as error:  # pandas/pyarrow parse errors
         raise ImportFormatError(f"`{metadata}` cannot be parsed: {error}. Check its format.") from None
@@ -562,9 +565,10 @@ def _read_commonvoice(root: Path) -> Items:
 
 def _read_sidecar(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8-sig").strip()
-    except UnicodeDecodeError:
-        raise ImportFormatError(f"`{path.name}` is not UTF-8 text; save it as UTF-8.") from None
+        return read_text(path).strip()
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(f"`{path.name}` is not UTF-8 text (from {where_not_utf8(path, error)}); "
+                                "save it as UTF-8 and import again.") from None
 
 
 def _read_folder(root: Path) -> Items:

@@ -373,7 +373,9 @@ class SampleLibrary:
         key = _duplicate_key(kind, digest)
         if key in hashes:
             raise SampleError(
-                f"{name or 'This clip'} has the same audio as sample `{hashes[key]}`; it was not added twice."
+                f"{name or 'This clip'} has the same audio as sample `{hashes[key]}`; it was not added twice. "
+                "To change that sample's sentence, prompt or feedback, edit it (in the app: click it in the Saved "
+                "samples table)."
             )
         new_id = _free_id(make_sample_id(sample_id) if sample_id else f"s-{digest[:10]}", taken_ids)
         sample = Sample(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, read_text, where_not_utf8
 from pipeline.workspace import Workspace
 
 SESSION_FILE = "session.json"
@@ -88,9 +88,12 @@ def parse_items(text: str | None = None, file: str | Path | None = None) -> list
     if file:
         path = Path(file)
         try:
-            content = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as error:
-            raise SampleError(f"The list `{path.name}` cannot be read as UTF-8 text ({error}); save it as UTF-8.") from None
+            content = read_text(path)
+        except UnicodeDecodeError as error:
+            raise SampleError(f"The list `{path.name}` is not UTF-8 text (from {where_not_utf8(path, error)}); "
+                              "save it as UTF-8 (a text editor's or Excel's 'UTF-8' option) and import it again.") from None
+        except OSError as error:
+            raise SampleError(f"The list `{path.name}` cannot be read ({error.strerror or error}); check the file.") from None
         if path.suffix.lower() in (".csv", ".tsv"):
             rows = list(csv.reader(io.StringIO(content), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
             header = [h.strip().lower() for h in rows[0]] if rows else []
@@ -103,6 +106,20 @@ def parse_items(text: str | None = None, file: str | Path | None = None) -> list
         lines += str(text).splitlines()
     items = [unicodedata.normalize("NFC", line).strip() for line in lines]
     return [item for item in items if item and not item.startswith("#")]
+
+
+def _same_audio(library: Any, sample_id: str, audio: Any, trim: bool) -> bool:
+    """Whether `audio` (as the library would store it) is the audio of sample `sample_id` (False when that
+    sample is gone, or the clip cannot be read: the library's own add then says why)."""
+    from pipeline.data.audio import load_audio
+    from pipeline.data.samples import audio_sha256
+    from pipeline.errors import PipelineError
+
+    try:
+        stored = library.get(sample_id)
+        return bool(stored.audio_sha256) and audio_sha256(load_audio(audio, trim=trim).samples) == stored.audio_sha256
+    except PipelineError:
+        return False
 
 
 class SessionStore:
@@ -129,6 +146,11 @@ class SessionStore:
     def start(self, items: list[str], kind: str = "read_aloud", speaker: str | None = None) -> RecordingSession:
         """A new session over `items` (replacing any previous one; saved samples stay in the library).
 
+        Starting the same list of the same kind for the same speaker again while that session is
+        unfinished (Start pressed twice, or again after reopening the page) continues it where it was,
+        with its saved and skipped items, instead of starting over at item 1 (where re-recording the
+        items already saved would add them twice). Another speaker on the same list is a new session.
+
         Raises `SampleError` for an empty list or a kind other than read_aloud / free_speech.
         """
         if kind not in SESSION_KINDS:
@@ -138,8 +160,12 @@ class SessionStore:
         if not items:
             what = "sentences" if kind == "read_aloud" else "prompts"
             raise SampleError(f"The list is empty: paste the {what}, one per line, or import a .txt/.csv file.")
-        return self._save(RecordingSession(kind=kind, items=items, speaker=(speaker or "").strip() or None,
-                                           started_at=time.time()))
+        speaker = (speaker or "").strip() or None
+        current = self.load()
+        if (current is not None and not current.done and current.kind == kind and current.items == items
+                and current.speaker == speaker):
+            return current
+        return self._save(RecordingSession(kind=kind, items=items, speaker=speaker, started_at=time.time()))
 
     def _current(self) -> RecordingSession:
         session = self.load()
@@ -166,14 +192,19 @@ class SessionStore:
         key = str(session.position)
         item = session.current
         text = dict(target_text=item) if session.kind == "read_aloud" else dict(prompt=item)
-        sample = library.add(audio, feedback=feedback or "", speaker=session.speaker, kind=session.kind, trim=trim,
-                             source="microphone" if isinstance(audio, tuple) else None, **text)
         previous = session.saved.get(key)
-        if previous:
-            try:
-                library.delete(previous)
-            except SampleError:
-                pass  # deleted meanwhile in the library view
+        if previous and _same_audio(library, previous, audio, trim):
+            # the same take saved again (e.g. to change its feedback): update it; adding it would be refused
+            # as a duplicate of itself and leave the teacher stuck on this item
+            sample = library.update(previous, feedback=feedback or "", speaker=session.speaker, **text)
+        else:
+            sample = library.add(audio, feedback=feedback or "", speaker=session.speaker, kind=session.kind, trim=trim,
+                                 source="microphone" if isinstance(audio, tuple) else None, **text)
+            if previous:
+                try:
+                    library.delete(previous)
+                except SampleError:
+                    pass  # deleted meanwhile in the library view
         session.saved[key] = sample.id
         session.skipped = [i for i in session.skipped if i != session.position]
         session.position = self._next_open(session, session.position + 1)

@@ -15,6 +15,7 @@ Torch-free (the app checks before it starts the training process).
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def check_dataset(run_dir: Path, run_name: str, build: dict, *, allow_change: bo
             f"Run `{run_name}` started on another build of the dataset ({summary}). Resuming would continue "
             "on different rows with a different number of steps, and its results would match neither dataset. "
             "Rebuild the dataset from the same samples, start a new run, or resume anyway with "
-            f"`python -m pipeline train --workspace {Path(run_dir).parent.parent} --run {run_name} --resume "
+            f"`python -m pipeline train --workspace {shlex.quote(str(Path(run_dir).parent.parent))} --run {shlex.quote(run_name)} --resume "
             "--allow-dataset-change` (the change is recorded in the run's dataset.json and result.json)."
         )
     change = {"at": round(time.time(), 3), "checkpoint": checkpoint, "from": record["fingerprint"],

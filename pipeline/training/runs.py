@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -208,7 +209,7 @@ def require_built_dataset(workspace: Workspace | str | os.PathLike) -> dict:
     ws = _ws(workspace)
     fix = (
         f"build it first: the app's Dataset tab (Build dataset), or "
-        f"`python -m pipeline build --workspace {ws.root} --model google/gemma-3n-E2B-it`"
+        f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --model google/gemma-3n-E2B-it`"
     )
     try:
         report = load_build_report(ws)
@@ -334,10 +335,17 @@ def _kill(pid: int) -> None:
 
 
 def _wait_then_kill(ws: Workspace, run_name: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:
+    """Wait for the run to end after a stop request; kill it after `timeout_s`. The request stands until
+    the process ends: a trainer still starting clears a stale `STOP` as it begins, which would swallow a
+    Stop pressed during its start-up (the run then trained on and was killed at the deadline, losing
+    its steps since the last checkpoint), so a `STOP` that vanished while the process lives is written again."""
     deadline = time.monotonic() + timeout_s
+    stop_file = ws.run_dir(run_name) / "STOP"
     while time.monotonic() < deadline:
         if not pid_alive(pid, run_name):
             return run_status(ws, run_name)
+        if not stop_file.exists():
+            stop_file.write_text(f"stop requested (again) at {time.time():.0f}\n", encoding="utf-8")
         time.sleep(poll_s)
     _kill(pid)
     run_dir = ws.run_dir(run_name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(
             f"Wrote a tiny random Gemma 3n ({info['parameters']:,} parameters) and its processor to {result['path']}.\n"
-            f"Use it offline with --model {result['path']}; its outputs are random text."
+            f"Use it offline with --model {shlex.quote(str(result['path']))}; its outputs are random text."
         )
     return 0
 

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
     if not files:
         raise DatasetError(
             f"No `{split}` split in {ws.dataset_dir}; build the dataset first "
-            f"(`python -m pipeline build --workspace {ws.root}`, or the app's Dataset tab)."
+            f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`, or the app's Dataset tab)."
         )
     digest = hashlib.sha256()
     for path in files:
@@ -203,7 +204,7 @@ def evaluate_tutor(
     if len(rows) == 0:
         raise DatasetError(
             f"The `{split}` split is empty; rebuild with a larger --eval-fraction or more speakers "
-            f"(`python -m pipeline build --workspace {ws.root} --eval-fraction 0.2`)."
+            f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --eval-fraction 0.2`)."
         )
     key = split_key(ws, split, limit if limit is not None and limit < len(data[split]) else None)
     tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS

@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -280,7 +281,7 @@ def _runs_hint(workspace: Workspace) -> str:
         return f"Runs with a trained adapter: {shown}."
     return (
         "This workspace has no trained run yet; train one in the app's Train tab or with "
-        f"`python -m pipeline train --workspace {workspace.root} --run run-1`; without `--run`, `--model google/gemma-3n-E2B-it` gives the base model's feedback."
+        f"`python -m pipeline train --workspace {shlex.quote(str(workspace.root))} --run run-1`; without `--run`, `--model google/gemma-3n-E2B-it` gives the base model's feedback."
     )
 
 
@@ -337,7 +338,7 @@ def load_tutor(
         if model and run_model and str(model) != str(run_model):
             raise ConfigError(
                 f"Run `{run}` was trained on `{run_model}`, not `{model}`; its adapter only fits its own base model. "
-                f"Drop --model or pass --model {run_model}."
+                f"Drop --model or pass --model {shlex.quote(str(run_model))}."
             )
         model = model or run_model
     if not model:

@@ -1,0 +1,77 @@
+"""Commands the messages suggest work when pasted into a shell, whatever the workspace path: a teacher's
+folder often has spaces ("My Documents/tutor"), and an unquoted path split the command into other
+arguments."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from pipeline.errors import PipelineError
+
+
+def _commands(message: str) -> list[list[str]]:
+    """Every backticked `python -m pipeline ...` command of a message, as a shell would split it."""
+    return [shlex.split(command) for command in re.findall(r"`(python -m pipeline [^`]+)`", message)]
+
+
+def _workspace_args(message: str) -> list[str]:
+    found = [args[args.index("--workspace") + 1] for args in _commands(message) if "--workspace" in args]
+    assert found, f"no command with --workspace in: {message}"
+    return found
+
+
+@pytest.fixture()
+def spaced_ws(tmp_path):
+    return tmp_path / "My Documents" / "tutor's work"
+
+
+def test_suggested_commands_keep_a_workspace_path_with_spaces_whole(spaced_ws):
+    from pipeline.data.dataset import build_dataset, load_built_dataset
+    from pipeline.training.runs import require_built_dataset
+    from pipeline.tutor.evaluate import split_key
+
+    for attempt in (lambda: build_dataset(spaced_ws, "unused-model"), lambda: load_built_dataset(spaced_ws),
+                    lambda: require_built_dataset(spaced_ws), lambda: split_key(spaced_ws, "eval")):
+        with pytest.raises(PipelineError) as caught:
+            attempt()
+        assert _workspace_args(str(caught.value)) == [str(spaced_ws)], str(caught.value)
+
+
+def test_the_resume_refusal_command_keeps_the_path_and_run_whole(tmp_path, spaced_ws):
+    from pipeline.errors import TrainingError
+    from pipeline.training.resume import check_dataset, record_dataset
+
+    run_dir = spaced_ws / "runs" / "run-1"
+    run_dir.mkdir(parents=True)
+    record_dataset(run_dir, {"fingerprint": "a", "splits": {"train": 2}, "row_ids": {"train": ["x", "y"]}, "built_at": 1})
+    with pytest.raises(TrainingError) as caught:
+        check_dataset(run_dir, "run-1", {"fingerprint": "b", "splits": {"train": 1}, "row_ids": {"train": ["x"]}, "built_at": 2})
+    (args,) = _commands(str(caught.value))
+    assert args[args.index("--workspace") + 1] == str(spaced_ws) and args[args.index("--run") + 1] == "run-1"
+
+
+def test_make_tiny_model_prints_a_model_path_that_pastes_whole(tmp_path, capsys, monkeypatch):
+    from pipeline.training import tiny_model
+
+    out = tmp_path / "my models" / "tiny"
+    monkeypatch.setattr(tiny_model, "make_tiny_model", lambda out_dir, seed=0: _fake_tiny(out_dir))
+    tiny_model.main([str(out)])
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if "--model" in line)
+    model = shlex.split(line.split("--model ", 1)[1].split(";", 1)[0])
+    assert model == [str(out.resolve())], printed
+
+
+def _fake_tiny(out_dir):
+    import json
+    from pathlib import Path
+
+    from pipeline.training.tiny_model import MARKER_FILE
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER_FILE).write_text(json.dumps({"parameters": 1}), encoding="utf-8")
+    return out
