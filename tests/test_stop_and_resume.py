@@ -163,3 +163,27 @@ def test_the_train_tab_resumes_on_a_changed_dataset_only_with_its_box_ticked(tmp
         time.sleep(1)
     result = json.loads((ws / "runs" / "r" / "result.json").read_text())
     assert result["status"] == "completed" and result["dataset_change"]["summary"]
+
+
+def test_a_stop_written_while_the_run_starts_is_honoured_and_an_old_one_is_not(tmp_path_factory, speechocean_dir,
+                                                                              tiny_model_dir):
+    """A new user's pass (issue 11): `touch WS/runs/NAME/STOP` while the model loads was deleted by the
+    starting trainer, so the run trained on. A STOP older than the process is a leftover and is removed."""
+    import os
+
+    shared = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
+    ws = copy_workspace(shared, tmp_path_factory.mktemp("early-stop") / "ws")
+    config = _config(tiny_model_dir, grad_accum=1, max_steps=3)
+
+    stop = ws / "runs" / "early" / "STOP"
+    stop.parent.mkdir(parents=True)
+    stop.touch()  # written after this process started: the user pressed Stop while the run was starting
+    result = train(config, ws, "early")
+    assert result["status"] == "stopped" and result["steps"] == 1, result
+
+    stop = ws / "runs" / "late" / "STOP"
+    stop.parent.mkdir(parents=True)
+    stop.touch()
+    os.utime(stop, (0, 0))  # left behind by a process long gone
+    result = train(config, ws, "late")
+    assert result["status"] == "completed" and result["steps"] == 3, result

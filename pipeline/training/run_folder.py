@@ -108,3 +108,15 @@ def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> li
     """The run's progress.jsonl lines (a torn last line is skipped)."""
     return read_jsonl(run_paths(workspace, run_name)["progress"])
 
+
+def remove_stale_stop(stop: Path) -> None:
+    """Remove a STOP file left by an earlier process of the run (written before this process
+    started), so the run does not stop at once; a STOP written since (the user pressed Stop, or
+    touched the file, while the model was loading) is kept and honoured at the first step."""
+    import psutil  # noqa: PLC0415
+
+    try:
+        if stop.stat().st_mtime < psutil.Process(os.getpid()).create_time():
+            stop.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass

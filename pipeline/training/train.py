@@ -24,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -49,7 +50,13 @@ from pipeline.training.resume import check_dataset, record_dataset
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_log import close_run_log as _remove_log_file
 from pipeline.training.run_log import open_run_log as _setup_log_file
-from pipeline.training.run_folder import last_checkpoint, logged_elapsed_s, run_paths, trim_progress_to_step
+from pipeline.training.run_folder import (
+    last_checkpoint,
+    logged_elapsed_s,
+    remove_stale_stop,
+    run_paths,
+    trim_progress_to_step,
+)
 from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.training.workspace_lock import hold_workspace_lock
 from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
@@ -369,15 +376,15 @@ def train(
         except DatasetError as error:
             if "No built dataset" not in str(error):
                 raise
-            raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with "
-                               f"`python -m pipeline build --workspace {ws.root} --model {config.model}`.") from None
+            raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with `python -m pipeline build "
+                               f"--workspace {shlex.quote(str(ws.root))} --model {shlex.quote(str(config.model))}`.") from None
     from pipeline.training.model import resolve_device
 
     distributed.join(resolve_device(config.device))
     distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
     if main:
         paths["dir"].mkdir(parents=True, exist_ok=True)
-        paths["stop"].unlink(missing_ok=True)
+        remove_stale_stop(paths["stop"])
         if not resume:
             atomic_write_json(paths["config"], config.to_dict())
             record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
