@@ -98,6 +98,19 @@ def test_a_typed_budget_shows_what_is_held_back(app):
     assert "left to the OS and open apps" in verdict
 
 
+def test_odd_budgets_are_answered_in_the_verdict_panel(app):
+    """A new user's pass (issue 11): a budget under the headroom dropped the estimated-peak line; -5 gave a
+    toast; 1e9 GiB was accepted as a machine; the command line refused the 0 the app offers."""
+    _, verdict, *_ = _estimate(app, 0.5, _values())
+    assert "Does not fit" in verdict and "Estimated peak" in verdict and "nothing usable" in verdict
+    for typo in (-5, 1e9):
+        _, verdict, *_ = _estimate(app, typo, _values())
+        assert "✗" in verdict and "between 0 and 4096" in verdict and "e.g. 16" in verdict, verdict
+    from pipeline.memory.budget import device_memory
+
+    assert device_memory("cpu", 0).source == device_memory("cpu").source  # 0: what the device reports
+
+
 def test_the_plan_table_lists_both_models_and_every_kind(app):
     text = app.plan(8, *[_values(device="cuda")[name] for name in common.CONFIG_FIELDS])
     rows = [line for line in text.splitlines() if line.startswith("| E")]

@@ -333,7 +333,10 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
         name.replace("_", " "), name.replace("_", " ").capitalize())
     icon = {"fits": "✓", "tight": "⚠", "does not fit": "✗"}.get(name.replace("_", " "), "")
     parts = [f"### {icon} {label}"]
-    if total_bytes is not None and usable_bytes:
+    if total_bytes is not None and usable_bytes is not None and usable_bytes <= 0:
+        parts.append(f"Estimated peak **{format_bytes(total_bytes)}** against **nothing usable**: the headroom "
+                     "held back for the OS and other apps takes the whole budget.")
+    elif total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
             tail = f"{format_bytes(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of the budget)."
             if name == "tight":

@@ -149,7 +149,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         with gr.Row():
             device = gr.Dropdown(list(DEVICES), value=d.device, label="Device", elem_id="device",
                                  info="auto: CUDA GPU, then Apple silicon (MPS), then CPU")
-            memory_gb = gr.Number(value=0, minimum=0, label="Memory budget (GiB)",
+            memory_gb = gr.Number(value=0, label="Memory budget (GiB)",
                                   info="0: use what the device reports; or type your own budget.")
             detect_button = gr.Button("Detect device", scale=0)
         device_note = gr.Markdown(elem_id="device-note")

@@ -64,6 +64,11 @@ def _proc_meminfo() -> tuple[int, int]:
     return info["MemTotal"], info.get("MemAvailable", info.get("MemFree", 0))
 
 
+MAX_MEMORY_GB = 4096.0
+"""The largest budget `--memory-gb` takes (4 TiB, beyond any single machine's accelerator or RAM): a
+larger figure is a typo (e.g. bytes typed as GiB), refused rather than answered "fits"."""
+
+
 def device_memory(device: str, memory_gb: float | None = None) -> DeviceMemory:
     """Total, free and usable memory of `device` (`cpu`, `cuda`, `mps`).
 
@@ -71,11 +76,15 @@ def device_memory(device: str, memory_gb: float | None = None) -> DeviceMemory:
     bytes: a "48 GB" laptop shows 48 GiB of RAM), and treats all of it as free, to ask "would
     this fit on a 48 GB laptop?". CUDA: `torch.cuda.mem_get_info`;
     MPS: `torch.mps.recommended_max_memory` and total RAM; CPU: psutil if installed, else
-    /proc/meminfo MemAvailable. Raises `ConfigError` when the device is not available.
+    /proc/meminfo MemAvailable. `memory_gb` 0 means the device's own figures. Raises `ConfigError`
+    when the device is not available or `memory_gb` is not a number of GiB in [0, `MAX_MEMORY_GB`].
     """
+    if memory_gb is not None and memory_gb == 0:
+        memory_gb = None  # 0: what the device reports (the app's Memory budget field says the same)
     if memory_gb is not None:
-        if not math.isfinite(memory_gb) or memory_gb <= 0:
-            raise ConfigError(f"`--memory-gb` must be a finite number of GiB > 0 (e.g. 16), got {memory_gb}.")
+        if not math.isfinite(memory_gb) or memory_gb < 0 or memory_gb > MAX_MEMORY_GB:
+            raise ConfigError(f"`--memory-gb` must be a number of GiB between 0 and {MAX_MEMORY_GB:g} (e.g. 16 for a "
+                              f"16 GB machine; 0 uses what the device reports), got {memory_gb:g}.")
         total = free = int(memory_gb * GIB)
         source = f"--memory-gb {memory_gb:g} (GiB)"
     elif device == "cuda":
