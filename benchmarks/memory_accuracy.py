@@ -53,16 +53,16 @@ loading read are handed back (`pipeline.training.checkpoint_pages`):
  7 mid    1024  1  on none    8   30 |   1.85 GiB   1.86 GiB   -0.7*|  1.82 GiB   1.78 GiB   +2.2 step
  8 mid    1024  1 off none   64    0 |   2.75 GiB   2.76 GiB   -0.3 |  2.72 GiB   2.62 GiB   +3.9 step
  9 mid    1024  2  on 4bit    8    0 |   2.47 GiB   2.49 GiB   -0.7 |  2.44 GiB   2.38 GiB   +2.5 step
-10 mid    2048  1  on none   64    0 |   2.67 GiB   2.59 GiB   +3.3*|  2.64 GiB   2.40 GiB   +9.9 step
+10 mid    2048  1  on none   64    0 |   2.67 GiB   2.59 GiB   +3.3*|  2.64 GiB   2.62 GiB   +0.7*step
 11 mid    2048  1 off 4bit    8    0 |   4.48 GiB   4.58 GiB   -2.2 |  4.44 GiB   4.46 GiB   -0.4 step
 12 mid    2048  1  on 4bit   64   30 |   2.63 GiB   2.60 GiB   +1.1 |  2.59 GiB   2.47 GiB   +4.8 step
 13 E2B     256  1  on none   16    0 |  12.77 GiB  12.45 GiB   +2.6 |  9.04 GiB   8.71 GiB   +3.9 step
  - E2B-4b  512  1  on 4bit   16   30 |   7.16 GiB   7.83 GiB   -8.6 |  7.12 GiB   7.01 GiB   +1.6 step  (--e2b-4bit)
-* median of 3 runs (`--only 7 10 --repeat 3 --step-only`; their single runs were -6.0 and +6.6 %, and
-  the 3 runs of row 10 spread +1.6..+9.7 %: glibc's retained heap varies run to run).
-Whole run: 14 of 15 rows within 5 %, all within 10 %; row 10 (2,048 tokens, rank 64, no clip) is
-over-estimated by 9.9 % in its one run (the safe side). Step: the grid's 14 rows within 5 %
-(medians for rows 7 and 10); the E2B 4-bit step probe measures 8.6 % above its estimate while the
+* median of 3 runs: step `--only 7 10 --repeat 3 --step-only` (their first single runs were -6.0 and
+  +6.6 %, and row 10's three spread +1.6..+9.7 %); whole run of row 10 `--only 10 --run-only` twice
+  more (2.40, 2.66, 2.62 GiB: +9.9, -0.8, +0.7 %). glibc's retained heap varies from run to run.
+Whole run: all 15 rows within 5 % (row 10 as its median; its worst single run +9.9 %, the safe side).
+Step: the grid's 14 rows within 5 % (medians for rows 7 and 10); the E2B 4-bit step probe measures 8.6 % above its estimate while the
 same settings' real run peaks 1.6 % under its whole-run estimate: the probe's synthetic batch
 touches more of the memory-mapped checkpoint than a real step does (not yet explained).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
