@@ -184,7 +184,7 @@ def test_quantized_audio_encoder_only_with_a_frozen_encoder_and_quantized_weight
 
 
 def test_defaults_lower_the_peak_on_their_device(tmp_path, capsys):
-    """CPU: bf16 (4-bit measured a higher whole-run peak there); CUDA: NF4; MPS: bf16."""
+    """CPU: bf16 (faster steps; 4-bit is the first suggestion when bf16 does not fit); CUDA: NF4; MPS: bf16."""
     assert (default_quantization("cpu"), default_quantization("cuda"), default_quantization("mps")) == ("none", "4bit", "none")
     assert _estimate_json(capsys, tmp_path, "--device", "cpu", "--memory-gb", "64")["settings"]["quantization"] == "none"
     data = memory.load_model_config(E2B)
