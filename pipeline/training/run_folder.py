@@ -109,14 +109,18 @@ def read_progress(workspace: Workspace | str | os.PathLike, run_name: str) -> li
     return read_jsonl(run_paths(workspace, run_name)["progress"])
 
 
-def remove_stale_stop(stop: Path) -> None:
-    """Remove a STOP file left by an earlier process of the run (written before this process
-    started), so the run does not stop at once; a STOP written since (the user pressed Stop, or
-    touched the file, while the model was loading) is kept and honoured at the first step."""
+def remove_stale_stop(stop: Path, result: Path) -> None:
+    """Remove a STOP file that an earlier process of the run already answered, so that a resumed run
+    does not stop at once: one written before this process started, or before the run's `result`
+    file (`result.json`, which the process that stopped wrote after honouring it). A STOP written
+    since (the user pressed Stop, or touched the file, while this run was starting) is kept and
+    honoured at the first step."""
     import psutil  # noqa: PLC0415
 
     try:
-        if stop.stat().st_mtime < psutil.Process(os.getpid()).create_time():
-            stop.unlink(missing_ok=True)
+        written = stop.stat().st_mtime
     except FileNotFoundError:
-        pass
+        return
+    answered = result.exists() and result.stat().st_mtime >= written
+    if answered or written < psutil.Process(os.getpid()).create_time():
+        stop.unlink(missing_ok=True)

@@ -384,7 +384,7 @@ def train(
     distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
     if main:
         paths["dir"].mkdir(parents=True, exist_ok=True)
-        remove_stale_stop(paths["stop"])
+        remove_stale_stop(paths["stop"], paths["result"])
         if not resume:
             atomic_write_json(paths["config"], config.to_dict())
             record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
