@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -67,3 +69,18 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny-gemma3n")
     make_tiny_model(out)
     return out
+
+
+@pytest.fixture()
+def launched():
+    """Processes a test starts in their own session (`start_new_session=True`: torchrun and its
+    workers, a bundle's train.sh); each one's process group is killed at teardown whatever the outcome."""
+    processes: list[subprocess.Popen] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(timeout=30)

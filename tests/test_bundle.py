@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -73,20 +72,6 @@ def test_bundle_holds_data_settings_code_and_commands(tmp_path, tmp_path_factory
     flags = train_flags(folder, "cpu")
     assert flags[flags.index("--model") + 1] == str((folder / "model").resolve())
     assert flags[flags.index("--device") + 1] == "cpu" and flags[flags.index("--max-steps") + 1] == "5"
-
-
-@pytest.fixture()
-def launched():
-    """train.sh processes started by the test (own session each); killed at teardown whatever the outcome."""
-    processes: list[subprocess.Popen] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait(timeout=30)
 
 
 @pytest.mark.slow

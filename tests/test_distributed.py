@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,21 +25,6 @@ from tests.training_data import copy_workspace, real_workspace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 1200
-
-
-@pytest.fixture()
-def launched():
-    """Processes started by the test (torchrun and its workers, one session each); killed at teardown
-    whatever the outcome."""
-    processes: list[subprocess.Popen] = []
-    yield processes
-    for process in processes:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait(timeout=30)
 
 
 def torchrun(launched, log_path: Path, args: list[str]) -> subprocess.Popen:

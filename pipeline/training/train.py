@@ -380,7 +380,8 @@ def train(
                                f"--workspace {shlex.quote(str(ws.root))} --model {shlex.quote(str(config.model))}`.") from None
     from pipeline.training.model import resolve_device
 
-    distributed.join(resolve_device(config.device))
+    resolved_device = resolve_device(config.device)
+    distributed.join(resolved_device)
     distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
     if main:
         paths["dir"].mkdir(parents=True, exist_ok=True)
@@ -420,9 +421,7 @@ def train(
     memory: PhaseMemory | None = None
     try:
         try:
-            from pipeline.training.model import resolve_device
-
-            memory = PhaseMemory(resolve_device(config.device))
+            memory = PhaseMemory(resolved_device)
             memory.enter("load")
             session = _Session(config, ws, dataset_dir)
         except PipelineError as error:
