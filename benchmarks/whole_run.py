@@ -81,10 +81,11 @@ def workspace_for(cache: Path, model_path: str, row: dict, answer_tokens: int) -
     return ws
 
 
-def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: str = "bench") -> dict:
+def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: str = "bench",
+              env: dict[str, str] | None = None) -> dict:
     """Train the row's settings for 6 steps with evaluation and checkpoints every 3 steps in a fresh
     `python -m pipeline train` process; returns result.json (its `memory` and `memory_estimate`),
-    or `{"error": ...}`."""
+    or `{"error": ...}`. `env`: variables added to the training process's environment."""
     ws = workspace_for(cache, model_path, row, answer_tokens)
     shutil.rmtree(ws / "runs" / run, ignore_errors=True)
     rank = row["rank"]
@@ -94,7 +95,7 @@ def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: 
            "--gradient-checkpointing" if row["gc"] else "--no-gradient-checkpointing",
            "--max-length", str(max(512, row["seq_len"] + 64)), "--max-steps", "6", "--eval-steps", "3",
            "--save-steps", "3", "--json"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO), env=env)
     path = ws / "runs" / run / "result.json"
     if not path.exists():

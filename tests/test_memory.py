@@ -283,10 +283,15 @@ def test_estimate_total_is_static_plus_peak_phase():
 def test_allocator_retention_by_hand():
     shape = model_shape(SMALL)  # widest MLP I = 16, L = 2 layers, h = 8
     assert (max(shape.intermediate_sizes), shape.num_layers, shape.hidden_size) == (16, 2, 8)
-    # batch 2 x 300 tokens x (a I + b L h); no checkpointing (45, 128), checkpointing (133, 54)
-    assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300) == 2 * 300 * (45 * 16 + 128 * 2 * 8)
+    # batch 2 x (300 tokens x (a I + b L h) + audio seconds x c); no checkpointing (0, 139, 0.9 MB/s),
+    # checkpointing (61, 46, 6.4 MB/s)
+    assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300) == 2 * 300 * (0 * 16 + 139 * 2 * 8)
     assert memory.allocator_retention(shape, cfg(batch_size=2, gradient_checkpointing=True), "cpu", 300) == \
-        2 * 300 * (133 * 16 + 54 * 2 * 8)
+        2 * 300 * (61 * 16 + 46 * 2 * 8)
+    assert memory.allocator_retention(shape, cfg(batch_size=2, gradient_checkpointing=True), "cpu", 300, None, 30.0) == \
+        2 * (300 * (61 * 16 + 46 * 2 * 8) + 30 * 6_400_000)
+    assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300, None, 10.0) == \
+        2 * (300 * 139 * 2 * 8 + 10 * 900_000)
     assert memory.allocator_retention(shape, cfg(batch_size=2), "cuda", 300) == 0
     assert memory.allocator_retention(shape, cfg(batch_size=2), "mps", 300) == 0
     # a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_ fixed) retains nothing
@@ -378,8 +383,8 @@ def test_single_tight_change_is_offered_issue4_case(tmp_path):
     usable budget but only just (tight): the search required `fits` and offered nothing. It must be
     offered, labelled tight, and something that fits comfortably must be offered too."""
     result = memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", quantization="none"),
-                                           memory_gb=14.5)
-    assert result["usable_bytes"] == 12.5 * GIB and result["verdict"] == "does not fit"
+                                           memory_gb=13.5)
+    assert result["usable_bytes"] == 11.5 * GIB and result["verdict"] == "does not fit"
     by_change = {tuple(sorted(s["changes"].items())): s for s in result["suggestions"]}
     four_bit = by_change.get((("quantization", "4bit"),))
     assert four_bit is not None, result["suggestions"]

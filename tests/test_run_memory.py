@@ -84,10 +84,11 @@ def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
     every = est.components
     for phase, names in est.run_members.items():
         assert sum(every[n] for n in names) == est.run_phases[phase], phase
-    # the checkpoint: the adapter copied into host bytes on top of what is alive
+    # the checkpoint: the adapter copied into host bytes on top of what is alive; the phase starts from
+    # a handed-back heap (pipeline.training.free_heap), so no retained heap is counted
     static = sum(v for k, v in every.items() if k.startswith(memory.STATIC_PREFIXES))
-    assert est.run_phases["save"] == static + every["lora_params"] + every["cpu_kernel_cache"] + \
-        every["allocator_retention"] + runtime
+    assert est.run_phases["save"] == static + every["lora_params"] + every["cpu_kernel_cache"] + runtime
+    assert "allocator_retention" not in est.run_members["save"]
 
 
 def test_evaluation_is_estimated_on_the_eval_splits_worst_case():

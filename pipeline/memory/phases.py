@@ -180,7 +180,8 @@ def estimate_memory(
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
     comps["load_transient"] = load_transient(shape, config, device)
     comps["load_checkpoint_pages"] = load_checkpoint_pages(shape, config, device, options)
-    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options)
+    audio_seconds = lengths.longest_clip_s * max(1, lengths.kept_max_clips(config.max_length)) if seq_len > 0 else 0.0
+    comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options, audio_seconds)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = runtime_overhead(device)
     phases = {name: sum(v for k, v in comps.items() if k.startswith(static_prefixes(name)))

@@ -23,7 +23,9 @@ Synthetic rows draw their text tokens from `PROBE_VOCAB` ids spread over the voc
 many distinct tokens as a real dataset has (only those rows of the per-layer embedding table are read).
 
 Counters (`pipeline.training.peak_memory`): CPU: the process's resident-set high-water mark (VmHWM
-from /proc/self/status, reset by writing 5 to /proc/self/clear_refs right before the measured step;
+from /proc/self/status, reset by writing 5 to /proc/self/clear_refs right before the measured step,
+after handing the C heap's free memory back as the trainer does before every micro-batch,
+`pipeline.training.free_heap`;
 `ru_maxrss` where that is not available); CUDA: `max_memory_allocated` and `max_memory_reserved`;
 MPS: `driver_allocated_memory`. `baseline_rss_bytes` is the RSS after importing
 torch/transformers/peft/bitsandbytes/datasets, before the model exists.
@@ -55,12 +57,11 @@ def rss_bytes() -> int:
 def _reset(device: str) -> None:
     import torch
 
-    from pipeline.training.peak_memory import reset_rss_peak  # noqa: PLC0415
+    from pipeline.training.peak_memory import reset_peak_memory  # noqa: PLC0415
 
     if device == "cuda":
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    reset_rss_peak()
+    reset_peak_memory(device)  # on CPU after handing the free heap back, as the trainer's micro-batches start
 
 
 def _peaks(device: str) -> dict:

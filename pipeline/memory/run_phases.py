@@ -18,7 +18,7 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
   * `save`: a checkpoint (and the final adapter): safetensors copies every adapter tensor into
     host bytes before writing (`safetensors.torch.save_file` -> `_flatten` -> `_tobytes`); the
     optimizer states are written from their own storage by `torch.save` (no copy on CPU); on CPU it
-    runs in the heap the steps left resident (`allocator_retention`) with their cached kernels;
+    starts from a handed-back heap (`pipeline.training.free_heap`) beside the cached kernels;
   * `resume`: reading a checkpoint back: the adapter file is read whole before it is copied into
     the model (peft `load_peft_weights`), and the optimizer states are read into place.
 
@@ -65,9 +65,10 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
       (4 + c): fp32 softmax and its bf16 copy), whichever is larger;
     * `eval_logits`: logits at the answer positions (`answer_loss`): V x (c + 8) per position
       (`EVAL_LOGITS_BYTES_PER_VOCAB`).
-    * `eval_allocator_retention`: CPU only, glibc's resident heap for this many tokens
-      (`allocator_retention`, as for a step of the same length: evaluation runs in the heap the
-      training steps left behind).
+    * `eval_allocator_retention`: CPU only, glibc's resident heap for this many tokens and this clip
+      (`allocator_retention`, as for a step of the same length; evaluation starts from a handed-back
+      heap, `pipeline.training.free_heap`, and its forward passes leave at most what a step's do:
+      an upper bound, not measured apart).
     """
     if seq_len <= 0:
         return {"eval_audio_encoder": 0, "eval_decoder": 0, "eval_logits": 0, "eval_allocator_retention": 0}
@@ -80,7 +81,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
     tokens = config.batch_size * seq_len
     logits = shape.vocab_size * (c + EVAL_LOGITS_BYTES_PER_VOCAB) * config.batch_size * answer_tokens
     audio = audio_encoder_bytes(shape, config.replace(lora_targets="language"), device, options, clip_s)
-    retention = allocator_retention(shape, config, device, seq_len, options)
+    retention = allocator_retention(shape, config, device, seq_len, options, clip_s)
     return {
         "eval_audio_encoder": audio["audio_encoder_transient"],
         "eval_decoder": per_token * tokens,
@@ -150,7 +151,7 @@ def whole_run(shape: ModelShape, config: TrainConfig, lengths: LengthStats, devi
         "step": static + list(phase_members[step_moment]) + ["cpu_kernel_cache"],
         "eval": ([k for k in static if k != "lora_grads"] + forward + ["eval_allocator_retention", "cpu_kernel_cache"])
         if evaluates else [],
-        "save": static + ["checkpoint_serialise", "cpu_kernel_cache", "allocator_retention"],
+        "save": static + ["checkpoint_serialise", "cpu_kernel_cache"],
         "resume": static + ["checkpoint_read"],
     }
     members = {phase: [k for k in names if every.get(k)] + (["runtime_overhead"] if names else [])

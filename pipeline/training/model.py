@@ -355,8 +355,10 @@ def load_model(
     model.eval()
     if device == "cpu":  # the bf16 source pages of quantized Linears would stay resident
         from pipeline.training.checkpoint_pages import release_checkpoint_pages
+        from pipeline.training.free_heap import release_free_heap
 
         release_checkpoint_pages()
+        release_free_heap()  # the quantizer's freed bf16 temporaries (pipeline.training.free_heap)
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
     if not vision_tower:

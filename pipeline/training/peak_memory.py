@@ -29,6 +29,7 @@ from typing import Iterator
 import torch
 
 from pipeline.config import TrainConfig
+from pipeline.training.free_heap import release_free_heap
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
 """The phases of a training process: `load` (process start, model, quantization, LoRA), `preflight`
@@ -99,7 +100,11 @@ def rss_peak_bytes() -> int:
 
 
 def reset_peak_memory(device: str) -> None:
-    """Reset the peak-memory counters where the backend allows it (CUDA; CPU VmHWM on Linux)."""
+    """Reset the peak-memory counters where the backend allows it (CUDA; CPU VmHWM on Linux). On CPU the
+    C heap's free memory is handed back first (`pipeline.training.free_heap`), as the trainer does
+    before every micro-batch, so the high-water mark starts from live memory."""
+    if device == "cpu":
+        release_free_heap()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     reset_rss_peak()
@@ -197,10 +202,14 @@ class PhaseMemory:
         self.peaks[self.phase] = max(peak, self.peaks.get(self.phase, 0))
 
     def enter(self, phase: str) -> None:
-        """End the open phase (keeping its peak) and start `phase` with the counters reset."""
+        """End the open phase (keeping its peak) and start `phase` with the counters reset; on CPU the C
+        heap's free memory is handed back first (`pipeline.training.free_heap`), so the phase's peak is
+        its own."""
         if phase not in RUN_PHASES:
             raise ValueError(f"unknown run phase {phase!r}; expected one of {RUN_PHASES}")
         self._close()
+        if self.device == "cpu":  # the phase starts from live memory (pipeline.training.free_heap)
+            release_free_heap()
         if self.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

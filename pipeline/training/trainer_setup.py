@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from pipeline.conversation import IGNORE_INDEX
+from pipeline.training.free_heap import release_free_heap
 
 LR_SCHEDULERS = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
 """`--lr-schedule` -> `transformers.TrainingArguments.lr_scheduler_type`. Every schedule warms up over
@@ -77,7 +78,8 @@ def answer_loss_trainer_class():
 
         With a `pipeline.training.peak_memory.PhaseMemory` in `memory`, evaluation, checkpoint saves
         and reading a checkpoint back are recorded as the run phases `eval`, `save` and `resume`
-        (the rest of `train` is `step`)."""
+        (the rest of `train` is `step`). On CPU each micro-batch starts by handing the C heap's free
+        memory back (`pipeline.training.free_heap`)."""
 
         memory = None
 
@@ -96,6 +98,13 @@ def answer_loss_trainer_class():
                 # (as `Trainer.compute_loss` does), so each token weighs the same on every process.
                 loss = loss * self.accelerator.num_processes
             return (loss, outputs) if return_outputs else loss
+
+        def training_step(self, model, inputs, *args: Any, **kwargs: Any):
+            # Every micro-batch starts from live memory on CPU: what the previous one freed is handed
+            # back instead of staying resident beside this one's tensors (pipeline.training.free_heap).
+            if self.args.device.type == "cpu":
+                release_free_heap()
+            return super().training_step(model, inputs, *args, **kwargs)
 
         def _phase(self, name: str):
             from contextlib import nullcontext
