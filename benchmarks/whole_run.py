@@ -81,6 +81,16 @@ def workspace_for(cache: Path, model_path: str, row: dict, answer_tokens: int) -
     return ws
 
 
+def run_config(model_path: str, row: dict):
+    """The `TrainConfig` that `run_whole` trains for grid row `row` (its command line, as settings)."""
+    from pipeline.config import TrainConfig
+
+    rank = row["rank"]
+    return TrainConfig(model=model_path, device="cpu", quantization=row["quant"], lora_rank=rank, lora_alpha=2 * rank,
+                       batch_size=row["batch"], grad_accum=1, gradient_checkpointing=row["gc"],
+                       max_length=max(512, row["seq_len"] + 64), max_steps=6, eval_steps=3, save_steps=3)
+
+
 def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: str = "bench",
               env: dict[str, str] | None = None) -> dict:
     """Train the row's settings for 6 steps with evaluation and checkpoints every 3 steps in a fresh
@@ -88,13 +98,14 @@ def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: 
     or `{"error": ...}`. `env`: variables added to the training process's environment."""
     ws = workspace_for(cache, model_path, row, answer_tokens)
     shutil.rmtree(ws / "runs" / run, ignore_errors=True)
-    rank = row["rank"]
+    config = run_config(model_path, row)
     cmd = [sys.executable, "-m", "pipeline", "train", "--workspace", str(ws), "--run", run, "--model", model_path,
-           "--device", "cpu", "--quantization", row["quant"], "--lora-rank", str(rank), "--lora-alpha", str(2 * rank),
-           "--batch-size", str(row["batch"]), "--grad-accum", "1",
-           "--gradient-checkpointing" if row["gc"] else "--no-gradient-checkpointing",
-           "--max-length", str(max(512, row["seq_len"] + 64)), "--max-steps", "6", "--eval-steps", "3",
-           "--save-steps", "3", "--json"]
+           "--device", config.device, "--quantization", config.quantization, "--lora-rank", str(config.lora_rank),
+           "--lora-alpha", str(config.lora_alpha), "--batch-size", str(config.batch_size),
+           "--grad-accum", str(config.grad_accum),
+           "--gradient-checkpointing" if config.gradient_checkpointing else "--no-gradient-checkpointing",
+           "--max-length", str(config.max_length), "--max-steps", str(config.max_steps),
+           "--eval-steps", str(config.eval_steps), "--save-steps", str(config.save_steps), "--json"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO), env=env)
     path = ws / "runs" / run / "result.json"

@@ -520,25 +520,26 @@ def audio_encoder_bytes(
 # the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
 # activation-sized tensors below that are served from the heap, and memory freed in the middle of
 # the heap stays resident. The trainer hands the free heap back before every micro-batch and phase
-# (`pipeline.training.free_heap`), so what remains is what one step's own allocations leave
+# (`pipeline.training.free_heap`), so what remains is what one micro-batch's own allocations leave
 # resident beyond its live tensors. Measured as (peak RSS of the probe's step, which starts from a
 # handed-back heap) - (the tensor-level estimate without this term, which is within -6..+1 % of
 # the peak RSS with MALLOC_MMAP_THRESHOLD_=65536, where RSS follows live tensors) on
-# benchmarks/memory_accuracy.py's grid (tiny, mid-size, full-size E2B in bf16) and on full-size E2B
-# in 4-bit with a 30 s clip (3 runs), 2026-11-30. Per micro-batch it follows
-#     tokens x (a x I + b x L x h) + audio seconds x c     (I = widest MLP, L = decoder layers, h = hidden size)
+# benchmarks/memory_accuracy.py's grid (tiny, mid-size and full-size E2B in bf16; 2-5 runs per row,
+# each row's median) and on full-size E2B in 4-bit with a 30 s clip (6 runs), 2026-11-30. It follows
+#     batch x tokens x (a x I + b x L x h) + clip seconds x c     (I = widest MLP, L = decoder layers, h = hidden size)
 # one layer's MLP-width temporaries, hidden-width temporaries left behind by every layer, and the
-# audio encoder's temporaries per second of audio in the micro-batch, with (a, b, c) =
-# (61, 46, 6.4e6) bytes with gradient checkpointing and (0, 139, 0.9e6) without: non-negative
-# least squares weighted by 1 / measured peak; the fit's rows are then within -3.7..+2.9 %. Without
-# the audio term the rows with a clip were off by up to 6 %. Run to run the retained heap varies
-# by about +-0.1 GiB on E2B, which the benchmark shows as a range. Not modelled: a tensor above
-# 32 MiB (B x T x I x 2 bytes > 32 MiB, i.e. over 2,048 tokens per micro-batch on E2B) is always
-# mmapped and never retained, so very long rows there are overestimated.
-CPU_HEAP_RETENTION_PER_TOKEN = {True: (61, 46), False: (0, 139)}
-"""gradient_checkpointing -> (bytes per MLP unit, bytes per hidden unit per layer), per token."""
-CPU_HEAP_RETENTION_PER_AUDIO_SECOND = {True: 6_400_000, False: 900_000}
-"""gradient_checkpointing -> bytes per second of audio in the micro-batch."""
+# audio encoder's temporaries per second of the row's audio, with (a, b, c) = (102, 42, 2.35e6) bytes
+# with gradient checkpointing and (0, 138, 0) without: non-negative least squares on each row's
+# median, weighted by 1 / measured peak; every row's median is then within 2.0 %. The audio part is per row, not
+# per batch: multiplied by the batch it overestimated a batch of 3 rows with 20 s clips by 12 %.
+# Out of sample (four configurations no constant saw, one run each): +8.5, -4.4, -4.6 and +8.3 %.
+# Run to run the retained heap varies by +-0.1-0.2 GiB, which the benchmark shows as a range. Not
+# modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB, i.e. over 2,048 tokens per
+# micro-batch on E2B) is always mmapped and never retained, so very long rows there are overestimated.
+CPU_HEAP_RETENTION_PER_TOKEN = {True: (102, 42), False: (0, 138)}
+"""gradient_checkpointing -> (bytes per MLP unit, bytes per hidden unit per layer), per token of the micro-batch."""
+CPU_HEAP_RETENTION_PER_AUDIO_SECOND = {True: 2_350_000, False: 0}
+"""gradient_checkpointing -> bytes per second of the row's audio (once per micro-batch, not per row)."""
 
 
 def allocator_retention(
@@ -548,13 +549,13 @@ def allocator_retention(
     """Memory the allocator keeps resident beyond live tensors during one micro-batch's forward and
     backward (bytes).
 
-    CPU (glibc malloc): batch_size x (seq_len x (a x I + b x L x h) + audio_seconds_per_row x c)
-    with (a, b) = CPU_HEAP_RETENTION_PER_TOKEN and c = CPU_HEAP_RETENTION_PER_AUDIO_SECOND for the
-    run's gradient checkpointing (measured, see the constants), I the widest MLP, L the decoder
-    layers, h the hidden size, `audio_seconds_per_row` the seconds of audio in the row (clips per
-    row x the longest clip); 0 when `options.cpu_heap_retention` is False (a process whose RSS
-    follows its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536). CUDA: the caching
-    allocator's slack is in the runtime overhead. MPS: not measured, 0.
+    CPU (glibc malloc): batch_size x seq_len x (a x I + b x L x h) + audio_seconds_per_row x c with
+    (a, b) = CPU_HEAP_RETENTION_PER_TOKEN and c = CPU_HEAP_RETENTION_PER_AUDIO_SECOND for the run's
+    gradient checkpointing (measured, see the constants), I the widest MLP, L the decoder layers, h
+    the hidden size, `audio_seconds_per_row` the seconds of audio in the longest row (clips per row
+    x the longest clip); 0 when `options.cpu_heap_retention` is False (a process whose RSS follows
+    its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536). CUDA: the caching allocator's
+    slack is in the runtime overhead. MPS: not measured, 0.
     """
     if device != "cpu" or (options is not None and not options.cpu_heap_retention):
         return 0
@@ -562,7 +563,7 @@ def allocator_retention(
     per_mlp_unit, per_layer_hidden_unit = CPU_HEAP_RETENTION_PER_TOKEN[checkpointing]
     per_token = per_mlp_unit * max(shape.intermediate_sizes) + per_layer_hidden_unit * shape.num_layers * shape.hidden_size
     audio = max(0.0, float(audio_seconds_per_row)) * CPU_HEAP_RETENTION_PER_AUDIO_SECOND[checkpointing]
-    return int(config.batch_size * (seq_len * per_token + audio))
+    return int(config.batch_size * seq_len * per_token + audio)
 
 
 # --------------------------------------------------------------------------------------------------
