@@ -15,8 +15,11 @@ follows live tensors); the next step then peaked at 7.49, 7.54 and 8.12 GiB in t
 loading (the quantizer's bf16 temporaries), at every phase change of the run
 (`pipeline.training.peak_memory.PhaseMemory.enter`) and before every micro-batch
 (`pipeline.training.trainer_setup.answer_loss_trainer_class`), so each starts from its live memory
-and its peak is its own (what `pipeline.memory` estimates). `TUTOR_KEEP_FREE_HEAP=1` turns it off
-(for `benchmarks/free_heap.py`, which measures the two side by side).
+and its peak is its own (what `pipeline.memory` estimates). The cost is speed: the pages handed back
+are faulted in again by the next micro-batch (`malloc_trim` itself takes 1-26 ms); on the mid-size
+random Gemma 3n (1,024 tokens, a 30 s clip, ~5 s per step) 1.09-1.15x the seconds per step for a
+0.95-0.99x whole-run peak (`benchmarks/free_heap.py`, two pairs of runs). `TUTOR_KEEP_FREE_HEAP=1`
+turns it off (faster, less predictable; the benchmark's baseline).
 """
 
 from __future__ import annotations
