@@ -16,10 +16,13 @@ loading (the quantizer's bf16 temporaries), at every phase change of the run
 (`pipeline.training.peak_memory.PhaseMemory.enter`) and before every micro-batch
 (`pipeline.training.trainer_setup.answer_loss_trainer_class`), so each starts from its live memory
 and its peak is its own (what `pipeline.memory` estimates). The cost is speed: the pages handed back
-are faulted in again by the next micro-batch (`malloc_trim` itself takes 1-26 ms); on the mid-size
-random Gemma 3n (1,024 tokens, a 30 s clip, ~5 s per step) 1.09-1.15x the seconds per step for a
-0.95-0.99x whole-run peak (`benchmarks/free_heap.py`, two pairs of runs). `TUTOR_KEEP_FREE_HEAP=1`
-turns it off (faster, less predictable; the benchmark's baseline).
+are faulted in again by the next micro-batch (`malloc_trim` itself takes 1-26 ms). Without gradient
+accumulation it does not lower a run's peak beyond run-to-run noise: `benchmarks/free_heap.py`
+measured 1.09-1.15x the seconds per step for 0.95-1.05x the whole-run peak (the mid-size random
+Gemma 3n, two pairs of runs; full-size E2B, one pair: 7.12 against 6.81 GiB, 40.9 against 37.4 s
+per step). It matters for a micro-batch that follows another in the same step (the probe's case
+above; gradient accumulation, 4 micro-batches per step by default). `TUTOR_KEEP_FREE_HEAP=1` turns
+it off (faster, less predictable; the benchmark's baseline).
 """
 
 from __future__ import annotations
