@@ -173,3 +173,14 @@ def test_cli_lists_samples_as_json(library, capsys):
     assert row["checks"]["source_rate_hz"] == 16000
     assert main(["samples", "--workspace", str(library.workspace.root)]) == 0
     assert "1 samples" in capsys.readouterr().out
+
+
+def test_saving_with_neither_audio_nor_text_names_every_missing_part(tmp_path):
+    from pipeline.data.samples import SampleLibrary
+    from pipeline.errors import SampleError
+
+    with pytest.raises(SampleError) as caught:
+        SampleLibrary(tmp_path).add(None, "", "", require_feedback=True)
+    message = str(caught.value)
+    assert "target sentence" in message and "feedback" in message and "No audio" in message
+    assert not (tmp_path / "samples" / "manifest.jsonl").exists() or not SampleLibrary(tmp_path).list()

@@ -349,15 +349,17 @@ class SampleLibrary:
         from pipeline.data.audio import load_audio, wav_bytes
 
         label = name or "the clip"
-        if kind == "read_aloud":
-            check_texts(target_text, feedback, name=label, require_feedback=require_feedback)
-        elif kind == "free_speech":
-            if is_blank(prompt):
+        try:
+            if kind == "read_aloud":
+                check_texts(target_text, feedback, name=label, require_feedback=require_feedback)
+            elif kind == "free_speech" and is_blank(prompt):
                 raise SampleError(f"Prompt of {label} is empty; type the question the learner answered "
                                   "(e.g. `Describe your last holiday.`).")
-            if require_feedback and is_blank(feedback):
+            elif kind == "free_speech" and require_feedback and is_blank(feedback):
                 raise SampleError(f"The tutor feedback of {label} is empty; write what a good tutor would say about "
                                   "this answer (a sample without feedback is left out of training).")
+        except SampleError as error:  # with no audio either, say everything that is missing at once
+            raise (SampleError(f"{error} No audio was received either: record or upload it.") if audio is None else error) from None
         target = nfc(target_text) or ""
         if scores is not None and not isinstance(scores, dict):
             raise SampleError(f"`scores` must be a dict (e.g. speechocean762 scores), got {type(scores).__name__}.")
