@@ -29,30 +29,26 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
 KEEP_FREE_HEAP_ENV = "TUTOR_KEEP_FREE_HEAP"
 """Set to 1 to keep glibc's free heap resident as before (a diagnostic; the benchmark's baseline)."""
 
-_malloc_trim = None
 
-
+@functools.cache
 def _trim_function():
     """glibc's `malloc_trim`, or None (not Linux, another C library, or it cannot be loaded)."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        _malloc_trim = False
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                function = libc.malloc_trim  # glibc only (musl has none)
-                function.argtypes = [ctypes.c_size_t]
-                function.restype = ctypes.c_int
-                _malloc_trim = function
-            except (OSError, AttributeError):
-                pass
-    return _malloc_trim or None
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # glibc only (musl has none)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
 
 
 def release_free_heap() -> bool:

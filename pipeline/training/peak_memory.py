@@ -208,13 +208,9 @@ class PhaseMemory:
         if phase not in RUN_PHASES:
             raise ValueError(f"unknown run phase {phase!r}; expected one of {RUN_PHASES}")
         self._close()
-        if self.device == "cpu":  # the phase starts from live memory (pipeline.training.free_heap)
-            release_free_heap()
         if self.device == "cuda":
             torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        if self._resettable:
-            reset_rss_peak()
+        reset_peak_memory(self.device)  # on CPU from live memory: the free heap is handed back first
         self._maxrss_at_start = _ru_maxrss_bytes()
         self._sampled = rss_bytes() if self.device == "cpu" else 0
         self.phase = phase
