@@ -66,3 +66,56 @@ def test_every_phase_change_releases_the_free_heap_on_cpu_only(monkeypatch):
     assert len(calls) == 3  # load, save, back to load
     peak_memory.reset_peak_memory("cpu")
     assert len(calls) == 4
+
+
+# The same fragmented heap, made inside `releasing_free_heap_while`: the block never calls
+# `release_free_heap` itself, yet its freed buffers leave the resident set while it is still running.
+_CHILD_WHILE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from pipeline.training.free_heap import releasing_free_heap_while
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+start = anon()
+with releasing_free_heap_while(0.05):
+    big, kept = [], []
+    for _ in range(4096):
+        big.append(bytearray(64 * 1024))
+        kept.append(bytearray(1024))
+    held = anon()
+    del big
+    time.sleep(1.0)
+    during = anon()
+print(json.dumps({"start": start, "held": held, "during": during}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim (Linux); a no-op elsewhere")
+def test_a_long_call_hands_its_freed_heap_back_while_it_runs():
+    import os
+
+    freed = 4096 * 64 * 1024
+    env = {k: v for k, v in os.environ.items() if k != "TUTOR_KEEP_FREE_HEAP"}
+    proc = subprocess.run([sys.executable, "-c", _CHILD_WHILE, str(REPO)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    rss = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rss["held"] - rss["start"] >= 0.9 * freed, rss  # the buffers were resident
+    assert rss["during"] - rss["start"] < 0.25 * freed, rss  # and left while the block still ran
+
+
+def test_loading_on_cpu_releases_the_free_heap_while_from_pretrained_runs(monkeypatch, tiny_model_dir):
+    from pipeline.training import free_heap
+    from pipeline.training.model import load_model
+
+    entered = []
+    real = free_heap.releasing_free_heap_while
+
+    def recording(*args, **kwargs):
+        entered.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(free_heap, "releasing_free_heap_while", recording)
+    load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert len(entered) == 1

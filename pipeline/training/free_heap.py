@@ -11,8 +11,9 @@ of which 1.84 GiB were live (the figure with `MALLOC_MMAP_THRESHOLD_=65536`, whe
 follows live tensors); the next step then peaked at 7.49, 7.54 and 8.12 GiB in three runs, against
 6.87 GiB when `malloc_trim` had handed the free heap back first, in the same step time (28 s).
 
-`release_free_heap` is called where the training process changes what it does: at the end of
-loading (the quantizer's bf16 temporaries), at every phase change of the run
+`release_free_heap` is called where the training process changes what it does: every 0.5 s while
+`from_pretrained` loads and quantizes (`releasing_free_heap_while`: the quantizer's bf16
+temporaries) and at its end, at every phase change of the run
 (`pipeline.training.peak_memory.PhaseMemory.enter`) and before every micro-batch
 (`pipeline.training.trainer_setup.answer_loss_trainer_class`), so each starts from its live memory
 and its peak is its own (what `pipeline.memory` estimates). The cost is speed: the pages handed back
@@ -27,11 +28,14 @@ it off (faster, less predictable; the benchmark's baseline).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import os
 import sys
+import threading
+from collections.abc import Iterator
 
 KEEP_FREE_HEAP_ENV = "TUTOR_KEEP_FREE_HEAP"
 """Set to 1 to keep glibc's free heap resident as before (a diagnostic; the benchmark's baseline)."""
@@ -62,3 +66,41 @@ def release_free_heap() -> bool:
         return False
     function = _trim_function()
     return bool(function(0)) if function is not None else False
+
+
+LOADING_RELEASE_INTERVAL_SECONDS = 0.5
+"""How often `releasing_free_heap_while` hands the free heap back while a model loads (seconds): a
+few quantized Linears' bf16 temporaries at most accumulate in between (E2B quantizes ~3 per second
+on this 2-core machine)."""
+
+
+@contextlib.contextmanager
+def releasing_free_heap_while(interval_seconds: float = LOADING_RELEASE_INTERVAL_SECONDS) -> Iterator[None]:
+    """Call `release_free_heap` every `interval_seconds` from a daemon thread while the block runs,
+    and once more at its end.
+
+    For work that frees large temporaries inside one library call we cannot split, such as
+    `from_pretrained` quantizing every Linear on the fly (bitsandbytes makes each NF4 weight from a
+    bf16 copy and frees the copy). Left alone, how much of that freed heap stays resident varied
+    from run to run: full-size E2B, NF4 on CPU, four fresh loads on this machine (2026-11-30) ended
+    with 1.87, 3.43, 3.36 and 2.45 GiB of anonymous memory, so the load phase peaked at 5.71-7.28 GiB.
+    `malloc_trim` takes the arena locks, so it is safe beside the loading thread. Does nothing where
+    `release_free_heap` does nothing.
+    """
+    if _trim_function() is None or os.environ.get(KEEP_FREE_HEAP_ENV, "").strip() in ("1", "true", "yes"):
+        yield
+        return
+    finished = threading.Event()
+
+    def release_until_finished() -> None:
+        while not finished.wait(interval_seconds):
+            release_free_heap()
+
+    releaser = threading.Thread(target=release_until_finished, name="release-free-heap", daemon=True)
+    releaser.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        releaser.join()
+        release_free_heap()

@@ -24,6 +24,7 @@ on gradient checkpointing with `use_reentrant=False` and call `enable_input_requ
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -345,7 +346,10 @@ def load_model(
         check_disk_for_download(model_id)
     kwargs = load_kwargs(model_id, device=device, dtype=dtype, quantization=quantization, vision_tower=vision_tower,
                          ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
-    with translate_load_errors(model_id, "model"), warnings.catch_warnings():
+    from pipeline.training.free_heap import releasing_free_heap_while
+
+    free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
+    with translate_load_errors(model_id, "model"), warnings.catch_warnings(), free_heap_on_host:
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
         # a placement map names buffers directly (placement_device_map); accelerate expects module names only
         warnings.filterwarnings("ignore", message=".*device_map keys do not match any submodules.*")
