@@ -260,15 +260,25 @@ def test_train_without_a_dataset_leaves_nothing_behind_and_names_the_model(tmp_p
     assert not (ws / "runs" / "first").exists()
 
 
-def test_every_micro_batch_starts_by_releasing_the_free_heap(workspace, tiny_model_dir, monkeypatch):
-    """On CPU each micro-batch (2 steps x 2 accumulated) and each phase of the run hands the C heap's
-    free memory back first (`pipeline.training.free_heap`), so its peak is its own."""
+def test_every_micro_batch_and_optimizer_step_start_from_a_released_free_heap(workspace, tiny_model_dir, monkeypatch):
+    """On CPU each micro-batch (2 steps x 2 accumulated) hands the C heap's free memory back before its
+    forward and after its backward, so the optimizer step never runs beside backward's freed heap,
+    and each phase of the run does so too (`pipeline.training.free_heap`): each peak is its own."""
+    import torch
+
     from pipeline.training import peak_memory, trainer_setup
 
-    micro_batches, phases = [], []
-    monkeypatch.setattr(trainer_setup, "release_free_heap", lambda: micro_batches.append(1) or True)
+    events, phases = [], []
+    real_step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        events.append("optimizer")
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    monkeypatch.setattr(trainer_setup, "release_free_heap", lambda: events.append("release") or True)
     monkeypatch.setattr(peak_memory, "release_free_heap", lambda: phases.append(1) or True)
     result = train(_config(tiny_model_dir, max_steps=2, grad_accum=2), workspace, "free-heap")
     assert result["status"] == "completed" and result["steps"] == 2
-    assert len(micro_batches) == 2 * 2
+    assert events == ["release", "release", "release", "release", "optimizer"] * 2
     assert len(phases) >= len(result["memory"]["phase_peak_bytes"])  # load, preflight, step, save

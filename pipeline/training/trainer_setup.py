@@ -100,11 +100,17 @@ def answer_loss_trainer_class():
             return (loss, outputs) if return_outputs else loss
 
         def training_step(self, model, inputs, *args: Any, **kwargs: Any):
-            # Every micro-batch starts from live memory on CPU: what the previous one freed is handed
-            # back instead of staying resident beside this one's tensors (pipeline.training.free_heap).
-            if self.args.device.type == "cpu":
+            # On CPU every micro-batch starts from live memory, and so does what follows its backward
+            # (gradient clipping and the optimizer step after the last micro-batch of a step): what
+            # the forward and backward freed is handed back instead of staying resident beneath the
+            # optimizer's temporaries (pipeline.training.free_heap).
+            on_cpu = self.args.device.type == "cpu"
+            if on_cpu:
                 release_free_heap()
-            return super().training_step(model, inputs, *args, **kwargs)
+            loss = super().training_step(model, inputs, *args, **kwargs)
+            if on_cpu:
+                release_free_heap()
+            return loss
 
         def _phase(self, name: str):
             from contextlib import nullcontext
