@@ -276,8 +276,10 @@ def test_estimate_total_is_static_plus_peak_phase():
         "allocator_retention"))
     assert est.phases["optimizer"] == static + comps["optimizer_step"]
     assert est.step_bytes == est.phases[est.peak_phase] + comps["runtime_overhead"]
-    # the run's steps meet two row lengths: the CPU kernel cache grows by one shape (pipeline.memory.run_phases)
-    assert est.total_bytes == est.run_phases["step"] == est.step_bytes + comps["cpu_kernel_cache"]
+    # the run's steps meet two row lengths: the CPU kernel cache grows by one shape (pipeline.memory.run_phases),
+    # and the run's largest micro-batch retains more heap than the median one the step prices
+    assert comps["cpu_heap_run_spread"] == int(comps["allocator_retention"] * memory.CPU_HEAP_RETENTION_RUN_SPREAD) > 0
+    assert est.total_bytes == est.run_phases["step"] == est.step_bytes + comps["cpu_kernel_cache"] + comps["cpu_heap_run_spread"]
 
 
 def test_allocator_retention_by_hand():
@@ -298,7 +300,10 @@ def test_allocator_retention_by_hand():
     assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300, live_only) == 0
     with_heap = estimate_memory(SMALL, cfg(), LengthStats(256, 0.0), "cpu")
     without = estimate_memory(SMALL, cfg(), LengthStats(256, 0.0), "cpu", live_only)
-    assert with_heap.total_bytes - without.total_bytes == with_heap.components["allocator_retention"] > 0
+    assert with_heap.step_bytes - without.step_bytes == with_heap.components["allocator_retention"] > 0
+    assert with_heap.total_bytes - without.total_bytes == (
+        with_heap.components["allocator_retention"] + with_heap.components["cpu_heap_run_spread"])
+    assert without.components["cpu_heap_run_spread"] == 0
 
 
 def test_longest_kept_row_and_exclusions():

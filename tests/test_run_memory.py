@@ -73,11 +73,13 @@ def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
     # the run's steps meet two row lengths and two clips: oneDNN caches kernels for each new shape on CPU
     assert est.components["cpu_kernel_cache"] == memory.CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + \
         memory.CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
-    assert est.run_phases["step"] == est.step_bytes + est.components["cpu_kernel_cache"]
+    # and the run's largest micro-batch retains more heap than the median one that --measure's step prices
+    assert est.components["cpu_heap_run_spread"] == int(est.components["allocator_retention"] * memory.CPU_HEAP_RETENTION_RUN_SPREAD)
+    assert est.run_phases["step"] == est.step_bytes + est.components["cpu_kernel_cache"] + est.components["cpu_heap_run_spread"]
     assert est.run_phases["load"] <= est.phases["load"] + runtime  # on CPU mapped weights are read after loading
     on_gpu = estimate_memory(SMALL, cfg(eval_steps=10, max_length=512), lengths, "cuda")
     assert on_gpu.run_phases["load"] == on_gpu.phases["load"] + on_gpu.components["runtime_overhead"]
-    assert on_gpu.components["cpu_kernel_cache"] == 0
+    assert on_gpu.components["cpu_kernel_cache"] == on_gpu.components["cpu_heap_run_spread"] == 0
     # the preflight runs before the optimizer exists
     assert est.run_phases["preflight"] <= est.run_phases["step"] - est.components["optimizer_states"]
     # each phase's members add up to its bytes

@@ -10,8 +10,10 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
     step's largest moment without the optimizer states (`pipeline.training.worst_case.preflight`);
   * `step`: the optimizer steps, the largest of `estimate_memory`'s step moments (audio encoder,
     loss, a layer's backward, the optimizer update), plus on CPU the kernels cached for every batch
-    shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`; one step on one batch, what
-    `--measure` runs and `MemoryEstimate.step_bytes` prices, has none of them);
+    shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`) and the retained heap of the
+    run's largest micro-batch rather than its median one (`cpu_heap_run_spread`,
+    `pipeline.memory.terms.CPU_HEAP_RETENTION_RUN_SPREAD`); one step on one batch, what `--measure`
+    runs and `MemoryEstimate.step_bytes` prices, has neither;
   * `eval`: a forward pass without gradients over the eval split's worst case (`batch_size` rows of
     its longest row, with its longest answer and clip, as `transformers.Trainer.evaluate` batches
     them: `per_device_eval_batch_size` = `batch_size`), see `eval_forward_bytes`;
@@ -31,7 +33,13 @@ from __future__ import annotations
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.shape import ModelShape
-from pipeline.memory.terms import allocator_retention, audio_encoder_bytes, compute_dtype, cpu_kernel_cache
+from pipeline.memory.terms import (
+    CPU_HEAP_RETENTION_RUN_SPREAD,
+    allocator_retention,
+    audio_encoder_bytes,
+    compute_dtype,
+    cpu_kernel_cache,
+)
 from pipeline.memory.units import dtype_bytes
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
@@ -138,8 +146,11 @@ def whole_run(shape: ModelShape, config: TrainConfig, lengths: LengthStats, devi
     kept = [(n, a) for n, a in rows if n <= config.max_length]
     extra["cpu_kernel_cache"] = cpu_kernel_cache(config, device, [n for n, _ in kept],
                                                  len(kept) if lengths.longest_clip_s > 0 else 0, [a for _, a in kept if a])
-    every = {**components, **extra}
     step_moment = max(STEP_MOMENTS, key=lambda m: phases[m])
+    # the run's peak is its largest micro-batch, not the median one the retention is fitted on
+    extra["cpu_heap_run_spread"] = (int(components.get("allocator_retention", 0) * CPU_HEAP_RETENTION_RUN_SPREAD)
+                                    if "allocator_retention" in phase_members[step_moment] else 0)
+    every = {**components, **extra}
     preflight_moment = max(PREFLIGHT_MOMENTS, key=lambda m: phases[m])
     forward = (["eval_audio_encoder"] if extra["eval_audio_encoder"] > extra["eval_decoder"] + extra["eval_logits"]
                else ["eval_decoder", "eval_logits"])
@@ -148,7 +159,7 @@ def whole_run(shape: ModelShape, config: TrainConfig, lengths: LengthStats, devi
         "load": [k for k in static if k.startswith(LOAD_STATIC_PREFIXES) and k not in unread]
         + list(phase_members["load"]),
         "preflight": [k for k in static if k != "optimizer_states"] + list(phase_members[preflight_moment]),
-        "step": static + list(phase_members[step_moment]) + ["cpu_kernel_cache"],
+        "step": static + list(phase_members[step_moment]) + ["cpu_kernel_cache", "cpu_heap_run_spread"],
         "eval": ([k for k in static if k != "lora_grads"] + forward + ["eval_allocator_retention", "cpu_kernel_cache"])
         if evaluates else [],
         "save": static + ["checkpoint_serialise", "cpu_kernel_cache"],

@@ -542,6 +542,18 @@ CPU_HEAP_RETENTION_PER_AUDIO_SECOND = {True: 2_350_000, False: 0}
 """gradient_checkpointing -> bytes per second of the row's audio (once per micro-batch, not per row)."""
 
 
+CPU_HEAP_RETENTION_RUN_SPREAD = 0.13
+"""Fraction of `allocator_retention` a whole run's steps add on CPU: the largest of many micro-batches.
+
+The retention constants above are fitted on each row's median micro-batch, but how much of its freed
+heap glibc keeps varies from micro-batch to micro-batch, and a run's peak is its largest one. Over
+benchmarks/memory_accuracy.py's rows with 3-6 step probes each (2026-11-30, this machine), the
+largest probe exceeded the row's median by 3-13 % of the row's retention (13 %: the mid-size row with
+2,048 tokens and full-size E2B in 4-bit with a 30 s clip); the run counts the top of that range.
+Measured whole runs (6 steps) of those two rows peaked 0.1-0.3 GiB above their median probe:
+mid 2,048 tokens 2.49-2.67 GiB against a 2.44 GiB probe median, E2B 6.82-6.96 GiB against 6.78."""
+
+
 def allocator_retention(
     shape: ModelShape, config: TrainConfig, device: str, seq_len: int, options: EstimateOptions | None = None,
     audio_seconds_per_row: float = 0.0,
