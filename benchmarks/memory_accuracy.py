@@ -39,36 +39,40 @@ the phases `pipeline.training.peak_memory` records) with the estimate's whole-ru
 train through the real processor: the tiny tokenizer copied next to them gets the model's
 multimodal ids (`give_tokenizer_the_models_ids`).
 
-Results (2026-11-30, this machine: 2 cores, 24 GiB RAM, no GPU; the final code of that day). Every
-process hands the C heap's free memory back before each micro-batch and phase
+Results (2026-11-30, this machine: 2 cores, 24 GiB RAM, no GPU). Every process hands the C heap's
+free memory back while loading, before each phase and micro-batch and after each backward
 (`pipeline.training.free_heap`); on CPU the trainer's weights stay views into the memory-mapped
 checkpoint and the pages loading read are handed back (`pipeline.training.checkpoint_pages`). Each
-row is the median of its runs pooled with `--from-json` (2-5 step probes, 1-3 whole runs; the
-ranges are over the runs). The CPU retention constants (`pipeline.memory.terms`) were fitted on
-these same step probes; `--holdout` is the out-of-sample check (+8.5, -4.4, -4.6, +8.3 %, one run each):
+row is the median of its runs pooled with `--from-json` (the ranges are over the runs). Step column:
+2-6 probes per row, measured before the releases while loading and after backward were added (a
+probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, inside the range). Whole-run column: rows 0-12 and 14
+re-measured after them (1-5 runs; some run two at a time on the 2 cores), row 13 before them. The CPU
+retention constants (`pipeline.memory.terms`) were fitted on these step probes, and the run's spread
+(`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges; `--holdout` is the out-of-sample check
+(+8.5, -4.4, -4.6, +8.3 %, one step each):
  # model   seq  B  GC quant   r clip |  step est.   measured   err%    err% range    step moment |   run est.   measured   err% peak phase est/measured
- 0 tiny    256  1  on none    8    0 |   1015 MiB   1001 MiB   +1.5    +1.4..+1.5 layer_backward |   1.03 GiB   1.02 GiB   +1.7      step/step
- 1 tiny   1024  2 off 4bit   64    5 |   1.38 GiB   1.36 GiB   +1.7    -0.7..+1.7 layer_backward |   1.40 GiB   1.39 GiB   +1.2      step/step
- 2 mid     256  1 off none    8    0 |   1.54 GiB   1.51 GiB   +2.1    +1.1..+2.1           loss |   1.66 GiB   1.69 GiB   -2.1      step/step
- 3 mid     256  4  on none   64    0 |   1.89 GiB   1.81 GiB   +4.5    -0.3..+4.5           loss |   2.08 GiB   2.03 GiB   +2.5      step/step
- 4 mid     512  1 off 4bit    8    0 |   1.83 GiB   1.81 GiB   +1.2    +1.0..+1.2           loss |   1.80 GiB   1.73 GiB   +3.6      step/step
- 5 mid     512  2  on 4bit   64   10 |   1.77 GiB   1.79 GiB   -1.3    -3.3..+3.3 layer_backward |   1.74 GiB   1.69 GiB   +3.1      step/step      (-1.8..+3.1, 3 runs)
- 6 mid     512  4 off none   64    0 |   4.08 GiB   4.10 GiB   -0.4    -1.9..-0.4           loss |   4.08 GiB   4.12 GiB   -1.1      step/step
- 7 mid    1024  1  on none    8   30 |   1.81 GiB   1.80 GiB   +0.1    -2.5..+1.0 layer_backward |   1.77 GiB   1.75 GiB   +1.4      step/step      (+0.9..+2.9, 3 runs)
- 8 mid    1024  1 off none   64    0 |   2.71 GiB   2.68 GiB   +1.1    +0.6..+1.1           loss |   2.67 GiB   2.59 GiB   +3.4      step/step
- 9 mid    1024  2  on 4bit    8    0 |   2.26 GiB   2.30 GiB   -2.0    -3.0..+8.2 layer_backward |   2.23 GiB   2.33 GiB   -4.3      step/step      (-4.6..-3.0, 3 runs)
-10 mid    2048  1  on none   64    0 |   2.46 GiB   2.45 GiB   +0.4    -4.2..+6.8 layer_backward |   2.43 GiB   2.48 GiB   -2.0      step/step      (-5.8..+0.9, 3 runs)
-11 mid    2048  1 off 4bit    8    0 |   4.38 GiB   4.29 GiB   +2.1    -1.3..+2.1 layer_backward |   4.35 GiB   4.30 GiB   +1.0      step/step
-12 mid    2048  1  on 4bit   64   30 |   2.48 GiB   2.38 GiB   +3.9    -1.4..+3.9 layer_backward |   2.44 GiB   2.46 GiB   -0.5      step/step
-13 E2B     256  1  on none   16    0 |  12.54 GiB  12.13 GiB   +3.4    -0.1..+3.4           loss |   8.70 GiB   8.62 GiB   +0.9      step/step
-14 E2B-ckpt   512  1  on 4bit   16   30 |   6.75 GiB   6.79 GiB   -0.6    -4.0..+4.2           load |   6.72 GiB   6.77 GiB   -0.9      step/step      (-11.7..-0.9, 2 runs)
-Step: the estimate is within 5 % of every row's median (single probes -4.2..+8.2 %). Whole run:
-within 5 % on the 14 grid rows (single runs -5.8..+3.1 %); NOT on the E2B 4-bit row: a third run of
-its settings (`benchmarks/free_heap.py`'s "release" run, not in this table) peaked at 7.12 GiB, so its
-three runs (6.77, 7.12, 7.60 GiB) have a median 5.6 % above the 6.72 GiB estimate. The -11.7 % is one of the E2B 4-bit
-whole runs: its load phase peaked at 7.60 GiB, where seven other E2B 4-bit loads measured that day
-(before and after the heap release) peaked at 5.76-6.08 GiB (estimate 5.43 GiB) and one at 7.37 GiB.
-Loading's quantization sometimes holds ~1.5 GiB more heap for a moment; not yet explained.
+ 0 tiny    256  1  on none    8    0 |   1015 MiB   1001 MiB   +1.5    +1.4..+1.5 layer_backward |   1.04 GiB   1.02 GiB   +2.0      step/step
+ 1 tiny   1024  2 off 4bit   64    5 |   1.38 GiB   1.36 GiB   +1.7    -0.7..+1.7 layer_backward |   1.42 GiB   1.39 GiB   +2.0      step/step
+ 2 mid     256  1 off none    8    0 |   1.54 GiB   1.51 GiB   +2.1    +1.1..+2.1           loss |   1.68 GiB   1.70 GiB   -1.0      step/step
+ 3 mid     256  4  on none   64    0 |   1.89 GiB   1.81 GiB   +4.5    -0.3..+4.5           loss |   2.15 GiB   2.08 GiB   +3.1      step/step      (+2.7..+10.8, 3 runs)
+ 4 mid     512  1 off 4bit    8    0 |   1.83 GiB   1.81 GiB   +1.2    +1.0..+1.2           loss |   1.83 GiB   1.78 GiB   +2.8      step/step
+ 5 mid     512  2  on 4bit   64   10 |   1.77 GiB   1.79 GiB   -1.3    -3.3..+3.3 layer_backward |   1.79 GiB   1.76 GiB   +1.6      step/step
+ 6 mid     512  4 off none   64    0 |   4.08 GiB   4.10 GiB   -0.4    -1.9..-0.4           loss |   4.22 GiB   4.14 GiB   +1.8      step/step
+ 7 mid    1024  1  on none    8   30 |   1.81 GiB   1.80 GiB   +0.1    -2.5..+1.0 layer_backward |   1.83 GiB   1.78 GiB   +2.9      step/step
+ 8 mid    1024  1 off none   64    0 |   2.71 GiB   2.68 GiB   +1.1    +0.6..+1.1           loss |   2.74 GiB   2.72 GiB   +0.7      step/step
+ 9 mid    1024  2  on 4bit    8    0 |   2.26 GiB   2.30 GiB   -2.0    -3.0..+8.2 layer_backward |   2.32 GiB   2.28 GiB   +1.9      step/preflight
+10 mid    2048  1  on none   64    0 |   2.46 GiB   2.45 GiB   +0.4    -4.2..+6.8 layer_backward |   2.52 GiB   2.58 GiB   -2.3      step/step      (-5.3..+1.4, 5 runs)
+11 mid    2048  1 off 4bit    8    0 |   4.38 GiB   4.29 GiB   +2.1    -1.3..+2.1 layer_backward |   4.49 GiB   4.38 GiB   +2.3      step/step
+12 mid    2048  1  on 4bit   64   30 |   2.48 GiB   2.38 GiB   +3.9    -1.4..+3.9 layer_backward |   2.55 GiB   2.48 GiB   +2.5      step/step
+13 E2B     256  1  on none   16    0 |  12.54 GiB  12.13 GiB   +3.4    -0.1..+3.4           loss |   8.86 GiB   8.62 GiB   +2.7      step/step
+14 E2B-ckpt   512  1  on 4bit   16   30 |   6.75 GiB   6.78 GiB   -0.5    -4.0..+4.2           load |   6.94 GiB   6.91 GiB   +0.3      step/step      (-0.4..+1.9, 3 runs)
+Step: within 5 % of every row's median (single probes -4.2..+8.2 %). Whole run: within 5 % on all 15
+rows (-2.3..+3.1 %). Without the spread term the E2B 4-bit row measured 2.8 % and row 10 6.0 % above
+their estimates: a run's peak is its largest micro-batch, and with checkpointing the heap one keeps
+varies by up to 13 % of the retention. Before the release after backward, ~2.2 GiB of freed heap sat
+under every optimizer step on E2B 4-bit and its whole runs peaked at 7.01-7.29 GiB (four runs);
+before the release while loading, its load phase peaked at 5.67-7.28 GiB (seven loads; 5.46-5.48
+with it, three loads).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
 its whole run trains the saved random checkpoint (memory-mapped, so only what is read is resident).
 ~25 min for the grid with both columns, ~8 min for `--e2b-4bit` (needs >= 16 GiB free and 11 GB of disk).

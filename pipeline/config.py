@@ -205,7 +205,7 @@ DEFAULT_QUANTIZATION_REASON = {
     "mps": "bf16 (no quantization) is the default on Apple MPS: bitsandbytes 4-bit is experimental there "
            "(no public training report), so 4-bit is opt-in.",
     "cpu": "bf16 (no quantization) is the default on CPU: its steps are faster (full-size E2B, random weights, "
-           "512 tokens and a 30 s clip: 37.7 s against 41.7 s per step with NF4). NF4 peaks lower (6.77 against "
+           "512 tokens and a 30 s clip: 37.7 s against 41.7 s per step with NF4). NF4 peaks lower (6.91 against "
            "9.18 GiB for the whole run) since loading hands back the checkpoint pages it read to quantize, so the "
            "Memory tab suggests 4-bit first when bf16 does not fit.",
 }

@@ -14,15 +14,22 @@ follows live tensors); the next step then peaked at 7.49, 7.54 and 8.12 GiB in t
 `release_free_heap` is called where the training process changes what it does: every 0.5 s while
 `from_pretrained` loads and quantizes (`releasing_free_heap_while`: the quantizer's bf16
 temporaries) and at its end, at every phase change of the run
-(`pipeline.training.peak_memory.PhaseMemory.enter`) and before every micro-batch
-(`pipeline.training.trainer_setup.answer_loss_trainer_class`), so each starts from its live memory
-and its peak is its own (what `pipeline.memory` estimates). The cost is speed: the pages handed back
-are faulted in again by the next micro-batch (`malloc_trim` itself takes 1-26 ms). Without gradient
-accumulation it does not lower a run's peak beyond run-to-run noise: `benchmarks/free_heap.py`
-measured 1.09-1.15x the seconds per step for 0.95-1.05x the whole-run peak (the mid-size random
-Gemma 3n, two pairs of runs; full-size E2B, one pair: 7.12 against 6.81 GiB, 40.9 against 37.4 s
-per step). It matters for a micro-batch that follows another in the same step (the probe's case
-above; gradient accumulation, 4 micro-batches per step by default). `TUTOR_KEEP_FREE_HEAP=1` turns
+(`pipeline.training.peak_memory.PhaseMemory.enter`), and before every micro-batch and after its
+backward (`pipeline.training.trainer_setup.answer_loss_trainer_class`), so each starts from its live
+memory and its peak is its own (what `pipeline.memory` estimates). The release after backward is
+for the optimizer step: on E2B, NF4, a 30 s clip, ~2.2 GiB of the backward's freed heap was still
+resident when AdamW ran (RssAnon 4.0 GiB before the next release, 1.77 GiB after it), and the
+whole run's peak came from there (7.01-7.29 GiB in four runs; 6.82-6.96 GiB in three with the
+release, of which 4.47 GiB is resident before each micro-batch: 1.77 GiB anonymous, 2.70 GiB
+mapped checkpoint pages; 2026-11-30). The cost is speed:
+the pages handed back are faulted in again by the next micro-batch (`malloc_trim` itself takes
+1-26 ms). `benchmarks/free_heap.py` measured, before the releases while loading and after backward
+existed, 1.09-1.15x the seconds per step for 0.95-1.05x the whole-run peak without gradient
+accumulation (the mid-size random Gemma 3n, two pairs of runs; full-size E2B, one pair: 7.12
+against 6.81 GiB, 40.9 against 37.4 s per step); the release before a micro-batch matters for one
+that follows another in the same step (the probe's case above; gradient accumulation, 4
+micro-batches per step by default). The release while loading cost no time (E2B: 97-113 s against
+102-107 s per load, three loads each way, alternating). `TUTOR_KEEP_FREE_HEAP=1` turns
 it off (faster, less predictable; the benchmark's baseline).
 """
 
