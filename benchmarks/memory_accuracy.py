@@ -45,11 +45,11 @@ free memory back while loading, before each phase and micro-batch and after each
 checkpoint and the pages loading read are handed back (`pipeline.training.checkpoint_pages`). Each
 row is the median of its runs pooled with `--from-json` (the ranges are over the runs). Step column:
 2-6 probes per row, measured before the releases while loading and after backward were added (a
-probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, inside the range). Whole-run column: rows 0-12 and 14
-re-measured after them (1-5 runs; some run two at a time on the 2 cores), row 13 before them. The CPU
-retention constants (`pipeline.memory.terms`) were fitted on these step probes, and the run's spread
-(`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges; `--holdout` is the out-of-sample check
-(+8.5, -4.4, -4.6, +8.3 %, one step each):
+probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, the bottom of its range).
+Whole-run column: every row re-measured after them (1-5 runs; some mid-size rows ran beside an E2B
+run on the 2 cores). The CPU retention constants (`pipeline.memory.terms`) were fitted on these step
+probes, and the run's spread (`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges; `--holdout` is
+the out-of-sample check (+8.5, -4.4, -4.6, +8.3 %, one step each):
  # model   seq  B  GC quant   r clip |  step est.   measured   err%    err% range    step moment |   run est.   measured   err% peak phase est/measured
  0 tiny    256  1  on none    8    0 |   1015 MiB   1001 MiB   +1.5    +1.4..+1.5 layer_backward |   1.04 GiB   1.02 GiB   +2.0      step/step
  1 tiny   1024  2 off 4bit   64    5 |   1.38 GiB   1.36 GiB   +1.7    -0.7..+1.7 layer_backward |   1.42 GiB   1.39 GiB   +2.0      step/step
@@ -64,7 +64,7 @@ retention constants (`pipeline.memory.terms`) were fitted on these step probes, 
 10 mid    2048  1  on none   64    0 |   2.46 GiB   2.45 GiB   +0.4    -4.2..+6.8 layer_backward |   2.52 GiB   2.58 GiB   -2.3      step/step      (-5.3..+1.4, 5 runs)
 11 mid    2048  1 off 4bit    8    0 |   4.38 GiB   4.29 GiB   +2.1    -1.3..+2.1 layer_backward |   4.49 GiB   4.38 GiB   +2.3      step/step
 12 mid    2048  1  on 4bit   64   30 |   2.48 GiB   2.38 GiB   +3.9    -1.4..+3.9 layer_backward |   2.55 GiB   2.48 GiB   +2.5      step/step
-13 E2B     256  1  on none   16    0 |  12.54 GiB  12.13 GiB   +3.4    -0.1..+3.4           loss |   8.86 GiB   8.62 GiB   +2.7      step/step
+13 E2B     256  1  on none   16    0 |  12.54 GiB  12.13 GiB   +3.4    -0.1..+3.4           loss |   8.86 GiB   8.74 GiB   +1.4      step/step
 14 E2B-ckpt   512  1  on 4bit   16   30 |   6.75 GiB   6.78 GiB   -0.5    -4.0..+4.2           load |   6.94 GiB   6.91 GiB   +0.3      step/step      (-0.4..+1.9, 3 runs)
 Step: within 5 % of every row's median (single probes -4.2..+8.2 %). Whole run: within 5 % on all 15
 rows (-2.3..+3.1 %). Without the spread term the E2B 4-bit row measured 2.8 % and row 10 6.0 % above
