@@ -45,11 +45,11 @@ free memory back while loading, before each phase and micro-batch and after each
 checkpoint and the pages loading read are handed back (`pipeline.training.checkpoint_pages`). Each
 row is the median of its runs pooled with `--from-json` (the ranges are over the runs). Step column:
 2-6 probes per row, measured before the releases while loading and after backward were added (a
-probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, the bottom of its range).
-Whole-run column: every row re-measured after them (1-5 runs; some mid-size rows ran beside an E2B
-run on the 2 cores). The CPU retention constants (`pipeline.memory.terms`) were fitted on these step
-probes, and the run's spread (`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges; `--holdout` is
-the out-of-sample check (+8.5, -4.4, -4.6, +8.3 %, one step each):
+probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, the bottom of its
+range). Whole-run column: every row re-measured after them (1-5 runs; some mid-size rows ran beside
+an E2B run on the 2 cores). The CPU retention constants (`pipeline.memory.terms`) were fitted on
+these step probes, and the run's spread (`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges;
+`--holdout` is the out-of-sample check (+8.5, -4.4, -4.6, +8.3 %, one step each):
  # model   seq  B  GC quant   r clip |  step est.   measured   err%    err% range    step moment |   run est.   measured   err% peak phase est/measured
  0 tiny    256  1  on none    8    0 |   1015 MiB   1001 MiB   +1.5    +1.4..+1.5 layer_backward |   1.04 GiB   1.02 GiB   +2.0      step/step
  1 tiny   1024  2 off 4bit   64    5 |   1.38 GiB   1.36 GiB   +1.7    -0.7..+1.7 layer_backward |   1.42 GiB   1.39 GiB   +2.0      step/step
