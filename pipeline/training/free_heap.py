@@ -48,6 +48,11 @@ KEEP_FREE_HEAP_ENV = "TUTOR_KEEP_FREE_HEAP"
 """Set to 1 to keep glibc's free heap resident as before (a diagnostic; the benchmark's baseline)."""
 
 
+def _keeping_free_heap() -> bool:
+    """True when `TUTOR_KEEP_FREE_HEAP` asks to keep the free heap resident (1, true or yes)."""
+    return os.environ.get(KEEP_FREE_HEAP_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
 @functools.cache
 def _trim_function():
     """glibc's `malloc_trim`, or None (not Linux, another C library, or it cannot be loaded)."""
@@ -69,7 +74,7 @@ def release_free_heap() -> bool:
     `TUTOR_KEEP_FREE_HEAP=1`). Costs a walk over the heap's free chunks (milliseconds) and, later,
     the page faults of memory allocated again.
     """
-    if os.environ.get(KEEP_FREE_HEAP_ENV, "").strip() in ("1", "true", "yes"):
+    if _keeping_free_heap():
         return False
     function = _trim_function()
     return bool(function(0)) if function is not None else False
@@ -94,7 +99,7 @@ def releasing_free_heap_while(interval_seconds: float = LOADING_RELEASE_INTERVAL
     `malloc_trim` takes the arena locks, so it is safe beside the loading thread. Does nothing where
     `release_free_heap` does nothing.
     """
-    if _trim_function() is None or os.environ.get(KEEP_FREE_HEAP_ENV, "").strip() in ("1", "true", "yes"):
+    if _trim_function() is None or _keeping_free_heap():
         yield
         return
     finished = threading.Event()
