@@ -12,21 +12,28 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # A child process fills the heap with 64 KiB buffers (under glibc's 128 KiB mmap threshold, so they
-# come from the heap) interleaved with small buffers that stay alive, frees the big ones (the heap
-# cannot shrink from its top: live buffers sit above the holes) and reports its anonymous RSS before
-# and after `release_free_heap`.
-_CHILD = r"""
-import json, sys
+# come from the heap) interleaved with small buffers that stay alive (`fragment`), frees the big ones
+# (the heap cannot shrink from its top: live buffers sit above the holes) and reports its anonymous RSS.
+FREED_BYTES = 4096 * 64 * 1024  # 256 MiB freed between live buffers
+_CHILD_PRELUDE = r"""
+import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from pipeline.training.free_heap import release_free_heap
+from pipeline.training.free_heap import release_free_heap, releasing_free_heap_while
 def anon():
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) * 1024
-big, kept = [], []
-for _ in range(4096):
-    big.append(bytearray(64 * 1024))
-    kept.append(bytearray(1024))
+def fragment():
+    big, kept = [], []
+    for _ in range(4096):
+        big.append(bytearray(64 * 1024))
+        kept.append(bytearray(1024))
+    return big, kept
+"""
+
+# RSS before and after `release_free_heap`.
+_CHILD = _CHILD_PRELUDE + r"""
+big, kept = fragment()
 del big
 before = anon()
 released = release_free_heap()
@@ -34,18 +41,18 @@ print(json.dumps({"before": before, "after": anon(), "released": released}))
 """
 
 
-def _child(env_extra: dict[str, str]) -> dict:
+def _child(env_extra: dict[str, str], script: str = _CHILD) -> dict:
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "TUTOR_KEEP_FREE_HEAP"} | env_extra
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(REPO)], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script, str(REPO)], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-1500:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim (Linux); a no-op elsewhere")
 def test_the_free_heap_leaves_the_resident_set_and_the_diagnostic_switch_keeps_it():
-    freed = 4096 * 64 * 1024  # 256 MiB freed between live buffers
+    freed = FREED_BYTES
     released = _child({})
     assert released["released"] is True
     assert released["before"] - released["after"] >= 0.75 * freed, released
@@ -70,20 +77,10 @@ def test_every_phase_change_releases_the_free_heap_on_cpu_only(monkeypatch):
 
 # The same fragmented heap, made inside `releasing_free_heap_while`: the block never calls
 # `release_free_heap` itself, yet its freed buffers leave the resident set while it is still running.
-_CHILD_WHILE = r"""
-import json, sys, time
-sys.path.insert(0, sys.argv[1])
-from pipeline.training.free_heap import releasing_free_heap_while
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
+_CHILD_WHILE = _CHILD_PRELUDE + r"""
 start = anon()
 with releasing_free_heap_while(0.05):
-    big, kept = [], []
-    for _ in range(4096):
-        big.append(bytearray(64 * 1024))
-        kept.append(bytearray(1024))
+    big, kept = fragment()
     held = anon()
     del big
     time.sleep(1.0)
@@ -94,13 +91,8 @@ print(json.dumps({"start": start, "held": held, "during": during}))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim (Linux); a no-op elsewhere")
 def test_a_long_call_hands_its_freed_heap_back_while_it_runs():
-    import os
-
-    freed = 4096 * 64 * 1024
-    env = {k: v for k, v in os.environ.items() if k != "TUTOR_KEEP_FREE_HEAP"}
-    proc = subprocess.run([sys.executable, "-c", _CHILD_WHILE, str(REPO)], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-1500:]
-    rss = json.loads(proc.stdout.strip().splitlines()[-1])
+    freed = FREED_BYTES
+    rss = _child({}, _CHILD_WHILE)
     assert rss["held"] - rss["start"] >= 0.9 * freed, rss  # the buffers were resident
     assert rss["during"] - rss["start"] < 0.25 * freed, rss  # and left while the block still ran
 
