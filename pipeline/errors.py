@@ -2,7 +2,26 @@
 
 Every message names the offending value, what was expected and how to fix it, e.g.
 "Clip `kate_03.m4a` is 41.2 s; Gemma 3n hears at most 30 s. Trim it or split it."
+A value of unbounded size (a metadata cell, embedded audio bytes) is shown through `shorten`.
 """
+
+SHOWN_CHARS = 120
+"""The most characters of a value a message shows (`shorten`)."""
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as a message shows it: bytes as their size ("<160,044 bytes>"), text as is, anything
+    else as `repr`, cut to `limit` characters with an ellipsis and the full length ("...", 5,000
+    characters). A message never prints a value of unbounded size (a cell holding audio bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value):,} bytes>"
+    if isinstance(value, dict):
+        text = "{" + ", ".join(f"{shorten(k, 40)}: {shorten(v, 40)}" for k, v in list(value.items())[:6]) + "}"
+    else:
+        text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(1, limit - 30)]}... ({len(text):,} characters)"
 
 
 class PipelineError(Exception):

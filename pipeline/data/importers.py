@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import io
 import json
 import sys
@@ -46,8 +47,8 @@ from typing import Any, Callable
 from pipeline.data.audio import AUDIO_SUFFIXES
 from pipeline.data.chat_import import is_chat_metadata, read_chat_source
 from pipeline.data.paths import PathResolver
-from pipeline.errors import ImportFormatError, PipelineError
-from pipeline.fileio import read_text, where_not_utf8
+from pipeline.errors import ImportFormatError, PipelineError, shorten
+from pipeline.fileio import jsonl_lines, read_text, where_not_utf8
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
@@ -248,10 +249,18 @@ def detect_format(source: str | Path) -> str:
         return "audiofolder"
     if _audio_files(root):
         return "folder"
+    conversations = sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in CHAT_SUFFIXES)
+    hint = (f" If `{conversations[0]}` holds conversations (chat, LLaMA-Factory, ms-swift, sharegpt), pass that "
+            "file itself as the source." if conversations else "")
     raise ImportFormatError(
         f"`{root}` is in no known layout: it has no wav.scp (Kaldi), no Common Voice TSV, no "
-        f"metadata.csv/.jsonl/.parquet (audiofolder, LJSpeech) and no audio files. Found: {_found(root)}."
+        f"metadata.csv/.jsonl/.parquet (audiofolder, LJSpeech) and no audio files. Found: {_found(root)}.{hint}"
     )
+
+
+CHAT_SUFFIXES = (".jsonl", ".json")
+"""A source file with one of these endings is read as chat conversations (`pipeline.data.chat_import`:
+JSON Lines, or a JSON array as LLaMA-Factory keeps its datasets)."""
 
 
 def _check_source(source: str | Path) -> Path:
@@ -259,11 +268,12 @@ def _check_source(source: str | Path) -> Path:
     if not root.exists():
         raise ImportFormatError(f"Source folder `{root}` does not exist; check the path.")
     if not root.is_dir():
-        if root.suffix.lower() == ".jsonl":
-            return root.resolve()  # a chat-format JSON Lines file
+        if root.suffix.lower() in CHAT_SUFFIXES:
+            return root.resolve()  # chat conversations: JSON Lines or a JSON array
         raise ImportFormatError(
             f"Source `{root}` is a file; pass the folder that holds the recordings and their metadata "
-            f"(e.g. `{root.parent}`), or a chat-format `.jsonl` file."
+            f"(e.g. `{root.parent}`), or a chat-format `.jsonl` / `.json` file (also LLaMA-Factory, ms-swift, "
+            "sharegpt)."
         )
     return root.resolve()
 
@@ -349,9 +359,13 @@ def _read_kaldi(root: Path) -> Items:
                 skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
                                 "write the audio to a file and list the file instead."})
                 continue
-            path = resolver.resolve(entry)
+            try:
+                path = resolver.resolve(entry)
+            except ValueError as error:
+                skipped.append({"file": shorten(label, 160), "reason": f"wav.scp entry is not a file name: {error}"})
+                continue
             if path is None:
-                skipped.append({"file": label, "reason": f"audio file `{entry}` listed in wav.scp was not found "
+                skipped.append({"file": shorten(label, 160), "reason": f"audio file `{shorten(entry)}` listed in wav.scp was not found "
                                 f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
                 continue
             label = _rel(path, root)
@@ -398,20 +412,17 @@ def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[d
             return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
         if suffix == ".jsonl":
             rows, columns = [], []
-            with open(metadata, encoding="utf-8-sig") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
-                        continue
-                    if not isinstance(row, dict):
-                        bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
-                        continue
-                    rows.append(row)
-                    columns.extend(k for k in row if k not in columns)
+            for number, line in jsonl_lines(read_text(metadata)):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
+                    continue
+                if not isinstance(row, dict):
+                    bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
+                    continue
+                rows.append(row)
+                columns.extend(k for k in row if k not in columns)
             return rows, columns, bad
         text = read_text(metadata)
         header = text.split("\n", 1)[0]
@@ -431,8 +442,6 @@ def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[d
 
 
 def _read_audiofolder(root: Path) -> Items:
-    from pipeline.data.feedback import feedback_from_scores
-
     metadata_files = _metadata_files(root)
     if not metadata_files:
         raise ImportFormatError(
@@ -454,47 +463,115 @@ def _read_audiofolder(root: Path) -> Items:
                 f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
                 f"columns found: {shown}. Rename that column in the first row and import again."
             )
+        where = _rel(metadata, root)
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
-            name, _ = _row_value(row, "file")
-            if not name:
-                skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
-                continue
-            path = resolver.resolve(name)
-            if path is None:
-                skipped.append({"file": _rel(metadata.parent / name, root), "reason": f"audio file not found (named in {_rel(metadata, root)} "
-                                f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
-                continue
-            label = _rel(path, root)
-            prompt, _ = _row_value(row, "prompt")
-            kind, _ = _row_value(row, "kind")
-            # With a prompt, a `transcription` column is what was said, not a sentence to read.
-            target, target_key = _row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
-            feedback, _ = _row_value(row, "feedback")
-            speaker, _ = _row_value(row, "speaker")
-            transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
-            scores = None
-            raw_scores = next((row[k] for k in row if _norm_header(k) == "scores"), None)
-            if isinstance(raw_scores, dict) or _cell(raw_scores):
-                try:
-                    scores = raw_scores if isinstance(raw_scores, dict) else json.loads(_cell(raw_scores))
-                except json.JSONDecodeError:
-                    skipped.append({"file": label, "reason": "the `scores` cell is not valid JSON"})
-                    continue
-                if not isinstance(scores, dict):
-                    scores = None
-                elif not feedback and target:
-                    try:
-                        feedback = feedback_from_scores(target, scores)
-                    except PipelineError as error:
-                        skipped.append({"file": label, "reason": str(error)})
-                        continue
-            items.append(dict(
-                audio=path, file=label, target_text=target, feedback=feedback,
-                speaker=speaker or None, transcript=transcript or None,
-                scores=scores, source=str(path), sample_id=Path(_rel(path, metadata.parent)).with_suffix("").as_posix(),
-                prompt=prompt or None, kind=kind or None,
-            ))
+            # One bad row (a value no file system takes as a name, a cell of another type) is skipped
+            # with its reason and never stops the rows after it; values are shown shortened.
+            try:
+                item = _audiofolder_item(row, number, metadata, root, resolver, file_col)
+            except (ValueError, TypeError, OSError, PipelineError) as error:
+                item = {"skip": shorten(str(error) or type(error).__name__, 400)}
+            if "skip" in item:
+                label = item.get("file") or f"{where}:{number}"
+                skipped.append({"file": shorten(label, 160), "reason": item["skip"]})
+            else:
+                items.append(item)
     return items, skipped
+
+
+def _audio_cell(row: dict[str, Any]) -> tuple[Any, str | None]:
+    """The row's audio and its column: a file name (text), embedded audio (`bytes`), or a struct
+    such as `datasets`' Audio feature in Parquet (`{"bytes", "path"}`) or its decoded form
+    (`{"array", "sampling_rate"}`); ("", None) when every audio column is empty."""
+    normalized = {_norm_header(k): k for k in row}
+    for alias in COLUMN_ALIASES["file"]:
+        key = normalized.get(alias)
+        if key is None:
+            continue
+        value = row.get(key)
+        if isinstance(value, (bytes, bytearray, dict)) and value:
+            return value, key
+        if _cell(value):
+            return _cell(value), key
+    return "", None
+
+
+def _audiofolder_item(row: dict[str, Any], number: int, metadata: Path, root: Path, resolver: PathResolver,
+                      file_col: str) -> dict[str, Any]:
+    """One metadata row -> an item for `SampleLibrary.add_many`, or `{"skip": reason, "file": label}`.
+
+    Raises ValueError/TypeError/OSError/PipelineError for a row that cannot be read (the caller
+    skips it with the reason)."""
+    from pipeline.data.feedback import feedback_from_scores
+
+    where = _rel(metadata, root)
+    cell, column = _audio_cell(row)
+    if not cell:
+        return {"skip": f"empty `{file_col}`", "file": f"{where}:{number}"}
+    audio: Any
+    name = ""
+    if isinstance(cell, dict):  # datasets' Audio feature: the audio embedded, or a path, or both
+        embedded, array = cell.get("bytes"), cell.get("array")
+        name = _cell(cell.get("path")) if isinstance(cell.get("path"), str) else ""
+        if isinstance(embedded, (bytes, bytearray)) and embedded:
+            audio = bytes(embedded)
+        elif array is not None and cell.get("sampling_rate"):
+            audio = (cell["sampling_rate"], array)
+        elif name:
+            audio = None
+        else:
+            return {"skip": f"the `{column}` cell holds neither audio bytes nor a file path ({shorten(cell)})",
+                    "file": f"{where}:{number}"}
+        if audio is not None:
+            label = f"{where}:{number}" + (f" ({shorten(Path(name).name, 60)})" if name else "")
+            stem = Path(name.replace("\\", "/")).stem[:80] if name else None
+            return _metadata_item(row, audio, label, f"{metadata}:{number}", stem or None, feedback_from_scores)
+    elif isinstance(cell, (bytes, bytearray)):
+        return _metadata_item(row, bytes(cell), f"{where}:{number}", f"{metadata}:{number}", None,
+                              feedback_from_scores)
+    else:
+        name = cell
+    try:
+        path = resolver.resolve(name)
+    except ValueError as error:
+        return {"skip": f"`{column}` in row {number} is not a file name: {error}", "file": f"{where}:{number}"}
+    if path is None:
+        return {"skip": f"audio file not found (named in {where} row {number}; `{column}` is relative to the "
+                        "metadata file's folder)", "file": _rel(metadata.parent / name, root)}
+    sample_id = Path(_rel(path, metadata.parent)).with_suffix("").as_posix()
+    return _metadata_item(row, path, _rel(path, root), str(path), sample_id, feedback_from_scores)
+
+
+def _metadata_item(row: dict[str, Any], audio: Any, label: str, source: str, sample_id: str | None,
+                   feedback_from_scores: Callable) -> dict[str, Any]:
+    """The item of a metadata row whose audio is found (a path, bytes or (rate, samples)), or `{"skip"}`."""
+    prompt, _ = _row_value(row, "prompt")
+    kind, _ = _row_value(row, "kind")
+    # With a prompt, a `transcription` column is what was said, not a sentence to read.
+    target, target_key = _row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
+    feedback, _ = _row_value(row, "feedback")
+    speaker, _ = _row_value(row, "speaker")
+    transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
+    scores = None
+    raw_scores = next((row[k] for k in row if _norm_header(k) == "scores"), None)
+    if isinstance(raw_scores, dict) or _cell(raw_scores):
+        try:
+            scores = raw_scores if isinstance(raw_scores, dict) else json.loads(_cell(raw_scores))
+        except json.JSONDecodeError:
+            return {"skip": "the `scores` cell is not valid JSON", "file": label}
+        if not isinstance(scores, dict):
+            scores = None
+        elif not feedback and target:
+            try:
+                feedback = feedback_from_scores(target, scores)
+            except PipelineError as error:
+                return {"skip": str(error), "file": label}
+    return dict(
+        audio=audio, file=label, target_text=target, feedback=feedback,
+        speaker=speaker or None, transcript=transcript or None,
+        scores=scores, source=source, sample_id=sample_id,
+        prompt=prompt or None, kind=kind or None,
+    )
 
 
 def _keys(row: dict[str, Any], alias: str) -> tuple[str, ...]:
@@ -518,12 +595,17 @@ def _read_ljspeech(root: Path) -> Items:
                 skipped.append({"file": f"metadata.csv:{number}", "reason": "expected `id|transcription[|normalized]`"})
                 continue
             text = fields[2].strip() if len(fields) > 2 and fields[2].strip() else fields[1].strip()
-            path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
-            if not path.is_file():
-                matches = sorted((root / "wavs").glob(f"{clip_id}.*"))
-                path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
-            if not path.is_file():
-                skipped.append({"file": f"wavs/{clip_id}.wav", "reason": "audio file not found"})
+            try:
+                path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
+                if not path.is_file():
+                    matches = sorted((root / "wavs").glob(f"{glob.escape(clip_id)}.*"))
+                    path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
+                found = path.is_file()
+            except (ValueError, OSError) as error:
+                skipped.append({"file": f"metadata.csv:{number}", "reason": f"the id is not a file name: {error}"})
+                continue
+            if not found:
+                skipped.append({"file": shorten(f"wavs/{clip_id}.wav", 160), "reason": "audio file not found"})
                 continue
             items.append(dict(audio=path, file=_rel(path, root), target_text=text, feedback="",
                               source=str(path), sample_id=clip_id))
@@ -550,11 +632,15 @@ def _read_commonvoice(root: Path) -> Items:
             if not name or name in seen:
                 continue
             seen.add(name)
-            path = resolver.resolve(name)
-            if path is None and not Path(name.replace("\\", "/")).suffix:
-                path = resolver.resolve(f"{name}.mp3")
+            try:
+                path = resolver.resolve(name)
+                if path is None and not Path(name.replace("\\", "/")).suffix:
+                    path = resolver.resolve(f"{name}.mp3")
+            except ValueError as error:
+                skipped.append({"file": f"{tsv.name}: {shorten(name, 60)}", "reason": f"`path` is not a file name: {error}"})
+                continue
             if path is None:
-                skipped.append({"file": _rel(clips / name, root), "reason": f"audio file not found (listed in {tsv.name})"})
+                skipped.append({"file": shorten(_rel(clips / name, root), 160), "reason": f"audio file not found (listed in {tsv.name})"})
                 continue
             items.append(dict(
                 audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
