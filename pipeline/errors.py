@@ -79,3 +79,20 @@ class EvaluationError(PipelineError):
 
 class ExportError(PipelineError):
     """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""
+
+
+def missing_package_message(error: ImportError) -> str:
+    """The message for a package this Python lacks: which package, which Python is running, and the
+    two fixes (the project's `.venv/bin/python`, or installing requirements.txt into this Python).
+
+    An `ImportError` is never a fault of the user's files: `pipeline/` lets it through (an audio
+    decoder's missing package is not "a damaged file"), and the command line words it here."""
+    import sys
+
+    name = (getattr(error, "name", None) or str(error)).split(".")[0]
+    python = f"{sys.executable} (Python {sys.version.split()[0]})"
+    return (f"the package `{name}` is not installed in the Python running this command, {python}. Run the "
+            "command with the project's Python, `.venv/bin/python -m pipeline ...` (the virtual environment the "
+            f"README's Quick start makes), or install the packages into this one: `{sys.executable} -m pip install "
+            "-r requirements.txt`.")
+
