@@ -172,7 +172,11 @@ def _decode_soundfile(data: Any, trim: bool) -> _Decoded:
         if total > keep and not trim:
             return _Decoded(np.zeros((0, handle.channels), np.float32), rate, total)
         samples = handle.read(frames=min(total, keep) if total > 0 else keep, dtype="float32", always_2d=True)
-    return _Decoded(samples, rate, max(total, len(samples)))
+        counted = len(samples)
+        if total <= 0 and counted == keep:  # the header gives no length: count the rest, keeping none
+            while len(block := handle.read(frames=rate, dtype="float32", always_2d=True)):
+                counted += len(block)
+    return _Decoded(samples, rate, max(total, counted))
 
 
 def _pyav_duration_s(container: Any, stream: Any) -> float | None:

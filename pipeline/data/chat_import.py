@@ -331,10 +331,11 @@ def row_to_item(row: dict, base: Path, label: str) -> dict[str, Any]:
 
 
 def read_chat(path: Path, root: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """Items (for `SampleLibrary.add_many`) and skipped lines (`{file, reason}`) of a chat JSONL file.
+    """Items (for `SampleLibrary.add_many`) and skipped lines (`{file, reason}`) of a chat file: JSON
+    Lines, or a JSON array of conversations (`_rows`), in any layout `normalize_row` reads.
 
     Args:
-        path: the `.jsonl` file; audio paths in it are relative to its folder.
+        path: the `.jsonl` / `.json` file; audio paths in it are relative to its folder.
         root: the folder labels are written relative to.
 
     Raises:
@@ -378,6 +379,11 @@ def _rows(text: str, path: Path) -> list[tuple[int, Any]]:
             raise ImportFormatError(f"`{path}` starts as a JSON array but is not valid JSON ({error}); fix the file "
                                     "and import again.") from None
         return list(enumerate(data, start=1))
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("{"):
+        try:  # one conversation written over several lines (a pretty-printed object)
+            return [(1, json.loads(text))]
+        except json.JSONDecodeError:
+            pass  # JSON Lines under a .json name
     rows = []
     for number, line in jsonl_lines(text):
         try:

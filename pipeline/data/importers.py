@@ -15,9 +15,11 @@ Formats (`detect_format` picks one; `--format` forces it):
   answered) for free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and
   `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8
   BOM, `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
-- `chat`: a JSON Lines file (the source itself, or `metadata.jsonl` rows with `messages`) in the chat
-  format of transformers' processors: read by `pipeline.data.chat_import` (read-aloud, free speech
-  and tutoring dialogues; the kind is inferred when a row names none).
+- `chat`: a JSON Lines file or a JSON array (`.jsonl` / `.json`, the source itself, or `metadata.jsonl`
+  rows with `messages` or `conversations`) in the chat format of transformers' processors, or the
+  layouts of LLaMA-Factory, ms-swift, sharegpt, alpaca (with `audios`) and OpenAI `input_audio`
+  parts: read by `pipeline.data.chat_import` (read-aloud, free speech and tutoring dialogues; the
+  kind is inferred when a row names none).
 - `ljspeech`: `metadata.csv`, `|`-separated, no header (`id|transcription|normalized`), `wavs/<id>.wav`.
 - `commonvoice`: Common Voice TSVs (`path`, `sentence`, `client_id` read by name) and `clips/`;
   train/dev/test TSVs when present, else `validated.tsv`, else every TSV with those columns.
@@ -28,7 +30,11 @@ Formats (`detect_format` picks one; `--format` forces it):
 The report says which kind (`read_aloud`, `free_speech`, `dialogue`) each imported sample became.
 Formats without feedback import with feedback "" (such samples are listed as excluded when the
 dataset is built until their feedback is written). Every file is reported as imported or skipped
-with a reason; one bad file never stops the rest. All samples are added with one manifest write at
+with a reason; one bad file (or metadata row: a value no file system takes as a name, an audio cell
+of another type) never stops the rest. An audiofolder's audio column may hold file names or
+embedded audio: `bytes`, or the `{"bytes", "path"}` structs `datasets` writes to Parquet (imported
+from the bytes; the path only when there are none). Messages show values shortened
+(`pipeline.errors.shorten`). All samples are added with one manifest write at
 the end (`SampleLibrary.add_many`), so a failing import leaves the existing manifest unchanged.
 """
 
@@ -37,7 +43,6 @@ from __future__ import annotations
 import argparse
 import csv
 import glob
-import io
 import json
 import sys
 from dataclasses import dataclass, field
@@ -46,24 +51,14 @@ from typing import Any, Callable
 
 from pipeline.data.audio import AUDIO_SUFFIXES
 from pipeline.data.chat_import import is_chat_metadata, read_chat_source
+from pipeline.data.metadata_table import (COLUMN_ALIASES, cell_text, metadata_row_item, norm_header, pick_column,
+                                          read_table, rel_path)
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError, shorten
-from pipeline.fileio import jsonl_lines, read_text, where_not_utf8
+from pipeline.fileio import read_text, where_not_utf8
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
-
-COLUMN_ALIASES = {
-    "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
-    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription"),
-    "prompt": ("prompt", "question", "topic"),
-    "kind": ("kind", "sample_kind"),
-    "feedback": ("feedback", "tutor_feedback", "answer", "response"),
-    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
-    "transcript": ("transcript", "transcription", "heard"),
-    "scores": ("scores",),
-}
-"""Accepted column names (compared lower-case, with spaces and `-` read as `_`), in order of preference."""
 
 _CV_SKIP_TSVS = {"invalidated.tsv", "reported.tsv", "other.tsv", "validated_sentences.tsv",
                  "unvalidated_sentences.tsv", "clip_durations.tsv", "times.tsv"}
@@ -112,49 +107,6 @@ class ImportReport:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _norm_header(name: Any) -> str:
-    return str(name).replace("\ufeff", "").strip().lower().replace(" ", "_").replace("-", "_")
-
-
-def _pick_column(columns: list[str], role: str, exclude: tuple[str, ...] = ()) -> str | None:
-    """The original column name for `role` (see COLUMN_ALIASES), or None."""
-    normalized = {_norm_header(c): c for c in columns}
-    for alias in COLUMN_ALIASES[role]:
-        if alias in normalized and normalized[alias] not in exclude:
-            return normalized[alias]
-    return None
-
-
-def _row_value(row: dict[str, Any], role: str, exclude: tuple[str, ...] = ()) -> tuple[str, str | None]:
-    """First non-empty value among `role`'s column aliases in `row`, and the column it came from.
-
-    Per row, so JSONL rows that name the text differently (`text` in one, `sentence` in another) work.
-    """
-    normalized = {_norm_header(k): k for k in row}
-    for alias in COLUMN_ALIASES[role]:
-        key = normalized.get(alias)
-        if key is not None and key not in exclude:
-            value = _cell(row.get(key))
-            if value:
-                return value, key
-    return "", None
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float) and value != value:  # NaN from pandas
-        return ""
-    return str(value).strip()
-
-
 def _read_kaldi_table(path: Path) -> dict[str, str]:
     """A Kaldi `key value...` table: first whitespace-separated field -> the rest of the line.
 
@@ -206,7 +158,7 @@ def _looks_like_ljspeech(source: Path) -> bool:
     with open(metadata, encoding="utf-8-sig", errors="replace") as handle:
         first = handle.readline()
     fields = first.rstrip("\r\n").split("|")
-    return len(fields) >= 2 and _norm_header(fields[0]) not in COLUMN_ALIASES["file"]
+    return len(fields) >= 2 and norm_header(fields[0]) not in COLUMN_ALIASES["file"]
 
 
 def _cv_tsvs(source: Path) -> list[Path]:
@@ -215,7 +167,7 @@ def _cv_tsvs(source: Path) -> list[Path]:
         if tsv.name in _CV_SKIP_TSVS:
             continue
         with open(tsv, encoding="utf-8-sig", errors="replace") as handle:
-            header = [_norm_header(h) for h in handle.readline().rstrip("\r\n").split("\t")]
+            header = [norm_header(h) for h in handle.readline().rstrip("\r\n").split("\t")]
         if "path" in header and "sentence" in header:
             usable.append(tsv)
     splits = [t for t in usable if t.name in _CV_SPLITS]
@@ -228,7 +180,8 @@ def _cv_tsvs(source: Path) -> list[Path]:
 def detect_format(source: str | Path) -> str:
     """Which of `FORMATS` the folder `source` is in.
 
-    Order: a `.jsonl` file, or a `metadata.jsonl` whose rows have `messages` -> chat; `wav.scp` (here
+    Order: a `.jsonl` or `.json` file, or a `metadata.jsonl` whose rows have `messages` or
+    `conversations` -> chat; `wav.scp` (here
     or in a subfolder) -> kaldi; a TSV with `path`+`sentence` -> commonvoice;
     headerless `|` metadata.csv with `wavs/` -> ljspeech; `metadata.csv/.jsonl/.parquet` ->
     audiofolder; any audio files -> folder.
@@ -339,7 +292,7 @@ def _read_kaldi(root: Path) -> Items:
     for data_dir in dirs:
         if (data_dir / "segments").is_file():
             raise ImportFormatError(
-                f"`{_rel(data_dir / 'segments', root)}` cuts recordings into segments, which this importer "
+                f"`{rel_path(data_dir / 'segments', root)}` cuts recordings into segments, which this importer "
                 "does not do; export one audio file per utterance and import again."
             )
         if not (data_dir / "text").is_file():
@@ -354,7 +307,7 @@ def _read_kaldi(root: Path) -> Items:
         all_scores = _load_scores(scores_path)
         resolver = _kaldi_resolver(data_dir, root)
         for utt, entry in wavs.items():
-            label = f"{_rel(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
+            label = f"{rel_path(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
             if entry.endswith("|"):
                 skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
                                 "write the audio to a file and list the file instead."})
@@ -366,13 +319,13 @@ def _read_kaldi(root: Path) -> Items:
                 continue
             if path is None:
                 skipped.append({"file": shorten(label, 160), "reason": f"audio file `{shorten(entry)}` listed in wav.scp was not found "
-                                f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
+                                f"(looked relative to `{rel_path(data_dir, root) or '.'}` and the folders above)."})
                 continue
-            label = _rel(path, root)
+            label = rel_path(path, root)
             text = texts.get(utt)
             if not text:
                 skipped.append({"file": label, "reason": f"utterance `{utt}` has no line in `text`; add "
-                                f"`{utt} <sentence>` to {_rel(data_dir / 'text', root)}."})
+                                f"`{utt} <sentence>` to {rel_path(data_dir / 'text', root)}."})
                 continue
             scores = all_scores.get(utt)
             feedback = ""
@@ -391,56 +344,6 @@ def _read_kaldi(root: Path) -> Items:
     return items, skipped
 
 
-def _sniff_delimiter(header_line: str) -> str:
-    """The delimiter of a CSV header line among `,` `;` tab `|` (csv.Sniffer, then the most frequent)."""
-    try:
-        return csv.Sniffer().sniff(header_line, delimiters=",;\t|").delimiter
-    except csv.Error:
-        counts = {d: header_line.count(d) for d in (",", ";", "\t", "|")}
-        return max(counts, key=counts.get) if max(counts.values()) else ","
-
-
-def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
-    """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
-    import pandas as pd
-
-    bad: list[dict[str, str]] = []
-    suffix = metadata.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            frame = pd.read_parquet(metadata)
-            return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
-        if suffix == ".jsonl":
-            rows, columns = [], []
-            for number, line in jsonl_lines(read_text(metadata)):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
-                    continue
-                if not isinstance(row, dict):
-                    bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
-                    continue
-                rows.append(row)
-                columns.extend(k for k in row if k not in columns)
-            return rows, columns, bad
-        text = read_text(metadata)
-        header = text.split("\n", 1)[0]
-        frame = pd.read_csv(
-            io.StringIO(text), sep=_sniff_delimiter(header), dtype=str, keep_default_na=False,
-            skipinitialspace=True, engine="python",
-        )
-    except UnicodeDecodeError as error:
-        raise ImportFormatError(
-            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}: probably saved in an "
-            "older encoding such as Windows-1252); save it as 'CSV UTF-8' (Excel: File > Save As > CSV UTF-8) "
-            "and import again."
-        ) from None
-    except Exception as error:  # pandas/pyarrow parse errors
-        raise ImportFormatError(f"`{metadata}` cannot be parsed: {error}. Check its format.") from None
-    return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
-
-
 def _read_audiofolder(root: Path) -> Items:
     metadata_files = _metadata_files(root)
     if not metadata_files:
@@ -449,26 +352,26 @@ def _read_audiofolder(root: Path) -> Items:
         )
     items, skipped = [], []
     for metadata in metadata_files:
-        rows, columns, bad = _read_table(metadata)
+        rows, columns, bad = read_table(metadata)
         skipped.extend(bad)
         resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
-        file_col = _pick_column(columns, "file")
-        target_col = _pick_column(columns, "target_text") or _pick_column(columns, "prompt")
+        file_col = pick_column(columns, "file")
+        target_col = pick_column(columns, "target_text") or pick_column(columns, "prompt")
         if file_col is None or target_col is None:
             role = "the audio file name" if file_col is None else "the target text"
             expected = COLUMN_ALIASES["file" if file_col is None else "target_text"]
             extra = "" if file_col is None else " (or `prompt` for free speech: the question the learner answered)"
             raise ImportFormatError(
-                f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
+                f"`{rel_path(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
                 f"columns found: {shown}. Rename that column in the first row and import again."
             )
-        where = _rel(metadata, root)
+        where = rel_path(metadata, root)
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
             # One bad row (a value no file system takes as a name, a cell of another type) is skipped
             # with its reason and never stops the rows after it; values are shown shortened.
             try:
-                item = _audiofolder_item(row, number, metadata, root, resolver, file_col)
+                item = metadata_row_item(row, number, metadata, root, resolver, file_col)
             except (ValueError, TypeError, OSError, PipelineError) as error:
                 item = {"skip": shorten(str(error) or type(error).__name__, 400)}
             if "skip" in item:
@@ -477,106 +380,6 @@ def _read_audiofolder(root: Path) -> Items:
             else:
                 items.append(item)
     return items, skipped
-
-
-def _audio_cell(row: dict[str, Any]) -> tuple[Any, str | None]:
-    """The row's audio and its column: a file name (text), embedded audio (`bytes`), or a struct
-    such as `datasets`' Audio feature in Parquet (`{"bytes", "path"}`) or its decoded form
-    (`{"array", "sampling_rate"}`); ("", None) when every audio column is empty."""
-    normalized = {_norm_header(k): k for k in row}
-    for alias in COLUMN_ALIASES["file"]:
-        key = normalized.get(alias)
-        if key is None:
-            continue
-        value = row.get(key)
-        if isinstance(value, (bytes, bytearray, dict)) and value:
-            return value, key
-        if _cell(value):
-            return _cell(value), key
-    return "", None
-
-
-def _audiofolder_item(row: dict[str, Any], number: int, metadata: Path, root: Path, resolver: PathResolver,
-                      file_col: str) -> dict[str, Any]:
-    """One metadata row -> an item for `SampleLibrary.add_many`, or `{"skip": reason, "file": label}`.
-
-    Raises ValueError/TypeError/OSError/PipelineError for a row that cannot be read (the caller
-    skips it with the reason)."""
-    from pipeline.data.feedback import feedback_from_scores
-
-    where = _rel(metadata, root)
-    cell, column = _audio_cell(row)
-    if not cell:
-        return {"skip": f"empty `{file_col}`", "file": f"{where}:{number}"}
-    audio: Any
-    name = ""
-    if isinstance(cell, dict):  # datasets' Audio feature: the audio embedded, or a path, or both
-        embedded, array = cell.get("bytes"), cell.get("array")
-        name = _cell(cell.get("path")) if isinstance(cell.get("path"), str) else ""
-        if isinstance(embedded, (bytes, bytearray)) and embedded:
-            audio = bytes(embedded)
-        elif array is not None and cell.get("sampling_rate"):
-            audio = (cell["sampling_rate"], array)
-        elif name:
-            audio = None
-        else:
-            return {"skip": f"the `{column}` cell holds neither audio bytes nor a file path ({shorten(cell)})",
-                    "file": f"{where}:{number}"}
-        if audio is not None:
-            label = f"{where}:{number}" + (f" ({shorten(Path(name).name, 60)})" if name else "")
-            stem = Path(name.replace("\\", "/")).stem[:80] if name else None
-            return _metadata_item(row, audio, label, f"{metadata}:{number}", stem or None, feedback_from_scores)
-    elif isinstance(cell, (bytes, bytearray)):
-        return _metadata_item(row, bytes(cell), f"{where}:{number}", f"{metadata}:{number}", None,
-                              feedback_from_scores)
-    else:
-        name = cell
-    try:
-        path = resolver.resolve(name)
-    except ValueError as error:
-        return {"skip": f"`{column}` in row {number} is not a file name: {error}", "file": f"{where}:{number}"}
-    if path is None:
-        return {"skip": f"audio file not found (named in {where} row {number}; `{column}` is relative to the "
-                        "metadata file's folder)", "file": _rel(metadata.parent / name, root)}
-    sample_id = Path(_rel(path, metadata.parent)).with_suffix("").as_posix()
-    return _metadata_item(row, path, _rel(path, root), str(path), sample_id, feedback_from_scores)
-
-
-def _metadata_item(row: dict[str, Any], audio: Any, label: str, source: str, sample_id: str | None,
-                   feedback_from_scores: Callable) -> dict[str, Any]:
-    """The item of a metadata row whose audio is found (a path, bytes or (rate, samples)), or `{"skip"}`."""
-    prompt, _ = _row_value(row, "prompt")
-    kind, _ = _row_value(row, "kind")
-    # With a prompt, a `transcription` column is what was said, not a sentence to read.
-    target, target_key = _row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
-    feedback, _ = _row_value(row, "feedback")
-    speaker, _ = _row_value(row, "speaker")
-    transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
-    scores = None
-    raw_scores = next((row[k] for k in row if _norm_header(k) == "scores"), None)
-    if isinstance(raw_scores, dict) or _cell(raw_scores):
-        try:
-            scores = raw_scores if isinstance(raw_scores, dict) else json.loads(_cell(raw_scores))
-        except json.JSONDecodeError:
-            return {"skip": "the `scores` cell is not valid JSON", "file": label}
-        if not isinstance(scores, dict):
-            scores = None
-        elif not feedback and target:
-            try:
-                feedback = feedback_from_scores(target, scores)
-            except PipelineError as error:
-                return {"skip": str(error), "file": label}
-    return dict(
-        audio=audio, file=label, target_text=target, feedback=feedback,
-        speaker=speaker or None, transcript=transcript or None,
-        scores=scores, source=source, sample_id=sample_id,
-        prompt=prompt or None, kind=kind or None,
-    )
-
-
-def _keys(row: dict[str, Any], alias: str) -> tuple[str, ...]:
-    """The keys of `row` that normalize to `alias`."""
-    return tuple(k for k in row if _norm_header(k) == alias)
 
 
 def _read_ljspeech(root: Path) -> Items:
@@ -607,7 +410,7 @@ def _read_ljspeech(root: Path) -> Items:
             if not found:
                 skipped.append({"file": shorten(f"wavs/{clip_id}.wav", 160), "reason": "audio file not found"})
                 continue
-            items.append(dict(audio=path, file=_rel(path, root), target_text=text, feedback="",
+            items.append(dict(audio=path, file=rel_path(path, root), target_text=text, feedback="",
                               source=str(path), sample_id=clip_id))
     return items, skipped
 
@@ -626,9 +429,9 @@ def _read_commonvoice(root: Path) -> Items:
     for tsv in tsvs:
         frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
                             encoding="utf-8-sig")
-        frame.columns = [_norm_header(c) for c in frame.columns]
+        frame.columns = [norm_header(c) for c in frame.columns]
         for row in frame.to_dict(orient="records"):
-            name = _cell(row.get("path"))
+            name = cell_text(row.get("path"))
             if not name or name in seen:
                 continue
             seen.add(name)
@@ -640,11 +443,11 @@ def _read_commonvoice(root: Path) -> Items:
                 skipped.append({"file": f"{tsv.name}: {shorten(name, 60)}", "reason": f"`path` is not a file name: {error}"})
                 continue
             if path is None:
-                skipped.append({"file": shorten(_rel(clips / name, root), 160), "reason": f"audio file not found (listed in {tsv.name})"})
+                skipped.append({"file": shorten(rel_path(clips / name, root), 160), "reason": f"audio file not found (listed in {tsv.name})"})
                 continue
             items.append(dict(
-                audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
-                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
+                audio=path, file=rel_path(path, root), target_text=cell_text(row.get("sentence")), feedback="",
+                speaker=cell_text(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
             ))
     return items, skipped
 
@@ -664,7 +467,7 @@ def _read_folder(root: Path) -> Items:
     items, skipped = [], []
     resolver = PathResolver([root])
     for path in files:
-        label = _rel(path, root)
+        label = rel_path(path, root)
         # Sidecars are found whatever their case (`W0.TXT` beside `w0.wav`, as Windows and macOS allow).
         sidecar = resolver.find(path.parent, [path.stem + ".txt"]) or path.with_suffix(".txt")
         if not sidecar.is_file():
@@ -755,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline import", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
     parser.add_argument("--source", type=Path, required=True,
-                        help="folder of recordings to import, or a chat-format .jsonl file")
+                        help="folder of recordings to import, or a chat-format .jsonl/.json file "
+                             "(also LLaMA-Factory, ms-swift, sharegpt)")
     parser.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="layout of --source")
     parser.add_argument("--trim", action="store_true", help="keep the first 30 s of longer clips instead of skipping them")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
