@@ -358,8 +358,6 @@ def _decode_file_or_bytes(source: Any, label: str, trim: bool = False) -> _Decod
             return decoded
         empty = decoded
         problems.append(f"{decoder}: no samples")
-    if empty is not None:
-        raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     if is_path:
         try:
             with open(source, "rb") as handle:
@@ -368,6 +366,9 @@ def _decode_file_or_bytes(source: Any, label: str, trim: bool = False) -> _Decod
             head = b""
     else:
         head = bytes(source[:4096])
+    if empty is not None and (any(test(head) for _, test in _AUDIO_SIGNATURES) or _mp3_frame_sync(head)):
+        # An audio file that holds no samples (FFmpeg also "reads" some other files as empty audio).
+        raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     raise _not_decodable(label, head, problems)
 
 
