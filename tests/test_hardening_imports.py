@@ -277,6 +277,13 @@ def _long_mp3(path: Path, seconds: float = 600.0) -> Path:
 
 
 def _peak_bytes(call) -> tuple[object, int]:
+    """The call's result (or its AudioError) and the peak of Python-traced memory while it ran, bytes
+    (numpy's arrays included). A short clip through both decoders first, so the modules they import
+    on first use (scipy, av) are not counted."""
+    load_audio(wav(voice(1.0)))
+    load_audio(wav(voice(1.0)), name="warm-up.m4a")
+    import av  # noqa: F401 - imported on first use by the PyAV decoder
+
     tracemalloc.start()
     try:
         try:
