@@ -89,10 +89,14 @@ def missing_package_message(error: ImportError) -> str:
     decoder's missing package is not "a damaged file"), and the command line words it here."""
     import sys
 
-    name = (getattr(error, "name", None) or str(error)).split(".")[0]
+    name = (getattr(error, "name", None) or "").split(".")[0]
     python = f"{sys.executable} (Python {sys.version.split()[0]})"
-    return (f"the package `{name}` is not installed in the Python running this command, {python}. Run the "
-            "command with the project's Python, `.venv/bin/python -m pipeline ...` (the virtual environment the "
-            f"README's Quick start makes), or install the packages into this one: `{sys.executable} -m pip install "
-            "-r requirements.txt`.")
+    if isinstance(error, ModuleNotFoundError) and name:
+        problem = f"the package `{name}` is not installed in the Python running this command, {python}"
+    else:  # `from x import y` failed: another version of x than requirements.txt pins
+        problem = (f"a package in the Python running this command, {python}, is not the version this project "
+                   f"needs ({shorten(str(error), 200)})")
+    return (f"{problem}. Run the command with the project's Python, `.venv/bin/python -m pipeline ...` (the "
+            "virtual environment the README's Quick start makes), or install the packages into this one: "
+            f"`{sys.executable} -m pip install -r requirements.txt`.")
 

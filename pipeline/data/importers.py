@@ -545,7 +545,9 @@ def import_folder(
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:
         progress(0, 0)
-    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped + failed,
+    # Every reason is bounded, whoever wrote it: a message never prints a value of unbounded size.
+    skipped = [{"file": shorten(str(s["file"]), 200), "reason": shorten(str(s["reason"]), 800)} for s in skipped + failed]
+    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped,
                         rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added])
 
 
