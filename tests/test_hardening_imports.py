@@ -113,6 +113,21 @@ def test_datasets_parquet_with_embedded_audio_imports_from_bytes_and_skips_bad_r
     assert any("name" in r and "long" in r for r in reasons.values())
 
 
+def test_a_hugging_face_download_of_parquet_shards_imports_from_the_embedded_bytes(tmp_path):
+    """The layout `datasets` pushes to the hub: `data/<split>-0000n-of-0000m.parquet`, no metadata file,
+    an `audio` struct holding the bytes beside a `file_name` that names a file not shipped."""
+    import pandas as pd
+
+    root = tmp_path / "download"
+    (root / "data").mkdir(parents=True)
+    for split, freq in (("train", 220), ("test", 300)):
+        pd.DataFrame({"file_name": [f"orig/{split}.wav"], "audio": [{"bytes": wav(voice(1.2, freq)), "path": f"{split}.wav"}],
+                      "sentence": [f"the {split} sentence"]}).to_parquet(root / "data" / f"{split}-00000-of-00001.parquet")
+    report = import_folder(tmp_path / "ws", root)
+    assert report.format == "audiofolder" and report.skipped == []
+    assert sorted(s.target_text for s in SampleLibrary(tmp_path / "ws").list()) == ["the test sentence", "the train sentence"]
+
+
 def test_a_csv_file_name_cell_too_long_for_the_file_system_skips_only_that_row(tmp_path):
     root = tmp_path / "src"
     write_wav(root / "a.wav", 300)

@@ -143,12 +143,26 @@ def _kaldi_dirs(source: Path) -> list[Path]:
 
 
 def _metadata_files(source: Path) -> list[Path]:
+    """`metadata.csv/.jsonl/.parquet` in the source and its subfolders; without any, the Parquet files
+    of a Hugging Face dataset download (`data/train-00000-of-00001.parquet`, audio embedded)."""
     out = []
     for folder in [source] + sorted(p for p in source.iterdir() if p.is_dir()):
         for name in ("metadata.csv", "metadata.jsonl", "metadata.parquet"):
             if (folder / name).is_file():
                 out.append(folder / name)
-    return out
+    return out or [path for path in sorted(source.glob("*.parquet")) + sorted(source.glob("*/*.parquet"))
+                   if _has_audio_column(path)]
+
+
+def _has_audio_column(parquet: Path) -> bool:
+    """Whether a Parquet file's schema names an audio column (`COLUMN_ALIASES["file"]`)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(parquet).names
+    except Exception:  # noqa: BLE001 - not a readable Parquet file: not a dataset shard
+        return False
+    return any(norm_header(name) in COLUMN_ALIASES["file"] for name in names)
 
 
 def _looks_like_ljspeech(source: Path) -> bool:

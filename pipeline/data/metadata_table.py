@@ -135,18 +135,25 @@ def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[di
 def _audio_cell(row: dict[str, Any]) -> tuple[Any, str | None]:
     """The row's audio and its column: a file name (text), embedded audio (`bytes`), or a struct
     such as `datasets`' Audio feature in Parquet (`{"bytes", "path"}`) or its decoded form
-    (`{"array", "sampling_rate"}`); ("", None) when every audio column is empty."""
+    (`{"array", "sampling_rate"}`); ("", None) when every audio column is empty. Embedded audio
+    comes first: a row with both a `file_name` and an `audio` struct holding bytes needs no file."""
     normalized = {norm_header(k): k for k in row}
+    first: tuple[Any, str | None] = ("", None)
     for alias in COLUMN_ALIASES["file"]:
         key = normalized.get(alias)
         if key is None:
             continue
         value = row.get(key)
-        if isinstance(value, (bytes, bytearray, dict)) and value:
+        if isinstance(value, (bytes, bytearray)) and value:
             return value, key
-        if cell_text(value):
-            return cell_text(value), key
-    return "", None
+        if isinstance(value, dict) and value:
+            embedded = value.get("bytes") or value.get("array") is not None
+            if embedded:
+                return value, key
+            first = first if first[1] else (value, key)
+        elif cell_text(value) and first[1] is None:
+            first = (cell_text(value), key)
+    return first
 
 
 def metadata_row_item(row: dict[str, Any], number: int, metadata: Path, root: Path, resolver: PathResolver,
