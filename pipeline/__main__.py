@@ -10,7 +10,7 @@ import importlib
 import json
 import sys
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, missing_package_message
 
 # command -> (module, one-line purpose); each module has `main(argv: list[str]) -> int`.
 COMMANDS = {
@@ -38,13 +38,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    module = importlib.import_module(COMMANDS[argv[0]][0])
     try:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
         return int(module.main(argv[1:]) or 0)
     except PipelineError as error:
         if "--json" in argv:
             print(json.dumps({"error": str(error), "type": type(error).__name__}))
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except ImportError as error:  # a package missing from this Python: say which, and which Python
+        message = missing_package_message(error)
+        if "--json" in argv:
+            print(json.dumps({"error": message, "type": "MissingPackage"}))
+        print(f"error: {message}", file=sys.stderr)
         return 1
 
 

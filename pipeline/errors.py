@@ -2,7 +2,26 @@
 
 Every message names the offending value, what was expected and how to fix it, e.g.
 "Clip `kate_03.m4a` is 41.2 s; Gemma 3n hears at most 30 s. Trim it or split it."
+A value of unbounded size (a metadata cell, embedded audio bytes) is shown through `shorten`.
 """
+
+SHOWN_CHARS = 120
+"""The most characters of a value a message shows (`shorten`)."""
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as a message shows it: bytes as their size ("<160,044 bytes>"), text as is, anything
+    else as `repr`, cut to `limit` characters with an ellipsis and the full length ("...", 5,000
+    characters). A message never prints a value of unbounded size (a cell holding audio bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value):,} bytes>"
+    if isinstance(value, dict):
+        text = "{" + ", ".join(f"{shorten(k, 40)}: {shorten(v, 40)}" for k, v in list(value.items())[:6]) + "}"
+    else:
+        text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(1, limit - 30)]}... ({len(text):,} characters)"
 
 
 class PipelineError(Exception):
@@ -60,3 +79,24 @@ class EvaluationError(PipelineError):
 
 class ExportError(PipelineError):
     """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""
+
+
+def missing_package_message(error: ImportError) -> str:
+    """The message for a package this Python lacks: which package, which Python is running, and the
+    two fixes (the project's `.venv/bin/python`, or installing requirements.txt into this Python).
+
+    An `ImportError` is never a fault of the user's files: `pipeline/` lets it through (an audio
+    decoder's missing package is not "a damaged file"), and the command line words it here."""
+    import sys
+
+    name = (getattr(error, "name", None) or "").split(".")[0]
+    python = f"{sys.executable} (Python {sys.version.split()[0]})"
+    if isinstance(error, ModuleNotFoundError) and name:
+        problem = f"the package `{name}` is not installed in the Python running this command, {python}"
+    else:  # `from x import y` failed: another version of x than requirements.txt pins
+        problem = (f"a package in the Python running this command, {python}, is not the version this project "
+                   f"needs ({shorten(str(error), 200)})")
+    return (f"{problem}. Run the command with the project's Python, `.venv/bin/python -m pipeline ...` (the "
+            "virtual environment the README's Quick start makes), or install the packages into this one: "
+            f"`{sys.executable} -m pip install -r requirements.txt`.")
+

@@ -53,16 +53,26 @@ def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
         os.fsync(handle.fileno())
 
 
+def jsonl_lines(text: str) -> list[tuple[int, str]]:
+    """The non-blank lines of JSON Lines `text` as `(line number from 1, line)`, split on "\n" only.
+
+    JSON Lines separates values by "\n" (https://jsonlines.org/: "the line separator is '\n'"; a
+    "\r\n" ending leaves a "\r" that JSON reads as whitespace). Never `str.splitlines()`: it also
+    splits on U+2028, U+2029, U+0085, "\v", "\f" and "\x1c"-"\x1e", and the first three are valid
+    raw inside a JSON string (a feedback text pasted from a word processor holds them), so one
+    record would become several invalid ones. Lines of only whitespace are left out.
+    """
+    return [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSON-lines file; a missing file gives `[]` and a torn (partial) last line is skipped."""
+    """Read a JSON-lines file (split on "\n" only, see `jsonl_lines`); a missing file gives `[]` and a
+    torn (partial) last line is skipped."""
     path = Path(path)
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
+    for _, line in jsonl_lines(path.read_text(encoding="utf-8")):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:

@@ -17,6 +17,9 @@ Checks (constants below; levels are dBFS, 0 dBFS = full scale):
 - over full scale: float input with samples beyond [-1, 1] (e.g. 1.5 or -2.0 in a float WAV) is
   clipped to [-1, 1] with a "too loud" warning naming how many samples and the peak; samples that
   only resampling pushed past full scale are clipped with a warning too. Nothing is clipped silently;
+- levels are measured without DC (mean removed, high-pass at 40 Hz): a constant offset is no sound.
+  The mix is compared with each channel: when it measures more than `PHASE_CANCEL_DB` below its
+  loudest channel, the channels cancel (out of phase) and that channel is kept alone, with a warning;
 - silent: the loudest 0.25 s of the clip has an RMS level below `SILENCE_DBFS` (-50 dBFS).
   Reasoning for -50: speech recorded at a usable distance measures about -35 to -15 dBFS RMS
   over its loud parts, while a quiet room's noise floor through a laptop or phone microphone is
@@ -60,6 +63,13 @@ CLIPPED_FRACTION_WARN = 0.0005
 """More than this fraction of clipped source samples passes with a warning."""
 FLOAT_SCALE_MAX = 2.0
 """Float input peaking above this is not [-1, 1] audio (probably unscaled integers): refused."""
+LEVEL_HIGHPASS_HZ = 40.0
+"""Levels are measured above this frequency, Hz (DC and drift removed; see `_without_dc`)."""
+PHASE_CANCEL_DB = 10.0
+"""A mix this many dB below its loudest channel means the channels cancel (out of phase): averaging
+two equal channels never loses level, and a silent second channel loses 6 dB (half the amplitude)."""
+DC_OFFSET_WARN = 0.01
+"""A mean sample value beyond this (-40 dBFS) passes with a "DC offset" warning."""
 
 # libsndfile cannot read these containers; go straight to PyAV (FFmpeg).
 _PYAV_FIRST_SUFFIXES = {".m4a", ".aac", ".mp4", ".webm", ".weba", ".opus", ".3gp", ".amr", ".wma", ".mka"}
@@ -135,32 +145,81 @@ def _describe(source: Any, name: str | None) -> str:
     return "recording"
 
 
-def _decode_soundfile(data: Any) -> tuple[np.ndarray, int]:
-    """Decode with libsndfile; returns (frames, channels) float32 and the sample rate in Hz."""
+@dataclass
+class _Decoded:
+    """What a decoder read: `frames` float32 (n, channels) at `rate_hz`, at most the frames asked for,
+    and `source_frames`, the length of the whole file in frames (from the container, or counted)."""
+
+    frames: np.ndarray
+    rate_hz: int
+    source_frames: int
+
+
+def _keep_frames(rate_hz: int) -> int:
+    """Frames decoded at most: 30 s (`MAX_DURATION_S`, the most any clip keeps) and one more, which
+    tells a longer file from one of exactly 30 s."""
+    return int(math.ceil(MAX_DURATION_S * rate_hz)) + 1
+
+
+def _decode_soundfile(data: Any, trim: bool) -> _Decoded:
+    """Decode with libsndfile, at most `_keep_frames`; a file the header says is longer than 30 s
+    is not decoded at all without `trim` (its frame count is what `load_audio` refuses)."""
     import soundfile as sf
 
-    samples, rate = sf.read(data, dtype="float32", always_2d=True)
-    return samples, int(rate)
+    with sf.SoundFile(data) as handle:
+        rate, total = int(handle.samplerate), int(handle.frames)
+        keep = _keep_frames(rate)
+        if total > keep and not trim:
+            return _Decoded(np.zeros((0, handle.channels), np.float32), rate, total)
+        samples = handle.read(frames=min(total, keep) if total > 0 else keep, dtype="float32", always_2d=True)
+        counted = len(samples)
+        if total <= 0 and counted == keep:  # the header gives no length: count the rest, keeping none
+            while len(block := handle.read(frames=rate, dtype="float32", always_2d=True)):
+                counted += len(block)
+    return _Decoded(samples, rate, max(total, counted))
 
 
-def _decode_pyav(data: Any) -> tuple[np.ndarray, int]:
-    """Decode the first audio stream with FFmpeg (PyAV); returns (frames, channels) float32 and Hz."""
+def _pyav_duration_s(container: Any, stream: Any) -> float | None:
+    """The audio stream's duration from the container (stream duration, else the container's), s."""
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000  # av.time_base: microseconds
+    return None
+
+
+def _decode_pyav(data: Any, trim: bool) -> _Decoded:
+    """Decode the first audio stream with FFmpeg (PyAV), at most `_keep_frames`: a stream the
+    container says is longer than 30 s is not decoded at all without `trim`; past the kept frames
+    decoding stops (or, when the container gives no duration, goes on counting frames, keeping none)."""
     import av
 
     with av.open(data, mode="r") as container:
         if not container.streams.audio:
             raise ValueError("the file has no audio stream")
         stream = container.streams.audio[0]
+        duration_s = _pyav_duration_s(container, stream)
+        rate = int(stream.rate or stream.codec_context.sample_rate or 0)
+        if duration_s is not None and rate and not trim and duration_s * rate > _keep_frames(rate):
+            return _Decoded(np.zeros((0, stream.channels or 1), np.float32), rate, int(round(duration_s * rate)))
         chunks = []
-        rate = None
+        kept = counted = 0
         channels = None
+        stopped = False
         for frame in container.decode(stream):
+            rate, channels = frame.sample_rate, len(frame.layout.channels)
+            keep = _keep_frames(rate)
+            if kept >= keep and duration_s is not None:
+                stopped = True  # the container says how long the rest is
+                break
+            counted += frame.samples
+            if kept >= keep:
+                continue  # no duration in the container: count the frames, keep none
             # Planar float keeps the channel layout and rate: to_ndarray() is (channels, n).
             array = frame.to_ndarray()
-            fmt = frame.format
-            nch = len(frame.layout.channels)
-            if not fmt.is_planar:
-                array = array.reshape(-1, nch).T
+            if not frame.format.is_planar:
+                array = array.reshape(-1, channels).T
+            array = array[:, : keep - kept]
             if np.issubdtype(array.dtype, np.integer):
                 info = np.iinfo(array.dtype)
                 if info.min == 0:  # unsigned 8-bit
@@ -168,13 +227,12 @@ def _decode_pyav(data: Any) -> tuple[np.ndarray, int]:
                 else:
                     array = array.astype(np.float32) / float(-info.min)
             chunks.append(np.asarray(array, dtype=np.float32))
-            rate = frame.sample_rate
-            channels = nch
-        if not chunks or rate is None:
-            raise ValueError("the audio stream decoded to no samples")
+            kept += array.shape[1]
+        if not chunks or channels is None:
+            return _Decoded(np.zeros((0, 1), np.float32), rate or TARGET_SAMPLE_RATE_HZ, 0)
     merged = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
-    assert merged.shape[0] == channels
-    return np.ascontiguousarray(merged.T), int(rate)
+    total = max(counted, int(round(duration_s * rate))) if stopped else counted
+    return _Decoded(np.ascontiguousarray(merged.T), int(rate), int(total))
 
 
 ACCEPTED_FORMATS = "wav, flac, ogg, mp3, m4a/aac, webm/opus"
@@ -259,11 +317,17 @@ def _not_decodable(label: str, head: bytes, problems: list[str]) -> AudioError:
                       f"kind of file renamed). {accepted} Re-export the clip as WAV or FLAC.")
 
 
-def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
+def _decode_file_or_bytes(source: Any, label: str, trim: bool = False) -> _Decoded:
     """Decode a path or bytes: libsndfile first (PyAV first for m4a/aac/webm), then the other.
 
+    A decoder that fails, or finds no samples (a header that says its data is empty while audio
+    follows it: a recorder cut off before rewriting it), hands over to the other one. At most 30 s
+    (and one frame) is decoded; a file whose container says it is longer is not decoded without
+    `trim` (see `_decode_soundfile`, `_decode_pyav`).
+
     When neither can, the `AudioError` says what the file is (text, an image, a damaged WAV...)
-    and which formats are accepted."""
+    and which formats are accepted. An `ImportError` (a decoder's package missing from this Python)
+    is raised as is: it says nothing about the file (`pipeline.errors.missing_package_message`)."""
     is_path = isinstance(source, (str, os.PathLike))
     if is_path:
         path = Path(source)
@@ -280,14 +344,20 @@ def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
             raise AudioError(f"{label} is empty (0 bytes); record or upload the clip again.")
         order = ("soundfile", "pyav")
     problems = []
+    empty = None
     for decoder in order:
         data = str(source) if is_path else io.BytesIO(bytes(source))
         try:
-            if decoder == "soundfile":
-                return _decode_soundfile(data)
-            return _decode_pyav(data)
+            decoded = (_decode_soundfile if decoder == "soundfile" else _decode_pyav)(data, trim)
+        except ImportError:
+            raise  # this Python lacks the package: not a fault of the file
         except Exception as error:  # noqa: BLE001 - any decoder failure means "try the next one"
             problems.append(f"{decoder}: {str(error).strip()[:160] or type(error).__name__}")
+            continue
+        if decoded.source_frames > 0 and decoded.frames.shape[1] > 0:
+            return decoded
+        empty = decoded
+        problems.append(f"{decoder}: no samples")
     if is_path:
         try:
             with open(source, "rb") as handle:
@@ -296,6 +366,9 @@ def _decode_file_or_bytes(source: Any, label: str) -> tuple[np.ndarray, int]:
             head = b""
     else:
         head = bytes(source[:4096])
+    if empty is not None and (any(test(head) for _, test in _AUDIO_SIGNATURES) or _mp3_frame_sync(head)):
+        # An audio file that holds no samples (FFmpeg also "reads" some other files as empty audio).
+        raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     raise _not_decodable(label, head, problems)
 
 
@@ -340,8 +413,33 @@ def _from_array(rate: Any, data: Any, label: str) -> tuple[np.ndarray, int]:
     return array.astype(np.float32, copy=False), rate
 
 
+def _without_dc(signal: np.ndarray, rate: int) -> np.ndarray:
+    """`signal` float (n,) without its DC offset and sub-audio drift, float64 (n,): the mean removed,
+    then a 2nd-order Butterworth high-pass at `LEVEL_HIGHPASS_HZ` (started in its steady state, so
+    the first samples ring no transient). The same kind of filter as the first stage (RLB, a
+    high-pass near 38 Hz) of the loudness measure of ITU-R BS.1770-4; speech has no energy there."""
+    out = signal.astype(np.float64) - float(np.mean(signal, dtype=np.float64)) if len(signal) else signal.astype(np.float64)
+    if len(out) < 2 or rate <= 4 * LEVEL_HIGHPASS_HZ:
+        return out
+    from scipy.signal import butter, sosfilt, sosfilt_zi
+
+    sos = butter(2, LEVEL_HIGHPASS_HZ, btype="highpass", fs=rate, output="sos")
+    filtered, _ = sosfilt(sos, out, zi=sosfilt_zi(sos) * out[0])
+    return filtered
+
+
+def _channel_levels(frames: np.ndarray, mono: np.ndarray, rate: int) -> tuple[float, list[float]]:
+    """The mix's and each channel's loudest-window level, dBFS, all measured without DC
+    (`_without_dc`): `frames` float32 (n, channels), `mono` their mix (n,)."""
+    mix = _loudest_window_dbfs(_without_dc(mono, rate), rate)
+    if frames.shape[1] == 1:
+        return mix, [mix]
+    return mix, [_loudest_window_dbfs(_without_dc(frames[:, c], rate), rate) for c in range(frames.shape[1])]
+
+
 def _loudest_window_dbfs(mono: np.ndarray, rate: int) -> float:
-    """RMS in dBFS of the loudest `LOUDEST_WINDOW_S` window (10 ms hop); -120.0 for digital silence."""
+    """RMS in dBFS of the loudest `LOUDEST_WINDOW_S` window (10 ms hop); -120.0 for digital silence.
+    `mono` (n,) as given: callers remove the DC first (`_without_dc`)."""
     hop = max(1, rate // 100)
     n_frames = len(mono) // hop
     if n_frames == 0:
@@ -420,7 +518,8 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
             "Record or upload the clip, wait until it shows, then try again."
         )
     if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        frames, rate = _decode_file_or_bytes(source, label)
+        decoded = _decode_file_or_bytes(source, label, trim)
+        frames, rate, n_source = decoded.frames, decoded.rate_hz, decoded.source_frames
     elif isinstance(source, (tuple, list)) and len(source) == 2:
         first, second = source
         if isinstance(first, np.ndarray) and not isinstance(second, np.ndarray):
@@ -428,16 +527,23 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         if second is None:
             raise AudioError("No audio received: the recording is empty. Record the clip again.")
         frames, rate = _from_array(first, second, label)
+        n_source = len(frames)
     else:
         raise AudioError(
             f"{label}: unsupported audio value of type {type(source).__name__}; expected a file path, "
             "file bytes or a microphone value (sample_rate_hz, samples)."
         )
 
-    n_source, channels = frames.shape
+    channels = frames.shape[1]
     if n_source == 0 or channels == 0:
         raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     source_duration_s = n_source / rate
+    if source_duration_s > MAX_DURATION_S and not trim:  # from the container: nothing was decoded
+        raise ClipTooLongError(
+            f"`{label}` is {source_duration_s:.1f} s; Gemma 3n hears at most {MAX_DURATION_S:.0f} s. "
+            "Trim it or split it into shorter clips.",
+            source_duration_s,
+        )
     bad = int(np.count_nonzero(~np.isfinite(frames)))
     if bad:
         raise AudioError(
@@ -458,12 +564,6 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
     warnings: list[str] = []
     trimmed = False
     if source_duration_s > MAX_DURATION_S:
-        if not trim:
-            raise ClipTooLongError(
-                f"`{label}` is {source_duration_s:.1f} s; Gemma 3n hears at most {MAX_DURATION_S:.0f} s. "
-                "Trim it or split it into shorter clips.",
-                source_duration_s,
-            )
         frames = frames[: int(MAX_DURATION_S * rate)]
         trimmed = True
         warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {MAX_DURATION_S:.0f} s")
@@ -480,7 +580,19 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
 
     mono = frames[:, 0] if channels == 1 else frames.mean(axis=1, dtype=np.float32)
     mono = np.ascontiguousarray(mono, dtype=np.float32)
-    level_dbfs = _loudest_window_dbfs(mono, rate)
+    # Levels without DC (a constant offset is no sound), the mix compared with its channels.
+    level_dbfs, channel_dbfs = _channel_levels(frames, mono, rate)
+    loudest = int(np.argmax(channel_dbfs))
+    if channels > 1 and channel_dbfs[loudest] - level_dbfs > PHASE_CANCEL_DB:
+        warnings.append(
+            f"the channels cancel each other in the mix (out of phase: the mix measures {level_dbfs:.1f} dBFS, "
+            f"channel {loudest + 1} alone {channel_dbfs[loudest]:.1f} dBFS); channel {loudest + 1} was kept alone. "
+            "Check the microphone's wiring or record in mono")
+        mono = np.ascontiguousarray(frames[:, loudest], dtype=np.float32)
+        level_dbfs = channel_dbfs[loudest]
+    offset = float(np.mean(mono, dtype=np.float64)) if len(mono) else 0.0
+    if abs(offset) >= DC_OFFSET_WARN:
+        warnings.append(f"DC offset of {offset:+.3f} (a constant the recorder adds; levels are measured without it)")
     if level_dbfs < SILENCE_DBFS:
         level_text = "digital silence" if level_dbfs <= -120.0 else f"{level_dbfs:.1f} dBFS"
         raise AudioError(

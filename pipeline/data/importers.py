@@ -15,9 +15,11 @@ Formats (`detect_format` picks one; `--format` forces it):
   answered) for free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and
   `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8
   BOM, `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
-- `chat`: a JSON Lines file (the source itself, or `metadata.jsonl` rows with `messages`) in the chat
-  format of transformers' processors: read by `pipeline.data.chat_import` (read-aloud, free speech
-  and tutoring dialogues; the kind is inferred when a row names none).
+- `chat`: a JSON Lines file or a JSON array (`.jsonl` / `.json`, the source itself, or `metadata.jsonl`
+  rows with `messages` or `conversations`) in the chat format of transformers' processors, or the
+  layouts of LLaMA-Factory, ms-swift, sharegpt, alpaca (with `audios`) and OpenAI `input_audio`
+  parts: read by `pipeline.data.chat_import` (read-aloud, free speech and tutoring dialogues; the
+  kind is inferred when a row names none).
 - `ljspeech`: `metadata.csv`, `|`-separated, no header (`id|transcription|normalized`), `wavs/<id>.wav`.
 - `commonvoice`: Common Voice TSVs (`path`, `sentence`, `client_id` read by name) and `clips/`;
   train/dev/test TSVs when present, else `validated.tsv`, else every TSV with those columns.
@@ -28,7 +30,11 @@ Formats (`detect_format` picks one; `--format` forces it):
 The report says which kind (`read_aloud`, `free_speech`, `dialogue`) each imported sample became.
 Formats without feedback import with feedback "" (such samples are listed as excluded when the
 dataset is built until their feedback is written). Every file is reported as imported or skipped
-with a reason; one bad file never stops the rest. All samples are added with one manifest write at
+with a reason; one bad file (or metadata row: a value no file system takes as a name, an audio cell
+of another type) never stops the rest. An audiofolder's audio column may hold file names or
+embedded audio: `bytes`, or the `{"bytes", "path"}` structs `datasets` writes to Parquet (imported
+from the bytes; the path only when there are none). Messages show values shortened
+(`pipeline.errors.shorten`). All samples are added with one manifest write at
 the end (`SampleLibrary.add_many`), so a failing import leaves the existing manifest unchanged.
 """
 
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
+import glob
 import json
 import sys
 from dataclasses import dataclass, field
@@ -45,24 +51,14 @@ from typing import Any, Callable
 
 from pipeline.data.audio import AUDIO_SUFFIXES
 from pipeline.data.chat_import import is_chat_metadata, read_chat_source
+from pipeline.data.metadata_table import (COLUMN_ALIASES, cell_text, metadata_row_item, norm_header, pick_column,
+                                          read_table, rel_path)
 from pipeline.data.paths import PathResolver
-from pipeline.errors import ImportFormatError, PipelineError
+from pipeline.errors import ImportFormatError, PipelineError, shorten
 from pipeline.fileio import read_text, where_not_utf8
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
-
-COLUMN_ALIASES = {
-    "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
-    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription"),
-    "prompt": ("prompt", "question", "topic"),
-    "kind": ("kind", "sample_kind"),
-    "feedback": ("feedback", "tutor_feedback", "answer", "response"),
-    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
-    "transcript": ("transcript", "transcription", "heard"),
-    "scores": ("scores",),
-}
-"""Accepted column names (compared lower-case, with spaces and `-` read as `_`), in order of preference."""
 
 _CV_SKIP_TSVS = {"invalidated.tsv", "reported.tsv", "other.tsv", "validated_sentences.tsv",
                  "unvalidated_sentences.tsv", "clip_durations.tsv", "times.tsv"}
@@ -111,49 +107,6 @@ class ImportReport:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def _norm_header(name: Any) -> str:
-    return str(name).replace("\ufeff", "").strip().lower().replace(" ", "_").replace("-", "_")
-
-
-def _pick_column(columns: list[str], role: str, exclude: tuple[str, ...] = ()) -> str | None:
-    """The original column name for `role` (see COLUMN_ALIASES), or None."""
-    normalized = {_norm_header(c): c for c in columns}
-    for alias in COLUMN_ALIASES[role]:
-        if alias in normalized and normalized[alias] not in exclude:
-            return normalized[alias]
-    return None
-
-
-def _row_value(row: dict[str, Any], role: str, exclude: tuple[str, ...] = ()) -> tuple[str, str | None]:
-    """First non-empty value among `role`'s column aliases in `row`, and the column it came from.
-
-    Per row, so JSONL rows that name the text differently (`text` in one, `sentence` in another) work.
-    """
-    normalized = {_norm_header(k): k for k in row}
-    for alias in COLUMN_ALIASES[role]:
-        key = normalized.get(alias)
-        if key is not None and key not in exclude:
-            value = _cell(row.get(key))
-            if value:
-                return value, key
-    return "", None
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float) and value != value:  # NaN from pandas
-        return ""
-    return str(value).strip()
-
-
 def _read_kaldi_table(path: Path) -> dict[str, str]:
     """A Kaldi `key value...` table: first whitespace-separated field -> the rest of the line.
 
@@ -190,12 +143,26 @@ def _kaldi_dirs(source: Path) -> list[Path]:
 
 
 def _metadata_files(source: Path) -> list[Path]:
+    """`metadata.csv/.jsonl/.parquet` in the source and its subfolders; without any, the Parquet files
+    of a Hugging Face dataset download (`data/train-00000-of-00001.parquet`, audio embedded)."""
     out = []
     for folder in [source] + sorted(p for p in source.iterdir() if p.is_dir()):
         for name in ("metadata.csv", "metadata.jsonl", "metadata.parquet"):
             if (folder / name).is_file():
                 out.append(folder / name)
-    return out
+    return out or [path for path in sorted(source.glob("*.parquet")) + sorted(source.glob("*/*.parquet"))
+                   if _has_audio_column(path)]
+
+
+def _has_audio_column(parquet: Path) -> bool:
+    """Whether a Parquet file's schema names an audio column (`COLUMN_ALIASES["file"]`)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(parquet).names
+    except Exception:  # noqa: BLE001 - not a readable Parquet file: not a dataset shard
+        return False
+    return any(norm_header(name) in COLUMN_ALIASES["file"] for name in names)
 
 
 def _looks_like_ljspeech(source: Path) -> bool:
@@ -205,7 +172,7 @@ def _looks_like_ljspeech(source: Path) -> bool:
     with open(metadata, encoding="utf-8-sig", errors="replace") as handle:
         first = handle.readline()
     fields = first.rstrip("\r\n").split("|")
-    return len(fields) >= 2 and _norm_header(fields[0]) not in COLUMN_ALIASES["file"]
+    return len(fields) >= 2 and norm_header(fields[0]) not in COLUMN_ALIASES["file"]
 
 
 def _cv_tsvs(source: Path) -> list[Path]:
@@ -214,7 +181,7 @@ def _cv_tsvs(source: Path) -> list[Path]:
         if tsv.name in _CV_SKIP_TSVS:
             continue
         with open(tsv, encoding="utf-8-sig", errors="replace") as handle:
-            header = [_norm_header(h) for h in handle.readline().rstrip("\r\n").split("\t")]
+            header = [norm_header(h) for h in handle.readline().rstrip("\r\n").split("\t")]
         if "path" in header and "sentence" in header:
             usable.append(tsv)
     splits = [t for t in usable if t.name in _CV_SPLITS]
@@ -227,7 +194,8 @@ def _cv_tsvs(source: Path) -> list[Path]:
 def detect_format(source: str | Path) -> str:
     """Which of `FORMATS` the folder `source` is in.
 
-    Order: a `.jsonl` file, or a `metadata.jsonl` whose rows have `messages` -> chat; `wav.scp` (here
+    Order: a `.jsonl` or `.json` file, or a `metadata.jsonl` whose rows have `messages` or
+    `conversations` -> chat; `wav.scp` (here
     or in a subfolder) -> kaldi; a TSV with `path`+`sentence` -> commonvoice;
     headerless `|` metadata.csv with `wavs/` -> ljspeech; `metadata.csv/.jsonl/.parquet` ->
     audiofolder; any audio files -> folder.
@@ -248,10 +216,18 @@ def detect_format(source: str | Path) -> str:
         return "audiofolder"
     if _audio_files(root):
         return "folder"
+    conversations = sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in CHAT_SUFFIXES)
+    hint = (f" If `{conversations[0]}` holds conversations (chat, LLaMA-Factory, ms-swift, sharegpt), pass that "
+            "file itself as the source." if conversations else "")
     raise ImportFormatError(
         f"`{root}` is in no known layout: it has no wav.scp (Kaldi), no Common Voice TSV, no "
-        f"metadata.csv/.jsonl/.parquet (audiofolder, LJSpeech) and no audio files. Found: {_found(root)}."
+        f"metadata.csv/.jsonl/.parquet (audiofolder, LJSpeech) and no audio files. Found: {_found(root)}.{hint}"
     )
+
+
+CHAT_SUFFIXES = (".jsonl", ".json")
+"""A source file with one of these endings is read as chat conversations (`pipeline.data.chat_import`:
+JSON Lines, or a JSON array as LLaMA-Factory keeps its datasets)."""
 
 
 def _check_source(source: str | Path) -> Path:
@@ -259,11 +235,12 @@ def _check_source(source: str | Path) -> Path:
     if not root.exists():
         raise ImportFormatError(f"Source folder `{root}` does not exist; check the path.")
     if not root.is_dir():
-        if root.suffix.lower() == ".jsonl":
-            return root.resolve()  # a chat-format JSON Lines file
+        if root.suffix.lower() in CHAT_SUFFIXES:
+            return root.resolve()  # chat conversations: JSON Lines or a JSON array
         raise ImportFormatError(
             f"Source `{root}` is a file; pass the folder that holds the recordings and their metadata "
-            f"(e.g. `{root.parent}`), or a chat-format `.jsonl` file."
+            f"(e.g. `{root.parent}`), or a chat-format `.jsonl` / `.json` file (also LLaMA-Factory, ms-swift, "
+            "sharegpt)."
         )
     return root.resolve()
 
@@ -329,7 +306,7 @@ def _read_kaldi(root: Path) -> Items:
     for data_dir in dirs:
         if (data_dir / "segments").is_file():
             raise ImportFormatError(
-                f"`{_rel(data_dir / 'segments', root)}` cuts recordings into segments, which this importer "
+                f"`{rel_path(data_dir / 'segments', root)}` cuts recordings into segments, which this importer "
                 "does not do; export one audio file per utterance and import again."
             )
         if not (data_dir / "text").is_file():
@@ -344,21 +321,25 @@ def _read_kaldi(root: Path) -> Items:
         all_scores = _load_scores(scores_path)
         resolver = _kaldi_resolver(data_dir, root)
         for utt, entry in wavs.items():
-            label = f"{_rel(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
+            label = f"{rel_path(data_dir, root)}/wav.scp:{utt}".lstrip("./") if data_dir != root else f"wav.scp:{utt}"
             if entry.endswith("|"):
                 skipped.append({"file": label, "reason": f"wav.scp entry `{entry}` is a command pipe; "
                                 "write the audio to a file and list the file instead."})
                 continue
-            path = resolver.resolve(entry)
-            if path is None:
-                skipped.append({"file": label, "reason": f"audio file `{entry}` listed in wav.scp was not found "
-                                f"(looked relative to `{_rel(data_dir, root) or '.'}` and the folders above)."})
+            try:
+                path = resolver.resolve(entry)
+            except ValueError as error:
+                skipped.append({"file": shorten(label, 160), "reason": f"wav.scp entry is not a file name: {error}"})
                 continue
-            label = _rel(path, root)
+            if path is None:
+                skipped.append({"file": shorten(label, 160), "reason": f"audio file `{shorten(entry)}` listed in wav.scp was not found "
+                                f"(looked relative to `{rel_path(data_dir, root) or '.'}` and the folders above)."})
+                continue
+            label = rel_path(path, root)
             text = texts.get(utt)
             if not text:
                 skipped.append({"file": label, "reason": f"utterance `{utt}` has no line in `text`; add "
-                                f"`{utt} <sentence>` to {_rel(data_dir / 'text', root)}."})
+                                f"`{utt} <sentence>` to {rel_path(data_dir / 'text', root)}."})
                 continue
             scores = all_scores.get(utt)
             feedback = ""
@@ -377,62 +358,7 @@ def _read_kaldi(root: Path) -> Items:
     return items, skipped
 
 
-def _sniff_delimiter(header_line: str) -> str:
-    """The delimiter of a CSV header line among `,` `;` tab `|` (csv.Sniffer, then the most frequent)."""
-    try:
-        return csv.Sniffer().sniff(header_line, delimiters=",;\t|").delimiter
-    except csv.Error:
-        counts = {d: header_line.count(d) for d in (",", ";", "\t", "|")}
-        return max(counts, key=counts.get) if max(counts.values()) else ","
-
-
-def _read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
-    """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
-    import pandas as pd
-
-    bad: list[dict[str, str]] = []
-    suffix = metadata.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            frame = pd.read_parquet(metadata)
-            return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
-        if suffix == ".jsonl":
-            rows, columns = [], []
-            with open(metadata, encoding="utf-8-sig") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
-                        continue
-                    if not isinstance(row, dict):
-                        bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
-                        continue
-                    rows.append(row)
-                    columns.extend(k for k in row if k not in columns)
-            return rows, columns, bad
-        text = read_text(metadata)
-        header = text.split("\n", 1)[0]
-        frame = pd.read_csv(
-            io.StringIO(text), sep=_sniff_delimiter(header), dtype=str, keep_default_na=False,
-            skipinitialspace=True, engine="python",
-        )
-    except UnicodeDecodeError as error:
-        raise ImportFormatError(
-            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}: probably saved in an "
-            "older encoding such as Windows-1252); save it as 'CSV UTF-8' (Excel: File > Save As > CSV UTF-8) "
-            "and import again."
-        ) from None
-    except Exception as error:  # pandas/pyarrow parse errors
-        raise ImportFormatError(f"`{metadata}` cannot be parsed: {error}. Check its format.") from None
-    return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
-
-
 def _read_audiofolder(root: Path) -> Items:
-    from pipeline.data.feedback import feedback_from_scores
-
     metadata_files = _metadata_files(root)
     if not metadata_files:
         raise ImportFormatError(
@@ -440,66 +366,34 @@ def _read_audiofolder(root: Path) -> Items:
         )
     items, skipped = [], []
     for metadata in metadata_files:
-        rows, columns, bad = _read_table(metadata)
+        rows, columns, bad = read_table(metadata)
         skipped.extend(bad)
         resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
-        file_col = _pick_column(columns, "file")
-        target_col = _pick_column(columns, "target_text") or _pick_column(columns, "prompt")
+        file_col = pick_column(columns, "file")
+        target_col = pick_column(columns, "target_text") or pick_column(columns, "prompt")
         if file_col is None or target_col is None:
             role = "the audio file name" if file_col is None else "the target text"
             expected = COLUMN_ALIASES["file" if file_col is None else "target_text"]
             extra = "" if file_col is None else " (or `prompt` for free speech: the question the learner answered)"
             raise ImportFormatError(
-                f"`{_rel(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
+                f"`{rel_path(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
                 f"columns found: {shown}. Rename that column in the first row and import again."
             )
+        where = rel_path(metadata, root)
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
-            name, _ = _row_value(row, "file")
-            if not name:
-                skipped.append({"file": f"{_rel(metadata, root)}:{number}", "reason": f"empty `{file_col}`"})
-                continue
-            path = resolver.resolve(name)
-            if path is None:
-                skipped.append({"file": _rel(metadata.parent / name, root), "reason": f"audio file not found (named in {_rel(metadata, root)} "
-                                f"row {number}; `{file_col}` is relative to the metadata file's folder)"})
-                continue
-            label = _rel(path, root)
-            prompt, _ = _row_value(row, "prompt")
-            kind, _ = _row_value(row, "kind")
-            # With a prompt, a `transcription` column is what was said, not a sentence to read.
-            target, target_key = _row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
-            feedback, _ = _row_value(row, "feedback")
-            speaker, _ = _row_value(row, "speaker")
-            transcript, _ = _row_value(row, "transcript", exclude=(target_key,) if target_key else ())
-            scores = None
-            raw_scores = next((row[k] for k in row if _norm_header(k) == "scores"), None)
-            if isinstance(raw_scores, dict) or _cell(raw_scores):
-                try:
-                    scores = raw_scores if isinstance(raw_scores, dict) else json.loads(_cell(raw_scores))
-                except json.JSONDecodeError:
-                    skipped.append({"file": label, "reason": "the `scores` cell is not valid JSON"})
-                    continue
-                if not isinstance(scores, dict):
-                    scores = None
-                elif not feedback and target:
-                    try:
-                        feedback = feedback_from_scores(target, scores)
-                    except PipelineError as error:
-                        skipped.append({"file": label, "reason": str(error)})
-                        continue
-            items.append(dict(
-                audio=path, file=label, target_text=target, feedback=feedback,
-                speaker=speaker or None, transcript=transcript or None,
-                scores=scores, source=str(path), sample_id=Path(_rel(path, metadata.parent)).with_suffix("").as_posix(),
-                prompt=prompt or None, kind=kind or None,
-            ))
+            # One bad row (a value no file system takes as a name, a cell of another type) is skipped
+            # with its reason and never stops the rows after it; values are shown shortened.
+            try:
+                item = metadata_row_item(row, number, metadata, root, resolver, file_col)
+            except (ValueError, TypeError, OSError, PipelineError) as error:
+                item = {"skip": shorten(str(error) or type(error).__name__, 400)}
+            if "skip" in item:
+                label = item.get("file") or f"{where}:{number}"
+                skipped.append({"file": shorten(label, 160), "reason": item["skip"]})
+            else:
+                items.append(item)
     return items, skipped
-
-
-def _keys(row: dict[str, Any], alias: str) -> tuple[str, ...]:
-    """The keys of `row` that normalize to `alias`."""
-    return tuple(k for k in row if _norm_header(k) == alias)
 
 
 def _read_ljspeech(root: Path) -> Items:
@@ -518,14 +412,19 @@ def _read_ljspeech(root: Path) -> Items:
                 skipped.append({"file": f"metadata.csv:{number}", "reason": "expected `id|transcription[|normalized]`"})
                 continue
             text = fields[2].strip() if len(fields) > 2 and fields[2].strip() else fields[1].strip()
-            path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
-            if not path.is_file():
-                matches = sorted((root / "wavs").glob(f"{clip_id}.*"))
-                path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
-            if not path.is_file():
-                skipped.append({"file": f"wavs/{clip_id}.wav", "reason": "audio file not found"})
+            try:
+                path = resolver.resolve(f"{clip_id}.wav") or root / "wavs" / f"{clip_id}.wav"
+                if not path.is_file():
+                    matches = sorted((root / "wavs").glob(f"{glob.escape(clip_id)}.*"))
+                    path = next((m for m in matches if m.suffix.lower() in AUDIO_SUFFIXES), path)
+                found = path.is_file()
+            except (ValueError, OSError) as error:
+                skipped.append({"file": f"metadata.csv:{number}", "reason": f"the id is not a file name: {error}"})
                 continue
-            items.append(dict(audio=path, file=_rel(path, root), target_text=text, feedback="",
+            if not found:
+                skipped.append({"file": shorten(f"wavs/{clip_id}.wav", 160), "reason": "audio file not found"})
+                continue
+            items.append(dict(audio=path, file=rel_path(path, root), target_text=text, feedback="",
                               source=str(path), sample_id=clip_id))
     return items, skipped
 
@@ -544,21 +443,25 @@ def _read_commonvoice(root: Path) -> Items:
     for tsv in tsvs:
         frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
                             encoding="utf-8-sig")
-        frame.columns = [_norm_header(c) for c in frame.columns]
+        frame.columns = [norm_header(c) for c in frame.columns]
         for row in frame.to_dict(orient="records"):
-            name = _cell(row.get("path"))
+            name = cell_text(row.get("path"))
             if not name or name in seen:
                 continue
             seen.add(name)
-            path = resolver.resolve(name)
-            if path is None and not Path(name.replace("\\", "/")).suffix:
-                path = resolver.resolve(f"{name}.mp3")
+            try:
+                path = resolver.resolve(name)
+                if path is None and not Path(name.replace("\\", "/")).suffix:
+                    path = resolver.resolve(f"{name}.mp3")
+            except ValueError as error:
+                skipped.append({"file": f"{tsv.name}: {shorten(name, 60)}", "reason": f"`path` is not a file name: {error}"})
+                continue
             if path is None:
-                skipped.append({"file": _rel(clips / name, root), "reason": f"audio file not found (listed in {tsv.name})"})
+                skipped.append({"file": shorten(rel_path(clips / name, root), 160), "reason": f"audio file not found (listed in {tsv.name})"})
                 continue
             items.append(dict(
-                audio=path, file=_rel(path, root), target_text=_cell(row.get("sentence")), feedback="",
-                speaker=_cell(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
+                audio=path, file=rel_path(path, root), target_text=cell_text(row.get("sentence")), feedback="",
+                speaker=cell_text(row.get("client_id")) or None, source=str(path), sample_id=path.stem,
             ))
     return items, skipped
 
@@ -578,7 +481,7 @@ def _read_folder(root: Path) -> Items:
     items, skipped = [], []
     resolver = PathResolver([root])
     for path in files:
-        label = _rel(path, root)
+        label = rel_path(path, root)
         # Sidecars are found whatever their case (`W0.TXT` beside `w0.wav`, as Windows and macOS allow).
         sidecar = resolver.find(path.parent, [path.stem + ".txt"]) or path.with_suffix(".txt")
         if not sidecar.is_file():
@@ -656,7 +559,9 @@ def import_folder(
     added, failed = library.add_many(items, progress=progress) if items else ([], [])
     if not items and progress is not None:
         progress(0, 0)
-    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped + failed,
+    # Every reason is bounded, whoever wrote it: a message never prints a value of unbounded size.
+    skipped = [{"file": shorten(str(s["file"]), 200), "reason": shorten(str(s["reason"]), 800)} for s in skipped + failed]
+    return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped,
                         rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added])
 
 
@@ -669,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline import", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
     parser.add_argument("--source", type=Path, required=True,
-                        help="folder of recordings to import, or a chat-format .jsonl file")
+                        help="folder of recordings to import, or a chat-format .jsonl/.json file "
+                             "(also LLaMA-Factory, ms-swift, sharegpt)")
     parser.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="layout of --source")
     parser.add_argument("--trim", action="store_true", help="keep the first 30 s of longer clips instead of skipping them")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

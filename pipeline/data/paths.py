@@ -28,6 +28,30 @@ from typing import Iterable, Sequence
 from urllib.parse import unquote, urlparse
 
 _DRIVE = re.compile(r"^[A-Za-z]:$")
+MAX_PATH_CHARS = 4096
+"""Longest path accepted (Linux `PATH_MAX`; Windows and macOS allow less)."""
+MAX_NAME_BYTES = 255
+"""Longest file or folder name, in UTF-8 bytes (`NAME_MAX` of ext4, APFS and NTFS alike)."""
+
+
+def check_file_name(entry: str) -> None:
+    """Refuse a metadata value that no file system takes as a path, before it reaches one (an
+    `OSError: File name too long` would otherwise abort the import, printing the value).
+
+    Raises:
+        ValueError: too long (`MAX_PATH_CHARS` in all, `MAX_NAME_BYTES` per part) or holding a NUL
+            character; the message gives the sizes, never the value.
+    """
+    if "\x00" in entry:
+        raise ValueError("the file name holds a NUL character, which no file system allows (is this cell "
+                         "binary data rather than a file name?)")
+    if len(entry) > MAX_PATH_CHARS:
+        raise ValueError(f"the file name is {len(entry):,} characters long; a path has at most {MAX_PATH_CHARS:,} "
+                         "(is this cell text or data rather than a file name?)")
+    longest = max((len(part.encode("utf-8", "surrogatepass")) for part in re.split(r"[\\/]", entry)), default=0)
+    if longest > MAX_NAME_BYTES:
+        raise ValueError(f"a part of the file name is {longest:,} bytes long; a file or folder name has at most "
+                         f"{MAX_NAME_BYTES} (is this cell text or data rather than a file name?)")
 
 
 def _key(name: str) -> str:
@@ -107,10 +131,23 @@ class PathResolver:
         return current if current.is_file() else None
 
     def resolve(self, entry: str) -> Path | None:
-        """The existing file that metadata `entry` names (see the module docstring), or None."""
+        """The existing file that metadata `entry` names (see the module docstring), or None.
+
+        Raises:
+            ValueError: `entry` cannot be a file name on any system: longer than `MAX_PATH_CHARS`, a
+                part longer than `MAX_NAME_BYTES`, or a NUL character (the message says which,
+                without printing the value).
+        """
         entry = str(entry)
         if not entry.strip():
             return None
+        check_file_name(entry)
+        try:
+            return self._resolve(entry)
+        except OSError:  # e.g. a folder + entry beyond PATH_MAX: no such file here
+            return None
+
+    def _resolve(self, entry: str) -> Path | None:
         literal = Path(entry)
         if literal.is_absolute() and literal.is_file():
             return literal

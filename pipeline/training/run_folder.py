@@ -21,7 +21,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.fileio import atomic_write_text, read_jsonl
+from pipeline.fileio import atomic_write_text, jsonl_lines, read_jsonl
 from pipeline.workspace import Workspace
 
 RUN_FILES = {
@@ -89,7 +89,7 @@ def trim_progress_to_step(progress_path: Path, step: int) -> int:
     """
     if not progress_path.exists():
         return 0
-    raw_lines = [t for t in progress_path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    raw_lines = [t for _, t in jsonl_lines(progress_path.read_text(encoding="utf-8"))]
     kept = []
     for text in raw_lines:
         try:

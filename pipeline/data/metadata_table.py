@@ -1,0 +1,239 @@
+"""An audiofolder's metadata table (`metadata.csv` / `.jsonl` / `.parquet`): read it, find its columns
+by name, and turn each row into an item for the sample library.
+
+A row's audio is a file name (resolved by `pipeline.data.paths.PathResolver`), or embedded audio:
+`bytes`, the `{"bytes", "path"}` struct that `datasets` writes to Parquet (imported from the bytes;
+the path only when there are none), or `{"array", "sampling_rate"}`. A row that cannot be read (a
+value no file system takes as a name, a cell of another type) is returned as `{"skip": reason}`;
+`pipeline.data.importers` reports it and goes on. Values in reasons are shortened
+(`pipeline.errors.shorten`). It deliberately does not decode audio: the sample library does.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.data.paths import PathResolver
+from pipeline.errors import ImportFormatError, PipelineError, shorten
+from pipeline.fileio import jsonl_lines, read_text, where_not_utf8
+
+COLUMN_ALIASES = {
+    "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
+    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription"),
+    "prompt": ("prompt", "question", "topic"),
+    "kind": ("kind", "sample_kind"),
+    "feedback": ("feedback", "tutor_feedback", "answer", "response"),
+    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
+    "transcript": ("transcript", "transcription", "heard"),
+    "scores": ("scores",),
+}
+"""Accepted column names (compared lower-case, with spaces and `-` read as `_`), in order of preference."""
+
+
+def rel_path(path: Path, root: Path) -> str:
+    """`path` relative to `root` in `/` form for reports, or the whole path when it is not under `root`."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def norm_header(name: Any) -> str:
+    """A column name as compared: without a BOM, stripped, lower case, spaces and `-` as `_`."""
+    return str(name).replace("\ufeff", "").strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def pick_column(columns: list[str], role: str, exclude: tuple[str, ...] = ()) -> str | None:
+    """The original column name for `role` (see COLUMN_ALIASES), or None."""
+    normalized = {norm_header(c): c for c in columns}
+    for alias in COLUMN_ALIASES[role]:
+        if alias in normalized and normalized[alias] not in exclude:
+            return normalized[alias]
+    return None
+
+
+def row_value(row: dict[str, Any], role: str, exclude: tuple[str, ...] = ()) -> tuple[str, str | None]:
+    """First non-empty value among `role`'s column aliases in `row`, and the column it came from.
+
+    Per row, so JSONL rows that name the text differently (`text` in one, `sentence` in another) work.
+    """
+    normalized = {norm_header(k): k for k in row}
+    for alias in COLUMN_ALIASES[role]:
+        key = normalized.get(alias)
+        if key is not None and key not in exclude:
+            value = cell_text(row.get(key))
+            if value:
+                return value, key
+    return "", None
+
+
+def cell_text(value: Any) -> str:
+    """A cell as stripped text; "" for None and pandas' NaN."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and value != value:  # NaN from pandas
+        return ""
+    return str(value).strip()
+
+
+def sniff_delimiter(header_line: str) -> str:
+    """The delimiter of a CSV header line among `,` `;` tab `|` (csv.Sniffer, then the most frequent)."""
+    try:
+        return csv.Sniffer().sniff(header_line, delimiters=",;\t|").delimiter
+    except csv.Error:
+        counts = {d: header_line.count(d) for d in (",", ";", "\t", "|")}
+        return max(counts, key=counts.get) if max(counts.values()) else ","
+
+
+def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
+    """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
+    import pandas as pd
+
+    bad: list[dict[str, str]] = []
+    suffix = metadata.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            frame = pd.read_parquet(metadata)
+            return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
+        if suffix == ".jsonl":
+            rows, columns = [], []
+            for number, line in jsonl_lines(read_text(metadata)):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    bad.append({"file": f"{metadata.name}:{number}", "reason": f"not valid JSON ({error})"})
+                    continue
+                if not isinstance(row, dict):
+                    bad.append({"file": f"{metadata.name}:{number}", "reason": "line is not a JSON object"})
+                    continue
+                rows.append(row)
+                columns.extend(k for k in row if k not in columns)
+            return rows, columns, bad
+        text = read_text(metadata)
+        header = text.split("\n", 1)[0]
+        frame = pd.read_csv(
+            io.StringIO(text), sep=sniff_delimiter(header), dtype=str, keep_default_na=False,
+            skipinitialspace=True, engine="python",
+        )
+    except UnicodeDecodeError as error:
+        raise ImportFormatError(
+            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}: probably saved in an "
+            "older encoding such as Windows-1252); save it as 'CSV UTF-8' (Excel: File > Save As > CSV UTF-8) "
+            "and import again."
+        ) from None
+    except ImportError:
+        raise  # pandas' Parquet engine missing from this Python: not a fault of the file
+    except Exception as error:  # pandas/pyarrow parse errors
+        raise ImportFormatError(f"`{metadata}` cannot be parsed: {shorten(str(error), 300)}. Check its format.") from None
+    return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
+
+
+def _audio_cell(row: dict[str, Any]) -> tuple[Any, str | None]:
+    """The row's audio and its column: a file name (text), embedded audio (`bytes`), or a struct
+    such as `datasets`' Audio feature in Parquet (`{"bytes", "path"}`) or its decoded form
+    (`{"array", "sampling_rate"}`); ("", None) when every audio column is empty. Embedded audio
+    comes first: a row with both a `file_name` and an `audio` struct holding bytes needs no file."""
+    normalized = {norm_header(k): k for k in row}
+    first: tuple[Any, str | None] = ("", None)
+    for alias in COLUMN_ALIASES["file"]:
+        key = normalized.get(alias)
+        if key is None:
+            continue
+        value = row.get(key)
+        if isinstance(value, (bytes, bytearray)) and value:
+            return value, key
+        if isinstance(value, dict) and value:
+            embedded = value.get("bytes") or value.get("array") is not None
+            if embedded:
+                return value, key
+            first = first if first[1] else (value, key)
+        elif cell_text(value) and first[1] is None:
+            first = (cell_text(value), key)
+    return first
+
+
+def metadata_row_item(row: dict[str, Any], number: int, metadata: Path, root: Path, resolver: PathResolver,
+                      file_col: str) -> dict[str, Any]:
+    """One metadata row -> an item for `SampleLibrary.add_many`, or `{"skip": reason, "file": label}`.
+
+    Raises ValueError/TypeError/OSError/PipelineError for a row that cannot be read (the caller
+    skips it with the reason)."""
+    from pipeline.data.feedback import feedback_from_scores
+
+    where = rel_path(metadata, root)
+    cell, column = _audio_cell(row)
+    if not cell:
+        return {"skip": f"empty `{file_col}`", "file": f"{where}:{number}"}
+    audio: Any
+    name = ""
+    if isinstance(cell, dict):  # datasets' Audio feature: the audio embedded, or a path, or both
+        embedded, array = cell.get("bytes"), cell.get("array")
+        name = cell_text(cell.get("path")) if isinstance(cell.get("path"), str) else ""
+        if isinstance(embedded, (bytes, bytearray)) and embedded:
+            audio = bytes(embedded)
+        elif array is not None and cell.get("sampling_rate"):
+            audio = (cell["sampling_rate"], array)
+        elif name:
+            audio = None
+        else:
+            return {"skip": f"the `{column}` cell holds neither audio bytes nor a file path ({shorten(cell)})",
+                    "file": f"{where}:{number}"}
+        if audio is not None:
+            label = f"{where}:{number}" + (f" ({shorten(Path(name).name, 60)})" if name else "")
+            stem = Path(name.replace("\\", "/")).stem[:80] if name else None
+            return _metadata_item(row, audio, label, f"{metadata}:{number}", stem or None, feedback_from_scores)
+    elif isinstance(cell, (bytes, bytearray)):
+        return _metadata_item(row, bytes(cell), f"{where}:{number}", f"{metadata}:{number}", None,
+                              feedback_from_scores)
+    else:
+        name = cell
+    try:
+        path = resolver.resolve(name)
+    except ValueError as error:
+        return {"skip": f"`{column}` in row {number} is not a file name: {error}", "file": f"{where}:{number}"}
+    if path is None:
+        return {"skip": f"audio file not found (named in {where} row {number}; `{column}` is relative to the "
+                        "metadata file's folder)", "file": rel_path(metadata.parent / name, root)}
+    sample_id = Path(rel_path(path, metadata.parent)).with_suffix("").as_posix()
+    return _metadata_item(row, path, rel_path(path, root), str(path), sample_id, feedback_from_scores)
+
+
+def _metadata_item(row: dict[str, Any], audio: Any, label: str, source: str, sample_id: str | None,
+                   feedback_from_scores: Callable) -> dict[str, Any]:
+    """The item of a metadata row whose audio is found (a path, bytes or (rate, samples)), or `{"skip"}`."""
+    prompt, _ = row_value(row, "prompt")
+    kind, _ = row_value(row, "kind")
+    # With a prompt, a `transcription` column is what was said, not a sentence to read.
+    target, target_key = row_value(row, "target_text", exclude=_keys(row, "transcription") if prompt else ())
+    feedback, _ = row_value(row, "feedback")
+    speaker, _ = row_value(row, "speaker")
+    transcript, _ = row_value(row, "transcript", exclude=(target_key,) if target_key else ())
+    scores = None
+    raw_scores = next((row[k] for k in row if norm_header(k) == "scores"), None)
+    if isinstance(raw_scores, dict) or cell_text(raw_scores):
+        try:
+            scores = raw_scores if isinstance(raw_scores, dict) else json.loads(cell_text(raw_scores))
+        except json.JSONDecodeError:
+            return {"skip": "the `scores` cell is not valid JSON", "file": label}
+        if not isinstance(scores, dict):
+            scores = None
+        elif not feedback and target:
+            try:
+                feedback = feedback_from_scores(target, scores)
+            except PipelineError as error:
+                return {"skip": str(error), "file": label}
+    return dict(
+        audio=audio, file=label, target_text=target, feedback=feedback,
+        speaker=speaker or None, transcript=transcript or None,
+        scores=scores, source=source, sample_id=sample_id,
+        prompt=prompt or None, kind=kind or None,
+    )
+
+
+def _keys(row: dict[str, Any], alias: str) -> tuple[str, ...]:
+    """The keys of `row` that normalize to `alias`."""
+    return tuple(k for k in row if norm_header(k) == alias)
