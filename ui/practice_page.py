@@ -1,0 +1,105 @@
+"""The practice page for students: pick an exercise, record, read the tutor's feedback. Nothing else.
+
+A page of its own (its own `gr.Blocks`, served on its own port by `app.py`), so a student's account
+reaches none of the studio's handlers: no folders, no library, no training, no export. It offers the
+one run and exercise list the teacher set (`pipeline.inbox.practice`, read again on every page
+load), asks the tutor through `pipeline.inbox.practice.answer_attempt`, and keeps an attempt in the
+workspace's inbox only when the student ticked consent. When the page has accounts, the student's
+name is their login name (the name box is then locked, and the server uses the login, not the box).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from pipeline.errors import ConfigError
+from pipeline.workspace import Workspace
+from ui.common import ui_errors
+
+STAND_IN_NOTE = ("⚠ **This practice tutor is a random stand-in model** (the offline test model): its feedback is "
+                 "meaningless text. Your teacher has not trained the real tutor yet.")
+CONSENT_LABEL = ("Keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and the time). "
+                 "Untick: nothing is stored.")
+
+
+def _login(request: gr.Request | None) -> str | None:
+    """The logged-in user's name, or None when the page has no accounts."""
+    return getattr(request, "username", None) or None
+
+
+class PracticeHandlers:
+    """The practice page's handlers, bound to one workspace."""
+
+    def __init__(self, workspace: Workspace):
+        self.ws = workspace
+
+    def _stand_in(self, run: str) -> bool:
+        from pipeline.training.tiny_model import is_tiny_random_model
+        from ui.common import run_settings
+
+        model = run_settings(self.ws, run).get("model")
+        return bool(model) and is_tiny_random_model(str(model))
+
+    def on_load(self, request: gr.Request = None) -> tuple[Any, Any, str]:
+        """Page (re)opened: the exercises the teacher set, the login as the name, the stand-in note.
+
+        Returns (name box update, exercise dropdown update, note markdown)."""
+        from pipeline.inbox.practice import load_setup
+
+        user = _login(request)
+        name = gr.update(value=user, interactive=False) if user else gr.skip()
+        setup = load_setup(self.ws)
+        if setup is None:
+            return name, gr.update(choices=[], value=None), (
+                "Your teacher has not set up the practice yet. Ask them, then reload this page.")
+        choices = [(f"{number}. {item}", number - 1) for number, item in enumerate(setup.items, start=1)]
+        what = "Read the sentence aloud" if setup.kind == "read_aloud" else "Answer the question, speaking freely"
+        note = f"{what}, then click **Get feedback**. {len(setup.items)} exercises."
+        if self._stand_in(setup.run):
+            note = f"{STAND_IN_NOTE}\n\n{note}"
+        return name, gr.update(choices=choices, value=0), note
+
+    @ui_errors(message_at=1, outputs=2)
+    def answer(self, audio: Any, exercise: Any, name: str, consent: bool,
+               request: gr.Request = None) -> tuple[str, str]:
+        """The tutor's feedback on one attempt; returns (feedback text, status line)."""
+        from pipeline.inbox.practice import answer_attempt
+
+        if audio is None:
+            raise ConfigError("Record yourself first (or upload a clip), then click Get feedback.")
+        if exercise is None or exercise == "":
+            raise ConfigError("Pick an exercise first.")
+        student = _login(request) or (name or "").strip()
+        result = answer_attempt(self.ws, audio, int(exercise), student=student, consent=bool(consent))
+        status = ("✓ Kept for your teacher." if result["attempt"] else "Not stored (you did not tick the box).")
+        if result["tiny_random_model"]:
+            status += " ⚠ The answer comes from a random stand-in model: it is meaningless text."
+        return result["text"], status
+
+
+def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
+    """The practice page's `gr.Blocks` (no heavy imports while building it)."""
+    with gr.Blocks(title="Pronunciation practice", analytics_enabled=False) as page:
+        gr.Markdown("# Pronunciation practice\nPick an exercise, record yourself, and read your tutor's feedback.")
+        with gr.Row():
+            name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2)
+            consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3)
+        note = gr.Markdown(elem_id="practice-note")
+        exercise = gr.Dropdown([], label="Exercise", elem_id="practice-exercise")
+        audio = gr.Audio(sources=["microphone", "upload"], type="filepath", label="Your recording",
+                         elem_id="practice-audio")
+        submit = gr.Button("Get feedback", variant="primary", elem_id="practice-submit")
+        status = gr.Markdown(elem_id="practice-status")
+        feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
+        submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status])
+        page.load(handlers.on_load, outputs=[name, exercise, note])
+    return page
+
+
+def build_practice(workspace: Workspace) -> SimpleNamespace:
+    """The page and its handlers for `workspace`."""
+    handlers = PracticeHandlers(workspace)
+    return SimpleNamespace(page=practice_page(handlers), handlers=handlers)
