@@ -201,30 +201,6 @@ def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
     return kwargs
 
 
-def _launch_practice(args: argparse.Namespace, workspace, accounts):
-    """Serve the students' practice page on `--practice-port` (default the studio's port + 1, else a free
-    port); returns (page, local URL, share URL), or (None, None, None) when no port could be had."""
-    import socket
-
-    from pipeline.access import PRACTICE
-    from ui.practice_page import build_practice
-
-    page = build_practice(workspace).page
-    page.queue(default_concurrency_limit=2)
-    wanted = args.practice_port or args.port + 1
-    for port in (wanted, 0):
-        if port == 0:
-            with socket.socket() as sock:  # a free port the system picks
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-        try:
-            _, local_url, share_url = page.launch(server_port=port, **_launch_kwargs(args, accounts, PRACTICE))
-            return page, local_url, share_url
-        except OSError as error:
-            print(f"warning: the practice page cannot use port {port} ({error}).", file=sys.stderr)
-    return None, None, None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
     from pipeline.access import STUDIO, accounts_from_args, check_sharing, needs_login
@@ -256,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     # the studio first (its first page is not delayed), then the students' page; the Inbox tab shows its URL
-    practice, practice_url, practice_share = _launch_practice(args, app.ws, accounts)
+    from pipeline.access import PRACTICE
+    from ui.practice_page import serve_practice
+
+    practice, practice_url, practice_share = serve_practice(app.ws, args.practice_port or args.port + 1,
+                                                            _launch_kwargs(args, accounts, PRACTICE))
     app.inbox.practice_url = practice_share or practice_url
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"Listening on {args.host}: other computers on your network can open this app.", flush=True)

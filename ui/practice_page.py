@@ -99,6 +99,29 @@ def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
     return page
 
 
+def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict) -> tuple[gr.Blocks | None, str | None, str | None]:
+    """Serve the practice page for `workspace` on `port` (else on a free port the system picks), with
+    `launch_kwargs` (address, share, auth: `app.py` gives the same as the studio's, with the practice
+    page's login rule). Returns (page, local URL, share URL), or (None, None, None) when no port could
+    be had (the studio goes on without it; a warning says why)."""
+    import socket
+    import sys
+
+    page = build_practice(workspace).page
+    page.queue(default_concurrency_limit=2)
+    for candidate in (port, 0):
+        if candidate == 0:
+            with socket.socket() as sock:  # a free port the system picks
+                sock.bind(("127.0.0.1", 0))
+                candidate = sock.getsockname()[1]
+        try:
+            _, local_url, share_url = page.launch(server_port=candidate, **launch_kwargs)
+            return page, local_url, share_url
+        except OSError as error:
+            print(f"warning: the practice page cannot use port {candidate} ({error}).", file=sys.stderr)
+    return None, None, None
+
+
 def build_practice(workspace: Workspace) -> SimpleNamespace:
     """The page and its handlers for `workspace`."""
     handlers = PracticeHandlers(workspace)
