@@ -95,6 +95,8 @@ def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
         status = gr.Markdown(elem_id="practice-status")
         feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
         submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status])
+        # another exercise starts with a fresh recording and no earlier feedback
+        exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
         page.load(handlers.on_load, outputs=[name, exercise, note])
     return page
 
