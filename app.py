@@ -142,7 +142,7 @@ def _header_html(workspace: Path) -> str:
         f'<div class="app-header"><div class="logo">{svg}</div><div class="app-title">'
         "<h1>Pronunciation Tutor Studio</h1>"
         "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
-        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge</b>. Everything is saved in the "
+        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge → 7 Inbox</b>. Everything is saved in the "
         f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
         "</div></div>"
     )
