@@ -152,3 +152,45 @@ def test_the_inbox_tab_accepts_and_moves_to_the_next(inbox_ws, speechocean_dir):
     assert [s.feedback for s in SampleLibrary(app.ws).list()] == ["Edited 1"]
     _table, current, *_rest, status = app.inbox_reject(second.id)
     assert current is None and "No attempts waiting" in status
+
+
+def test_the_studio_sets_the_practice(trained):
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(trained, practice_url="http://127.0.0.1:7861/")
+    status = app.practice_setup("r1", "Free speech (prompts)", "Describe your home\n# not this one\nYour last holiday\n")
+    assert "Offering 2 exercises" in status and "http://127.0.0.1:7861/" in status
+    setup = load_setup(trained)
+    assert (setup.run, setup.kind, setup.items) == ("r1", "free_speech", ["Describe your home", "Your last holiday"])
+    assert "no trained adapter" in app.practice_setup("", "Read aloud (sentences)", "A sentence.")
+    assert load_setup(trained) == setup  # a refused setup leaves the saved one
+
+
+def test_attempts_arriving_together_are_all_kept(inbox_ws, speechocean_dir):
+    """One file per attempt: students answering at the same moment never overwrite each other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    inbox = Inbox(inbox_ws)
+
+    def add(number: int):
+        return inbox.add(speechocean_dir / CLIPS[number % 3], student=f"s{number}", kind="read_aloud",
+                         exercise=ITEMS[number % 3], answer=f"answer {number}").id
+
+    with ThreadPoolExecutor(4) as pool:
+        ids = list(pool.map(add, range(8)))
+    assert sorted(a.id for a in inbox.list()) == sorted(ids) and len(set(ids)) == 8
+
+
+def test_the_practice_page_builds_without_heavy_imports(tmp_path):
+    """Like the studio, the students' page comes up without torch / transformers / datasets."""
+    import subprocess
+    import sys
+
+    from tests.test_e2e import REPO_ROOT
+
+    code = ("import sys\nfrom pipeline.workspace import Workspace\nfrom ui.practice_page import build_practice\n"
+            f"build_practice(Workspace({str(tmp_path / 'ws')!r}).ensure())\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'peft') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
