@@ -204,7 +204,7 @@ def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
     from pipeline.access import STUDIO, accounts_from_args, check_sharing, needs_login
-    from pipeline.errors import PipelineError
+    from pipeline.errors import ConfigError, PipelineError
 
     args = parse_args(argv)
     shared = args.shared or needs_login(args.host, args.share)
@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.inbox.practice import setup_from_list
 
             if not (args.practice_run and args.practice_list):
-                raise PipelineError("Give both --practice-run RUN and --practice-list session|FILE.")
+                raise ConfigError("Give both --practice-run RUN and --practice-list session|FILE (e.g. "
+                                  "`--practice-run run-1 --practice-list session`).")
             setup_from_list(args.workspace, args.practice_run, args.practice_list, args.practice_kind)
     except PipelineError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -68,7 +68,7 @@ def session_list(workspace: Workspace | str | Path) -> tuple[list[str], str]:
     session = SessionStore(_ws(workspace)).load()
     if session is None:
         raise ConfigError("This workspace has no recording-session list yet; make one in Samples → Recording session, "
-                          "or give a .txt/.csv list of sentences (`--list FILE`).")
+                          "or give a .txt/.csv file of sentences or prompts as the list instead.")
     return list(session.items), session.kind
 
 
