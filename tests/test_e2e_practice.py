@@ -125,6 +125,9 @@ def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, 
         answers = [_attempt(student, clip, number) for number, clip in enumerate(clips, start=1)]
         assert all(answers)
         _shot(student, "practice-student")
+        student.reload()  # consent is given once: the reopened page remembers it
+        _wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+        assert student.locator("#practice-consent input").is_checked()
 
         # a student's account does not open the studio
         intruder = browser.new_context().new_page()

@@ -63,8 +63,11 @@ def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_
 
     save_setup(trained, "r1", ITEMS)
     handlers = PracticeHandlers(SampleLibrary(trained).workspace)
-    _name, exercises, note = handlers.on_load(None)
+    _name, exercises, note, consent = handlers.on_load(None, None)
     assert exercises["choices"][2] == ("3. THREE TWO TWO SEVEN", 2) and "random stand-in" in note
+    assert consent["value"] is False  # never ticked for the student
+    name, _exercises, _note, consent = handlers.on_load({"name": "lee", "consent": True}, None)
+    assert name["value"] == "lee" and consent["value"] is True  # given once, remembered by this browser
     count = len(Inbox(trained).list())
     text, status = handlers.answer(str(speechocean_dir / CLIPS[2]), 2, "lee", True)
     assert "Kept for your teacher" in status and "stand-in" in status

@@ -43,24 +43,28 @@ class PracticeHandlers:
         model = run_settings(self.ws, run).get("model")
         return bool(model) and is_tiny_random_model(str(model))
 
-    def on_load(self, request: gr.Request = None) -> tuple[Any, Any, str]:
-        """Page (re)opened: the exercises the teacher set, the login as the name, the stand-in note.
+    def on_load(self, remembered: dict | None = None, request: gr.Request = None) -> tuple[Any, Any, str, Any]:
+        """Page (re)opened: the exercises the teacher set, the login (else the name this browser remembers) as
+        the name, the consent this browser remembers, the stand-in note.
 
-        Returns (name box update, exercise dropdown update, note markdown)."""
+        Returns (name box update, exercise dropdown update, note markdown, consent box update)."""
         from pipeline.inbox.practice import load_setup
 
+        remembered = remembered if isinstance(remembered, dict) else {}
         user = _login(request)
-        name = gr.update(value=user, interactive=False) if user else gr.skip()
+        name = (gr.update(value=user, interactive=False) if user else
+                gr.update(value=remembered["name"]) if remembered.get("name") else gr.skip())
+        consent = gr.update(value=bool(remembered.get("consent")))
         setup = load_setup(self.ws)
         if setup is None:
             return name, gr.update(choices=[], value=None), (
-                "Your teacher has not set up the practice yet. Ask them, then reload this page.")
+                "Your teacher has not set up the practice yet. Ask them, then reload this page."), consent
         choices = [(f"{number}. {item}", number - 1) for number, item in enumerate(setup.items, start=1)]
         what = "Read the sentence aloud" if setup.kind == "read_aloud" else "Answer the question, speaking freely"
         note = f"{what}, then click **Get feedback**. {len(setup.items)} exercises."
         if self._stand_in(setup.run):
             note = f"{STAND_IN_NOTE}\n\n{note}"
-        return name, gr.update(choices=choices, value=0), note
+        return name, gr.update(choices=choices, value=0), note, consent
 
     @ui_errors(message_at=1, outputs=2)
     def answer(self, audio: Any, exercise: Any, name: str, consent: bool,
@@ -97,7 +101,12 @@ def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
         submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status])
         # another exercise starts with a fresh recording and no earlier feedback
         exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
-        page.load(handlers.on_load, outputs=[name, exercise, note])
+        # the name and the consent are given once: this browser remembers them (encrypted local storage)
+        remembered = gr.BrowserState({"name": "", "consent": False}, storage_key="pronunciation-practice")
+        for widget in (name, consent):
+            widget.input(lambda who, agreed: {"name": (who or "").strip(), "consent": bool(agreed)},
+                         inputs=[name, consent], outputs=remembered, show_progress="hidden")
+        page.load(handlers.on_load, inputs=remembered, outputs=[name, exercise, note, consent])
     return page
 
 
