@@ -2,8 +2,14 @@
 """Pronunciation Tutor Studio: the Gradio app (Samples -> Dataset -> Memory -> Train -> Try -> Judge).
 
     python app.py [--workspace DIR] [--port N] [--host 127.0.0.1] [--share]
+                  [--auth USER:PASSWORD | --auth-file FILE] [--shared]
+                  [--practice-run RUN --practice-list session|FILE] [--practice-port N]
 
-Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. This file is
+Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. Beyond this
+computer (or with `--shared`) a login is required and typed paths stay inside the workspace
+(`pipeline.access`). The students' practice page (`ui/practice_page.py`) is its own page on its own
+port (`--practice-port`, default the studio's port + 1): teachers' accounts open both, students'
+accounts the practice page only. This file is
 the entry point: the arguments, the page (the tabs of `ui/` wired together) and the launch. Each
 tab's widgets and handlers live in its own module (`ui/samples_tab.py`, `ui/dataset_tab.py`,
 `ui/memory_tab.py`, `ui/train_tab.py`, `ui/try_tab.py`, `ui/judge_tab.py`); every handler reads its
@@ -35,6 +41,7 @@ import gradio as gr  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: E402
 from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
 from ui.dataset_tab import dataset_tab  # noqa: E402
+from ui.inbox_tab import inbox_tab  # noqa: E402
 from ui.judge_tab import judge_tab  # noqa: E402
 from ui.memory_tab import memory_tab  # noqa: E402
 from ui.samples_tab import samples_tab  # noqa: E402
@@ -65,6 +72,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             train = train_tab(app.train)
             tryout = try_tab(app.tryout, app.export)
             judge = judge_tab(app.judge, model)
+            inbox = inbox_tab(app.inbox)
 
         # The settings: one `TrainConfig` from the model picker, the Memory tab and the Train tab.
         settings = {"model": model, **memory.settings, **train.settings}
@@ -119,6 +127,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(
             app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices)
+        demo.load(app.inbox.show, outputs=inbox.outputs)  # students' attempts waiting
+        demo.load(app.inbox.setup_fields, outputs=inbox.setup_outputs)
     return demo
 
 
@@ -132,7 +142,7 @@ def _header_html(workspace: Path) -> str:
         f'<div class="app-header"><div class="logo">{svg}</div><div class="app-title">'
         "<h1>Pronunciation Tutor Studio</h1>"
         "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
-        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge</b>. Everything is saved in the "
+        "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge → 7 Inbox</b>. Everything is saved in the "
         f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
         "</div></div>"
     )
@@ -159,32 +169,87 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--share", action="store_true",
                         help="also create a public gradio.live link (off by default: anyone with the link can "
                              "use the app)")
+    parser.add_argument("--auth", metavar="USER:PASSWORD",
+                        help="the teacher's login (required beyond this computer: --host other than 127.0.0.1, "
+                             "or --share)")
+    parser.add_argument("--auth-file", metavar="FILE",
+                        help="accounts, one per person (teachers: the studio and the practice page; students: the "
+                             "practice page only); made with `python -m pipeline users --file FILE add NAME`")
+    parser.add_argument("--shared", action="store_true",
+                        help="treat the address as shared even on 127.0.0.1 (e.g. behind a reverse proxy or a "
+                             "tunnel): login required, typed paths limited to the workspace")
+    parser.add_argument("--practice-run", metavar="RUN", help="the run whose tutor answers on the practice page")
+    parser.add_argument("--practice-list", metavar="session|FILE",
+                        help="the practice exercises: `session` (the recording session's list) or a .txt/.csv file")
+    parser.add_argument("--practice-kind", choices=("read_aloud", "free_speech"),
+                        help="what --practice-list FILE holds (default read_aloud)")
+    parser.add_argument("--practice-port", type=int, default=None,
+                        help="port of the students' practice page (default: the studio's port + 1, else a free one)")
     return parser.parse_args(argv)
+
+
+def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
+    """What both pages' `launch` share: address, share link, and the login when there are accounts."""
+    from pipeline.access import PRACTICE
+
+    kwargs = dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
+                  ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"])
+    if accounts:
+        kwargs["auth"] = functools.partial(accounts.can_open, page)
+        kwargs["auth_message"] = ("Students: log in with the account your teacher gave you." if page == PRACTICE
+                                  else "The studio is for teachers: log in with a teacher's account.")
+    return kwargs
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
+    from pipeline.access import STUDIO, accounts_from_args, check_sharing, needs_login
+    from pipeline.errors import ConfigError, PipelineError
+
     args = parse_args(argv)
-    app = TutorApp(args.workspace)
+    shared = args.shared or needs_login(args.host, args.share)
+    try:
+        accounts = accounts_from_args(args.auth, args.auth_file)
+        check_sharing(args.host, args.share, accounts, forced=args.shared)
+        if args.practice_run or args.practice_list:
+            from pipeline.inbox.practice import setup_from_list
+
+            if not (args.practice_run and args.practice_list):
+                raise ConfigError("Give both --practice-run RUN and --practice-list session|FILE (e.g. "
+                                  "`--practice-run run-1 --practice-list session`).")
+            setup_from_list(args.workspace, args.practice_run, args.practice_list, args.practice_kind)
+    except PipelineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    app = TutorApp(args.workspace, shared=shared)
     demo = build_ui(app)
     demo.queue(default_concurrency_limit=4)
     try:
-        _, local_url, share_url = demo.launch(
-            server_name=args.host, server_port=args.port, share=args.share, inbrowser=False,
-            prevent_thread_lock=True, quiet=True, ssr_mode=False, css=_css(), theme=gr.themes.Soft(),
-            allowed_paths=[str(app.ws.root)], footer_links=["gradio"],
-        )
+        _, local_url, share_url = demo.launch(server_port=args.port, allowed_paths=[str(app.ws.root)],
+                                              **_launch_kwargs(args, accounts, STUDIO))
     except OSError as error:
         print(f"error: cannot serve on {args.host}:{args.port} ({error}). Is the app already running? "
               f"Open it at http://{args.host}:{args.port}/ or start another copy with --port {args.port + 1}.",
               file=sys.stderr)
         return 1
+    # the studio first (its first page is not delayed), then the students' page; the Inbox tab shows its URL
+    from pipeline.access import PRACTICE
+    from ui.practice_page import serve_practice
+
+    practice, practice_url, practice_share = serve_practice(app.ws, args.practice_port or args.port + 1,
+                                                            _launch_kwargs(args, accounts, PRACTICE))
+    app.inbox.practice_url = practice_share or practice_url
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"Listening on {args.host}: other computers on your network can open this app.", flush=True)
     print(f"Pronunciation Tutor Studio is running at {local_url}  (workspace: {app.ws.root}; "
           f"up {time.perf_counter() - _STARTED:.1f} s after start)", flush=True)
     if share_url:
         print(f"Public link (anyone with it can use the app): {share_url}", flush=True)
+    if practice_url:
+        print(f"Students' practice page: {practice_share or practice_url}", flush=True)
+    if accounts:
+        print("Login required: teachers' accounts open the studio and the practice page, students' the practice "
+              "page only.", flush=True)
     print("Press Ctrl+C to stop.", flush=True)
     try:
         demo.block_thread()
@@ -192,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         demo.close()
+        if practice is not None:
+            practice.close()
     return 0
 
 

@@ -25,6 +25,9 @@ COMMANDS = {
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
     "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),
     "import-run": ("pipeline.export.import_run", "bring back a run trained elsewhere (a cloud job bundle's output)"),
+    "practice": ("pipeline.inbox.practice", "set the practice page's run and exercise list for students"),
+    "inbox": ("pipeline.inbox.cli", "students' practice attempts: list, accept into the library, reject"),
+    "users": ("pipeline.access", "accounts of an --auth-file (teachers: the studio; students: the practice page)"),
 }
 
 

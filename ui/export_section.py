@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from pipeline.errors import ExportError
-from ui.common import typed_path, ui_errors
+from ui.common import ui_errors
 from ui.state import AppState
 
 FORMAT_CHOICES = [
@@ -40,7 +40,7 @@ class ExportHandlers:
         if not run_name:
             raise ExportError("No run picked: choose a trained run in **Tuned run (adapter)** above (the Train tab "
                               "makes one; a stopped run has an adapter too), then press Export.")
-        result = export_run(self.state.ws, run_name, fmt or "adapter", typed_path(out_dir) or None)
+        result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None)
         lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}` "
                  f"({result['bytes'] / 1024**2:.1f} MiB)."]
         if result.get("archive"):
@@ -57,7 +57,7 @@ class ExportHandlers:
         with what was checked and what differs (or, in the same note, what stopped the import)."""
         from pipeline.export.import_run import import_run
 
-        source = typed_path(source)
+        source = self.state.typed_path(source)
         if not source:
             raise ExportError("No run given to import: type the path of the run folder copied back from the other "
                               "machine (OUTPUT/runs/NAME) or of its .tar.gz, then press Import run.")

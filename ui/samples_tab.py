@@ -18,7 +18,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, SampleError
 from ui import formatting as fmt
-from ui.common import REPO_ROOT, progress_callback, typed_path, ui_errors
+from ui.common import REPO_ROOT, progress_callback, ui_errors
 from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.session import SessionHandlers, session_section
 from ui.state import AppState
@@ -174,7 +174,7 @@ class SamplesHandlers:
         """
         from pipeline.data.importers import import_folder
 
-        source = typed_path(folder)
+        source = self.state.typed_path(folder)
         if not source:
             raise ImportFormatError("No folder given: type the path of a folder on this computer, "
                                     "e.g. /home/me/recordings.")

@@ -16,7 +16,7 @@ import gradio as gr
 from pipeline.config import KNOWN_MODELS, TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
-from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, model_text, run_settings, ui_errors
+from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, model_text, run_settings, typed_path, ui_errors
 
 TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
 SETTINGS_FILE = "settings.json"
@@ -25,8 +25,18 @@ SETTINGS_FILE = "settings.json"
 class AppState:
     """One workspace folder as the app sees it: where things are saved, the remembered settings, the models."""
 
-    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
+    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE, shared: bool = False):
         self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
+        self.shared = bool(shared)
+        """Served beyond this computer (`pipeline.access.needs_login`): typed paths stay inside the workspace."""
+
+    def typed_path(self, text: str | None) -> str:
+        """A path typed into a box (`ui.common.typed_path`); when the studio is shared, it must lie inside the
+        workspace (`pipeline.access.confine_path` raises `ConfigError` otherwise). "" stays ""."""
+        from pipeline.access import confine_path
+
+        path = typed_path(text)
+        return str(confine_path(path, self.ws.root)) if path and self.shared else path
 
     @property
     def tiny_model_dir(self) -> Path:

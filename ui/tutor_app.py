@@ -13,6 +13,7 @@ import os
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
 from ui.export_section import ExportHandlers
+from ui.inbox_tab import InboxHandlers
 from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
@@ -36,8 +37,9 @@ class TutorApp:
     widget values; bad input raises `gr.Error` through `ui_errors`.
     """
 
-    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE):
-        self.state = AppState(workspace)
+    def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE, shared: bool = False,
+                 practice_url: str | None = None):
+        self.state = AppState(workspace, shared=shared)
         self.samples = SamplesHandlers(self.state)
         self.dataset = DatasetHandlers(self.state)
         self.memory = MemoryHandlers(self.state)
@@ -45,6 +47,7 @@ class TutorApp:
         self.tryout = TryHandlers(self.state)
         self.export = ExportHandlers(self.state)
         self.judge = JudgeHandlers(self.state)
+        self.inbox = InboxHandlers(self.state, practice_url)
 
     @property
     def ws(self) -> Workspace:
@@ -116,3 +119,9 @@ class TutorApp:
     evaluate_models = _handler("judge", "evaluate")
     cancel_evaluation = _handler("judge", "cancel")
     saved_evaluations = _handler("judge", "show_saved")
+
+    # 7 Inbox (students' practice attempts) and the practice page's setup
+    inbox_show = _handler("inbox", "show")
+    inbox_accept = _handler("inbox", "accept")
+    inbox_reject = _handler("inbox", "reject")
+    practice_setup = _handler("inbox", "save_setup")

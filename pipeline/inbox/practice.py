@@ -1,0 +1,203 @@
+"""The practice page's setup (one run, one exercise list) and one student attempt answered by the tutor.
+
+`python -m pipeline practice --workspace WS --run NAME --list session|FILE [--kind read_aloud|free_speech]`
+
+The teacher picks the run that answers and the exercises (the recording session's list,
+`pipeline.data.session`, or a `.txt`/`.csv` list read by `parse_items`); the setup is kept in
+`WS/inbox/practice.json` (atomic), so the page, the studio and the command line share it and a
+change shows on the page's next load. `answer_attempt` asks the run's tutor (`pipeline.tutor.infer`,
+the same conversation as training) and, only when the student consented, keeps the attempt in the
+inbox (`pipeline.inbox.store.Inbox`). Without consent nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.fileio import atomic_write_json
+from pipeline.inbox.store import INBOX_DIR, Inbox
+from pipeline.workspace import Workspace
+
+SETUP_FILE = "practice.json"
+SESSION_LIST = "session"
+"""`--list session`: the exercises are the workspace's recording-session list (`WS/samples/session.json`)."""
+
+
+@dataclass
+class PracticeSetup:
+    """What the practice page offers.
+
+    Attributes:
+        run: the run whose tutor answers (it has an adapter).
+        kind: `read_aloud` (items are sentences to read) or `free_speech` (items are prompts).
+        items: the exercises, in order.
+        source: where the list came from (`session` or a file name), for the teacher.
+        set_at: unix seconds.
+    """
+
+    run: str
+    kind: str
+    items: list[str]
+    source: str = ""
+    set_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ws(workspace: Workspace | str | Path) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+
+
+def setup_path(workspace: Workspace | str | Path) -> Path:
+    """`WS/inbox/practice.json`."""
+    return _ws(workspace).root / INBOX_DIR / SETUP_FILE
+
+
+def session_list(workspace: Workspace | str | Path) -> tuple[list[str], str]:
+    """The recording session's (items, kind). Raises `ConfigError` when the workspace has no session."""
+    from pipeline.data.session import SessionStore
+
+    session = SessionStore(_ws(workspace)).load()
+    if session is None:
+        raise ConfigError("This workspace has no recording-session list yet; make one in Samples → Recording session, "
+                          "or give a .txt/.csv file of sentences or prompts as the list instead.")
+    return list(session.items), session.kind
+
+
+def save_setup(workspace: Workspace | str | Path, run: str, items: list[str], kind: str = "read_aloud",
+               source: str = "") -> PracticeSetup:
+    """Check and keep the practice setup; returns it.
+
+    Raises:
+        ConfigError: a run without an adapter (names the usable ones), an empty list, or a kind other than
+            read_aloud / free_speech.
+    """
+    from pipeline.tutor.infer import usable_runs
+
+    ws = _ws(workspace)
+    runs = usable_runs(ws)
+    if not run or run not in runs:
+        shown = ", ".join(runs) if runs else "none yet (train one in the Train tab)"
+        raise ConfigError(f"Run `{run or ''}` has no trained adapter in {ws.runs_dir}; pick one of: {shown}.")
+    if kind not in ("read_aloud", "free_speech"):
+        raise ConfigError(f"Practice exercises are read_aloud sentences or free_speech prompts, not `{kind}`.")
+    items = [i for i in (str(s).strip() for s in items) if i]
+    if not items:
+        raise ConfigError("The exercise list is empty: paste the sentences (or prompts), one per line.")
+    setup = PracticeSetup(run=run, kind=kind, items=items, source=source, set_at=round(time.time(), 3))
+    atomic_write_json(setup_path(ws), setup.to_dict())
+    return setup
+
+
+def load_setup(workspace: Workspace | str | Path) -> PracticeSetup | None:
+    """The saved setup, or None when the teacher has not set one (or the file is unreadable)."""
+    path = setup_path(workspace)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return PracticeSetup(**{k: data[k] for k in PracticeSetup.__dataclass_fields__ if k in data})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def setup_from_list(workspace: Workspace | str | Path, run: str, list_ref: str, kind: str | None = None) -> PracticeSetup:
+    """`save_setup` from a list reference: `session` (the recording session's list and kind) or a `.txt`/`.csv`
+    file (`pipeline.data.session.parse_items`; `kind` defaults to read_aloud).
+
+    Raises `ConfigError` as `save_setup`, for no session, or for a list file that does not exist.
+    """
+    from pipeline.data.session import parse_items
+    from pipeline.errors import SampleError
+
+    if list_ref == SESSION_LIST:
+        items, session_kind = session_list(workspace)
+        return save_setup(workspace, run, items, kind or session_kind, source=SESSION_LIST)
+    path = Path(list_ref).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"The exercise list `{list_ref}` is not a file; give a .txt (one sentence per line) or "
+                          f"a .csv with a `sentence` or `prompt` column, or `{SESSION_LIST}` for the recording session's list.")
+    try:
+        items = parse_items(file=path)
+    except SampleError as error:
+        raise ConfigError(str(error)) from None
+    return save_setup(workspace, run, items, kind or "read_aloud", source=path.name)
+
+
+def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int, *, student: str, consent: bool,
+                   max_new_tokens: int = 256) -> dict[str, Any]:
+    """The tutor's answer to one student attempt, kept in the inbox when `consent` is True.
+
+    Args:
+        audio: anything `pipeline.data.audio.load_audio` accepts (a path, `(rate, int16 ndarray)` ...).
+        exercise: index of the exercise in the setup's list (0-based).
+        student: the student's name (required when `consent`).
+        consent: keep the clip, exercise, answer and time in the inbox; False stores nothing.
+
+    Returns:
+        `{"text": the answer, "note": str | None (says when the model is the random stand-in),
+        "tiny_random_model": bool, "attempt": attempt id or None, "exercise": the sentence or prompt}`.
+
+    Raises:
+        ConfigError: no practice setup, or an exercise index out of range.
+        AudioError: the clip fails a check (nothing is stored, nothing is asked).
+        ModelLoadError: the run's model cannot load.
+    """
+    from pipeline.data.audio import load_audio
+    from pipeline.tutor.infer import load_tutor
+
+    ws = _ws(workspace)
+    setup = load_setup(ws)
+    if setup is None:
+        raise ConfigError("The teacher has not set up the practice yet (a run and an exercise list): in the studio, "
+                          "Inbox → Practice page, or `python -m pipeline practice`.")
+    if not 0 <= int(exercise) < len(setup.items):
+        raise ConfigError(f"Exercise {int(exercise) + 1} does not exist; the list has {len(setup.items)}. Pick one from the list.")
+    if consent and not (student or "").strip():
+        raise ConfigError("Type your name first: it is kept with your recordings for your teacher.")
+    text = setup.items[int(exercise)]
+    clip = load_audio(audio)  # a bad clip is refused before the model loads
+    tutor = load_tutor(None, run=setup.run, workspace=ws)
+    ask = tutor.feedback if setup.kind == "read_aloud" else tutor.free_speech_feedback
+    answer = ask(clip, text, max_new_tokens=int(max_new_tokens))
+    attempt = None
+    if consent:
+        attempt = Inbox(ws).add(clip, student=student, kind=setup.kind, exercise=text, answer=answer.text,
+                                run=setup.run, model=answer.model, tiny_random_model=answer.tiny_random_model).id
+    return {"text": answer.text, "note": answer.note, "tiny_random_model": answer.tiny_random_model,
+            "attempt": attempt, "exercise": text}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline practice`: set (or show) what the practice page offers."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline practice",
+                                     description="Set the practice page's run and exercise list (or show them).")
+    parser.add_argument("--workspace", required=True)
+    parser.add_argument("--run", help="the run whose tutor answers the students")
+    parser.add_argument("--list", dest="list_ref",
+                        help=f"`{SESSION_LIST}` (the recording session's list) or a .txt/.csv file of sentences or prompts")
+    parser.add_argument("--kind", choices=("read_aloud", "free_speech"),
+                        help="what the items are (default: the session's kind, else read_aloud)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if bool(args.run) != bool(args.list_ref):
+        raise ConfigError("Give both --run and --list to set the practice, or neither to show it.")
+    setup = setup_from_list(args.workspace, args.run, args.list_ref, args.kind) if args.run else load_setup(args.workspace)
+    if args.json:
+        print(json.dumps(setup.to_dict() if setup else None))
+    elif setup is None:
+        print("No practice set up yet; give --run and --list.")
+    else:
+        print(f"Practice: run {setup.run}, {len(setup.items)} {setup.kind.replace('_', ' ')} exercises from "
+              f"{setup.source or 'the studio'}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The inbox: students' practice attempts, waiting for the teacher to accept, edit or reject them.
+
+Layout (`WS/inbox/`):
+    attempts/<id>.json   one attempt (`Attempt`), written atomically; its status changes in place
+    audio/<id>.wav       the student's clip, 16 kHz mono PCM16 (as the sample library stores clips)
+    practice.json        what the practice page offers (`pipeline.inbox.practice`)
+
+One file per attempt (no shared manifest): students answering at the same moment never overwrite
+each other's attempts, and a crash loses at most the attempt being written. Accepting an attempt
+adds an ordinary sample to the library (`SampleLibrary.add`: the student as speaker, the exercise's
+sentence or prompt, the teacher's feedback) and only then marks the attempt accepted; accepting it
+again finds that sample (its `source` is `inbox/<id>`) instead of adding it twice. Rejecting keeps
+the attempt and its clip (status `rejected`), so nothing is lost: it can still be accepted later.
+
+It deliberately does not run the tutor: `pipeline.inbox.practice` asks it, then calls `Inbox.add`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import SampleError
+from pipeline.fileio import atomic_write_bytes, atomic_write_json
+from pipeline.workspace import Workspace
+
+INBOX_DIR = "inbox"
+STATUSES = ("pending", "accepted", "rejected")
+_LOCK = threading.Lock()
+"""Held while an attempt's status changes, so two clicks on Accept add one sample."""
+
+
+@dataclass
+class Attempt:
+    """One student attempt.
+
+    Attributes:
+        id: `a-<unix ms>-<6 hex>`: sortable by time, file-name-safe.
+        student: the student's name (the login name when the page has accounts).
+        kind: `read_aloud` (exercise is a sentence) or `free_speech` (exercise is a prompt).
+        exercise: the sentence read or the prompt answered.
+        answer: the tutor's answer as the student saw it (the draft feedback).
+        run: the run that answered; model: its base model; tiny_random_model: True when the answer
+            came from the random stand-in (meaningless text).
+        created_at: unix seconds of the attempt.
+        duration_s: clip length in seconds.
+        status: `pending`, `accepted` or `rejected`.
+        feedback: the feedback the teacher accepted (the answer, edited or not); None until accepted.
+        sample_id: the library sample made from it (accepted only).
+        decided_at: unix seconds of the teacher's decision (None while pending).
+    """
+
+    id: str
+    student: str
+    kind: str
+    exercise: str
+    answer: str
+    run: str | None
+    model: str | None
+    tiny_random_model: bool
+    created_at: float
+    duration_s: float
+    status: str = "pending"
+    feedback: str | None = None
+    sample_id: str | None = None
+    decided_at: float | None = None
+
+    @property
+    def audio_file(self) -> str:
+        """The clip's path relative to `WS/inbox/`."""
+        return f"audio/{self.id}.wav"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Inbox:
+    """The attempts of one workspace (`WS/inbox/`)."""
+
+    def __init__(self, workspace: Workspace | str | Path):
+        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+        self.root = self.workspace.root / INBOX_DIR
+
+    def audio_path(self, attempt: Attempt) -> Path:
+        """Absolute path of an attempt's clip."""
+        return self.root / attempt.audio_file
+
+    def _path(self, attempt_id: str) -> Path:
+        if not attempt_id or not all(c.isalnum() or c == "-" for c in attempt_id):
+            raise SampleError(f"`{attempt_id}` is not an attempt id (e.g. `a-1764600000000-1a2b3c`); "
+                              "`python -m pipeline inbox --workspace WS` lists them.")
+        return self.root / "attempts" / f"{attempt_id}.json"
+
+    def add(self, audio: Any, *, student: str, kind: str, exercise: str, answer: str, run: str | None = None,
+            model: str | None = None, tiny_random_model: bool = False) -> Attempt:
+        """Keep one attempt: the clip (decoded and checked by `load_audio`, stored as 16 kHz PCM16 WAV) and
+        its record. The clip is written before the record, so a listed attempt always has its audio.
+
+        Raises:
+            SampleError: empty student name, exercise or kind other than read_aloud / free_speech.
+            AudioError: the clip fails a check (nothing is stored).
+        """
+        from pipeline.data.audio import load_audio, wav_bytes
+
+        student, exercise = (student or "").strip(), (exercise or "").strip()
+        if not student:
+            raise SampleError("The student's name is empty; type your name before practising.")
+        if not exercise:
+            raise SampleError("The exercise is empty; pick a sentence or prompt to practise.")
+        if kind not in ("read_aloud", "free_speech"):
+            raise SampleError(f"A practice attempt is read_aloud or free_speech, not `{kind}`.")
+        clip = load_audio(audio)
+        attempt = Attempt(id=f"a-{int(time.time() * 1000)}-{uuid.uuid4().hex[:6]}", student=student, kind=kind,
+                          exercise=exercise, answer=answer or "", run=run, model=model,
+                          tiny_random_model=bool(tiny_random_model), created_at=round(time.time(), 3),
+                          duration_s=round(clip.duration_s, 3))
+        atomic_write_bytes(self.audio_path(attempt), wav_bytes(clip.samples))
+        atomic_write_json(self._path(attempt.id), attempt.to_dict())
+        return attempt
+
+    def get(self, attempt_id: str) -> Attempt:
+        """The attempt `attempt_id`. Raises `SampleError` for an unknown or unreadable one."""
+        path = self._path(attempt_id)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return Attempt(**{k: data[k] for k in Attempt.__dataclass_fields__ if k in data})
+        except FileNotFoundError:
+            raise SampleError(f"No attempt `{attempt_id}` in {self.root}; "
+                              "`python -m pipeline inbox --workspace WS` lists them.") from None
+        except (OSError, ValueError, TypeError) as error:
+            raise SampleError(f"Attempt `{attempt_id}` cannot be read ({error}); its file is {path}.") from None
+
+    def list(self, status: str | None = None) -> list[Attempt]:
+        """Attempts, oldest first; only those with `status` when given (unreadable files are skipped)."""
+        if status is not None and status not in STATUSES:
+            raise SampleError(f"Status `{status}` is unknown; use one of {', '.join(STATUSES)}.")
+        folder = self.root / "attempts"
+        attempts = []
+        for path in sorted(folder.glob("a-*.json")) if folder.is_dir() else []:
+            try:
+                attempt = self.get(path.stem)
+            except SampleError:
+                continue
+            if status is None or attempt.status == status:
+                attempts.append(attempt)
+        return sorted(attempts, key=lambda a: (a.created_at, a.id))
+
+    def accept(self, attempt_id: str, feedback: str | None = None) -> tuple[Attempt, Any]:
+        """Make the attempt a sample of its kind: the student as speaker, the exercise as the sentence
+        (read aloud) or prompt (free speech), `feedback` (default: the tutor's answer) as its feedback.
+
+        Returns (attempt, Sample). Accepting an accepted attempt again changes its sample's feedback to
+        `feedback` when given (an edit after accepting), else returns it unchanged.
+
+        Raises:
+            SampleError: unknown attempt, blank feedback, or the library refuses the sample (e.g. the
+                same audio is already a sample of that kind; the message names it).
+            AudioError: the stored clip fails a check.
+        """
+        from pipeline.data.samples import SampleLibrary
+
+        with _LOCK:
+            attempt = self.get(attempt_id)
+            text = (attempt.answer if feedback is None else feedback).strip()
+            if not text:
+                raise SampleError(f"The feedback of attempt `{attempt_id}` is empty; type the feedback to keep, "
+                                  "or reject the attempt.")
+            library = SampleLibrary(self.workspace)
+            source = f"{INBOX_DIR}/{attempt.id}"
+            existing = next((s for s in library.list() if s.source == source), None)
+            if existing is not None:  # accepted before (maybe the status write was interrupted)
+                sample = library.update(existing.id, feedback=text) if text != existing.feedback else existing
+            else:
+                texts = dict(target_text=attempt.exercise) if attempt.kind == "read_aloud" else dict(prompt=attempt.exercise)
+                sample = library.add(self.audio_path(attempt), feedback=text, speaker=attempt.student, kind=attempt.kind,
+                                     source=source, require_feedback=True, **texts)
+            attempt.status, attempt.feedback, attempt.sample_id = "accepted", text, sample.id
+            attempt.decided_at = round(time.time(), 3)
+            atomic_write_json(self._path(attempt.id), attempt.to_dict())
+            return attempt, sample
+
+    def reject(self, attempt_id: str) -> Attempt:
+        """Mark the attempt rejected (kept with its clip; it can still be accepted later).
+
+        Raises `SampleError` for an unknown attempt, or one already accepted (delete its sample in the
+        library instead)."""
+        with _LOCK:
+            attempt = self.get(attempt_id)
+            if attempt.status == "accepted":
+                raise SampleError(f"Attempt `{attempt_id}` is already sample `{attempt.sample_id}`; delete that sample "
+                                  "in the library to drop it.")
+            attempt.status, attempt.decided_at = "rejected", round(time.time(), 3)
+            atomic_write_json(self._path(attempt.id), attempt.to_dict())
+            return attempt

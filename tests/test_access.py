@@ -1,0 +1,242 @@
+"""Sharing safely (issue 22 #3): logins beyond loopback, students reach only the practice page, typed
+paths confined to the workspace; and real servers refusing and admitting on this machine's addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.access import (Accounts, accounts_from_args, check_sharing, confine_path, hash_password, is_loopback,
+                             needs_login, verify_password)
+from pipeline.access import main as users_main
+from pipeline.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True),
+    ("0.0.0.0", False), ("::", False), ("192.168.1.20", False), ("10.0.0.5", False), ("my-laptop.lan", False),
+    ("", False),
+])
+def test_loopback_decision(host, loopback):
+    assert is_loopback(host) is loopback
+    assert needs_login(host, share=False) is (not loopback)
+    assert needs_login(host, share=True) is True  # a public link is never loopback
+
+
+def test_passwords_are_hashed_and_checked():
+    stored = hash_password("correct horse")
+    assert "correct horse" not in stored and stored.startswith("scrypt$")
+    assert verify_password("correct horse", stored)
+    assert not verify_password("correct hors", stored)
+    assert hash_password("correct horse") != stored  # a fresh salt each time
+    assert not verify_password("x", "not-a-hash")
+
+
+def test_roles_decide_which_page_opens(tmp_path):
+    accounts = Accounts()
+    accounts.add("ms-lee", "teach-pw", role="teacher")
+    accounts.add("kim", "kim-pw", role="student")
+    accounts.save(tmp_path / "users.json")
+    assert "kim-pw" not in (tmp_path / "users.json").read_text()
+    loaded = Accounts.load(tmp_path / "users.json")
+    assert loaded.can_open("studio", "ms-lee", "teach-pw") and loaded.can_open("practice", "ms-lee", "teach-pw")
+    assert loaded.can_open("practice", "kim", "kim-pw")
+    assert not loaded.can_open("studio", "kim", "kim-pw")
+    assert not loaded.can_open("practice", "kim", "wrong") and not loaded.can_open("practice", "nobody", "kim-pw")
+
+
+def test_sharing_is_refused_without_a_teacher_login(tmp_path):
+    with pytest.raises(ConfigError, match=r"--host 0\.0\.0\.0.*--auth USER:PASSWORD.*--auth-file"):
+        check_sharing("0.0.0.0", False, Accounts())
+    with pytest.raises(ConfigError, match="--share"):
+        check_sharing("127.0.0.1", True, Accounts())
+    with pytest.raises(ConfigError, match="--shared"):
+        check_sharing("127.0.0.1", False, Accounts(), forced=True)
+    students_only = Accounts()
+    students_only.add("kim", "pw", role="student")
+    with pytest.raises(ConfigError, match="teacher"):
+        check_sharing("0.0.0.0", False, students_only)
+    check_sharing("127.0.0.1", False, Accounts())  # this computer only: no login needed
+    check_sharing("0.0.0.0", False, accounts_from_args("ms-lee:pw"))
+    with pytest.raises(ConfigError, match="USER:PASSWORD"):
+        accounts_from_args("no-colon")
+    (tmp_path / "bad.json").write_text('{"users": {"kim": {"role": "student", "password": "plain"}}}')
+    with pytest.raises(ConfigError, match="kim.*scrypt"):
+        accounts_from_args(auth_file=tmp_path / "bad.json")
+
+
+def test_paths_are_confined_to_the_workspace(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "incoming").mkdir(parents=True)
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (ws / "escape").symlink_to(outside)
+    assert confine_path(ws / "incoming", ws) == (ws / "incoming").resolve()
+    assert confine_path("incoming", ws) == (ws / "incoming").resolve()  # relative: from the workspace
+    for bad in (outside, "/etc", ws / ".." / "secret", "../secret", ws / "escape"):
+        with pytest.raises(ConfigError, match="outside the workspace"):
+            confine_path(bad, ws)
+
+
+def test_shared_studio_path_boxes_stay_in_the_workspace(tmp_path, speechocean_dir):
+    """Every path box goes through `AppState.typed_path`: the import folder, the export folder and the
+    run import refuse a path outside the workspace when shared, and behave as before otherwise."""
+    from ui.tutor_app import TutorApp
+
+    shared = TutorApp(tmp_path / "ws", shared=True)
+    summary, _table, _samples = shared.import_folder(str(speechocean_dir), "auto")
+    assert "outside the workspace" in summary
+    assert shared.import_run(str(tmp_path)).count("outside the workspace") == 1
+    note, download = shared.export_run("no-such-run", "adapter", "/tmp/elsewhere")
+    assert "outside the workspace" in note and not (tmp_path / "ws" / "exports").exists()
+    local = TutorApp(tmp_path / "ws")
+    summary, _table, _samples = local.import_folder(str(speechocean_dir), "kaldi")
+    assert "outside the workspace" not in summary and "60" in summary
+
+
+def test_users_command_manages_the_auth_file(tmp_path, capsys):
+    path = tmp_path / "users.json"
+    assert users_main(["--file", str(path), "add", "kim", "--password", "pw"]) == 0
+    assert users_main(["--file", str(path), "add", "ms-lee", "--role", "teacher", "--password", "tpw"]) == 0
+    assert users_main(["--file", str(path), "list"]) == 0
+    assert "kim\tstudent" in capsys.readouterr().out
+    assert Accounts.load(path).can_open("studio", "ms-lee", "tpw")
+    assert users_main(["--file", str(path), "remove", "kim"]) == 0
+    assert "kim" not in json.loads(path.read_text())["users"]
+
+
+# ---------------------------------------------------------------- real servers on this machine's addresses
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _own_non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine's own interfaces that is not loopback and can be bound, or None."""
+    import psutil
+
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not is_loopback(address.address):
+                try:
+                    with socket.socket() as sock:
+                        sock.bind((address.address, 0))
+                    return address.address
+                except OSError:
+                    continue
+    return None
+
+
+def _app(tmp_path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path / "app.log", "w", encoding="utf-8")
+    return subprocess.Popen([sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(tmp_path / "ws"), *args],
+                            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture()
+def app_process(tmp_path):
+    """Start `python app.py ARGS` (call it), stopped at teardown whatever the outcome."""
+    from tests.processes import stop_process_group
+
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str) -> subprocess.Popen:
+        started.append(_app(tmp_path, *args))
+        return started[-1]
+
+    yield start
+    for process in started:
+        stop_process_group(process.pid, grace_s=10)
+        process.wait(timeout=30)
+
+
+def _wait_up(process: subprocess.Popen, url: str, log: Path) -> None:
+    import httpx
+
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        assert process.poll() is None, f"the app exited:\n{log.read_text()}"
+        try:
+            if httpx.get(url, timeout=2).status_code in (200, 401):
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} never came up:\n{log.read_text()}")
+
+
+def _login_and_config(base: str, user: str | None, password: str | None) -> tuple[int | None, int]:
+    """(login status or None, /config status afterwards) in a fresh cookie jar."""
+    import httpx
+
+    with httpx.Client(timeout=10) as client:
+        login = client.post(f"{base}/login", data={"username": user, "password": password}).status_code if user else None
+        return login, client.get(f"{base}/config").status_code
+
+
+def test_served_beyond_loopback_without_login_is_refused(tmp_path, app_process):
+    host = _own_non_loopback_ipv4() or "0.0.0.0"
+    process = app_process("--host", host, "--port", str(_free_port("127.0.0.1")))
+    assert process.wait(timeout=120) == 2
+    log = (tmp_path / "app.log").read_text()
+    assert "a login is required" in log and "--auth USER:PASSWORD" in log and "--auth-file" in log
+
+
+def _check_pages(tmp_path, process, host: str, port: int, practice_port: int) -> None:
+    studio, practice = f"http://{host}:{port}", f"http://{host}:{practice_port}"
+    _wait_up(process, f"{studio}/config", tmp_path / "app.log")
+    _wait_up(process, f"{practice}/config", tmp_path / "app.log")
+    # no credentials: refused on both pages, and the workspace's files are not served either
+    assert _login_and_config(studio, None, None) == (None, 401)
+    assert _login_and_config(practice, None, None) == (None, 401)
+    import httpx
+
+    manifest = tmp_path / "ws" / "settings.json"
+    manifest.write_text("{}")
+    assert httpx.get(f"{studio}/gradio_api/file={manifest}", timeout=10).status_code in (401, 403)
+    # wrong password, and a student on the studio: refused; the teacher: both pages; the student: practice
+    assert _login_and_config(studio, "ms-lee", "wrong") == (400, 401)
+    assert _login_and_config(studio, "kim", "kim-pw") == (400, 401)
+    assert _login_and_config(studio, "ms-lee", "teach-pw") == (200, 200)
+    assert _login_and_config(practice, "ms-lee", "teach-pw") == (200, 200)
+    assert _login_and_config(practice, "kim", "kim-pw") == (200, 200)
+
+
+@pytest.fixture()
+def users_file(tmp_path) -> Path:
+    accounts = Accounts()
+    accounts.add("ms-lee", "teach-pw", role="teacher")
+    accounts.add("kim", "kim-pw", role="student")
+    accounts.save(tmp_path / "users.json")
+    return tmp_path / "users.json"
+
+
+def test_a_non_loopback_address_needs_the_login(tmp_path, app_process, users_file):
+    host = _own_non_loopback_ipv4()
+    if host is None:
+        pytest.skip("this machine has no non-loopback IPv4 interface; the --shared test covers the same checks")
+    port, practice_port = _free_port(host), _free_port(host)
+    process = app_process("--host", host, "--port", str(port), "--practice-port", str(practice_port),
+                          "--auth-file", str(users_file))
+    _check_pages(tmp_path, process, host, port, practice_port)
+
+
+def test_shared_on_loopback_needs_the_login(tmp_path, app_process, users_file):
+    """`--shared` (behind a proxy or tunnel) on 127.0.0.1: the same login rules; `--auth` adds the teacher."""
+    port, practice_port = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    process = app_process("--shared", "--port", str(port), "--practice-port", str(practice_port),
+                          "--auth-file", str(users_file))
+    _check_pages(tmp_path, process, "127.0.0.1", port, practice_port)

@@ -1,0 +1,157 @@
+"""End-to-end (issue 22): a student practises on the practice page, the teacher accepts from the inbox.
+
+The app runs as `python app.py --shared --auth-file USERS --practice-run r1 --practice-list LIST` (a
+login required, as when shared beyond this computer). The student (one browser context) logs in on
+the practice page, ticks consent once, records two attempts (uploaded clips) and reads the tutor's
+feedback, which the page says comes from the random stand-in. The teacher (another context) logs in
+to the studio, opens the Inbox, edits the first draft and accepts it with Shift+Enter, which shows
+the next attempt; the accepted one is then a sample of the library with the student as speaker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.access import Accounts
+from pipeline.data.samples import SampleLibrary
+from pipeline.inbox.store import Inbox
+from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, _free_port, _shot, _tab, _wait_text
+from tests.training_data import copy_workspace, real_workspace
+
+pytestmark = pytest.mark.e2e
+
+EXERCISES = ["She sells sea shells.", "The quick brown fox."]
+
+
+def _clip(path: Path, pitch_hz: float) -> Path:
+    """A 2 s voiced-sounding clip at `pitch_hz` (harmonics, syllable-rate envelope, light noise), 16 kHz WAV."""
+    import numpy as np
+    import soundfile
+
+    rate = 16000
+    t = np.arange(2 * rate) / rate
+    voice = sum(np.sin(2 * np.pi * pitch_hz * k * t) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = voice + 0.05 * np.random.default_rng(int(pitch_hz)).standard_normal(t.size)
+    soundfile.write(str(path), (0.4 * signal / np.abs(signal).max()).astype(np.float32), rate, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture()
+def practice_app(tmp_path, tmp_path_factory, speechocean_dir, tiny_model_dir):
+    """The app on free loopback ports in shared mode with a teacher and a student account and a trained run
+    offered for practice; yields (studio URL, practice URL, workspace). Stopped at teardown."""
+    from pipeline.config import TrainConfig
+    from pipeline.training.train import train
+    from tests.processes import stop_process_group, stop_workspace_runs
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found; install Debian's chromium (`apt-get install chromium`).")
+    ws = copy_workspace(real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34),
+                        tmp_path / "ws")
+    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8,
+                         batch_size=1, grad_accum=1, max_steps=1, eval_steps=0, save_steps=0, seed=1)
+    assert train(config, ws, "r1")["status"] == "completed"
+    accounts = Accounts()
+    accounts.add("ms-lee", "teach-pw", role="teacher")
+    accounts.add("kim", "kim-pw", role="student")
+    accounts.save(tmp_path / "users.json")
+    (tmp_path / "week3.txt").write_text("\n".join(EXERCISES) + "\n", encoding="utf-8")
+    port, practice_port = _free_port(), _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "app.log"
+    log = open(log_path, "w", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(ws), "--port", str(port), "--practice-port",
+         str(practice_port), "--shared", "--auth-file", str(tmp_path / "users.json"), "--practice-run", "r1",
+         "--practice-list", str(tmp_path / "week3.txt")],
+        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while "Students' practice page" not in log_path.read_text():
+            if proc.poll() is not None or time.time() > deadline:
+                raise AssertionError(f"the app did not come up:\n{log_path.read_text()}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{practice_port}/", ws
+    finally:
+        stop_process_group(proc.pid, grace_s=15)
+        proc.wait(timeout=30)
+        stop_workspace_runs(ws)
+        log.close()
+
+
+def _login(page, url: str, user: str, password: str) -> None:
+    page.goto(url)
+    page.get_by_label("username").fill(user)
+    page.get_by_label("password").fill(password)
+    page.get_by_role("button", name="Login").click()
+
+
+def _attempt(page, clip: Path, number: int) -> str:
+    """Pick exercise `number` (1-based), upload `clip`, get feedback; returns the feedback text."""
+    if number > 1:
+        page.locator("#practice-exercise input").first.click()
+        page.get_by_role("option", name=f"{number}. {EXERCISES[number - 1]}").click()
+        page.wait_for_selector("#practice-audio button[aria-label='Upload file']")
+    page.locator("#practice-audio button[aria-label='Upload file']").click()
+    page.locator("#practice-audio input[type=file]").set_input_files(str(clip))
+    page.wait_for_selector("#practice-audio audio, #practice-audio .waveform-container", state="attached")
+    page.click("#practice-submit")
+    _wait_text(page, "#practice-status", r"Kept for your teacher", timeout_s=240)
+    return page.locator("#practice-feedback textarea").first.input_value()
+
+
+def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    studio_url, practice_url, ws = practice_app
+    clips = [_clip(tmp_path / "one.wav", 140.0), _clip(tmp_path / "two.wav", 190.0)]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        student = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+        student.set_default_timeout(60_000)
+        _login(student, practice_url, "kim", "kim-pw")
+        _wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+        _wait_text(student, "#practice-name", r"kim")  # the login is the name
+        assert not student.locator("#practice-name input, #practice-name textarea").first.is_editable()
+        assert not student.locator("#tab-samples, #load-pack").count()  # nothing of the studio here
+        student.locator("#practice-consent input").check()
+        answers = [_attempt(student, clip, number) for number, clip in enumerate(clips, start=1)]
+        assert all(answers)
+        _shot(student, "practice-student")
+        student.reload()  # consent is given once: the reopened page remembers it
+        _wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+        assert student.locator("#practice-consent input").is_checked()
+
+        # a student's account does not open the studio
+        intruder = browser.new_context().new_page()
+        _login(intruder, studio_url, "kim", "kim-pw")
+        intruder.wait_for_selector("text=Incorrect Credentials", timeout=30_000)
+        assert not intruder.locator("#load-pack").count()
+
+        teacher = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        teacher.set_default_timeout(60_000)
+        _login(teacher, studio_url, "ms-lee", "teach-pw")
+        teacher.wait_for_selector("#load-pack")
+        _tab(teacher, "7 · Inbox")
+        _wait_text(teacher, "#inbox-about", r"1 of 2 waiting.*kim.*She sells sea shells", timeout_s=60)
+        box = teacher.locator("#inbox-feedback textarea").first
+        assert box.input_value() == answers[0]  # the tutor's answer is the draft
+        box.fill("Clear S sounds; stress SHELLS.")
+        box.press("Shift+Enter")  # accept and go to the next
+        _wait_text(teacher, "#inbox-status", r"Accepted: sample", timeout_s=60)
+        _wait_text(teacher, "#inbox-about", r"1 of 1 waiting.*The quick brown fox")
+        _shot(teacher, "practice-inbox")
+        browser.close()
+
+    accepted = Inbox(ws).list("accepted")
+    assert len(accepted) == 1 and len(Inbox(ws).list("pending")) == 1
+    sample = SampleLibrary(ws).get(accepted[0].sample_id)
+    assert (sample.kind, sample.speaker, sample.target_text, sample.feedback) == (
+        "read_aloud", "kim", EXERCISES[0], "Clear S sounds; stress SHELLS.")

@@ -1,0 +1,168 @@
+"""Tab 7, Inbox: what students practised, with the tutor's answer as draft feedback; and the practice page's setup.
+
+The teacher goes through the pending attempts one at a time: listen, edit the draft if needed, then
+**Accept and next** (or Shift+Enter in the feedback box) or **Reject and next**. An accepted attempt
+becomes a sample of its kind (`pipeline.inbox.store.Inbox.accept`), ready for the next build. Above
+it, *Practice page for students* picks the run and the exercise list the page offers
+(`pipeline.inbox.practice.save_setup`).
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import gradio as gr
+
+from pipeline.errors import PipelineError
+from pipeline.inbox.store import Inbox
+from ui.common import ui_errors
+from ui.state import AppState
+
+KINDS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
+_TABLE_HEADERS = ["student", "exercise", "tutor's answer", "when"]
+
+
+class InboxHandlers:
+    """The Inbox tab's handlers; `practice_url` is where the practice page is served (None: not served)."""
+
+    def __init__(self, state: AppState, practice_url: str | None = None):
+        self.state = state
+        self.practice_url = practice_url
+
+    @property
+    def inbox(self) -> Inbox:
+        return Inbox(self.state.ws)
+
+    def _view(self, after: str | None = None, message: str = "") -> tuple:
+        """(table, current id, audio, about, feedback, status) for the first pending attempt after `after`
+        (or the first one when none follows)."""
+        pending = self.inbox.list("pending")
+        rows = [[a.student, a.exercise, a.answer[:80], time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))]
+                for a in pending]
+        table = gr.update(value=rows or None, headers=_TABLE_HEADERS)
+        if not pending:
+            done = message + (" " if message else "") + "No attempts waiting."
+            return table, None, None, "", gr.update(value="", interactive=False), done
+        ids = [a.id for a in pending]
+        later = [a for a in pending if after is not None and a.id > after]
+        current = (later or pending)[0]
+        about = (f"**{ids.index(current.id) + 1} of {len(pending)} waiting** · **{current.student}** · "
+                 f"{'read aloud' if current.kind == 'read_aloud' else 'free speech'}: *{current.exercise}*")
+        if current.tiny_random_model:
+            about += " · ⚠ the draft comes from the random stand-in model"
+        return (table, current.id, str(self.inbox.audio_path(current)), about,
+                gr.update(value=current.answer, interactive=True), message)
+
+    def show(self) -> tuple:
+        """The inbox as it is now (page load, Refresh)."""
+        return self._view()
+
+    @ui_errors(message_at=5, outputs=6)
+    def accept(self, attempt_id: str | None, feedback: str) -> tuple:
+        """Accept the shown attempt with the feedback as edited, then show the next."""
+        if not attempt_id:
+            return self._view(message="Nothing to accept.")
+        attempt, sample = self.inbox.accept(attempt_id, feedback)
+        return self._view(after=attempt_id, message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
+
+    @ui_errors(message_at=5, outputs=6)
+    def reject(self, attempt_id: str | None) -> tuple:
+        """Reject the shown attempt (it is kept, marked rejected), then show the next."""
+        if not attempt_id:
+            return self._view(message="Nothing to reject.")
+        self.inbox.reject(attempt_id)
+        return self._view(after=attempt_id, message="Rejected (kept in the inbox folder).")
+
+    def skip(self, attempt_id: str | None) -> tuple:
+        """Leave the shown attempt waiting and show the next."""
+        return self._view(after=attempt_id)
+
+    def run_choices(self) -> Any:
+        """The runs that can answer (they have an adapter), the saved one selected."""
+        from pipeline.inbox.practice import load_setup
+        from pipeline.tutor.infer import usable_runs
+
+        setup = load_setup(self.state.ws)
+        runs = usable_runs(self.state.ws)
+        return gr.update(choices=runs, value=setup.run if setup and setup.run in runs else (runs[-1] if runs else None))
+
+    def setup_fields(self) -> tuple[Any, Any, Any, str]:
+        """Page load: (run choices, kind, exercises text, status) from the saved setup."""
+        from pipeline.inbox.practice import load_setup
+
+        setup = load_setup(self.state.ws)
+        if setup is None:
+            return self.run_choices(), gr.skip(), gr.skip(), self._where("Not set up yet.")
+        label = next(k for k, v in KINDS.items() if v == setup.kind)
+        return self.run_choices(), label, "\n".join(setup.items), self._where(
+            f"Offering {len(setup.items)} exercises with run `{setup.run}`.")
+
+    def _where(self, text: str) -> str:
+        where = (f" Students open **{self.practice_url}**" if self.practice_url else
+                 " The practice page is not served by this app (see the README: `--practice-port`).")
+        return text + where
+
+    def session_items(self) -> tuple[Any, str]:
+        """The recording session's list and kind, to offer as exercises."""
+        from pipeline.inbox.practice import session_list
+
+        try:
+            items, kind = session_list(self.state.ws)
+        except PipelineError as error:  # no recording session yet
+            return gr.skip(), gr.skip(), f"✗ {error}"
+        label = next(k for k, v in KINDS.items() if v == kind)
+        return "\n".join(items), label, f"Copied the recording session's {len(items)} items; click Offer to students."
+
+    @ui_errors(message_at=0, outputs=1)
+    def save_setup(self, run: str, kind_label: str, items_text: str) -> str:
+        """Offer `items_text` (one per line) with `run` on the practice page."""
+        from pipeline.data.session import parse_items
+        from pipeline.inbox.practice import save_setup
+
+        setup = save_setup(self.state.ws, run, parse_items(text=items_text or ""), KINDS.get(kind_label, "read_aloud"),
+                           source="studio")
+        return self._where(f"✓ Offering {len(setup.items)} exercises with run `{setup.run}`.")
+
+
+def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:
+    """Lay out the Inbox tab and wire it; returns its widgets and `outputs` (for the page load)."""
+    with gr.Tab("7 · Inbox", id="inbox", elem_id="tab-inbox") as tab:
+        with gr.Accordion("Practice page for students", open=False, elem_id="practice-setup"):
+            gr.Markdown("Students pick an exercise, record, and read the tutor's feedback; with their consent each "
+                        "attempt comes here. Choose the tutor and the exercises:")
+            with gr.Row():
+                run = gr.Dropdown([], label="Tutor (a trained run)", elem_id="practice-run")
+                kind = gr.Radio(list(KINDS), value=next(iter(KINDS)), label="Exercises are", elem_id="practice-kind")
+            items = gr.Textbox(label="Exercises, one per line", lines=5, elem_id="practice-items")
+            with gr.Row():
+                from_session = gr.Button("Use the recording session's list", size="sm", elem_id="practice-from-session")
+                offer = gr.Button("Offer to students", variant="primary", elem_id="practice-offer")
+            setup_status = gr.Markdown(elem_id="practice-setup-status")
+        gr.Markdown("Students' attempts, with the tutor's answer as a draft. Edit the feedback if needed, then "
+                    "**Accept and next** (or Shift+Enter in the feedback box): it becomes a sample with the student as "
+                    "speaker, ready for the next build.")
+        current = gr.State(None)
+        about = gr.Markdown(elem_id="inbox-about")
+        audio = gr.Audio(label="The student's recording", type="filepath", interactive=False, elem_id="inbox-audio")
+        feedback = gr.Textbox(label="Feedback to keep (the tutor's draft)", lines=4, elem_id="inbox-feedback")
+        with gr.Row():
+            accept = gr.Button("Accept and next", variant="primary", elem_id="inbox-accept")
+            reject = gr.Button("Reject and next", variant="stop", elem_id="inbox-reject")
+            skip = gr.Button("Skip", elem_id="inbox-skip")
+            refresh = gr.Button("Refresh", elem_id="inbox-refresh")
+        status = gr.Markdown(elem_id="inbox-status")
+        table = gr.Dataframe(headers=_TABLE_HEADERS, interactive=False, label="Waiting", elem_id="inbox-table")
+
+    outputs = [table, current, audio, about, feedback, status]
+    accept.click(handlers.accept, inputs=[current, feedback], outputs=outputs)
+    feedback.submit(handlers.accept, inputs=[current, feedback], outputs=outputs)
+    reject.click(handlers.reject, inputs=current, outputs=outputs)
+    skip.click(handlers.skip, inputs=current, outputs=outputs)
+    for event in (refresh.click, tab.select):
+        event(handlers.show, outputs=outputs)
+    from_session.click(handlers.session_items, outputs=[items, kind, setup_status])
+    offer.click(handlers.save_setup, inputs=[run, kind, items], outputs=setup_status)
+    setup_outputs = [run, kind, items, setup_status]
+    return SimpleNamespace(tab=tab, outputs=outputs, setup_outputs=setup_outputs)
