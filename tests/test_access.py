@@ -123,22 +123,6 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def _own_non_loopback_ipv4() -> str | None:
-    """An IPv4 address of this machine's own interfaces that is not loopback and can be bound, or None."""
-    import psutil
-
-    for addresses in psutil.net_if_addrs().values():
-        for address in addresses:
-            if address.family == socket.AF_INET and not is_loopback(address.address):
-                try:
-                    with socket.socket() as sock:
-                        sock.bind((address.address, 0))
-                    return address.address
-                except OSError:
-                    continue
-    return None
-
-
 def _app(tmp_path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path / "app.log", "w", encoding="utf-8")
@@ -188,8 +172,7 @@ def _login_and_config(base: str, user: str | None, password: str | None) -> tupl
 
 
 def test_served_beyond_loopback_without_login_is_refused(tmp_path, app_process):
-    host = _own_non_loopback_ipv4() or "0.0.0.0"
-    process = app_process("--host", host, "--port", str(_free_port("127.0.0.1")))
+    process = app_process("--host", "0.0.0.0", "--port", str(_free_port("127.0.0.1")))
     assert process.wait(timeout=120) == 2
     log = (tmp_path / "app.log").read_text()
     assert "a login is required" in log and "--auth USER:PASSWORD" in log and "--auth-file" in log
@@ -225,13 +208,12 @@ def users_file(tmp_path) -> Path:
 
 
 def test_a_non_loopback_address_needs_the_login(tmp_path, app_process, users_file):
-    host = _own_non_loopback_ipv4()
-    if host is None:
-        pytest.skip("this machine has no non-loopback IPv4 interface; the --shared test covers the same checks")
-    port, practice_port = _free_port(host), _free_port(host)
-    process = app_process("--host", host, "--port", str(port), "--practice-port", str(practice_port),
+    """Served on every interface (`--host 0.0.0.0`: beyond loopback); the checks connect through
+    127.0.0.1 only, so no test traffic leaves the loopback range."""
+    port, practice_port = _free_port("0.0.0.0"), _free_port("0.0.0.0")
+    process = app_process("--host", "0.0.0.0", "--port", str(port), "--practice-port", str(practice_port),
                           "--auth-file", str(users_file))
-    _check_pages(tmp_path, process, host, port, practice_port)
+    _check_pages(tmp_path, process, "127.0.0.1", port, practice_port)
 
 
 def test_shared_on_loopback_needs_the_login(tmp_path, app_process, users_file):
