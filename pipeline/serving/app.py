@@ -107,8 +107,12 @@ def create_app(served: dict[str, ServedModel], *, api_key: str, max_body_bytes: 
 
     @app.exception_handler(PipelineError)
     async def _pipeline_error(request: Request, error: PipelineError):
-        # Raised while answering: a text that spells a control token, a clip that fails a check.
-        return _error_response(ApiError(str(error), code=type(error).__name__))
+        # Raised while answering: a text that spells one of the tokenizer's own special tokens, a clip
+        # that fails a check.
+        from pipeline.errors import AudioError, DatasetError
+
+        code = "invalid_audio" if isinstance(error, AudioError) else "invalid_text" if isinstance(error, DatasetError) else None
+        return _error_response(ApiError(str(error), code=code))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, error: StarletteHTTPException):

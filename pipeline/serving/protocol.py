@@ -207,8 +207,18 @@ def _read_content(content: Any, where: str, role: str) -> list[tuple[str, Any, s
     return parts
 
 
-def _joined(texts: list[str]) -> str:
-    return "\n".join(t.strip() for t in texts if t.strip())
+def _joined(texts: list[str], where: str) -> str:
+    """The text parts of one message, one per line; `ApiError` (`control_token`) when one spells a
+    Gemma control token such as `<end_of_turn>` (`pipeline.conversation.check_user_text`)."""
+    from pipeline.conversation import check_user_text
+    from pipeline.errors import DatasetError
+
+    joined = "\n".join(t.strip() for t in texts if t.strip())
+    try:
+        check_user_text(joined, f"The text of `{where}`")
+    except DatasetError as error:
+        raise ApiError(str(error), param=f"{where}.content", code="control_token") from None
+    return joined
 
 
 def parse_chat_request(body: Any, served: list[str]) -> TutorRequest:
@@ -275,7 +285,7 @@ def _single(model: str, kind: str, kept: list[tuple[int, str, Any]], max_new_tok
              f"messages[{i}].content", "missing_audio")
     _require(len(audios) == 1, f"`messages[{i}]` holds {len(audios)} clips; a `{kind}` request takes one "
              "(send several requests, or \"kind\": \"dialogue\").", f"messages[{i}].content")
-    text = _joined([value for kind_, value, _ in parts if kind_ == "text"])
+    text = _joined([value for kind_, value, _ in parts if kind_ == "text"], f"messages[{i}]")
     _require(text != "", f"`messages[{i}]` has no text: add a text part holding {what}.",
              f"messages[{i}].content", "missing_text")
     clip = _decode_audio(audios[0][0], audios[0][1])
@@ -292,7 +302,7 @@ def _dialogue(model: str, kept: list[tuple[int, str, Any]], max_new_tokens: int)
     clips, turns = [], []
     for i, role, content in kept:
         parts = _read_content(content, f"messages[{i}]", role)
-        text = _joined([value for kind_, value, _ in parts if kind_ == "text"])
+        text = _joined([value for kind_, value, _ in parts if kind_ == "text"], f"messages[{i}]")
         if role == "assistant":
             _require(text != "", f"`messages[{i}]` (a tutor turn) is empty.", f"messages[{i}].content")
             turns.append({"role": TUTOR, "text": text})
