@@ -124,3 +124,32 @@ def test_several_loaded_models_share_the_inference_threads(monkeypatch):
     assert share_threads(2) == expected and __import__("os").environ[INFER_THREADS_ENV] == str(expected)
     monkeypatch.setenv(INFER_THREADS_ENV, "3")
     assert share_threads(4) is None  # a person's override stays
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "Nothing to serve"),
+    (["--run", "nope"], "Run `nope` does not exist"),
+    (["--run", "a", "--run", "a"], "given twice"),
+    (["--run", "base"], "`base` is the name of the base model"),
+    (["--run", "a", "--api-key", "short"], "at least 8 characters"),
+    (["--run", "a", "--queue-size", "0"], "`--queue-size` must be >= 1"),
+    (["--run", "a", "--port", "70000"], "`--port` must be 0-65535"),
+])
+def test_serve_refuses_what_it_cannot_serve_with_a_message(tmp_path, capsys, args, says):
+    from pipeline.__main__ import main
+
+    assert main(["serve", "--workspace", str(tmp_path), "--port", "0", *args]) == 1
+    assert says in capsys.readouterr().err
+
+
+def test_serve_says_when_the_port_is_taken():
+    from pipeline.errors import ConfigError
+    from pipeline.serving.cli import bind, is_loopback
+
+    taken = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(ConfigError, match="pick another `--port`"):
+            bind("127.0.0.1", taken.getsockname()[1])
+    finally:
+        taken.close()
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
