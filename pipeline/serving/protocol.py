@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import shlex
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -130,9 +131,10 @@ def check_model(body: Any, served: list[str]) -> str:
              "`model` is missing: name the run to ask (GET /v1/models lists them), e.g. \"model\": \"base\".",
              "model", "missing_required_parameter")
     if model not in served:
-        raise ApiError(f"The model `{model}` is not served here; this server serves {', '.join(served)} "
-                       "(GET /v1/models lists them). Use one of those names, or restart "
-                       "`python -m pipeline serve` with `--run " + model + "`.",
+        shown = model if len(model) <= 80 else model[:80] + "..."
+        raise ApiError(f"The model `{shown}` is not served here; this server serves {', '.join(served)} "
+                       "(GET /v1/models lists them). Use one of those names, or serve that run too "
+                       f"(`python -m pipeline serve ... --run {shlex.quote(shown)}`).",
                        status=404, param="model", code="model_not_found")
     return model
 
