@@ -63,7 +63,7 @@ class ApiError(PipelineError):
 
     Types and statuses used: `invalid_request_error` (400, 404 `model_not_found`, 413
     `request_too_large`), `authentication_error` (401 `invalid_api_key`), `rate_limit_error` (429
-    `queue_full`), `server_error` (500).
+    `queue_full`), `server_error` (500, and 503 `shutting_down` while the server stops).
     """
 
     def __init__(self, message: str, *, status: int = 400, type: str = "invalid_request_error",
