@@ -28,6 +28,7 @@ COMMANDS = {
     "practice": ("pipeline.inbox.practice", "set the practice page's run and exercise list for students"),
     "inbox": ("pipeline.inbox.cli", "students' practice attempts: list, accept into the library, reject"),
     "users": ("pipeline.access", "accounts of an --auth-file (teachers: the studio; students: the practice page)"),
+    "serve": ("pipeline.serving.cli", "serve runs behind an OpenAI-compatible API (chat completions with audio)"),
 }
 
 
