@@ -321,10 +321,11 @@ def pretty_name(name: str) -> str:
 
 
 def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None,
-                     device: Mapping[str, Any] | None = None) -> str:
+                     device: Mapping[str, Any] | None = None, *, budget_words: str | None = None) -> str:
     """Verdict line: fits / tight / does not fit, with the margin in bytes and percent. With `device`
     (a `DeviceMemory` dict), it also says where the usable budget comes from: the memory the device
-    has (or the budget typed in) and what is held back for the OS and other apps, and why."""
+    has (or the budget typed in; `budget_words` names it otherwise, e.g. "the machine's memory" for a
+    preset) and what is held back for the OS and other apps, and why."""
     name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
     margin = _get(verdict, "margin_bytes") if not isinstance(verdict, str) else None
     if margin is None and total_bytes is not None and usable_bytes:
@@ -349,6 +350,7 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
     if device and usable_bytes is not None and device.get("free_bytes"):
         held = int(device["free_bytes"]) - int(usable_bytes)
         what = "budget you typed" if str(device.get("source", "")).startswith("--memory-gb") else "free now"
+        what = budget_words if budget_words and what == "budget you typed" else what
         parts.append(f"Usable {format_bytes(usable_bytes)} = {format_bytes(device['free_bytes'])} ({what}) minus "
                      f"{format_bytes(held)} held back (the headroom rule: {device.get('headroom_note', '')}).")
     return "\n\n".join(parts)
@@ -399,11 +401,13 @@ def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
     return text
 
 
-def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calibration: bool = False) -> str:
+def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calibration: bool = False,
+                           budget_words: str | None = None) -> str:
     """The Memory tab's answer to "Will MODEL fit on MACHINE?" from an `estimate_for_workspace` dict: the
     verdict naming the model, the machine (`machine`, in words), the precision and whether the figure is
     calibrated; one headline number (the whole run's peak, `total_bytes`) against the usable memory
-    (`verdict_markdown`), then the training step's figure (`step_bytes`) explained under it."""
+    (`verdict_markdown`, `budget_words` naming a preset's memory), then the training step's figure
+    (`step_bytes`) explained under it."""
     settings = data.get("settings") or {}
     name = str(data.get("verdict", "")).replace("_", " ")
     answer = {"fits": "Yes", "tight": "Yes, tightly", "does not fit": "No"}.get(name, name)
@@ -412,13 +416,17 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
              f"{precision_words(settings, data.get('compute_dtype'))} on `{data.get('device', '?')}`. "
              + calibration_words(data, offer=offer_calibration),
              verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"),
-                              data.get("device_memory"))]
+                              data.get("device_memory"), budget_words=budget_words)]
     total, step = data.get("total_bytes"), data.get("step_bytes")
     phase = data.get("run_peak_phase") or "step"
     if total:
         why = f"<small>The headline figure is the whole run's peak, reached {PEAK_PHASE_WORDS.get(phase, phase)}."
-        if step and phase != "step":
-            why += f" A training step alone peaks at {format_bytes(step)}."
+        if step and step != total:
+            why += (f" One training step measured alone (what **Calibrate this machine** compares) peaks at "
+                    f"{format_bytes(step)}")
+            why += (f"; over a whole run, what stays from step to step (kernel caches for every row length, the "
+                    f"largest batch's memory) adds {format_bytes(total - step)}." if phase == "step" and total > step
+                    else ".")
         elif step:
             why += " Loading, testing and saving need less."
         if data.get("compute_dtype_reason"):

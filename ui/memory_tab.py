@@ -224,12 +224,13 @@ class MemoryHandlers:
         figure = fmt.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
             measured_bytes=measured,
-            title=f"The whole run's peak ({data['device']}, batches padded to the longest train row: "
-                  f"{data['seq_len']} tokens)",
+            title=f"Whole run's peak ({data['device']}, longest train row: {data['seq_len']} tokens)",
         )
         settings = data.get("settings") or {}
         machine = machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
-        verdict = fmt.memory_answer_markdown(data, machine, offer_calibration=not memory_gb)
+        preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
+        verdict = fmt.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
+                                             budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += _length_note(data)
