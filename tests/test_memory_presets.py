@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.config import default_quantization, likely_device  # noqa: E402
 from ui import common  # noqa: E402
 from ui import formatting as fmt  # noqa: E402
+from ui import memory_view  # noqa: E402
 from ui.memory_tab import CUSTOM_MACHINE, MACHINE_PRESETS, THIS_COMPUTER  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 
@@ -151,10 +152,10 @@ def test_the_verdict_names_model_machine_precision_and_calibration(app):
 def test_a_calibrated_estimate_says_so(app, capsys):
     """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
-    assert "Not calibrated" in fmt.memory_answer_markdown(data, "this computer (CPU)")
+    assert "Not calibrated" in memory_view.memory_answer_markdown(data, "this computer (CPU)")
     data.update(calibration={"date": "2026-12-01", "device_key": "cpu|EPYC", "n_measurements": 3},
                 compute_dtype="float32", compute_dtype_reason="this CPU has no native bf16 (AVX2).")
-    text = fmt.memory_answer_markdown(data, "this computer (CPU)", offer_calibration=True)
+    text = memory_view.memory_answer_markdown(data, "this computer (CPU)", offer_calibration=True)
     assert "Calibrated on this machine on 2026-12-01 (3 measurements)." in text and "Not calibrated" not in text
     assert "computing in fp32" in text and "no native bf16 (AVX2)" in text
 
@@ -162,7 +163,7 @@ def test_a_calibrated_estimate_says_so(app, capsys):
 def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
     assert data["step_bytes"] != data["total_bytes"], "this example has two figures to tell apart"
-    text = fmt.memory_answer_markdown(data, "a computer with 16 GB of RAM (training on the CPU)")
+    text = memory_view.memory_answer_markdown(data, "a computer with 16 GB of RAM (training on the CPU)")
     import re
 
     bold = re.findall(r"\*\*([\d.]+ [KMG]i?B)\*\*", text)

@@ -30,6 +30,7 @@ from pipeline.config import (
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
+from ui import memory_view
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
 from ui.state import AppState
 from ui.wording import app_wording
@@ -126,7 +127,7 @@ class MemoryHandlers:
             where = machine_words(device, device, gb)
         else:
             where = "this computer" if machine != CUSTOM_MACHINE else "the machine you describe below"
-        return f"## Will {fmt.model_words(model or DEFAULTS.model)} fit on {where}?"
+        return f"## Will {memory_view.model_words(model or DEFAULTS.model)} fit on {where}?"
 
     def device_defaults(self, device: str, quantization: str, quantization_chosen: bool):
         """The quantization after the Device became `device`: that device's default
@@ -229,7 +230,7 @@ class MemoryHandlers:
         settings = data.get("settings") or {}
         machine = machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
         preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
-        verdict = fmt.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
+        verdict = memory_view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
                                              budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
