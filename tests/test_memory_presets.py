@@ -191,6 +191,9 @@ def test_a_new_estimate_clears_what_was_about_earlier_settings(app):
         "NVIDIA GPU, 24 GB", "none", False)
     assert (verdict, hint, measured, device_note) == ("", "", "", "")
     assert all(button["visible"] is False for button in buttons)
+    verdict, hint, measured, plot, *buttons = app.memory.settings_changed()  # a setting changed by hand
+    assert "click **Estimate**" in verdict and (hint, measured, plot) == ("", "", None)
+    assert all(button["visible"] is False for button in buttons)
 
 
 def test_out_of_range_numbers_get_a_message_next_to_the_field(app):

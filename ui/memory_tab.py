@@ -181,6 +181,12 @@ class MemoryHandlers:
             return "✗ " + app_wording(str(error)).replace(" (Memory tab)", "")
         return ""
 
+    def settings_changed(self):
+        """A setting of the run changed by hand: the answer shown was about the earlier settings, so it goes
+        (verdict, suggestions note, measured, plot, *suggestion buttons) and the verdict says to estimate again."""
+        return ("Settings changed: click **Estimate** for the answer with these settings.", "", "", None,
+                *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
+
     def plan_working(self) -> str:
         """What the plan table shows while it is being computed."""
         return PLAN_WORKING
@@ -380,6 +386,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     for name, widget in numbers.items():
         widget.change(lambda value, name=name: handlers.field_message(name, value), inputs=widget,
                       outputs=messages[name], show_progress="hidden")
+    stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons]
+    for widget in (memory_gb, device, quantization, lora_rank, lora_targets, optimizer, batch_size, grad_accum, max_length,
+                   gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder):
+        widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
     memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
                      outputs=memory_gb_message, show_progress="hidden")
     quantization.change(handlers.note_quantization, inputs=[quantization_chosen, device, quantization],
@@ -393,7 +403,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         memory_gb=memory_gb, estimate_button=estimate_button, measure_button=measure_button,
         suggestion_buttons=suggestion_buttons, suggestions_state=suggestions_state, measured_out=measured_out,
         memory_plot=memory_plot, verdict_out=verdict_out, device_note=device_note, suggestions_note=suggestions_note,
-        quantization_chosen=quantization_chosen,
+        quantization_chosen=quantization_chosen, stale=stale,
         # The outputs of `estimate`, in order.
         estimate_outputs=[memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
                           *suggestion_buttons, notes_out, device_note, measured_out],
@@ -416,6 +426,7 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
     settings = dict(zip(CONFIG_FIELDS, setting_widgets))
     estimate_inputs = [memory.memory_gb, *setting_widgets]
     model.change(handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden")
+    model.input(handlers.settings_changed, outputs=memory.stale, show_progress="hidden")
     memory.machine.input(
         handlers.choose_machine, inputs=[memory.machine, settings["quantization"], memory.quantization_chosen],
         outputs=[settings["device"], memory.memory_gb, settings["quantization"], memory.verdict_out,
