@@ -77,7 +77,7 @@ def test_memory_tab_simple_first_presets_and_verdict(running_app):  # noqa: F811
         assert "NVIDIA" not in text and "bf16 weights" in text, "the previous machine's answer is gone"
 
         # Advanced settings: each setting with its sentence; the machine set the device and its default.
-        page.get_by_text("Advanced settings", exact=True).click()
+        page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
         time.sleep(0.8)
         for selector in ADVANCED:
             assert page.locator(selector).is_visible(), f"{selector} hidden after opening Advanced settings"
