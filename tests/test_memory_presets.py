@@ -118,10 +118,14 @@ def test_a_chosen_precision_is_kept_and_a_default_follows_the_device(app):
     assert (values["device"], values["quantization"]) == ("mps", "4bit")
     _pick_machine(app, "Mac, 16 GB unified memory", values, chosen=False)
     assert values["quantization"] == "none"
-    machine, budget, quantization = handlers.device_picked("cuda", 0, "none", False)
-    assert machine["value"] == CUSTOM_MACHINE and budget["visible"] and quantization["value"] == "4bit"
-    machine, budget, quantization = handlers.device_picked("cuda", 12, "4bit", False)
-    assert machine["value"] == "NVIDIA GPU, 12 GB" and not budget["visible"] and quantization == gr.skip()
+    assert handlers.device_defaults("cuda", "none", False)["value"] == "4bit", "Device picked by hand"
+    assert handlers.device_defaults("cuda", "none", True) == gr.skip()
+    assert handlers.device_defaults("mps", "none", False) == gr.skip()
+    machine, budget = handlers.machine_for("cuda", 12)  # e.g. settings restored on a reload
+    assert machine["value"] == "NVIDIA GPU, 12 GB" and not budget["visible"]
+    machine, budget = handlers.machine_for("cpu", 10)
+    assert machine["value"] == CUSTOM_MACHINE and budget["visible"]
+    assert handlers.machine_for("cuda", 0)[0]["value"] == THIS_COMPUTER, "no budget: this computer's GPU"
 
 
 def test_the_presets_are_the_machines_people_have(app):

@@ -93,8 +93,11 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None) -> st
 
 
 def preset_for(device: str, memory_gb: float | None) -> str:
-    """The preset label that `device` and `memory_gb` make, or `CUSTOM_MACHINE`."""
+    """The preset label that `device` and `memory_gb` make, or `CUSTOM_MACHINE`. No budget (0) is this
+    computer, whichever of its devices is asked for."""
     gb = float(memory_gb or 0)
+    if not gb:
+        return THIS_COMPUTER
     return next((label for label, (d, g) in MACHINE_PRESETS.items() if d == device and float(g) == gb),
                 CUSTOM_MACHINE)
 
@@ -156,12 +159,12 @@ class MemoryHandlers:
         return (gr.update(value=device), gr.update(value=gb, visible=False),
                 self.device_defaults(device, quantization, quantization_chosen), *cleared)
 
-    def device_picked(self, device: str, memory_gb: float | None, quantization: str, quantization_chosen: bool):
-        """The Device setting changed by hand: (machine preset, memory budget, quantization): the preset
-        it now matches (else the custom machine, whose budget field shows) and the device's defaults."""
+    def machine_for(self, device: str, memory_gb: float | None):
+        """The Device setting changed (by hand, by a machine preset or by restored settings): (machine, memory
+        budget field) that match it: the preset it makes with the budget, else the custom machine, whose
+        budget field shows."""
         machine = preset_for(device, memory_gb)
-        return (gr.update(value=machine), gr.update(visible=machine == CUSTOM_MACHINE),
-                self.device_defaults(device, quantization, quantization_chosen))
+        return gr.update(value=machine), gr.update(visible=machine == CUSTOM_MACHINE)
 
     def field_message(self, name: str, value: Any) -> str:
         """The message shown under number field `name` (`NUMBER_FIELDS` or "memory_gb"): "" when `value`
@@ -394,8 +397,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                      outputs=memory_gb_message, show_progress="hidden")
     quantization.change(handlers.note_quantization, inputs=[quantization_chosen, device, quantization],
                         outputs=quantization_chosen, show_progress="hidden")
-    device.input(handlers.device_picked, inputs=[device, memory_gb, quantization, quantization_chosen],
-                 outputs=[machine, memory_gb, quantization], show_progress="hidden")
+    device.input(handlers.device_defaults, inputs=[device, quantization, quantization_chosen], outputs=quantization,
+                 show_progress="hidden")
+    device.change(handlers.machine_for, inputs=[device, memory_gb], outputs=[machine, memory_gb],
+                  show_progress="hidden")
     detect_button.click(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     tab.select(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     return SimpleNamespace(
