@@ -70,6 +70,7 @@ def test_memory_tab_simple_first_presets_and_verdict(running_app):  # noqa: F811
         assert "4-bit (NF4) weights" in text and "`" not in text and "Not calibrated" in text, text
         assert re.search(r"Estimated peak \d+\.\d\d GiB", text), text
         assert "an NVIDIA GPU with 8 GB" in page.locator("#memory-question").inner_text()
+        assert page.locator("#machine input").first.input_value() == "NVIDIA GPU, 8 GB", "the pick stays"
         _calm(page)
         _shot(page, "memory-2-nvidia-8")
         _pick(page, "machine", "Mac, 48 GB unified memory")

@@ -121,11 +121,11 @@ def test_a_chosen_precision_is_kept_and_a_default_follows_the_device(app):
     assert handlers.device_defaults("cuda", "none", False)["value"] == "4bit", "Device picked by hand"
     assert handlers.device_defaults("cuda", "none", True) == gr.skip()
     assert handlers.device_defaults("mps", "none", False) == gr.skip()
-    machine, budget = handlers.machine_for("cuda", 12)  # e.g. settings restored on a reload
-    assert machine["value"] == "NVIDIA GPU, 12 GB" and not budget["visible"]
-    machine, budget = handlers.machine_for("cpu", 10)
-    assert machine["value"] == CUSTOM_MACHINE and budget["visible"]
-    assert handlers.machine_for("cuda", 0)[0]["value"] == THIS_COMPUTER, "no budget: this computer's GPU"
+    machine, budget, quantization = handlers.device_picked("cuda", 12, "none", False)
+    assert machine["value"] == "NVIDIA GPU, 12 GB" and not budget["visible"] and quantization["value"] == "4bit"
+    machine, budget, quantization = handlers.device_picked("cpu", 10, "4bit", True)
+    assert machine["value"] == CUSTOM_MACHINE and budget["visible"] and quantization == gr.skip()
+    assert handlers.device_picked("cuda", 0, "4bit", False)[0]["value"] == THIS_COMPUTER, "no budget: this computer"
 
 
 def test_the_presets_are_the_machines_people_have(app):

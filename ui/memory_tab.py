@@ -159,12 +159,13 @@ class MemoryHandlers:
         return (gr.update(value=device), gr.update(value=gb, visible=False),
                 self.device_defaults(device, quantization, quantization_chosen), *cleared)
 
-    def machine_for(self, device: str, memory_gb: float | None):
-        """The Device setting changed (by hand, by a machine preset or by restored settings): (machine, memory
-        budget field) that match it: the preset it makes with the budget, else the custom machine, whose
-        budget field shows."""
+    def device_picked(self, device: str, memory_gb: float | None, quantization: str, quantization_chosen: bool):
+        """The Device setting picked by hand: (machine, memory budget field, quantization): the preset that
+        the device and the budget make, else the custom machine (whose budget field shows), and the device's
+        default quantization unless the teacher chose one (`device_defaults`)."""
         machine = preset_for(device, memory_gb)
-        return gr.update(value=machine), gr.update(visible=machine == CUSTOM_MACHINE)
+        return (gr.update(value=machine), gr.update(visible=machine == CUSTOM_MACHINE),
+                self.device_defaults(device, quantization, quantization_chosen))
 
     def field_message(self, name: str, value: Any) -> str:
         """The message shown under number field `name` (`NUMBER_FIELDS` or "memory_gb"): "" when `value`
@@ -397,10 +398,9 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                      outputs=memory_gb_message, show_progress="hidden")
     quantization.change(handlers.note_quantization, inputs=[quantization_chosen, device, quantization],
                         outputs=quantization_chosen, show_progress="hidden")
-    device.input(handlers.device_defaults, inputs=[device, quantization, quantization_chosen], outputs=quantization,
-                 show_progress="hidden")
-    device.change(handlers.machine_for, inputs=[device, memory_gb], outputs=[machine, memory_gb],
-                  show_progress="hidden")
+    # by hand only (`.input`): a preset sets the device and the budget together, restored settings keep theirs
+    device.input(handlers.device_picked, inputs=[device, memory_gb, quantization, quantization_chosen],
+                 outputs=[machine, memory_gb, quantization], show_progress="hidden")
     detect_button.click(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     tab.select(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     return SimpleNamespace(
