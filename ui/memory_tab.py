@@ -375,7 +375,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                     value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
                     info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
                          "encoding.")
-            memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", elem_id="memory-plot")
+            memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,
+                                  elem_id="memory-plot")
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
                 notes_out = gr.Markdown(elem_id="estimate-notes")
                 components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
