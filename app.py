@@ -29,7 +29,6 @@ import time
 _STARTED = time.perf_counter()  # launch time is measured from here (before gradio is imported)
 
 import argparse  # noqa: E402
-import functools  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -43,7 +42,7 @@ from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
 from ui.dataset_tab import dataset_tab  # noqa: E402
 from ui.inbox_tab import inbox_tab  # noqa: E402
 from ui.judge_tab import judge_tab  # noqa: E402
-from ui.memory_tab import memory_tab  # noqa: E402
+from ui.memory_tab import memory_tab, wire_memory_tab  # noqa: E402
 from ui.samples_tab import samples_tab  # noqa: E402
 from ui.state import model_picker  # noqa: E402
 from ui.train_tab import train_tab  # noqa: E402
@@ -87,14 +86,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             app.dataset.build_dataset, inputs=[model, dataset.eval_fraction, dataset.seed, dataset.build_max_length],
             outputs=dataset_outputs)
 
-        estimate_inputs = [memory.memory_gb, *setting_widgets]
-        memory.estimate_button.click(app.memory.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
-        for event in (memory.estimate_button.click, memory.detect_button.click, memory.tab.select):
-            event(app.memory.plan, inputs=estimate_inputs, outputs=memory.plan_out)
-        for index, button in enumerate(memory.suggestion_buttons):
-            button.click(functools.partial(app.memory.apply_suggestion, index), inputs=memory.suggestions_state,
-                         outputs=setting_widgets).then(
-                app.memory.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
+        # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
+        wire_memory_tab(app.memory, memory, model, setting_widgets)
         # The "Next run" line; settings are remembered only once this page shows the saved ones (`restored`).
         restored = gr.State(False)
         summary_inputs = [restored, *setting_widgets]
@@ -102,8 +95,6 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         for widget in setting_widgets:
             widget.change(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
                           show_progress="hidden")
-        memory.measure_button.click(app.memory.measure, inputs=estimate_inputs,
-                                    outputs=[memory.measured_out, memory.memory_plot])
 
         # The run lists: the Past runs table, the run to resume, and the Try tab's run.
         run_lists = [train.runs_df, train.resume_choice, tryout.run]

@@ -225,6 +225,8 @@ def test_full_flow_in_the_browser(running_app):
 
         # 3 Memory: the device is detected; the estimate draws the bar and gives a verdict.
         _tab(page, "3 · Memory")
+        # the device note and Gradient accumulation are under Advanced settings
+        page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
         _wait_text(page, "#device-note", r"usable for training", timeout_s=120)
         page.click("#estimate")
         _wait_text(page, "#verdict", r"Fits|Tight|Does not fit", timeout_s=120)

@@ -321,10 +321,11 @@ def pretty_name(name: str) -> str:
 
 
 def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None,
-                     device: Mapping[str, Any] | None = None) -> str:
+                     device: Mapping[str, Any] | None = None, *, budget_words: str | None = None) -> str:
     """Verdict line: fits / tight / does not fit, with the margin in bytes and percent. With `device`
     (a `DeviceMemory` dict), it also says where the usable budget comes from: the memory the device
-    has (or the budget typed in) and what is held back for the OS and other apps, and why."""
+    has (or the budget typed in; `budget_words` names it otherwise, e.g. "the machine's memory" for a
+    preset) and what is held back for the OS and other apps, and why."""
     name = str(_get(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
     margin = _get(verdict, "margin_bytes") if not isinstance(verdict, str) else None
     if margin is None and total_bytes is not None and usable_bytes:
@@ -349,6 +350,7 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
     if device and usable_bytes is not None and device.get("free_bytes"):
         held = int(device["free_bytes"]) - int(usable_bytes)
         what = "budget you typed" if str(device.get("source", "")).startswith("--memory-gb") else "free now"
+        what = budget_words if budget_words and what == "budget you typed" else what
         parts.append(f"Usable {format_bytes(usable_bytes)} = {format_bytes(device['free_bytes'])} ({what}) minus "
                      f"{format_bytes(held)} held back (the headroom rule: {device.get('headroom_note', '')}).")
     return "\n\n".join(parts)

@@ -1,10 +1,13 @@
-"""Tab 3, Memory: will the fine-tune fit? What this machine can do, the estimate (or a measured step) of the
-run the settings describe, and suggestions applied in one click.
+"""Tab 3, Memory: will the fine-tune fit? The teacher's question first ("Will MODEL fit on MACHINE?",
+a machine picked from presets or a typed budget), the verdict and the suggestions in plain words; the
+machine-learning settings, the estimate's details and the "what else fits" table under accordions.
 
-The table at the top is `pipeline.memory.plan.plan_for_workspace` (`python -m pipeline plan --json`),
-the estimate `pipeline.memory.estimate_for_workspace` (`python -m pipeline estimate --json`), so the
-app and the command line cannot drift. The tab also holds the memory-relevant training settings;
-with the Train tab's they form one `TrainConfig`.
+The estimate is `pipeline.memory.estimate_for_workspace` (`python -m pipeline estimate --json`), the
+table `pipeline.memory.plan.plan_for_workspace` (`python -m pipeline plan --json`), so the app and the
+command line cannot drift; picking a machine applies that device's defaults (`pipeline.config.
+default_quantization`, what `estimate --device D` uses when `--quantization` is not given) unless the
+teacher chose the precision. The tab also holds the memory-relevant training settings; with the Train
+tab's they form one `TrainConfig`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,93 @@ from pipeline.config import (
     default_quantization,
     likely_device,
 )
+from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
+from ui import memory_view
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
 from ui.state import AppState
 from ui.wording import app_wording
 
 MAX_SUGGESTIONS = 4
 
+THIS_COMPUTER = "This computer"
+CUSTOM_MACHINE = "Another machine: type its memory"
+MACHINE_PRESETS: dict[str, tuple[str, float]] = {
+    THIS_COMPUTER: ("auto", 0),
+    **{f"NVIDIA GPU, {gb} GB": ("cuda", gb) for gb in (8, 12, 16, 24)},
+    **{f"Mac, {gb} GB unified memory": ("mps", gb) for gb in (16, 24, 36, 48)},
+}
+"""The machines people have: label -> (`--device`, `--memory-gb`). GB as the OS or the GPU's box reports it,
+i.e. GiB (`pipeline.memory.budget.device_memory`). "This computer" is `--device auto` with the memory the
+device reports; `CUSTOM_MACHINE` keeps the device and shows the budget field."""
+MACHINE_CHOICES = (*MACHINE_PRESETS, CUSTOM_MACHINE)
+
+NUMBER_FIELDS = ("lora_rank", "batch_size", "grad_accum", "max_length")
+"""The Memory tab's number settings; each gets its own message under it when its value is out of range."""
+
+PLAN_WORKING = ("⏳ Working out what fits this machine: E2B and E4B, four ways to fine-tune each "
+                "(5-10 seconds)…")
+"""What the plan table shows while it is computed (issue 20 item 7: no more 5-10 s of nothing)."""
+
+CALIBRATE_NOTE = ("**Calibrate this machine** runs one real training step of these settings on this computer "
+                  "(a minute or two with the offline tiny test model, several minutes for Gemma 3n E2B on a CPU) "
+                  "and compares it with the estimate.")
+
+SETTING_INFO = {
+    "device": "Where training runs. The machine above sets it; pick one here to ask about another device.",
+    "quantization": "How the model's weights are stored: 4bit (NF4) takes about a quarter of the memory of none "
+                    "(bf16) for the text model; quality stays close (QLoRA); speed depends on the device.",
+    "lora_rank": "How much the tutor can change: a higher rank learns more, for a little more memory and time.",
+    "lora_targets": "language: the tutor learns how to answer; language+audio also how to listen "
+                    "(more memory, slower steps).",
+    "optimizer": "How updates are computed: adamw is the standard; adamw_8bit and adafactor keep less "
+                 "state (a little less memory).",
+    "batch_size": "Recordings per step: more is faster per recording and needs more memory.",
+    "grad_accum": "Steps added up before each update: like a bigger batch for quality, with no extra memory.",
+    "max_length": "The longest recording plus text a training row may have; longer rows are left out, never cut. "
+                  "A dataset build sets it to the longest row.",
+}
+"""One sentence per Advanced setting: what it changes for the teacher (time, memory, quality)."""
+
+
+def machine_words(device_asked: str, device: str, memory_gb: float | None) -> str:
+    """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
+    unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
+    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports)."""
+    gb = float(memory_gb or 0)
+    kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
+    if not gb:
+        return f"this computer ({kind})"
+    if device == "cuda":
+        return f"an NVIDIA GPU with {gb:g} GB"
+    if device == "mps":
+        return f"a Mac with {gb:g} GB of unified memory"
+    return f"a computer with {gb:g} GB of RAM (training on the CPU)"
+
+
+def preset_for(device: str, memory_gb: float | None) -> str:
+    """The preset label that `device` and `memory_gb` make, or `CUSTOM_MACHINE`. No budget (0) is this
+    computer, whichever of its devices is asked for."""
+    gb = float(memory_gb or 0)
+    if not gb:
+        return THIS_COMPUTER
+    return next((label for label, (d, g) in MACHINE_PRESETS.items() if d == device and float(g) == gb),
+                CUSTOM_MACHINE)
+
+
+def _resolved(device: str) -> str:
+    """`auto` as `estimate --device auto` resolves it (`pipeline.memory.budget.auto_device`), else `device`."""
+    if device != "auto":
+        return device
+    from pipeline.memory.budget import auto_device
+
+    return auto_device()
+
 
 class MemoryHandlers:
-    """The Memory tab's handlers: detect the device, estimate, measure, apply a suggestion."""
+    """The Memory tab's handlers: pick a machine (with its device's defaults), detect the device, estimate,
+    calibrate (measure), the plan table, apply a suggestion, the messages next to number fields."""
 
     def __init__(self, state: AppState):
         self.state = state
@@ -43,6 +122,78 @@ class MemoryHandlers:
     def ws(self):
         """The workspace whose built dataset gives the longest row."""
         return self.state.ws
+
+    def question(self, model: str | None, machine: str | None = THIS_COMPUTER) -> str:
+        """The tab's headline question: "Will MODEL fit on MACHINE?" (Markdown)."""
+        if machine in MACHINE_PRESETS and machine != THIS_COMPUTER:
+            device, gb = MACHINE_PRESETS[machine]
+            where = machine_words(device, device, gb)
+        else:
+            where = "this computer" if machine != CUSTOM_MACHINE else "the machine you describe below"
+        return f"## Will {memory_view.model_words(model or DEFAULTS.model)} fit on {where}?"
+
+    def device_defaults(self, device: str, quantization: str, quantization_chosen: bool):
+        """The quantization after the Device became `device`: that device's default
+        (`pipeline.config.default_quantization`, as `estimate --device D` without `--quantization`) unless
+        the teacher chose one (`quantization_chosen`); returns a `gr.update` or `gr.skip()`."""
+        if quantization_chosen:
+            return gr.skip()
+        wanted = default_quantization(_resolved(device or "auto"))
+        return gr.update(value=wanted) if wanted != quantization else gr.skip()
+
+    def note_quantization(self, chosen: bool, device: str, quantization: str) -> bool:
+        """Whether the quantization shown is the teacher's choice: it already was, or it differs from the
+        device's default (picked by hand, by a suggestion, or restored from the saved settings)."""
+        return bool(chosen) or quantization != default_quantization(_resolved(device or "auto"))
+
+    def choose_machine(self, machine: str, quantization: str, quantization_chosen: bool):
+        """A machine picked from `MACHINE_CHOICES`: returns (device, memory budget, quantization, verdict,
+        suggestions note, measured, device note, *suggestion buttons): the preset's device and budget, the
+        device's default quantization unless the teacher chose one, and every message of the previous
+        machine cleared (they were about another machine). `CUSTOM_MACHINE` shows the budget field and keeps
+        the device."""
+        cleared = ("", "", "", "", *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
+        if machine not in MACHINE_PRESETS:
+            return (gr.skip(), gr.update(visible=True), gr.skip(), *cleared)
+        device, gb = MACHINE_PRESETS[machine]
+        return (gr.update(value=device), gr.update(value=gb, visible=False),
+                self.device_defaults(device, quantization, quantization_chosen), *cleared)
+
+    def device_picked(self, device: str, memory_gb: float | None, quantization: str, quantization_chosen: bool):
+        """The Device setting picked by hand: (machine, memory budget field, quantization): the preset that
+        the device and the budget make, else the custom machine (whose budget field shows), and the device's
+        default quantization unless the teacher chose one (`device_defaults`)."""
+        machine = preset_for(device, memory_gb)
+        return (gr.update(value=machine), gr.update(visible=machine == CUSTOM_MACHINE),
+                self.device_defaults(device, quantization, quantization_chosen))
+
+    def field_message(self, name: str, value: Any) -> str:
+        """The message shown under number field `name` (`NUMBER_FIELDS` or "memory_gb"): "" when `value`
+        is allowed, else what is wrong and the allowed range, from the same checks the command line runs
+        (`TrainConfig.validate`, `pipeline.memory.budget.device_memory`)."""
+        try:
+            if value is None or value == "":
+                return "✗ Type a number here."
+            if name == "memory_gb":
+                from pipeline.memory.budget import device_memory
+
+                if float(value) != 0:  # 0 is what the device reports: nothing to check here
+                    device_memory("cpu", float(value))
+            else:
+                config_from_values({name: value})
+        except PipelineError as error:
+            return "✗ " + app_wording(str(error)).replace(" (Memory tab)", "")
+        return ""
+
+    def settings_changed(self):
+        """A setting of the run changed by hand: the answer shown was about the earlier settings, so it goes
+        (verdict, suggestions note, measured, plot, *suggestion buttons) and the verdict says to estimate again."""
+        return ("Settings changed: click **Estimate** for the answer with these settings.", "", "", None,
+                *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
+
+    def plan_working(self) -> str:
+        """What the plan table shows while it is being computed."""
+        return PLAN_WORKING
 
     @ui_errors(message_at=0, outputs=1)
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
@@ -64,24 +215,37 @@ class MemoryHandlers:
         result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
         return fmt.plan_markdown(result)
 
-    @ui_errors(message_at=1, outputs=5 + MAX_SUGGESTIONS)
+    @ui_errors(message_at=1, outputs=8 + MAX_SUGGESTIONS)
     def estimate(self, memory_gb: float | None, *values: Any):
-        """Estimate peak memory of the run the settings describe; returns plot, verdict, table, suggestions."""
+        """Estimate peak memory of the run the settings describe; returns (plot, verdict, per-component
+        table, suggestions note, suggestions, *suggestion buttons, notes, device note, measured): the
+        Detect device note and an earlier measurement are cleared (they were about earlier settings)."""
         config = config_from_values(values)
-        return self._estimate_outputs(_memory_result(self.ws, config, memory_gb))
+        return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb)
 
-    def _estimate_outputs(self, data: dict, measured: int | None = None):
+    def estimate_for_machine(self, machine: str, memory_gb: float | None, *values: Any):
+        """`estimate` after a preset machine was picked (its answer at once); nothing for the custom machine,
+        whose budget is still to be typed."""
+        if machine not in MACHINE_PRESETS:
+            return tuple(gr.skip() for _ in range(8 + MAX_SUGGESTIONS))
+        return self.estimate(memory_gb, *values)
+
+    def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None):
         at_peak = data["components_at_peak"]
         figure = fmt.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
             measured_bytes=measured,
-            title=f"Estimated peak ({data['device']}, batches padded to the longest train row: {data['seq_len']} tokens)",
+            title=f"Whole run's peak ({data['device']}, longest train row: {data['seq_len']} tokens)",
         )
-        verdict = fmt.verdict_markdown(data["verdict"], data["total_bytes"], data["usable_bytes"], data.get("device_memory"))
+        settings = data.get("settings") or {}
+        machine = machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
+        preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
+        verdict = memory_view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
+                                             budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += _length_note(data)
-        verdict += "\n\n" + "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
+        notes = "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []
         for index in range(MAX_SUGGESTIONS):
@@ -90,7 +254,8 @@ class MemoryHandlers:
             else:
                 buttons.append(gr.Button(visible=False))
         hint = fmt.suggestions_markdown(suggestions, data["verdict"])
-        return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons)
+        return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons,
+                notes, "", "")
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of
@@ -103,7 +268,8 @@ class MemoryHandlers:
 
     @ui_errors(message_at=0, outputs=2)
     def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
-        """Run the real one-step probe in a child process; returns (markdown, plot with the measured peak)."""
+        """"Calibrate this machine": run the real one-step probe in a child process; returns (markdown, plot
+        with the measured peak)."""
         config = config_from_values(values)
         if progress is not None:
             progress(None, desc="Running one real training step on the longest batch (a child process)…")
@@ -111,7 +277,7 @@ class MemoryHandlers:
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
         text = fmt.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
-        return text, self._estimate_outputs(data, measured=peak)[0]
+        return text, self._estimate_outputs(data, measured=peak, memory_gb=memory_gb)[0]
 
 
 def _length_note(data: dict) -> str:
@@ -136,71 +302,117 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
                                          measure=measure)
 
 
+def _number(field: str, label: str, **kwargs: Any) -> tuple[gr.Number, gr.Markdown]:
+    """A number setting with its message line under it (`MemoryHandlers.field_message`). No `minimum=`:
+    Gradio would refuse an out-of-range value with red "Error" badges over the page instead of a message."""
+    with gr.Column(min_width=160):
+        number = gr.Number(value=getattr(DEFAULTS, field), precision=0, label=label, info=SETTING_INFO[field],
+                           **kwargs)
+        message = gr.Markdown(elem_id=f"{field.replace('_', '-')}-message", elem_classes=["field-message"])
+    return number, message
+
+
 def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
-    """Lay out the Memory tab and wire device detection; returns its widgets (the estimate, measure and
-    suggestion buttons need every setting widget, so `build_ui` wires them)."""
+    """Lay out the Memory tab and wire what stays inside it (machine presets, device defaults, field
+    messages, Detect device); returns its widgets. The estimate, plan, calibrate and suggestion buttons need
+    every setting widget, so `wire_memory_tab` wires them from `build_ui`."""
     d = DEFAULTS
+    here = likely_device()
     with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory") as tab:
-        gr.Markdown("**What can this machine do?** Gemma 3n E2B and E4B, fully fine-tuned or with LoRA, on "
-                    "bf16, int8 or 4-bit weights, for your dataset's longest row and the settings below.")
-        plan_out = gr.Markdown(elem_id="plan-table")
-        gr.Markdown("Will the fine-tune fit? The estimate uses your dataset's **longest** row, "
-                    "not the average: that is the batch that runs out of memory hours in.")
-        with gr.Row():
-            device = gr.Dropdown(list(DEVICES), value=d.device, label="Device", elem_id="device",
-                                 info="auto: CUDA GPU, then Apple silicon (MPS), then CPU")
-            memory_gb = gr.Number(value=0, label="Memory budget (GiB)",
-                                  info="0: use what the device reports; or type your own budget.")
-            detect_button = gr.Button("Detect device", scale=0)
-        device_note = gr.Markdown(elem_id="device-note")
-        with gr.Row():
-            here = likely_device()
-            quantization = gr.Radio(list(QUANTIZATIONS), value=default_quantization(here), label="Quantization",
-                                    info=f"4bit = NF4 weights (bitsandbytes). Default on {here}: "
-                                         f"{default_quantization(here)} (why: under the device, after Detect).")
-            lora_rank = gr.Number(value=d.lora_rank, precision=0, minimum=1, label="LoRA rank r")
-            lora_targets = gr.Radio(list(LORA_TARGETS), value=d.lora_targets, label="LoRA on")
-            optimizer = gr.Dropdown(list(OPTIMIZERS), value=d.optimizer, label="Optimizer")
-        with gr.Row():
-            batch_size = gr.Number(value=d.batch_size, precision=0, minimum=1, label="Batch size")
-            grad_accum = gr.Number(value=d.grad_accum, precision=0, minimum=1, label="Gradient accumulation")
-            max_length = gr.Number(value=d.max_length, precision=0, minimum=256, label="Max length (tokens)",
-                                   info="Set to the dataset's longest row after a build.", elem_id="max-length")
-            gradient_checkpointing = gr.Checkbox(value=d.gradient_checkpointing,
-                                                 label="Gradient checkpointing (less memory, ~30 % slower)")
-        with gr.Row():
-            vision_tower = gr.Checkbox(value=d.vision_tower, label="Load the vision tower",
-                                       info="The tutor never sees images: untick to free ~0.55 GiB.")
-            ple_on_cpu = gr.Checkbox(value=d.ple_on_cpu, label="Per-layer embeddings in CPU RAM (CUDA)",
-                                     info="~3.75 GiB off the GPU on E2B, from loading on; slightly slower steps.")
-            quantize_audio_encoder = gr.Checkbox(
-                value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
-                info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio encoding.")
-        with gr.Row():
-            estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate")
-            measure_button = gr.Button("Measure (one real step)", elem_id="measure")
+        question = gr.Markdown(handlers.question(d.model), elem_id="memory-question")
+        gr.Markdown("Pick the machine the tutor will be trained on. The answer uses your dataset's **longest** "
+                    "recording, not the average: that is the one that runs out of memory hours in.")
+        with gr.Row(equal_height=True):
+            machine = gr.Dropdown(list(MACHINE_CHOICES), value=THIS_COMPUTER, label="Machine", elem_id="machine",
+                                  info="This computer, a typical GPU or Mac, or type the memory of another machine.",
+                                  scale=2)
+            memory_gb = gr.Number(value=0, label="Memory budget (GiB)", visible=False, elem_id="memory-gb",
+                                  info="The machine's memory in GB as its system reports it; 0: this computer's.")
+            estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate", scale=0, min_width=160)
+        memory_gb_message = gr.Markdown(elem_id="memory-gb-message", elem_classes=["field-message"])
         verdict_out = gr.Markdown(elem_id="verdict")
-        memory_plot = gr.Plot(show_label=False, elem_id="memory-plot")
         suggestions_note = gr.Markdown(elem_id="suggestions-note")
         with gr.Row():
             suggestion_buttons = [
                 gr.Button(visible=False, size="sm", elem_id=f"suggestion-{i}") for i in range(MAX_SUGGESTIONS)
             ]
         suggestions_state = gr.State([])
+        with gr.Row(equal_height=True):
+            measure_button = gr.Button("Calibrate this machine", elem_id="measure", scale=0, min_width=220)
+            gr.Markdown(CALIBRATE_NOTE)
         measured_out = gr.Markdown(elem_id="measured")
-        with gr.Accordion("Estimate per component (bytes)", open=False):
-            components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
 
+        with gr.Accordion("Advanced settings", open=False, elem_id="memory-advanced"):
+            gr.Markdown("The machine-learning settings of the run. The defaults serve; each says what it changes "
+                        "for you. **Estimate** again after a change.")
+            with gr.Row():
+                device = gr.Dropdown(list(DEVICES), value=d.device, label="Device", elem_id="device",
+                                     info=SETTING_INFO["device"] + " auto: CUDA GPU, then Apple silicon (MPS), then CPU.")
+                detect_button = gr.Button("Detect device", scale=0)
+                quantization = gr.Radio(list(QUANTIZATIONS), value=default_quantization(here), label="Quantization",
+                                        info=SETTING_INFO["quantization"] + f" Default on {here}: "
+                                             f"{default_quantization(here)}; picking a machine sets its default.")
+            device_note = gr.Markdown(elem_id="device-note")
+            with gr.Row():
+                lora_rank, lora_rank_message = _number("lora_rank", "LoRA rank r")
+                lora_targets = gr.Radio(list(LORA_TARGETS), value=d.lora_targets, label="LoRA on",
+                                        info=SETTING_INFO["lora_targets"])
+                optimizer = gr.Dropdown(list(OPTIMIZERS), value=d.optimizer, label="Optimizer",
+                                        info=SETTING_INFO["optimizer"])
+            with gr.Row():
+                batch_size, batch_size_message = _number("batch_size", "Batch size")
+                grad_accum, grad_accum_message = _number("grad_accum", "Gradient accumulation")
+                max_length, max_length_message = _number("max_length", "Max length (tokens)", elem_id="max-length")
+            with gr.Row():
+                gradient_checkpointing = gr.Checkbox(
+                    value=d.gradient_checkpointing, label="Gradient checkpointing (less memory, ~30 % slower)",
+                    info="Recomputes in the backward pass instead of keeping: much less memory, slower steps.")
+                vision_tower = gr.Checkbox(value=d.vision_tower, label="Load the vision tower",
+                                           info="The tutor never sees images: untick to free ~0.55 GiB.")
+                ple_on_cpu = gr.Checkbox(value=d.ple_on_cpu, label="Per-layer embeddings in CPU RAM (CUDA)",
+                                         info="~3.75 GiB off the GPU on E2B, from loading on; slightly slower steps.")
+                quantize_audio_encoder = gr.Checkbox(
+                    value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
+                    info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
+                         "encoding.")
+            memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,
+                                  elem_id="memory-plot")
+            with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
+                notes_out = gr.Markdown(elem_id="estimate-notes")
+                components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
+        with gr.Accordion("What else fits this machine? Gemma 3n E2B and E4B, four ways to fine-tune each",
+                          open=False, elem_id="plan-accordion"):
+            plan_out = gr.Markdown(elem_id="plan-table", min_height=80)
+        quantization_chosen = gr.State(False)
+
+    messages = {"lora_rank": lora_rank_message, "batch_size": batch_size_message,
+                "grad_accum": grad_accum_message, "max_length": max_length_message}
+    numbers = {"lora_rank": lora_rank, "batch_size": batch_size, "grad_accum": grad_accum, "max_length": max_length}
+    for name, widget in numbers.items():
+        widget.change(lambda value, name=name: handlers.field_message(name, value), inputs=widget,
+                      outputs=messages[name], show_progress="hidden")
+    stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons]
+    for widget in (memory_gb, device, quantization, lora_rank, lora_targets, optimizer, batch_size, grad_accum, max_length,
+                   gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder):
+        widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
+    memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
+                     outputs=memory_gb_message, show_progress="hidden")
+    quantization.change(handlers.note_quantization, inputs=[quantization_chosen, device, quantization],
+                        outputs=quantization_chosen, show_progress="hidden")
+    # by hand only (`.input`): a preset sets the device and the budget together, restored settings keep theirs
+    device.input(handlers.device_picked, inputs=[device, memory_gb, quantization, quantization_chosen],
+                 outputs=[machine, memory_gb, quantization], show_progress="hidden")
     detect_button.click(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     tab.select(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     return SimpleNamespace(
-        tab=tab, detect_button=detect_button, plan_out=plan_out,
+        tab=tab, detect_button=detect_button, plan_out=plan_out, machine=machine, question=question,
         memory_gb=memory_gb, estimate_button=estimate_button, measure_button=measure_button,
         suggestion_buttons=suggestion_buttons, suggestions_state=suggestions_state, measured_out=measured_out,
-        memory_plot=memory_plot,
+        memory_plot=memory_plot, verdict_out=verdict_out, device_note=device_note, suggestions_note=suggestions_note,
+        quantization_chosen=quantization_chosen, stale=stale,
         # The outputs of `estimate`, in order.
         estimate_outputs=[memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
-                          *suggestion_buttons],
+                          *suggestion_buttons, notes_out, device_note, measured_out],
         # This tab's setting widgets, by `TrainConfig` field name.
         settings={"device": device, "quantization": quantization, "lora_rank": lora_rank,
                   "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
@@ -208,3 +420,33 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                   "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
                   "quantize_audio_encoder": quantize_audio_encoder, "optimizer": optimizer},
     )
+
+
+def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr.components.Component,
+                    setting_widgets: list) -> None:
+    """Wire the Memory tab's events that read every setting (`setting_widgets`, in `CONFIG_FIELDS` order):
+    a picked machine (its defaults, then its answer), Estimate, the plan table (a sign of work first),
+    Calibrate this machine and the suggestion buttons; the question follows the Model picker."""
+    import functools
+
+    settings = dict(zip(CONFIG_FIELDS, setting_widgets))
+    estimate_inputs = [memory.memory_gb, *setting_widgets]
+    model.change(handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden")
+    model.input(handlers.settings_changed, outputs=memory.stale, show_progress="hidden")
+    memory.machine.input(
+        handlers.choose_machine, inputs=[memory.machine, settings["quantization"], memory.quantization_chosen],
+        outputs=[settings["device"], memory.memory_gb, settings["quantization"], memory.verdict_out,
+                 memory.suggestions_note, memory.measured_out, memory.device_note, *memory.suggestion_buttons],
+        show_progress="hidden").then(
+        handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden").then(
+        handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs], outputs=memory.estimate_outputs)
+    memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
+    for event in (memory.estimate_button.click, memory.detect_button.click, memory.tab.select):
+        event(handlers.plan_working, outputs=memory.plan_out, show_progress="hidden").then(
+            handlers.plan, inputs=estimate_inputs, outputs=memory.plan_out)
+    for index, button in enumerate(memory.suggestion_buttons):
+        button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
+                     outputs=setting_widgets).then(
+            handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
+    memory.measure_button.click(handlers.measure, inputs=estimate_inputs,
+                                outputs=[memory.measured_out, memory.memory_plot])

@@ -201,7 +201,7 @@ def estimate_memory(
         notes.append("full fine-tuning is estimated only (`train` runs LoRA): every weight but the vision tower's "
                      "gets a bf16 gradient, an fp32 master copy and the optimizer's states (ZeRO's 16 bytes per "
                      "parameter with AdamW).")
-    elif config.ple_on_cpu:
+    elif config.ple_on_cpu and not ple_on_host(config, device):  # on CUDA the note above says where they are
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
     notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
     return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer,

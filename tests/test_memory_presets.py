@@ -1,0 +1,223 @@
+"""The Memory tab answers "Will MODEL fit on MACHINE?" as the command line does (issue 19 items 3-4, issue 20).
+
+- The app and `python -m pipeline estimate --json` give the same figures to the same question: a machine
+  picked in the app applies its device's defaults (4-bit on CUDA, as `estimate --device cuda` without
+  `--quantization`), unless the teacher chose the precision.
+- The verdict names the model, the machine, the precision and whether the figure is calibrated; one
+  headline number (the whole run's peak) with the step's figure explained under it.
+- No note contradicts another; a new estimate clears the Detect device note and an old measurement.
+- Out-of-range numbers get a message next to their field (no Gradio "Error" badges: no `minimum=`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.config import default_quantization, likely_device  # noqa: E402
+from ui import common  # noqa: E402
+from ui import formatting as fmt  # noqa: E402
+from ui import memory_view  # noqa: E402
+from ui.memory_tab import CUSTOM_MACHINE, MACHINE_PRESETS, THIS_COMPUTER  # noqa: E402
+from ui.tutor_app import TutorApp  # noqa: E402
+
+E2B = "google/gemma-3n-E2B-it"
+N_OUTPUTS = 8 + 4  # estimate's outputs: plot, verdict, table, hint, suggestions, 4 buttons, notes, device note, measured
+
+
+@pytest.fixture()
+def app(tmp_path) -> TutorApp:
+    """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""
+    ui = TutorApp(tmp_path / "ws")
+    report = ui.ws.dataset_dir / "build_report.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps({"model": E2B, "length_stats": {
+        "max": 389, "row_tokens": [389, 350, 300, 280], "answer_tokens": [80, 70, 60, 60], "max_clip_s": 12.0}}))
+    return ui
+
+
+def _page_values(**changes) -> dict:
+    """The settings as a fresh page shows them: `TrainConfig` defaults, the quantization default of the
+    device this machine most likely has (`memory_tab`), the E2B model."""
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    values.update(model=E2B, quantization=default_quantization(likely_device()))
+    values.update(changes)
+    return values
+
+
+def _pick_machine(app, machine: str, values: dict, chosen: bool = False) -> float:
+    """Pick `machine` as the page does; updates `values` in place and returns the memory budget field's value."""
+    device, memory_gb, quantization, *cleared = app.memory.choose_machine(machine, values["quantization"], chosen)
+    for name, update in (("device", device), ("quantization", quantization)):
+        if update != gr.skip():
+            values[name] = update["value"]
+    return memory_gb.get("value", 0)
+
+
+def _ask_app(app, memory_gb: float, values: dict):
+    outputs = app.estimate(memory_gb, *[values[name] for name in common.CONFIG_FIELDS])
+    assert len(outputs) == N_OUTPUTS
+    return outputs
+
+
+def _ask_cli(ws, capsys, *flags: str) -> dict:
+    """`python -m pipeline estimate --json` (its `main`, in this process: the same parsing, defaults and
+    estimate as the command a person types)."""
+    from pipeline.__main__ import main
+
+    assert main(["estimate", "--workspace", str(ws.root), "--model", E2B, "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+QUESTIONS = [("NVIDIA GPU, 8 GB", ["--device", "cuda", "--memory-gb", "8"]),
+             ("NVIDIA GPU, 16 GB", ["--device", "cuda", "--memory-gb", "16"]),
+             ("Mac, 16 GB unified memory", ["--device", "mps", "--memory-gb", "16"]),
+             ("Mac, 48 GB unified memory", ["--device", "mps", "--memory-gb", "48"]),
+             (THIS_COMPUTER, [])]
+
+
+@pytest.mark.parametrize("ple_on_cpu", [False, True], ids=["ple-on-device", "ple-on-host"])
+@pytest.mark.parametrize("machine,flags", QUESTIONS, ids=[q[0] for q in QUESTIONS])
+def test_the_app_and_the_command_line_give_the_same_figures(app, capsys, machine, flags, ple_on_cpu):
+    values = _page_values(ple_on_cpu=ple_on_cpu)
+    memory_gb = _pick_machine(app, machine, values)
+    _figure, verdict, table, *_rest = _ask_app(app, memory_gb, values)
+    cli = _ask_cli(app.ws, capsys, *flags, *(["--ple-on-cpu"] if ple_on_cpu else []))
+    assert values["quantization"] == cli["settings"]["quantization"], "the device's default, as the CLI's"
+    assert dict(zip(table["component"], table["bytes"])) == cli["components"], "every term, to the byte"
+    assert f"Estimated peak **{fmt.format_bytes(cli['total_bytes'])}**" in verdict
+    if memory_gb:  # a preset's budget is fixed; this computer's free memory moves between the two calls
+        assert f"against **{fmt.format_bytes(cli['usable_bytes'])}** usable" in verdict
+        label = {"fits": "✓ Fits", "tight": "⚠ Fits, tightly", "does not fit": "✗ Does not fit"}[cli["verdict"]]
+        assert f"### {label}\n" in verdict
+
+
+def test_the_issue_example_cuda_8_gb_is_4_bit_in_the_app_too(app, capsys):
+    """Issue 19: Device = cuda kept the CPU default (no quantization): 11.60 GiB where the CLI said 8.99 GiB."""
+    values = _page_values(quantization="none")  # a CPU machine's page
+    memory_gb = _pick_machine(app, "NVIDIA GPU, 8 GB", values)
+    assert (values["device"], values["quantization"], memory_gb) == ("cuda", "4bit", 8)
+    cli = _ask_cli(app.ws, capsys, "--device", "cuda", "--memory-gb", "8")
+    verdict = _ask_app(app, memory_gb, values)[1]
+    assert fmt.format_bytes(cli["total_bytes"]) in verdict and "4-bit (NF4) weights" in verdict
+
+
+def test_a_chosen_precision_is_kept_and_a_default_follows_the_device(app):
+    handlers = app.memory
+    assert handlers.note_quantization(False, "cpu", "4bit") is True, "4-bit on a CPU is a choice"
+    assert handlers.note_quantization(False, "cuda", "4bit") is False, "4-bit on CUDA is its default"
+    assert handlers.note_quantization(True, "cuda", "4bit") is True, "a choice stays a choice"
+    values = _page_values(device="cpu", quantization="4bit")
+    _pick_machine(app, "Mac, 16 GB unified memory", values, chosen=True)
+    assert (values["device"], values["quantization"]) == ("mps", "4bit")
+    _pick_machine(app, "Mac, 16 GB unified memory", values, chosen=False)
+    assert values["quantization"] == "none"
+    assert handlers.device_defaults("cuda", "none", False)["value"] == "4bit", "Device picked by hand"
+    assert handlers.device_defaults("cuda", "none", True) == gr.skip()
+    assert handlers.device_defaults("mps", "none", False) == gr.skip()
+    machine, budget, quantization = handlers.device_picked("cuda", 12, "none", False)
+    assert machine["value"] == "NVIDIA GPU, 12 GB" and not budget["visible"] and quantization["value"] == "4bit"
+    machine, budget, quantization = handlers.device_picked("cpu", 10, "4bit", True)
+    assert machine["value"] == CUSTOM_MACHINE and budget["visible"] and quantization == gr.skip()
+    assert handlers.device_picked("cuda", 0, "4bit", False)[0]["value"] == THIS_COMPUTER, "no budget: this computer"
+
+
+def test_the_presets_are_the_machines_people_have(app):
+    assert MACHINE_PRESETS[THIS_COMPUTER] == ("auto", 0)
+    assert [gb for device, gb in MACHINE_PRESETS.values() if device == "cuda"] == [8, 12, 16, 24]
+    assert [gb for device, gb in MACHINE_PRESETS.values() if device == "mps"] == [16, 24, 36, 48]
+    device, budget, quantization, *cleared = app.memory.choose_machine(CUSTOM_MACHINE, "none", False)
+    assert device == gr.skip() and budget["visible"] and quantization == gr.skip(), "custom: type the budget"
+    assert app.memory.question(E2B, "Mac, 36 GB unified memory") == (
+        "## Will gemma-3n-E2B-it fit on a Mac with 36 GB of unified memory?")
+    assert app.memory.question("/home/me/models/tiny-gemma3n/", THIS_COMPUTER) == (
+        "## Will tiny-gemma3n fit on this computer?")
+
+
+def test_the_verdict_names_model_machine_precision_and_calibration(app):
+    values = _page_values()
+    memory_gb = _pick_machine(app, "Mac, 16 GB unified memory", values)
+    verdict = _ask_app(app, memory_gb, values)[1]
+    first = verdict.split("\n\n")[0]
+    assert first.startswith("**Will gemma-3n-E2B-it fit on a Mac with 16 GB of unified memory? ")
+    assert "bf16 weights, computing in bf16" in first and "`mps`" in first
+    assert "Not calibrated" in first and "Calibrate this machine" not in first, "no offer for a machine not here"
+    values = _page_values(device="cpu")
+    verdict = _ask_app(app, 0, values)[1]
+    assert "this computer (CPU)" in verdict and "**Calibrate this machine** (below)" in verdict
+
+
+def test_a_calibrated_estimate_says_so(app, capsys):
+    """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
+    data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
+    assert "Not calibrated" in memory_view.memory_answer_markdown(data, "this computer (CPU)")
+    data.update(calibration={"date": "2026-12-01", "device_key": "cpu|EPYC", "n_measurements": 3},
+                compute_dtype="float32", compute_dtype_reason="this CPU has no native bf16 (AVX2).")
+    text = memory_view.memory_answer_markdown(data, "this computer (CPU)", offer_calibration=True)
+    assert "Calibrated on this machine on 2026-12-01 (3 measurements)." in text and "Not calibrated" not in text
+    assert "computing in fp32" in text and "no native bf16 (AVX2)" in text
+
+
+def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
+    data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
+    assert data["step_bytes"] != data["total_bytes"], "this example has two figures to tell apart"
+    text = memory_view.memory_answer_markdown(data, "a computer with 16 GB of RAM (training on the CPU)")
+    import re
+
+    bold = re.findall(r"\*\*([\d.]+ [KMG]i?B)\*\*", text)
+    assert bold == [fmt.format_bytes(data["total_bytes"]), fmt.format_bytes(data["usable_bytes"])], "one headline"
+    assert text.count(fmt.format_bytes(data["step_bytes"])) == 1, "the step's figure once, under the headline"
+    assert f"Estimated peak **{fmt.format_bytes(data['total_bytes'])}**" in text
+    under = text.split("<small>")[1]
+    assert "whole run's peak" in under and f"peaks at {fmt.format_bytes(data['step_bytes'])}" in under
+    assert fmt.format_bytes(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu", "mps"])
+def test_notes_about_the_per_layer_embeddings_agree(app, capsys, device):
+    notes = " ".join(_ask_cli(app.ws, capsys, "--device", device, "--memory-gb", "16", "--ple-on-cpu")["notes"])
+    on_host, ignored = "per-layer embeddings kept in CPU RAM" in notes, "applies to CUDA only" in notes
+    assert (on_host, ignored) == ((True, False) if device == "cuda" else (False, True)), notes
+
+
+def test_a_new_estimate_clears_what_was_about_earlier_settings(app):
+    values = _page_values(device="cpu")
+    *_head, notes, device_note, measured = _ask_app(app, 16, values)
+    assert (device_note, measured) == ("", ""), "the Detect device note and an old measurement go"
+    assert "runtime overhead" in notes, "the notes sit in the details, not beside the verdict"
+    device, budget, quantization, verdict, hint, measured, device_note, *buttons = app.memory.choose_machine(
+        "NVIDIA GPU, 24 GB", "none", False)
+    assert (verdict, hint, measured, device_note) == ("", "", "", "")
+    assert all(button["visible"] is False for button in buttons)
+    verdict, hint, measured, plot, *buttons = app.memory.settings_changed()  # a setting changed by hand
+    assert "click **Estimate**" in verdict and (hint, measured, plot) == ("", "", None)
+    assert all(button["visible"] is False for button in buttons)
+
+
+def test_out_of_range_numbers_get_a_message_next_to_the_field(app):
+    handlers = app.memory
+    assert handlers.field_message("lora_rank", 16) == "" and handlers.field_message("memory_gb", 0) == ""
+    message = handlers.field_message("lora_rank", -5)
+    assert message.startswith("✗") and "LoRA rank r" in message and ">= 1" in message and "-5" in message
+    assert "256" in handlers.field_message("max_length", 100)
+    assert "between 0 and 4096" in handlers.field_message("memory_gb", -5)
+    assert handlers.field_message("batch_size", None) == "✗ Type a number here."
+
+
+def test_number_fields_have_no_gradio_minimum(tmp_path):
+    """Gradio refuses a number under `minimum=` with a toast and red "Error" badges over the page (issue 20
+    item 6); the Memory tab's numbers are checked by `field_message` instead."""
+    import app as app_module
+
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    numbers = {block.elem_id: block for block in demo.blocks.values() if isinstance(block, gr.Number)}
+    for elem_id in ("set-lora-rank", "set-batch-size", "set-grad-accum", "max-length", "memory-gb"):
+        assert numbers[elem_id].minimum is None, elem_id
+        message = elem_id.removeprefix("set-").replace("max-length", "max-length") + "-message"
+        assert any(getattr(block, "elem_id", None) == message for block in demo.blocks.values()), message
