@@ -25,6 +25,7 @@ COMMANDS = {
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
     "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),
     "import-run": ("pipeline.export.import_run", "bring back a run trained elsewhere (a cloud job bundle's output)"),
+    "delete-run": ("pipeline.training.runs", "delete a run folder (refused while the run is training)"),
 }
 
 
