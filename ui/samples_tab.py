@@ -18,7 +18,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, SampleError
 from ui import formatting as fmt
-from ui.common import REPO_ROOT, progress_callback, typed_path, ui_errors
+from ui.common import CANCELLED, REPO_ROOT, confirm_js, progress_callback, typed_path, ui_errors
 from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.session import SessionHandlers, session_section
 from ui.state import AppState
@@ -26,15 +26,11 @@ from ui.wording import app_wording
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
-CANCELLED = "__cancelled__"
 TRIM_LABEL = "Trim clips longer than 30 s (keep their first 30 s)"
 # Where a clip is refused as too long, this tab's own way to keep it.
 _TRIM_HINTS = TRIM_HINTS
 # Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
-_CONFIRM_DELETE_JS = (
-    "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
-    f" ? id : '{CANCELLED}'"
-)
+_CONFIRM_DELETE_JS = confirm_js("Delete sample {} and its audio? This cannot be undone.")
 
 
 class SamplesHandlers:
@@ -227,7 +223,8 @@ def _sample_pack_attribution() -> str:
         "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
         "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
         f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
-        "**Import** (2 tutoring dialogues and 2 free-speech answers over the same clips)."
+        "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
+        "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
     )
 
 
