@@ -428,6 +428,7 @@ def test_a_swap_cut_short_by_a_crash_is_recovered_on_load(tmp_path, processor):
 def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path, tiny_model_dir, processor):
     """Before a build: added, edited and deleted samples since the last one; after: which learners
     changed sides between the training and test sets, and what changed that decides the split."""
+    from pipeline.data.build_changes import split_changes
     from pipeline.data.samples import SampleLibrary
 
     specs = [(f"{who}{k}", who, f"Sentence {who} {k}.", "Good.") for who in ("ann", "bob", "cal", "dan") for k in (1, 2)]
@@ -464,6 +465,6 @@ def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path,
            "seed": 1, "eval_fraction": 0.2}
     new = {"row_ids": {"train": ["b1", "c1"], "eval": ["a1", "u1"]}, "speakers": {"train": ["b", "c"], "eval": ["a"]},
            "seed": 2, "eval_fraction": 0.2}
-    result = ds.split_changes(old, new, {"a1": "a", "b1": "b", "c1": "c", "u1": None})
+    result = split_changes(old, new, {"a1": "a", "b1": "b", "c1": "c", "u1": None})
     assert (result["to_eval"], result["to_train"], result["rows_to_eval"]) == (["a"], ["c"], ["u1"])
     assert result["reasons"] == ["the split seed changed (1 -> 2)"]

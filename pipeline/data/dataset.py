@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.conversation import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
+from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
 
@@ -190,7 +191,7 @@ def split_ids(
             train_ids += extra[0]
             eval_ids += extra[1]
             notes.append(
-                f"{len(unknown)} sample(s) have no speaker ({_some_ids(unknown)}) and were split sample by sample; "
+                f"{len(unknown)} sample(s) have no speaker ({some_ids(unknown)}) and were split sample by sample; "
                 "give them a speaker so that no learner ends up in both splits."
             )
         return Split(sorted(train_ids), sorted(eval_ids), "speaker", notes)
@@ -207,13 +208,6 @@ def split_ids(
             "splits; set each sample's speaker for a speaker-disjoint split."
         )
     return Split(sorted(train_ids), sorted(eval_ids), "sample", notes)
-
-
-def _some_ids(ids: Sequence[str], shown: int = 5) -> str:
-    """Up to `shown` ids, in order, then "and N more": which samples a note is about."""
-    ids = sorted(ids)
-    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    return ", ".join(ids[:shown]) + more
 
 
 def _sample_split(ids: list[str], eval_fraction: float, rng: random.Random) -> tuple[list[str], list[str]]:
@@ -244,9 +238,7 @@ class BuildReport:
     kind in the library (`pipeline.conversation.KINDS`).
     `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
     name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
-    (`pipeline.training.resume`). `sample_digests`: sample id -> `sample_digest` of every sample in
-    the library at build time (what `library_changes` compares with). `split_changes`: how this
-    build's split differs from the previous build's (`split_changes`; None for a first build).
+    (`pipeline.training.resume`). `sample_digests`, `split_changes`: see `pipeline.data.build_changes`.
     Reports written before these fields existed load with them empty.
     """
 
@@ -302,9 +294,8 @@ class BuildReport:
                 lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
         moved = self.split_changes or {}
-        for side, words in (("to_eval", "eval"), ("to_train", "train")):
-            if moved.get(side):
-                lines.append(f"  moved to {words} since the last build: {', '.join(moved[side])}")
+        lines.extend(f"  moved to {side[3:]} since the last build: {', '.join(moved[side] + moved['rows_' + side])}"
+                     for side in ("to_eval", "to_train") if moved.get(side) or moved.get("rows_" + side))
         lines.extend(f"  why: {reason}" for reason in moved.get("reasons") or [] if moved.get("moved"))
         return "\n".join(lines)
 
@@ -331,83 +322,17 @@ def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
     return digest.hexdigest()
 
 
-def sample_digest(sample: Any) -> str:
-    """SHA-256 (hex) of what a build reads from one sample (`pipeline.data.samples.Sample`): its kind,
-    texts (sentence, prompt, feedback, transcript), speaker, expert scores, audio digest and a
-    dialogue's turns. Two digests differ exactly when an edit could change the sample's row or the
-    split it falls in; where the clip came from and its check report do not count."""
-    turns = [{k: t.get(k) for k in ("role", "text", "transcript", "audio_sha256")} for t in sample.turns or []]
-    content = [sample.kind or "read_aloud", sample.target_text, sample.prompt, sample.feedback, sample.transcript,
-               sample.speaker, sample.scores, sample.audio_sha256, turns]
-    return hashlib.sha256(json.dumps(content, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
-
-
 def library_changes(workspace: Workspace | str | os.PathLike) -> dict | None:
-    """How the sample library changed since the last build, or None when nothing was built yet.
-
-    Returns `{"added", "edited", "deleted"}` (sorted sample ids), `"changed"` (any of the three) and
-    `"built_at"` (unix seconds of the last build). A build made before reports recorded each sample
-    (`sample_digests`) is compared by ids only: `"edits_known"` is then False and `edited` empty.
-    Reads only the manifest and the build report (no audio, no model)."""
+    """How the sample library changed since the last build (`pipeline.data.build_changes.library_changes`:
+    added, edited, deleted sample ids), or None when nothing was built yet."""
+    from pipeline.data.build_changes import library_changes as changes_since
     from pipeline.data.samples import SampleLibrary
 
     try:
         report = load_build_report(workspace)
     except DatasetError:
         return None
-    samples = {s.id: s for s in SampleLibrary(workspace).list()}
-    digests = report.get("sample_digests") or {}
-    if digests:
-        before = set(digests)
-        edited = sorted(i for i in before & set(samples) if sample_digest(samples[i]) != digests[i])
-    else:
-        before = {i for ids in (report.get("row_ids") or {}).values() for i in ids}
-        before |= {e["id"] for e in report.get("excluded") or []}
-        edited = []
-    added, deleted = sorted(set(samples) - before), sorted(before - set(samples))
-    return {"added": added, "edited": edited, "deleted": deleted, "changed": bool(added or edited or deleted),
-            "edits_known": bool(digests), "built_at": report.get("built_at") or None}
-
-
-def split_changes(previous: dict | None, current: dict, speaker_of: dict[str, str | None] | None = None) -> dict | None:
-    """Which learners (and unnamed samples) changed sides between two builds, and why.
-
-    `previous` and `current` are build reports (`BuildReport.to_dict()`); None for a first build.
-    `speaker_of`: row id -> speaker of the current rows; rows of a named learner are then said with
-    the learner, not one by one. Returns `{"to_eval", "to_train"}`: speakers that were on the other side before (sorted names);
-    `"rows_to_eval"`, `"rows_to_train"`: ids of rows without a speaker that changed sides; `"moved"`
-    (any of these); `"reasons"`: what differs between the two builds that decides the split
-    (`split_ids`: the set of rows and their speakers, `eval_fraction`, `seed`), in words. A learner
-    added or removed is not "moved": only someone present in both builds' splits can move.
-    """
-    if not previous or not previous.get("row_ids"):
-        return None
-    old_speakers = {name: set(v) for name, v in (previous.get("speakers") or {}).items()}
-    new_speakers = {name: set(v) for name, v in (current.get("speakers") or {}).items()}
-    to_eval = sorted(new_speakers.get("eval", set()) & old_speakers.get("train", set()))
-    to_train = sorted(new_speakers.get("train", set()) & old_speakers.get("eval", set()))
-    old_ids = {name: set(v) for name, v in previous["row_ids"].items()}
-    new_ids = {name: set(v) for name, v in (current.get("row_ids") or {}).items()}
-    rows_to_eval = sorted(new_ids.get("eval", set()) & old_ids.get("train", set()))
-    rows_to_train = sorted(new_ids.get("train", set()) & old_ids.get("eval", set()))
-    if speaker_of is not None:  # a named learner's rows are said with the learner
-        rows_to_eval = [i for i in rows_to_eval if not speaker_of.get(i)]
-        rows_to_train = [i for i in rows_to_train if not speaker_of.get(i)]
-    reasons: list[str] = []
-    if previous.get("seed") != current.get("seed"):
-        reasons.append(f"the split seed changed ({previous.get('seed')} -> {current.get('seed')})")
-    if previous.get("eval_fraction") != current.get("eval_fraction"):
-        reasons.append(f"the held-out share changed ({previous.get('eval_fraction')} -> {current.get('eval_fraction')})")
-    old_all, new_all = set().union(*old_speakers.values()), set().union(*new_speakers.values())
-    if new_all - old_all:
-        reasons.append(f"new learner(s) {', '.join(sorted(new_all - old_all))}")
-    if old_all - new_all:
-        reasons.append(f"learner(s) no longer in the dataset: {', '.join(sorted(old_all - new_all))}")
-    old_rows, new_rows = set().union(*old_ids.values()), set().union(*new_ids.values())
-    if new_rows != old_rows:
-        reasons.append(f"{len(new_rows - old_rows)} row(s) added and {len(old_rows - new_rows)} left out or deleted")
-    return {"to_eval": to_eval, "to_train": to_train, "rows_to_eval": rows_to_eval, "rows_to_train": rows_to_train,
-            "moved": bool(to_eval or to_train or rows_to_eval or rows_to_train), "reasons": reasons}
+    return changes_since(SampleLibrary(workspace).list(), report)
 
 
 def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
@@ -604,10 +529,8 @@ def build_dataset(
         built_at=round(time.time(), 3),
         sample_digests={s.id: sample_digest(s) for s in samples},
     )
-    try:
-        previous = load_build_report(ws)
-    except (DatasetError, OSError, ValueError):
-        previous = None
+
+    previous = load_build_report(ws) if (ws.dataset_dir / BUILD_REPORT_NAME).exists() else None  # first build: None
     report.split_changes = split_changes(previous, report.to_dict(), {r["id"]: r["speaker"] for r in rows})
 
     report_progress(len(samples), len(samples), "saving")
