@@ -238,7 +238,7 @@ def test_full_flow_in_the_browser(running_app):
         page.locator("#run-name input, #run-name textarea").first.fill("e2e-run")
         # 60 steps: long enough that Stop lands mid-run on a fast quiet machine (6 steps took 4 s here)
         _fill_number(page, "max-steps", "60")
-        page.get_by_text("More settings").click()
+        page.locator("#train-advanced").get_by_text("Advanced settings").click()
         _fill_number(page, "eval-steps", "10")
         _fill_number(page, "save-steps", "5")
         page.click("#start-training")
