@@ -365,9 +365,10 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
         handlers.import_folder, inputs=[folder_in, format_in, import_trim], outputs=[*import_results, samples_df])
     samples_df.change(handlers.library_summary, outputs=library_summary, show_progress="hidden")
     # Another sample selected: the last edit's "Saved changes to X" was about the one before.
-    samples_df.select(cleared(""), outputs=edit_status).then(
-        handlers.select_sample, inputs=samples_df,
-        outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
+    # (Two listeners: the selection's data reaches only a handler wired to the select event itself.)
+    samples_df.select(cleared(""), outputs=edit_status, show_progress="hidden")
+    samples_df.select(handlers.select_sample, inputs=samples_df,
+                      outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
     update_button.click(handlers.update_sample, inputs=[edit_id, edit_target, edit_feedback, edit_speaker],
                         outputs=[edit_status, samples_df])
     editor = [edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks]
