@@ -141,3 +141,11 @@ def test_headlines_and_what_changed_since_the_last_build(ui, tiny_model_dir):
     changes = ui.dataset.library_changes()
     assert changes.startswith("**Since the last build:** 1 sample edited") and first in changes and second in changes
     assert "1 sample deleted" in changes
+
+
+def test_the_try_tab_opens_with_the_teachers_tutors(ui):
+    assert "No tuned tutor yet" in ui.tryout.headline()
+    atomic_write_json(ui.ws.runs_dir / "first" / "adapter" / "adapter_config.json", {})
+    atomic_write_json(ui.ws.runs_dir / "first" / "result.json", {"run": "first", "status": "completed"})
+    atomic_write_json(ui.ws.runs_dir / "no-tutor" / "result.json", {"run": "no-tutor", "status": "failed"})
+    assert ui.tryout.headline().startswith("**1 tuned tutor to try** (newest: **first**)")

@@ -100,7 +100,8 @@ class DatasetHandlers:
             longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
             lines.append(
                 f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
-                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')})"
+                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
+                "*A token is a piece of a word, and each clip takes ~190; p90: 9 rows in 10 are at most this long.*"
             )
         for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
             t = k.get("tokens") or {}

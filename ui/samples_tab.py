@@ -95,6 +95,10 @@ class SamplesHandlers:
 
         return fmt.samples_frame(SampleLibrary(self.ws).list())
 
+    def library_headline(self) -> str:
+        """The tab's first line: the library's first sentence (`library_summary`), or how to start."""
+        return self.library_summary().split("\n\n")[0]
+
     def library_summary(self) -> str:
         """The library in a teacher's words, above its table: recordings, learners, how many of each kind,
         and which samples cannot be trained on yet (no feedback) or have no learner (Markdown)."""
@@ -287,6 +291,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
     """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab); returns
     the recording session's widgets (its page-load restore is wired in `build_ui`)."""
     with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
+        headline = gr.Markdown(handlers.library_headline, elem_id="samples-headline")
         with gr.Row(equal_height=True):
             pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
                                     elem_id="load-pack", scale=0, min_width=340)
@@ -364,6 +369,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
     import_button.click(cleared("Importing…", gr.update(visible=False)), outputs=import_results).then(
         handlers.import_folder, inputs=[folder_in, format_in, import_trim], outputs=[*import_results, samples_df])
     samples_df.change(handlers.library_summary, outputs=library_summary, show_progress="hidden")
+    samples_df.change(handlers.library_headline, outputs=headline, show_progress="hidden")
     # Another sample selected: the last edit's "Saved changes to X" was about the one before.
     # (Two listeners: the selection's data reaches only a handler wired to the select event itself.)
     samples_df.select(cleared(""), outputs=edit_status, show_progress="hidden")

@@ -7,13 +7,14 @@ with the tutor are in `ui/try_kinds.py`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
 
 from pipeline.errors import ConfigError
-from ui.common import cleared, range_note, ui_errors, whole_number_in_range
+from ui.common import cleared, plural, range_note, ui_errors, whole_number_in_range
 from ui.export_section import export_section
 from ui.state import AppState
 from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
@@ -26,6 +27,19 @@ class TryHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self.dialogue = DialogueTryHandlers(state)
+
+    def headline(self) -> str:
+        """The tab's first line, about the teacher's tutors: how many runs saved a tutor (an adapter) to try,
+        and the newest, or where to make one (Markdown)."""
+        from ui.common import list_runs
+
+        tutors = [r["run"] for r in list_runs(self.state.ws)
+                  if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+        if not tutors:
+            return ("No tuned tutor yet: train one on the **4 · Train** tab (a stopped run has a tutor too), then "
+                    "speak to it here and compare it with the base model.")
+        return (f"**{plural(len(tutors), 'tuned tutor')} to try** (newest: **{tutors[0]}**). Speak as a learner "
+                "would; each answer comes from your tutor and, beside it, from the base model it was tuned from.")
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
@@ -51,7 +65,8 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
     poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
     tab ends with the export / import section; `imported` is then its import event."""
-    with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
+    with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
+        headline = gr.Markdown(handlers.headline, elem_id="try-headline")
         try_kind = try_kind_selector()
         with gr.Row():
             with gr.Column():
@@ -83,6 +98,7 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     try_kind.change(cleared("", "", ""), outputs=[tuned_out, base_out, try_note]).then(
         handlers.dialogue.kind_visibility, inputs=try_kind,
         outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
+    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     try_max_tokens.change(range_note(*MAX_TOKENS_RANGE, MAX_TOKENS_LABEL), inputs=try_max_tokens,
                           outputs=max_tokens_note, show_progress="hidden")
     dialogue.wire(try_run, try_max_tokens)
