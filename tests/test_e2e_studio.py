@@ -120,6 +120,9 @@ def test_the_studio_as_a_teacher_meets_it(running_app, speechocean_dir):
 
         # Try: a number out of range is answered under its box; another kind clears the last answer's note.
         _tab(page, "5 · Try")
+        _wait_text(page, "#try-headline", r"No tuned tutor yet", timeout_s=30)
+        assert not page.locator("#try-max-tokens").is_visible(), "the answer length is an advanced setting"
+        page.locator("#try-advanced").get_by_text("Advanced settings").click()
         _fill_number(page, "try-max-tokens", "-5")
         _wait_text(page, "#try-max-tokens-note", r"from 16 to 1024, got -5", timeout_s=30)
         _calm(page, "#try-max-tokens-note")

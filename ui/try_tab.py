@@ -75,13 +75,18 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
                 try_target = gr.Textbox(label="Target sentence", elem_id="try-target")
                 with gr.Row():
                     try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
-                                          allow_custom_value=True)
+                                          allow_custom_value=True,
+                                          info="The tutor a training run made: its adapter is the small set of "
+                                               "weights training changed on top of the base model.")
                     try_refresh = gr.Button("Refresh runs", size="sm", scale=0, min_width=120)
-                low, high = MAX_TOKENS_RANGE
-                try_max_tokens = gr.Number(256, precision=0, label=MAX_TOKENS_LABEL, elem_id="try-max-tokens",
-                                           info=f"From {low} to {high}. How long the tutor may talk; the feedback "
-                                                "template needs about 40-120 tokens (a token is about ¾ of a word).")
-                max_tokens_note = gr.Markdown(elem_id="try-max-tokens-note")
+                with gr.Accordion("Advanced settings", open=False, elem_id="try-advanced"):
+                    low, high = MAX_TOKENS_RANGE
+                    try_max_tokens = gr.Number(256, precision=0, label=MAX_TOKENS_LABEL, elem_id="try-max-tokens",
+                                               info=f"From {low} to {high}. How long the tutor may talk: a longer "
+                                                    "limit lets a rambling answer run on (and takes longer); the "
+                                                    "feedback template needs about 40-120 tokens (a token is about "
+                                                    "¾ of a word).")
+                    max_tokens_note = gr.Markdown(elem_id="try-max-tokens-note")
                 try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
         dialogue = dialogue_section(handlers.dialogue)
         try_note = gr.Markdown(elem_id="try-note")

@@ -47,7 +47,7 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     "eval-fraction": ("Held-out share", "Dataset tab", False),
     "trim": ("Trim clips longer than 30 s", "Samples tab", True),
     "format": ("Layout", "Samples tab, Import a folder", False),
-    "max-new-tokens": ("Longest answer (tokens)", "Try tab", False),
+    "max-new-tokens": ("Longest answer (tokens)", "Try tab, Advanced settings", False),
     "run": ("Tuned run", "Try tab", False),
 }
 """Command-line flags that have a widget in the app: its label (the start of the widget's label on the
