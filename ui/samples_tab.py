@@ -18,8 +18,8 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError
 from ui import formatting as fmt
-from ui.common import REPO_ROOT, progress_callback, typed_path, ui_errors
-from ui.common import CANCELLED, cleared, confirm_js, error_panel, plural
+from ui.common import (CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, plural, progress_callback, typed_path,
+                       ui_errors)
 from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.session import SessionHandlers, session_section
 from ui.state import AppState
