@@ -149,3 +149,15 @@ def test_the_try_tab_opens_with_the_teachers_tutors(ui):
     atomic_write_json(ui.ws.runs_dir / "first" / "result.json", {"run": "first", "status": "completed"})
     atomic_write_json(ui.ws.runs_dir / "no-tutor" / "result.json", {"run": "no-tutor", "status": "failed"})
     assert ui.tryout.headline().startswith("**1 tuned tutor to try** (newest: **first**)")
+
+
+def test_the_dataset_tab_says_who_moved_between_training_and_test_and_why():
+    """Adding one learner and rebuilding moved two samples from the test set into training, silently."""
+    from ui.dataset_tab import _moves_lines
+
+    assert _moves_lines(None) == [] and _moves_lines({"moved": False, "to_eval": [], "to_train": []}) == []
+    (line,) = _moves_lines({"moved": True, "to_eval": ["ann"], "to_train": ["cal"], "rows_to_eval": [],
+                            "rows_to_train": ["s-1", "s-2"], "reasons": ["new learner(s) eve"]})
+    assert line.startswith("**Moved since the last build:** learner ann moved into the test set; learner cal, "
+                           "2 samples with no learner (s-1, s-2) moved into training. Why: new learner(s) eve."), line
+    assert "Resume even though the dataset was rebuilt" in line
