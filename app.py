@@ -66,7 +66,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         model, _model_note = model_picker(app.state)
         with gr.Tabs(elem_id="tabs"):
             samples = samples_tab(app.samples)
-            dataset = dataset_tab()
+            dataset = dataset_tab(app.dataset)
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
             tryout = try_tab(app.tryout, app.export)
@@ -84,7 +84,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         dataset_outputs = [*dataset.outputs, settings["max_length"]]
         dataset.build_button.click(
             app.dataset.build_dataset, inputs=[model, dataset.eval_fraction, dataset.seed, dataset.build_max_length],
-            outputs=dataset_outputs)
+            outputs=dataset_outputs).then(dataset.refresh[0], outputs=dataset.refresh[1], show_progress="hidden")
 
         # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
         wire_memory_tab(app.memory, memory, model, setting_widgets)
@@ -106,6 +106,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         train.refresh_runs.click(app.train.refresh_run_lists, outputs=run_lists)
         tryout.refresh.click(app.train.refresh_run_lists, outputs=run_lists)
         tryout.imported.success(app.train.refresh_run_lists, outputs=run_lists)  # an imported run joins the lists
+        train.deleted.then(app.train.refresh_run_lists, outputs=run_lists)  # a deleted run leaves them
 
         # A (re)opened page: re-attach to a running job, show the last build, restore the settings.
         demo.load(app.train.on_load, outputs=[train.current_run, train.timer, train.train_status, train.runs_df,

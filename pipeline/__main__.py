@@ -21,6 +21,7 @@ COMMANDS = {
     "estimate": ("pipeline.memory.cli", "estimate (and optionally measure) fine-tuning peak memory"),
     "plan": ("pipeline.memory.plan", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
+    "delete-run": ("pipeline.training.runs", "delete a run folder (refused while the run is training)"),
     "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
     "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),

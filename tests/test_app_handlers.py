@@ -331,8 +331,9 @@ def test_clicking_a_saved_sample_loads_it_for_playback_and_editing(ui):
     table = ui.samples_table()
     row = table.iloc[0].tolist()
     event = gr.SelectData(None, {"index": [0, 3], "value": row[3], "row_value": row, "selected": True})
-    sample_id, audio_path, target, feedback, speaker, checks = ui.select_sample(table, event)
-    assert sample_id == row[0] and Path(audio_path).is_file() and audio_path.endswith(".wav")
+    sample_id, audio, target, feedback, speaker, checks = ui.select_sample(table, event)
+    audio_path = audio["value"]
+    assert sample_id == row[0] and Path(audio_path).is_file() and audio_path.endswith(".wav") and audio["label"] == "Playback"
     assert target["value"] == "The cat sat." and feedback["value"] == "Clear and accurate." and speaker == "spk1"
     assert target["label"] == "Target sentence" and target["interactive"]
     assert "dBFS" in checks

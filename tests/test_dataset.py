@@ -146,7 +146,7 @@ def test_mixed_known_and_unknown_speakers_notes_the_unknown():
     rows = rows_for({"a": 5, "b": 5}) + [("u1", ""), ("u2", None)]
     split = ds.split_ids(rows, eval_fraction=0.3, seed=0)
     assert split.method == "speaker"
-    assert any("2 sample(s) have no speaker" in note for note in split.notes)
+    assert any("2 sample(s) have no speaker (u1, u2)" in note for note in split.notes), "the note names them"
     assert sorted(split.train + split.eval) == sorted(i for i, _ in rows)
 
 
@@ -423,3 +423,48 @@ def test_a_swap_cut_short_by_a_crash_is_recovered_on_load(tmp_path, processor):
     assert len(data["train"]) + len(data["eval"]) == 4
     assert tree_digest(ws.dataset_dir) == before
     assert ds.load_build_report(ws)["splits"] == {"train": len(data["train"]), "eval": len(data["eval"])}
+
+
+def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path, tiny_model_dir, processor):
+    """Before a build: added, edited and deleted samples since the last one; after: which learners
+    changed sides between the training and test sets, and what changed that decides the split."""
+    from pipeline.data.build_changes import split_changes
+    from pipeline.data.samples import SampleLibrary
+
+    specs = [(f"{who}{k}", who, f"Sentence {who} {k}.", "Good.") for who in ("ann", "bob", "cal", "dan") for k in (1, 2)]
+    before = [(i, who) for i, who, _, _ in specs]
+    after = [r for r in before if r[0] != "bob2"] + [(f"eve{k}", "eve") for k in range(3)]
+    # a seed whose split changes when eve (3 recordings) joins and bob2 leaves (the split is then drawn again)
+    seed = next(s for s in range(50) if set(ds.split_ids(before, eval_fraction=0.25, seed=s).eval)
+                - set(ds.split_ids(after, eval_fraction=0.25, seed=s).eval))
+    ws = make_library(tmp_path / "ws", specs)
+    assert ds.library_changes(ws) is None, "nothing built yet"
+    first = ds.build_dataset(ws, processor, eval_fraction=0.25, seed=seed, max_length=512)
+    assert first.split_changes is None and set(first.sample_digests) == {s[0] for s in specs}
+    assert ds.library_changes(ws) == {"added": [], "edited": [], "deleted": [], "changed": False, "edits_known": True,
+                                      "built_at": first.built_at}
+    library = SampleLibrary(ws)
+    library.update("ann1", feedback="Better: stress the first word.")
+    library.delete("bob2")
+    for k in range(3):
+        library.add((RATE, tone(1.0, 400 + 10 * k, seed=50 + k)), f"Eve {k}.", "Fine.", speaker="eve", sample_id=f"eve{k}")
+    changes = ds.library_changes(ws)
+    assert (changes["added"], changes["edited"], changes["deleted"]) == (["eve0", "eve1", "eve2"], ["ann1"], ["bob2"])
+    assert changes["changed"]
+
+    report = ds.build_dataset(ws, processor, eval_fraction=0.25, seed=seed, max_length=512)
+    assert ds.library_changes(ws)["changed"] is False, "the new build takes the library as it is"
+    moved = report.split_changes
+    assert moved["moved"] and set(moved["to_eval"]) | set(moved["to_train"]) <= {"ann", "bob", "cal", "dan"}, moved
+    assert "eve" not in moved["to_eval"] + moved["to_train"], "eve is new: she did not move"
+    assert not moved["rows_to_eval"] and not moved["rows_to_train"], "every row has a learner: said per learner"
+    assert "new learner(s) eve" in moved["reasons"] and "3 row(s) added and 1 left out or deleted" in moved["reasons"]
+    assert "moved to" in report.summary() and "why: new learner(s) eve" in report.summary()
+    # the pure comparison: learners and unnamed rows that changed sides between two reports
+    old = {"row_ids": {"train": ["a1", "b1", "u1"], "eval": ["c1"]}, "speakers": {"train": ["a", "b"], "eval": ["c"]},
+           "seed": 1, "eval_fraction": 0.2}
+    new = {"row_ids": {"train": ["b1", "c1"], "eval": ["a1", "u1"]}, "speakers": {"train": ["b", "c"], "eval": ["a"]},
+           "seed": 2, "eval_fraction": 0.2}
+    result = split_changes(old, new, {"a1": "a", "b1": "b", "c1": "c", "u1": None})
+    assert (result["to_eval"], result["to_train"], result["rows_to_eval"]) == (["a"], ["c"], ["u1"])
+    assert result["reasons"] == ["the split seed changed (1 -> 2)"]

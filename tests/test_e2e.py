@@ -239,8 +239,8 @@ def test_full_flow_in_the_browser(running_app):
         _tab(page, "4 · Train")
         page.locator("#run-name input, #run-name textarea").first.fill("e2e-run")
         # 60 steps: long enough that Stop lands mid-run on a fast quiet machine (6 steps took 4 s here)
+        page.locator("#train-advanced").get_by_text("Advanced settings").click()
         _fill_number(page, "max-steps", "60")
-        page.get_by_text("More settings").click()
         _fill_number(page, "eval-steps", "10")
         _fill_number(page, "save-steps", "5")
         page.click("#start-training")
@@ -281,6 +281,7 @@ def test_full_flow_in_the_browser(running_app):
         page.locator("#try-audio button[aria-label='Upload file']").click()
         page.locator("#try-audio input[type=file]").set_input_files(str(SAMPLE_CLIP))
         page.locator("#try-target input, #try-target textarea").first.fill("KATE'S GOT SOME GREY")
+        page.locator("#try-advanced").get_by_text("Advanced settings").click()
         slider = page.locator("#try-max-tokens input[type=number]").first
         slider.fill("24")
         slider.press("Enter")

@@ -172,9 +172,9 @@ def test_the_sample_pack_says_how_to_add_its_free_speech_and_dialogue_examples(u
     summary, *_ = ui.load_sample_pack()
     (path,) = re.findall(r"type `([^`]+tutoring\.jsonl)`", summary)
     summary, *_ = ui.import_folder(path, "auto", False)
-    assert "Imported **4**" in summary and "skipped **0**" in summary, summary
+    assert "Imported **5**" in summary and "skipped **0**" in summary, summary
     kinds = sorted(s.kind for s in SampleLibrary(ui.ws).list())
-    assert kinds.count("dialogue") == 2 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8
+    assert kinds.count("dialogue") == 3 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8
 
 
 def test_the_library_editor_shows_and_edits_each_kinds_own_texts(ui, tmp_path, speechocean_dir):

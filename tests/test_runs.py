@@ -132,3 +132,41 @@ def test_stop_pressed_while_the_run_is_still_starting_stops_it_cleanly(tmp_path_
     result = status["result"]
     assert result["status"] == "stopped" and "Killed" not in (result.get("reason") or ""), result
     assert result["steps"] < 400 and (ws / "runs" / "early" / "adapter" / "adapter_config.json").exists()
+
+
+def test_delete_run_removes_an_ended_run_and_refuses_a_training_one(tmp_path):
+    ws = tmp_path / "ws"
+    done = ws / "runs" / "done"
+    (done / "adapter").mkdir(parents=True)
+    (done / "adapter" / "adapter_model.safetensors").write_bytes(b"x" * 1000)
+    atomic_write_json(done / "result.json", {"run": "done", "status": "completed"})
+    # A live process that looks like `python -m pipeline train --run alive` (pid_alive checks the command line).
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "pipeline", "train", "alive"])
+    try:
+        alive = ws / "runs" / "alive"
+        alive.mkdir(parents=True)
+        atomic_write_json(alive / runs.PID_FILE, {"pid": live.pid})
+        with pytest.raises(TrainingError, match=r"(?s)`alive` is running.*Stop it first"):
+            runs.delete_run(ws, "alive")
+        assert alive.is_dir(), "a training run is never deleted"
+        deleted = runs.delete_run(ws, "done")
+        assert deleted["state"] == "completed" and deleted["bytes"] >= 1000
+        assert not done.exists() and [r["run"] for r in runs.list_runs(ws)] == ["alive"]
+        assert not [p for p in (ws / "runs").iterdir() if p.name.startswith(".deleting")]
+        with pytest.raises(TrainingError, match="No run named `done`.*alive"):
+            runs.delete_run(ws, "done")
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_delete_run_command(tmp_path):
+    ws = tmp_path / "ws"
+    atomic_write_json(ws / "runs" / "old" / "result.json", {"run": "old", "status": "stopped"})
+    done = subprocess.run([sys.executable, "-m", "pipeline", "delete-run", "--workspace", str(ws), "--run", "old",
+                           "--json"], capture_output=True, text=True, cwd=runs.REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert '"state": "stopped"' in done.stdout and not (ws / "runs" / "old").exists()
+    again = subprocess.run([sys.executable, "-m", "pipeline", "delete-run", "--workspace", str(ws), "--run", "old"],
+                           capture_output=True, text=True, cwd=runs.REPO_ROOT)
+    assert again.returncode == 1 and "error: No run named `old`" in again.stderr

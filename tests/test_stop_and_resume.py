@@ -156,8 +156,11 @@ def test_the_train_tab_resumes_on_a_changed_dataset_only_with_its_box_ticked(tmp
     assert "Start training" not in refused and "python -m pipeline" not in refused
     assert RESUME_ANYWAY_LABEL in [getattr(block, "label", None) for block in __import__("app").build_ui(ui).blocks.values()]
 
-    name, status, *_ = ui.resume_training("r", True)
+    name, status, *_, box = ui.resume_training("r", True)
     assert name == "r" and status.startswith("Resumed"), status
+    assert box["value"] is False, "the box applied to this resume only: it is unticked again"
+    row = ui.runs_table().set_index("run").loc["r"]
+    assert row["state"] == "running" and row["note"] == "", "no 'stopped by request' while the resumed run trains"
     deadline = time.time() + 240
     while runs.run_status(ws, "r")["alive"] and time.time() < deadline:
         time.sleep(1)

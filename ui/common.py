@@ -24,6 +24,15 @@ from ui.wording import app_wording
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = TrainConfig()
 POLL_SECONDS = 2.0
+CANCELLED = "__cancelled__"
+"""What a delete button's handler receives when the browser's "are you sure?" was answered no (`confirm_js`)."""
+
+
+def confirm_js(question: str) -> str:
+    """A button's `js=`: asks `question` (`{}` stands for the input's value) in the browser; a "no" reaches
+    the handler as `CANCELLED`, an empty value passes through (the handler says what to pick)."""
+    asked = question.replace("'", "\\'").replace("{}", "' + value + '")
+    return f"(value) => (!value || window.confirm('{asked}')) ? value : '{CANCELLED}'"
 
 # The training settings shown as widgets, in the order the handlers receive them. Memory-relevant
 # ones live on the Memory tab, the rest on the Train tab; both build one `TrainConfig`.
@@ -191,3 +200,76 @@ def run_settings(ws: Workspace, run_name: str) -> dict:
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     except ValueError:
         return {}
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """"1 learner", "3 learners" (`many`: the plural when it is not `word` + "s")."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def dataset_sentence(report: dict | None) -> str:
+    """The built dataset in a teacher's words, from its build report (`pipeline.data.dataset.load_build_report`):
+    "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 left out: see the Dataset tab)."
+    None (no build yet) gives the sentence that says to build one."""
+    if not report:
+        return "No dataset yet: build one on the **2 · Dataset** tab (it splits your recordings into training and test)."
+    splits = report.get("splits") or {}
+    train, held_out = int(splits.get("train") or 0), int(splits.get("eval") or 0)
+    learners = set().union(*(set(v) for v in (report.get("speakers") or {}).values()))
+    who = f" from {plural(len(learners), 'learner')}" if learners else ""
+    text = f"**{plural(train + held_out, 'recording')}{who}**: {train} to train on, " + (
+        f"{held_out} to test the tutor with" if held_out else "none kept apart to test the tutor with")
+    left_out = len(report.get("excluded") or [])
+    return text + (f" ({left_out} left out: see the Dataset tab)." if left_out else ".")
+
+
+def built_report(ws: Workspace) -> dict | None:
+    """The last build's report, or None when no dataset is built (`pipeline.data.dataset.load_build_report`)."""
+    from pipeline.data.dataset import load_build_report
+
+    try:
+        return load_build_report(ws)
+    except (PipelineError, OSError, ValueError):
+        return None
+
+
+def cleared(*values: Any) -> Callable[[], Any]:
+    """A handler that returns `values` (one value alone when there is one): wired to run first when an
+    action starts (`button.click(cleared(...), outputs=...).then(action, ...)`), it clears the results the
+    action replaces, so a message from the previous action never stands beside the new one."""
+    def clear() -> Any:
+        return values[0] if len(values) == 1 else values
+
+    return clear
+
+
+def whole_number_in_range(value: Any, low: int, high: int, label: str) -> int:
+    """`value` (a box's number) as an int in [low, high]; raises `ConfigError` naming the box, the value and the
+    allowed range otherwise (what `range_note` shows beside the box).
+
+    The app's number boxes carry no `minimum`/`maximum` of their own: Gradio would refuse an out-of-range
+    value before any handler runs, with a toast and a red "Error" badge on every output of the event."""
+    from pipeline.errors import ConfigError
+
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"**{label}** must be a whole number from {low} to {high}, got {value!r}; "
+                          f"type a number in that range.") from None
+    if not number.is_integer() or not low <= number <= high:
+        raise ConfigError(f"**{label}** must be a whole number from {low} to {high}, got {number:g}; "
+                          f"type a number in that range.")
+    return int(number)
+
+
+def range_note(low: int, high: int, label: str) -> Callable[[Any], str]:
+    """A `.change` handler for a number box: "" while its value is a whole number in [low, high], else a
+    "✗" line saying the allowed range (shown in a Markdown right under the box)."""
+    def note(value: Any) -> str:
+        try:
+            whole_number_in_range(value, low, high, label)
+        except PipelineError as error:
+            return f"✗ {error}"
+        return ""
+
+    return note

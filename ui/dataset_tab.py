@@ -13,9 +13,15 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import formatting as fmt
-from ui.common import DEFAULTS, model_text, progress_callback, ui_errors
+from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, plural, progress_callback, range_note,
+                       ui_errors, whole_number_in_range)
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
+
+BUILD_MAX_LENGTH_RANGE = (256, 32768)
+"""The Dataset tab's "Max tokens per row": a row holds ~190 positions per clip plus the texts (a read-aloud
+row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
+BUILD_MAX_LENGTH_LABEL = "Max tokens per row"
 
 
 class DatasetHandlers:
@@ -35,13 +41,40 @@ class DatasetHandlers:
         """Build the train/eval dataset; returns (summary, speakers, histogram, excluded, export files, memory max length)."""
         from pipeline.data.dataset import build_dataset
 
+        limit = whole_number_in_range(DEFAULTS.max_length if max_length is None else max_length,
+                                      *BUILD_MAX_LENGTH_RANGE, BUILD_MAX_LENGTH_LABEL)
         report = build_dataset(
             self.ws, model_text(model) or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
-            seed=int(DEFAULTS.seed if seed is None else seed),
-            max_length=int(DEFAULTS.max_length if max_length is None else max_length),
+            seed=int(DEFAULTS.seed if seed is None else seed), max_length=limit,
             progress=progress_callback(progress, unit="rows"),
         )
         return self._dataset_outputs(report.to_dict())
+
+    def headline(self) -> str:
+        """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
+        return dataset_sentence(built_report(self.ws))
+
+    def refresh(self):
+        """After a build: (headline, library changes)."""
+        return self.headline(), self.library_changes()
+
+    def library_changes(self) -> str:
+        """Beside Build: how the sample library changed since the last build (added, edited, deleted
+        samples, `pipeline.data.dataset.library_changes`), or that it did not (Markdown)."""
+        from pipeline.data.dataset import library_changes
+
+        try:
+            changes = library_changes(self.ws)
+        except PipelineError as error:
+            return f"✗ {app_wording(str(error))}"
+        if changes is None:
+            return "Nothing built yet: **Build dataset** splits your recordings into training and test."
+        if not changes["changed"]:
+            return "The library has not changed since the last build."
+        parts = [f"{plural(len(changes[key]), 'sample')} {word} ({_ids(changes[key])})"
+                 for key, word in (("added", "added"), ("edited", "edited"), ("deleted", "deleted")) if changes[key]]
+        unknown = "" if changes["edits_known"] else " (edits are not known for a build this old)"
+        return f"**Since the last build:** {'; '.join(parts)}{unknown}. Build again to train on the library as it is now."
 
     def dataset_on_load(self):
         """Page (re)opened: the last build's report (settings are restored by `restore_settings`)."""
@@ -67,13 +100,15 @@ class DatasetHandlers:
             longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
             lines.append(
                 f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
-                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')})"
+                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
+                "*A token is a piece of a word, and each clip takes ~190; p90: 9 rows in 10 are at most this long.*"
             )
         for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
             t = k.get("tokens") or {}
             lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}, "
                          f"excluded {k['excluded']})" + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
         lines += [f"- {app_wording(note, widgets=BUILD_WIDGETS)}" for note in report.get("notes", [])]
+        lines += _moves_lines(report.get("split_changes"))
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
         figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
                                            train_lengths=train_lengths)
@@ -90,17 +125,57 @@ class DatasetHandlers:
         )
 
 
-def dataset_tab() -> SimpleNamespace:
-    """Lay out the Dataset tab; returns its widgets (its events need the Memory tab's max length: `build_ui`)."""
+def _ids(ids: list[str], shown: int = 6) -> str:
+    """Sample ids, at most `shown`, then "and N more"."""
+    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
+def _moves_lines(moves: dict | None) -> list[str]:
+    """The build's split changes (`pipeline.data.dataset.split_changes`) in a teacher's words: who moved
+    between the training and test sets since the previous build, and why; [] when nobody moved."""
+    if not moves or not moves.get("moved"):
+        return []
+    moved = []
+    for key, rows_key, where in (("to_eval", "rows_to_eval", "into the test set"),
+                                 ("to_train", "rows_to_train", "into training")):
+        who = [f"learner {name}" for name in moves.get(key) or []]
+        if moves.get(rows_key):
+            who.append(f"{plural(len(moves[rows_key]), 'sample')} with no learner ({_ids(moves[rows_key])})")
+        if who:
+            moved.append(f"{', '.join(who)} moved {where}")
+    why = "; ".join(moves.get("reasons") or []) or "the split was drawn again"
+    return [f"**Moved since the last build:** {'; '.join(moved)}. Why: {why}. Whole learners go to the test "
+            "set, chosen by the split seed until it holds about the held-out share, so a change in the learners "
+            "or rows can redraw it; a run trained on the old split cannot be resumed on this one without ticking "
+            "**Resume even though the dataset was rebuilt** (Train tab)."]
+
+
+def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
+    """Lay out the Dataset tab; returns its widgets (the build needs the Memory tab's max length, so `build_ui`
+    wires it; `refresh` is what the build's `.then` updates). The headline, the library's changes since the
+    last build and the Max tokens check are wired here."""
     d = DEFAULTS
-    with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset"):
+    low, high = BUILD_MAX_LENGTH_RANGE
+    with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset") as tab:
+        headline = gr.Markdown(handlers.headline, elem_id="dataset-headline")
+        gr.Markdown("Building splits your recordings into a **training set** (the tutor learns from it) and a "
+                    "**test set** (kept apart, to check the tutor on learners it has not heard).")
         with gr.Row():
             eval_fraction = gr.Slider(0.0, 0.5, value=0.2, step=0.05, label="Held-out share (eval split)",
-                                      info="Learners are kept in one split when speakers are known.")
-            seed_in = gr.Number(value=d.seed, precision=0, label="Split seed")
-            build_max_length = gr.Number(value=d.max_length, precision=0, minimum=256, elem_id="build-max-length",
-                                         label="Max tokens per row",
-                                         info="Longer rows are listed below and left out, never cut.")
+                                      info="The share kept apart to test the tutor (the eval split). Each learner "
+                                           "stays on one side when speakers are known.")
+            with gr.Column():
+                build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",
+                                             label=BUILD_MAX_LENGTH_LABEL,
+                                             info=f"From {low} to {high}. A token is a piece of a word; each clip "
+                                                  "takes ~190. Longer recordings are listed below and left out, "
+                                                  "never cut; a higher limit needs more memory to train.")
+                max_length_note = gr.Markdown(elem_id="build-max-length-note")
+        with gr.Accordion("Advanced settings", open=False, elem_id="dataset-advanced"):
+            seed_in = gr.Number(value=d.seed, precision=0, label="Split seed",
+                                info="Which learners go to the test set: the same seed and library give the "
+                                     "same split; another seed draws another one.")
+        changes = gr.Markdown(handlers.library_changes, elem_id="library-changes")
         build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
         dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
         with gr.Row():
@@ -112,7 +187,12 @@ def dataset_tab() -> SimpleNamespace:
                                            interactive=False, elem_id="excluded-table", wrap=True)
         export_files = gr.File(label="Export (JSONL with messages; Parquet with audio)",
                                file_count="multiple", interactive=False, elem_id="exports")
+    build_max_length.change(range_note(*BUILD_MAX_LENGTH_RANGE, BUILD_MAX_LENGTH_LABEL), inputs=build_max_length,
+                            outputs=max_length_note, show_progress="hidden")
+    tab.select(handlers.library_changes, outputs=changes, show_progress="hidden")
+    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
+        tab=tab, refresh=(handlers.refresh, [headline, changes]),
         eval_fraction=eval_fraction, seed=seed_in, build_max_length=build_max_length, build_button=build_button,
         # The first five outputs of `build_dataset` / `dataset_on_load`, in order (the sixth is Memory's max length).
         outputs=[dataset_summary, speakers_df, length_plot, excluded_df, export_files],

@@ -95,13 +95,24 @@ class SampleKindHandlers:
         kind = KIND_CHOICES.get(kind_label, "read_aloud")
         name = Path(audio).name if isinstance(audio, (str, os.PathLike)) else None
         fields = dict(target_text=target_text or "") if kind == "read_aloud" else dict(prompt=prompt or "")
-        sample = SampleLibrary(self.state.ws).add(
-            audio, feedback=feedback or "", speaker=(speaker or "").strip() or None, kind=kind,
-            transcript=(transcript or "").strip() or None if kind == "free_speech" else None,
-            source="microphone" if isinstance(audio, tuple) else name, trim=bool(trim), require_feedback=True, **fields)
+        library = SampleLibrary(self.state.ws)
+        try:
+            sample = library.add(
+                audio, feedback=feedback or "", speaker=(speaker or "").strip() or None, kind=kind,
+                transcript=(transcript or "").strip() or None if kind == "free_speech" else None,
+                source="microphone" if isinstance(audio, tuple) else name, trim=bool(trim), require_feedback=True,
+                **fields)
+        except SampleError:
+            # A second click on Save (a double click) finds the sample the first click saved: that is a save.
+            sample = _same_sample(library, audio, kind, trim=bool(trim), feedback=feedback, speaker=speaker, **fields)
+            if sample is None:
+                raise
+            again = " (it was already saved: one sample, not two)"
+        else:
+            again = ""
         what = "" if kind == "read_aloud" else f" ({kind.replace('_', ' ')})"
-        status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s); the form is ready for the next "
-                  "clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
+        status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s){again}; the form is ready for the "
+                  "next clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
         return status, self._table(), None, "", "", "", ""
 
     @ui_errors(message_at=4, outputs=5, hints=TRIM_HINTS)
@@ -150,6 +161,32 @@ class SampleKindHandlers:
                 self._table(), [], [])
 
 
+def _same_sample(library: Any, audio: Any, kind: str, *, trim: bool, feedback: str | None, speaker: str | None,
+                 target_text: str | None = None, prompt: str | None = None) -> Any:
+    """The saved sample that has exactly this clip and these texts (what a second click on Save would
+    add again), or None. The clip is compared by the digest of its decoded samples, as the library's
+    duplicate check does (`pipeline.data.samples.audio_sha256`); the texts after the library's own
+    normalisation (`nfc`, surrounding spaces)."""
+    from pipeline.data.audio import load_audio
+    from pipeline.data.samples import audio_sha256, nfc
+
+    if audio is None:
+        return None
+    try:
+        digest = audio_sha256(load_audio(audio, trim=trim).samples)
+    except (AudioError, OSError):
+        return None
+    wanted = {"target_text": nfc((target_text or "").strip()) if kind == "read_aloud" else None,
+              "prompt": nfc((prompt or "").strip()) if kind == "free_speech" else None,
+              "feedback": nfc((feedback or "").strip()), "speaker": nfc((speaker or "").strip()) or None}
+    for sample in library.list():
+        if sample.kind == kind and sample.audio_sha256 == digest and sample.feedback == wanted["feedback"] \
+                and sample.speaker == wanted["speaker"] and (wanted["target_text"] is None or sample.target_text == wanted["target_text"]) \
+                and (wanted["prompt"] is None or sample.prompt == wanted["prompt"]):
+            return sample
+    return None
+
+
 def kind_selector() -> Any:
     """The kind selector (placed at the top of the "Add a recording" column)."""
     return gr.Radio(list(KIND_CHOICES), value="Read aloud", label="Kind of sample", elem_id="sample-kind",
@@ -168,7 +205,8 @@ def free_speech_fields() -> SimpleNamespace:
 
 def dialogue_editor(handlers: SampleKindHandlers) -> SimpleNamespace:
     """The dialogue editor (hidden unless the kind is Dialogue); returns its `group` and
-    `wire(speaker, trim, status, samples_table)`, which connects its buttons to the tab's widgets."""
+    `wire(speaker, trim, samples_table)`, which connects its buttons to the tab's widgets (every result,
+    the save's included, shows in the editor's own note under its buttons)."""
     with gr.Group(visible=False, elem_id="dialogue-editor") as group:
         turns = gr.State([])
         chat = gr.Chatbot(label="The dialogue so far", height=300, elem_id="dialogue-chat")
@@ -183,11 +221,13 @@ def dialogue_editor(handlers: SampleKindHandlers) -> SimpleNamespace:
             save = gr.Button("Save dialogue", variant="primary", elem_id="dialogue-save")
         note = gr.Markdown(elem_id="dialogue-note")
 
-    def wire(speaker: Any, trim: Any, status: Any, samples_table: Any) -> None:
+    def wire(speaker: Any, trim: Any, samples_table: Any) -> None:
         learner.click(handlers.add_learner_turn, inputs=[turn_audio, turn_text, turns, trim],
                       outputs=[turns, chat, turn_audio, turn_text, note])
         tutor.click(handlers.add_tutor_turn, inputs=[turn_text, turns], outputs=[turns, chat, turn_text, note])
         undo.click(handlers.remove_last_turn, inputs=turns, outputs=[turns, chat, note])
-        save.click(handlers.save_dialogue, inputs=[turns, speaker, trim], outputs=[status, samples_table, turns, chat])
+        # The save's result replaces the turn count under the dialogue's own buttons (the checks panel beside
+        # the form is off-screen below a long dialogue).
+        save.click(handlers.save_dialogue, inputs=[turns, speaker, trim], outputs=[note, samples_table, turns, chat])
 
     return SimpleNamespace(group=group, wire=wire)

@@ -16,9 +16,10 @@ from typing import Any
 
 import gradio as gr
 
-from pipeline.errors import AudioError, ImportFormatError, SampleError
+from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError
 from ui import formatting as fmt
-from ui.common import REPO_ROOT, progress_callback, ui_errors
+from ui.common import (CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, plural, progress_callback,
+                       ui_errors)
 from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.session import SessionHandlers, session_section
 from ui.state import AppState
@@ -26,15 +27,11 @@ from ui.wording import app_wording
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
-CANCELLED = "__cancelled__"
 TRIM_LABEL = "Trim clips longer than 30 s (keep their first 30 s)"
 # Where a clip is refused as too long, this tab's own way to keep it.
 _TRIM_HINTS = TRIM_HINTS
 # Asks in the browser before a sample and its audio are deleted; a "no" reaches the handler as CANCELLED.
-_CONFIRM_DELETE_JS = (
-    "(id) => (!id || window.confirm('Delete sample ' + id + ' and its audio? This cannot be undone.'))"
-    f" ? id : '{CANCELLED}'"
-)
+_CONFIRM_DELETE_JS = confirm_js("Delete sample {} and its audio? This cannot be undone.")
 
 
 class SamplesHandlers:
@@ -98,6 +95,34 @@ class SamplesHandlers:
 
         return fmt.samples_frame(SampleLibrary(self.ws).list())
 
+    def library_headline(self) -> str:
+        """The tab's first line: the library's first sentence (`library_summary`), or how to start."""
+        return self.library_summary().split("\n\n")[0]
+
+    def library_summary(self) -> str:
+        """The library in a teacher's words, above its table: recordings, learners, how many of each kind,
+        and which samples cannot be trained on yet (no feedback) or have no learner (Markdown)."""
+        from pipeline.data.samples import SampleLibrary
+
+        try:
+            samples = SampleLibrary(self.ws).list()
+        except PipelineError as error:
+            return error_panel(error)
+        if not samples:
+            return "No recordings yet: add one above, or **Load the sample pack** to try everything first."
+        learners = {s.speaker for s in samples if s.speaker}
+        kinds = [plural(sum(1 for s in samples if s.kind == kind), word, many)
+                 for kind, word, many in KIND_WORDS if any(s.kind == kind for s in samples)]
+        lines = [f"**{plural(len(samples), 'recording')} from {plural(len(learners), 'learner')}**: {', '.join(kinds)}."]
+        no_feedback = sorted(s.id for s in samples if not s.has_answer)
+        if no_feedback:
+            lines.append(f"⚠ No tutor feedback yet, so left out of training: {_ids(no_feedback)}.")
+        no_speaker = sorted(s.id for s in samples if not s.speaker)
+        if no_speaker and learners:
+            lines.append(f"⚠ No learner (speaker) set, so they may land in both the training and the test set: "
+                         f"{_ids(no_speaker)}. Click one below and type its speaker.")
+        return "\n\n".join(lines)
+
     @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
         """Load the clicked sample into the editor: (id, audio path, text, feedback, speaker, checks).
@@ -121,7 +146,7 @@ class SamplesHandlers:
         editable = sample.kind != "dialogue"
         return (
             sample.id,
-            str(library.audio_path(sample)),
+            _playback(library, sample),
             gr.update(value=shown_text, label=text, interactive=editable),
             gr.update(value=shown_feedback, label=feedback, interactive=editable),
             sample.speaker or "",
@@ -192,12 +217,42 @@ class SamplesHandlers:
         return summary + "\n\n" + _sample_pack_attribution(), table, samples
 
 
+KIND_WORDS = (("read_aloud", "read aloud", "read aloud"), ("free_speech", "free speech answer", None),
+              ("dialogue", "dialogue", None))
+"""Each kind as the library's summary counts it: (kind, one, many)."""
+PLAYBACK_GAP_S = 0.4
+"""Silence between a dialogue's clips in Playback (seconds)."""
+
+
+def _ids(ids: list[str], shown: int = 8) -> str:
+    """Sample ids as code, at most `shown`, then "and N more"."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(f"`{i}`" for i in ids[:shown]) + more
+
+
 EDIT_LABELS = {
     "read_aloud": ("Target sentence", "Tutor feedback"),
     "free_speech": ("Prompt (the question the learner answered)", "Tutor feedback"),
     "dialogue": ("Dialogue", "Turns (to change them, save a new dialogue in the dialogue editor)"),
 }
 """The editor's two text boxes for a sample of each kind."""
+
+
+def _playback(library: Any, sample: Any) -> Any:
+    """What Playback plays: the sample's clip (its WAV path), or for a dialogue of several clips all of
+    them in order, `PLAYBACK_GAP_S` of silence apart, labelled so (a `gr.update` of the Audio with
+    `(16000, int16 samples)`), so the duration the table lists is what one hears."""
+    import numpy as np
+
+    from pipeline.data.audio import TARGET_SAMPLE_RATE_HZ, pcm16
+
+    clips = library.load_clips(sample) if sample.kind == "dialogue" else []
+    if len(clips) < 2:
+        return gr.update(value=str(library.audio_path(sample)), label="Playback")
+    gap = np.zeros(int(PLAYBACK_GAP_S * TARGET_SAMPLE_RATE_HZ), dtype=np.float32)
+    joined = np.concatenate([part for clip in clips for part in (clip, gap)][:-1])
+    return gr.update(value=(TARGET_SAMPLE_RATE_HZ, pcm16(joined)),
+                     label=f"Playback: the dialogue's {len(clips)} clips in order ({sample.duration_s:.2f} s of speech)")
 
 
 def _dialogue_text(turns: list[dict]) -> str:
@@ -227,7 +282,8 @@ def _sample_pack_attribution() -> str:
         "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
         "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
         f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
-        "**Import** (2 tutoring dialogues and 2 free-speech answers over the same clips)."
+        "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
+        "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
     )
 
 
@@ -235,6 +291,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
     """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab); returns
     the recording session's widgets (its page-load restore is wired in `build_ui`)."""
     with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
+        headline = gr.Markdown(handlers.library_headline, elem_id="samples-headline")
         with gr.Row(equal_height=True):
             pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
                                     elem_id="load-pack", scale=0, min_width=340)
@@ -273,9 +330,11 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
         import_summary = gr.Markdown(elem_id="import-summary")
         import_table = gr.Dataframe(fmt.import_report_frame({}), label="Per-file report", interactive=False,
                                     visible=False, elem_id="import-report", max_height=240)
-        gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it.")
+        gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it; search finds any word "
+                    "(a sentence, a learner, an id).")
+        library_summary = gr.Markdown(handlers.library_summary, elem_id="library-summary")
         samples_df = gr.Dataframe(handlers.samples_table, label="Sample library", interactive=False,
-                                  elem_id="samples-table", max_height=360, wrap=True,
+                                  elem_id="samples-table", max_height=720, wrap=True, show_search="search",
                                   column_widths=["14%", "9%", "8%", "24%", "30%", "15%"])
         with gr.Row():
             with gr.Column(scale=1):
@@ -301,10 +360,19 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
                       outputs=[checks_out, samples_df, audio_in, target_in, free.prompt, free.transcript, feedback_in])
     kind_in.change(handlers.kinds.kind_visibility, inputs=kind_in,
                    outputs=[audio_in, target_in, free.prompt, free.transcript, feedback_in, single_buttons, dialogue.group])
-    dialogue.wire(speaker_in, save_trim, checks_out, samples_df)
-    pack_button.click(handlers.load_sample_pack, outputs=[import_summary, import_table, samples_df])
-    import_button.click(handlers.import_folder, inputs=[folder_in, format_in, import_trim],
-                        outputs=[import_summary, import_table, samples_df])
+    dialogue.wire(speaker_in, save_trim, samples_df)
+    # A new import clears the previous one's summary and per-file report first (a failed import then
+    # shows its message alone, not above the last import's files).
+    import_results = [import_summary, import_table]
+    pack_button.click(cleared("Importing…", gr.update(visible=False)), outputs=import_results).then(
+        handlers.load_sample_pack, outputs=[*import_results, samples_df])
+    import_button.click(cleared("Importing…", gr.update(visible=False)), outputs=import_results).then(
+        handlers.import_folder, inputs=[folder_in, format_in, import_trim], outputs=[*import_results, samples_df])
+    samples_df.change(handlers.library_summary, outputs=library_summary, show_progress="hidden")
+    samples_df.change(handlers.library_headline, outputs=headline, show_progress="hidden")
+    # Another sample selected: the last edit's "Saved changes to X" was about the one before.
+    # (Two listeners: the selection's data reaches only a handler wired to the select event itself.)
+    samples_df.select(cleared(""), outputs=edit_status, show_progress="hidden")
     samples_df.select(handlers.select_sample, inputs=samples_df,
                       outputs=[edit_id, edit_audio, edit_target, edit_feedback, edit_speaker, edit_checks])
     update_button.click(handlers.update_sample, inputs=[edit_id, edit_target, edit_feedback, edit_speaker],

@@ -16,7 +16,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError
 from ui import formatting as fmt
-from ui.common import ui_errors
+from ui.common import cleared, ui_errors
 from ui.sample_kinds import TRIM_HINTS
 from ui.state import AppState
 
@@ -139,7 +139,8 @@ def session_section(handlers: SessionHandlers) -> SimpleNamespace:
         trim.change(handlers.check, inputs=[audio, trim], outputs=checks)
         save.click(handlers.save_and_next, inputs=[audio, feedback, trim],
                    outputs=[progress, item, status, audio, feedback, samples_table])
-        skip.click(handlers.skip, outputs=[progress, item, status, audio])
-        back.click(handlers.back, outputs=[progress, item, status, audio])
+        # Another item: the last recording's check results were about the item left behind.
+        skip.click(cleared(""), outputs=checks).then(handlers.skip, outputs=[progress, item, status, audio])
+        back.click(cleared(""), outputs=checks).then(handlers.back, outputs=[progress, item, status, audio])
 
     return SimpleNamespace(progress=progress, item=item, restore=handlers.restore, wire=wire)

@@ -20,14 +20,18 @@ from pipeline.config import LR_SCHEDULES, TrainConfig
 from pipeline.errors import PipelineError, TrainingError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
-from ui.common import (DEFAULTS, POLL_SECONDS, config_from_values, error_panel, list_runs, run_settings,
-                       ui_errors)
+from ui.common import (CANCELLED, DEFAULTS, POLL_SECONDS, built_report, config_from_values, confirm_js,
+                       dataset_sentence, error_panel, list_runs, plural, run_settings, ui_errors)
 from ui.state import AppState
 from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
 
 
+EPOCHS_LABEL = "Passes over your recordings (epochs)"
+"""The Train tab's label of `--epochs`, in a teacher's words first (`ui.wording.SETTING_WIDGETS`)."""
 LOG_LINES = 12
 """Lines of the training log shown under "Log (last lines)"."""
+DELETE_RUN_QUESTION = ("Delete run {} with its checkpoints, tutor (adapter), logs and evaluations? "
+                       "This cannot be undone.")
 RUNS_COLUMN_WIDTHS = ["13%", "9%", "8%", "9%", "9%", "10%", "13%", "29%"]
 """Past runs table: run, state, steps, final loss, eval loss, peak memory, model, note. Fixed widths keep
 the numbers on one line however long a note is (the note wraps)."""
@@ -44,6 +48,16 @@ class TrainHandlers:
     def ws(self):
         """The workspace whose `runs/` folder holds the runs."""
         return self.state.ws
+
+    def headline(self) -> str:
+        """The tab's first line, about the teacher's data: the built dataset's recordings, learners and
+        split, and the tutors trained so far (Markdown)."""
+        runs = list_runs(self.ws)
+        running = [r["run"] for r in runs if r["alive"]]
+        trained = sum(1 for r in runs if r["state"] in ("completed", "stopped"))
+        tutors = (f" {plural(trained, 'tutor')} trained so far" if runs else " No tutor trained yet")
+        tutors += f"; **{running[0]}** is training now." if running else "."
+        return dataset_sentence(built_report(self.ws)) + tutors
 
     def settings_summary(self, *values: Any, remember: bool = True) -> str:
         """One line with the settings the next run will use (or what is wrong with them).
@@ -101,9 +115,10 @@ class TrainHandlers:
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors(message_at=1, outputs=5)
+    @ui_errors(message_at=1, outputs=6)
     def resume_training(self, run_name: str, allow_dataset_change: bool = False):
-        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen).
+        """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen,
+        the "Resume even though the dataset was rebuilt" box unticked: it applied to this resume only).
 
         `allow_dataset_change` (the box beside Resume): continue although the dataset was rebuilt with
         other rows since the run started (`--allow-dataset-change`; the run records the change)."""
@@ -113,7 +128,34 @@ class TrainHandlers:
             raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
                                 "first (runs that stopped or failed after a checkpoint are listed there).")
         start_run(self.ws, run_name, None, resume=True, allow_dataset_change=bool(allow_dataset_change))
-        return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1)
+        return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1,
+                gr.update(value=False))
+
+    @ui_errors(message_at=0, outputs=4)
+    def delete_run(self, run_name: str):
+        """Delete a run that is not training (`pipeline.training.runs.delete_run`); returns (status, runs
+        table, resume dropdown, delete dropdown). `CANCELLED`: the browser's confirm said no."""
+        from pipeline.training.runs import delete_run
+
+        if run_name == CANCELLED:
+            return ("Nothing deleted.",) + (gr.skip(),) * 3
+        if not (run_name or "").strip():
+            raise TrainingError("No run picked: choose the run to delete in **Run to delete** first.")
+        deleted = delete_run(self.ws, run_name.strip())
+        size = fmt.format_bytes(deleted["bytes"]) if deleted["bytes"] else "nothing"
+        table, resume, _adapters = self._run_lists()
+        return (f"Deleted **{deleted['run']}** ({deleted['state']}; {size} freed).", table, resume,
+                self.delete_choices(None))
+
+    def delete_choices(self, selected: str | None):
+        """The runs that can be deleted (every run whose process is not alive), keeping `selected` if it still is."""
+        names = [r["run"] for r in list_runs(self.ws) if not r["alive"]]
+        return gr.Dropdown(choices=names, value=selected if selected in names else None)
+
+    def pick_run(self, evt: gr.SelectData):
+        """A click in the Past runs table: that run becomes the one to delete; (delete choice, cleared status)."""
+        row = evt.row_value if evt is not None and evt.row_value else None
+        return (gr.update(value=str(row[0])) if row else gr.skip()), ""
 
     def poll(self, run_name: str, seen: int | None):
         """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
@@ -220,8 +262,11 @@ class TrainHandlers:
 
 
 def _runs_frame(runs: list[dict]):
-    """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown)."""
-    return fmt.runs_frame([{**run, "reason": app_wording(run.get("reason"), markdown=False)} for run in runs])
+    """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown).
+    A run whose process is alive has no note: its result.json still holds how the previous process ended
+    ("stopped by request" while the resumed run trains), which is no longer true."""
+    return fmt.runs_frame([{**run, "reason": None if run.get("alive") else app_wording(run.get("reason"), markdown=False)}
+                           for run in runs])
 
 
 def _measured_memory(rows: list[dict], result: dict) -> dict | None:
@@ -322,24 +367,42 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     lists also touch other tabs' widgets, so `build_ui` wires them)."""
     d = DEFAULTS
     with gr.Tab("4 · Train", id="train", elem_id="tab-train") as tab:
-        gr.Markdown("Uses the model above and the Memory tab's settings. Training runs in its own "
-                    "process: you can close this tab and come back.")
-        settings_note = gr.Markdown(elem_id="settings-summary")
+        headline = gr.Markdown(handlers.headline, elem_id="train-headline")
+        gr.Markdown("The tutor learns from your training recordings, using the model at the top of the page and the "
+                    "Memory tab's settings. Training runs on its own: you can close this tab and come back.")
         with gr.Row():
-            run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name")
-            learning_rate = gr.Number(value=d.learning_rate, label="Learning rate")
-            lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule")
-            epochs = gr.Number(value=d.epochs, label="Epochs")
-            max_steps = gr.Number(value=d.max_steps, precision=0, label="Max steps (-1: use epochs)",
-                                  elem_id="max-steps")
-        with gr.Accordion("More settings", open=False):
+            run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name",
+                                  info="A name to find this tutor again in Try and Judge.")
+            epochs = gr.Number(value=d.epochs, label=EPOCHS_LABEL, elem_id="epochs",
+                               info=f"More passes: longer training, closer to your feedback; too many and the tutor "
+                                    f"repeats your training feedback word for word. {d.epochs:g} is a good start.")
+        with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced"):
+            gr.Markdown("Machine-learning settings: the defaults serve. Each line says what it changes for you.")
             with gr.Row():
-                lora_alpha = gr.Number(value=d.lora_alpha, precision=0, label="LoRA alpha")
-                lora_dropout = gr.Number(value=d.lora_dropout, label="LoRA dropout")
+                learning_rate = gr.Number(value=d.learning_rate, label="Learning rate", elem_id="learning-rate",
+                                          info="How big each learning step is: higher learns faster but can become "
+                                               "unstable (the loss jumps); lower is steadier but slower.")
+                lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule",
+                                          info="How the learning rate changes over the run (linear: down to 0 at the end).")
+                max_steps = gr.Number(value=d.max_steps, precision=0, label="Max steps (-1: use epochs)",
+                                      elem_id="max-steps",
+                                      info="Stop after this many steps instead of the passes above: a short try-out.")
+            with gr.Row():
+                lora_alpha = gr.Number(value=d.lora_alpha, precision=0, label="LoRA alpha", elem_id="lora-alpha",
+                                       info="How strongly the learned change (the LoRA adapter) acts; "
+                                            "usually twice the LoRA rank (Memory tab).")
+                lora_dropout = gr.Number(value=d.lora_dropout, label="LoRA dropout", elem_id="lora-dropout",
+                                         info="Share of the adapter switched off at random each step (0-1): "
+                                              "guards against learning a few recordings by heart.")
                 eval_steps = gr.Number(value=d.eval_steps, precision=0, label="Eval every N steps",
-                                       elem_id="eval-steps")
+                                       elem_id="eval-steps",
+                                       info="How often the test recordings are scored during training "
+                                            "(the eval loss line); more often: a little slower.")
                 save_steps = gr.Number(value=d.save_steps, precision=0, label="Checkpoint every N steps",
-                                       elem_id="save-steps")
+                                       elem_id="save-steps",
+                                       info="How often progress is saved; Resume continues from the last "
+                                            "checkpoint. More often: less lost after a crash, more disk.")
+        settings_note = gr.Markdown(elem_id="settings-summary")
         with gr.Row():
             start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
             stop_button = gr.Button("Stop (saves a checkpoint)", variant="stop", elem_id="stop-training")
@@ -364,6 +427,14 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
                                column_widths=RUNS_COLUMN_WIDTHS)
         refresh_runs = gr.Button("Refresh list", size="sm")
+        with gr.Row(equal_height=True):
+            delete_choice = gr.Dropdown([], label="Run to delete", elem_id="delete-run-choice", scale=3,
+                                        allow_custom_value=True,
+                                        info="Click a run in the table, or pick it here. Deleting removes its "
+                                             "checkpoints, tutor (adapter), logs and evaluations; a run that is "
+                                             "training cannot be deleted.")
+            delete_button = gr.Button("Delete run", variant="stop", elem_id="delete-run", scale=1)
+        delete_status = gr.Markdown(elem_id="delete-run-status")
         with gr.Accordion("Compare runs: loss curves overlaid", open=False):
             compare = gr.Dropdown([], multiselect=True, label="Runs to overlay (train loss solid, eval loss dashed)",
                                   elem_id="compare-runs")
@@ -374,13 +445,23 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
     for event in (tab.select, refresh_runs.click):
         event(handlers.compare_choices, inputs=compare, outputs=compare)
+        event(handlers.delete_choices, inputs=delete_choice, outputs=delete_choice)
+    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
-    resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change], outputs=started)
+    # A resume starts a new process: the table's note of how the last one ended is no longer true.
+    resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change],
+                        outputs=[*started, allow_change]).then(handlers.runs_table, outputs=runs_df)
+    runs_df.select(handlers.pick_run, outputs=[delete_choice, delete_status])
+    deleted = delete_button.click(handlers.delete_run, inputs=delete_choice, js=confirm_js(DELETE_RUN_QUESTION),
+                        outputs=[delete_status, runs_df, resume_choice, delete_choice]).then(
+        handlers.headline, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
         tab=tab, settings_note=settings_note, run_name=run_name, start_button=start_button,
         resume_choice=resume_choice, current_run=current_run, train_status=train_status, timer=timer,
-        seen_rows=seen_rows, runs_df=runs_df, refresh_runs=refresh_runs,
+        seen_rows=seen_rows, runs_df=runs_df, refresh_runs=refresh_runs, headline=headline,
+        # A deleted run leaves the Try tab's list too (`build_ui` chains the run lists' refresh on it).
+        deleted=deleted,
         # The outputs of `start_training` / `resume_training`, in order.
         started=started,
         # The first seven outputs of `poll`, in order (the run lists follow: runs, resume, Try's run).

@@ -15,12 +15,19 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import ConfigError, SampleError
-from ui.common import ui_errors
+from ui.common import ui_errors, whole_number_in_range
 from ui.sample_kinds import chat_messages
 from ui.state import AppState
 
 TRY_KINDS = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
 TARGET_LABELS = {"read_aloud": "Target sentence", "free_speech": "Prompt (the question the learner answers)"}
+AUDIO_LABELS = {"read_aloud": "Say the sentence (record or upload)",
+                "free_speech": "Answer the prompt in your own words (record or upload)"}
+"""The Try tab's clip input, per kind."""
+MAX_TOKENS_RANGE = (16, 1024)
+"""The "Longest answer (tokens)" box's allowed range: the feedback template needs ~40-120 tokens; a longer
+limit only lets a rambling answer run on."""
+MAX_TOKENS_LABEL = "Longest answer (tokens)"
 
 
 class DialogueTryHandlers:
@@ -35,7 +42,8 @@ class DialogueTryHandlers:
         the conversation); the run picker and the answer length stay for every kind."""
         kind = TRY_KINDS.get(kind_label, "read_aloud")
         single = kind != "dialogue"
-        return (gr.update(visible=single), gr.update(visible=single, label=TARGET_LABELS.get(kind, "Target sentence")),
+        return (gr.update(visible=single, label=AUDIO_LABELS.get(kind, AUDIO_LABELS["read_aloud"])),
+                gr.update(visible=single, label=TARGET_LABELS.get(kind, "Target sentence")),
                 gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single))
 
     @ui_errors(message_at=4, outputs=5)
@@ -49,11 +57,13 @@ class DialogueTryHandlers:
                               "(the Train tab makes one; a stopped run has an adapter too).")
         if audio is None and not (text or "").strip():
             raise SampleError("Record what the learner says (or type it), then send.")
+        tokens = whole_number_in_range(128 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
+                                       MAX_TOKENS_LABEL)
         turn = {"role": "learner", "audio": os.fspath(audio) if isinstance(audio, (str, os.PathLike)) else audio,
                 "text": (text or "").strip() or None}
         turns = list(history or []) + [turn]
         tutor = load_tutor(None, run=run_name, workspace=self.state.ws)
-        reply = tutor.dialogue_reply(turns, max_new_tokens=int(max_new_tokens or 128))
+        reply = tutor.dialogue_reply(turns, max_new_tokens=tokens)
         turns.append({"role": "tutor", "text": reply.text or "…"})
         return turns, chat_messages(turns), None, "", self.state.describe_model(tutor.model_id)
 

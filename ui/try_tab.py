@@ -7,16 +7,18 @@ with the tutor are in `ui/try_kinds.py`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
 
 from pipeline.errors import ConfigError
-from ui.common import ui_errors
+from ui.common import cleared, plural, range_note, ui_errors, whole_number_in_range
 from ui.export_section import export_section
 from ui.state import AppState
-from ui.try_kinds import TRY_KINDS, DialogueTryHandlers, dialogue_section, try_kind_selector
+from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
+                          dialogue_section, try_kind_selector)
 
 
 class TryHandlers:
@@ -25,6 +27,19 @@ class TryHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self.dialogue = DialogueTryHandlers(state)
+
+    def headline(self) -> str:
+        """The tab's first line, about the teacher's tutors: how many runs saved a tutor (an adapter) to try,
+        and the newest, or where to make one (Markdown)."""
+        from ui.common import list_runs
+
+        tutors = [r["run"] for r in list_runs(self.state.ws)
+                  if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
+        if not tutors:
+            return ("No tuned tutor yet: train one on the **4 · Train** tab (a stopped run has a tutor too), then "
+                    "speak to it here and compare it with the base model.")
+        return (f"**{plural(len(tutors), 'tuned tutor')} to try** (newest: **{tutors[0]}**). Speak as a learner "
+                "would; each answer comes from your tutor and, beside it, from the base model it was tuned from.")
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
@@ -39,8 +54,10 @@ class TryHandlers:
         if not run_name:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
                               "(the Train tab makes one; a stopped run has an adapter too).")
+        tokens = whole_number_in_range(256 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
+                                       MAX_TOKENS_LABEL)
         result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
-                                  max_new_tokens=int(max_new_tokens or 256), kind=TRY_KINDS.get(kind_label, "read_aloud"))
+                                  max_new_tokens=tokens, kind=TRY_KINDS.get(kind_label, "read_aloud"))
         return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
 
 
@@ -48,20 +65,28 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
     poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
     tab ends with the export / import section; `imported` is then its import event."""
-    with gr.Tab("5 · Try", id="try", elem_id="tab-try"):
+    with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
+        headline = gr.Markdown(handlers.headline, elem_id="try-headline")
         try_kind = try_kind_selector()
         with gr.Row():
             with gr.Column():
                 try_audio = gr.Audio(sources=["microphone", "upload"], type="filepath",
-                                     label="Say the sentence (record or upload)", elem_id="try-audio")
+                                     label=AUDIO_LABELS["read_aloud"], elem_id="try-audio")
                 try_target = gr.Textbox(label="Target sentence", elem_id="try-target")
                 with gr.Row():
                     try_run = gr.Dropdown([], label="Tuned run (adapter)", elem_id="try-run",
-                                          allow_custom_value=True)
+                                          allow_custom_value=True,
+                                          info="The tutor a training run made: its adapter is the small set of "
+                                               "weights training changed on top of the base model.")
                     try_refresh = gr.Button("Refresh runs", size="sm", scale=0, min_width=120)
-                try_max_tokens = gr.Slider(16, 512, value=256, step=16, label="Longest answer (tokens)",
-                                           info="The feedback template needs ~40-120 tokens.",
-                                           elem_id="try-max-tokens")
+                with gr.Accordion("Advanced settings", open=False, elem_id="try-advanced"):
+                    low, high = MAX_TOKENS_RANGE
+                    try_max_tokens = gr.Number(256, precision=0, label=MAX_TOKENS_LABEL, elem_id="try-max-tokens",
+                                               info=f"From {low} to {high}. How long the tutor may talk: a longer "
+                                                    "limit lets a rambling answer run on (and takes longer); the "
+                                                    "feedback template needs about 40-120 tokens (a token is about "
+                                                    "¾ of a word).")
+                    max_tokens_note = gr.Markdown(elem_id="try-max-tokens-note")
                 try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
         dialogue = dialogue_section(handlers.dialogue)
         try_note = gr.Markdown(elem_id="try-note")
@@ -74,7 +99,12 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
 
     try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
                      outputs=[tuned_out, try_note, base_out])
-    try_kind.change(handlers.dialogue.kind_visibility, inputs=try_kind,
-                    outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
+    # Another kind: the answers shown were to the other kind's question.
+    try_kind.change(cleared("", "", ""), outputs=[tuned_out, base_out, try_note]).then(
+        handlers.dialogue.kind_visibility, inputs=try_kind,
+        outputs=[try_audio, try_target, try_button, single_outputs, dialogue.group])
+    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
+    try_max_tokens.change(range_note(*MAX_TOKENS_RANGE, MAX_TOKENS_LABEL), inputs=try_max_tokens,
+                          outputs=max_tokens_note, show_progress="hidden")
     dialogue.wire(try_run, try_max_tokens)
     return SimpleNamespace(run=try_run, refresh=try_refresh, imported=exports.imported if exports else None)

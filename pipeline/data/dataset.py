@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.conversation import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
+from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
 
@@ -190,8 +191,8 @@ def split_ids(
             train_ids += extra[0]
             eval_ids += extra[1]
             notes.append(
-                f"{len(unknown)} sample(s) have no speaker and were split sample by sample; give them a "
-                "speaker so that no learner ends up in both splits."
+                f"{len(unknown)} sample(s) have no speaker ({some_ids(unknown)}) and were split sample by sample; "
+                "give them a speaker so that no learner ends up in both splits."
             )
         return Split(sorted(train_ids), sorted(eval_ids), "speaker", notes)
 
@@ -237,7 +238,8 @@ class BuildReport:
     kind in the library (`pipeline.conversation.KINDS`).
     `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
     name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
-    (`pipeline.training.resume`). Reports written before these fields existed load with them empty.
+    (`pipeline.training.resume`). `sample_digests`, `split_changes`: see `pipeline.data.build_changes`.
+    Reports written before these fields existed load with them empty.
     """
 
     path: str
@@ -258,6 +260,8 @@ class BuildReport:
     fingerprint: str = ""
     row_ids: dict[str, list[str]] = field(default_factory=dict)
     built_at: float = 0.0
+    sample_digests: dict[str, str] = field(default_factory=dict)
+    split_changes: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -289,6 +293,10 @@ class BuildReport:
             if len(self.excluded) > len(shown):
                 lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
+        moved = self.split_changes or {}
+        lines.extend(f"  moved to {side[3:]} since the last build: {', '.join(moved[side] + moved['rows_' + side])}"
+                     for side in ("to_eval", "to_train") if moved.get(side) or moved.get("rows_" + side))
+        lines.extend(f"  why: {reason}" for reason in moved.get("reasons") or [] if moved.get("moved"))
         return "\n".join(lines)
 
 
@@ -312,6 +320,19 @@ def fingerprint_rows(split_rows: dict[str, Iterable[dict]]) -> str:
                 for extra in row.get("extra_audio_wavs") or []:
                     digest.update(hashlib.sha256(bytes(extra)).digest())
     return digest.hexdigest()
+
+
+def library_changes(workspace: Workspace | str | os.PathLike) -> dict | None:
+    """How the sample library changed since the last build (`pipeline.data.build_changes.library_changes`:
+    added, edited, deleted sample ids), or None when nothing was built yet."""
+    from pipeline.data.build_changes import library_changes as changes_since
+    from pipeline.data.samples import SampleLibrary
+
+    try:
+        report = load_build_report(workspace)
+    except DatasetError:
+        return None
+    return changes_since(SampleLibrary(workspace).list(), report)
 
 
 def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
@@ -506,7 +527,11 @@ def build_dataset(
         fingerprint=fingerprint_rows(split_rows),
         row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
         built_at=round(time.time(), 3),
+        sample_digests={s.id: sample_digest(s) for s in samples},
     )
+
+    previous = load_build_report(ws) if (ws.dataset_dir / BUILD_REPORT_NAME).exists() else None  # first build: None
+    report.split_changes = split_changes(previous, report.to_dict(), {r["id"]: r["speaker"] for r in rows})
 
     report_progress(len(samples), len(samples), "saving")
     _recover_interrupted_swap(ws)

@@ -410,3 +410,54 @@ def wait_for_run(workspace: Workspace | str | os.PathLike, run_name: str, *, tim
             return status
         time.sleep(poll_s)
     return run_status(ws, run_name)
+
+
+def delete_run(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Any]:
+    """Delete the run folder `WS/runs/NAME` (its checkpoints, adapter, logs and saved evaluations).
+
+    The folder is first renamed to a hidden name beside it (one atomic step: the run disappears from
+    every list at once, and a crash mid-way never leaves a half-deleted run that looks real), then
+    removed. Returns `{"run", "state", "bytes"}`: the state it had and the bytes freed.
+
+    Raises:
+        ConfigError: `run_name` is not a usable run name.
+        TrainingError: no such run, or the run is training or stopping now (its process is alive,
+            or it holds the workspace's training lock): stop it first, then delete it.
+    """
+    import shutil
+
+    ws = _ws(workspace)
+    run_dir = ws.run_dir(run_name)
+    if not run_dir.is_dir():
+        known = [r["run"] for r in list_runs(ws)]
+        raise TrainingError(f"No run named `{run_name}` in {ws.runs_dir}; the runs are: "
+                            f"{', '.join(known) if known else 'none'}.")
+    status = run_status(ws, run_name)
+    if status["alive"] or active_run(ws) == run_name:
+        raise TrainingError(f"Run `{run_name}` is {status['state'].replace('_', ' ')} (pid {status['pid']}); "
+                            "a run cannot be deleted while its process is alive. Stop it first "
+                            f"(create {run_dir / 'STOP'}, or Stop in the app), then delete it.")
+    size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    trash = ws.runs_dir / f".deleting-{run_name}-{os.getpid()}-{time.time_ns()}"
+    os.replace(run_dir, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+    return {"run": run_name, "state": status["state"], "bytes": size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline delete-run --workspace WS --run NAME [--json]`: delete a run that is not training."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline delete-run",
+                                     description="Delete a run folder (checkpoints, adapter, logs, evaluations); "
+                                                 "a run that is training is refused.")
+    parser.add_argument("--workspace", required=True, help="the workspace folder")
+    parser.add_argument("--run", required=True, help="the run to delete (its folder name in WS/runs/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    deleted = delete_run(args.workspace, args.run)
+    if args.json:
+        print(json.dumps(deleted))
+    else:
+        print(f"Deleted run {deleted['run']} ({deleted['state']}, {deleted['bytes'] / 2**20:.1f} MiB freed).")
+    return 0

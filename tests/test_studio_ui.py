@@ -1,0 +1,163 @@
+"""A studio a teacher can use (issue 20) through the handlers: a double-clicked Save, the library's
+summary, a dialogue's playback, deleting a run, headlines and what changed since the last build, and
+numbers out of range answered beside their box."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from pipeline.fileio import atomic_write_json
+
+
+@pytest.fixture()
+def ui(tmp_path):
+    from ui.tutor_app import TutorApp
+
+    return TutorApp(tmp_path / "ws")
+
+
+def clip(speechocean_dir: Path, utt: str, folder: Path) -> str:
+    """A real learner clip copied to `folder` (as an upload would be), as a file path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{utt}.wav"
+    shutil.copyfile(speechocean_dir / "WAVE" / f"SPEAKER{utt[1:5]}" / f"{utt}.WAV", path)
+    return str(path)
+
+
+def test_a_double_clicked_save_says_saved_once_and_another_text_on_the_same_clip_is_still_refused(
+        ui, tmp_path, speechocean_dir):
+    """The second click of a double click sends the same clip and texts: it finds them saved by the first
+    and says so as a save, not "✗ ... it was not added twice" (the teacher believed nothing was saved)."""
+    from pipeline.data.samples import SampleLibrary
+
+    audio = clip(speechocean_dir, "000010011", tmp_path)
+    form = ("Read aloud", audio, "WE CALL IT BEAR", "", "", "Open the EH in BEAR.", "kate")
+    first = ui.save_clip(*form)
+    second = ui.save_clip(*form)
+    (sample,) = SampleLibrary(ui.ws).list()
+    assert first[0].startswith(f"Saved sample **{sample.id}**") and "already saved" not in first[0]
+    assert second[0].startswith(f"Saved sample **{sample.id}**") and "already saved" in second[0], second[0]
+    assert second[2:] == (None, "", "", "", ""), "the form is cleared as after any save"
+    other = ui.save_clip("Read aloud", audio, "WE CALL IT BEAR", "", "", "Another feedback.", "kate")
+    assert other[0].startswith("**✗") and "not added twice" in other[0], "a different text is not the same save"
+    assert len(SampleLibrary(ui.ws).list()) == 1
+
+
+def test_the_library_summary_counts_each_kind_and_names_what_cannot_train_or_has_no_learner(ui, tmp_path,
+                                                                                          speechocean_dir):
+    from pipeline.data.samples import SampleLibrary
+
+    assert "No recordings yet" in ui.samples.library_summary()
+    ui.save_clip("Read aloud", clip(speechocean_dir, "000010011", tmp_path), "WE CALL IT BEAR", "", "", "Good.", "kate")
+    ui.save_clip("Free speech", clip(speechocean_dir, "000010035", tmp_path), "", "What is it?", "", "Fine.", "")
+    SampleLibrary(ui.ws).add(clip(speechocean_dir, "000010053", tmp_path), "A sentence.", "", speaker="lee")
+    no_speaker = next(s.id for s in SampleLibrary(ui.ws).list() if not s.speaker)
+    no_feedback = next(s.id for s in SampleLibrary(ui.ws).list() if not s.feedback)
+    summary = ui.samples.library_summary()
+    assert summary.startswith("**3 recordings from 2 learners**: 2 read aloud, 1 free speech answer."), summary
+    assert f"No learner (speaker) set" in summary and f"`{no_speaker}`" in summary
+    assert "No tutor feedback yet" in summary and f"`{no_feedback}`" in summary
+
+
+def test_a_dialogue_of_several_clips_plays_every_clip_it_lists(ui, tmp_path, speechocean_dir):
+    """The table listed a dialogue as 6.01 s while Playback played only its first clip."""
+    from pipeline.data.samples import SampleLibrary
+
+    turns, *_ = ui.add_learner_turn(clip(speechocean_dir, "000010011", tmp_path), "", [])
+    turns, *_ = ui.add_tutor_turn("Open the EH.", turns)
+    turns, *_ = ui.add_learner_turn(clip(speechocean_dir, "000010035", tmp_path), "", turns)
+    turns, *_ = ui.add_tutor_turn("Good.", turns)
+    ui.save_dialogue(turns, "kate")
+    (dialogue,) = SampleLibrary(ui.ws).list()
+    event = gr.SelectData(None, {"index": [0, 0], "value": dialogue.id, "row_value": [dialogue.id], "selected": True})
+    audio = ui.select_sample(None, event)[1]
+    rate, samples = audio["value"]
+    gaps_s = 0.4  # ui.samples_tab.PLAYBACK_GAP_S between the two clips
+    assert rate == 16000 and abs(len(samples) / rate - (dialogue.duration_s + gaps_s)) < 0.01
+    assert "2 clips" in audio["label"] and f"{dialogue.duration_s:.2f} s" in audio["label"]
+
+
+def test_deleting_a_run_from_the_train_tab(ui):
+    from ui.common import CANCELLED
+
+    atomic_write_json(ui.ws.runs_dir / "old" / "result.json", {"run": "old", "status": "stopped"})
+    atomic_write_json(ui.ws.runs_dir / "keep" / "result.json", {"run": "keep", "status": "completed"})
+    picker = ui.train.delete_choices("old")
+    assert sorted(c[0] for c in picker.choices) == ["keep", "old"] and picker.value == "old"
+    assert ui.train.delete_run(CANCELLED)[0] == "Nothing deleted." and (ui.ws.runs_dir / "old").is_dir()
+    assert ui.train.delete_run("")[0].startswith("**✗") and "Run to delete" in ui.train.delete_run("")[0]
+    status, table, resume, choices = ui.train.delete_run("old")
+    assert status.startswith("Deleted **old** (stopped") and not (ui.ws.runs_dir / "old").exists()
+    assert table["run"].tolist() == ["keep"] and [c[0] for c in choices.choices] == ["keep"]
+    failed = ui.train.delete_run("old")
+    assert failed[0].startswith("**✗") and "No run named" in failed[0] and failed[1:] == (gr.skip(),) * 3
+
+
+def test_numbers_out_of_range_are_answered_beside_their_box_with_the_range(ui, tmp_path, speechocean_dir):
+    """Max tokens -5 gave a generic toast and red "Error" badges over every panel: the boxes now carry
+    no bounds Gradio enforces; the handler's note (and the note under the box) says the allowed range."""
+    from ui.dataset_tab import BUILD_MAX_LENGTH_RANGE
+    from ui.try_kinds import MAX_TOKENS_RANGE
+    from ui.common import range_note
+
+    audio = clip(speechocean_dir, "000010011", tmp_path)
+    tuned, note, base = ui.try_feedback(audio, "WE CALL IT BEAR", "some-run", -5)
+    assert note.startswith("**✗") and "**Longest answer (tokens)** must be a whole number from 16 to 1024, got -5" in note
+    assert tuned == base == gr.skip()
+    reply = ui.try_dialogue_send(audio, "", [], "some-run", 0)
+    assert reply[-1].startswith("**✗") and "from 16 to 1024, got 0" in reply[-1]
+    built = ui.build_dataset("/no/model", 0.2, 42, 100)
+    assert built[0].startswith("**✗") and "**Max tokens per row** must be a whole number from 256 to 32768, got 100" in built[0]
+    assert range_note(*MAX_TOKENS_RANGE, "Longest answer (tokens)")(-5).startswith("✗ **Longest answer")
+    assert range_note(*MAX_TOKENS_RANGE, "Longest answer (tokens)")(256) == ""
+    assert range_note(*BUILD_MAX_LENGTH_RANGE, "Max tokens per row")(300.5).startswith("✗")
+    labels = {getattr(block, "elem_id", None): block for block in __import__("app").build_ui(ui).blocks.values()}
+    for elem_id in ("try-max-tokens", "build-max-length"):
+        box = labels[elem_id]
+        assert box.minimum is None and box.maximum is None, f"{elem_id}: Gradio would refuse out-of-range values"
+        assert "From " in box.info
+
+
+@pytest.mark.slow
+def test_headlines_and_what_changed_since_the_last_build(ui, tiny_model_dir):
+    from pipeline.data.samples import SampleLibrary
+
+    assert "No dataset yet" in ui.dataset.headline() and "No tutor trained yet" in ui.train.headline()
+    assert "Nothing built yet" in ui.dataset.library_changes()
+    ui.load_sample_pack()
+    ui.build_dataset(str(tiny_model_dir), 0.25, 42, 1024)
+    headline = ui.dataset.headline()
+    assert headline.startswith("**8 recordings from 3 learners**:") and "to test the tutor with." in headline
+    assert ui.train.headline().startswith(headline[:-1]) and "No tutor trained yet." in ui.train.headline()
+    assert ui.dataset.library_changes() == "The library has not changed since the last build."
+    library = SampleLibrary(ui.ws)
+    first, second = [s.id for s in library.list()][:2]
+    library.update(first, feedback="Edited.")
+    library.delete(second)
+    changes = ui.dataset.library_changes()
+    assert changes.startswith("**Since the last build:** 1 sample edited") and first in changes and second in changes
+    assert "1 sample deleted" in changes
+
+
+def test_the_try_tab_opens_with_the_teachers_tutors(ui):
+    assert "No tuned tutor yet" in ui.tryout.headline()
+    atomic_write_json(ui.ws.runs_dir / "first" / "adapter" / "adapter_config.json", {})
+    atomic_write_json(ui.ws.runs_dir / "first" / "result.json", {"run": "first", "status": "completed"})
+    atomic_write_json(ui.ws.runs_dir / "no-tutor" / "result.json", {"run": "no-tutor", "status": "failed"})
+    assert ui.tryout.headline().startswith("**1 tuned tutor to try** (newest: **first**)")
+
+
+def test_the_dataset_tab_says_who_moved_between_training_and_test_and_why():
+    """Adding one learner and rebuilding moved two samples from the test set into training, silently."""
+    from ui.dataset_tab import _moves_lines
+
+    assert _moves_lines(None) == [] and _moves_lines({"moved": False, "to_eval": [], "to_train": []}) == []
+    (line,) = _moves_lines({"moved": True, "to_eval": ["ann"], "to_train": ["cal"], "rows_to_eval": [],
+                            "rows_to_train": ["s-1", "s-2"], "reasons": ["new learner(s) eve"]})
+    assert line.startswith("**Moved since the last build:** learner ann moved into the test set; learner cal, "
+                           "2 samples with no learner (s-1, s-2) moved into training. Why: new learner(s) eve."), line
+    assert "Resume even though the dataset was rebuilt" in line
