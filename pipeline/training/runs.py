@@ -70,35 +70,32 @@ def config_flags(config: TrainConfig) -> list[str]:
 
 
 def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
-    """True when process `pid` is running (not a zombie) and, on Linux, is a `pipeline train` process
-    (guards against a reused pid)."""
+    """True when process `pid` is running (not a zombie) and is a `pipeline train` process (for
+    `run_name` when given), so a pid the system reused for another program is not taken for the trainer.
+
+    Read through psutil on every system (Linux, macOS, Windows), never from `/proc`: a check that
+    needed `/proc` took every live pid for the trainer on a Mac. A process whose command line cannot
+    be read (another user's) is taken as alive, as a process that exists.
+    """
     if not pid:
         return False
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
+    import psutil  # noqa: PLC0415 - a dependency (requirements.txt); kept out of the app's start-up imports
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            status = (proc / "status").read_text()
-            if "\nState:\tZ" in status:
-                return False
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "pipeline" not in cmdline or "train" not in cmdline:
-                return False
-            if run_name is not None and run_name not in cmdline:
-                return False
-        except OSError:
+        process = psutil.Process(int(pid))
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             return False
-    return True
+        cmdline = " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+    except psutil.AccessDenied:
+        return True
+    if "pipeline" not in cmdline or "train" not in cmdline:
+        return False
+    return run_name is None or run_name in cmdline
 
 
 def _run_pid(run_dir: Path, result: dict | None = None) -> int | None:
