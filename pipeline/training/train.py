@@ -46,6 +46,7 @@ from pipeline.training.peak_memory import (
     reset_peak_memory,
 )
 from pipeline.memory.run_compare import run_estimate
+from pipeline.training.base_identity import run_base_model
 from pipeline.training.resume import check_dataset, record_dataset
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_log import close_run_log as _remove_log_file
@@ -344,6 +345,10 @@ def train(
     main = distributed.is_main_process()
     if resume:
         config = _resolve_resume_config(paths, config)
+        recorded_model = _resolve_resume_config(paths, None).model
+        # another path for the same base is fine (its identity is compared once loaded); a recorded
+        # folder that moved away is named, with the fix (`run_base_model`)
+        config = config.replace(model=run_base_model(paths["dir"], run_name, None if config.model == recorded_model else config.model))
         checkpoint = last_checkpoint(paths["dir"])
         if checkpoint is None:
             raise TrainingError(
@@ -429,6 +434,10 @@ def train(
             raise
         if main:
             record_or_check_run_base(paths["dir"], session.base_identity, run_name)
+            if resume and config.model != recorded_model:  # the same base, found elsewhere: remember where
+                log.info("Run `%s` continues on `%s` (recorded `%s`): the same base model (config and weights).",
+                         run_name, config.model, recorded_model)
+                atomic_write_json(paths["config"], config.to_dict())
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)

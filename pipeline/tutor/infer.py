@@ -129,7 +129,7 @@ class Tutor:
 
         clip = load_audio(audio)
         return self._generate(lambda tokenizer: build_messages(target_text, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
                               use_adapter=use_adapter, stop=stop)
 
     def free_speech_feedback(self, audio: Any, prompt: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -145,7 +145,7 @@ class Tutor:
 
         clip = load_audio(audio)
         return self._generate(lambda tokenizer: build_free_speech_messages(prompt, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
                               use_adapter=use_adapter, stop=stop)
 
     def dialogue_reply(self, turns: list[dict], *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -185,14 +185,18 @@ class Tutor:
             shaped.append(turn)
         seconds = sum(a.size for a in audios) / 16000
         return self._generate(lambda tokenizer: build_dialogue_messages(shaped, audios, tokenizer=tokenizer), seconds,
-                              max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
+                              audios, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
 
-    def _generate(self, make_messages: Any, audio_s: float, *, max_new_tokens: int, do_sample: bool,
+    def _generate(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, do_sample: bool,
                   use_adapter: bool, stop: Any = None) -> Feedback:
         """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
-        turn): greedy by default, stopping at `<end_of_turn>` or when `stop()` says so; only the new
-        text is returned."""
+        turn, whose clips are `clips` in order): greedy by default, stopping at `<end_of_turn>` or when
+        `stop()` says so; only the new text is returned. Several clips (a dialogue) are aligned as the
+        training collator aligns them (`pipeline.training.collate.align_audio_masks`), so each clip is
+        heard as in training."""
         import torch
+
+        from pipeline.training.collate import align_audio_masks
 
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
@@ -212,6 +216,8 @@ class Tutor:
             inputs = self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
             )
+            if "input_features_mask" in inputs:
+                align_audio_masks(inputs, clips, self.processor.feature_extractor)
             inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
             prompt_len = inputs["input_ids"].shape[1]
             eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
@@ -311,18 +317,22 @@ def load_tutor(
     """Load (or reuse) a tutor: base `model`, or the adapter of `run` on its training base.
 
     Args:
-        model: hub id or local folder; with `run` defaults to the run's model (and must match it).
+        model: hub id or local folder; with `run` defaults to the run's model. Another path or id
+            is accepted when it holds the same base (config and weights, checked when the adapter
+            loads): a moved model folder, or the hub id of a local copy.
         run: run name in `workspace` whose `adapter/` to apply.
         workspace: needed with `run`.
         device: auto|cuda|mps|cpu; defaults to the run's, else auto.
         quantization: 4bit|8bit|none; defaults to the run's, else the device default.
 
     Raises:
-        ConfigError: unknown run, or `model` differs from the run's base model.
-        BaseModelMismatchError: the model folder now holds another base than the run was trained
-            on (other config values or weights; see `pipeline.training.base_identity`).
-        ModelLoadError: model or adapter cannot be loaded.
+        ConfigError: unknown run.
+        BaseModelMismatchError: `model` (or the run's model folder) holds another base than the run
+            was trained on (other config values or weights; see `pipeline.training.base_identity`).
+        ModelLoadError: model or adapter cannot be loaded; the run's model folder is no longer there
+            and no `model` was given (`run_base_model`).
     """
+    from pipeline.training.base_identity import run_base_model
     from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
@@ -334,13 +344,8 @@ def load_tutor(
         ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
         settings, adapter = _run_settings(ws, run)
         adapter_dir = str(adapter)
-        run_model = settings.get("model")
-        if model and run_model and str(model) != str(run_model):
-            raise ConfigError(
-                f"Run `{run}` was trained on `{run_model}`, not `{model}`; its adapter only fits its own base model. "
-                f"Drop --model or pass --model {shlex.quote(str(run_model))}."
-            )
-        model = model or run_model
+        # The base is recognised by its identity, not its path: `load_adapter` compares them below.
+        model = run_base_model(ws.run_dir(run), run, model)
     if not model:
         raise ConfigError("No model given; pass --model (e.g. google/gemma-3n-E2B-it) or --run.")
     device = resolve_device(device or settings.get("device") or "auto")
