@@ -241,8 +241,11 @@ def start_run(
         allow_dataset_change: with `resume`, continue although the dataset was rebuilt with other
             rows since the run started (`--allow-dataset-change`, recorded by the run).
 
+    Before the process starts, the tutors this process keeps for Try and Judge on the GPU the run
+    will use are unloaded (`pipeline.tutor.infer.release_for`): one GPU, two processes.
+
     Returns:
-        `{"run", "pid", "command", "run_dir"}`.
+        `{"run", "pid", "command", "run_dir", "released"}`; `released` says what was unloaded (None: nothing).
 
     Raises:
         TrainingError: another run is alive in this workspace, the run exists (without `resume`),
@@ -273,6 +276,11 @@ def start_run(
         if read_dataset_record(run_dir) is not None:
             check_dataset(run_dir, run_name, build_identity(ws))
     run_dir.mkdir(parents=True, exist_ok=True)
+    # The GPU this process's Try/Judge tutor sits on is handed to the run (issue 21 #10)
+    from pipeline.tutor.infer import release_for
+
+    device = config.device if config is not None else (_read_json(run_dir / "config.json") or {}).get("device")
+    released = release_for(device, what=f"run `{run_name}`")
     command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
     if resume:
         command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
@@ -312,7 +320,7 @@ def start_run(
     lock.handed_over()
     _CHILDREN[process.pid] = process
     atomic_write_json(run_dir / PID_FILE, {"pid": process.pid, "started_at": time.time(), "command": command})
-    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir)}
+    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir), "released": released}
 
 
 def _kill(pid: int) -> None:

@@ -269,6 +269,68 @@ _CACHE_LOCK = threading.Lock()
 """Held while a tutor is looked up or loaded, so concurrent first clicks load one model, not several."""
 
 
+ACCELERATORS = ("cuda", "mps")
+"""Devices whose memory a tutor kept in this process takes from a training run or a memory probe
+started beside it (CPU memory is the machine's RAM, which the estimate and the OS share out)."""
+
+
+def holds_device_for(work_device: str | None, tutor_device: str) -> bool:
+    """True when a tutor loaded on `tutor_device` sits on the accelerator that work asking for
+    `work_device` (a run's or a probe's `--device`: auto|cuda|mps|cpu) will use.
+
+    `auto` picks CUDA, else MPS (`pipeline.training.model.resolve_device`): a tutor that is on one of
+    them is on the one `auto` picks, since this process found it available. CPU work never needs a
+    tutor's GPU memory, and a tutor on the CPU holds none.
+    """
+    if tutor_device not in ACCELERATORS:
+        return False
+    return (work_device or "auto") in ("auto", tutor_device)
+
+
+def release_for(work_device: str | None, *, what: str = "the training run") -> str | None:
+    """Let go of the tutors this process keeps loaded (Try, Judge) when `work_device` is the GPU they sit on.
+
+    One GPU is shared by the app and the trainer (or the memory probe), each a process of its own: a
+    tutor kept for Try and Judge (E2B 4-bit ~7.4 GiB) would stay beside the run, which could then fail
+    its preflight after the Memory tab said it fits. So before such work starts, every cached tutor on
+    that accelerator is dropped, the garbage collector runs, and the CUDA caching allocator's (or MPS's)
+    unused blocks are handed back (`torch.cuda.empty_cache`, `torch.mps.empty_cache`). An answer being
+    generated at that moment keeps its model until it ends. The next Try or Judge click loads the
+    tutor again.
+
+    Args:
+        work_device: the device the run or probe asks for (auto|cuda|mps|cpu).
+        what: the work, named in the returned message.
+
+    Returns:
+        A sentence saying what was unloaded and why, or None when no tutor held that device.
+    """
+    with _CACHE_LOCK:
+        held = [(key, tutor) for key, tutor in _CACHE.items() if holds_device_for(work_device, tutor.device)]
+        for key, _ in held:
+            del _CACHE[key]
+    if not held:
+        return None
+    import gc
+
+    devices = sorted({tutor.device for _, tutor in held})
+    names = ", ".join(f"`{tutor.model_id}`" + (f" with run `{tutor.run}`" if tutor.run else "") for _, tutor in held)
+    del held
+    gc.collect()
+    import torch
+
+    for device in devices:
+        try:
+            if device == "cuda" and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            elif device == "mps":
+                torch.mps.empty_cache()
+        except (RuntimeError, AttributeError):  # pragma: no cover - a backend this build lacks
+            pass
+    return (f"The tutor kept for Try and Judge ({names} on {', '.join(devices)}) was unloaded to leave the GPU to "
+            f"{what}; it loads again at the next answer.")
+
+
 def usable_runs(workspace: Workspace) -> list[str]:
     """Names of the runs in `WS/runs/` that have a saved adapter (`adapter/adapter_config.json`), sorted."""
     if not workspace.runs_dir.is_dir():
