@@ -114,6 +114,16 @@ def test_a_moved_base_is_the_same_base(stopped_run, tmp_path):
             load_tutor(run="r1", workspace=ws, use_cache=False)
         tutor = load_tutor(str(moved), run="r1", workspace=ws, use_cache=False)
         assert tutor.model_id == str(moved) and tutor.adapter_dir
+        # export and import-run meet the moved base the same way
+        from pipeline.export.import_run import import_run
+        from pipeline.export.tutor import export_merged
+
+        with pytest.raises(ModelLoadError, match="no longer there"):
+            export_merged(ws, "r1", tmp_path / "out")
+        assert export_merged(ws, "r1", tmp_path / "out", model=str(moved))["base_model"] == str(moved)
+        imported = import_run(tmp_path / "ws-import", ws / "runs" / "r1", model=str(moved))
+        assert json.loads((tmp_path / "ws-import" / "runs" / "r1" / "config.json").read_text())["model"] == str(moved)
+        assert any("becomes" in note for note in imported["notes"])
         # the same refusal and the same acceptance when the run is resumed (on a copy of the workspace)
         other = copy_workspace(ws, tmp_path / "ws")
         with pytest.raises(ModelLoadError, match="no longer there"):
