@@ -237,7 +237,7 @@ def run_base_model(run_dir: str | Path, run_name: str, model: str | None = None,
     if is_local_model(recorded) and not Path(recorded).expanduser().is_dir():
         raise ModelLoadError(
             f"Run `{run_name}` was trained on the model folder `{recorded}`, which is no longer there (moved or deleted). "
-            f"Give the folder where that model is now with {flag} (any folder or hub id holding the same weights is "
-            "accepted: the run's base is recognised by its config and weights, not by its path)."
+            f"Put the folder back there, or give the folder where that model is now with {flag} (any folder or hub id "
+            "holding the same weights is accepted: the run's base is recognised by its config and weights, not by its path)."
         )
     return recorded
