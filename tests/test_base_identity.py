@@ -97,6 +97,50 @@ def test_an_adapter_on_the_wrong_base_is_one_typed_error(stopped_run, tmp_path):
     load_tutor(run="r1", workspace=ws, use_cache=False)  # and the restored base loads again
 
 
+@pytest.mark.slow
+def test_a_moved_base_is_the_same_base(stopped_run, tmp_path):
+    """Issue 21 #8: a run is tied to its base's identity, not to the path it was loaded from. The base
+    folder moved (/models/base-a -> /models/base-b): `--model base-b` was refused by comparing path
+    strings; now it loads (the identity is compared), and without it the message names the missing
+    folder. A resume on the moved folder continues and records where the base is now."""
+    from pipeline.errors import ModelLoadError
+    from pipeline.tutor.infer import load_tutor
+
+    ws, base = stopped_run
+    moved = base.with_name("base-model-moved")
+    base.rename(moved)
+    try:
+        with pytest.raises(ModelLoadError, match=r"(?s)`" + str(base) + r"`, which is no longer there.*same weights"):
+            load_tutor(run="r1", workspace=ws, use_cache=False)
+        tutor = load_tutor(str(moved), run="r1", workspace=ws, use_cache=False)
+        assert tutor.model_id == str(moved) and tutor.adapter_dir
+        # export and import-run meet the moved base the same way
+        from pipeline.export.import_run import import_run
+        from pipeline.export.tutor import export_merged
+
+        with pytest.raises(ModelLoadError, match="no longer there"):
+            export_merged(ws, "r1", tmp_path / "out")
+        assert export_merged(ws, "r1", tmp_path / "out", model=str(moved))["base_model"] == str(moved)
+        imported = import_run(tmp_path / "ws-import", ws / "runs" / "r1", model=str(moved))
+        assert json.loads((tmp_path / "ws-import" / "runs" / "r1" / "config.json").read_text())["model"] == str(moved)
+        assert any("becomes" in note for note in imported["notes"])
+        # the same refusal and the same acceptance when the run is resumed (on a copy of the workspace)
+        other = copy_workspace(ws, tmp_path / "ws")
+        with pytest.raises(ModelLoadError, match="no longer there"):
+            train(None, other, "r1", resume=True)
+        saved = json.loads((other / "runs" / "r1" / "config.json").read_text())
+        resumed = train(TrainConfig.from_dict(dict(saved, model=str(moved))), other, "r1", resume=True)
+        assert resumed["status"] == "completed", resumed
+        assert json.loads((other / "runs" / "r1" / "config.json").read_text())["model"] == str(moved)
+        # another base under the old name is still refused, by identity
+        _replace_weights(shutil.copytree(moved, base), seed=7)
+        with pytest.raises(BaseModelMismatchError):
+            load_tutor(str(base), run="r1", workspace=ws, use_cache=False)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        moved.rename(base)
+
+
 def test_identity_ignores_how_the_model_was_loaded(tiny_model_dir):
     """The fingerprint is the same at 4-bit and bf16 (what is quantized is never read)."""
     from pipeline.training.base_identity import describe_base, differences

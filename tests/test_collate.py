@@ -92,10 +92,14 @@ def test_mixed_length_clips_batch_like_single_rows(processor, speechocean_dir, t
             valid = int((~alone.audio_mel_mask[0]).sum())
             assert valid > 1
             assert int((~batched_audio.audio_mel_mask[i]).sum()) == valid, row["id"]
-            # The encoder's first convolution looks ahead (reverse-causal padding), so the last valid
-            # token's receptive field reaches past the clip: zeros alone, padding frames in a batch.
-            same = valid - 1
-            assert torch.allclose(alone.pooler_output[0, :same], batched_audio.pooler_output[i, :same], atol=1e-4), row["id"]
+            # Every valid token, the last one included: the encoder's first convolution looks ahead
+            # past the clip (reverse-causal padding) and must find zeros there in a batch as alone
+            # (issue 21 #9: the padding frames held the log-mel floor, 0.53 off on the last token).
+            assert (batch["input_features"][i, k:] == 0).all(), row["id"]
+            # equal up to float32 rounding (one unit in the last place of values ~10 is 1e-6)
+            gap = (alone.pooler_output[0, :valid] - batched_audio.pooler_output[i, :valid]).abs().max().item()
+            assert torch.allclose(alone.pooler_output[0, :valid], batched_audio.pooler_output[i, :valid],
+                                  rtol=1e-6, atol=1e-6), (row["id"], gap)
         out = model(**batch)
     assert torch.isfinite(out.loss)
 
@@ -121,3 +125,36 @@ def test_a_prompt_without_answer_has_no_span(processor, speechocean_dir):
         add_generation_prompt=False, tokenize=True, return_dict=True, return_tensors="pt",
     )
     assert answer_spans(prompt["input_ids"][0].tolist(), processor.tokenizer) is None
+
+
+def test_a_dialogue_reply_hears_each_clip_as_the_training_collator_does(processor, speechocean_dir, tiny_model_dir):
+    """Issue 21 #9b: a dialogue's clips reach the model at inference with the frame masks and padding
+    frames the training collator gives them (a short clip beside a long one: 211 valid frames in
+    training, 213 when answering, before one function aligned both)."""
+    from pipeline.data.audio import load_audio
+    from pipeline.tutor.infer import load_tutor
+
+    paths = [speechocean_dir / "WAVE/SPEAKER0001/000010011.WAV", speechocean_dir / "WAVE/SPEAKER0001/000010063.WAV"]
+    clips = [load_audio(p).samples for p in paths]
+    assert clips[0].size < clips[1].size
+    tutor = load_tutor(str(tiny_model_dir), device="cpu", quantization="none", use_cache=False)
+    seen = {}
+
+    class Captured(Exception):
+        pass
+
+    def capture(**inputs):
+        seen.update(inputs)
+        raise Captured
+
+    tutor.model.generate = capture
+    with pytest.raises(Captured):
+        tutor.dialogue_reply([{"role": "learner", "audio": str(paths[0])}, {"role": "tutor", "text": "Say it again."},
+                              {"role": "learner", "audio": str(paths[1])}])
+    turns = [{"role": "learner", "clip": 0}, {"role": "tutor", "text": "Say it again."},
+             {"role": "learner", "clip": 1}, {"role": "tutor", "text": "Better."}]
+    trained = ChatCollator(processor)([{"id": "d", "kind": "dialogue", "turns": json.dumps(turns), "audio": clips}])
+    assert torch.equal(seen["input_features_mask"], trained["input_features_mask"])
+    assert torch.equal(seen["input_features"], trained["input_features"])
+    alone = processor.feature_extractor([clips[0]], return_tensors="np")["input_features_mask"][0]
+    assert int(seen["input_features_mask"][0].sum()) == int(alone.sum())

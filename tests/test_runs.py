@@ -39,6 +39,42 @@ def test_a_process_that_died_without_a_result_is_failed(tmp_path):
     assert [s["run"] for s in runs.list_runs(ws)] == ["crashed"]
 
 
+def test_a_reused_pid_is_not_the_trainer_on_a_system_without_proc(tmp_path, monkeypatch):
+    """Issue 21 #11: whether a recorded pid is still the trainer is asked through psutil, not read from
+    /proc. Here /proc is hidden from the check (as on macOS): a live process that is not the trainer
+    (the pid was reused) must not keep the run "running" and block the workspace."""
+    from pathlib import Path
+
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self, *a, **k: False if str(self).startswith("/proc") else real_exists(self, *a, **k))
+    ws = tmp_path / "ws"
+    run_dir = ws / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        atomic_write_json(run_dir / runs.PID_FILE, {"pid": other.pid})
+        atomic_write_json(run_dir / "result.json", {"run": "r1", "status": "running", "pid": other.pid})
+        assert not runs.pid_alive(other.pid, "r1")
+        status = runs.run_status(ws, "r1")
+        assert status["state"] == "failed" and not status["alive"]
+        assert runs.active_run(ws) is None
+    finally:
+        other.kill()
+        other.wait()
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # ended, not reaped: a zombie
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            import psutil
+
+            if psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.05)
+        assert not runs.pid_alive(zombie.pid)
+    finally:
+        zombie.wait()
+
+
 def test_start_without_a_built_dataset_is_refused_before_any_run_folder(tmp_path):
     ws = tmp_path / "ws"
     config = TrainConfig(model="/m", device="cpu", max_steps=2)

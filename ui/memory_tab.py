@@ -277,6 +277,8 @@ class MemoryHandlers:
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
         text = fmt.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
+        if measured.get("released"):  # a Try/Judge tutor let go of the GPU first (pipeline.tutor.infer.release_for)
+            text = f"{measured['released']}\n\n{text}"
         return text, self._estimate_outputs(data, measured=peak, memory_gb=memory_gb)[0]
 
 

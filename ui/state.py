@@ -88,8 +88,11 @@ class AppState:
                 f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
                 "license accepted: `hf auth login`)."
             )
-        from pipeline.training.hub import is_local_model
+        from pipeline.training.hub import foreign_path_message, foreign_path_reason, is_local_model
 
+        reason = foreign_path_reason(model)  # a path typed for another system is never taken for a hub id
+        if reason is not None:
+            return "⚠ " + foreign_path_message(model, reason)
         if is_local_model(model):
             found = "" if Path(model).expanduser().is_dir() else " (no such folder yet: check the path)"
             return f"Local model folder `{model}`{found}."

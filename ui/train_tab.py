@@ -98,9 +98,9 @@ class TrainHandlers:
         if run_name and active_run(self.ws) == name:  # Start clicked again (a double click): it is that run
             return (name, f"**{name}** is already training (started by the first click); watching it.",
                     gr.Timer(active=True), gr.skip(), gr.skip())
-        start_run(self.ws, name, config)
-        return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch.",
-                gr.Timer(active=True), "", -1)
+        released = start_run(self.ws, name, config).get("released")  # a Try/Judge tutor let go of the GPU
+        return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch."
+                + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
 
     @ui_errors(message_at=0, outputs=1)
     def stop_training(self, run_name: str) -> str:
@@ -127,9 +127,9 @@ class TrainHandlers:
         if not run_name:
             raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
                                 "first (runs that stopped or failed after a checkpoint are listed there).")
-        start_run(self.ws, run_name, None, resume=True, allow_dataset_change=bool(allow_dataset_change))
-        return (run_name, f"Resumed **{run_name}** from its last checkpoint.", gr.Timer(active=True), "", -1,
-                gr.update(value=False))
+        released = start_run(self.ws, run_name, None, resume=True, allow_dataset_change=bool(allow_dataset_change)).get("released")
+        return (run_name, f"Resumed **{run_name}** from its last checkpoint." + (f" {released}" if released else ""),
+                gr.Timer(active=True), "", -1, gr.update(value=False))
 
     @ui_errors(message_at=0, outputs=4)
     def delete_run(self, run_name: str):

@@ -19,10 +19,11 @@ from pipeline.workspace import DEFAULT_WORKSPACE
 FORMATS = ("adapter", "merged", "bundle")
 
 
-def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cpu") -> dict:
+def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cpu", model: str | None = None) -> dict:
     """Export `run` in format `fmt` (one of `FORMATS`); returns that exporter's result dict
     (`format`, `run`, `path`, `bytes`, `base_model`, `notes`, ...). Raises `ConfigError` for an
-    unknown format and whatever the exporter raises (`ExportError`, `DatasetError`, `ModelLoadError`)."""
+    unknown format and whatever the exporter raises (`ExportError`, `DatasetError`, `ModelLoadError`).
+    `model` (merged only): where the run's base is now, when its folder moved (checked by identity)."""
     from pipeline.errors import ConfigError
 
     if fmt == "adapter":
@@ -32,7 +33,7 @@ def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cp
     if fmt == "merged":
         from pipeline.export.tutor import export_merged
 
-        return export_merged(workspace, run, out_dir, device=device)
+        return export_merged(workspace, run, out_dir, device=device, model=model)
     if fmt == "bundle":
         from pipeline.export.bundle import export_bundle
 
@@ -62,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: WS/exports/runs/NAME)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"),
                         help="where the merge runs (merged only; default cpu: it needs the bf16 model in memory)")
+    parser.add_argument("--model", default=None,
+                        help="merged only: where the run's base model is now, if its folder moved (checked by its weights)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
-    result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device)
+    result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device, model=args.model)
     print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
     return 0

@@ -74,8 +74,11 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
+def check_run(ws: Workspace, run_dir: Path, model: str | None = None) -> dict[str, Any]:
     """Compare a run folder with the workspace; nothing is written.
+
+    `model`: this machine's name of the run's base (a folder or hub id) when it is not where the run
+    recorded it; compared by the recorded fingerprint, never by its path.
 
     Returns `{"model" (this machine's name of the base), "trained_model" (config.json's), "model_here"
     (bool), "model_differences" (list), "dataset_fingerprint" (the run's or None),
@@ -88,7 +91,7 @@ def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
     result = _read_json(run_dir / "result.json")
     bundle = _read_json(run_dir / "bundle.json")
     trained_model = str(config.get("model", ""))
-    model = str(bundle.get("model", {}).get("id") or trained_model)
+    model = str(model or bundle.get("model", {}).get("id") or trained_model)
     here = model_fingerprint(model)
     expected = bundle.get("model", {}).get("fingerprint")
     differences, notes = [], []
@@ -113,9 +116,9 @@ def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
     elif matches is None:
         notes.append("the dataset build could not be compared (" + ("no build in this workspace" if not ws_print else
                      "the run did not record its dataset") + ")")
-    model_set = bundle.get("model", {}).get("id")
-    if model_set and model_set != trained_model:
-        notes.append(f"config.json's model `{trained_model}` (the bundle's copy) becomes `{model}`")
+    if model != trained_model:
+        copy = " (the bundle's copy)" if bundle.get("model", {}).get("id") else ""
+        notes.append(f"config.json's model `{trained_model}`{copy} becomes `{model}`")
     return {
         "model": model, "trained_model": trained_model, "model_here": here is not None,
         "model_differences": model_diff, "dataset_fingerprint": run_print, "workspace_fingerprint": ws_print,
@@ -124,12 +127,15 @@ def check_run(ws: Workspace, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def import_run(workspace, source: str | os.PathLike, *, name: str | None = None, force: bool = False) -> dict[str, Any]:
+def import_run(workspace, source: str | os.PathLike, *, name: str | None = None, force: bool = False,
+               model: str | None = None) -> dict[str, Any]:
     """Copy the run at `source` into `WS/runs/NAME/` after `check_run` (see the module docstring).
 
     Args:
         name: the run's name here (default: the source folder's name).
         force: import even when the base model differs from the one the run was trained on.
+        model: where the run's base is on this machine (`--model`), when not at the path the run
+            recorded; its config.json then names it (the adapter's identity check still applies).
 
     Returns:
         `check_run`'s dict plus `run`, `path`, `source`, `imported` (True).
@@ -156,7 +162,7 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
         if target.exists():
             raise ExportError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name with "
                               "--name NEW.")
-        report = check_run(ws, run_dir)
+        report = check_run(ws, run_dir, model)
         if report["model_differences"] and not force:
             raise ExportError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the right "
                               "model back, or import anyway with --force.")
@@ -194,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, required=True, help="the run folder (OUTPUT/runs/NAME) or a .tar.gz of it")
     parser.add_argument("--name", default=None, help="the run's name here (default: its folder's name)")
     parser.add_argument("--force", action="store_true", help="import even when the base model here differs")
+    parser.add_argument("--model", default=None, help="where the run's base model is on this machine, if not at the path it recorded")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
-    result = import_run(args.workspace, args.source, name=args.name, force=args.force)
+    result = import_run(args.workspace, args.source, name=args.name, force=args.force, model=args.model)
     print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
     return 0

@@ -181,13 +181,16 @@ def merged_size_bytes(model_id: str) -> int:
     return 2 * sum(part.total for part in part_params(model_shape(load_model_config(model_id))).values())
 
 
-def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None, *, device: str = "cpu") -> dict[str, Any]:
+def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None, *, device: str = "cpu",
+                  model: str | None = None) -> dict[str, Any]:
     """Merge the run's LoRA into a bf16 copy of its base and save it (`save_pretrained`) with the
     processor, README and export.json into `OUT/NAME-merged/`.
 
     Args:
         device: where the merge runs ("cpu" by default: it needs the bf16 model in memory, ~10 GiB
             for E2B; "cuda" / "mps" / "auto" if that memory is there).
+        model: the run's base where it is now (default: the run's config.json); any path or hub id
+            holding the same base is accepted, another base refused (`load_adapter` compares identities).
 
     Returns:
         `{"format": "merged", "run", "path", "bytes", "base_model", "dtype": "bfloat16", "notes"}`.
@@ -195,14 +198,16 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
     Raises:
         ExportError: no such run or adapter, or not enough free disk (checked from the config before
             loading, and again with the exact size before writing).
-        ModelLoadError: the base model cannot be loaded.
+        ModelLoadError: the base model cannot be loaded, or its folder moved and no `model` was given.
+        BaseModelMismatchError: `model` holds another base than the run was trained on.
     """
     import torch
 
+    from pipeline.training.base_identity import run_base_model
     from pipeline.training.model import load_adapter, load_model, load_processor
 
     info = read_run(workspace, run)
-    base_id = str(info["settings"].get("model"))
+    base_id = run_base_model(info["dir"], run, model)
     out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
     target = out / f"{run}-merged"
     check_free_space(out, merged_size_bytes(base_id), f"the merged model of run `{run}` (bf16)")
@@ -214,7 +219,7 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
     base, _ = load_model(base_id, device=device, quantization="none", vision_tower=True)
     if base.dtype != torch.bfloat16:
         base = base.to(torch.bfloat16)
-    merged = load_adapter(base, info["adapter_dir"]).merge_and_unload()
+    merged = load_adapter(base, info["adapter_dir"], model_id=base_id).merge_and_unload()
     seen, exact = set(), 0
     for tensor in merged.state_dict().values():
         if tensor.data_ptr() not in seen:  # tied weights (lm_head = token embedding) are saved once

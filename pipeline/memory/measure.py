@@ -19,6 +19,31 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 """The child runs here, so `-m pipeline.memory.probe` imports this checkout's `pipeline`."""
 
 
+PROBE_RUN_NAME = "(memory probe)"
+"""What the workspace's training lock names while a probe holds it (not a valid run name)."""
+
+
+def _probe_lock(workspace):
+    """Take the workspace's training lock for a probe (None without a workspace).
+
+    Raises:
+        TrainingError: a run trains in the workspace; a probe beside it would measure two processes
+            on one device, and could make the run fail for lack of memory.
+    """
+    if workspace is None:
+        return None
+    from pipeline.training.workspace_lock import WorkspaceLock, lock_holder
+
+    holder = lock_holder(workspace)
+    if holder is not None:
+        raise TrainingError(
+            f"Not measured: run `{holder.get('run')}` (process {holder.get('pid')}) is training in this workspace, and a "
+            "memory probe beside it would measure two processes sharing the device (and could make the run fail for lack "
+            "of memory). Wait for the run to finish, or stop it, then measure."
+        )
+    return WorkspaceLock(workspace, PROBE_RUN_NAME).acquire()
+
+
 def measure_peak(
     model: str,
     config: TrainConfig,
@@ -38,7 +63,11 @@ def measure_peak(
     `pipeline.training.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
     `batch_size` rows of the longest kept length with the longest clip, each supervising its last
     `kept_longest_answer` tokens (`pipeline.memory.probe`).
-    Raises `TrainingError` with the child's last output on failure.
+    With a `workspace`, the probe holds the workspace's training lock while it runs: refused while a
+    run trains there, and no run starts beside it. Before it starts, a Try/Judge tutor kept by this
+    process on the GPU the probe will use is unloaded (`pipeline.tutor.infer.release_for`); the
+    result's `released` says so (None: nothing was).
+    Raises `TrainingError` with the child's last output on failure, or when a run trains in `workspace`.
     """
     options = options or EstimateOptions()
     seq_len = lengths.kept_longest(config.max_length)
@@ -56,11 +85,18 @@ def measure_peak(
     cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
+    lock = _probe_lock(workspace)  # no probe beside a run in the workspace, and no run starts during one
     try:
+        from pipeline.tutor.infer import release_for
+
+        released = release_for(config.device, what="the memory probe")  # the GPU a Try/Judge tutor holds
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
                               cwd=str(REPO_ROOT))
     except subprocess.TimeoutExpired:
         raise TrainingError(f"The memory probe took longer than {timeout_s:.0f} s; try a shorter --max-length.") from None
+    finally:
+        if lock is not None:
+            lock.release()
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
             result = json.loads(line)
@@ -70,6 +106,7 @@ def measure_peak(
                 raise TrainingError(
                     f"The measured step ran out of memory ({result.get('step_error')}): the run does not fit; "
                     "apply one of the suggestions and measure again.")
+            result["released"] = released
             return result
     tail = (proc.stderr or proc.stdout)[-2000:]
     raise TrainingError(f"The memory probe exited with code {proc.returncode} without a result:\n{tail}")

@@ -197,3 +197,47 @@ def record_or_check_run_base(run_dir: str | Path, current: dict, run_name: str) 
             f"Resume it only with the weights it was trained on (put them back at `{recorded.get('model')}`), "
             "or start a new run (--run NEW) on this model.",
         )
+
+
+def run_base_model(run_dir: str | Path, run_name: str, model: str | None = None, *, flag: str = "--model") -> str:
+    """The base model to load for a run: `model` when given, else the one in the run's config.json.
+
+    A run is tied to its base's identity (config + weight fingerprint, recorded in `base_model.json`),
+    not to the path it was loaded from: a folder moved or copied elsewhere, or a hub id and a local
+    folder holding the same weights, are the same base. So a given `model` is never compared with the
+    recorded path as text; whoever loads it compares identities (`pipeline.training.model.load_adapter`
+    for infer, evaluate, Try, Judge and export; `record_or_check_run_base` for a resume), and a
+    different base is refused there with `BaseModelMismatchError`.
+
+    Args:
+        run_dir: the run folder (`WS/runs/NAME`, with config.json).
+        run_name: named in errors.
+        model: a hub id or local folder given by the person (`--model`), or None.
+        flag: how the person gives another model here, named in the error (`--model`, or the app's words).
+
+    Returns:
+        The model id or folder to load (str).
+
+    Raises:
+        ModelLoadError: no `model` given, and the recorded one is a local folder that is no longer
+            there (moved or deleted): the message names it and says to give the folder where it is now.
+    """
+    from pipeline.errors import ModelLoadError
+    from pipeline.training.hub import is_local_model
+
+    if model:
+        return str(model)
+    try:
+        recorded = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not recorded:
+        raise ModelLoadError(f"Run `{run_name}` records no base model in {Path(run_dir) / 'config.json'}; give it with {flag}.")
+    recorded = str(recorded)
+    if is_local_model(recorded) and not Path(recorded).expanduser().is_dir():
+        raise ModelLoadError(
+            f"Run `{run_name}` was trained on the model folder `{recorded}`, which is no longer there (moved or deleted). "
+            f"Put the folder back there, or give the folder where that model is now with {flag} (any folder or hub id "
+            "holding the same weights is accepted: the run's base is recognised by its config and weights, not by its path)."
+        )
+    return recorded

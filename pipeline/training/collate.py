@@ -17,7 +17,8 @@ audio feature extractor and shifts the audio (unsloth PR #6157).
 
 A batched clip gets the mel frames and frame mask it gets alone (`align_audio_masks`): padded to the
 longest clip, the feature extractor marks partial trailing frames of a shorter clip as valid (256
-frames alone, 258 in a batch), so the audio encoder would see a different clip.
+frames alone, 258 in a batch), and fills the frames after it with the log-mel floor where alone the
+encoder's look-ahead convolution finds zeros, so the audio encoder would hear a different clip.
 """
 
 from __future__ import annotations
@@ -51,23 +52,32 @@ def build_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor, tokenize
 
 
 def align_audio_masks(batch: dict, clips: Sequence[np.ndarray], feature_extractor: Any) -> None:
-    """Give each clip of a padded batch the mel-frame mask it has when it is processed alone (in place).
+    """Make each clip of a padded batch exactly what it is alone (in place): its frame mask, and zeros
+    in the padding frames after it. The one alignment for training and for answers: the collator
+    (`ChatCollator`) and inference (`pipeline.tutor.infer`, a dialogue's clips) both call it.
 
-    `Gemma3nAudioFeatureExtractor` pads every clip of a batch to the longest one and marks mel frame
-    i valid when its first sample is a real sample (`attention_mask[::hop_length]`), so a shorter
-    clip's partial trailing frames, which reach into the padding and do not exist when the clip is
-    processed alone, count as valid (transformers 5.24: 256 valid frames alone, 258 in a batch). The
-    frames a clip has alone are bit-identical in the batch (same samples, zeros after the clip), so
-    only the mask differs: each row's mask is replaced by the extractor's own mask for the clip alone,
-    and every later frame is marked padding. The audio encoder then sees the same valid frames and
-    produces the same number of valid audio tokens.
+    Two things differ when clips are padded to the longest one in a batch, and both are undone here:
+    - the mask: `Gemma3nAudioFeatureExtractor` marks mel frame i valid when its first sample is a
+      real sample (`attention_mask[::hop_length]`), so a shorter clip's partial trailing frames,
+      which reach into the padding and do not exist when the clip is processed alone, count as valid
+      (transformers 5.24: 256 valid frames alone, 258 in a batch; 211 against 213 for a dialogue
+      clip). Each row's mask is replaced by the extractor's own mask for the clip alone, and every
+      later frame is marked padding;
+    - the padding frames: they hold the log-mel of zero samples (the floor, about -11.5), but the
+      audio encoder's first convolution looks ahead past a clip's last frame (reverse-causal
+      padding), and alone it finds zeros there (the convolution's own padding). Those frames are set
+      to zeros, so the last audio token equals the one alone (the difference was up to 0.53; with
+      zeros it is float rounding, ~5e-7).
+    The frames a clip has alone are bit-identical in the batch (same samples), so nothing else changes.
 
     Args:
-        batch: processor output with `input_features_mask` (C, F) bool; modified in place.
+        batch: processor output with `input_features` (C, F, 128) float and `input_features_mask`
+            (C, F) bool; both modified in place.
         clips: the C clips in batch order (row by row, each row's clips in order), 16 kHz mono float32.
         feature_extractor: the processor's audio feature extractor.
     """
     mask = batch["input_features_mask"]
+    features = batch.get("input_features")
     if len(clips) < 2:
         return
     for row, clip in enumerate(clips):
@@ -75,6 +85,8 @@ def align_audio_masks(batch: dict, clips: Sequence[np.ndarray], feature_extracto
         frames = min(alone.shape[0], mask.shape[1])
         mask[row, :frames] = torch.from_numpy(alone[:frames]).to(mask.dtype)
         mask[row, frames:] = False
+        if features is not None:
+            features[row, frames:] = 0
 
 
 class ChatCollator:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import platform
+import re
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -26,13 +28,67 @@ _GATED_HINT = (
 )
 
 
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:([\\/]|$)")
+
+
+def _exists_here(text: str) -> bool:
+    """True when `text` (with `~` expanded) exists on this computer; False for what cannot be a path here."""
+    try:
+        return Path(text).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # an unknown user in `~ann/...`, a name too long, a NUL
+        return False
+
+
+def foreign_path_reason(model_id: str | os.PathLike) -> str | None:
+    """Why `model_id` is a path that this computer cannot see, or None (it exists here, or it is not a path).
+
+    A model box or `--model` takes a hub id (`owner/name`: letters, digits, `-`, `_`, `.`) or a folder
+    of this computer. Text that is neither, written for another system, is recognised rather than sent
+    to the hub as an id: a Windows drive path (`C:\\Users\\...`), a Windows network path
+    (`\\\\server\\share\\...`), any backslash (no hub id holds one), a `file:` URL, a home-folder
+    path (`~/...`, `~ann/...`) and an absolute POSIX path whose top folder is not here (`/Users/ann/...` on
+    Linux, `/models/...`), each when no such folder exists here. A missing folder under a folder this
+    computer has (`/tmp/x/missing`) is this computer's path, simply missing: None.
+
+    Returns:
+        A phrase such as "a Windows path (drive C:)" naming the kind of path, or None.
+    """
+    text = str(model_id).strip()
+    if not text or _exists_here(text):
+        return None
+    if _WINDOWS_DRIVE.match(text):
+        return f"a Windows path (drive {text[0].upper()}:)"
+    if text.startswith(("\\\\", "//")) and not text.startswith("///"):
+        return "a network path (a shared folder of another computer)"
+    if "\\" in text:
+        return "a path written with Windows backslashes"
+    if text.lower().startswith("file:"):
+        return "a file: address"
+    if text.startswith("~"):
+        return "a path in a home folder"
+    if text.startswith("/") and not _exists_here("/" + text.lstrip("/").split("/", 1)[0]):
+        return f"an absolute path (no `/{text.lstrip('/').split('/', 1)[0]}` here)"
+    return None
+
+
 def is_local_model(model_id: str | os.PathLike) -> bool:
-    """True when `model_id` names a local folder (exists, or looks like a path) rather than a hub id."""
+    """True when `model_id` names a local folder (exists, or looks like a path of this or another
+    system: `foreign_path_reason`) rather than a hub id."""
     text = str(model_id)
-    return Path(text).expanduser().exists() or text.startswith(("/", "./", "../", "~")) or os.sep + os.sep in text
+    return (_exists_here(text) or text.startswith(("/", "~", "./", "../", ".\\", "..\\"))
+            or foreign_path_reason(text) is not None)
 
 
 def check_local_folder(model_id: str) -> Path:
+    """The local model folder `model_id`, checked to hold a checkpoint.
+
+    Raises:
+        ModelLoadError: no such folder here (naming the kind of path when it was written for another
+            system: this computer cannot see it), or it lacks `config.json` / `tokenizer_config.json`.
+    """
+    reason = foreign_path_reason(model_id)
+    if reason is not None:
+        raise ModelLoadError(foreign_path_message(model_id, reason))
     path = Path(model_id).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
@@ -48,6 +104,17 @@ def check_local_folder(model_id: str) -> Path:
             "with `hf download google/gemma-3n-E2B-it --local-dir DIR`."
         )
     return path
+
+
+def foreign_path_message(model_id: str | os.PathLike, reason: str) -> str:
+    """The message for a model path this computer cannot see (`reason` from `foreign_path_reason`)."""
+    return (
+        f"Model folder `{str(model_id).strip()}` is {reason} that does not exist on this computer "
+        f"({platform.system() or os.name}): this computer cannot see it, and it is not a Hugging Face hub id either. "
+        "A model folder must be on this computer: copy it here (or download it with "
+        "`hf download google/gemma-3n-E2B-it --local-dir DIR`) and give that folder's path, or give a hub id "
+        "such as google/gemma-3n-E2B-it."
+    )
 
 
 def _hub_cache_dir() -> Path:

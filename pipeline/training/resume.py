@@ -28,16 +28,22 @@ DATASET_RECORD = "dataset.json"
 
 
 def resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) -> TrainConfig:
-    """The run's saved settings; `config`, when given, must equal them.
+    """The run's saved settings; `config`, when given, must equal them, except `model`.
+
+    `model` may name another path or hub id for the same base (a moved folder, the hub id of a local
+    copy): the run is tied to its base's identity, which the trainer compares once the model is
+    loaded (`pipeline.training.base_identity.record_or_check_run_base`), not to a path. The
+    returned config then carries the given `model`.
 
     Raises:
         TrainingError: the run has no config.json.
-        ConfigError: `config` differs (lists each flag with the run's value).
+        ConfigError: `config` differs in another setting (lists each flag with the run's value).
     """
     if not paths["config"].exists():
         raise TrainingError(f"Run `{paths['dir'].name}` has no config.json in {paths['dir']}; there is nothing to resume.")
     saved = TrainConfig.from_dict(json.loads(paths["config"].read_text(encoding="utf-8")))
     if config is not None:
+        saved = saved.replace(model=config.model)
         diffs = {k: (v, getattr(config, k)) for k, v in saved.to_dict().items() if getattr(config, k) != v}
         if diffs:
             listed = ", ".join(f"--{k.replace('_', '-')} {new!r} (run has {old!r})" for k, (old, new) in diffs.items())

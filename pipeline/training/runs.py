@@ -70,35 +70,32 @@ def config_flags(config: TrainConfig) -> list[str]:
 
 
 def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
-    """True when process `pid` is running (not a zombie) and, on Linux, is a `pipeline train` process
-    (guards against a reused pid)."""
+    """True when process `pid` is running (not a zombie) and is a `pipeline train` process (for
+    `run_name` when given), so a pid the system reused for another program is not taken for the trainer.
+
+    Read through psutil on every system (Linux, macOS, Windows), never from `/proc`: a check that
+    needed `/proc` took every live pid for the trainer on a Mac. A process whose command line cannot
+    be read (another user's) is taken as alive, as a process that exists.
+    """
     if not pid:
         return False
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
+    import psutil  # noqa: PLC0415 - a dependency (requirements.txt); kept out of the app's start-up imports
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            status = (proc / "status").read_text()
-            if "\nState:\tZ" in status:
-                return False
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "pipeline" not in cmdline or "train" not in cmdline:
-                return False
-            if run_name is not None and run_name not in cmdline:
-                return False
-        except OSError:
+        process = psutil.Process(int(pid))
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             return False
-    return True
+        cmdline = " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+    except psutil.AccessDenied:
+        return True
+    if "pipeline" not in cmdline or "train" not in cmdline:
+        return False
+    return run_name is None or run_name in cmdline
 
 
 def _run_pid(run_dir: Path, result: dict | None = None) -> int | None:
@@ -244,8 +241,11 @@ def start_run(
         allow_dataset_change: with `resume`, continue although the dataset was rebuilt with other
             rows since the run started (`--allow-dataset-change`, recorded by the run).
 
+    Before the process starts, the tutors this process keeps for Try and Judge on the GPU the run
+    will use are unloaded (`pipeline.tutor.infer.release_for`): one GPU, two processes.
+
     Returns:
-        `{"run", "pid", "command", "run_dir"}`.
+        `{"run", "pid", "command", "run_dir", "released"}`; `released` says what was unloaded (None: nothing).
 
     Raises:
         TrainingError: another run is alive in this workspace, the run exists (without `resume`),
@@ -276,6 +276,11 @@ def start_run(
         if read_dataset_record(run_dir) is not None:
             check_dataset(run_dir, run_name, build_identity(ws))
     run_dir.mkdir(parents=True, exist_ok=True)
+    # The GPU this process's Try/Judge tutor sits on is handed to the run (issue 21 #10)
+    from pipeline.tutor.infer import release_for
+
+    device = config.device if config is not None else (_read_json(run_dir / "config.json") or {}).get("device")
+    released = release_for(device, what=f"run `{run_name}`")
     command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
     if resume:
         command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
@@ -315,7 +320,7 @@ def start_run(
     lock.handed_over()
     _CHILDREN[process.pid] = process
     atomic_write_json(run_dir / PID_FILE, {"pid": process.pid, "started_at": time.time(), "command": command})
-    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir)}
+    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir), "released": released}
 
 
 def _kill(pid: int) -> None:

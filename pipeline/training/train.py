@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,9 @@ from pipeline.training.peak_memory import (
     reset_peak_memory,
 )
 from pipeline.memory.run_compare import run_estimate
+from pipeline.training.base_identity import run_base_model
+from pipeline.training.checkpoints import check_free_disk, checkpoint_bytes, damaged_text, newest_intact_checkpoint
+from pipeline.training.checkpoints import save_adapter, set_aside, write_result
 from pipeline.training.resume import check_dataset, record_dataset
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_log import close_run_log as _remove_log_file
@@ -341,14 +343,21 @@ def train(
     paths = run_paths(ws, run_name)
     dataset_dir = Path(dataset_dir).expanduser().resolve() if dataset_dir is not None else None
     checkpoint = None
+    damaged: list[dict] = []
     main = distributed.is_main_process()
     if resume:
         config = _resolve_resume_config(paths, config)
-        checkpoint = last_checkpoint(paths["dir"])
+        recorded_model = _resolve_resume_config(paths, None).model
+        # another path for the same base is fine (its identity is compared once loaded); a recorded
+        # folder that moved away is named, with the fix (`run_base_model`)
+        config = config.replace(model=run_base_model(paths["dir"], run_name, None if config.model == recorded_model else config.model))
+        # every file a resume reads is checked first; damaged newer checkpoints are set aside below
+        checkpoint, damaged = newest_intact_checkpoint(paths["checkpoints"])
         if checkpoint is None:
             raise TrainingError(
-                f"Run `{run_name}` has no checkpoint in {paths['checkpoints']} to resume from; start it again without --resume "
-                "under a new name."
+                (damaged_text(damaged, None) + " " if damaged else "")
+                + f"Run `{run_name}` has no intact checkpoint in {paths['checkpoints']} to resume from; start it again "
+                "without --resume under a new name."
             )
         if paths["result"].exists():
             previous = json.loads(paths["result"].read_text(encoding="utf-8"))
@@ -386,6 +395,8 @@ def train(
     if main:
         paths["dir"].mkdir(parents=True, exist_ok=True)
         remove_stale_stop(paths["stop"], paths["result"])
+        if damaged:  # kept as damaged-checkpoint-N: nothing saved is lost, and Trainer never sees them
+            set_aside(damaged)
         if not resume:
             atomic_write_json(paths["config"], config.to_dict())
             record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
@@ -407,6 +418,10 @@ def train(
         atomic_write_json(paths["result"], base)
     handler = _setup_log_file(paths["log"]) if main else None
     log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
+    if damaged:
+        base["damaged_checkpoints"] = damaged
+        base["note"] = damaged_text(damaged, checkpoint)
+        log.warning("%s", base["note"])
     if checkpoint is not None and main:
         dropped = trim_progress_to_step(paths["progress"], int(checkpoint.name.split("-", 1)[1]))
         if dropped:
@@ -429,6 +444,10 @@ def train(
             raise
         if main:
             record_or_check_run_base(paths["dir"], session.base_identity, run_name)
+            if resume and config.model != recorded_model:  # the same base, found elsewhere: remember where
+                log.info("Run `%s` continues on `%s` (recorded `%s`): the same base model (config and weights).",
+                         run_name, config.model, recorded_model)
+                atomic_write_json(paths["config"], config.to_dict())
         log.info("%s", session.quantization.summary())
         for warning in session.quantization.warnings:
             log.warning("%s", warning)
@@ -441,6 +460,10 @@ def train(
             eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
         )
         device = session.device
+        if main:  # before the run starts: room for a checkpoint and the final adapter (how much is free, how much needed)
+            trainable = int(session.lora.trainable_params)
+            check_free_disk(paths["dir"], checkpoint_bytes(paths["checkpoints"], trainable) + trainable * 4,
+                            f"run `{run_name}` (a checkpoint and the adapter)")
         result["memory_estimate"] = run_estimate(ws, config, device, dataset_dir=dataset_dir,
                                                  on_error=lambda e: log.warning("No memory estimate: %s", e))
         if main:
@@ -498,7 +521,7 @@ def train(
             return result
         with memory.during("save"):
             if main:
-                _save_adapter(session, paths["adapter"])
+                save_adapter(session.model, session.processor, session.base_identity, paths["adapter"])
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
@@ -533,26 +556,9 @@ def train(
         result["finished_at"] = time.time()
         result.pop("pid", None)
         if main:
-            atomic_write_json(paths["result"], result)
+            write_result(paths["result"], result, log)
         if handler is not None:
             _remove_log_file(handler)
-
-
-def _save_adapter(session: _Session, adapter_dir: Path) -> None:
-    """Save the LoRA adapter (PEFT format) + processor into `adapter_dir`, replacing it atomically."""
-    tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
-    old = adapter_dir.with_name(f".{adapter_dir.name}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
-    session.model.save_pretrained(str(tmp))
-    session.processor.save_pretrained(str(tmp))
-    from pipeline.training.base_identity import write_identity
-
-    write_identity(tmp, session.base_identity)  # load_adapter checks it (pipeline.training.base_identity)
-    if adapter_dir.exists():
-        adapter_dir.rename(old)
-    tmp.rename(adapter_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:

@@ -122,16 +122,48 @@ def answer_loss_trainer_class():
                 return super().evaluate(*args, **kwargs)
 
         def _save_checkpoint(self, *args: Any, **kwargs: Any):
+            # Free disk first (what is free, what the save needs), and a failed save named with its
+            # checkpoint, file and cause (`pipeline.training.checkpoints`).
+            from pathlib import Path
+
+            from pipeline.training.checkpoints import check_free_disk, checkpoint_bytes, save_error
+            from pipeline.training.peak_memory import is_out_of_memory
+
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            check_free_disk(self.args.output_dir, checkpoint_bytes(self.args.output_dir, trainable), f"`{folder.name}`")
             with self._phase("save"):
-                return super()._save_checkpoint(*args, **kwargs)
+                try:
+                    return super()._save_checkpoint(*args, **kwargs)
+                except Exception as error:  # noqa: BLE001 - translated, the cause chained
+                    if is_out_of_memory(error):
+                        raise
+                    raise save_error(folder, error) from error
 
-        def _load_from_checkpoint(self, *args: Any, **kwargs: Any):
-            with self._phase("resume"):
-                return super()._load_from_checkpoint(*args, **kwargs)
+        def _read_checkpoint(self, method: str, what: str, checkpoint: Any, *args: Any, **kwargs: Any):
+            """`super().method(checkpoint, ...)` in the `resume` phase, its failure named with the
+            checkpoint, the file and the cause."""
+            from pipeline.training.checkpoints import load_error
+            from pipeline.training.peak_memory import is_out_of_memory
 
-        def _load_optimizer_and_scheduler(self, *args: Any, **kwargs: Any):
             with self._phase("resume"):
-                return super()._load_optimizer_and_scheduler(*args, **kwargs)
+                try:
+                    return getattr(super(), method)(checkpoint, *args, **kwargs)
+                except Exception as error:  # noqa: BLE001 - translated, the cause chained
+                    if checkpoint is None or is_out_of_memory(error):
+                        raise
+                    raise load_error(checkpoint, what, error) from error
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: Any, *args: Any, **kwargs: Any):
+            return self._read_checkpoint("_load_from_checkpoint", "the adapter weights", resume_from_checkpoint, *args, **kwargs)
+
+        def _load_optimizer_and_scheduler(self, checkpoint: Any, *args: Any, **kwargs: Any):
+            return self._read_checkpoint("_load_optimizer_and_scheduler", "`optimizer.pt` / `scheduler.pt`", checkpoint,
+                                         *args, **kwargs)
+
+        def _load_rng_state(self, checkpoint: Any, *args: Any, **kwargs: Any):
+            return self._read_checkpoint("_load_rng_state", "the random number generator states (`rng_state*.pth`)",
+                                         checkpoint, *args, **kwargs)
 
     return AnswerLossTrainer
 

@@ -129,7 +129,7 @@ class Tutor:
 
         clip = load_audio(audio)
         return self._generate(lambda tokenizer: build_messages(target_text, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
                               use_adapter=use_adapter, stop=stop)
 
     def free_speech_feedback(self, audio: Any, prompt: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -145,7 +145,7 @@ class Tutor:
 
         clip = load_audio(audio)
         return self._generate(lambda tokenizer: build_free_speech_messages(prompt, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
                               use_adapter=use_adapter, stop=stop)
 
     def dialogue_reply(self, turns: list[dict], *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -185,14 +185,18 @@ class Tutor:
             shaped.append(turn)
         seconds = sum(a.size for a in audios) / 16000
         return self._generate(lambda tokenizer: build_dialogue_messages(shaped, audios, tokenizer=tokenizer), seconds,
-                              max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
+                              audios, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
 
-    def _generate(self, make_messages: Any, audio_s: float, *, max_new_tokens: int, do_sample: bool,
+    def _generate(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, do_sample: bool,
                   use_adapter: bool, stop: Any = None) -> Feedback:
         """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
-        turn): greedy by default, stopping at `<end_of_turn>` or when `stop()` says so; only the new
-        text is returned."""
+        turn, whose clips are `clips` in order): greedy by default, stopping at `<end_of_turn>` or when
+        `stop()` says so; only the new text is returned. Several clips (a dialogue) are aligned as the
+        training collator aligns them (`pipeline.training.collate.align_audio_masks`), so each clip is
+        heard as in training."""
         import torch
+
+        from pipeline.training.collate import align_audio_masks
 
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
@@ -212,6 +216,8 @@ class Tutor:
             inputs = self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
             )
+            if "input_features_mask" in inputs:
+                align_audio_masks(inputs, clips, self.processor.feature_extractor)
             inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
             prompt_len = inputs["input_ids"].shape[1]
             eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
@@ -263,6 +269,68 @@ _CACHE_LOCK = threading.Lock()
 """Held while a tutor is looked up or loaded, so concurrent first clicks load one model, not several."""
 
 
+ACCELERATORS = ("cuda", "mps")
+"""Devices whose memory a tutor kept in this process takes from a training run or a memory probe
+started beside it (CPU memory is the machine's RAM, which the estimate and the OS share out)."""
+
+
+def holds_device_for(work_device: str | None, tutor_device: str) -> bool:
+    """True when a tutor loaded on `tutor_device` sits on the accelerator that work asking for
+    `work_device` (a run's or a probe's `--device`: auto|cuda|mps|cpu) will use.
+
+    `auto` picks CUDA, else MPS (`pipeline.training.model.resolve_device`): a tutor that is on one of
+    them is on the one `auto` picks, since this process found it available. CPU work never needs a
+    tutor's GPU memory, and a tutor on the CPU holds none.
+    """
+    if tutor_device not in ACCELERATORS:
+        return False
+    return (work_device or "auto") in ("auto", tutor_device)
+
+
+def release_for(work_device: str | None, *, what: str = "the training run") -> str | None:
+    """Let go of the tutors this process keeps loaded (Try, Judge) when `work_device` is the GPU they sit on.
+
+    One GPU is shared by the app and the trainer (or the memory probe), each a process of its own: a
+    tutor kept for Try and Judge (E2B 4-bit ~7.4 GiB) would stay beside the run, which could then fail
+    its preflight after the Memory tab said it fits. So before such work starts, every cached tutor on
+    that accelerator is dropped, the garbage collector runs, and the CUDA caching allocator's (or MPS's)
+    unused blocks are handed back (`torch.cuda.empty_cache`, `torch.mps.empty_cache`). An answer being
+    generated at that moment keeps its model until it ends. The next Try or Judge click loads the
+    tutor again.
+
+    Args:
+        work_device: the device the run or probe asks for (auto|cuda|mps|cpu).
+        what: the work, named in the returned message.
+
+    Returns:
+        A sentence saying what was unloaded and why, or None when no tutor held that device.
+    """
+    with _CACHE_LOCK:
+        held = [(key, tutor) for key, tutor in _CACHE.items() if holds_device_for(work_device, tutor.device)]
+        for key, _ in held:
+            del _CACHE[key]
+    if not held:
+        return None
+    import gc
+
+    devices = sorted({tutor.device for _, tutor in held})
+    names = ", ".join(f"`{tutor.model_id}`" + (f" with run `{tutor.run}`" if tutor.run else "") for _, tutor in held)
+    del held
+    gc.collect()
+    import torch
+
+    for device in devices:
+        try:
+            if device == "cuda" and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            elif device == "mps":
+                torch.mps.empty_cache()
+        except (RuntimeError, AttributeError):  # pragma: no cover - a backend this build lacks
+            pass
+    return (f"The tutor kept for Try and Judge ({names} on {', '.join(devices)}) was unloaded to leave the GPU to "
+            f"{what}; it loads again at the next answer.")
+
+
 def usable_runs(workspace: Workspace) -> list[str]:
     """Names of the runs in `WS/runs/` that have a saved adapter (`adapter/adapter_config.json`), sorted."""
     if not workspace.runs_dir.is_dir():
@@ -311,18 +379,22 @@ def load_tutor(
     """Load (or reuse) a tutor: base `model`, or the adapter of `run` on its training base.
 
     Args:
-        model: hub id or local folder; with `run` defaults to the run's model (and must match it).
+        model: hub id or local folder; with `run` defaults to the run's model. Another path or id
+            is accepted when it holds the same base (config and weights, checked when the adapter
+            loads): a moved model folder, or the hub id of a local copy.
         run: run name in `workspace` whose `adapter/` to apply.
         workspace: needed with `run`.
         device: auto|cuda|mps|cpu; defaults to the run's, else auto.
         quantization: 4bit|8bit|none; defaults to the run's, else the device default.
 
     Raises:
-        ConfigError: unknown run, or `model` differs from the run's base model.
-        BaseModelMismatchError: the model folder now holds another base than the run was trained
-            on (other config values or weights; see `pipeline.training.base_identity`).
-        ModelLoadError: model or adapter cannot be loaded.
+        ConfigError: unknown run.
+        BaseModelMismatchError: `model` (or the run's model folder) holds another base than the run
+            was trained on (other config values or weights; see `pipeline.training.base_identity`).
+        ModelLoadError: model or adapter cannot be loaded; the run's model folder is no longer there
+            and no `model` was given (`run_base_model`).
     """
+    from pipeline.training.base_identity import run_base_model
     from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
@@ -334,13 +406,8 @@ def load_tutor(
         ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
         settings, adapter = _run_settings(ws, run)
         adapter_dir = str(adapter)
-        run_model = settings.get("model")
-        if model and run_model and str(model) != str(run_model):
-            raise ConfigError(
-                f"Run `{run}` was trained on `{run_model}`, not `{model}`; its adapter only fits its own base model. "
-                f"Drop --model or pass --model {shlex.quote(str(run_model))}."
-            )
-        model = model or run_model
+        # The base is recognised by its identity, not its path: `load_adapter` compares them below.
+        model = run_base_model(ws.run_dir(run), run, model)
     if not model:
         raise ConfigError("No model given; pass --model (e.g. google/gemma-3n-E2B-it) or --run.")
     device = resolve_device(device or settings.get("device") or "auto")
