@@ -10,6 +10,8 @@
     dataset.json     the dataset build the run trains on (`pipeline.training.resume`), checked on resume
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
     tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)
+    best/            with --keep-best: the adapter of the evaluation that agreed best with the experts, and
+                     best.json (`pipeline.training.best_checkpoint`); copied into adapter/ at the end
     eval/            the run's saved evaluations, one per dataset build (`pipeline.tutor.evaluate`)
     STOP             written by `pipeline.training.runs.request_stop`: save and end after the
                      micro-batch in flight (`pipeline.training.stopping`)
@@ -33,6 +35,7 @@ RUN_FILES = {
     "result": "result.json",
     "stop": "STOP",
     "tensorboard": "tensorboard",
+    "best": "best",
 }
 """File names inside a run folder (`WS/runs/NAME/`)."""
 

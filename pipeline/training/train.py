@@ -473,7 +473,16 @@ def train(
         callback = _make_callback_class()(paths, config, memory)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
-        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []), memory)
+        keeper = None
+        if config.keep_best and session.eval_data is not None:
+            from pipeline.training.best_checkpoint import make_best_checkpoint_callback
+
+            keeper = make_best_checkpoint_callback(paths, config, session.processor, session.eval_data, session.device,
+                                                   session.quantization.method)
+            log.info("Keeping the best checkpoint by %s%s.", keeper.criterion,
+                     f" on {len(keeper.rows)} eval clip(s) answered at every evaluation" if keeper.rows else "")
+        trainer = session.trainer(paths["checkpoints"],
+                                  [c for c in (callback, stop_now, board, keeper) if c] + list(callbacks or []), memory)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         except Exception as error:  # noqa: BLE001
@@ -496,14 +505,20 @@ def train(
             )
             log.error("%s", result["reason"])
             return result
+        stopped = callback.stopped or stop_now.stopped
+        if keeper is not None and not stopped and keeper.last_judged_step != trainer.state.global_step:
+            trainer.evaluate()  # the last step is judged too, so the best of every state is kept
+        best = keeper.best if keeper is not None else None
         with memory.during("save"):
             if main:
-                _save_adapter(session, paths["adapter"])
+                _save_adapter(session, paths["adapter"], weights_from=paths["best"] if best else None)
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
-            status="stopped" if callback.stopped or stop_now.stopped else "completed",
-            reason=("stopped by request (STOP file); --resume continues" if callback.stopped or stop_now.stopped else None),
+            status="stopped" if stopped else "completed",
+            reason=("stopped by request (STOP file); --resume continues" if stopped
+                    else "stopped early: no improvement in --early-stopping-patience evaluations"
+                    if keeper is not None and keeper.early_stopped else None),
             steps=state.global_step,
             max_steps=state.max_steps,
             epochs=round(float(state.epoch or 0.0), 4),
@@ -512,6 +527,11 @@ def train(
             adapter_dir=str(paths["adapter"]),
             checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
         )
+        if keeper is not None:
+            from pipeline.training.best_checkpoint import best_reason
+
+            result.update(best={k: v for k, v in (best or {}).items() if k != "history"} or None,
+                          best_reason=best_reason(best), early_stopped=keeper.early_stopped)
         log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
         return result
     except PipelineError as error:
@@ -538,13 +558,17 @@ def train(
             _remove_log_file(handler)
 
 
-def _save_adapter(session: _Session, adapter_dir: Path) -> None:
-    """Save the LoRA adapter (PEFT format) + processor into `adapter_dir`, replacing it atomically."""
+def _save_adapter(session: _Session, adapter_dir: Path, weights_from: Path | None = None) -> None:
+    """Save the LoRA adapter (PEFT format) + processor into `adapter_dir`, replacing it atomically; the
+    adapter weights are the model's, or those saved in `weights_from` (the kept best checkpoint)."""
     tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
     old = adapter_dir.with_name(f".{adapter_dir.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
-    session.model.save_pretrained(str(tmp))
+    if weights_from is not None:
+        shutil.copytree(weights_from, tmp)
+    else:
+        session.model.save_pretrained(str(tmp))
     session.processor.save_pretrained(str(tmp))
     from pipeline.training.base_identity import write_identity
 
@@ -640,6 +664,8 @@ def summary_text(result: dict) -> str:
         lines += ["  " + line for line in memory.splitlines()]
     if result.get("adapter_dir"):
         lines.append(f"  adapter: {result['adapter_dir']}")
+    if result.get("best_reason"):
+        lines.append(f"  kept: {result['best_reason']}")
     if result.get("tiny_random_model"):
         lines.append("  note: the model is the tiny random stand-in; its feedback is meaningless text.")
     return "\n".join(lines)
