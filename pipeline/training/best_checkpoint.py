@@ -108,6 +108,15 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
             self.early_stopped = False
             self.last_judged_step: int | None = None
 
+        def on_train_begin(self, args, state, control, **kwargs):
+            """On resume: forget evaluations an interrupted process made after the checkpoint (they run
+            again); the best adapter itself is kept, it was a state the run really reached."""
+            if self.best:
+                history = [h for h in self.best.get("history", [])
+                           if h["step"] <= state.global_step or h["step"] == self.best["step"]]
+                self.best = dict(self.best, history=history, evaluations=len(history),
+                                 since_best=sum(1 for h in history if h["step"] > self.best["step"]))
+
         def judge(self, model) -> tuple[float, float]:
             """(agreement, seconds) of the model as it is now on the subset."""
             import torch

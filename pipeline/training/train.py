@@ -474,6 +474,8 @@ def train(
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
         keeper = None
+        if config.keep_best and session.eval_data is None:
+            log.warning("--keep-best needs an eval split to judge on; this dataset has none, so the last step is kept.")
         if config.keep_best and session.eval_data is not None:
             from pipeline.training.best_checkpoint import make_best_checkpoint_callback
 
