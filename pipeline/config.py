@@ -96,6 +96,16 @@ class TrainConfig:
     """Evaluate on the eval split every N optimizer steps (0 disables)."""
     save_steps: int = 50
     """Save a resumable checkpoint every N optimizer steps."""
+    keep_best: bool = False
+    """At every evaluation (`eval_steps`), also answer `judge_clips` eval clips by generation and keep the
+    checkpoint whose answers agree best with the experts (the lowest eval loss where the eval split has
+    no expert scores) as the run's adapter (`pipeline.training.best_checkpoint`). Costs `judge_clips`
+    answers per evaluation; off, the adapter is the last step's."""
+    judge_clips: int = 8
+    """With `keep_best`: how many eval clips (read-aloud, with expert scores; the first by id) are answered
+    at each evaluation. More clips judge more surely and take longer (one answer each)."""
+    early_stopping_patience: int = 0
+    """With `keep_best`: stop after this many evaluations in a row without improvement (0: never)."""
     logging_steps: int = 1
     """Append a line to progress.jsonl every N optimizer steps."""
     seed: int = 42
@@ -121,6 +131,18 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"`--{_flag(name)}` must be a whole number >= 1, got {value!r}.")
+        if not isinstance(self.judge_clips, int) or isinstance(self.judge_clips, bool) or self.judge_clips < 1:
+            raise ConfigError(f"`--judge-clips` must be a whole number >= 1, got {self.judge_clips!r}.")
+        if not isinstance(self.early_stopping_patience, int) or self.early_stopping_patience < 0:
+            raise ConfigError(
+                f"`--early-stopping-patience` must be a whole number >= 0 (0: never stop early), got {self.early_stopping_patience!r}.")
+        if self.early_stopping_patience and not self.keep_best:
+            raise ConfigError(
+                f"`--early-stopping-patience {self.early_stopping_patience}` stops when the kept checkpoint stops "
+                "improving, so it needs `--keep-best`; add --keep-best or set the patience to 0.")
+        if self.keep_best and self.eval_steps == 0:
+            raise ConfigError("`--keep-best` judges the tutor at every evaluation, but `--eval-steps 0` turns evaluation "
+                              "off; set --eval-steps to N >= 1 (e.g. 50), or drop --keep-best.")
         for name in ("eval_steps", "save_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:

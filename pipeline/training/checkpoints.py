@@ -258,9 +258,11 @@ def write_result(path: Path, result: dict, log: Any) -> None:
                             f"({type(error).__name__}: {error}). Free disk space; the adapter and checkpoints are kept.") from error
 
 
-def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: Path) -> None:
+def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: Path,
+                 weights_from: Path | None = None) -> None:
     """Save the run's LoRA adapter (PEFT format) + processor + base identity into `adapter_dir`,
-    replacing it atomically (written beside it, then renamed).
+    replacing it atomically (written beside it, then renamed). The adapter weights are the model's,
+    or those saved in `weights_from` (the kept best checkpoint, `pipeline.training.best_checkpoint`).
 
     Raises:
         TrainingError: not enough free disk (free and needed named), or the save failed (the file and
@@ -277,7 +279,10 @@ def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: P
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     check_free_disk(adapter_dir.parent, trainable * 4 + 2**20, f"the adapter ({adapter_dir.name}/)")
     try:
-        model.save_pretrained(str(tmp))
+        if weights_from is not None:
+            shutil.copytree(weights_from, tmp)
+        else:
+            model.save_pretrained(str(tmp))
         processor.save_pretrained(str(tmp))
         write_identity(tmp, base_identity)  # load_adapter checks it (pipeline.training.base_identity)
     except OSError as error:

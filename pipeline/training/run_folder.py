@@ -10,6 +10,8 @@
     dataset.json     the dataset build the run trains on (`pipeline.training.resume`), checked on resume
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
     tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)
+    best/            with --keep-best: the adapter of the evaluation that agreed best with the experts, and
+                     best.json (`pipeline.training.best_checkpoint`); copied into adapter/ at the end
     eval/            the run's saved evaluations, one per dataset build (`pipeline.tutor.evaluate`)
     STOP             written by `pipeline.training.runs.request_stop`: save and end after the
                      micro-batch in flight (`pipeline.training.stopping`)
@@ -33,6 +35,7 @@ RUN_FILES = {
     "result": "result.json",
     "stop": "STOP",
     "tensorboard": "tensorboard",
+    "best": "best",
 }
 """File names inside a run folder (`WS/runs/NAME/`)."""
 
@@ -124,3 +127,27 @@ def remove_stale_stop(stop: Path, result: Path) -> None:
     answered = result.exists() and result.stat().st_mtime >= written
     if answered or written < psutil.Process(os.getpid()).create_time():
         stop.unlink(missing_ok=True)
+
+
+def summary_text(result: dict) -> str:
+    """Human summary of a result.json dict, with the run's measured memory against the estimate
+    for its settings (`pipeline.memory.run_compare`: whole run against whole run, step against step)."""
+    from pipeline.memory.run_compare import compare, comparison_text
+
+    status = result.get("status")
+    lines = [f"Run `{result.get('run')}` {status}" + (f": {result['reason']}" if result.get("reason") else ".")]
+    if result.get("steps") is not None:
+        lines.append(
+            f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
+            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
+        )
+    memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
+    if memory:
+        lines += ["  " + line for line in memory.splitlines()]
+    if result.get("adapter_dir"):
+        lines.append(f"  adapter: {result['adapter_dir']}")
+    if result.get("best_reason"):
+        lines.append(f"  kept: {result['best_reason']}")
+    if result.get("tiny_random_model"):
+        lines.append("  note: the model is the tiny random stand-in; its feedback is meaningless text.")
+    return "\n".join(lines)

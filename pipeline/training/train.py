@@ -57,8 +57,10 @@ from pipeline.training.run_folder import (
     logged_elapsed_s,
     remove_stale_stop,
     run_paths,
+    summary_text,
     trim_progress_to_step,
 )
+from pipeline.training.best_checkpoint import best_checkpoint_keeper
 from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.training.workspace_lock import hold_workspace_lock
 from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
@@ -496,7 +498,9 @@ def train(
         callback = _make_callback_class()(paths, config, memory)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
-        trainer = session.trainer(paths["checkpoints"], [c for c in (callback, stop_now, board) if c] + list(callbacks or []), memory)
+        keeper = best_checkpoint_keeper(paths, config, session) if config.keep_best else None
+        trainer = session.trainer(paths["checkpoints"],
+                                  [c for c in (callback, stop_now, board, keeper) if c] + list(callbacks or []), memory)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         except Exception as error:  # noqa: BLE001
@@ -519,14 +523,19 @@ def train(
             )
             log.error("%s", result["reason"])
             return result
+        stopped = callback.stopped or stop_now.stopped
+        best = keeper.finish(trainer, stopped) if keeper is not None else None
         with memory.during("save"):
             if main:
-                save_adapter(session.model, session.processor, session.base_identity, paths["adapter"])
+                save_adapter(session.model, session.processor, session.base_identity, paths["adapter"],
+                             weights_from=paths["best"] if best else None)
         state = trainer.state
         best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
         result.update(
-            status="stopped" if callback.stopped or stop_now.stopped else "completed",
-            reason=("stopped by request (STOP file); --resume continues" if callback.stopped or stop_now.stopped else None),
+            status="stopped" if stopped else "completed",
+            reason=("stopped by request (STOP file); --resume continues" if stopped
+                    else "stopped early: no improvement in --early-stopping-patience evaluations"
+                    if keeper is not None and keeper.early_stopped else None),
             steps=state.global_step,
             max_steps=state.max_steps,
             epochs=round(float(state.epoch or 0.0), 4),
@@ -535,6 +544,8 @@ def train(
             adapter_dir=str(paths["adapter"]),
             checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
         )
+        if keeper is not None:
+            result.update(keeper.summary())
         log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
         return result
     except PipelineError as error:
@@ -627,28 +638,6 @@ def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import fields
 
     return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
-
-
-def summary_text(result: dict) -> str:
-    """Human summary of a result.json dict, with the run's measured memory against the estimate
-    for its settings (`pipeline.memory.run_compare`: whole run against whole run, step against step)."""
-    from pipeline.memory.run_compare import compare, comparison_text
-
-    status = result.get("status")
-    lines = [f"Run `{result.get('run')}` {status}" + (f": {result['reason']}" if result.get("reason") else ".")]
-    if result.get("steps") is not None:
-        lines.append(
-            f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
-            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
-        )
-    memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
-    if memory:
-        lines += ["  " + line for line in memory.splitlines()]
-    if result.get("adapter_dir"):
-        lines.append(f"  adapter: {result['adapter_dir']}")
-    if result.get("tiny_random_model"):
-        lines.append("  note: the model is the tiny random stand-in; its feedback is meaningless text.")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Judge a tutor on the built dataset's held-out clips against the experts, and keep the judgement.
 
-`python -m pipeline evaluate --workspace WS (--run NAME | --model M) [--split eval] [--limit N] [--json]`
+`python -m pipeline evaluate --workspace WS (--run NAME | --model M) [--split eval] [--limit N] [--grounding] [--json]`
 
 The tutor (a base model, or a run's adapter on its base) answers every clip of the split with
 `pipeline.tutor.infer` (greedy decoding, the training conversation); `pipeline.tutor.metrics` scores
@@ -162,6 +162,7 @@ def evaluate_tutor(
     max_new_tokens: int | None = None,
     progress: Callable[[int, int, str], Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    grounding: bool = False,
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
@@ -173,6 +174,9 @@ def evaluate_tutor(
         progress: `progress(done, total, message)`, called before the first clip and after each one.
         should_stop: `() -> bool`, checked before each clip and after every generated token; True
             cancels the evaluation (nothing is returned or saved).
+        grounding: also ask the grounding probes for every read-aloud clip (`pipeline.tutor.grounding`:
+            low noise instead of the clip, another learner's clip of the same sentence, the clip with
+            another sentence): up to 3 more answers per clip, so up to 4x the time.
 
     Returns:
         `evaluate_answers`'s metrics over the read-aloud rows (`clips`, `unparsed`,
@@ -182,7 +186,10 @@ def evaluate_tutor(
         `pipeline.tutor.by_kind.metrics_by_kind`), `answers` (every answer of every kind with its
         sentence chrF; one per tutor turn of a dialogue), plus `model`, `run`, `split`, `dataset_key`
         (`split_key`), `device`, `quantization`, `max_new_tokens`, `seconds`, `finished_at` (unix s)
-        and `note` (set for the tiny random stand-in).
+        and `note` (set for the tiny random stand-in). Always `per_phone`
+        (`grounding.phone_table`) and `per_learner` (`grounding.learner_table`) over the read-aloud
+        clips; with `grounding`, `grounding` (`grounding.grounding_metrics`) and `grounding_clips`
+        (every probe's answer).
 
     Raises:
         DatasetError: no built dataset, unknown or empty split, `limit` < 1.
@@ -228,10 +235,24 @@ def evaluate_tutor(
         if (row.get("kind") or DEFAULT_KIND) == "read_aloud":  # the expert-score template metrics
             items.append({"id": row["id"], "kind": "read_aloud", "target_text": row["target_text"],
                           "answer": row_answers[0]["answer"], "reference": _row_reference(row),
-                          "reference_feedback": row.get("feedback") or ""})
+                          "reference_feedback": row.get("feedback") or "", "speaker": row.get("speaker") or "",
+                          "index": index})
         if progress is not None:
             progress(index + 1, len(rows), f"{who}: answered {row['id']}")
     metrics = evaluate_answers(items)
+    from pipeline.tutor.grounding import grounding_metrics, learner_table, phone_table
+
+    extra: dict[str, Any] = {
+        "per_phone": phone_table(items),
+        "per_learner": learner_table(metrics["per_clip"], {str(i["id"]): i["speaker"] for i in items}),
+    }
+    if grounding:
+        probed = _ask_grounding_probes(tutor, data, split, rows, items, max_new_tokens=tokens, stop=stop,
+                                       progress=progress, who=who)
+        extra["grounding"] = grounding_metrics(probed)
+        extra["grounding_clips"] = [{k: v for k, v in r.items() if k != "reference"} | {
+            "other_clip": r["other_clip"] and {k: v for k, v in r["other_clip"].items() if k != "reference"}}
+            for r in probed]
     return {
         "model": tutor.model_id,
         "run": run,
@@ -246,7 +267,73 @@ def evaluate_tutor(
         **metrics,
         "by_kind": metrics_by_kind(answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
         "answers": answers,
+        **extra,
     }
+
+
+def _ask_grounding_probes(tutor: Any, data: Any, split: str, rows: Any, items: list[dict], *, max_new_tokens: int,
+                          stop: Callable[[], bool], progress: Callable[[int, int, str], Any] | None,
+                          who: str) -> list[dict]:
+    """Ask `tutor` the grounding probes (`pipeline.tutor.grounding`) for every read-aloud eval clip in
+    `items` (their answers already given); returns the records `grounding_metrics` takes.
+
+    The other learner's clip comes from any split of the built dataset `data`; when it is itself an
+    eval clip answered with the same sentence, its answer is reused (greedy decoding gives the same
+    text). Raises `EvaluationError` when `stop()` cancels it.
+    """
+    from pipeline.data.audio import load_audio
+    from pipeline.tutor.grounding import plan_probes, probe_noise
+
+    pool, where = [], {}
+    for name in data:
+        columns = [c for c in ("id", "speaker", "target_text", "kind") if c in data[name].column_names]
+        for position, row in enumerate(data[name].select_columns(columns)):
+            if (row.get("kind") or DEFAULT_KIND) == "read_aloud":
+                pool.append({**row, "split": "eval" if name == split else name})
+                where.setdefault(str(row["id"]), (name, position))
+    plan = plan_probes(items, pool)
+    answered = {str(i["id"]): i for i in items}
+    total = sum(1 + (plan[str(i["id"])]["other_clip"] is not None) + (plan[str(i["id"])]["other_sentence"] is not None)
+                for i in items)
+    done = 0
+
+    def ask(audio: Any, sentence: str, what: str) -> str:
+        nonlocal done
+        if stop():
+            raise EvaluationError(f"Evaluation of {who} cancelled during the grounding probes; nothing was saved.")
+        text = tutor.feedback(audio, sentence, max_new_tokens=max_new_tokens, stop=stop).text
+        done += 1
+        if progress is not None:
+            progress(done, total, f"{who}: grounding probe, {what}")
+        return text
+
+    records = []
+    for item in items:
+        row = rows[item["index"]]
+        clip = load_audio(row["audio_wav"]).samples
+        planned = plan[str(item["id"])]
+        record = {"id": item["id"], "target_text": item["target_text"], "reference": item["reference"],
+                  "answer": item["answer"], "other_clip": None, "other_sentence": None,
+                  "silence": {"answer": ask((16000, probe_noise(clip.size)), item["target_text"],
+                                            f"noise instead of {item['id']}")}}
+        partner_id = planned["other_clip"]
+        if partner_id is not None:
+            name, position = where[str(partner_id)]
+            partner = data[name][position]
+            same = answered.get(str(partner_id))
+            reuse = same is not None and same["target_text"] == item["target_text"]
+            record["other_clip"] = {
+                "id": partner_id, "speaker": partner.get("speaker") or "", "reference": _row_reference(partner),
+                "answer": same["answer"] if reuse else ask(partner["audio_wav"], item["target_text"],
+                                                          f"{partner_id} reading {item['id']}'s sentence")}
+            if reuse:
+                done += 1
+        if planned["other_sentence"] is not None:
+            record["other_sentence"] = {"target_text": planned["other_sentence"],
+                                        "answer": ask(row["audio_wav"], planned["other_sentence"],
+                                                      f"{item['id']} with another sentence")}
+        records.append(record)
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
     parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
     parser.add_argument("--no-save", action="store_true", help="do not save it under runs/NAME/eval/ or evals/")
+    parser.add_argument("--grounding", action="store_true",
+                        help="also check that the tutor hears the recording: up to 3 more answers per clip (noise "
+                             "instead of the clip, another learner's clip of the sentence, another sentence)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
@@ -277,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     result = evaluate_tutor(
         ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
         quantization=args.quantization, max_new_tokens=args.max_new_tokens,
-        progress=None if args.json else progress,
+        progress=None if args.json else progress, grounding=args.grounding,
     )
     saved = [] if args.no_save else [save_evaluation(ws, result)]
     if args.out:
@@ -293,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
 
         print(summary(result))
         print(by_kind_summary(result["by_kind"]))
+        from pipeline.tutor.grounding import blame_summary, grounding_text
+
+        print(blame_summary(result))
+        if result.get("grounding"):
+            print(grounding_text(result["grounding"]))
         if result["note"]:
             print(f"note: {result['note']}")
         for path in result["saved"]:
