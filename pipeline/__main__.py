@@ -23,6 +23,7 @@ COMMANDS = {
     "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
     "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
+    "eval-job": ("pipeline.tutor.eval_jobs", "evaluations as background jobs: start, status, list, cancel"),
     "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),
     "import-run": ("pipeline.export.import_run", "bring back a run trained elsewhere (a cloud job bundle's output)"),
 }
