@@ -261,10 +261,10 @@ def evaluate_tutor(
             items.append({"id": row["id"], "kind": "read_aloud", "target_text": row["target_text"],
                           "answer": row_answers[0]["answer"], "reference": _row_reference(row),
                           "reference_feedback": row.get("feedback") or ""})
+        if partial is not None and index + 1 < len(rows):  # kept before it is reported as answered
+            partial(result(index + 1))
         if progress is not None:
             progress(index + 1, len(rows), f"{who}: answered {row['id']}")
-        if partial is not None and index + 1 < len(rows):
-            partial(result(index + 1))
     return result(len(rows))
 
 
