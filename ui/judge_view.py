@@ -298,13 +298,16 @@ def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None
 
 
 def column_widths(frame, *, min_px: int = 90, max_px: int = 320, char_px: int = 9) -> list[str]:
-    """Pixel widths for a table's columns, wide enough that no header word is broken across lines (a
-    1280 px page squeezed "disagreement" into "disag/reeme/nt"), and wider for long texts (up to
-    `max_px`); the table scrolls sideways when they add up to more than the page."""
+    """Pixel widths for a table's columns: wide enough that no header word is broken across lines (a
+    1280 px page squeezed "disagreement" into "disag/reeme/nt"), nor a cell word up to `max_px`; long texts
+    get up to `max_px` and wrap onto about two lines. The table scrolls sideways when the widths add up to
+    more than the page. `char_px`: an upper estimate of one character's width at the table's font size."""
     widths = []
     for column in frame.columns:
-        texts = [str(column), *(str(v) for v in frame[column].head(50))]
-        word = max(len(w) for text in texts for w in (text.split() or [""]))  # never broken inside a word
-        longest = max(len(str(v)) for v in texts[1:]) if len(texts) > 1 else 0  # long texts wrap onto ~2 lines
-        widths.append(f"{max(min_px, char_px * word + 24, min(max_px, char_px * longest // 2 + 24))}px")
+        cells = [str(v) for v in frame[column].head(50)]
+        header_word = max((len(w) for w in str(column).split()), default=0)
+        cell_word = max((len(w) for text in cells for w in text.split()), default=0)
+        longest = max((len(text) for text in cells), default=0)
+        fit = min(max_px, max(char_px * cell_word, char_px * longest // 2) + 24)
+        widths.append(f"{max(min_px, char_px * header_word + 24, fit)}px")
     return widths

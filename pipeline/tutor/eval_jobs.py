@@ -379,8 +379,10 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
                                                "was saved" + (" (the models before it are kept)." if saved else "."))
                 kept = partial(result)
                 saved += [str(kept)] if kept else []
+                where = "" if kept else (f" in {folder / f'partial-{index}.json'} (the fuller evaluation saved "
+                                         "before stays shown)")
                 return finish("cancelled", f"Cancelled during {label} after {answered['answered']} of "
-                                           f"{answered['of']} answers; those answers are kept, marked partial.")
+                                           f"{answered['of']} answers; those answers are kept{where}, marked partial.")
             saved.append(str(save_evaluation(ws, result)))
             (folder / f"partial-{index}.json").unlink(missing_ok=True)  # the complete evaluation supersedes it
             if cancel.exists() and index + 1 < len(targets):
