@@ -17,6 +17,7 @@ from pipeline.errors import EvaluationError
 from pipeline.tutor import eval_jobs as jobs
 from pipeline.tutor import evaluate as ev
 from pipeline.workspace import Workspace
+from tests.processes import stop_workspace_eval_jobs
 
 
 @pytest.fixture(scope="module")
@@ -38,23 +39,7 @@ def ws(built_once, tmp_path) -> Workspace:
     root = tmp_path / "ws"
     shutil.copytree(built_once, root)
     yield Workspace(root)
-    stop_job_processes(root)
-
-
-def stop_job_processes(root: Path) -> list[int]:
-    """Stop every evaluation job process of the workspace `root` (their pids are in `eval_jobs/*/pid.json`)
-    and reap the ones this process started; returns the pids signalled."""
-    from tests.processes import stop_process_group
-
-    stopped = []
-    for pid_file in sorted((Path(root) / jobs.JOBS_DIR).glob("*/pid.json")):
-        pid = json.loads(pid_file.read_text(encoding="utf-8"))["pid"]
-        if jobs.job_alive(pid, pid_file.parent.name) and stop_process_group(pid):
-            stopped.append(pid)
-        child = jobs._CHILDREN.pop(pid, None)
-        if child is not None:
-            child.wait(timeout=30)
-    return stopped
+    stop_workspace_eval_jobs(root)
 
 
 def wait_until(predicate, timeout_s: float = 300.0, poll_s: float = 0.2):
@@ -154,4 +139,4 @@ def test_evaluations_of_an_earlier_build_stay_listed_marked(ws):
     assert "2 evaluation(s) made on other data" in status
     assert "on another dataset build (`eval-0123456789ab`)" in status and "3 clips" in status
     assert "on the first 3 clips of this build" in status
-    assert list(headline.columns) == ["figure", "what it means"] and verdict == ""  # not compared with this build
+    assert headline.value["headers"] == ["figure", "what it means"] and verdict == ""  # not compared with this build

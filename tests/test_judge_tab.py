@@ -57,9 +57,9 @@ def _follow(ui: TutorApp, job: str, timeout_s: float = 600) -> tuple[list, tuple
 def stop_jobs(built):
     """Stop the evaluation job processes of the Judge workspace at teardown, whatever the outcome."""
     yield
-    from tests.test_eval_jobs import stop_job_processes
+    from tests.processes import stop_workspace_eval_jobs
 
-    stop_job_processes(built.ws.root)
+    stop_workspace_eval_jobs(built.ws.root)
 
 
 def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir, stop_jobs):
@@ -67,7 +67,7 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     choices = built.judge_candidates(model)
     assert choices == [(f"base · {Path(model).name}", f"base:{model}")]
     status, verdict, headline, *_ = built.saved_evaluations()
-    assert "No evaluation" in status and list(headline.columns) == ["figure", "what it means"]
+    assert "No evaluation" in status and list(_frame(headline).columns) == ["figure", "what it means"]
 
     job, progress, status, timer, seen = built.evaluate_models([f"base:{model}"], 16)
     assert job and timer.active and "in the background" in status and "<progress" in progress
@@ -76,6 +76,7 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     assert "done" in progress and 'value="100.0"' in progress
     assert any(" answers" in str(p[0]) and "done" not in str(p[0]) for p in polls[:-1])  # the bar moved while it ran
     label = f"base · {Path(model).name}"
+    headline = _frame(headline)
     assert list(headline.columns) == ["figure", label, "what it means"]
     figures = dict(zip(headline["figure"], headline[label]))
     assert figures["unparsed answers (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
@@ -92,7 +93,7 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     assert job2 == job and not timer2.active and "done" in progress2  # how the last evaluation ended
     status, verdict2, headline2, scatter2, clips2, rows2, audio2, details2 = reopened.saved_evaluations()
     assert "1 saved evaluation" in status and "tiny random" in status
-    assert headline2.equals(headline) and _frame(clips2).equals(clips)
+    assert _frame(headline2).equals(headline) and _frame(clips2).equals(clips)
     assert saved[0].stat().st_mtime_ns == stamp  # nothing was re-run
 
     class Select:  # what Gradio passes when a table cell is clicked
@@ -107,11 +108,11 @@ def fresh(built, tmp_path):
     """An app on a copy of the built workspace with no evaluation saved; its job processes stopped at teardown."""
     import shutil
 
-    from tests.test_eval_jobs import stop_job_processes
+    from tests.processes import stop_workspace_eval_jobs
 
     shutil.copytree(built.ws.root, tmp_path / "ws", ignore=shutil.ignore_patterns("evals", "eval_jobs"))
     yield TutorApp(tmp_path / "ws")
-    stop_job_processes(tmp_path / "ws")
+    stop_workspace_eval_jobs(tmp_path / "ws")
 
 
 def test_cancel_keeps_what_was_answered_marked_partial(fresh, tiny_model_dir):
@@ -132,7 +133,7 @@ def test_cancel_keeps_what_was_answered_marked_partial(fresh, tiny_model_dir):
     _, last = _follow(fresh, job)
     assert "cancelled" in last[0] and "kept, marked partial" in last[0]
     status, headline = last[3], last[5]
-    assert "Partial" in status and any("partial" in column for column in headline.columns)
+    assert "Partial" in status and any("partial" in column for column in _frame(headline).columns)
     (kept,) = [json.loads(p.read_text()) for p in (fresh.ws.root / "evals").glob("*/*.json")
                if "partial" in json.loads(p.read_text())]
     assert kept["partial"]["reason"] == "cancelled" and 1 <= kept["partial"]["answered"] < kept["partial"]["of"]

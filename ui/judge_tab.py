@@ -78,7 +78,7 @@ class JudgeHandlers:
         try:
             key = split_key(self.ws, "eval")
         except PipelineError as error:
-            return (error_panel(error), "", view.headline_frame([]), view.scatter_figure([]), self._clips_table([], []),
+            return (error_panel(error), "", self._headline_table([]), view.scatter_figure([]), self._clips_table([], []),
                     [], None, view.clip_markdown(None))
         every = saved_evaluations(self.ws)
         results = [r for r in every if r.get("dataset_key") == key]
@@ -97,8 +97,14 @@ class JudgeHandlers:
         if others:
             status += "\n\n" + others
         first = rows[0] if rows else None
-        return (status, view.verdict_markdown(order), view.headline_frame(order), view.scatter_figure(order),
+        return (status, view.verdict_markdown(order), self._headline_table(order), view.scatter_figure(order),
                 self._clips_table(rows, labels), rows, self._audio(first), view.clip_markdown(first))
+
+    @staticmethod
+    def _headline_table(results: list[dict]):
+        """The headline figures with column widths that keep the numbers on one line and let the meanings wrap."""
+        frame = view.headline_frame(results)
+        return gr.Dataframe(value=frame, column_widths=view.column_widths(frame, max_px=440))
 
     @staticmethod
     def _clips_table(rows: list[dict], labels: list[str]):

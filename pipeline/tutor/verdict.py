@@ -51,7 +51,7 @@ def more_recordings_needed(n: int, estimate_run: float, interval_run: Sequence[f
         estimate_base, interval_base: the same for the base model.
 
     Returns:
-        `ceil(n * ((a + b) / d) ** 2) - n` (at least 1), where d is the gap between the estimates and a, b
+        the smallest n' - n with n' > n * ((a + b) / d) ** 2 (at least 1), where d is the gap between the estimates and a, b
         the half-widths that face each other (see the module docstring); None when d == 0 (no
         difference to resolve, so no number of recordings can be estimated).
     """
@@ -62,7 +62,7 @@ def more_recordings_needed(n: int, estimate_run: float, interval_run: Sequence[f
         facing = (estimate_run - interval_run[0]) + (interval_base[1] - estimate_base)
     else:
         facing = (interval_run[1] - estimate_run) + (estimate_base - interval_base[0])
-    needed = math.ceil(n * (facing / abs(gap)) ** 2)
+    needed = math.floor(n * (facing / abs(gap)) ** 2) + 1  # strictly more: touching intervals still overlap
     return max(1, needed - n)
 
 
