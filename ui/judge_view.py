@@ -247,7 +247,8 @@ def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
     help), each with the figure it rests on. Empty when no run was evaluated."""
     from pipeline.tutor.verdict import verdicts
 
-    lines = [f"- {VERDICT_WORDS[v['outcome']]} **run · {v['run']}**: {v['line']}." for v in verdicts(results)]
+    labels = {r["run"]: model_label(r) for r in results if r.get("run")}  # marks a partial evaluation
+    lines = [f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {v['line']}." for v in verdicts(results)]
     return "**Verdict**\n\n" + "\n".join(lines) if lines else ""
 
 
