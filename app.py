@@ -115,6 +115,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
         demo.load(app.dataset.dataset_on_load, outputs=dataset_outputs)
         demo.load(samples.restore, outputs=[samples.progress, samples.item])  # the recording session goes on
         demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
+        demo.load(app.judge.on_load, outputs=judge.attach)  # re-attach to a running evaluation job
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(

@@ -24,6 +24,7 @@ COMMANDS = {
     "delete-run": ("pipeline.training.runs", "delete a run folder (refused while the run is training)"),
     "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
+    "eval-job": ("pipeline.tutor.eval_jobs", "evaluations as background jobs: start, status, list, cancel"),
     "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),
     "import-run": ("pipeline.export.import_run", "bring back a run trained elsewhere (a cloud job bundle's output)"),
     "practice": ("pipeline.inbox.practice", "set the practice page's run and exercise list for students"),

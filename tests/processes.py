@@ -80,3 +80,22 @@ def workspace_run_pids(workspace: Path) -> set[int]:
 def stop_workspace_runs(workspace: Path) -> list[int]:
     """Stop every training process of `workspace` (see `workspace_run_pids`); returns the pids stopped."""
     return [pid for pid in sorted(workspace_run_pids(workspace)) if stop_process_group(pid)]
+
+
+def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
+    """Stop every evaluation job process of `workspace` (`pipeline.tutor.eval_jobs`: detached like a run; their
+    pids are in `WS/eval_jobs/*/pid.json`) and reap those this process started; returns the pids stopped."""
+    from pipeline.tutor import eval_jobs
+
+    stopped = []
+    for pid_file in sorted((Path(workspace) / eval_jobs.JOBS_DIR).glob("*/pid.json")):
+        try:
+            pid = json.loads(pid_file.read_text(encoding="utf-8"))["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if eval_jobs.job_alive(pid, pid_file.parent.name) and stop_process_group(pid):
+            stopped.append(pid)
+        child = eval_jobs._CHILDREN.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=30)
+    return stopped

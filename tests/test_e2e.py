@@ -77,13 +77,16 @@ def running_app(tmp_path):
         first_page_s = time.perf_counter() - started
         yield url, workspace, first_page_s, log_path
     finally:  # whatever the outcome: the app, then the training runs it started (detached on purpose)
-        from tests.processes import stop_process_group, stop_workspace_runs
+        from tests.processes import stop_process_group, stop_workspace_eval_jobs, stop_workspace_runs
 
         stop_process_group(proc.pid, grace_s=15)
         proc.wait(timeout=30)
         stopped = stop_workspace_runs(workspace)
         if stopped:
             print(f"[e2e] teardown stopped training process(es) {stopped}", flush=True)
+        stopped = stop_workspace_eval_jobs(workspace)  # evaluation jobs are detached too
+        if stopped:
+            print(f"[e2e] teardown stopped evaluation job process(es) {stopped}", flush=True)
         log.close()
 
 
@@ -327,6 +330,6 @@ def test_full_flow_in_the_browser(running_app):
         page.wait_for_selector("#load-pack")
         _tab(page, "6 · Judge")
         _wait_text(page, "#judge-headline", both, timeout_s=60)
-        assert "not started" in page.locator("#judge-progress").inner_text()
+        assert "done" in page.locator("#judge-progress").inner_text()  # how the last evaluation ended
         _step("saved evaluations shown after reload")
         browser.close()

@@ -1,9 +1,10 @@
 """The Judge tab's handlers (no browser): evaluate the base model on the sample pack's eval split with the
-tiny model, see it side by side, reopen the app and see it again without re-running, cancel cleanly;
-and the Train tab's overlay of several runs' loss curves."""
+tiny model in a background job, follow it, see it side by side, reopen the app and see it again without
+re-running, cancel keeping what was answered; and the Train tab's overlay of several runs' loss curves."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,28 +28,60 @@ def built(tmp_path_factory, tiny_model_dir) -> TutorApp:
     return ui
 
 
-def _drain(generator) -> tuple[list, tuple]:
-    """Every yielded tuple of a generator handler, and the last one."""
-    yielded = list(generator)
-    return yielded, yielded[-1]
+def _frame(table):
+    """The pandas frame of a table output: a DataFrame, or a `gr.Dataframe` update (value + column widths)."""
+    import pandas as pd
+
+    if isinstance(table, pd.DataFrame):
+        return table
+    return pd.DataFrame(table.value["data"], columns=table.value["headers"])
 
 
-def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir):
+def _follow(ui: TutorApp, job: str, timeout_s: float = 600) -> tuple[list, tuple]:
+    """Tick the Judge tab's timer until the job's process has ended: every poll's outputs, and the last."""
+    import time
+
+    polls, seen = [], ""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = ui.judge.poll(job, seen)
+        polls.append(out)
+        seen = out[2]
+        if not out[1].active:
+            return polls, out
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} still running after {timeout_s} s")
+
+
+@pytest.fixture()
+def stop_jobs(built):
+    """Stop the evaluation job processes of the Judge workspace at teardown, whatever the outcome."""
+    yield
+    from tests.processes import stop_workspace_eval_jobs
+
+    stop_workspace_eval_jobs(built.ws.root)
+
+
+def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir, stop_jobs):
     model = str(tiny_model_dir)
     choices = built.judge_candidates(model)
     assert choices == [(f"base · {Path(model).name}", f"base:{model}")]
-    status, headline, *_ = built.saved_evaluations()
-    assert "No evaluation" in status and list(headline.columns) == ["figure"]
+    status, verdict, headline, *_ = built.saved_evaluations()
+    assert "No evaluation" in status and list(_frame(headline).columns) == ["figure", "what it means"]
 
-    yielded, last = _drain(built.evaluate_models([f"base:{model}"], 16))
-    progress, status, headline, scatter, clips, rows, audio, details = last
+    job, progress, status, timer, seen = built.evaluate_models([f"base:{model}"], 16)
+    assert job and timer.active and "in the background" in status and "<progress" in progress
+    polls, last = _follow(built, job)
+    progress, _, _, status, verdict, headline, scatter, clips, rows, audio, details = last
     assert "done" in progress and 'value="100.0"' in progress
-    assert any("answers" in str(item[0]) for item in yielded[:-1])  # the bar moved while it ran
+    assert any(" answers" in str(p[0]) and "done" not in str(p[0]) for p in polls[:-1])  # the bar moved while it ran
     label = f"base · {Path(model).name}"
-    assert list(headline.columns) == ["figure", label]
+    headline = _frame(headline)
+    assert list(headline.columns) == ["figure", label, "what it means"]
     figures = dict(zip(headline["figure"], headline[label]))
     assert figures["unparsed answers (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
     assert figures["total: PCC [95 % CI]"].startswith("– (no parsed answer")
+    clips = _frame(clips)
     assert scatter.axes and len(clips) == len(rows) >= 1 and clips["disagreement"].iloc[0] == "10.0"
     assert audio and Path(audio).exists() and "Experts' feedback" in details and "unparsed" in details
     saved = list((built.ws.root / "evals").glob("*/*.json"))
@@ -56,9 +89,11 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     stamp = saved[0].stat().st_mtime_ns
 
     reopened = TutorApp(built.ws.root)  # a new app on the same workspace: the page reopened
-    status, headline2, scatter2, clips2, rows2, audio2, details2 = reopened.saved_evaluations()
+    job2, progress2, timer2 = reopened.judge.on_load()
+    assert job2 == job and not timer2.active and "done" in progress2  # how the last evaluation ended
+    status, verdict2, headline2, scatter2, clips2, rows2, audio2, details2 = reopened.saved_evaluations()
     assert "1 saved evaluation" in status and "tiny random" in status
-    assert headline2.equals(headline) and clips2.equals(clips)
+    assert _frame(headline2).equals(headline) and _frame(clips2).equals(clips)
     assert saved[0].stat().st_mtime_ns == stamp  # nothing was re-run
 
     class Select:  # what Gradio passes when a table cell is clicked
@@ -68,37 +103,72 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     assert audio3 == audio and rows2[0]["id"] in details3
 
 
-def test_cancel_stops_an_evaluation_and_saves_nothing(built, tiny_model_dir):
-    before = sorted((built.ws.root / "evals").glob("*/*.json")) if (built.ws.root / "evals").exists() else []
-    stamps = [p.stat().st_mtime_ns for p in before]
-    assert built.cancel_evaluation() == "No evaluation is running."
-    generator = built.evaluate_models([f"base:{tiny_model_dir}"], 512)
-    first = next(generator)
-    assert "<progress" in first[0]
+@pytest.fixture()
+def fresh(built, tmp_path):
+    """An app on a copy of the built workspace with no evaluation saved; its job processes stopped at teardown."""
+    import shutil
+
+    from tests.processes import stop_workspace_eval_jobs
+
+    shutil.copytree(built.ws.root, tmp_path / "ws", ignore=shutil.ignore_patterns("evals", "eval_jobs"))
+    yield TutorApp(tmp_path / "ws")
+    stop_workspace_eval_jobs(tmp_path / "ws")
+
+
+def test_cancel_keeps_what_was_answered_marked_partial(fresh, tiny_model_dir):
+    import time
+
+    from pipeline.tutor.eval_jobs import job_status
+
+    assert fresh.cancel_evaluation() == "No evaluation is running."
+    job, *_ = fresh.evaluate_models([f"base:{tiny_model_dir}"], 512)
     # Evaluate pressed again meanwhile: the reason in the status panel (no toast), the running one goes on
-    (refused,) = list(built.evaluate_models([f"base:{tiny_model_dir}"], 16))
-    assert refused[1].startswith("**✗ Evaluation:**") and "already running" in refused[1]
-    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 1)
-    assert "Cancelling" in built.cancel_evaluation()
-    last = list(generator)[-1]
-    assert "cancelled" in last[0] and last[1].startswith("**Cancelled.**")
-    after = sorted((built.ws.root / "evals").glob("*/*.json")) if (built.ws.root / "evals").exists() else []
-    assert after == before and [p.stat().st_mtime_ns for p in after] == stamps
+    refused = fresh.evaluate_models([f"base:{tiny_model_dir}"], 16)
+    assert refused[2].startswith("**✗ Evaluation:**") and "still running" in refused[2]
+    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 2)
+    deadline = time.monotonic() + 600
+    while job_status(fresh.ws, job)["done"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "Cancelling" in fresh.cancel_evaluation()
+    _, last = _follow(fresh, job)
+    assert "cancelled" in last[0] and "kept, marked partial" in last[0]
+    status, headline = last[3], last[5]
+    assert "Partial" in status and any("partial" in column for column in _frame(headline).columns)
+    (kept,) = [json.loads(p.read_text()) for p in (fresh.ws.root / "evals").glob("*/*.json")
+               if "partial" in json.loads(p.read_text())]
+    assert kept["partial"]["reason"] == "cancelled" and 1 <= kept["partial"]["answered"] < kept["partial"]["of"]
 
 
 def test_nothing_ticked_is_refused_in_the_status_panel(built):
-    (refused,) = list(built.evaluate_models([], 16))
-    assert refused[1].startswith("**✗ Evaluation:**") and "tick at least one model" in refused[1]
-    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 1)
+    refused = built.evaluate_models([], 16)
+    assert refused[2].startswith("**✗ Evaluation:**") and "tick at least one model" in refused[2]
+    assert all(item == gr.skip() for index, item in enumerate(refused) if index != 2)
 
 
 def test_a_failed_evaluation_shows_in_the_status_panel_in_the_apps_words(tmp_path, tiny_model_dir):
     """No dataset built: the reason and the fix in the status panel, naming the Dataset tab's button
     instead of a `python -m pipeline` command, and no error toast (a raised gr.Error)."""
     ui = TutorApp(tmp_path / "ws")
-    *_, last = list(ui.evaluate_models([f"base:{tiny_model_dir}"], 16))
-    assert "failed" in last[0] and last[1].startswith("**✗ Dataset:**"), last[1]
-    assert "**Build dataset** (Dataset tab)" in last[1] and "python -m pipeline" not in last[1]
+    refused = ui.evaluate_models([f"base:{tiny_model_dir}"], 16)
+    assert refused[2].startswith("**✗ Dataset:**"), refused[2]
+    assert "**Build dataset** (Dataset tab)" in refused[2] and "python -m pipeline" not in refused[2]
+
+
+def test_the_clips_table_keeps_every_header_word_whole():
+    """At 1280 px the clips table squeezed its columns into "disag/reeme/nt": each column is now at least
+    as wide as its longest word (header or cell), and the table scrolls sideways instead."""
+    rows = [{"id": "000030012", "sentence": "WE CALL IT BEAR", "disagreement": 10.0, "expert_total": 6.0,
+             "expert_feedback": "Scores (0-10): accuracy 6, fluency 7, prosody 7, total 6 " * 3,
+             "answers": {"run · a-long-run-name": {"answer": "x" * 200, "total": None, "parsed": False,
+                                                   "reason": "no scores"}}}]
+    frame = view.clips_frame(rows, ["run · a-long-run-name"])
+    widths = [int(w[:-2]) for w in view.column_widths(frame)]
+    for column, width in zip(frame.columns, widths):
+        assert width >= 9 * max(len(word) for word in column.split()), (column, width)  # headers whole
+        words = [len(word) for text in map(str, frame[column]) for word in text.split()]
+        assert width >= min(320, 9 * max(words)), (column, width)  # and cell words up to 320 px
+    assert widths[list(frame.columns).index("disagreement")] >= 9 * len("disagreement")
+    assert widths[-1] == 320  # a long answer wraps rather than stretching the table
 
 
 def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scale():
@@ -135,7 +205,7 @@ def test_the_headline_gives_chrf_for_every_kind_present():
     base = dict(expert, model="m", run=None, by_kind=metrics_by_kind(answers[:1], expert))
     frame = view.headline_frame([base, result])
     figures = list(frame["figure"])
-    row = {name: list(frame.iloc[figures.index(name), 1:]) for name in figures if "chrF" in name}
+    row = {name: list(frame.iloc[figures.index(name), 1:-1]) for name in figures if "chrF" in name}
     assert list(row) == ["read-aloud: chrF 0-100 (answers)", "free speech: chrF 0-100 (answers)",
                          "tutoring dialogue: chrF 0-100 (answers)"]
     assert row["read-aloud: chrF 0-100 (answers)"] == ["100.0 (n=1)", "100.0 (n=1)"]  # the reference itself

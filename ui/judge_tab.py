@@ -1,39 +1,38 @@
 """Tab 6, Judge: is run B better than run A and the base model, on clips none of them trained on?
 
-Pick the base model and any runs; each is evaluated on the built dataset's eval split
-(`pipeline.tutor.evaluate.evaluate_tutor`, then saved with `save_evaluation`) one after the other in a
-worker thread, while the page shows a progress bar; Cancel stops at the next generated token and saves
-nothing of the model being evaluated. The results (saved per dataset build, so a reopened page shows
-them without re-running) appear as a headline table with one column per model, a scatter of expert
-vs tutor total scores, and a per-clip table, largest disagreement first, whose selected row plays the
-clip and shows the experts' feedback and every model's answer in full.
+Pick the base model and any runs; each is evaluated on the built dataset's eval split one after the
+other in a background job (`pipeline.tutor.eval_jobs`: its own process, like a training run), so closing
+the page or restarting the app does not stop it; a timer follows the job's files, and a reopened page
+re-attaches to it ("12 of 23 answers"). Cancel stops at the next generated token and keeps what was
+answered, marked partial. The results (saved per dataset build, so a reopened page shows them without
+re-running) appear as a verdict per run (better than its base model, worse, or can't tell yet;
+`pipeline.tutor.verdict`), then a headline table with one column per model and each figure's meaning, a
+scatter of expert vs tutor total scores, and a per-clip table, largest disagreement first, whose selected
+row plays the clip and shows the experts' feedback and every model's answer in full. Evaluations made
+on other data (an earlier dataset build) stay listed under the status, marked.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import gradio as gr
 
 from pipeline.errors import EvaluationError, PipelineError
 from ui import judge_view as view
-from ui.common import error_panel, list_runs, model_text, run_settings, ui_errors
+from ui.common import POLL_SECONDS, error_panel, list_runs, model_text, run_settings, ui_errors
 from ui.state import AppState
 
 BASE, RUN = "base:", "run:"
 
 
 class JudgeHandlers:
-    """The Judge tab's handlers: what can be evaluated, run/cancel evaluations, show saved ones, one clip."""
+    """The Judge tab's handlers: what can be evaluated, start/cancel/follow evaluation jobs, show saved ones,
+    one clip."""
 
     def __init__(self, state: AppState):
         self.state = state
-        self._cancel = threading.Event()
-        self._busy = threading.Lock()
 
     @property
     def ws(self):
@@ -70,26 +69,47 @@ class JudgeHandlers:
         return gr.CheckboxGroup(choices=choices, value=[v for v in selected or [] if v in values])
 
     def show_saved(self):
-        """The saved evaluations of the current dataset build: (status, headline, scatter, clips table,
-        clip rows, audio, clip details)."""
+        """The saved evaluations of the current dataset build: (status, verdict, headline, scatter, clips table,
+        clip rows, audio, clip details). The status also lists, marked, the evaluations made on other data
+        (an earlier dataset build, or the first N clips of this one)."""
         from pipeline.tutor.evaluate import saved_evaluations, split_key
 
         try:
             key = split_key(self.ws, "eval")
         except PipelineError as error:
-            return (error_panel(error), view.headline_frame([]), view.scatter_figure([]), view.clips_frame([], []), [],
-                    None, view.clip_markdown(None))
-        results = saved_evaluations(self.ws, key)
+            return (error_panel(error), "", self._headline_table([]), view.scatter_figure([]), self._clips_table([], []),
+                    [], None, view.clip_markdown(None))
+        every = saved_evaluations(self.ws)
+        results = [r for r in every if r.get("dataset_key") == key]
         order = sorted(results, key=lambda r: (r.get("run") is not None, str(r.get("run") or r.get("model"))))
         rows = view.clip_rows(order)
         labels = [view.model_label(r) for r in order]
         status = (f"{len(order)} saved evaluation(s) of this dataset's eval split (`{key}`)." if order else
                   f"No evaluation of this dataset's eval split (`{key}`) yet: tick models and press Evaluate.")
+        partial = [view.model_label(r) for r in order if r.get("partial")]
+        if partial:
+            status += (f"\n\n⚠ Partial (the evaluation was cancelled or stopped; what was answered is kept): "
+                       f"{', '.join(partial)}. Evaluate again for the whole split.")
         if any(r.get("note") for r in order):
             status += "\n\n⚠ " + next(r["note"] for r in order if r.get("note"))
+        others = view.other_builds_markdown([r for r in every if r.get("dataset_key") != key], key)
+        if others:
+            status += "\n\n" + others
         first = rows[0] if rows else None
-        return (status, view.headline_frame(order), view.scatter_figure(order), view.clips_frame(rows, labels), rows,
-                self._audio(first), view.clip_markdown(first))
+        return (status, view.verdict_markdown(order), self._headline_table(order), view.scatter_figure(order),
+                self._clips_table(rows, labels), rows, self._audio(first), view.clip_markdown(first))
+
+    @staticmethod
+    def _headline_table(results: list[dict]):
+        """The headline figures with column widths that keep the numbers on one line and let the meanings wrap."""
+        frame = view.headline_frame(results)
+        return gr.Dataframe(value=frame, column_widths=view.column_widths(frame, max_px=440))
+
+    @staticmethod
+    def _clips_table(rows: list[dict], labels: list[str]):
+        """The per-clip table with column widths that keep every header word whole (`view.column_widths`)."""
+        frame = view.clips_frame(rows, labels)
+        return gr.Dataframe(value=frame, column_widths=view.column_widths(frame))
 
     def _audio(self, row: dict | None) -> str | None:
         from pipeline.tutor.evaluate import clip_audio_path
@@ -103,97 +123,75 @@ class JudgeHandlers:
         row = rows[index] if rows and 0 <= int(index) < len(rows) else None
         return self._audio(row), view.clip_markdown(row)
 
-    @ui_errors
-    def cancel(self) -> str:
-        """Ask the running evaluation to stop at its next generated token."""
-        if not self._busy.locked():
-            return "No evaluation is running."
-        self._cancel.set()
-        return "Cancelling: the evaluation stops at its next generated token and saves nothing of that model."
+    def _saved_signature(self) -> str:
+        """Which saved evaluations exist and when each was written: the tables are redrawn when it changes."""
+        from pipeline.tutor.evaluate import saved_evaluations
 
+        return "|".join(f"{r['path']}@{Path(r['path']).stat().st_mtime_ns}" for r in saved_evaluations(self.ws)
+                        if Path(r["path"]).exists())
+
+    @ui_errors(message_at=2, outputs=5)
     def evaluate(self, selected: list[str] | None, max_new_tokens: float = 256):
-        """Evaluate each ticked model in turn (a worker thread), yielding (progress, status, headline, scatter,
-        clips table, clip rows, audio, clip details) as it goes; each finished model is saved and shown."""
-        from pipeline.tutor.evaluate import evaluate_tutor, save_evaluation
+        """Start evaluating each ticked model in turn, in a background job (`pipeline.tutor.eval_jobs`: its
+        own process, so closing the page or restarting the app does not stop it); returns (job id,
+        progress, status, timer, seen) and the timer's `poll` follows it."""
+        from pipeline.tutor.eval_jobs import job_status, start_job
 
         if not selected:
-            yield _refused(EvaluationError("No model is ticked: tick at least one model to evaluate (the base "
-                                           "model, a run, or both), then press Evaluate."))
-            return
-        if not self._busy.acquire(blocking=False):  # e.g. Evaluate pressed twice: the first one goes on
-            yield _refused(EvaluationError("An evaluation is already running (its progress is above); wait for "
-                                           "it, or press Cancel and then Evaluate."))
-            return
-        self._cancel.clear()
-        progress = {"done": 0, "total": 0, "message": "starting", "finished": 0}
-        failure: list[BaseException] = []
+            raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
+                                  "or both), then press Evaluate.")
+        targets = [{"run": c[len(RUN):]} if c.startswith(RUN) else {"model": c[len(BASE):]} for c in selected]
+        started = start_job(self.ws, targets, max_new_tokens=int(max_new_tokens or 256))
+        return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
+                f"Evaluating {len(targets)} model(s) in the background (job `{started['job']}`): you can close this "
+                "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
+                "it is done; Cancel keeps what was answered.", gr.Timer(active=True), "")
 
-        def work() -> None:
-            try:
-                for index, choice in enumerate(selected):
-                    run = choice[len(RUN):] if choice.startswith(RUN) else None
-                    model = choice[len(BASE):] if choice.startswith(BASE) else None
+    @ui_errors(message_at=0, outputs=1)
+    def cancel(self) -> str:
+        """Ask the running evaluation job to stop at its next generated token (what was answered is kept)."""
+        from pipeline.tutor.eval_jobs import active_job, request_cancel
 
-                    def report(done: int, total: int, message: str, index=index) -> None:
-                        progress.update(done=done, total=total, message=f"model {index + 1} of {len(selected)}: {message}")
+        job = active_job(self.ws)
+        if job is None:
+            return "No evaluation is running."
+        request_cancel(self.ws, job)
+        return ("Cancelling: the evaluation stops at its next generated token; the answers given so far are kept, "
+                "marked partial.")
 
-                    result = evaluate_tutor(self.ws, model, run=run, max_new_tokens=int(max_new_tokens or 256),
-                                            progress=report, should_stop=self._cancel.is_set)
-                    save_evaluation(self.ws, result)
-                    progress["finished"] += 1
-            except BaseException as error:  # noqa: BLE001 - shown to the person below
-                failure.append(error)
-            finally:
-                self._busy.release()
+    def on_load(self):
+        """Page (re)opened: re-attach to a running evaluation job (else show how the last one ended);
+        returns (job id, progress, timer)."""
+        from pipeline.tutor.eval_jobs import list_jobs
 
-        worker = threading.Thread(target=work, name="judge-evaluation", daemon=True)
-        started = time.perf_counter()
-        worker.start()
-        shown = 0
-        try:
-            while worker.is_alive():
-                worker.join(0.5)
-                bar = view.progress_html(progress["done"], progress["total"], progress["message"],
-                                         time.perf_counter() - started)
-                if progress["finished"] > shown:  # a model finished: show its saved result at once
-                    shown = progress["finished"]
-                    yield (bar, *self.show_saved())
-                else:
-                    yield (bar,) + (gr.skip(),) * 7
-        finally:
-            if worker.is_alive():  # the page went away: stop the work rather than leave it running
-                self._cancel.set()
-        saved = self.show_saved()
-        if failure:
-            error = failure[0]
-            if isinstance(error, EvaluationError) and self._cancel.is_set():
-                yield (view.progress_html(progress["done"], progress["total"], "cancelled"),
-                       f"**Cancelled.** {error}\n\n{saved[0]}", *saved[1:])
-                return
-            if isinstance(error, PipelineError):  # in the status panel, in the app's words (`ui.common.error_panel`)
-                panel = error_panel(error)
-                yield (view.progress_html(progress["done"], progress["total"], "failed"),
-                       panel if saved[0] == panel else f"{panel}\n\n{saved[0]}", *saved[1:])
-                return
-            raise error
-        yield (view.progress_html(progress["total"], progress["total"], "done", time.perf_counter() - started), *saved)
+        jobs = list_jobs(self.ws)
+        job = next((j for j in jobs if j["alive"]), jobs[0] if jobs else None)
+        return (job["job"] if job else "", view.job_progress_html(job), gr.Timer(active=bool(job and job["alive"])))
 
+    def poll(self, job_id: str, seen: str | None):
+        """Timer tick: the job's progress, and the saved evaluations again when one was written (a model
+        finished, or partial answers were kept); returns (progress, timer, seen, *`show_saved`)."""
+        from pipeline.tutor.eval_jobs import job_status
 
-def _refused(error: PipelineError) -> tuple:
-    """The outputs of an Evaluate that cannot start: the reason in the status panel, everything else as it is
-    (a toast would stay over the tab until closed, and stack on a double click)."""
-    return (gr.skip(), error_panel(error), *(gr.skip(),) * 6)
+        if not job_id:
+            return (gr.skip(), gr.Timer(active=False), seen) + (gr.skip(),) * 8
+        status = job_status(self.ws, job_id)
+        signature = self._saved_signature()
+        shown = self.show_saved() if signature != seen or not status["alive"] else (gr.skip(),) * 8
+        return (view.job_progress_html(status), gr.Timer(active=status["alive"]), signature, *shown)
 
 
 def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
     """Lay out the Judge tab and wire it (it reads the model picker `model`); returns its widgets. A page
-    (re)load shows the saved evaluations and, once the settings are restored, the choices (`build_ui`)."""
+    (re)load shows the saved evaluations, re-attaches to a running job (`attach`, `handlers.on_load`) and,
+    once the settings are restored, the choices (`build_ui`)."""
     with gr.Tab("6 · Judge", id="judge", elem_id="tab-judge") as tab:
         gr.Markdown(
-            "Evaluate the base model and your runs on the **eval split** (clips no run trained on) against the "
-            "experts' scores. Every answer counts: an answer the template cannot be read from is **unparsed**, "
-            "counts as a miss, and its share is shown first. PCC and SCC (rank) come with 95 % bootstrap "
-            "intervals: overlapping intervals mean the data cannot tell two models apart.")
+            "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the eval "
+            "split: clips no run trained on) against the experts' scores. The evaluation runs in the background: "
+            "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
+            "**unparsed** and counts as a miss. The verdict compares each run with its base model; when their "
+            "95 % ranges overlap, these recordings cannot tell them apart yet.")
         with gr.Row(equal_height=True):
             choices = gr.CheckboxGroup([], label="Models to evaluate", elem_id="judge-models", scale=3)
             max_tokens = gr.Slider(16, 512, value=256, step=8, label="Longest answer (tokens)",
@@ -205,6 +203,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             refresh = gr.Button("Refresh models", size="sm", scale=0, min_width=140)
         progress = gr.HTML(view.progress_html(0, 0, "not started"), elem_id="judge-progress")
         status = gr.Markdown(elem_id="judge-status")
+        verdict = gr.Markdown(elem_id="judge-verdict")
         headline = gr.Dataframe(view.headline_frame([]), label="Headline figures (one column per model)",
                                 interactive=False, wrap=True, elem_id="judge-headline")
         scatter = gr.Plot(show_label=False, elem_id="judge-scatter")
@@ -214,12 +213,16 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
         with gr.Row():
             audio = gr.Audio(type="filepath", interactive=False, label="The clip", elem_id="judge-audio")
             details = gr.Markdown(view.clip_markdown(None), elem_id="judge-clip")
+        job = gr.State("")
+        seen = gr.State("")
+        timer = gr.Timer(POLL_SECONDS, active=False)
 
-    shown = [status, headline, scatter, clips, rows, audio, details]
-    run_button.click(handlers.evaluate, inputs=[choices, max_tokens], outputs=[progress, *shown])
+    shown = [status, verdict, headline, scatter, clips, rows, audio, details]
+    run_button.click(handlers.evaluate, inputs=[choices, max_tokens], outputs=[job, progress, status, timer, seen])
     cancel_button.click(handlers.cancel, outputs=status)
+    timer.tick(handlers.poll, inputs=[job, seen], outputs=[progress, timer, seen, *shown], show_progress="hidden")
     for event in (tab.select, refresh.click):
         event(handlers.offer_choices, inputs=[model, choices], outputs=choices).then(handlers.show_saved, outputs=shown)
     model.change(handlers.refresh_choices, inputs=[model, choices], outputs=choices)
     clips.select(handlers.select_clip, inputs=rows, outputs=[audio, details])
-    return SimpleNamespace(tab=tab, choices=choices, shown=shown)
+    return SimpleNamespace(tab=tab, choices=choices, shown=shown, attach=[job, progress, timer])

@@ -22,11 +22,39 @@ _COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#
 
 
 def model_label(result: Mapping[str, Any]) -> str:
-    """`base · NAME` for a base model (a local folder by its name), `run · NAME` for a tuned run."""
+    """`base · NAME` for a base model (a local folder by its name), `run · NAME` for a tuned run; a partial
+    evaluation (cancelled or stopped, `result["partial"]`) adds ` · partial 3 of 6`."""
+    partial = result.get("partial")
+    mark = f" · partial {partial['answered']} of {partial['of']}" if partial else ""
     if result.get("run"):
-        return f"run · {result['run']}"
+        return f"run · {result['run']}{mark}"
     model = str(result.get("model") or "?")
-    return f"base · {Path(model).name if '/' in model and Path(model).is_absolute() else model}"
+    return f"base · {Path(model).name if '/' in model and Path(model).is_absolute() else model}{mark}"
+
+
+MEANINGS = {
+    "clips": "test recordings the experts scored that were answered",
+    "unparsed": "answers whose scores or word list could not be read; each counts as a miss",
+    "PCC": "do the tutor's scores rise and fall with the experts'? 1 = in step, 0 = unrelated; [range] = "
+           "where the true value likely lies (95 %)",
+    "SCC": "does the tutor rank the recordings best to worst as the experts do? 1 = same order",
+    "MAE": "points (of 10) the tutor's score is off the experts' on average; lower is better (n = scores read)",
+    "precision": "of what the tutor told learners to practise, the share the experts also flagged",
+    "recall": "of what the experts flagged, the share the tutor flagged too",
+    "F1": "precision and recall in one number: 1 = flags exactly what the experts flagged",
+    "chrF": "how much the tutor's text overlaps the reference feedback, letter by letter (0-100)",
+    "longest answer": "the answer length limit of this evaluation",
+    "seconds": "how long the evaluation took",
+}
+"""One line per headline figure, in a teacher's words (the last column of `headline_frame`)."""
+
+
+def _meaning(figure: str) -> str:
+    for word in ("unparsed", "PCC", "SCC", "MAE", "precision", "recall", "F1", "chrF", "longest answer", "seconds",
+                 "clips"):
+        if word in figure:
+            return MEANINGS[word]
+    return ""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -46,7 +74,8 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
     bootstrap intervals and MAE with n and coverage; precision, recall and F1 (with interval) of
     flagged words and of phone errors (read-aloud rows, against the experts); chrF against the
     reference feedback for each sample kind present (`pipeline.tutor.by_kind`); the answer length
-    limit and the seconds taken.
+    limit and the seconds taken. The last column, "what it means", gives each figure's meaning in a
+    teacher's words (`MEANINGS`).
     """
     import pandas as pd
 
@@ -83,8 +112,8 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
         ("longest answer (tokens)", [str(r.get("max_new_tokens", "–")) for r in results]),
         ("seconds", [_num(r.get("seconds"), 0) for r in results]),
     ]
-    columns = ["figure", *[model_label(r) for r in results]]
-    return pd.DataFrame([[name, *values] for name, values in rows], columns=columns)
+    columns = ["figure", *[model_label(r) for r in results], "what it means"]
+    return pd.DataFrame([[name, *values, _meaning(name)] for name, values in rows], columns=columns)
 
 
 def scatter_figure(results: Sequence[Mapping[str, Any]]):
@@ -207,3 +236,79 @@ def progress_html(done: int, total: int, message: str, elapsed_s: float | None =
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
         f"<div>{done} of {total or '?'} answers · {fraction * 100:.0f} %{elapsed} · {html.escape(message)}</div></div>"
     )
+
+
+VERDICT_WORDS = {"better": "✓", "worse": "✗", "cant_tell": "?", "no_base": "?"}
+
+
+def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
+    """The verdict before the statistics: one line per run among `results` (`pipeline.tutor.verdict`):
+    better than its base model, worse, or can't tell yet (with how many more test recordings would
+    help), each with the figure it rests on. Empty when no run was evaluated."""
+    from pipeline.tutor.verdict import verdicts
+
+    labels = {r["run"]: model_label(r) for r in results if r.get("run")}  # marks a partial evaluation
+    lines = [f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {v['line']}." for v in verdicts(results)]
+    return "**Verdict**\n\n" + "\n".join(lines) if lines else ""
+
+
+def _when(stamp: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp)) if stamp else "at an unknown time"
+
+
+def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
+    """The saved evaluations not made on the current build's whole eval split `key`, each marked: made on
+    another dataset build (the split changed since: not compared with the results above), or on the
+    first N clips of this build (`--limit`). Empty when there are none."""
+    if not others:
+        return ""
+    lines = []
+    for result in sorted(others, key=lambda r: -(r.get("finished_at") or 0)):
+        other = str(result.get("dataset_key"))
+        where = (f"on the first {other.rsplit('-first', 1)[1]} clips of this build" if other.startswith(key + "-first")
+                 else f"on another dataset build (`{other}`)")
+        total = result["scores"]["total"]
+        figure = f"total-score PCC {_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}"
+        lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: {result['clips']} "
+                     f"clips, {figure}")
+    return (f"**{len(others)} evaluation(s) made on other data**, kept but not compared with the ones above "
+            "(their test recordings differ; evaluate again to compare):\n\n" + "\n".join(lines))
+
+
+def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None) -> str:
+    """The progress bar of an evaluation job (`pipeline.tutor.eval_jobs.job_status`): answers of the model
+    being evaluated, which model of how many, and how the job stands or ended (with its reason)."""
+    import time
+
+    if not status or status.get("state") == "not_started":
+        return progress_html(0, 0, "not started")
+    done, total, state = int(status.get("done") or 0), int(status.get("total") or 0), status["state"]
+    count = len(status.get("targets") or [])
+    which = f"model {int(status.get('target_index') or 0) + 1} of {count}" if count > 1 else ""
+    if state in ("running", "cancelling"):
+        message = ": ".join(part for part in (which, status.get("message") or "") if part)
+        message += " · cancelling" if state == "cancelling" else ""
+    else:
+        message = {"completed": "done", "cancelled": "cancelled", "failed": "failed"}[state]
+        message += f": {status['reason']}" if status.get("reason") else ""
+    started = status.get("created_at")
+    end = status.get("finished_at") or (now if now is not None else time.time())
+    return progress_html(done, total, message, (end - started) if started else None)
+
+
+def column_widths(frame, *, min_px: int = 90, max_px: int = 320, char_px: int = 9) -> list[str]:
+    """Pixel widths for a table's columns: wide enough that no header word is broken across lines (a
+    1280 px page squeezed "disagreement" into "disag/reeme/nt"), nor a cell word up to `max_px`; long texts
+    get up to `max_px` and wrap onto about two lines. The table scrolls sideways when the widths add up to
+    more than the page. `char_px`: an upper estimate of one character's width at the table's font size."""
+    widths = []
+    for column in frame.columns:
+        cells = [str(v) for v in frame[column].head(50)]
+        header_word = max((len(w) for w in str(column).split()), default=0)
+        cell_word = max((len(w) for text in cells for w in text.split()), default=0)
+        longest = max((len(text) for text in cells), default=0)
+        fit = min(max_px, max(char_px * cell_word, char_px * longest // 2) + 24)
+        widths.append(f"{max(min_px, char_px * header_word + 24, fit)}px")
+    return widths

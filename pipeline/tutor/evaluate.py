@@ -16,7 +16,8 @@ so the app shows saved evaluations without re-running them, and a rebuilt eval s
 compared with answers to another one. Inference follows the project's CPU thread rule
 (`pipeline.cpu_threads`: one thread while a run trains in the workspace, else cores - 1;
 `TUTOR_INFER_THREADS` overrides it). An evaluation can be cancelled between tokens (`should_stop`);
-a cancelled one saves nothing.
+a cancelled one saves nothing, unless the caller keeps what was answered (`partial`, the app's
+background job `pipeline.tutor.eval_jobs`).
 This module does not train, and does not score audio itself.
 """
 
@@ -163,6 +164,7 @@ def evaluate_tutor(
     progress: Callable[[int, int, str], Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     grounding: bool = False,
+    partial: Callable[[dict], Any] | None = None,
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
@@ -173,7 +175,11 @@ def evaluate_tutor(
     Args:
         progress: `progress(done, total, message)`, called before the first clip and after each one.
         should_stop: `() -> bool`, checked before each clip and after every generated token; True
-            cancels the evaluation (nothing is returned or saved).
+            cancels the evaluation (nothing is returned or saved, unless `partial` is given).
+        partial: `partial(result)`, called after each clip but the last with the result over the clips
+            answered so far, marked `"partial": {"answered", "of"}` (`pipeline.tutor.eval_jobs` saves it as
+            it goes). With it, a cancel returns that result (`"reason": "cancelled"` added to `partial`;
+            an answer cut short is not counted) instead of raising.
         grounding: also ask the grounding probes for every read-aloud clip (`pipeline.tutor.grounding`:
             low noise instead of the clip, another learner's clip of the same sentence, the clip with
             another sentence): up to 3 more answers per clip, so up to 4x the time.
@@ -193,7 +199,7 @@ def evaluate_tutor(
 
     Raises:
         DatasetError: no built dataset, unknown or empty split, `limit` < 1.
-        EvaluationError: cancelled through `should_stop`.
+        EvaluationError: cancelled through `should_stop` (without `partial`).
         ConfigError / ModelLoadError: from `load_tutor` (unknown run, model cannot be loaded).
     """
     from pipeline.data.dataset import DEFAULT_MODEL, load_built_dataset
@@ -225,11 +231,41 @@ def evaluate_tutor(
     tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
                        quantization=quantization)
     items, answers = [], []
+
+    from pipeline.tutor.grounding import learner_table, phone_table
+
+    def result(answered: int, reason: str | None = None) -> dict:
+        metrics = evaluate_answers(items)
+        out = {
+            "model": tutor.model_id,
+            "run": run,
+            "split": split,
+            "dataset_key": key,
+            "device": tutor.device,
+            "quantization": tutor.quantization,
+            "max_new_tokens": tokens,
+            "seconds": round(time.perf_counter() - started, 2),
+            "finished_at": round(time.time(), 3),
+            "note": TINY_NOTE if tutor.tiny_random_model else None,
+            **metrics,
+            "by_kind": metrics_by_kind(answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
+            "answers": answers,
+            "per_phone": phone_table(items),
+            "per_learner": learner_table(metrics["per_clip"], {str(i["id"]): i["speaker"] for i in items}),
+        }
+        if answered < len(rows):
+            out["partial"] = {"answered": answered, "of": len(rows), **({"reason": reason} if reason else {})}
+        return out
+
     for index, row in enumerate(rows):
         if stop():
+            if partial is not None:
+                return result(index, "cancelled")
             raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
         row_answers = answer_row(tutor, row, max_new_tokens=tokens, stop=stop)  # every kind; one per tutor turn
         if stop():
+            if partial is not None:
+                return result(index, "cancelled")
             raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
         answers += row_answers
         if (row.get("kind") or DEFAULT_KIND) == "read_aloud":  # the expert-score template metrics
@@ -237,37 +273,26 @@ def evaluate_tutor(
                           "answer": row_answers[0]["answer"], "reference": _row_reference(row),
                           "reference_feedback": row.get("feedback") or "", "speaker": row.get("speaker") or "",
                           "index": index})
+        if partial is not None and index + 1 < len(rows):  # kept before it is reported as answered
+            partial(result(index + 1))
         if progress is not None:
             progress(index + 1, len(rows), f"{who}: answered {row['id']}")
-    metrics = evaluate_answers(items)
-    from pipeline.tutor.grounding import grounding_metrics, learner_table, phone_table
-
-    extra: dict[str, Any] = {
-        "per_phone": phone_table(items),
-        "per_learner": learner_table(metrics["per_clip"], {str(i["id"]): i["speaker"] for i in items}),
-    }
-    if grounding:
+    if not grounding:
+        return result(len(rows))
+    try:
         probed = _ask_grounding_probes(tutor, data, split, rows, items, max_new_tokens=tokens, stop=stop,
                                        progress=progress, who=who)
-        extra["grounding"] = grounding_metrics(probed)
-        extra["grounding_clips"] = [{k: v for k, v in r.items() if k != "reference"} | {
+    except EvaluationError:
+        if partial is None:
+            raise
+        return result(len(rows))  # cancelled during the probes: every answer is kept, without the probes
+    from pipeline.tutor.grounding import grounding_metrics
+
+    return result(len(rows)) | {
+        "grounding": grounding_metrics(probed),
+        "grounding_clips": [{k: v for k, v in r.items() if k != "reference"} | {
             "other_clip": r["other_clip"] and {k: v for k, v in r["other_clip"].items() if k != "reference"}}
-            for r in probed]
-    return {
-        "model": tutor.model_id,
-        "run": run,
-        "split": split,
-        "dataset_key": key,
-        "device": tutor.device,
-        "quantization": tutor.quantization,
-        "max_new_tokens": tokens,
-        "seconds": round(time.perf_counter() - started, 2),
-        "finished_at": round(time.time(), 3),
-        "note": TINY_NOTE if tutor.tiny_random_model else None,
-        **metrics,
-        "by_kind": metrics_by_kind(answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
-        "answers": answers,
-        **extra,
+            for r in probed],
     }
 
 

@@ -1,0 +1,451 @@
+"""Evaluations as background jobs: each in its own process, like a training run (no Gradio import here).
+
+An evaluation of several models takes minutes to hours, so the app never runs it inside the page:
+`start_job` writes the request into a job folder and launches `python -m pipeline eval-job run` as a
+detached process (its own session: closing the tab or restarting the app leaves it running), and
+everything else is read from the job folder's files, which the job process writes atomically:
+
+    WS/eval_jobs/ID/job.json       what to evaluate: {"id", "targets": [{"model", "run"}], "max_new_tokens",
+                                   "limit", "created_at"}
+    WS/eval_jobs/ID/pid.json       the job process ({"pid", "started_at", "command"})
+    WS/eval_jobs/ID/progress.json  where it stands: {"target_index", "targets", "label", "done", "total",
+                                   "message", "updated_at"}, rewritten after every answer
+    WS/eval_jobs/ID/result.json    how it ended: {"status": completed|cancelled|failed, "reason", "saved",
+                                   "finished_at"}
+    WS/eval_jobs/ID/CANCEL         written by `request_cancel`: stop at the next generated token
+    WS/eval_jobs/ID/partial-N.json the answers so far of the N-th model, while it is evaluated
+    WS/eval_jobs/ID/process.log    the process's own output
+
+Each model is evaluated with `pipeline.tutor.evaluate.evaluate_tutor` and saved with `save_evaluation`
+where the Judge tab reads it. What was answered is kept as it goes: after every answer the result so
+far (marked `"partial": {"answered", "of"}`) is written to the job folder, and to the model's saved
+evaluation of this build unless a complete one (or a partial one with more answers) is there already,
+so a cancelled, killed or crashed job loses at most the answer in flight and nothing saved earlier.
+
+One evaluation job at a time per workspace (`start_job` refuses a second while one is alive). The job
+process sizes its CPU threads by the project rule (`pipeline.cpu_threads.inference_threads`: one thread
+while a run trains in the workspace, else cores - 1; `pipeline.tutor.infer` re-applies it before every
+answer, so a run started meanwhile gets its cores).
+
+This module does not score answers (`pipeline.tutor.metrics`) and does not load models itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import EvaluationError, PipelineError
+from pipeline.fileio import atomic_write_json
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+JOBS_DIR = "eval_jobs"
+"""Evaluation jobs live in `WS/eval_jobs/ID/` (apart from `WS/evals/`, where results are saved)."""
+JOB_FILES = {"job": "job.json", "pid": "pid.json", "progress": "progress.json", "result": "result.json",
+             "cancel": "CANCEL", "log": "process.log"}
+"""File names inside a job folder."""
+DEFAULT_CANCEL_TIMEOUT_S = 120.0
+"""Seconds `request_cancel` waits for the job to stop by itself (it checks after every generated token;
+loading a model does not look) before killing its process; what was answered is saved already."""
+STATES = ("not_started", "running", "cancelling", "completed", "cancelled", "failed")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_CHILDREN: dict[int, subprocess.Popen] = {}
+"""Job processes started by this process, so a finished one is reaped rather than left a zombie."""
+_START_LOCK = threading.Lock()
+
+
+def _ws(workspace: Workspace | str | os.PathLike) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def jobs_dir(workspace: Workspace | str | os.PathLike) -> Path:
+    """`WS/eval_jobs/`."""
+    return _ws(workspace).root / JOBS_DIR
+
+
+def job_dir(workspace: Workspace | str | os.PathLike, job_id: str) -> Path:
+    """`WS/eval_jobs/ID/`. Raises `EvaluationError` for an id that is not a plain folder name."""
+    if not job_id or "/" in job_id or "\\" in job_id or job_id.startswith("."):
+        raise EvaluationError(f"`{job_id}` is not an evaluation job id; the ids are the folder names in "
+                              f"{jobs_dir(workspace)} (`python -m pipeline eval-job list`).")
+    return jobs_dir(workspace) / job_id
+
+
+def target_label(target: dict) -> str:
+    """`run NAME` or `base model M`: how a job names what it evaluates."""
+    return f"run {target['run']}" if target.get("run") else f"base model {target.get('model')}"
+
+
+def job_alive(pid: int | None, job_id: str) -> bool:
+    """True when `pid` is a live (not zombie) evaluation job process of `job_id` (on Linux its command
+    line is checked, so a reused pid does not count)."""
+    if not pid:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    proc = Path(f"/proc/{pid}")
+    if proc.exists():
+        try:
+            if "\nState:\tZ" in (proc / "status").read_text():
+                return False
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            return "eval-job" in cmdline and job_id in cmdline
+        except OSError:
+            return False
+    return True
+
+
+def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, Any]:
+    """Where a job stands, from its folder's files and process.
+
+    Returns:
+        `{"job", "state", "alive", "pid", "targets", "target_index", "label", "done", "total", "message",
+        "reason", "saved", "created_at", "finished_at", "job_dir"}`. `state` is one of `STATES`: `running`,
+        `cancelling` (CANCEL written, process alive), `completed`, `cancelled`, `failed` (from result.json,
+        the job's last write, even while its process is still exiting; `failed` also for a process that
+        ended without writing its result: killed, or out of memory); `done`/`total` are the
+        answers of the model being evaluated (`target_index`, 0-based, of `targets`).
+
+    Raises:
+        EvaluationError: `job_id` is not a job folder name.
+    """
+    folder = job_dir(workspace, job_id)
+    job = _read_json(folder / JOB_FILES["job"]) or {}
+    pid = (_read_json(folder / JOB_FILES["pid"]) or {}).get("pid")
+    progress = _read_json(folder / JOB_FILES["progress"]) or {}
+    result = _read_json(folder / JOB_FILES["result"])
+    alive = job_alive(pid, job_id)
+    reason = (result or {}).get("reason")
+    if result and result.get("status") in ("completed", "cancelled", "failed"):  # written last: the work is over
+        state = result["status"]
+    elif alive:
+        state = "cancelling" if (folder / JOB_FILES["cancel"]).exists() else "running"
+    elif pid:
+        state = "failed"
+        reason = (f"The evaluation process ended without writing its result (it was killed, or the machine ran "
+                  f"out of memory); the answers it had given are kept. See {folder / JOB_FILES['log']}.")
+    else:
+        state = "not_started"
+    targets = job.get("targets") or []
+    return {
+        "job": job_id, "state": state, "alive": alive, "pid": pid, "targets": targets,
+        "target_index": progress.get("target_index", 0), "label": progress.get("label"),
+        "done": progress.get("done", 0), "total": progress.get("total", 0),
+        "message": progress.get("message") or ("waiting to start" if alive else ""),
+        "reason": reason, "saved": (result or {}).get("saved", []), "created_at": job.get("created_at"),
+        "finished_at": (result or {}).get("finished_at"), "job_dir": str(folder),
+    }
+
+
+def list_jobs(workspace: Workspace | str | os.PathLike) -> list[dict[str, Any]]:
+    """`job_status` of every job folder in `WS/eval_jobs/`, newest first (by creation time)."""
+    folder = jobs_dir(workspace)
+    if not folder.is_dir():
+        return []
+    statuses = [job_status(workspace, p.name) for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return sorted(statuses, key=lambda s: (s["created_at"] or 0, s["job"]), reverse=True)
+
+
+def active_job(workspace: Workspace | str | os.PathLike) -> str | None:
+    """The id of the job whose process is alive in this workspace, or None."""
+    return next((s["job"] for s in list_jobs(workspace) if s["alive"]), None)
+
+
+def start_job(
+    workspace: Workspace | str | os.PathLike,
+    targets: list[dict],
+    *,
+    max_new_tokens: int | None = None,
+    limit: int | None = None,
+    python: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Launch `python -m pipeline eval-job run --workspace WS --job ID` as a detached process.
+
+    Args:
+        targets: what to evaluate, in order: `{"model": M}` (a base model) or `{"run": NAME}` (a run's
+            adapter on its base), each optionally with both.
+        max_new_tokens: longest answer in tokens (None: `pipeline.tutor.infer`'s default, 256).
+        limit: evaluate only the first N clips of the eval split.
+        python: interpreter (default: this one). extra_env: more environment variables for the process.
+
+    Returns:
+        `{"job", "pid", "command", "job_dir"}`.
+
+    Raises:
+        EvaluationError: nothing to evaluate, a target that names neither a model nor a run, or another
+            evaluation job is running in this workspace (its id is named).
+        DatasetError: no built eval split (checked before anything is written).
+    """
+    from pipeline.cpu_threads import inference_threads, thread_env
+    from pipeline.training.workspace_lock import lock_holder
+    from pipeline.tutor.evaluate import split_key
+
+    ws = _ws(workspace)
+    targets = [{"model": t.get("model") or None, "run": t.get("run") or None} for t in targets or []]
+    if not targets:
+        raise EvaluationError("Nothing to evaluate: give at least one base model (`--model M`) or run (`--run NAME`).")
+    if any(not (t["model"] or t["run"]) for t in targets):
+        raise EvaluationError(f"Each thing to evaluate needs a base model or a run, got {targets}.")
+    if limit is not None and limit < 1:
+        raise EvaluationError(f"`--limit` must be >= 1, got {limit}; leave it out to evaluate every clip.")
+    key = split_key(ws, "eval")  # DatasetError with the fix when nothing is built
+    with _START_LOCK:
+        running = active_job(ws)
+        if running is not None:
+            raise EvaluationError(f"Evaluation job `{running}` is still running in this workspace; one at a time. "
+                                  "Wait for it, or cancel it first.")
+        job_id = time.strftime("judge-%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+        folder = job_dir(ws, job_id)
+        folder.mkdir(parents=True)
+        atomic_write_json(folder / JOB_FILES["job"], {"id": job_id, "targets": targets, "max_new_tokens": max_new_tokens,
+                                                      "limit": limit, "dataset_key": key, "created_at": time.time()})
+        command = [python or sys.executable, "-m", "pipeline", "eval-job", "run", "--workspace", str(ws.root),
+                   "--job", job_id]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        threads = inference_threads(training_active=lock_holder(ws) is not None)  # the project's rule (cpu_threads)
+        for name, value in thread_env(threads).items():
+            env.setdefault(name, value)
+        env.update(extra_env or {})
+        kwargs: dict[str, Any] = {}
+        if os.name == "posix":
+            kwargs["start_new_session"] = True
+        else:  # pragma: no cover - Windows
+            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)
+        with open(folder / JOB_FILES["log"], "ab") as log:
+            process = subprocess.Popen(command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, **kwargs)
+        _CHILDREN[process.pid] = process
+        atomic_write_json(folder / JOB_FILES["pid"], {"pid": process.pid, "started_at": time.time(), "command": command})
+    return {"job": job_id, "pid": process.pid, "command": command, "job_dir": str(folder)}
+
+
+def _kill(pid: int) -> None:
+    try:
+        if os.name == "posix":
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        else:  # pragma: no cover - Windows
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _wait_then_kill(ws: Workspace, job_id: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not job_alive(pid, job_id):
+            return job_status(ws, job_id)
+        time.sleep(poll_s)
+    _kill(pid)
+    folder = job_dir(ws, job_id)
+    if not (_read_json(folder / JOB_FILES["result"]) or {}).get("status"):
+        atomic_write_json(folder / JOB_FILES["result"], {
+            "status": "cancelled", "finished_at": time.time(), "saved": [],
+            "reason": f"Stopped by force after not stopping within {timeout_s:.0f} s of Cancel; the answers it had "
+                      "given are kept."})
+    return job_status(ws, job_id)
+
+
+def request_cancel(workspace: Workspace | str | os.PathLike, job_id: str, *, timeout_s: float = DEFAULT_CANCEL_TIMEOUT_S,
+                   wait: bool = False, poll_s: float = 0.25) -> dict[str, Any]:
+    """Ask a job to stop: write `CANCEL` (it stops at the next generated token, keeping what was answered,
+    marked cancelled); kill its process if it is still alive after `timeout_s`.
+
+    With `wait=True` blocks until the job ended and returns its final `job_status`; otherwise a
+    background thread enforces the timeout and the current status is returned. A job that is not
+    alive is left alone.
+    """
+    ws = _ws(workspace)
+    status = job_status(ws, job_id)
+    if not status["alive"]:
+        return status
+    (job_dir(ws, job_id) / JOB_FILES["cancel"]).write_text(f"cancel requested at {time.time():.0f}\n", encoding="utf-8")
+    if wait:
+        return _wait_then_kill(ws, job_id, int(status["pid"]), timeout_s, poll_s)
+    threading.Thread(target=_wait_then_kill, args=(ws, job_id, int(status["pid"]), timeout_s, poll_s),
+                     daemon=True).start()
+    return job_status(ws, job_id)
+
+
+def wait_for_job(workspace: Workspace | str | os.PathLike, job_id: str, *, timeout_s: float = 3600.0,
+                 poll_s: float = 0.25) -> dict[str, Any]:
+    """Block until the job's process has ended (or `timeout_s`), then return its `job_status`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = job_status(workspace, job_id)
+        if not status["alive"]:
+            return status
+        time.sleep(poll_s)
+    return job_status(workspace, job_id)
+
+
+def keep_partial(workspace: Workspace | str | os.PathLike, result: dict) -> Path | None:
+    """Save a partial evaluation (`result["partial"]`) where the Judge tab reads it, unless that would
+    replace more: a complete evaluation, or a partial one with more answers. Returns the path written,
+    or None when what is there was kept."""
+    from pipeline.tutor.evaluate import evaluation_path, save_evaluation
+
+    path = evaluation_path(workspace, result["dataset_key"], run=result.get("run"), model=result.get("model"))
+    existing = _read_json(path)
+    if isinstance(existing, dict) and existing.get("dataset_key") == result["dataset_key"]:
+        had = existing.get("partial")
+        if not had or int(had.get("answered", 0)) > int(result["partial"]["answered"]):
+            return None
+    return save_evaluation(workspace, result)
+
+
+def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, Any]:
+    """The job process's work: evaluate each target in turn, saving as it goes; returns its result.json.
+
+    Each target's evaluation is saved by `save_evaluation` when complete; meanwhile the answers so far are
+    written after each one (`partial-N.json` and `keep_partial`). A `CANCEL` file stops at the next
+    generated token: the target in progress is kept as a partial evaluation marked cancelled, and the
+    targets after it are not started. A `PipelineError` ends the job `failed` with its message.
+    """
+    from pipeline.tutor.evaluate import evaluate_tutor, save_evaluation
+
+    ws = _ws(workspace)
+    folder = job_dir(ws, job_id)
+    job = _read_json(folder / JOB_FILES["job"])
+    if not job:
+        raise EvaluationError(f"No readable {JOB_FILES['job']} in {folder}; start jobs with `eval-job start`.")
+    targets = job["targets"]
+    cancel = folder / JOB_FILES["cancel"]
+    saved: list[str] = []
+
+    def finish(status: str, reason: str | None) -> dict[str, Any]:
+        result = {"status": status, "reason": reason, "saved": saved, "finished_at": time.time()}
+        atomic_write_json(folder / JOB_FILES["result"], result)
+        return result
+
+    try:
+        for index, target in enumerate(targets):
+            label = target_label(target)
+
+            def progress(done: int, total: int, message: str, index=index, label=label) -> None:
+                atomic_write_json(folder / JOB_FILES["progress"], {
+                    "target_index": index, "targets": len(targets), "label": label, "done": done, "total": total,
+                    "message": message, "updated_at": time.time()})
+
+            def partial(result: dict, index=index) -> Path | None:
+                result["job"] = job_id
+                atomic_write_json(folder / f"partial-{index}.json", result)
+                return keep_partial(ws, result)
+
+            progress(0, 0, f"starting {label}")
+            result = evaluate_tutor(ws, target.get("model"), run=target.get("run"), limit=job.get("limit"),
+                                    max_new_tokens=job.get("max_new_tokens"), progress=progress,
+                                    should_stop=cancel.exists, partial=partial)
+            result["job"] = job_id
+            if result.get("partial"):  # cancelled: keep what was answered, start nothing more
+                answered = result["partial"]
+                if not answered["answered"]:
+                    return finish("cancelled", f"Cancelled before {label} had answered anything; nothing of it "
+                                               "was saved" + (" (the models before it are kept)." if saved else "."))
+                kept = partial(result)
+                saved += [str(kept)] if kept else []
+                where = "" if kept else (f" in {folder / f'partial-{index}.json'} (the fuller evaluation saved "
+                                         "before stays shown)")
+                return finish("cancelled", f"Cancelled during {label} after {answered['answered']} of "
+                                           f"{answered['of']} answers; those answers are kept{where}, marked partial.")
+            saved.append(str(save_evaluation(ws, result)))
+            (folder / f"partial-{index}.json").unlink(missing_ok=True)  # the complete evaluation supersedes it
+            if cancel.exists() and index + 1 < len(targets):
+                return finish("cancelled", f"Cancelled after {label}; the evaluations finished before are kept.")
+    except PipelineError as error:
+        return finish("failed", str(error))
+    except BaseException as error:  # noqa: BLE001 - written where the app reads it, then raised
+        finish("failed", f"{type(error).__name__}: {error} (see {folder / JOB_FILES['log']})")
+        traceback.print_exc()
+        raise
+    return finish("completed", None)
+
+
+def describe(status: dict[str, Any]) -> str:
+    """One line for a person: `judge-... · running · run r1 (2 of 3): 12 of 23 answers`."""
+    line = f"{status['job']} · {status['state'].replace('_', ' ')}"
+    if status["targets"]:
+        line += f" · {status.get('label') or target_label(status['targets'][0])} ({status['target_index'] + 1} of " \
+                f"{len(status['targets'])}): {status['done']} of {status['total'] or '?'} answers"
+    return line + (f" · {status['reason']}" if status.get("reason") else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline eval-job {start,status,list,cancel,run} --workspace WS ...`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline eval-job",
+                                     description="Evaluations as background jobs (the app's Judge tab uses these).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    start = commands.add_parser("start", help="start evaluating base models and runs in a background process")
+    start.add_argument("--model", action="append", default=[], help="a base model to evaluate (repeatable)")
+    start.add_argument("--run", action="append", default=[], help="a run to evaluate (repeatable)")
+    start.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
+    start.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
+    for name, purpose in (("status", "where a job stands (default: the newest)"), ("cancel", "stop a running job"),
+                          ("run", "the job process itself (started by `start`)")):
+        sub = commands.add_parser(name, help=purpose)
+        sub.add_argument("--job", required=name == "run", default=None, help="job id (a folder in WS/eval_jobs/)")
+    commands.add_parser("list", help="every evaluation job, newest first")
+    for sub in commands.choices.values():
+        sub.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    ws = Workspace(args.workspace)
+
+    def show(payload: Any, text: str) -> None:
+        print(json.dumps(payload, ensure_ascii=False) if args.json else text)
+
+    if args.command == "run":
+        result = run_job(ws, args.job)
+        show(result, f"{args.job}: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
+        return 0 if result["status"] != "failed" else 1
+    if args.command == "start":
+        started = start_job(ws, [{"model": m} for m in args.model] + [{"run": r} for r in args.run],
+                            max_new_tokens=args.max_new_tokens, limit=args.limit)
+        show(started, f"started evaluation job {started['job']} (pid {started['pid']}); follow it with "
+                      f"`python -m pipeline eval-job status --workspace {ws.root} --job {started['job']}`")
+        return 0
+    if args.command == "list":
+        jobs = list_jobs(ws)
+        show(jobs, "\n".join(describe(s) for s in jobs) or "no evaluation jobs")
+        return 0
+    job_id = args.job or next((s["job"] for s in list_jobs(ws)), None)
+    if job_id is None:
+        raise EvaluationError(f"No evaluation job in {jobs_dir(ws)}; start one with `python -m pipeline eval-job start`.")
+    status = request_cancel(ws, job_id) if args.command == "cancel" else job_status(ws, job_id)
+    show(status, describe(status))
+    return 0
