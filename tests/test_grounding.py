@@ -278,3 +278,34 @@ def test_evaluate_grounding_end_to_end_on_the_tiny_model(paired_workspace, tiny_
     # The random model's answers never parse: no scores, every pair a tie, exactly chance.
     assert g["other_clip"]["score_sign_agreement"] in (gr.CHANCE, None)
     assert isinstance(result["per_phone"], list) and len(result["per_learner"]) == 1
+
+
+def test_a_judge_job_asks_the_probes_and_the_judge_tab_says_it_in_words(paired_workspace, monkeypatch):
+    """The Judge tab's tick box reaches the job (job.json), the job process's `run_job` asks the probes,
+    and the tab's words name what the figures say."""
+    from ui import judge_view
+    from pipeline.tutor import eval_jobs, infer
+
+    started = eval_jobs.start_job(paired_workspace, [{"model": "scripted"}], grounding=True, python="/bin/true")
+    eval_jobs._CHILDREN[started["pid"]].wait(timeout=30)  # the stand-in process exits at once; run it here
+    job = json.loads((Path(started["job_dir"]) / "job.json").read_text())
+    assert job["grounding"] is True
+    monkeypatch.setattr(infer, "load_tutor", lambda *a, **k: ScriptedTutor(paired_workspace, listens=False))
+    assert eval_jobs.run_job(paired_workspace, started["job"])["status"] == "completed"
+    (saved,) = ev.saved_evaluations(paired_workspace)
+    assert saved["grounding"]["silence"]["changed_fraction"] == 0.0
+    words = judge_view.hearing_markdown([saved])
+    assert "Does the tutor hear the learner?" in words and "change with the recording in 0 % of clips" in words
+    assert judge_view.hearing_markdown([{**saved, "grounding": None, "per_phone": [], "per_learner": []}]) == ""
+
+
+def test_the_judge_words_point_at_a_phone_blamed_everywhere_and_the_learner_judged_worst():
+    from ui import judge_view
+
+    table = [{"phone": "TH", "tutor_flags": 12, "expert_flags": 0, "agreed": 0, "precision": 0.0, "recall": None,
+              "tutor_clips": 12, "expert_clips": 0, "clips": 12}]
+    learners = [{"speaker": "bob", "clips": 6, "unparsed": 0, "total_mae": 2.5, "total_bias": 2.5, "words_f1": None},
+                {"speaker": "ann", "clips": 6, "unparsed": 0, "total_mae": 0.0, "total_bias": 0.0, "words_f1": None}]
+    words = judge_view.hearing_markdown([{"model": "m", "run": "r1", "per_phone": table, "per_learner": learners}])
+    assert "**TH** in 12 of 12 clips, the experts in 0" in words
+    assert "learner **bob** least like the experts: too kind, by 2.5 points" in words

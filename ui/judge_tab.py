@@ -96,7 +96,8 @@ class JudgeHandlers:
         if others:
             status += "\n\n" + others
         first = rows[0] if rows else None
-        return (status, view.verdict_markdown(order), self._headline_table(order), view.scatter_figure(order),
+        verdict = "\n\n".join(part for part in (view.verdict_markdown(order), view.hearing_markdown(order)) if part)
+        return (status, verdict, self._headline_table(order), view.scatter_figure(order),
                 self._clips_table(rows, labels), rows, self._audio(first), view.clip_markdown(first))
 
     @staticmethod
@@ -131,17 +132,18 @@ class JudgeHandlers:
                         if Path(r["path"]).exists())
 
     @ui_errors(message_at=2, outputs=5)
-    def evaluate(self, selected: list[str] | None, max_new_tokens: float = 256):
+    def evaluate(self, selected: list[str] | None, max_new_tokens: float = 256, grounding: bool = False):
         """Start evaluating each ticked model in turn, in a background job (`pipeline.tutor.eval_jobs`: its
         own process, so closing the page or restarting the app does not stop it); returns (job id,
-        progress, status, timer, seen) and the timer's `poll` follows it."""
+        progress, status, timer, seen) and the timer's `poll` follows it. `grounding`: also ask the
+        probes that show whether the tutor hears the recording (`pipeline.tutor.grounding`)."""
         from pipeline.tutor.eval_jobs import job_status, start_job
 
         if not selected:
             raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
                                   "or both), then press Evaluate.")
         targets = [{"run": c[len(RUN):]} if c.startswith(RUN) else {"model": c[len(BASE):]} for c in selected]
-        started = start_job(self.ws, targets, max_new_tokens=int(max_new_tokens or 256))
+        started = start_job(self.ws, targets, max_new_tokens=int(max_new_tokens or 256), grounding=bool(grounding))
         return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
                 f"Evaluating {len(targets)} model(s) in the background (job `{started['job']}`): you can close this "
                 "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
@@ -197,6 +199,10 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             max_tokens = gr.Slider(16, 512, value=256, step=8, label="Longest answer (tokens)",
                                    info="The feedback template needs ~40-120 tokens.", elem_id="judge-max-tokens",
                                    scale=2)
+        hearing = gr.Checkbox(False, label="Also check that the tutor hears the learner (slower: up to 4x)",
+                              info="Each test recording is also answered with noise instead of the learner, with another "
+                                   "learner reading the same sentence, and with another sentence: a tutor that listens "
+                                   "changes its answer.", elem_id="judge-grounding")
         with gr.Row():
             run_button = gr.Button("Evaluate", variant="primary", elem_id="judge-run")
             cancel_button = gr.Button("Cancel", variant="stop", elem_id="judge-cancel")
@@ -218,7 +224,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
         timer = gr.Timer(POLL_SECONDS, active=False)
 
     shown = [status, verdict, headline, scatter, clips, rows, audio, details]
-    run_button.click(handlers.evaluate, inputs=[choices, max_tokens], outputs=[job, progress, status, timer, seen])
+    run_button.click(handlers.evaluate, inputs=[choices, max_tokens, hearing], outputs=[job, progress, status, timer, seen])
     cancel_button.click(handlers.cancel, outputs=status)
     timer.tick(handlers.poll, inputs=[job, seen], outputs=[progress, timer, seen, *shown], show_progress="hidden")
     for event in (tab.select, refresh.click):

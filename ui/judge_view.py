@@ -312,3 +312,30 @@ def column_widths(frame, *, min_px: int = 90, max_px: int = 320, char_px: int = 
         fit = min(max_px, max(char_px * cell_word, char_px * longest // 2) + 24)
         widths.append(f"{max(min_px, char_px * header_word + 24, fit)}px")
     return widths
+
+
+def hearing_markdown(results: Sequence[Mapping[str, Any]]) -> str:
+    """Per model, in a teacher's words: whether the tutor hears the recording (the grounding probes,
+    when the evaluation asked them), the phones it blames whatever it hears, and the learners it judges
+    worst (`pipeline.tutor.grounding`); "" when there is nothing to say."""
+    from pipeline.tutor.grounding import grounding_text, overblamed_phones
+
+    lines = []
+    for result in results:
+        said = []
+        heard = grounding_text(result.get("grounding"))
+        if heard:
+            said.append(heard)
+        for row in overblamed_phones(result.get("per_phone") or []):
+            said.append(f"It flags the sound **{row['phone']}** in {row['tutor_clips']} of {row['clips']} clips, the "
+                        f"experts in {row['expert_clips']}: it may blame it whatever it hears.")
+        worst = next((r for r in result.get("per_learner") or [] if r.get("total_mae") is not None), None)
+        if worst is not None and len(result.get("per_learner") or []) > 1:
+            direction = "too kind" if worst["total_bias"] > 0 else "too harsh" if worst["total_bias"] < 0 else "off"
+            said.append(f"It judges learner **{worst['speaker']}** least like the experts: {direction}, by "
+                        f"{worst['total_mae']:.1f} points of 10 on average over {worst['clips']} clip(s).")
+        if said:
+            lines.append(f"- **{model_label(result)}**: " + " ".join(said))
+    if not lines:
+        return ""
+    return "#### Does the tutor hear the learner?\n" + "\n".join(lines)

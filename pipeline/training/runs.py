@@ -82,20 +82,9 @@ def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
-    import psutil  # noqa: PLC0415 - a dependency (requirements.txt); kept out of the app's start-up imports
+    from pipeline.process_check import command_alive
 
-    try:
-        process = psutil.Process(int(pid))
-        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-            return False
-        cmdline = " ".join(process.cmdline())
-    except (psutil.NoSuchProcess, ValueError):
-        return False
-    except psutil.AccessDenied:
-        return True
-    if "pipeline" not in cmdline or "train" not in cmdline:
-        return False
-    return run_name is None or run_name in cmdline
+    return command_alive(pid, "pipeline", "train", *([run_name] if run_name else []))
 
 
 def _run_pid(run_dir: Path, result: dict | None = None) -> int | None:

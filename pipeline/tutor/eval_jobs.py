@@ -6,7 +6,7 @@ detached process (its own session: closing the tab or restarting the app leaves 
 everything else is read from the job folder's files, which the job process writes atomically:
 
     WS/eval_jobs/ID/job.json       what to evaluate: {"id", "targets": [{"model", "run"}], "max_new_tokens",
-                                   "limit", "created_at"}
+                                   "limit", "grounding", "created_at"}
     WS/eval_jobs/ID/pid.json       the job process ({"pid", "started_at", "command"})
     WS/eval_jobs/ID/progress.json  where it stands: {"target_index", "targets", "label", "done", "total",
                                    "message", "updated_at"}, rewritten after every answer
@@ -95,31 +95,16 @@ def target_label(target: dict) -> str:
 
 
 def job_alive(pid: int | None, job_id: str) -> bool:
-    """True when `pid` is a live (not zombie) evaluation job process of `job_id` (on Linux its command
-    line is checked, so a reused pid does not count)."""
+    """True when `pid` is a live (not zombie) evaluation job process of `job_id`: its command line is
+    checked through psutil on every system (`pipeline.process_check`), so a reused pid does not count."""
     if not pid:
         return False
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    proc = Path(f"/proc/{pid}")
-    if proc.exists():
-        try:
-            if "\nState:\tZ" in (proc / "status").read_text():
-                return False
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            return "eval-job" in cmdline and job_id in cmdline
-        except OSError:
-            return False
-    return True
+    from pipeline.process_check import command_alive
+
+    return command_alive(pid, "eval-job", job_id)
 
 
 def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, Any]:
@@ -184,6 +169,7 @@ def start_job(
     *,
     max_new_tokens: int | None = None,
     limit: int | None = None,
+    grounding: bool = False,
     python: str | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -194,6 +180,8 @@ def start_job(
             adapter on its base), each optionally with both.
         max_new_tokens: longest answer in tokens (None: `pipeline.tutor.infer`'s default, 256).
         limit: evaluate only the first N clips of the eval split.
+        grounding: also ask the grounding probes (`pipeline.tutor.grounding`: does the tutor hear the
+            recording?), up to 3 more answers per clip.
         python: interpreter (default: this one). extra_env: more environment variables for the process.
 
     Returns:
@@ -226,7 +214,7 @@ def start_job(
         folder = job_dir(ws, job_id)
         folder.mkdir(parents=True)
         atomic_write_json(folder / JOB_FILES["job"], {"id": job_id, "targets": targets, "max_new_tokens": max_new_tokens,
-                                                      "limit": limit, "dataset_key": key, "created_at": time.time()})
+                                                      "limit": limit, "grounding": bool(grounding), "dataset_key": key, "created_at": time.time()})
         command = [python or sys.executable, "-m", "pipeline", "eval-job", "run", "--workspace", str(ws.root),
                    "--job", job_id]
         env = dict(os.environ)
@@ -370,7 +358,7 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
             progress(0, 0, f"starting {label}")
             result = evaluate_tutor(ws, target.get("model"), run=target.get("run"), limit=job.get("limit"),
                                     max_new_tokens=job.get("max_new_tokens"), progress=progress,
-                                    should_stop=cancel.exists, partial=partial)
+                                    should_stop=cancel.exists, partial=partial, grounding=bool(job.get("grounding")))
             result["job"] = job_id
             if result.get("partial"):  # cancelled: keep what was answered, start nothing more
                 answered = result["partial"]
@@ -415,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--run", action="append", default=[], help="a run to evaluate (repeatable)")
     start.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
     start.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
+    start.add_argument("--grounding", action="store_true",
+                       help="also check that the tutor hears the recording (up to 3 more answers per clip)")
     for name, purpose in (("status", "where a job stands (default: the newest)"), ("cancel", "stop a running job"),
                           ("run", "the job process itself (started by `start`)")):
         sub = commands.add_parser(name, help=purpose)
@@ -435,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if result["status"] != "failed" else 1
     if args.command == "start":
         started = start_job(ws, [{"model": m} for m in args.model] + [{"run": r} for r in args.run],
-                            max_new_tokens=args.max_new_tokens, limit=args.limit)
+                            max_new_tokens=args.max_new_tokens, limit=args.limit, grounding=args.grounding)
         show(started, f"started evaluation job {started['job']} (pid {started['pid']}); follow it with "
                       f"`python -m pipeline eval-job status --workspace {ws.root} --job {started['job']}`")
         return 0
