@@ -113,3 +113,25 @@ def test_early_stopping_after_the_patience_keeps_the_best_and_says_why(built, tm
     best = bc.read_best(paths["best"])
     assert best["evaluations"] == 2 and best["since_best"] == 1
     assert json.loads(paths["result"].read_text())["best_reason"] == result["best_reason"]
+
+
+def test_the_train_tab_offers_it_under_advanced_and_says_what_is_kept():
+    from ui.common import CONFIG_FIELDS, config_from_values
+    from ui.formatting import settings_words
+    from ui.train_tab import kept_markdown
+
+    values = dict(TrainConfig().to_dict(), keep_best=True, judge_clips=4.0, early_stopping_patience=2.0)
+    config = config_from_values({name: values[name] for name in CONFIG_FIELDS})
+    assert (config.keep_best, config.judge_clips, config.early_stopping_patience) == (True, 4, 2)
+    assert "keeps the best of its evaluations (4 test answers every 50 steps, stops after 2 without progress)" in \
+        settings_words(config.to_dict())
+    rows = [{"kind": "train", "step": 1},
+            {"kind": "judge", "step": 50, "criterion": bc.AGREEMENT, "value": 0.61, "best_step": 50, "best_value": 0.61,
+             "clips": 4, "seconds": 12.5}]
+    text = kept_markdown(rows, {})
+    assert "agreement with the experts 0.61 at step 50" in text and "answered 4 test recording(s) in" in text
+    done = {"best_reason": bc.best_reason({"criterion": bc.AGREEMENT, "value": 0.61, "step": 50, "clips": 4,
+                                           "evaluations": 3})}
+    assert kept_markdown(rows, done) == "**Kept:** the adapter is step 50's: its answers agreed best with the experts " \
+                                        "on 4 eval clip(s) (agreement 0.61 of 1), the best of 3 evaluation(s)."
+    assert kept_markdown([{"kind": "train"}], {}) == ""

@@ -58,6 +58,9 @@ CONFIG_FIELDS = (
     "max_steps",
     "eval_steps",
     "save_steps",
+    "keep_best",
+    "judge_clips",
+    "early_stopping_patience",
 )
 _FIELD_TYPES = {f.name: type(getattr(DEFAULTS, f.name)) for f in fields(TrainConfig)}
 

@@ -488,6 +488,11 @@ def settings_words(config: Mapping[str, Any]) -> str:
     model = str(config["model"])
     model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
     extras = " · per-layer embeddings in CPU RAM" if config.get("ple_on_cpu") else ""
+    if config.get("keep_best"):
+        patience = config.get("early_stopping_patience") or 0
+        length += (f" · keeps the best of its evaluations ({config.get('judge_clips')} test answers every "
+                   f"{config.get('eval_steps')} steps" + (f", stops after {patience} without progress" if patience else "")
+                   + ")")
     return (
         f"{model} · {config['quantization']} · {config['device']} · "
         f"LoRA r {config['lora_rank']} (alpha {config['lora_alpha']}) on {config['lora_targets']} · "

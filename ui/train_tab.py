@@ -184,6 +184,8 @@ class TrainHandlers:
         curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
         memory_text = fmt.train_memory_markdown(_measured_memory(rows, result), self._run_estimate(run_name, result),
                                                 running=alive)
+        kept = kept_markdown(rows, result)
+        memory_text = f"{kept}\n\n{memory_text}" if kept else memory_text
         return (
             fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
                               state, label=run_name, settings=_run_config(self.ws, run_name)),
@@ -362,6 +364,22 @@ def _tail(path: Path, lines: int = 14) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def kept_markdown(rows: list[dict], result: dict) -> str:
+    """With `--keep-best`: which step the run keeps and why (result.json's `best_reason` once it ended),
+    or while it trains, the last check against the experts with the seconds it took (progress.jsonl's
+    `"judge"` lines, `pipeline.training.best_checkpoint`); "" otherwise."""
+    if result.get("best_reason"):
+        return f"**Kept:** {result['best_reason']}."
+    checks = [row for row in rows if row.get("kind") == "judge"]
+    if not checks:
+        return ""
+    last = checks[-1]
+    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
+    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
+            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
+            f"recording(s) in {fmt.format_seconds(last['seconds'])}.")
+
+
 def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     """Lay out the Train tab and wire Stop and Resume; returns its widgets (start, the timer and the run
     lists also touch other tabs' widgets, so `build_ui` wires them)."""
@@ -402,6 +420,19 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
                                        elem_id="save-steps",
                                        info="How often progress is saved; Resume continues from the last "
                                             "checkpoint. More often: less lost after a crash, more disk.")
+            with gr.Row():
+                keep_best = gr.Checkbox(value=d.keep_best, label="Keep the moment the tutor agreed best with the experts",
+                                        elem_id="keep-best",
+                                        info="At each evaluation the tutor also answers a few test recordings; the run "
+                                             "keeps the point whose scores came closest to the experts', not just the "
+                                             "last one. Costs that many answers (like Try) at each evaluation.")
+                judge_clips = gr.Number(value=d.judge_clips, precision=0, label="Test recordings answered each time",
+                                        elem_id="judge-clips",
+                                        info="More: a surer choice, a longer evaluation (one answer each).")
+                early_stopping_patience = gr.Number(value=d.early_stopping_patience, precision=0,
+                                                    label="Stop after N checks without progress (0: never)",
+                                                    elem_id="early-stopping-patience",
+                                                    info="With the box ticked: saves time once the tutor stops improving.")
         settings_note = gr.Markdown(elem_id="settings-summary")
         with gr.Row():
             start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
@@ -469,5 +500,6 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         # This tab's setting widgets, by `TrainConfig` field name.
         settings={"lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "learning_rate": learning_rate,
                   "lr_schedule": lr_schedule, "epochs": epochs, "max_steps": max_steps, "eval_steps": eval_steps,
-                  "save_steps": save_steps},
+                  "save_steps": save_steps, "keep_best": keep_best, "judge_clips": judge_clips,
+                  "early_stopping_patience": early_stopping_patience},
     )
