@@ -222,3 +222,28 @@ def test_shared_on_loopback_needs_the_login(tmp_path, app_process, users_file):
     process = app_process("--shared", "--port", str(port), "--practice-port", str(practice_port),
                           "--auth-file", str(users_file))
     _check_pages(tmp_path, process, "127.0.0.1", port, practice_port)
+
+
+def test_shared_studio_model_box_takes_only_folders_in_the_workspace(tmp_path, tiny_model_dir):
+    """The Model box is a path box too when it holds a folder: outside the workspace it is refused in
+    its note and in every action that reads it (build, estimate, train settings); hub ids are not paths."""
+    from pipeline.config import DEFAULT_MODEL
+    from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values
+    from ui.tutor_app import TutorApp
+
+    outside = str(tiny_model_dir)  # a real model folder, outside the workspace
+    shared = TutorApp(tmp_path / "ws", shared=True)
+    try:
+        assert "outside the workspace" in shared.state.describe_model(outside)
+        summary = shared.build_dataset(outside, 0.2, 0, 512)[0]
+        assert "outside the workspace" in summary
+        values = dict(DEFAULTS.to_dict(), model=outside)
+        with pytest.raises(Exception, match="outside the workspace"):
+            config_from_values({name: values[name] for name in CONFIG_FIELDS})
+        inside = tmp_path / "ws" / "models" / "mine"
+        inside.mkdir(parents=True)
+        assert config_from_values(dict(values, model=str(inside))).model == str(inside.resolve())
+        assert config_from_values(dict(values, model=DEFAULT_MODEL)).model == DEFAULT_MODEL
+    finally:
+        local = TutorApp(tmp_path / "ws")  # an app on this computer only: any folder again
+    assert "outside the workspace" not in local.state.describe_model(outside)

@@ -130,13 +130,34 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     return decorate(fn) if fn is not None else decorate
 
 
+_MODELS_CONFINED_TO: list[Path] = []
+"""The workspace a studio shared beyond this computer is confined to (set by `AppState(shared=True)`,
+`confine_model_folders`): a model folder typed into the Model box must lie inside it too."""
+
+
+def confine_model_folders(workspace_root: Path | None) -> None:
+    """From now on, `model_text` refuses a local model folder outside `workspace_root` (None: no limit).
+    The app serves one workspace per process, so this is set once, when its `AppState` is made."""
+    _MODELS_CONFINED_TO[:] = [Path(workspace_root)] if workspace_root is not None else []
+
+
 def model_text(value: str | None) -> str:
     """The Model box's value as a hub id or a folder: surrounding spaces and one pair of matching quotes
     removed (a pasted path often brings them; " /home/me/model " was taken for a hub id and answered with
-    a download command for it). Nothing else changes: `./models/x` stays a relative folder."""
+    a download command for it). Nothing else changes: `./models/x` stays a relative folder.
+
+    Raises `ConfigError` (`pipeline.access.confine_path`) for a local folder outside the workspace while
+    the studio is shared beyond this computer (`confine_model_folders`); hub ids are not paths.
+    """
     text = str(value or "").strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         text = text[1:-1].strip()
+    if text and _MODELS_CONFINED_TO:
+        from pipeline.access import confine_path
+        from pipeline.training.hub import is_local_model
+
+        if is_local_model(text):
+            return str(confine_path(text, _MODELS_CONFINED_TO[0]))
     return text
 
 

@@ -16,7 +16,7 @@ import gradio as gr
 from pipeline.config import KNOWN_MODELS, TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
-from ui.common import CONFIG_FIELDS, DEFAULTS, list_runs, model_text, run_settings, typed_path, ui_errors
+from ui.common import CONFIG_FIELDS, DEFAULTS, confine_model_folders, list_runs, model_text, run_settings, typed_path, ui_errors
 
 TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
 SETTINGS_FILE = "settings.json"
@@ -29,6 +29,7 @@ class AppState:
         self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
         self.shared = bool(shared)
         """Served beyond this computer (`pipeline.access.needs_login`): typed paths stay inside the workspace."""
+        confine_model_folders(self.ws.root if self.shared else None)  # the Model box's folders too
 
     def typed_path(self, text: str | None) -> str:
         """A path typed into a box (`ui.common.typed_path`); when the studio is shared, it must lie inside the
@@ -75,7 +76,10 @@ class AppState:
         """One line under the model picker: what the chosen model is and what it needs."""
         from pipeline.training.tiny_model import is_tiny_random_model
 
-        model = model_text(model)
+        try:
+            model = model_text(model)
+        except PipelineError as error:  # a folder outside the workspace of a shared studio
+            return f"⚠ {error}"
         if not model:
             return "Pick a model."
         if is_tiny_random_model(model):
@@ -163,6 +167,15 @@ def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:
     tiny_button.click(state.make_tiny_model, outputs=[model, model_note])
     model.change(state.describe_model, inputs=model, outputs=model_note)
     # a pasted path keeps no surrounding spaces or quotes in the box (`ui.common.model_text`)
-    model.blur(lambda value: gr.update(value=model_text(value)) if model_text(value) != (value or "") else gr.skip(),
-               inputs=model, outputs=model, show_progress="hidden")
+    model.blur(_tidy_model_box, inputs=model, outputs=model, show_progress="hidden")
     return model, model_note
+
+
+def _tidy_model_box(value: str | None):
+    """The Model box after it loses focus: a pasted path without its surrounding spaces or quotes
+    (`ui.common.model_text`); left as typed when it is refused (the note under the box says why)."""
+    try:
+        tidy = model_text(value)
+    except PipelineError:
+        return gr.skip()
+    return gr.update(value=tidy) if tidy != (value or "") else gr.skip()
