@@ -28,6 +28,7 @@ def measure_peak(
     *,
     workspace=None,
     timeout_s: float = 3600,
+    new_shapes: int = 0,
 ) -> dict:
     """Run one real optimizer step on the worst-case micro-batch in a child process and return
     its measured peaks (bytes): `peak_bytes` and `method`, plus CPU `peak_rss_bytes` (VmHWM after a
@@ -38,6 +39,8 @@ def measure_peak(
     `pipeline.training.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
     `batch_size` rows of the longest kept length with the longest clip, each supervising its last
     `kept_longest_answer` tokens (`pipeline.memory.probe`).
+    `new_shapes` > 0 (synthetic batch, CPU): afterwards run that many batches of new shapes and report
+    `kernel_cache_growth_bytes` (`pipeline.memory.probe.kernel_cache_growth`; the calibration's kernel-cache evidence).
     Raises `TrainingError` with the child's last output on failure.
     """
     options = options or EstimateOptions()
@@ -52,6 +55,7 @@ def measure_peak(
         "device": device,
         "options": options.to_dict(),
         "workspace": str(workspace) if workspace is not None else None,
+        "new_shapes": int(new_shapes),
     }
     cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
     env = dict(os.environ)

@@ -20,7 +20,9 @@ How the terms add up into phases and a peak is `pipeline.memory.phases`.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
@@ -62,8 +64,41 @@ QUANTIZED_PARTS = ("text_decoder", "projections")
 
 
 def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
-    """Dtype of the frozen weights and activations: bf16 on every device (FIELD_NOTES: bf16 or fp32,
-    never fp16; bnb 4-bit uses bf16 compute). A config stored in float32 still loads as bf16."""
+    """Dtype of the frozen unquantized weights, the activations and the logits on `device`: what this
+    machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
+    bf16 where the device multiplies it natively and this machine's timed check confirms it, else
+    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype."""
+    return _device_dtype(device)
+
+
+def _device_dtype(device: str) -> str:
+    """`choose_compute_dtype(device)`'s dtype, cached per (device, override, calibration file version):
+    the estimate asks for it in every term of every layer."""
+    from pipeline.calibration.precision import COMPUTE_DTYPE_ENV  # noqa: PLC0415
+    from pipeline.calibration.store import calibration_path  # noqa: PLC0415
+
+    path = calibration_path()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = 0
+    return _cached_dtype(device, os.environ.get(COMPUTE_DTYPE_ENV, ""), str(path), stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_dtype(device: str, override: str, path: str, stamp: int) -> str:
+    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415
+
+    return choose_compute_dtype(device)[0]
+
+
+def checkpoint_dtype(model_config: dict) -> str:
+    """The dtype the checkpoint stores its weights in (config.json `dtype` / `torch_dtype`; Gemma 3n
+    ships bfloat16, the assumption when the config does not say)."""
+    for cfg in (model_config, model_config.get("text_config") or {}):
+        value = cfg.get("dtype") or cfg.get("torch_dtype")
+        if isinstance(value, str) and value in ("bfloat16", "float32", "float16"):
+            return value
     return "bfloat16"
 
 
@@ -137,9 +172,9 @@ def ple_on_host(config: TrainConfig, device: str) -> bool:
 
 def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """Bytes on the device while loading beyond the loaded weights: with 4/8-bit, bitsandbytes
-    quantizes each Linear as it arrives (`Params4bit` / `Int8Params` on `.to(device)`), so the bf16
-    source of one matrix is alive next to the weights: 2 x the largest quantized matrix. 0 without
-    quantization.
+    quantizes each Linear as it arrives (`Params4bit` / `Int8Params` on `.to(device)`), so the source
+    of one matrix, cast to the compute dtype, is alive next to the weights: c x the largest quantized
+    matrix (c = 2 for bf16, 4 for fp32). 0 without quantization.
 
     Only what exists at load time: no LoRA weights, gradients or optimizer states (they are created
     after loading), and nothing the loader keeps off the device: with `ple_on_cpu` on CUDA the
@@ -150,27 +185,29 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
         return 0
     parts = part_params(shape)
     largest = max(parts[name].largest_linear for name in quantized_parts(config))
-    return 2 * largest
+    return dtype_bytes(compute_dtype(shape, config, device)) * largest
 
 
 def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
     """CPU with 4/8-bit weights: quantizing reads the bf16 source of every quantized Linear from the
     memory-mapped checkpoint, and those file pages stay resident until loading ends and
     `pipeline.training.model.release_checkpoint_pages` drops them: the `load` phase holds them on top
-    of the quantized weights (their bf16 bytes). 0 on other devices and without quantization."""
+    of the quantized weights (their bytes as stored, `EstimateOptions.checkpoint_dtype`). 0 on other
+    devices and without quantization."""
     if device != "cpu" or config.quantization == "none" or not options.weights_mapped:
         return 0
     parts = part_params(shape)
-    return sum(parts[name].linear for name in quantized_parts(config)) * dtype_bytes(compute_dtype(shape, config, device))
+    return sum(parts[name].linear for name in quantized_parts(config)) * dtype_bytes(options.checkpoint_dtype)
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """With 4/8-bit weights, each quantized Linear is dequantized to bf16 for its matmul (bitsandbytes
-    `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x 2 bytes."""
+    `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x c bytes (the
+    compute dtype's)."""
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
-    return 2 * max(parts[name].largest_linear for name in quantized_parts(config))
+    return dtype_bytes(compute_dtype(shape, config, device)) * max(parts[name].largest_linear for name in quantized_parts(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -650,7 +687,9 @@ RUNTIME_OVERHEAD_NOTE = {
 }
 
 
-def runtime_overhead(device: str) -> int:
-    """Bytes the runtime holds on `device` that are not tensors of ours (`RUNTIME_OVERHEAD_BYTES`:
-    measured on CPU, assumed from public reports on CUDA and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
-    return RUNTIME_OVERHEAD_BYTES[device]
+def runtime_overhead(device: str, calibrated_bytes: int | None = None) -> int:
+    """Bytes the runtime holds on `device` that are not tensors of ours: this machine's calibrated
+    figure when given (`pipeline.calibration.fit.DeviceCalibration.runtime_overhead_bytes`), else
+    `RUNTIME_OVERHEAD_BYTES` (measured on the development CPU, assumed from public reports on CUDA
+    and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
+    return int(calibrated_bytes) if calibrated_bytes is not None else RUNTIME_OVERHEAD_BYTES[device]

@@ -39,6 +39,7 @@ from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training import distributed
 from pipeline.training.peak_memory import (
     PhaseMemory,
+    record_run_memory,
     is_out_of_memory,
     memory_kind,
     oom_suggestions,
@@ -534,6 +535,7 @@ def train(
         result.pop("pid", None)
         if main:
             atomic_write_json(paths["result"], result)
+            record_run_memory(result, log)  # more evidence for this machine's calibration (pipeline.calibration)
         if handler is not None:
             _remove_log_file(handler)
 
