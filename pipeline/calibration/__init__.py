@@ -10,7 +10,7 @@ One job per module:
   * `speed.py`     the timed bf16-vs-fp32 matmul check (torch; a child process).
   * `fit.py`       evidence -> `DeviceCalibration` (runtime overhead, retained-heap and kernel-cache
                    scales); the uncalibrated uncertainty.
-  * `calibrate.py` `calibrate` (the probe on the stand-in, ~1.5-2.5 min on 2 cores), `record_run`
+  * `this_machine.py` `calibrate` (the probe on the stand-in, ~1.5-2.5 min on 2 cores), `record_run`
                    (every finished run is evidence), `load_calibration`, `calibration_text`,
                    `expected_run_seconds` (the time a run will take, from step times measured here).
 
@@ -19,7 +19,7 @@ Importing this package stays torch-free (the app imports it).
 
 from __future__ import annotations
 
-from pipeline.calibration.calibrate import (
+from pipeline.calibration.this_machine import (
     calibrate,
     calibration_summary,
     calibration_text,

@@ -49,11 +49,14 @@ def cpu_flags() -> set[str]:
 def bf16_capable(device: str) -> tuple[bool, str]:
     """Whether `device` has native bf16, and the evidence in words. CPU: `CPU_BF16_FLAGS` (x86) or ARM's
     `bf16` feature; an Apple silicon CPU (no /proc) counts as capable (ARMv8.6 BF16 on M2 and later, and
-    the timed check decides). MPS: macOS >= `MPS_BF16_MACOS`. CUDA: assumed (Ampere and later; the
+    the timed check decides). MPS: macOS >= `MPS_BF16_MACOS` (asked from another system: a Mac on a
+    current macOS is assumed). CUDA: assumed (Ampere and later; the
     trainer asks `torch.cuda.is_bf16_supported()`)."""
     if device == "cuda":
         return True, "CUDA GPUs from Ampere on multiply bf16 natively"
     if device == "mps":
+        if platform.system() != "Darwin":  # asked about a Mac from another machine
+            return True, f"a Mac on macOS {MPS_BF16_MACOS} or newer is assumed (bf16 runs on MPS there)"
         release = platform.mac_ver()[0]
         major = int(release.split(".")[0]) if release.split(".")[0].isdigit() else 0
         if major >= MPS_BF16_MACOS:

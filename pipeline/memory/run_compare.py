@@ -33,7 +33,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     from pipeline.memory.phases import estimate_memory  # noqa: PLC0415
     from pipeline.memory.shape import load_model_config  # noqa: PLC0415
 
-    from pipeline.calibration.calibrate import calibration_summary, calibration_text, load_calibration  # noqa: PLC0415
+    from pipeline.calibration.this_machine import calibration_summary, calibration_text, load_calibration  # noqa: PLC0415
     from pipeline.calibration.fit import device_parts  # noqa: PLC0415
 
     try:
