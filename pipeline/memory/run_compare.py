@@ -18,11 +18,12 @@ from pipeline.memory.units import fmt_bytes
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
-                 dataset_dir=None) -> dict | None:
+                 dataset_dir=None, calibrated: bool = True) -> dict | None:
     """The estimate for a run's settings on `device` (cpu, cuda or mps) with the lengths of the
     dataset built in `workspace` (or in `dataset_dir`, `train --dataset`): `{"total_bytes", "run_peak_phase", "run_phases", "step_bytes",
     "device", "calibration", "calibration_text", "device_parts"}` (bytes; `run_phases` includes the runtime
-    overhead). The figures use this machine's calibration when it has one (`pipeline.calibration`);
+    overhead). The figures use this machine's calibration when it has one (`pipeline.calibration`;
+    `calibrated` False: the constants, as an uncalibrated machine would);
     `device_parts` (phase -> structural / overhead / retention / kernel_cache bytes of the
     uncalibrated estimate) is what `pipeline.calibration.record_run` stores beside the measured phases.
 
@@ -40,7 +41,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
         lengths = length_stats_from_workspace(workspace, config.max_length, dataset_dir)
         model_config = load_model_config(config.model)
         plain = estimate_memory(model_config, config, lengths, device)
-        calibration = load_calibration(device)
+        calibration = load_calibration(device) if calibrated else None
         est = estimate_memory(model_config, config, lengths, device, calibration=calibration) if calibration else plain
     except PipelineError as error:
         if on_error is None:
