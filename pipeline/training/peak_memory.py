@@ -288,7 +288,7 @@ def record_run_memory(result: dict, log) -> int:
     """Add a finished run's measured phases to this machine's calibration (`pipeline.calibration.record_run`:
     completed or stopped runs only, each phase beside its uncalibrated estimate). A calibration file that
     cannot be written never fails the run: the reason is logged as a warning. Returns the records added."""
-    from pipeline.calibration.calibrate import record_run  # noqa: PLC0415
+    from pipeline.calibration.this_machine import record_run  # noqa: PLC0415
     from pipeline.errors import PipelineError  # noqa: PLC0415
 
     device_name = total = None
