@@ -21,7 +21,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
                  dataset_dir=None, calibrated: bool = True) -> dict | None:
     """The estimate for a run's settings on `device` (cpu, cuda or mps) with the lengths of the
     dataset built in `workspace` (or in `dataset_dir`, `train --dataset`): `{"total_bytes", "run_peak_phase", "run_phases", "step_bytes",
-    "device", "calibration", "calibration_text", "device_parts"}` (bytes; `run_phases` includes the runtime
+    "device", "calibration", "calibration_text", "device_parts", "compute_dtype", "compute_dtype_reason"}` (bytes; `run_phases` includes the runtime
     overhead). The figures use this machine's calibration when it has one (`pipeline.calibration`;
     `calibrated` False: the constants, as an uncalibrated machine would);
     `device_parts` (phase -> structural / overhead / retention / kernel_cache bytes of the
@@ -34,6 +34,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     from pipeline.memory.phases import estimate_memory  # noqa: PLC0415
     from pipeline.memory.shape import load_model_config  # noqa: PLC0415
 
+    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415
     from pipeline.calibration.this_machine import calibration_summary, calibration_text, load_calibration  # noqa: PLC0415
     from pipeline.calibration.fit import device_parts  # noqa: PLC0415
 
@@ -43,6 +44,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
         plain = estimate_memory(model_config, config, lengths, device)
         calibration = load_calibration(device) if calibrated else None
         est = estimate_memory(model_config, config, lengths, device, calibration=calibration) if calibration else plain
+        dtype, why = choose_compute_dtype(device)
     except PipelineError as error:
         if on_error is None:
             raise
@@ -51,7 +53,8 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     return {"total_bytes": est.total_bytes, "run_peak_phase": est.run_peak_phase, "run_phases": est.run_phases,
             "step_bytes": est.step_bytes, "device": device, "calibration": calibration_summary(calibration),
             "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes),
-            "device_parts": {phase: device_parts(plain.components, names) for phase, names in plain.run_members.items() if names}}
+            "device_parts": {phase: device_parts(plain.components, names) for phase, names in plain.run_members.items() if names},
+            "compute_dtype": dtype, "compute_dtype_reason": why}
 
 
 def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None) -> dict:
@@ -92,6 +95,8 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
                    for p in list(estimate_phases) + [p for p in measured_phases if p not in estimate_phases]},
         "method": memory.get("method"),
         "calibration_text": estimate.get("calibration_text"),
+        "compute_dtype": estimate.get("compute_dtype"),
+        "compute_dtype_reason": estimate.get("compute_dtype_reason"),
     }
 
 
@@ -124,4 +129,6 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step)
+    if comparison.get("compute_dtype"):
+        lines.append(f"{b('Precision:')} {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''})")
     return ("  \n" if markdown else "\n").join(lines)
