@@ -10,7 +10,7 @@ One job per module:
   * `speed.py`     the timed bf16-vs-fp32 matmul check (torch; a child process).
   * `fit.py`       evidence -> `DeviceCalibration` (runtime overhead, retained-heap and kernel-cache
                    scales); the uncalibrated uncertainty.
-  * `this_machine.py` `calibrate` (the probe on the stand-in, ~1.5-2.5 min on 2 cores), `record_run`
+  * `this_machine.py` `calibrate` (probes on the stand-in, ~2.4 min of CPU time), `record_run`
                    (every finished run is evidence), `load_calibration`, `calibration_text`,
                    `expected_run_seconds` (the time a run will take, from step times measured here).
 

@@ -45,7 +45,8 @@ UNCALIBRATED_UNCERTAINTY = {"overhead": 0.15, "retention": 1.0, "kernel_cache": 
 """Relative error assumed for each uncalibrated device part, for `uncalibrated_percent`: the CPU's
 runtime baseline was 900 MiB on the development CPU (torch 2.14.1 stack) and differs with the libraries
 and the allocator (15 %); the heap kept and the kernel caches follow the CPU, its oneDNN build and
-glibc (up to their own size: the cache term was 134 MiB where an AMD EPYC kept far less, issue 19)."""
+glibc (up to their own size: on an AMD EPYC computing in fp32, 2026-12-01, a new batch shape left
+0.4-0.5 MiB where the constants, measured with oneDNN's bf16 kernels, say 19.5 MiB)."""
 
 
 def device_parts(components: dict, members: list[str]) -> dict[str, int]:

@@ -8,9 +8,11 @@ the worst-case batch, a child process) on the offline stand-in (the tiny random 
 `pipeline.training.tiny_model`, written once into the calibration folder) at `CALIBRATION_PROBES`'
 two settings, or on the user's own model and dataset when given. Each probe's measured peak is
 stored beside the uncalibrated estimate's structural and device parts (`measurement_record`), with
-its step time. Time cost on the 2-core development machine (AMD EPYC, AVX2, shared): ~15 s for the
-precision check and ~30-60 s per stand-in probe in fp32, so about 1.5-2.5 minutes in all; where bf16
-is emulated and forced (`TUTOR_COMPUTE_DTYPE=bfloat16`) a probe took 2-4 minutes.
+its step time. Time cost, measured 2026-12-01 on the 2-core development machine (AMD EPYC, AVX2,
+fp32): 2.4 minutes of CPU time in all (the precision check ~4 s of it, the rest the two probes,
+each a fresh process importing torch, loading the stand-in and running 2 steps plus 3 new shapes);
+17.5 minutes of wall time while eight other jobs shared the two cores, so expect roughly 2-3
+minutes on a quiet 2-core machine, less with more cores.
 
 Every completed or stopped run adds its measured phases as more evidence (`record_run`, called by
 the trainer). `load_calibration(device)` fits the stored evidence (`pipeline.calibration.fit`) for
@@ -150,7 +152,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
         dict)}], "path"}`.
     Raises:
         TrainingError: a child process failed or ran out of memory; ConfigError: bad settings.
-    Time: ~1.5-2.5 minutes on the stand-in on a 2-core CPU (module docstring).
+    Time: ~2.4 minutes of CPU time on the stand-in (2-3 minutes on a quiet 2-core CPU; module docstring).
     """
     from pipeline.config import TrainConfig  # noqa: PLC0415
     from pipeline.memory.budget import auto_device  # noqa: PLC0415

@@ -48,8 +48,8 @@ def estimate_for_workspace(
     `calibration_text` (the sentence: "calibrated on this machine on DATE (N measurements)" or "not
     calibrated: the device's share is assumed, expect up to ±N %"), `compute_dtype` (bfloat16 |
     float32, what the device runs) and `compute_dtype_reason` (why, in words).
-    `measure` calibrates this machine first (`pipeline.calibration.this_machine.calibrate`: the stand-in, ~1.5-2.5
-    minutes on 2 cores) and then measures these settings' step (added to the calibration).
+    `measure` calibrates this machine first (`pipeline.calibration.this_machine.calibrate`: the stand-in, ~2.4
+    minutes of CPU time) and then measures these settings' step (added to the calibration).
     With `memory_gb` (another machine's budget) this machine's calibration is not applied.
     `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
     `config.device` "auto" picks cuda, then mps, then cpu; an explicit device is estimated as

@@ -630,6 +630,9 @@ def allocator_retention(
 # every layer), 5 MiB per new clip length (the frozen audio encoder's forward), 2 MiB per new answer
 # length (the logits' matmuls at the supervised positions). Not yet measured on larger models. Turning oneDNN off
 # removes the growth but makes a bf16 matmul ~30x slower, so the growth is modelled, not avoided.
+# These are upper bounds for other CPUs: on an AMD EPYC (AVX2) computing in fp32, whose matmuls do not
+# go through oneDNN's bf16 primitives, a new row + clip length left 0.4-0.5 MiB (2026-12-01, the
+# calibration's `kernel_cache_growth`); `pipeline.calibration` scales this term per machine.
 CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH = int(14.5 * MIB)
 CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH = 5 * MIB
 CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH = 2 * MIB
