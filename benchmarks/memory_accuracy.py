@@ -1,7 +1,12 @@
 """How right is the memory estimate? Estimate and measure a grid of fine-tuning steps side by side.
 
 Usage:
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/memory_accuracy.py [--no-full] [--answer-tokens 64] [--json OUT]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/memory_accuracy.py [--no-full] [--answer-tokens 64] [--json OUT] [--calibrate]
+
+Two error columns per row: `err%` the uncalibrated estimate (the constants of `pipeline.memory.terms`),
+`cal.%` the estimate with this machine's calibration (`pipeline.calibration`; `--calibrate` runs it
+first, into $TUTOR_CALIBRATION_DIR or $MEMORY_BENCH_CACHE/calibration). The rows' own runs train with a
+scratch copy of the calibration, so they never feed the table's calibration.
 
 Every row supervises only its last `--answer-tokens` tokens (default 64, a typical tutor answer),
 as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
@@ -73,6 +78,17 @@ varies by up to 13 % of the retention. Before the release after backward, ~2.2 G
 under every optimizer step on E2B 4-bit and its whole runs peaked at 7.01-7.29 GiB (four runs);
 before the release while loading, its load phase peaked at 5.67-7.28 GiB (seven loads; 5.46-5.48
 with it, three loads).
+On another machine, uncalibrated and calibrated (2026-12-01, AMD EPYC, AVX2, 2 cores shared with
+~8 other jobs, 24 GiB; the compute dtype is fp32 there, `pipeline.calibration.precision`; `--only 0 1
+2 --repeat 1 --no-full`, one probe and one whole run per row; the calibration: two stand-in probes
+with their new-shape batches and one tiny sample-pack run, 9 measurements; err% uncalibrated, cal.%
+calibrated; ~19 min wall):
+ # model   seq  B  GC quant   r clip |  step est.   measured   err%  cal.% | run est.   measured   err%  cal.%
+ 0 tiny    256  1  on none    8    0 |   1.00 GiB   1001 MiB   +2.3   +0.1 | 1.04 GiB   1.01 GiB   +3.2   -1.1
+ 1 tiny   1024  2 off 4bit   64    5 |   1.47 GiB   1.43 GiB   +2.8   +1.3 | 1.51 GiB   1.46 GiB   +3.5   +0.5
+ 2 mid     256  1 off none    8    0 |   2.18 GiB   2.23 GiB   -2.1   -3.1 | 2.41 GiB   2.43 GiB   -1.0   -2.8
+(the mid row in fp32: 2.23 GiB measured where the bf16 row above measured 1.51 GiB). The other rows
+were not run there in the time (the grid is ~20 min on a quiet machine, several times that shared).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
 its whole run trains the saved random checkpoint (memory-mapped, so only what is read is resident).
 ~25 min for the grid with both columns, ~8 min for `--e2b-4bit` (needs >= 16 GiB free and 11 GB of disk).
