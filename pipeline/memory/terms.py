@@ -360,6 +360,13 @@ def dropout_mask_bytes(config: TrainConfig, device: str, options: EstimateOption
     return dtype_bytes(options.adapter_dtype) if device == "cpu" else 1
 
 
+def eager_prob_bytes(c: int) -> int:
+    """Bytes per attention probability eager attention keeps (transformers `eager_attention_forward`:
+    `softmax(..., dtype=torch.float32).to(query.dtype)`): the fp32 softmax (4) and its copy in the
+    compute dtype (c): 6 in bf16; in fp32 the `.to` returns the same tensor, so 4."""
+    return 4 + (c if c != 4 else 0)
+
+
 def layer_saved_bytes_per_token(
     shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, layer: int, seq_len: int
 ) -> int:
@@ -378,7 +385,8 @@ def layer_saved_bytes_per_token(
         (derived from the same forward, not measured: training here is LoRA only);
       * attention: SDPA saves q, k, v (kv heads; shared layers reuse another layer's k/v), its output
         and the logsumexp: 2 q c + 2 kv c + 4 heads; eager saves q and the repeated k and v
-        (3 q c), the fp32 softmax and its bf16 copy: heads x seq x (4 + c) (the quadratic term);
+        (3 q c), the fp32 softmax and its copy in the compute dtype: heads x seq x `eager_prob_bytes(c)`
+        (the quadratic term);
       * MLP: gelu input, gelu output and up output, 3 I c (+ I c for the top-k sparse layers);
       * per-layer input gate: p c.
     c = compute dtype bytes (bf16: 2).
@@ -403,7 +411,7 @@ def layer_saved_bytes_per_token(
         lora_in = [h, h, h, q, inter] + ([h, h] if owner else [])
         total += sum((a + m) * i + a * r for i in lora_in)
     if options.attn_implementation == "eager":
-        total += 3 * q * c + shape.num_heads * seq_len * (4 + c)
+        total += 3 * q * c + shape.num_heads * seq_len * eager_prob_bytes(c)
     else:
         total += 2 * q * c + (2 * kv * c if owner else 0) + 4 * shape.num_heads
     total += 3 * inter * c + (inter * c if layer < shape.sparse_layers else 0)
