@@ -84,10 +84,12 @@ On another machine, uncalibrated and calibrated (2026-12-01, AMD EPYC, AVX2, 2 c
 with their new-shape batches and one tiny sample-pack run, 9 measurements; err% uncalibrated, cal.%
 calibrated; ~19 min wall):
  # model   seq  B  GC quant   r clip |  step est.   measured   err%  cal.% | run est.   measured   err%  cal.%
- 0 tiny    256  1  on none    8    0 |   1.00 GiB   1001 MiB   +2.3   +0.1 | 1.04 GiB   1.01 GiB   +3.2   -1.1
- 1 tiny   1024  2 off 4bit   64    5 |   1.47 GiB   1.43 GiB   +2.8   +1.3 | 1.51 GiB   1.46 GiB   +3.5   +0.5
- 2 mid     256  1 off none    8    0 |   2.18 GiB   2.23 GiB   -2.1   -3.1 | 2.41 GiB   2.43 GiB   -1.0   -2.8
-(the mid row in fp32: 2.23 GiB measured where the bf16 row above measured 1.51 GiB). The other rows
+ 0 tiny    256  1  on none    8    0 |   1024 MiB   1001 MiB   +2.2   +0.1 | 1.04 GiB   1.01 GiB   +3.1   -1.2
+ 1 tiny   1024  2 off 4bit   64    5 |   1.41 GiB   1.43 GiB   -1.6   -3.1 | 1.45 GiB   1.46 GiB   -0.8   -3.7
+ 2 mid     256  1 off none    8    0 |   2.17 GiB   2.23 GiB   -2.5   -3.5 | 2.39 GiB   2.43 GiB   -1.6   -3.4
+(re-estimated with `--from-json` after `eager_prob_bytes`: fp32's one softmax copy; measured before
+it, the estimates were 0.1-4.4 % higher. The mid row in fp32: 2.23 GiB measured where the bf16 row
+above measured 1.51 GiB). The other rows
 were not run there in the time (the grid is ~20 min on a quiet machine, several times that shared).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
 its whole run trains the saved random checkpoint (memory-mapped, so only what is read is resident).
