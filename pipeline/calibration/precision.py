@@ -18,6 +18,7 @@ and the estimate (`pipeline.memory.terms.compute_dtype`) both call it, so they p
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 
@@ -105,3 +106,21 @@ def choose_compute_dtype(device: str, speed: dict | None = None) -> tuple[str, s
         return "bfloat16", (f"bf16: {why}; confirmed by this machine's check ({speed['bf16_gflops']:.1f} against "
                             f"{speed['fp32_gflops']:.1f} GFLOPS in fp32): half the memory at the same speed")
     return "bfloat16", f"bf16: {why} (half the memory of fp32; not yet timed on this machine)"
+
+
+def cached_compute_dtype(device: str) -> str:
+    """`choose_compute_dtype(device)`'s dtype, cached per (device, `TUTOR_COMPUTE_DTYPE`, calibration
+    file version): the memory estimate asks for it in every term of every layer."""
+    from pipeline.calibration.store import calibration_path  # noqa: PLC0415
+
+    path = calibration_path()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = 0
+    return _cached_dtype(device, os.environ.get(COMPUTE_DTYPE_ENV, ""), str(path), stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_dtype(device: str, override: str, path: str, stamp: int) -> str:
+    return choose_compute_dtype(device)[0]

@@ -20,10 +20,9 @@ How the terms add up into phases and a peak is `pipeline.memory.phases`.
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 
+from pipeline.calibration.precision import cached_compute_dtype
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
 from pipeline.memory.shape import ModelShape, part_params
@@ -68,28 +67,7 @@ def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
     machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
     bf16 where the device multiplies it natively and this machine's timed check confirms it, else
     fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype."""
-    return _device_dtype(device)
-
-
-def _device_dtype(device: str) -> str:
-    """`choose_compute_dtype(device)`'s dtype, cached per (device, override, calibration file version):
-    the estimate asks for it in every term of every layer."""
-    from pipeline.calibration.precision import COMPUTE_DTYPE_ENV  # noqa: PLC0415
-    from pipeline.calibration.store import calibration_path  # noqa: PLC0415
-
-    path = calibration_path()
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError:
-        stamp = 0
-    return _cached_dtype(device, os.environ.get(COMPUTE_DTYPE_ENV, ""), str(path), stamp)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_dtype(device: str, override: str, path: str, stamp: int) -> str:
-    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415
-
-    return choose_compute_dtype(device)[0]
+    return cached_compute_dtype(device)
 
 
 def checkpoint_dtype(model_config: dict) -> str:
