@@ -11,8 +11,9 @@ stored beside the uncalibrated estimate's structural and device parts (`measurem
 its step time. Time cost, measured 2026-12-01 on the 2-core development machine (AMD EPYC, AVX2,
 fp32): 2.4 minutes of CPU time in all (the precision check ~4 s of it, the rest the two probes,
 each a fresh process importing torch, loading the stand-in and running 2 steps plus 3 new shapes);
-17.5 minutes of wall time while eight other jobs shared the two cores, so expect roughly 2-3
-minutes on a quiet 2-core machine, less with more cores.
+17.5 minutes of wall time while eight other jobs shared the two cores; later, with less load,
+`tests/test_calibration.py::test_after_calibrating_here_a_whole_run_is_within_5_percent`
+(calibration plus a 6-step tiny run) took 114 s. Expect 1-3 minutes on a 2-core machine.
 
 Every completed or stopped run adds its measured phases as more evidence (`record_run`, called by
 the trainer). `load_calibration(device)` fits the stored evidence (`pipeline.calibration.fit`) for
@@ -152,7 +153,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
         dict)}], "path"}`.
     Raises:
         TrainingError: a child process failed or ran out of memory; ConfigError: bad settings.
-    Time: ~2.4 minutes of CPU time on the stand-in (2-3 minutes on a quiet 2-core CPU; module docstring).
+    Time: ~2.4 minutes of CPU time on the stand-in (1-3 minutes on a 2-core CPU; module docstring).
     """
     from pipeline.config import TrainConfig  # noqa: PLC0415
     from pipeline.memory.budget import auto_device  # noqa: PLC0415
