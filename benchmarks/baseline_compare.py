@@ -34,6 +34,11 @@ Random weights: the losses are ~ln(vocabulary) and only compare the two sides.
 Result (2026-11-30, 2-core CPU, `--model mid --steps 6 --repeat 2`): peak RSS 1.97 / 1.97 GiB (ours)
 against 2.28 / 2.26 GiB (baseline), 0.87x; seconds per step 2.94 / 3.01 against 3.53 / 3.59 wall,
 0.84x (0.83x CPU time), throughput 1.20x; first losses 11.2878 and 11.2875.
+
+Result (2026-12-01, another 2-core CPU: AMD EPYC, AVX2, so fp32 on both sides; `--model mid --steps 6
+--repeat 1`, the cores shared with other jobs): peak RSS 1.31 GiB (ours) against 2.03 GiB, 0.64x;
+45.47 against 47.04 s per step wall, 0.97x (28.82 against 34.32 s CPU time, 0.84x); first losses
+11.2815 and 11.2814. (In bf16 on that CPU, issue 19 measured 111.7 s per step for ours.)
 """
 
 from __future__ import annotations
