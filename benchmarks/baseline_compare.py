@@ -17,6 +17,9 @@ The difference is what each computes:
   * baseline: a plain script: `from_pretrained`, `get_peft_model`, `Trainer` with its standard loss
     (the model's own `loss`: logits for every position over the 262,400-entry vocabulary on the real
     model, the mean over each micro-batch's supervised tokens).
+Both sides compute in the precision this machine runs fast (`pipeline.calibration.precision`: bf16
+where the CPU has native bf16 and the calibration's timed check confirms it, else fp32), printed
+first; the child's JSON says which dtype each side ran (`dtype` for the baseline).
 Each run is a fresh child process (`--child ours|baseline`), the two alternating, `--repeat` times
 each. Printed per run: the process's peak memory (CPU: the resident-set high-water mark VmHWM of the
 whole process, loading included; CUDA: max_memory_allocated and reserved), seconds per optimizer
@@ -31,6 +34,11 @@ Random weights: the losses are ~ln(vocabulary) and only compare the two sides.
 Result (2026-11-30, 2-core CPU, `--model mid --steps 6 --repeat 2`): peak RSS 1.97 / 1.97 GiB (ours)
 against 2.28 / 2.26 GiB (baseline), 0.87x; seconds per step 2.94 / 3.01 against 3.53 / 3.59 wall,
 0.84x (0.83x CPU time), throughput 1.20x; first losses 11.2878 and 11.2875.
+
+Result (2026-12-01, another 2-core CPU: AMD EPYC, AVX2, so fp32 on both sides; `--model mid --steps 6
+--repeat 1`, the cores shared with other jobs): peak RSS 1.31 GiB (ours) against 2.03 GiB, 0.64x;
+45.47 against 47.04 s per step wall, 0.97x (28.82 against 34.32 s CPU time, 0.84x); first losses
+11.2815 and 11.2814. (In bf16 on that CPU, issue 19 measured 111.7 s per step for ours.)
 """
 
 from __future__ import annotations
@@ -187,13 +195,16 @@ def child_baseline(args) -> dict:
     from pipeline.training.collate import ChatCollator
     from pipeline.training.model import LANGUAGE_LORA_REGEX, load_processor
 
+    from pipeline.training.model import compute_dtype
+
     config = _config(args)
     started = time.perf_counter()
-    kwargs = {"dtype": torch.bfloat16, "attn_implementation": "eager", "device_map": {"": args.device}}
+    dtype = compute_dtype(args.device)  # the precision this machine runs fast, as ours picks it
+    kwargs = {"dtype": dtype, "attn_implementation": "eager", "device_map": {"": args.device}}
     if config.quantization == "4bit":
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_compute_dtype=dtype,
             llm_int8_skip_modules=["model.audio_tower", "model.vision_tower", "model.embed_audio", "model.embed_vision",
                                    "lm_head", r"model\.language_model\.layers\.\d+\.altup"])
     model = AutoModelForImageTextToText.from_pretrained(str(args.model_path), **kwargs)
@@ -220,7 +231,7 @@ def child_baseline(args) -> dict:
                           data_collator=ChatCollator(processor, max_length=config.max_length), callbacks=[recorder])
         trainer.train()
     return {"wall": recorder.wall, "cpu": recorder.cpu, "losses": recorder.losses,
-            "seconds": time.perf_counter() - started}
+            "seconds": time.perf_counter() - started, "dtype": str(dtype).replace("torch.", "")}
 
 
 def run_child(side: str, args, model_path: Path, workspace: Path) -> dict:
@@ -266,8 +277,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     model_path = model_dir(args.model)
     workspace = workspace_for(model_path)
+    from pipeline.calibration.precision import choose_compute_dtype
+
+    dtype, why = choose_compute_dtype(args.device)
     print(f"model {model_path} ({args.model}), data: the sample pack built in {workspace}; {args.device}, "
           f"quantization {args.quantization}, LoRA r=16 language, batch 1 x 2, {args.steps} steps, gradient checkpointing on")
+    print(f"precision on both sides: {dtype} ({why}; TUTOR_COMPUTE_DTYPE overrides)")
     runs: dict[str, list[dict]] = {"ours": [], "baseline": []}
     header = f"{'run':<10} {'peak':>10} {'s/step wall':>12} {'s/step CPU':>11}  first losses"
     print(header)

@@ -19,6 +19,13 @@ pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(autouse=True)
+def _calibration_in_a_temp_dir(tmp_path_factory, monkeypatch):
+    """No test reads or writes the real per-user calibration (`pipeline.calibration.store`): each test
+    gets an empty calibration folder (children it starts inherit the variable)."""
+    monkeypatch.setenv("TUTOR_CALIBRATION_DIR", str(tmp_path_factory.mktemp("calibration")))
+
+
+@pytest.fixture(autouse=True)
 def _stop_started_runs():
     """After every test, whatever its outcome: stop the training processes it started with
     `pipeline.training.runs.start_run` (detached on purpose, so nothing else would stop them)."""

@@ -40,6 +40,14 @@ SMALL = {
 
 
 @pytest.fixture(autouse=True)
+def _bf16_terms(request, monkeypatch):
+    """The hand-computed terms here are written for bf16 (c = 2 bytes), whatever this machine computes
+    in (`pipeline.calibration.precision`); tests that load the tiny model run what this machine picks."""
+    if "tiny_model_dir" not in request.fixturenames:
+        monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")
+
+
+@pytest.fixture(autouse=True)
 def _vision_table(monkeypatch):
     monkeypatch.setitem(memory.VISION_TOWER_PARAMS, "hand_counted_arch", 100)
 

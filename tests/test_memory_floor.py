@@ -19,6 +19,14 @@ E2B = "google/gemma-3n-E2B-it"
 AUDIO_POSITIONS = 192  # <start_of_audio> + 188 soft tokens + <end_of_audio> + the newline around them
 
 
+@pytest.fixture(autouse=True)
+def _bf16_terms(request, monkeypatch):
+    """The hand-computed terms here are written for bf16 (c = 2 bytes), whatever this machine computes
+    in (`pipeline.calibration.precision`); tests that load the tiny model run what this machine picks."""
+    if "tiny_model_dir" not in request.fixturenames:
+        monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")
+
+
 @pytest.fixture()
 def clip30_workspace(tmp_path):
     """A workspace whose built dataset's longest row is a 30 s clip with 256 text tokens (all answer)."""

@@ -21,6 +21,14 @@ from tests.test_memory import SMALL, cfg
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _bf16_terms(request, monkeypatch):
+    """The hand-computed terms here are written for bf16 (c = 2 bytes), whatever this machine computes
+    in (`pipeline.calibration.precision`); tests that load the tiny model run what this machine picks."""
+    if "tiny_model_dir" not in request.fixturenames:
+        monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")
+
+
 # --------------------------------------------------------------------------------------------------
 # Measured: PhaseMemory
 
@@ -240,11 +248,15 @@ def test_audio_lora_blocks_are_checkpointed_with_gradient_checkpointing(tiny_mod
 
 
 @pytest.mark.slow
-def test_cli_run_on_the_sample_pack_reports_its_peak_within_10_percent_of_the_estimate(tmp_path, tiny_model_dir):
+def test_cli_run_on_the_sample_pack_reports_every_phase_against_its_estimate(tmp_path, tiny_model_dir):
     """A new user's run: the tiny model, the bundled sample pack, default settings, 4-bit, 6 steps with
-    evaluation and a checkpoint at step 3, in its own process as the app starts it. The reported peak
-    of the whole run is within 10 % of the whole-run estimate for the same settings, and the summary
-    names the phase that set each."""
+    evaluation and a checkpoint at step 3, in its own process as the app starts it. The result records
+    every phase's peak and the estimate of the same phases, and the summary names the phase that set
+    each and says whether the estimate is calibrated. How close the two are is not asserted here: the
+    tiny model's estimate is ~94 % what the device adds, so a tolerance would test this CPU, not the
+    formulas (issue 19). The formulas are tested where they dominate
+    (`test_the_model_terms_match_a_measured_difference_between_two_settings`) and the device's terms
+    by calibration (`tests/test_calibration.py::test_after_calibrating_here_a_whole_run_is_within_5_percent`)."""
     from pipeline.data.dataset import build_dataset
     from pipeline.data.importers import import_folder
 
@@ -259,8 +271,38 @@ def test_cli_run_on_the_sample_pack_reports_its_peak_within_10_percent_of_the_es
     result = json.loads((ws / "runs" / "first" / "result.json").read_text())
     measured, estimate = result["memory"], result["memory_estimate"]
     assert set(measured["phase_peak_bytes"]) == {"load", "preflight", "step", "eval", "save"}
+    assert set(measured["phase_peak_bytes"]) <= set(estimate["run_phases"]) <= set(estimate["device_parts"]) | {"resume"}
     assert result["peak_memory_bytes"] == measured["peak_bytes"] == max(measured["phase_peak_bytes"].values())
-    assert abs(measured["peak_bytes"] - estimate["total_bytes"]) <= 0.10 * estimate["total_bytes"], (measured, estimate)
+    assert estimate["calibration"] is None and estimate["calibration_text"].startswith("not calibrated")
     summary = proc.stdout
     assert f"set by {measured['peak_phase']}" in summary and f"peak in {estimate['run_peak_phase']}" in summary
-    assert "One training step:" in summary
+    assert "One training step:" in summary and "not calibrated: the device's share is assumed" in summary
+
+
+@pytest.mark.slow
+def test_the_model_terms_match_a_measured_difference_between_two_settings(tiny_model_dir, monkeypatch):
+    """The model-dependent terms where they dominate: the tiny model without gradient checkpointing at
+    512 and 2,048 tokens (eager attention's (heads, seq, seq) probabilities and every layer's saved
+    tensors grow by ~0.45 GiB), measured by the probe with glibc's mmap threshold fixed, so that RSS
+    follows live tensors (`EstimateOptions.cpu_heap_retention` False). The difference of the two
+    measured peaks cancels what the device adds (runtime, libraries); the estimate's difference must
+    be within 15 % of it, in whichever precision this machine computes. Measured 2026-12-01 on an AVX2
+    CPU in fp32: 269 MiB; the estimate said 422 MiB (+57 %) while it priced eager attention's fp32
+    softmax with a second copy that fp32 does not make, 302 MiB (+12 %) since (`eager_prob_bytes`;
+    the rest is tensors the fp32 forward shares that the bf16-checked layer formula counts apart)."""
+    from pipeline.memory.inputs import EstimateOptions
+    from pipeline.memory.measure import measure_peak
+
+    model = str(tiny_model_dir)
+    config = TrainConfig(model=model, device="cpu", quantization="none", gradient_checkpointing=False, max_length=4096,
+                         lora_dropout=0.0)
+    options = EstimateOptions(cpu_heap_retention=False)
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # the probe's child inherits it
+    peaks, estimates = {}, {}
+    for seq in (512, 2048):
+        lengths = LengthStats(seq, 0.0, longest_answer_tokens=64)
+        peaks[seq] = measure_peak(model, config, lengths, "cpu", options)["peak_bytes"]
+        estimates[seq] = estimate_memory(memory.load_model_config(model), config, lengths, "cpu", options).step_bytes
+    measured, estimated = peaks[2048] - peaks[512], estimates[2048] - estimates[512]
+    assert estimated > 300 * MIB  # the model's terms, not the device's, make this difference
+    assert abs(estimated - measured) <= 0.15 * measured, (peaks, estimates)

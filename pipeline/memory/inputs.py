@@ -183,6 +183,10 @@ class EstimateOptions:
             trainer loads them), so a weight is resident only once read: the vision tower never
             is, the per-layer embedding table only at the rows of the dataset's tokens. False for a
             model built in memory (the benchmark's random-weight E2B), whose every weight is resident.
+            `estimate_memory` turns it off when the compute dtype differs from `checkpoint_dtype`
+            (the loader then casts every weight into anonymous memory).
+        checkpoint_dtype: the dtype the checkpoint stores (`pipeline.memory.terms.checkpoint_dtype`,
+            set by `estimate_memory` from the model's config).
     """
 
     attn_implementation: str = "eager"
@@ -190,6 +194,7 @@ class EstimateOptions:
     adapter_dtype: str = "float32"
     cpu_heap_retention: bool = True
     weights_mapped: bool = True
+    checkpoint_dtype: str = "bfloat16"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -53,6 +53,7 @@ def measure_peak(
     *,
     workspace=None,
     timeout_s: float = 3600,
+    new_shapes: int = 0,
 ) -> dict:
     """Run one real optimizer step on the worst-case micro-batch in a child process and return
     its measured peaks (bytes): `peak_bytes` and `method`, plus CPU `peak_rss_bytes` (VmHWM after a
@@ -67,6 +68,8 @@ def measure_peak(
     run trains there, and no run starts beside it. Before it starts, a Try/Judge tutor kept by this
     process on the GPU the probe will use is unloaded (`pipeline.tutor.infer.release_for`); the
     result's `released` says so (None: nothing was).
+    `new_shapes` > 0 (synthetic batch, CPU): afterwards run that many batches of new shapes and report
+    `kernel_cache_growth_bytes` (`pipeline.memory.probe.kernel_cache_growth`; the calibration's kernel-cache evidence).
     Raises `TrainingError` with the child's last output on failure, or when a run trains in `workspace`.
     """
     options = options or EstimateOptions()
@@ -81,6 +84,7 @@ def measure_peak(
         "device": device,
         "options": options.to_dict(),
         "workspace": str(workspace) if workspace is not None else None,
+        "new_shapes": int(new_shapes),
     }
     cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
     env = dict(os.environ)

@@ -21,8 +21,9 @@ estimate's `total_bytes` is the largest of those run phases, what the training p
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
+from pipeline.calibration.fit import DeviceCalibration
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
@@ -34,6 +35,8 @@ from pipeline.memory.terms import (
     activations,
     allocator_retention,
     audio_encoder_bytes,
+    checkpoint_dtype,
+    compute_dtype,
     dequant_workspace,
     load_checkpoint_pages,
     load_transient,
@@ -135,6 +138,7 @@ def estimate_memory(
     lengths: LengthStats,
     device: str,
     options: EstimateOptions | None = None,
+    calibration: DeviceCalibration | None = None,
 ) -> MemoryEstimate:
     """Peak memory in bytes, per component, of one fine-tuning step of Gemma 3n (LoRA, or a full
     fine-tune with `config.finetuning_type` full), and of loading it.
@@ -149,6 +153,10 @@ def estimate_memory(
             `batch_size` x the longest kept answer (`LengthStats.kept_longest_answer`).
         device: `cpu`, `cuda` or `mps` (not `auto`: resolve it first).
         options: `EstimateOptions` (attention implementation, vision tower, PLE on CPU, ...).
+        calibration: this machine's `pipeline.calibration.fit.DeviceCalibration` for `device`, or None:
+            the device's terms (runtime overhead, retained heap, kernel caches; `DEVICE_TERMS`) then
+            come from it instead of the constants of `pipeline.memory.terms`; the structural terms
+            are the same formulas either way.
     Returns:
         `MemoryEstimate`; a step's peak = static (weights, LoRA, grads, optimizer) + its largest
         moment + runtime overhead; `total_bytes` = the largest phase of the whole run
@@ -158,8 +166,11 @@ def estimate_memory(
     """
     if device not in RUNTIME_OVERHEAD_BYTES:
         raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
-    options = options or EstimateOptions()
+    options = replace(options or EstimateOptions(), checkpoint_dtype=checkpoint_dtype(model_config))
     shape = model_shape(model_config)
+    dtype = compute_dtype(shape, config, device)
+    if device == "cpu" and options.weights_mapped and dtype != options.checkpoint_dtype:
+        options.weights_mapped = False  # the loader casts every weight into anonymous memory
     seq_len = lengths.kept_longest(config.max_length)
     notes: list[str] = []
     if seq_len <= 0:
@@ -183,11 +194,17 @@ def estimate_memory(
     audio_seconds = lengths.longest_clip_s * max(1, lengths.kept_max_clips(config.max_length)) if seq_len > 0 else 0.0
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options, audio_seconds)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
-    comps["runtime_overhead"] = runtime_overhead(device)
+    comps["runtime_overhead"] = runtime_overhead(device, calibration.runtime_overhead_bytes if calibration else None)
+    if calibration is not None:
+        comps["allocator_retention"] = int(comps["allocator_retention"] * calibration.retention_scale)
     phases = {name: sum(v for k, v in comps.items() if k.startswith(static_prefixes(name)))
               + sum(comps[m] for m in members) for name, members in PHASE_MEMBERS.items()}
     peak_phase = max(phases, key=phases.get)
     extra, run, members = whole_run(shape, config, lengths, device, options, comps, phases, PHASE_MEMBERS, STATIC_PREFIXES)
+    if calibration is not None:  # the run's device terms, as this machine measured them
+        extra["cpu_kernel_cache"] = int(extra["cpu_kernel_cache"] * calibration.kernel_cache_scale)
+        extra["eval_allocator_retention"] = int(extra["eval_allocator_retention"] * calibration.retention_scale)
+        run = {phase: sum({**comps, **extra}[k] for k in names) for phase, names in members.items()}
     comps.update(extra)
     run_peak = max(run, key=run.get)
     total = run[run_peak]
@@ -203,7 +220,15 @@ def estimate_memory(
                      "parameter with AdamW).")
     elif config.ple_on_cpu and not ple_on_host(config, device):  # on CUDA the note above says where they are
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
-    notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
+    if calibration is not None:
+        notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {fmt_bytes(comps['runtime_overhead'])}, "
+                     f"retained heap x{calibration.retention_scale:g}, kernel caches x{calibration.kernel_cache_scale:g} "
+                     "of the development CPU's constants.")
+    else:
+        notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
+    if not options.weights_mapped and dtype != options.checkpoint_dtype and device == "cpu":
+        notes.append(f"the checkpoint stores {options.checkpoint_dtype} and this CPU computes in {dtype}: loading casts "
+                     "every weight, so all of them are resident (none stay memory-mapped).")
     return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer,
                           run_phases=run, run_peak_phase=run_peak, run_members=members,
                           step_bytes=max(phases[m] for m in STEP_MOMENTS) + comps["runtime_overhead"])

@@ -207,8 +207,38 @@ def probe_synthetic(request: dict) -> dict:
         trainer.optimizer.zero_grad(set_to_none=True)
         out["step_seconds"] = round((time.perf_counter() - started) / 2, 2)
         out["loss"] = float(loss.item())
+        if int(request.get("new_shapes") or 0) > 0 and device == "cpu":
+            out.update(kernel_cache_growth(trainer, model, config, request, answer, int(request["new_shapes"])))
     out["mode"] = "synthetic worst-case batch, steady-state second step"
     return out
+
+
+NEW_SHAPE_TOKEN_STEP = 16
+"""Each new shape of `kernel_cache_growth` is this many tokens shorter (and 0.2 s of audio shorter) than the last."""
+
+
+def kernel_cache_growth(trainer, model, config, request: dict, answer: int, shapes: int) -> dict:
+    """CPU: what `shapes` batches of new shapes (each `NEW_SHAPE_TOKEN_STEP` tokens and 0.2 s of audio
+    shorter than the last, the same answer) leave resident: the anonymous RSS after handing the free
+    heap back (`pipeline.training.free_heap`) and dropping the gradients, after them against before
+    them, i.e. the kernels oneDNN cached for the new shapes (`pipeline.memory.terms.cpu_kernel_cache`,
+    one new row length and one new clip length each). Returns `{"new_shapes", "kernel_cache_growth_bytes"}`."""
+    from pipeline.training.free_heap import release_free_heap
+    from pipeline.training.peak_memory import _proc_status
+
+    def anon() -> int:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        release_free_heap()
+        return _proc_status().get("RssAnon", 0)
+
+    before = anon()
+    seq, clip = int(request["seq_len"]), float(request["clip_s"])
+    for k in range(1, shapes + 1):
+        batch = synthetic_batch(model.config, config.batch_size, max(answer + 8, seq - NEW_SHAPE_TOKEN_STEP * k),
+                                max(0.0, clip - 0.2 * k) if clip > 0 else 0.0, answer_tokens=answer, seed=k,
+                                clips_per_row=int(request.get("clips_per_row") or 1))
+        trainer.training_step(model, {key: v.to(request["device"]) for key, v in batch.items()})
+    return {"new_shapes": shapes, "kernel_cache_growth_bytes": max(0, anon() - before)}
 
 
 def probe_workspace(request: dict) -> dict:

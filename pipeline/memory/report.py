@@ -9,7 +9,6 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.budget import auto_device, device_memory, verdict
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
-from pipeline.memory.measure import measure_peak
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.memory.shape import load_model_config
@@ -43,7 +42,15 @@ def estimate_for_workspace(
     `excluded_rows`, `options`, `notes` (the last says the figure is per training process),
     `per_process` (True: the bytes one process, one GPU under DDP, needs), `suggestions` (at most `limit`, each with `changes`,
     `total_bytes`, `verdict`, `cost`, `score`; none when it fits, only ones that fit when it is
-    tight) and `measured` (None unless `measure`: `measure_peak`'s dict plus `error_percent`).
+    tight), `measured` (None unless `measure`: `measure_peak`'s dict for these settings plus
+    `error_percent`), `calibration` (None, or `pipeline.calibration.calibration_summary`: date,
+    device_key, n_measurements, ...: this machine's calibration, which the figures use),
+    `calibration_text` (the sentence: "calibrated on this machine on DATE (N measurements)" or "not
+    calibrated: the device's share is assumed, expect up to ±N %"), `compute_dtype` (bfloat16 |
+    float32, what the device runs) and `compute_dtype_reason` (why, in words).
+    `measure` calibrates this machine first (`pipeline.calibration.this_machine.calibrate`: the stand-in, ~2.4
+    minutes of CPU time) and then measures these settings' step (added to the calibration).
+    With `memory_gb` (another machine's budget) this machine's calibration is not applied.
     `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
     `config.device` "auto" picks cuda, then mps, then cpu; an explicit device is estimated as
     asked (with `memory_gb`, even one this machine lacks). Raises `ConfigError` / `DatasetError`
@@ -68,7 +75,24 @@ def estimate_for_workspace(
     if measure and config.finetuning_type != "lora":
         raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
                           "a full fine-tune can be estimated (drop --measure), not measured here.")
-    est = estimate_memory(model_config, config, lengths, device, options)
+    from pipeline.calibration.this_machine import (  # noqa: PLC0415
+        calibrate,
+        calibration_summary,
+        calibration_text,
+        compute_dtype_for,
+        load_calibration,
+    )
+
+    measured = None
+    if measure:  # calibrate this machine (the stand-in), then measure these settings' step as more evidence
+        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
+        calibrate(device)
+        done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config, speed_check=False,
+                         lengths=lengths)
+        measured = dict(done["probes"][0]["measured"])
+    this_machine = not memory_gb  # another machine's budget (--memory-gb) gets no calibration of this one
+    calibration = load_calibration(device) if this_machine else None
+    est = estimate_memory(model_config, config, lengths, device, options, calibration=calibration)
     if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
         est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
                          "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
@@ -79,12 +103,10 @@ def estimate_for_workspace(
         model_config, config, lengths, device, mem.usable_bytes, options,
         accept_tight=v.status == "does not fit", limit=limit)
     at_peak = {name: est.components[name] for name in est.run_members[est.run_peak_phase]}
-    measured = None
-    if measure:
-        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
-        measured = measure_peak(config.model, config, lengths, device, options, workspace=ws.root if built else None)
+    if measured is not None:
         # the probe measures one optimizer step: compare it with the step's estimate (like with like)
         measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
+    dtype, dtype_reason = compute_dtype_for(device)
     return {
         "model": config.model,
         "device": device,
@@ -113,6 +135,10 @@ def estimate_for_workspace(
         "suggestions": [s.to_dict() for s in suggestions],
         "measured": measured,
         "per_process": True,
+        "calibration": calibration_summary(calibration),
+        "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes),
+        "compute_dtype": dtype,
+        "compute_dtype_reason": dtype_reason,
     }
 
 
@@ -161,6 +187,10 @@ def render(result: dict) -> str:
         lines.append("It fits, tightly: under 10 % to spare, so it should fit; no change found that leaves more room.")
     elif result["verdict"] != "fits":
         lines.append("No combination of settings fits this device; use a machine with more memory.")
+    if result.get("calibration_text"):
+        lines.append(f"Device terms: {result['calibration_text']}.")
+    if result.get("compute_dtype"):
+        lines.append(f"Precision: {result['compute_dtype']} ({result.get('compute_dtype_reason', '')}).")
     if result.get("measured"):
         m = result["measured"]
         lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {fmt_bytes(m['peak_bytes'])} "

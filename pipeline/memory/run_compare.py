@@ -18,10 +18,14 @@ from pipeline.memory.units import fmt_bytes
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
-                 dataset_dir=None) -> dict | None:
+                 dataset_dir=None, calibrated: bool = True) -> dict | None:
     """The estimate for a run's settings on `device` (cpu, cuda or mps) with the lengths of the
     dataset built in `workspace` (or in `dataset_dir`, `train --dataset`): `{"total_bytes", "run_peak_phase", "run_phases", "step_bytes",
-    "device"}` (bytes; `run_phases` includes the runtime overhead).
+    "device", "calibration", "calibration_text", "device_parts", "compute_dtype", "compute_dtype_reason"}` (bytes; `run_phases` includes the runtime
+    overhead). The figures use this machine's calibration when it has one (`pipeline.calibration`;
+    `calibrated` False: the constants, as an uncalibrated machine would);
+    `device_parts` (phase -> structural / overhead / retention / kernel_cache bytes of the
+    uncalibrated estimate) is what `pipeline.calibration.record_run` stores beside the measured phases.
 
     Raises what `pipeline.memory.phases.estimate_memory` raises (`PipelineError` subclasses, e.g. a
     model folder without a readable config.json), unless `on_error` is given: then it is called
@@ -30,16 +34,27 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     from pipeline.memory.phases import estimate_memory  # noqa: PLC0415
     from pipeline.memory.shape import load_model_config  # noqa: PLC0415
 
+    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415
+    from pipeline.calibration.this_machine import calibration_summary, calibration_text, load_calibration  # noqa: PLC0415
+    from pipeline.calibration.fit import device_parts  # noqa: PLC0415
+
     try:
         lengths = length_stats_from_workspace(workspace, config.max_length, dataset_dir)
-        est = estimate_memory(load_model_config(config.model), config, lengths, device)
+        model_config = load_model_config(config.model)
+        plain = estimate_memory(model_config, config, lengths, device)
+        calibration = load_calibration(device) if calibrated else None
+        est = estimate_memory(model_config, config, lengths, device, calibration=calibration) if calibration else plain
+        dtype, why = choose_compute_dtype(device)
     except PipelineError as error:
         if on_error is None:
             raise
         on_error(error)
         return None
     return {"total_bytes": est.total_bytes, "run_peak_phase": est.run_peak_phase, "run_phases": est.run_phases,
-            "step_bytes": est.step_bytes, "device": device}
+            "step_bytes": est.step_bytes, "device": device, "calibration": calibration_summary(calibration),
+            "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes),
+            "device_parts": {phase: device_parts(plain.components, names) for phase, names in plain.run_members.items() if names},
+            "compute_dtype": dtype, "compute_dtype_reason": why}
 
 
 def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None) -> dict:
@@ -79,6 +94,9 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
         "phases": {p: {"measured": measured_phases.get(p), "estimate": estimate_phases.get(p)}
                    for p in list(estimate_phases) + [p for p in measured_phases if p not in estimate_phases]},
         "method": memory.get("method"),
+        "calibration_text": estimate.get("calibration_text"),
+        "compute_dtype": estimate.get("compute_dtype"),
+        "compute_dtype_reason": estimate.get("compute_dtype_reason"),
     }
 
 
@@ -100,6 +118,8 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
             text += f" (peak in {comparison['estimate_phase']})"
         if comparison.get("percent"):
             text += f"; measured is {comparison['percent']:.0f} % of the estimate"
+    if comparison.get("calibration_text"):
+        text += f" ({comparison['calibration_text']})"
     lines = [text]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
@@ -109,4 +129,6 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step)
+    if comparison.get("compute_dtype"):
+        lines.append(f"{b('Precision:')} {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''})")
     return ("  \n" if markdown else "\n").join(lines)

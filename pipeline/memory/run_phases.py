@@ -39,6 +39,7 @@ from pipeline.memory.terms import (
     audio_encoder_bytes,
     compute_dtype,
     cpu_kernel_cache,
+    eager_prob_bytes,
 )
 from pipeline.memory.units import dtype_bytes
 
@@ -70,7 +71,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
       (L p c, computed once before the first layer), the two attention masks (2 seq c per row),
       and the largest layer's temporaries: its MLP (3 I c: gate, up and their product; one I c more
       in the top-k sparse layers) or, with eager attention, its probabilities (heads x seq x
-      (4 + c): fp32 softmax and its bf16 copy), whichever is larger;
+      `eager_prob_bytes(c)`: fp32 softmax and its copy in the compute dtype), whichever is larger;
     * `eval_logits`: logits at the answer positions (`answer_loss`): V x (c + 8) per position
       (`EVAL_LOGITS_BYTES_PER_VOCAB`).
     * `eval_allocator_retention`: CPU only, glibc's resident heap for this many tokens and this clip
@@ -84,7 +85,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     widest = max(shape.intermediate_sizes)
     mlp = (4 if shape.sparse_layers else 3) * widest * c
-    attention = shape.num_heads * seq_len * (4 + c) if options.attn_implementation == "eager" else 0
+    attention = shape.num_heads * seq_len * eager_prob_bytes(c) if options.attn_implementation == "eager" else 0
     per_token = n * h * c + L * p * c + 2 * seq_len * c + max(mlp, attention)
     tokens = config.batch_size * seq_len
     logits = shape.vocab_size * (c + EVAL_LOGITS_BYTES_PER_VOCAB) * config.batch_size * answer_tokens

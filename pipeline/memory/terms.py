@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from pipeline.calibration.precision import cached_compute_dtype
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
 from pipeline.memory.shape import ModelShape, part_params
@@ -62,8 +63,20 @@ QUANTIZED_PARTS = ("text_decoder", "projections")
 
 
 def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
-    """Dtype of the frozen weights and activations: bf16 on every device (FIELD_NOTES: bf16 or fp32,
-    never fp16; bnb 4-bit uses bf16 compute). A config stored in float32 still loads as bf16."""
+    """Dtype of the frozen unquantized weights, the activations and the logits on `device`: what this
+    machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
+    bf16 where the device multiplies it natively and this machine's timed check confirms it, else
+    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype."""
+    return cached_compute_dtype(device)
+
+
+def checkpoint_dtype(model_config: dict) -> str:
+    """The dtype the checkpoint stores its weights in (config.json `dtype` / `torch_dtype`; Gemma 3n
+    ships bfloat16, the assumption when the config does not say)."""
+    for cfg in (model_config, model_config.get("text_config") or {}):
+        value = cfg.get("dtype") or cfg.get("torch_dtype")
+        if isinstance(value, str) and value in ("bfloat16", "float32", "float16"):
+            return value
     return "bfloat16"
 
 
@@ -137,9 +150,9 @@ def ple_on_host(config: TrainConfig, device: str) -> bool:
 
 def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """Bytes on the device while loading beyond the loaded weights: with 4/8-bit, bitsandbytes
-    quantizes each Linear as it arrives (`Params4bit` / `Int8Params` on `.to(device)`), so the bf16
-    source of one matrix is alive next to the weights: 2 x the largest quantized matrix. 0 without
-    quantization.
+    quantizes each Linear as it arrives (`Params4bit` / `Int8Params` on `.to(device)`), so the source
+    of one matrix, cast to the compute dtype, is alive next to the weights: c x the largest quantized
+    matrix (c = 2 for bf16, 4 for fp32). 0 without quantization.
 
     Only what exists at load time: no LoRA weights, gradients or optimizer states (they are created
     after loading), and nothing the loader keeps off the device: with `ple_on_cpu` on CUDA the
@@ -150,27 +163,29 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
         return 0
     parts = part_params(shape)
     largest = max(parts[name].largest_linear for name in quantized_parts(config))
-    return 2 * largest
+    return dtype_bytes(compute_dtype(shape, config, device)) * largest
 
 
 def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
     """CPU with 4/8-bit weights: quantizing reads the bf16 source of every quantized Linear from the
     memory-mapped checkpoint, and those file pages stay resident until loading ends and
     `pipeline.training.model.release_checkpoint_pages` drops them: the `load` phase holds them on top
-    of the quantized weights (their bf16 bytes). 0 on other devices and without quantization."""
+    of the quantized weights (their bytes as stored, `EstimateOptions.checkpoint_dtype`). 0 on other
+    devices and without quantization."""
     if device != "cpu" or config.quantization == "none" or not options.weights_mapped:
         return 0
     parts = part_params(shape)
-    return sum(parts[name].linear for name in quantized_parts(config)) * dtype_bytes(compute_dtype(shape, config, device))
+    return sum(parts[name].linear for name in quantized_parts(config)) * dtype_bytes(options.checkpoint_dtype)
 
 
 def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> int:
     """With 4/8-bit weights, each quantized Linear is dequantized to bf16 for its matmul (bitsandbytes
-    `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x 2 bytes."""
+    `MatMul4Bit` / `dequantize_4bit`), one at a time: the largest quantized matrix x c bytes (the
+    compute dtype's)."""
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
-    return 2 * max(parts[name].largest_linear for name in quantized_parts(config))
+    return dtype_bytes(compute_dtype(shape, config, device)) * max(parts[name].largest_linear for name in quantized_parts(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,6 +338,13 @@ def dropout_mask_bytes(config: TrainConfig, device: str, options: EstimateOption
     return dtype_bytes(options.adapter_dtype) if device == "cpu" else 1
 
 
+def eager_prob_bytes(c: int) -> int:
+    """Bytes per attention probability eager attention keeps (transformers `eager_attention_forward`:
+    `softmax(..., dtype=torch.float32).to(query.dtype)`): the fp32 softmax (4) and its copy in the
+    compute dtype (c): 6 in bf16; in fp32 the `.to` returns the same tensor, so 4."""
+    return 4 + (c if c != 4 else 0)
+
+
 def layer_saved_bytes_per_token(
     shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions, layer: int, seq_len: int
 ) -> int:
@@ -341,7 +363,8 @@ def layer_saved_bytes_per_token(
         (derived from the same forward, not measured: training here is LoRA only);
       * attention: SDPA saves q, k, v (kv heads; shared layers reuse another layer's k/v), its output
         and the logsumexp: 2 q c + 2 kv c + 4 heads; eager saves q and the repeated k and v
-        (3 q c), the fp32 softmax and its bf16 copy: heads x seq x (4 + c) (the quadratic term);
+        (3 q c), the fp32 softmax and its copy in the compute dtype: heads x seq x `eager_prob_bytes(c)`
+        (the quadratic term);
       * MLP: gelu input, gelu output and up output, 3 I c (+ I c for the top-k sparse layers);
       * per-layer input gate: p c.
     c = compute dtype bytes (bf16: 2).
@@ -366,7 +389,7 @@ def layer_saved_bytes_per_token(
         lora_in = [h, h, h, q, inter] + ([h, h] if owner else [])
         total += sum((a + m) * i + a * r for i in lora_in)
     if options.attn_implementation == "eager":
-        total += 3 * q * c + shape.num_heads * seq_len * (4 + c)
+        total += 3 * q * c + shape.num_heads * seq_len * eager_prob_bytes(c)
     else:
         total += 2 * q * c + (2 * kv * c if owner else 0) + 4 * shape.num_heads
     total += 3 * inter * c + (inter * c if layer < shape.sparse_layers else 0)
@@ -593,6 +616,9 @@ def allocator_retention(
 # every layer), 5 MiB per new clip length (the frozen audio encoder's forward), 2 MiB per new answer
 # length (the logits' matmuls at the supervised positions). Not yet measured on larger models. Turning oneDNN off
 # removes the growth but makes a bf16 matmul ~30x slower, so the growth is modelled, not avoided.
+# These are upper bounds for other CPUs: on an AMD EPYC (AVX2) computing in fp32, whose matmuls do not
+# go through oneDNN's bf16 primitives, a new row + clip length left 0.4-0.5 MiB (2026-12-01, the
+# calibration's `kernel_cache_growth`); `pipeline.calibration` scales this term per machine.
 CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH = int(14.5 * MIB)
 CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH = 5 * MIB
 CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH = 2 * MIB
@@ -650,7 +676,9 @@ RUNTIME_OVERHEAD_NOTE = {
 }
 
 
-def runtime_overhead(device: str) -> int:
-    """Bytes the runtime holds on `device` that are not tensors of ours (`RUNTIME_OVERHEAD_BYTES`:
-    measured on CPU, assumed from public reports on CUDA and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
-    return RUNTIME_OVERHEAD_BYTES[device]
+def runtime_overhead(device: str, calibrated_bytes: int | None = None) -> int:
+    """Bytes the runtime holds on `device` that are not tensors of ours: this machine's calibrated
+    figure when given (`pipeline.calibration.fit.DeviceCalibration.runtime_overhead_bytes`), else
+    `RUNTIME_OVERHEAD_BYTES` (measured on the development CPU, assumed from public reports on CUDA
+    and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
+    return int(calibrated_bytes) if calibrated_bytes is not None else RUNTIME_OVERHEAD_BYTES[device]

@@ -2,7 +2,7 @@
 
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
-- `compute_dtype(device)`: bf16 where the device supports it, else fp32; never fp16.
+- `compute_dtype(device)`: bf16 where the device runs it fast (`pipeline.calibration.precision`), else fp32; never fp16.
 - `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA, "none" (bf16 LoRA) on CPU and Apple MPS.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
   quantize_audio_encoder=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
@@ -140,13 +140,18 @@ def resolve_device(name: str = "auto") -> str:
 
 
 def compute_dtype(device: str) -> torch.dtype:
-    """bf16 on CPU, MPS and CUDA GPUs that support it (Ampere+), else fp32. Never fp16.
+    """The dtype of the unquantized weights and the activations on `device`: what it runs fast
+    (`pipeline.calibration.precision.choose_compute_dtype`: bf16 where the CPU has native bf16 and this
+    machine's timed check confirms it, on MPS from macOS 14, else fp32; `TUTOR_COMPUTE_DTYPE`
+    overrides); on CUDA bf16 where the GPU supports it (Ampere+), else fp32. Never fp16: it overflows
+    in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype"). The memory estimate
+    prices the same choice (`pipeline.memory.terms.compute_dtype`)."""
+    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415 - torch-free
 
-    fp16 overflows in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype").
-    """
-    if device == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16
+    name = choose_compute_dtype(device)[0]
+    if device == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
+        name = "float32"
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
 
 
 def load_processor(model_id: str):

@@ -278,3 +278,24 @@ def oom_suggestions(config: TrainConfig) -> list[str]:
     tips.append("a lower --max-length, rebuilding the dataset so long rows are excluded")
     tips.append("`python -m pipeline estimate` to see what fits this device")
     return tips
+
+
+# --------------------------------------------------------------------------------------------------
+# Evidence for the calibration
+
+
+def record_run_memory(result: dict, log) -> int:
+    """Add a finished run's measured phases to this machine's calibration (`pipeline.calibration.record_run`:
+    completed or stopped runs only, each phase beside its uncalibrated estimate). A calibration file that
+    cannot be written never fails the run: the reason is logged as a warning. Returns the records added."""
+    from pipeline.calibration.this_machine import record_run  # noqa: PLC0415
+    from pipeline.errors import PipelineError  # noqa: PLC0415
+
+    device_name = total = None
+    if result.get("device") == "cuda" and torch.cuda.is_available():
+        device_name, total = torch.cuda.get_device_name(), int(torch.cuda.get_device_properties(0).total_memory)
+    try:
+        return record_run(result, device_name, total)
+    except (OSError, PipelineError) as error:
+        log.warning("The run's memory was not added to the calibration: %s", error)
+        return 0

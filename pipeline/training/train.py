@@ -38,6 +38,7 @@ from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training import distributed
 from pipeline.training.peak_memory import (
     PhaseMemory,
+    record_run_memory,
     is_out_of_memory,
     memory_kind,
     oom_suggestions,
@@ -568,6 +569,7 @@ def train(
         result.pop("pid", None)
         if main:
             write_result(paths["result"], result, log)
+            record_run_memory(result, log)  # more evidence for this machine's calibration (pipeline.calibration)
         if handler is not None:
             _remove_log_file(handler)
 

@@ -1,0 +1,41 @@
+"""Calibration on the user's own machine: what its device adds to the memory estimate, and the
+precision and step time it runs at.
+
+One job per module:
+  * `store.py`     where the calibration lives (`calibration_path`, per user, `TUTOR_CALIBRATION_DIR`
+                   moves it) and its key (`device_key`: device kind and name, memory, CPU model,
+                   torch / transformers / bitsandbytes versions); atomic writes.
+  * `precision.py` the compute dtype per device (`choose_compute_dtype`: capability, timed check,
+                   `TUTOR_COMPUTE_DTYPE`), torch-free.
+  * `speed.py`     the timed bf16-vs-fp32 matmul check (torch; a child process).
+  * `fit.py`       evidence -> `DeviceCalibration` (runtime overhead, retained-heap and kernel-cache
+                   scales); the uncalibrated uncertainty.
+  * `this_machine.py` `calibrate` (probes on the stand-in, ~2.4 min of CPU time), `record_run`
+                   (every finished run is evidence), `load_calibration`, `calibration_text`,
+                   `expected_run_seconds` (the time a run will take, from step times measured here).
+
+Importing this package stays torch-free (the app imports it).
+"""
+
+from __future__ import annotations
+
+from pipeline.calibration.this_machine import (
+    calibrate,
+    calibration_summary,
+    calibration_text,
+    compute_dtype_for,
+    expected_run_seconds,
+    expected_step_seconds,
+    load_calibration,
+    record_run,
+    record_step_time,
+)
+from pipeline.calibration.fit import DeviceCalibration, fit_entry
+from pipeline.calibration.precision import choose_compute_dtype
+from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, device_key
+
+__all__ = [
+    "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibrate", "calibration_path", "calibration_summary", "calibration_text",
+    "choose_compute_dtype", "compute_dtype_for", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry",
+    "load_calibration", "record_run", "record_step_time",
+]

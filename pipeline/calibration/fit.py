@@ -1,0 +1,149 @@
+"""From a machine's stored evidence to the device's terms of the memory estimate (torch-free).
+
+The estimate (`pipeline.memory.phases.estimate_memory`) is structural terms (weights, LoRA,
+gradients, optimizer, activations, logits, audio encoder: formulas with their sources) plus what
+the device adds (`DEVICE_TERMS`): the runtime overhead (the process and its libraries, or the CUDA
+context), the heap the allocator keeps resident (`allocator_retention` and the run's spread of it,
+glibc on CPU) and the kernels cached per batch shape (`cpu_kernel_cache`, oneDNN on CPU). Only
+those are calibrated. Each measurement (a probe step, or a phase of a finished run) is stored as its
+measured peak next to the estimate's structural part S and device parts O, R, K for the same
+settings (`measurement_record`); the fit reads
+
+    measured = S + overhead + retention_scale x R + kernel_cache_scale x K
+
+  1. `runtime_overhead_bytes`: the median over probe steps (where K = 0) of measured - S - R; with no
+     probe yet, over every record, of measured - S - R - K;
+  2. `retention_scale`: with probe steps whose R differs by more than `RETENTION_SPREAD_BYTES`, the
+     least-squares slope of measured - S against R (the overhead its intercept), in [0, `MAX_SCALE`];
+     otherwise 1 (the constants of `pipeline.memory.terms`);
+  3. `kernel_cache_scale`: the median, in [0, `MAX_SCALE`], over the records with K >=
+     `MIN_KERNEL_CACHE_BYTES` of: measured / K for a probe's measured growth over new batch shapes
+     (`kind` kernel_cache, `pipeline.memory.probe.kernel_cache_growth`), and
+     (measured - S - overhead - retention_scale x R) / K for a run's phase; otherwise 1.
+
+Uncalibrated, the device terms are the constants of `pipeline.memory.terms`, and the estimate says
+how far off they may be (`uncalibrated_percent`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+
+DEVICE_TERMS = {
+    "overhead": ("runtime_overhead",),
+    "retention": ("allocator_retention", "cpu_heap_run_spread", "eval_allocator_retention"),
+    "kernel_cache": ("cpu_kernel_cache",),
+}
+"""Components of `pipeline.memory.phases.MemoryEstimate` that the device adds, by what scales them."""
+RETENTION_SPREAD_BYTES = 64 * 2**20
+MIN_KERNEL_CACHE_BYTES = 16 * 2**20
+MAX_SCALE = 3.0
+"""A fitted scale beyond 3x the measured constants means the evidence is not what the model says it is."""
+UNCALIBRATED_UNCERTAINTY = {"overhead": 0.15, "retention": 1.0, "kernel_cache": 1.0}
+"""Relative error assumed for each uncalibrated device part, for `uncalibrated_percent`: the CPU's
+runtime baseline was 900 MiB on the development CPU (torch 2.14.1 stack) and differs with the libraries
+and the allocator (15 %); the heap kept and the kernel caches follow the CPU, its oneDNN build and
+glibc (up to their own size: on an AMD EPYC computing in fp32, 2026-12-01, a new batch shape left
+0.4-0.5 MiB where the constants, measured with oneDNN's bf16 kernels, say 19.5 MiB)."""
+
+
+def device_parts(components: dict, members: list[str]) -> dict[str, int]:
+    """Bytes of `members` (components alive at one phase's peak) by device part (`DEVICE_TERMS`), and
+    `structural`: the rest."""
+    parts = {part: sum(int(components.get(n, 0)) for n in names if n in members) for part, names in DEVICE_TERMS.items()}
+    parts["structural"] = sum(int(components.get(n, 0)) for n in members) - sum(parts.values())
+    return parts
+
+
+@dataclass
+class DeviceCalibration:
+    """What one machine's calibration says about its device's terms.
+
+    Attributes:
+        device_key: `pipeline.calibration.store.device_key`'s dict.
+        date: the latest evidence's date (ISO 8601 UTC).
+        n_measurements: probe steps and run phases fitted.
+        runtime_overhead_bytes: the device's runtime overhead (bytes), replacing the constant.
+        retention_scale, kernel_cache_scale: factors on the heap-retention and kernel-cache terms.
+        max_error_percent: the largest |residual| of the fitted records, as % of their measured peak.
+        compute_dtype, compute_dtype_reason: the precision this device runs (`precision.choose_compute_dtype`).
+        speed: the timed matmul check (`speed.matmul_speed`), or None.
+    """
+
+    device_key: dict
+    date: str
+    n_measurements: int
+    runtime_overhead_bytes: int | None = None
+    retention_scale: float = 1.0
+    kernel_cache_scale: float = 1.0
+    max_error_percent: float | None = None
+    compute_dtype: str | None = None
+    compute_dtype_reason: str | None = None
+    speed: dict | None = field(default=None)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        """"calibrated on this machine on DATE (N measurements)", with the fit's largest residual."""
+        out = f"calibrated on this machine on {self.date[:10]} ({self.n_measurements} measurement{'s' if self.n_measurements != 1 else ''})"
+        if self.max_error_percent is not None:
+            out += f", each within {self.max_error_percent:.0f} % after the fit" if self.max_error_percent >= 1 else ", each within 1 %"
+        return out
+
+
+def _clip(value: float) -> float:
+    return min(MAX_SCALE, max(0.0, value))
+
+
+def fit_entry(entry: dict) -> DeviceCalibration | None:
+    """The `DeviceCalibration` of a stored entry (see the module docstring); None without measurements."""
+    every = [r for r in entry.get("measurements", []) if r.get("measured_bytes") is not None]
+    records = [r for r in every if r.get("kind") != "kernel_cache"]  # peaks; the cache growths are no peak
+    if not every:
+        return None
+    probes = [r for r in records if r.get("kind") == "probe"]
+    scale_r = 1.0
+    if len(probes) >= 2 and max(r["retention"] for r in probes) - min(r["retention"] for r in probes) > RETENTION_SPREAD_BYTES:
+        xs = [r["retention"] for r in probes]
+        ys = [r["measured_bytes"] - r["structural"] for r in probes]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        scale_r = _clip(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
+    if probes:
+        overhead = statistics.median(r["measured_bytes"] - r["structural"] - scale_r * r["retention"] for r in probes)
+    elif records:
+        overhead = statistics.median(r["measured_bytes"] - r["structural"] - r["retention"] - r["kernel_cache"] for r in records)
+    else:
+        overhead = None
+    # kernel caches: measured growths directly (`kind` kernel_cache), and what a run's phase leaves beyond the rest
+    ratios = [r["measured_bytes"] / r["kernel_cache"] for r in every
+              if r.get("kind") == "kernel_cache" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
+    if probes:
+        ratios += [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"]) / r["kernel_cache"]
+                   for r in records if r.get("kind") == "run" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
+    scale_k = _clip(statistics.median(ratios)) if ratios else 1.0
+    residuals = [abs(r["structural"] + overhead + scale_r * r["retention"] + scale_k * r.get("kernel_cache", 0) - r["measured_bytes"])
+                 / r["measured_bytes"] * 100 for r in records] if overhead is not None else []
+    speed = entry.get("speed")
+    return DeviceCalibration(
+        device_key=entry["key"], date=max(r.get("date", "") for r in every), n_measurements=len(every),
+        runtime_overhead_bytes=int(max(0, overhead)) if overhead is not None else None, retention_scale=round(scale_r, 3),
+        kernel_cache_scale=round(scale_k, 3), max_error_percent=round(max(residuals), 1) if residuals else None,
+        compute_dtype=(speed or {}).get("compute_dtype"), compute_dtype_reason=(speed or {}).get("reason"), speed=speed)
+
+
+def uncalibrated_percent(components: dict, members: list[str], total_bytes: int) -> int:
+    """How far an uncalibrated estimate may be off, in % of `total_bytes` (rounded up): the device parts
+    of its peak phase (`members`) times their assumed relative error (`UNCALIBRATED_UNCERTAINTY`)."""
+    if total_bytes <= 0:
+        return 0
+    parts = device_parts(components, members)
+    spread = sum(UNCALIBRATED_UNCERTAINTY[p] * parts[p] for p in DEVICE_TERMS)
+    return max(1, math.ceil(100 * spread / total_bytes))
+
+
+def uncalibrated_text(percent: int) -> str:
+    """"not calibrated: the device's share is assumed, expect up to ±N %"."""
+    return f"not calibrated: the device's share is assumed, expect up to ±{percent} %"

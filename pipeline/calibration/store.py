@@ -1,0 +1,175 @@
+"""Where a machine's calibration lives and what it is keyed by (torch-free).
+
+One JSON file per user, `calibration.json` in `calibration_dir()` (`$TUTOR_CALIBRATION_DIR`, else
+`$XDG_CACHE_HOME/pronunciation-tutor`, else `~/.cache/pronunciation-tutor`), shared by every
+workspace on the machine. It holds one entry per device key (`device_key`): the device kind and
+name, its total memory, the CPU model and the torch / transformers / bitsandbytes versions, i.e.
+what changes the memory a device adds and the speed it runs at. Each entry keeps its raw evidence
+(`measurements`: probe steps and finished runs; `speed`: the bf16 / fp32 matmul check; `step_seconds`),
+and `pipeline.calibration.fit` turns the evidence into the device's terms when an estimate asks.
+
+Writes are atomic (`pipeline.fileio.atomic_write_json`): a failed or interrupted write leaves the
+previous file whole. An unreadable file is never overwritten silently: `load_store` raises
+`ConfigError` naming it and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from pipeline.errors import ConfigError
+from pipeline.fileio import atomic_write_json
+
+CALIBRATION_DIR_ENV = "TUTOR_CALIBRATION_DIR"
+"""Environment variable that moves the calibration folder (tests point it at a temp dir)."""
+CALIBRATION_FILE = "calibration.json"
+STORE_VERSION = 1
+MAX_MEASUREMENTS = 200
+"""Evidence kept per device key (the oldest are dropped first): enough for years of runs, small on disk."""
+KEY_FIELDS = ("device", "device_name", "total_memory_bytes", "cpu_model", "torch", "transformers", "bitsandbytes")
+"""What a device key holds, in order."""
+MATCH_FIELDS = ("device", "cpu_model", "torch", "transformers", "bitsandbytes")
+"""The key fields an estimate can read without torch; an entry matches this machine on these (and, on
+CPU, the total RAM), the GPU's name and memory being recorded for the reader."""
+
+
+def calibration_dir() -> Path:
+    """The per-user calibration folder: `$TUTOR_CALIBRATION_DIR`, else `$XDG_CACHE_HOME/pronunciation-tutor`,
+    else `~/.cache/pronunciation-tutor` (the XDG base directory convention)."""
+    override = os.environ.get(CALIBRATION_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "pronunciation-tutor"
+
+
+def calibration_path() -> Path:
+    """`calibration_dir() / calibration.json`."""
+    return calibration_dir() / CALIBRATION_FILE
+
+
+def cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo `model name` (Linux x86), `Model`/`Hardware` (ARM), else
+    `platform.processor()`, else the machine architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            import subprocess  # noqa: PLC0415
+
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5)
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def software_versions() -> dict[str, str]:
+    """torch / transformers / bitsandbytes versions as installed (read from package metadata, no import)."""
+    return {name: _version(name) for name in ("torch", "transformers", "bitsandbytes")}
+
+
+def ram_total_bytes() -> int:
+    """Total RAM in bytes (os.sysconf; 0 where unknown)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def device_key(device: str, device_name: str | None = None, total_memory_bytes: int | None = None) -> dict:
+    """The key a calibration is stored under: `KEY_FIELDS`. On CPU the device name is the CPU model
+    and the memory the total RAM; a GPU's name and memory are given by the caller that asked torch
+    (`pipeline.calibration.this_machine.calibrate`), else "unknown" / 0."""
+    cpu = cpu_model()
+    if device == "cpu":
+        device_name, total_memory_bytes = cpu, ram_total_bytes()
+    return {"device": device, "device_name": device_name or "unknown", "total_memory_bytes": int(total_memory_bytes or 0),
+            "cpu_model": cpu, **software_versions()}
+
+
+def key_id(key: dict) -> str:
+    """One string naming a device key (the entry's name in the file)."""
+    gib = key.get("total_memory_bytes", 0) / 2**30
+    return (f"{key['device']} | {key['device_name']} | {gib:.1f} GiB | CPU {key['cpu_model']} | torch {key['torch']} | "
+            f"transformers {key['transformers']} | bitsandbytes {key['bitsandbytes']}")
+
+
+def matches_this_machine(key: dict, device: str) -> bool:
+    """Whether a stored key is this machine's `device` with today's software (`MATCH_FIELDS`; on CPU the
+    total RAM too, within 1 %: the kernel reserves a little differently from boot to boot)."""
+    here = device_key(device)
+    if any(key.get(f) != here[f] for f in MATCH_FIELDS):
+        return False
+    if device == "cpu":
+        total = here["total_memory_bytes"]
+        return abs(int(key.get("total_memory_bytes", 0)) - total) <= 0.01 * max(total, 1)
+    return True
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def load_store(path: Path | None = None) -> dict:
+    """The calibration file as a dict `{"version", "devices": {key_id: entry}}` ({} of devices when there
+    is none). Raises `ConfigError` when the file exists but is not a calibration file (naming it and the fix)."""
+    path = path or calibration_path()
+    if not path.exists():
+        return {"version": STORE_VERSION, "devices": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"The calibration file {path} cannot be read ({error}). Delete it and calibrate again "
+                          f"(Memory tab, or `python -m pipeline estimate --measure`), or point {CALIBRATION_DIR_ENV} "
+                          "at another folder.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
+        raise ConfigError(f"{path} is not a calibration file (no `devices` object). Delete it and calibrate again, "
+                          f"or point {CALIBRATION_DIR_ENV} at another folder.")
+    return data
+
+
+def entry_for(device: str, store: dict | None = None) -> dict | None:
+    """The stored entry of this machine's `device` with today's software (`matches_this_machine`), the
+    most recently updated if several match; None when it was never calibrated."""
+    store = store if store is not None else load_store()
+    found = [e for e in store["devices"].values() if matches_this_machine(e.get("key", {}), device)]
+    return max(found, key=lambda e: e.get("updated", "")) if found else None
+
+
+def update_entry(key: dict, change, path: Path | None = None) -> dict:
+    """Read the file, apply `change(entry)` to the entry of `key` (created empty if absent), stamp it and
+    write the file atomically. Returns the updated entry."""
+    path = path or calibration_path()
+    store = load_store(path)
+    name = key_id(key)
+    entry = store["devices"].setdefault(name, {"key": key, "measurements": [], "speed": None, "step_seconds": []})
+    entry["key"] = key
+    change(entry)
+    entry["measurements"] = entry["measurements"][-MAX_MEASUREMENTS:]
+    entry["step_seconds"] = entry.get("step_seconds", [])[-MAX_MEASUREMENTS:]
+    entry["updated"] = now_iso()
+    store["version"] = STORE_VERSION
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, store)
+    return entry
