@@ -272,3 +272,35 @@ def test_after_calibrating_here_a_whole_run_is_within_5_percent(tmp_path, tiny_m
     assert abs(measured["peak_bytes"] - estimate["total_bytes"]) <= 0.05 * measured["peak_bytes"], (measured, estimate)
     before = done["calibration"]["n_measurements"]
     assert cal.load_calibration("cpu").n_measurements > before  # the run's phases are more evidence
+
+
+def test_the_time_a_run_will_take_comes_from_a_step_measured_here_and_the_train_tab_says_it(tmp_path):
+    from pipeline.calibration import forecast_run, record_step_time
+    from pipeline.config import TrainConfig
+
+    config = TrainConfig(model="some/model", device="cpu", quantization="none", batch_size=1, grad_accum=2, epochs=2.0)
+    lengths = {"row_tokens": [300, 400, 500, 900]}  # 900 is over max_length 512: left out, as the trainer does
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["steps"] == 4 and plan["seconds"] is None  # 3 rows -> 3 micro-batches -> 2 steps per pass, 2 passes
+    assert plan["compute_dtype"] in ("float32", "bfloat16") and plan["compute_dtype_reason"]
+    record_step_time("cpu", "some/model", "none", 800, 4.0)  # 4 s per micro-batch of 800 tokens
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["seconds"] == pytest.approx(4.0 * 400 / 800 * 2 * 4)  # mean row 400 tokens, 2 micro-batches x 4 steps
+    assert forecast_run(config.replace(quantization="4bit"), lengths, "cpu")["seconds"] is None  # not comparable
+    assert forecast_run(config, None, "cpu")["steps"] is None
+
+
+def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp_path, monkeypatch):
+    from pipeline.calibration import record_step_time
+    from pipeline.config import TrainConfig
+    from ui import train_tab
+    from ui.tutor_app import TutorApp
+
+    monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400, 400]}})
+    monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "float32")
+    app = TutorApp(tmp_path / "ws")
+    config = TrainConfig(model="some/model", device="cpu", quantization="none", grad_accum=1, max_steps=30)
+    text = app.train.forecast(config)
+    assert "in full precision (float32)" in text and "30 steps" in text and "Calibrate this machine" in text
+    record_step_time("cpu", "some/model", "none", 400, 2.0)
+    assert "**About 1 min" in app.train.forecast(config) and "measured on this machine on" in app.train.forecast(config)

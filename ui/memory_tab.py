@@ -268,11 +268,14 @@ class MemoryHandlers:
 
     @ui_errors(message_at=0, outputs=2)
     def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
-        """"Calibrate this machine": run the real one-step probe in a child process; returns (markdown, plot
-        with the measured peak)."""
+        """"Calibrate this machine": `pipeline.calibration.calibrate` (a precision check and probes on the
+        stand-in, stored per user for every later estimate), then the real one-step probe of these settings
+        in a child process, itself more evidence (`estimate_for_workspace(measure=True)`); returns (markdown,
+        plot with the measured peak). The verdict then says it is calibrated."""
         config = config_from_values(values)
         if progress is not None:
-            progress(None, desc="Running one real training step on the longest batch (a child process)…")
+            progress(None, desc="Calibrating this machine: a speed check, two short steps of the offline stand-in, "
+                                "then one real step of your settings on the longest batch (1-3 minutes)…")
         data = _memory_result(self.ws, config, memory_gb, measure=True)
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")

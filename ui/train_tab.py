@@ -69,12 +69,34 @@ class TrainHandlers:
             config = config_from_values(values)
         except PipelineError as error:
             return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
+        line = fmt.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
         try:
             if remember:
                 self.state.remember_settings(config)
         except OSError as error:
-            return fmt.settings_markdown(config.to_dict()) + f"\n\n⚠ Could not save the settings: {error}"
-        return fmt.settings_markdown(config.to_dict())
+            return line + f"\n\n⚠ Could not save the settings: {error}"
+        return line
+
+    def forecast(self, config) -> str:
+        """Before a run starts: the precision it will compute in and why, and how long it will take from
+        the step time measured on this machine (`pipeline.calibration.forecast_run`)."""
+        from pipeline.calibration import forecast_run
+        from pipeline.config import likely_device
+
+        device = likely_device() if config.device == "auto" else config.device
+        report = built_report(self.ws) or {}
+        plan = forecast_run(config, report.get("length_stats"), device)
+        words = {"float32": "full precision (float32)", "bfloat16": "half precision (bfloat16)"}
+        text = (f"**How it will run:** on this machine's {device.upper() if device != 'cpu' else 'CPU'} in "
+                f"{words.get(plan['compute_dtype'], plan['compute_dtype'])}, because "
+                f"{plan['compute_dtype_reason'].split(': ', 1)[-1].rstrip('.')}.")
+        if plan["seconds"] is not None:
+            text += (f" **About {fmt.format_seconds(plan['seconds'])}** for {plan['steps']} steps (from a step "
+                     f"measured on this machine on {str(plan['step']['date'])[:10]}; evaluations add to it).")
+        elif plan["steps"] is not None:
+            text += (f" {plan['steps']} steps; how long they take is not measured on this machine for these settings "
+                     "yet: **Calibrate this machine** on the Memory tab measures it.")
+        return text
 
     def page_settings_summary(self, restored: bool, *values: Any):
         """The page's "Next run" line: `settings_summary` once the page has restored the saved settings

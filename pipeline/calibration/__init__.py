@@ -26,6 +26,7 @@ from pipeline.calibration.this_machine import (
     compute_dtype_for,
     expected_run_seconds,
     expected_step_seconds,
+    forecast_run,
     load_calibration,
     record_run,
     record_step_time,
@@ -36,6 +37,6 @@ from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, de
 
 __all__ = [
     "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibrate", "calibration_path", "calibration_summary", "calibration_text",
-    "choose_compute_dtype", "compute_dtype_for", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry",
+    "choose_compute_dtype", "compute_dtype_for", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
     "load_calibration", "record_run", "record_step_time",
 ]

@@ -248,3 +248,34 @@ def record_step_time(device: str, model: str, quantization: str, tokens: int, se
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
               "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0]}
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
+
+
+def forecast_run(config, lengths: dict | None, device: str) -> dict:
+    """What the next run will be on this machine, said before it starts.
+
+    Args:
+        config: the run's `TrainConfig`.
+        lengths: the dataset build report's `length_stats` (`row_tokens`: the train rows' token counts),
+            or None before a build.
+        device: cpu | cuda | mps (what `--device auto` will pick).
+
+    Returns:
+        `{"compute_dtype", "compute_dtype_reason", "steps", "seconds", "step": expected_step_seconds's dict
+        or None}`. `steps` counts optimizer steps the way `transformers.Trainer` does (micro-batches of
+        `batch_size` rows, `grad_accum` per step, `epochs` passes, or `max_steps`) over the rows the run
+        keeps (`max_length`); `seconds` = `expected_run_seconds` for micro-batches of the mean kept row
+        (evaluation and saving not counted); None where the build or a comparable step time is missing.
+    """
+    import math  # noqa: PLC0415
+
+    dtype, why = choose_compute_dtype(device)
+    out = {"compute_dtype": dtype, "compute_dtype_reason": why, "steps": None, "seconds": None, "step": None}
+    rows = [t for t in (lengths or {}).get("row_tokens") or [] if t <= config.max_length]
+    if not rows:
+        return out
+    per_epoch = math.ceil(math.ceil(len(rows) / config.batch_size) / config.grad_accum)
+    out["steps"] = config.max_steps if config.max_steps > 0 else max(1, math.ceil(per_epoch * config.epochs))
+    tokens = round(config.batch_size * sum(rows) / len(rows))
+    out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device)
+    out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device)
+    return out
