@@ -226,10 +226,11 @@ DEFAULT_QUANTIZATION_REASON = {
             "(E2B: 3.43 -> 0.89 GiB), and the GPU holds every weight byte it loads.",
     "mps": "bf16 (no quantization) is the default on Apple MPS: bitsandbytes 4-bit is experimental there "
            "(no public training report), so 4-bit is opt-in.",
-    "cpu": "bf16 (no quantization) is the default on CPU: its steps are faster (full-size E2B, random weights, "
-           "512 tokens and a 30 s clip: 37.7 s against 41.7 s per step with NF4). NF4 peaks lower (6.91 against "
-           "9.18 GiB for the whole run) since loading hands back the checkpoint pages it read to quantize, so the "
-           "Memory tab suggests 4-bit first when bf16 does not fit.",
+    "cpu": "No quantization is the default on CPU: the weights stay in the precision this CPU computes in "
+           "(bf16 where it has native bf16, else float32: see the precision line). On a CPU with native bf16 its "
+           "steps were faster than NF4's (full-size E2B, random weights, 512 tokens and a 30 s clip: 37.7 s against "
+           "41.7 s per step); in float32 the weights take twice the memory. NF4 peaks lower (6.91 against 9.18 GiB "
+           "for the bf16 whole run), so the Memory tab suggests 4-bit first when the default does not fit.",
 }
 """Why `default_quantization` picks what it picks, per device (shown by the app and the README)."""
 
