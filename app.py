@@ -29,6 +29,7 @@ import time
 _STARTED = time.perf_counter()  # launch time is measured from here (before gradio is imported)
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
