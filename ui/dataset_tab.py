@@ -52,7 +52,7 @@ class DatasetHandlers:
 
     def headline(self) -> str:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
-        return dataset_sentence(built_report(self.ws))
+        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason")
 
     def refresh(self):
         """After a build: (headline, library changes)."""
