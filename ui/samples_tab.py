@@ -281,7 +281,7 @@ def _sample_pack_attribution() -> str:
         "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
         "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
         "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
-        f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
+        f"import its examples: open **Import a folder** (just above this report), type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
         "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
         "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
     )
