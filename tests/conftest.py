@@ -63,7 +63,7 @@ def speechocean_dir() -> Path:
     if not (path / "resource" / "scores.json").exists():
         pytest.fail(
             f"The speechocean762-mini test data was not found at {path}. Put the `shared/` folder beside "
-            "this checkout, or set SPEECHOCEAN_DIR=/path/to/speechocean762-mini (see README, Tests)."
+            "this checkout, or set SPEECHOCEAN_DIR=/path/to/speechocean762-mini (see README, Quick start)."
         )
     return path
 

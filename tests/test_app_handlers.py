@@ -247,6 +247,19 @@ def test_hub_login_advice_names_the_current_hf_cli(tmp_path):
         assert "huggingface-cli" not in path.read_text(encoding="utf-8"), path
 
 
+def test_the_model_note_says_when_offline_mode_cannot_download(tmp_path, monkeypatch):
+    """With HF_HUB_OFFLINE=1 and an empty cache the note said "downloaded from Hugging Face on first use"."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
+    assert "not downloaded" in note and "HF_HUB_OFFLINE=1" in note and "Create offline tiny test model" in note
+    assert "on first use" not in note
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    assert "on first use" in TutorApp(tmp_path / "ws2").describe_model("google/gemma-3n-E2B-it")
+
+
 def test_launch_flags_default_to_localhost_only():
     args = app_module.parse_args([])
     assert args.host == "127.0.0.1" and args.share is False and args.port == 7860

@@ -110,3 +110,15 @@ def test_app_wording_examples():
     assert app_wording("`--workspace` and `hf download x --local-dir DIR`") == (
         "`--workspace` and `hf download x --local-dir DIR`"), "no app counterpart: unchanged"
     assert app_wording("pass `--model DIR`", markdown=False) == "pick DIR in the Model box at the top of the page"
+
+
+def test_left_out_rows_are_not_counted_among_a_kinds_rows(tmp_path):
+    """"read aloud: 9 rows (train 6, eval 3, excluded 1)" read as if 1 of the 9 was left out: it is a 10th."""
+    ui = TutorApp(tmp_path / "ws")
+    report = {"splits": {"train": 6, "eval": 3}, "split_method": "speaker", "seed": 42, "excluded": [
+        {"id": "s-1", "reason": "feedback is empty"}], "length_stats": {}, "path": "x", "model": "m",
+        "kinds": {"read_aloud": {"rows": 9, "train": 6, "eval": 3, "excluded": 1}}}
+    summary = ui.dataset._dataset_outputs(report)[0]
+    assert "**read aloud:** 9 rows (train 6, eval 3; 1 more left out)" in summary
+    report["kinds"]["read_aloud"]["excluded"] = 0
+    assert "**read aloud:** 9 rows (train 6, eval 3)" in ui.dataset._dataset_outputs(report)[0]

@@ -122,6 +122,19 @@ def test_a_job_survives_an_app_restart_and_a_killed_one_keeps_its_answers(ws, ti
     assert kept["clips"] == kept["partial"]["answered"]
 
 
+def test_a_page_reopened_during_the_first_evaluation_does_not_say_press_evaluate(ws, monkeypatch):
+    """Reloading the page while the first evaluation loaded its model showed the progress bar running and,
+    under it, "No evaluation ... yet: tick models and press Evaluate"."""
+    from ui.tutor_app import TutorApp
+
+    monkeypatch.setattr(jobs, "active_job", lambda workspace: "judge-running")
+    status, *_ = TutorApp(ws.root).judge.show_saved()
+    assert "one is running" in status and "press Evaluate" not in status
+    monkeypatch.setattr(jobs, "active_job", lambda workspace: None)
+    status, *_ = TutorApp(ws.root).judge.show_saved()
+    assert "tick models and press Evaluate" in status
+
+
 def test_evaluations_of_an_earlier_build_stay_listed_marked(ws):
     """After a rebuild the Judge tab said "No evaluation of this dataset's eval split yet" and nothing of
     the evaluations that exist: they are listed, marked as made on another build."""

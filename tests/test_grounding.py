@@ -249,7 +249,10 @@ def test_evaluate_asks_every_probe_and_tells_a_listening_tutor_from_a_deaf_one(p
     clips = result["clips"]
     assert clips == 3 and g["silence"]["n"] == 3 and g["other_clip"]["n"] == 3 and g["other_sentence"]["n"] == 3
     assert len(tutor.asked) == 3 + 3 * 3  # the answers, then noise, the other learner, another sentence per clip
-    assert seen[-1][0] == seen[-1][1] == 9
+    # One bar for the answers and the probes: it counted 3 of 3 (100 %), then fell back to 1 of 9 for the probes.
+    assert seen[-1][0] == seen[-1][1] == 3 + 9
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    assert all(done < total for done, total in seen[:-1]), "100 % before the last answer"
     if listens:
         assert g["silence"]["changed_fraction"] == 1.0 and g["other_clip"]["changed_fraction"] > 0
         assert g["other_clip"]["score_sign_agreement"] == 1.0

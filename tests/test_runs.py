@@ -206,3 +206,20 @@ def test_delete_run_command(tmp_path):
     again = subprocess.run([sys.executable, "-m", "pipeline", "delete-run", "--workspace", str(ws), "--run", "old"],
                            capture_output=True, text=True, cwd=runs.REPO_ROOT)
     assert again.returncode == 1 and "error: No run named `old`" in again.stderr
+
+
+def test_a_process_that_printed_an_error_is_failed_with_that_error(tmp_path):
+    """A run refused before training (e.g. Device: mps on a machine without it) names the error
+    it printed, not "killed, or out of memory", and does not point to a train.log that was never written."""
+    ws = tmp_path / "ws"
+    run_dir = ws / "runs" / "refused"
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
+    (run_dir / runs.PROCESS_LOG).write_text(
+        "error: `--device mps` was asked for but Apple MPS is not available; use `--device auto` or `cpu`.\n")
+    status = runs.run_status(ws, "refused")
+    assert status["state"] == "failed"
+    assert "Apple MPS is not available" in status["reason"]
+    assert "out of memory" not in status["reason"] and "train.log" not in status["reason"]

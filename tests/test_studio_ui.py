@@ -161,3 +161,18 @@ def test_the_dataset_tab_says_who_moved_between_training_and_test_and_why():
     assert line.startswith("**Moved since the last build:** learner ann moved into the test set; learner cal, "
                            "2 samples with no learner (s-1, s-2) moved into training. Why: new learner(s) eve."), line
     assert "Resume even though the dataset was rebuilt" in line
+
+
+def test_the_samples_tab_reads_the_library_again_when_opened(tmp_path):
+    """A sample accepted in the Inbox did not show on the Samples tab ("10 recordings", table and headline
+    as before) until the page was reloaded: opening the tab now reads the library again."""
+    import app as app_module
+    from ui.tutor_app import TutorApp
+
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    blocks = demo.blocks
+    refreshes = [dep for dep in demo.fns.values() if getattr(dep.fn, "__name__", "") == "samples_table"
+                 and any(getattr(blocks.get(target_id), "elem_id", None) == "tab-samples" and event == "select"
+                         for target_id, event in dep.targets)]
+    assert refreshes, "the Samples tab's select does not refresh the library"
+    assert [getattr(out, "elem_id", None) for out in refreshes[0].outputs] == ["samples-table"]

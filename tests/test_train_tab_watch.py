@@ -66,6 +66,18 @@ def test_the_clock_never_goes_back_from_loading_to_the_first_step():
     assert run_clock(step2, t0, False, t0 + 500, failed_at=t0 + 141) == (105.0, None)
 
 
+def test_a_judging_line_does_not_send_the_clock_back_to_loading():
+    """--keep-best logs a `judge` line (no elapsed_s) after an evaluation: the progress line said
+    "elapsed 0 s · stopping (loading the model and checking the longest batch: 46 s)" after step 1."""
+    t0 = 3_000_000.0
+    rows = [{"kind": "train", "step": 1, "elapsed_s": 6.5, "time": t0 + 30},
+            {"kind": "eval", "step": 1, "elapsed_s": 8.5, "time": t0 + 32},
+            {"kind": "judge", "step": 1, "criterion": "expert_agreement", "value": 0.0, "time": t0 + 50}]
+    elapsed, loading = run_clock(rows, t0, True, t0 + 55, max_steps=3, stop_requested_at=t0 + 40)
+    assert loading is None and elapsed == 8.5 + 23.0
+    assert run_clock(rows, t0, False, t0 + 60) == (8.5, None), "a stopped run shows its clock, not '–'"
+
+
 def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
     t0 = 2_000_000.0
     before = [{"step": 3, "elapsed_s": 40.0, "time": t0 - 600}]  # logged by the first process

@@ -231,9 +231,10 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
-def dataset_sentence(report: dict | None) -> str:
+def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab") -> str:
     """The built dataset in a teacher's words, from its build report (`pipeline.data.dataset.load_build_report`):
-    "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 left out: see the Dataset tab)."
+    "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 more left out: see the Dataset tab)."
+    `where_left_out` says where the left-out rows are listed (the Dataset tab itself says "listed below").
     None (no build yet) gives the sentence that says to build one."""
     if not report:
         return "No dataset yet: build one on the **2 · Dataset** tab (it splits your recordings into training and test)."
@@ -244,7 +245,7 @@ def dataset_sentence(report: dict | None) -> str:
     text = f"**{plural(train + held_out, 'recording')}{who}**: {train} to train on, " + (
         f"{held_out} to test the tutor with" if held_out else "none kept apart to test the tutor with")
     left_out = len(report.get("excluded") or [])
-    return text + (f" ({left_out} left out: see the Dataset tab)." if left_out else ".")
+    return text + (f" ({left_out} more left out: {where_left_out})." if left_out else ".")
 
 
 def built_report(ws: Workspace) -> dict | None:

@@ -52,7 +52,7 @@ class DatasetHandlers:
 
     def headline(self) -> str:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
-        return dataset_sentence(built_report(self.ws))
+        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason")
 
     def refresh(self):
         """After a build: (headline, library changes)."""
@@ -105,8 +105,9 @@ class DatasetHandlers:
             )
         for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
             t = k.get("tokens") or {}
-            lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}, "
-                         f"excluded {k['excluded']})" + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
+            left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
+            lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
+                         + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
         lines += [f"- {app_wording(note, widgets=BUILD_WIDGETS)}" for note in report.get("notes", [])]
         lines += _moves_lines(report.get("split_changes"))
         lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")

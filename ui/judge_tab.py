@@ -72,6 +72,7 @@ class JudgeHandlers:
         """The saved evaluations of the current dataset build: (status, verdict, headline, scatter, clips table,
         clip rows, audio, clip details). The status also lists, marked, the evaluations made on other data
         (an earlier dataset build, or the first N clips of this one)."""
+        from pipeline.tutor.eval_jobs import active_job
         from pipeline.tutor.evaluate import saved_evaluations, split_key
 
         try:
@@ -84,8 +85,11 @@ class JudgeHandlers:
         order = sorted(results, key=lambda r: (r.get("run") is not None, str(r.get("run") or r.get("model"))))
         rows = view.clip_rows(order)
         labels = [view.model_label(r) for r in order]
+        # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
+        waiting = ("one is running (progress above): each model's results appear here when it is done."
+                   if active_job(self.ws) else "tick models and press Evaluate.")
         status = (f"{len(order)} saved evaluation(s) of this dataset's eval split (`{key}`)." if order else
-                  f"No evaluation of this dataset's eval split (`{key}`) yet: tick models and press Evaluate.")
+                  f"No evaluation of this dataset's eval split (`{key}`) yet: {waiting}")
         partial = [view.model_label(r) for r in order if r.get("partial")]
         if partial:
             status += (f"\n\n⚠ Partial (the evaluation was cancelled or stopped; what was answered is kept): "

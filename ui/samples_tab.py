@@ -281,7 +281,7 @@ def _sample_pack_attribution() -> str:
         "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
         "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
         "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
-        f"import its examples: in **Import a folder** below, type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
+        f"import its examples: open **Import a folder** (just above this report), type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
         "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
         "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
     )
@@ -290,7 +290,7 @@ def _sample_pack_attribution() -> str:
 def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
     """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab); returns
     the recording session's widgets (its page-load restore is wired in `build_ui`)."""
-    with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples"):
+    with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples") as tab:
         headline = gr.Markdown(handlers.library_headline, elem_id="samples-headline")
         with gr.Row(equal_height=True):
             pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
@@ -368,6 +368,8 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
         handlers.load_sample_pack, outputs=[*import_results, samples_df])
     import_button.click(cleared("Importing…", gr.update(visible=False)), outputs=import_results).then(
         handlers.import_folder, inputs=[folder_in, format_in, import_trim], outputs=[*import_results, samples_df])
+    # Samples are added outside this tab too (Inbox: Accept and next): the library is read again when the tab opens.
+    tab.select(handlers.samples_table, outputs=samples_df, show_progress="hidden")
     samples_df.change(handlers.library_summary, outputs=library_summary, show_progress="hidden")
     samples_df.change(handlers.library_headline, outputs=headline, show_progress="hidden")
     # Another sample selected: the last edit's "Saved changes to X" was about the one before.

@@ -87,12 +87,20 @@ class AppState:
                 "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
                 "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
             )
+        from pipeline.training.hub import (_hub_offline, _is_cached, foreign_path_message, foreign_path_reason,
+                                           is_local_model)
+
         if model in KNOWN_MODELS:
+            if _hub_offline() and not _is_cached(model):  # "downloaded on first use" cannot happen offline
+                return (
+                    f"⚠ `{model}` is not downloaded and offline mode (HF_HUB_OFFLINE=1) is on, so it cannot be "
+                    "downloaded: Build, Train and Try will stop with this message. Click **Create offline tiny test "
+                    f"model** to try the whole flow now, or, online, `hf auth login` then `hf download {model}`."
+                )
             return (
                 f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
                 "license accepted: `hf auth login`)."
             )
-        from pipeline.training.hub import foreign_path_message, foreign_path_reason, is_local_model
 
         reason = foreign_path_reason(model)  # a path typed for another system is never taken for a hub id
         if reason is not None:

@@ -331,9 +331,12 @@ def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: floa
     final step (`max_steps` reached, or logged after STOP was written at `stop_requested_at`), so the
     figure a finished or stopped run shows (its last line's) is never below one shown while it ran.
     A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
-    Loading is None once this process has logged a line.
+    Loading is None once this process has logged a line. The clock is read from the last line that
+    carries one (`elapsed_s`): a --keep-best judging line (`"kind": "judge"`) has none, and after one
+    the run is training (or stopping), not loading again.
     """
-    last = rows[-1] if rows else {}
+    timed = [r for r in rows if r.get("elapsed_s") is not None]
+    last = timed[-1] if timed else {}
     logged = last.get("elapsed_s")
     last_time = float(last.get("time") or now)
     if not alive:

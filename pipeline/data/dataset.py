@@ -279,7 +279,8 @@ class BuildReport:
                 lines.append(f"  {name} speakers: {', '.join(speakers)}")
         for kind, k in self.kinds.items():
             t = k.get("tokens") or {}
-            lines.append(f"  {kind}: {k['rows']} rows (train {k['train']}, eval {k['eval']}, excluded {k['excluded']})"
+            left_out = f"; {k['excluded']} more excluded" if k["excluded"] else ""  # not among the rows counted
+            lines.append(f"  {kind}: {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
                          + (f", tokens min {t['min']}, median {t['median']:g}, max {t['max']}" if t else ""))
         if s.get("count"):
             lines.append(

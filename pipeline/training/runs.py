@@ -98,13 +98,32 @@ def _run_pid(run_dir: Path, result: dict | None = None) -> int | None:
     return None
 
 
+def _process_error(run_dir: Path) -> str | None:
+    """The `error: ...` line a command prints when it refuses its settings (the last one in
+    process.log), e.g. a device that is not on this machine; None when there is none."""
+    try:
+        lines = (run_dir / PROCESS_LOG).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines[-50:]):
+        if line.startswith("error: "):
+            return line[len("error: "):].strip() or None
+    return None
+
+
 def _ended_without_result(run_dir: Path, how: str) -> str:
-    """Why a run whose process ended without its result failed, and whether Resume can continue it."""
+    """Why a run whose process ended without its result failed, and whether Resume can continue it.
+    A process that stopped on an error it printed (a setting refused before training began) is
+    reported with that error, not as killed or out of memory."""
+    error = _process_error(run_dir)
+    if error:
+        how = f"The training process stopped before training: {error}"
     kept = last_checkpoint(run_dir)
     then = (f"--resume continues from its last checkpoint ({kept.name})." if kept else
             "It saved no checkpoint, so it cannot be resumed: start it again under a new name "
             f"(and delete {run_dir} if you do not need its log).")
-    return f"{how} See {run_dir / 'train.log'} and {run_dir / PROCESS_LOG}. {then}"
+    logs = [path for path in (run_dir / "train.log", run_dir / PROCESS_LOG) if path.exists()] or [run_dir / PROCESS_LOG]
+    return f"{how} See {' and '.join(str(path) for path in logs)}. {then}"
 
 
 def run_status(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[str, Any]:

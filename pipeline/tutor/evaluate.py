@@ -224,8 +224,11 @@ def evaluate_tutor(
     stop = should_stop or (lambda: False)
     who = f"run `{run}`" if run else f"base model `{model}`"
     started = time.perf_counter()
+    # With the grounding probes the job is up to 4 answers per clip (its own + 3 probes): the bar counts them all,
+    # so it does not reach 100 % after the clips and fall back when the probes start (exact once they are planned).
+    planned_total = len(rows) * (4 if grounding else 1)
     if progress is not None:
-        progress(0, len(rows), f"loading {who}")
+        progress(0, planned_total, f"loading {who}")
     from pipeline.tutor.by_kind import answer_row, metrics_by_kind
 
     tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
@@ -276,12 +279,14 @@ def evaluate_tutor(
         if partial is not None and index + 1 < len(rows):  # kept before it is reported as answered
             partial(result(index + 1))
         if progress is not None:
-            progress(index + 1, len(rows), f"{who}: answered {row['id']}")
+            progress(index + 1, planned_total, f"{who}: answered {row['id']}")
     if not grounding:
         return result(len(rows))
+    probe_progress = None if progress is None else (
+        lambda done, total, message: progress(len(rows) + done, len(rows) + total, message))
     try:
         probed = _ask_grounding_probes(tutor, data, split, rows, items, max_new_tokens=tokens, stop=stop,
-                                       progress=progress, who=who)
+                                       progress=probe_progress, who=who)
     except EvaluationError:
         if partial is None:
             raise
