@@ -321,8 +321,10 @@ def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_di
 # ------------------------------------------------------------------------------------------- memory
 
 
-def test_estimate_and_one_click_suggestion(tmp_path):
-    """A run that does not fit a 16 GB budget gets suggestions; applying one sets only its settings."""
+def test_estimate_and_one_click_suggestion(tmp_path, monkeypatch):
+    """A run that does not fit a 16 GB budget gets suggestions; applying one sets only its settings (priced
+    in bf16 whatever this CPU computes in: an AVX2 CPU trains in float32, `pipeline.calibration.precision`)."""
+    monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")
     ui = TutorApp(tmp_path / "ws")
     values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     values.update(model="google/gemma-3n-E2B-it", device="cpu", batch_size=4, gradient_checkpointing=False,

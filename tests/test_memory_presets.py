@@ -158,6 +158,7 @@ def test_a_calibrated_estimate_says_so(app, capsys):
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
     assert "Not calibrated" in memory_view.memory_answer_markdown(data, "this computer (CPU)")
     data.update(calibration={"date": "2026-12-01", "device_key": "cpu|EPYC", "n_measurements": 3},
+                calibration_text="calibrated on this machine on 2026-12-01 (3 measurements)",  # DeviceCalibration.text
                 compute_dtype="float32", compute_dtype_reason="this CPU has no native bf16 (AVX2).")
     text = memory_view.memory_answer_markdown(data, "this computer (CPU)", offer_calibration=True)
     assert "Calibrated on this machine on 2026-12-01 (3 measurements)." in text and "Not calibrated" not in text

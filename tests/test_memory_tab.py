@@ -22,6 +22,13 @@ from ui.tutor_app import TutorApp  # noqa: E402
 E2B = "google/gemma-3n-E2B-it"
 
 
+@pytest.fixture(autouse=True)
+def _bf16_compute(monkeypatch):
+    """The story these tests check is priced for one precision, whatever this CPU computes in (an AVX2
+    CPU without native bf16 trains in float32: `pipeline.calibration.precision`)."""
+    monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")
+
+
 @pytest.fixture()
 def app(tmp_path) -> TutorApp:
     """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""

@@ -40,6 +40,12 @@ def precision_words(settings: Mapping[str, Any], compute_dtype: str | None = Non
     return f"{weights}, computing in {compute}"
 
 
+def _sentence(text: str | None) -> str:
+    """`text` as a sentence on its own: a capital first letter and a full stop ("" stays "")."""
+    text = (text or "").strip()
+    return text[:1].upper() + text[1:].rstrip(".") + "." if text else ""
+
+
 def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
     """Whether the estimate's figure is calibrated, from its `calibration` ({date, device_key,
     n_measurements} or None) and `calibration_text` when the estimate has them. `offer`: the machine is
@@ -47,10 +53,10 @@ def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
     calibration = data.get("calibration")
     text = data.get("calibration_text")
     if calibration:
-        return text or (f"Calibrated on this machine on {calibration.get('date', '?')} "
-                        f"({calibration.get('n_measurements', '?')} measurements).")
-    text = text or ("Not calibrated: the part of the figure that depends on the device (its runtime and memory "
-                    "allocator) is assumed, not measured.")
+        return _sentence(text) or (f"Calibrated on this machine on {calibration.get('date', '?')} "
+                                   f"({calibration.get('n_measurements', '?')} measurements).")
+    text = _sentence(text) or ("Not calibrated: the part of the figure that depends on the device (its runtime and "
+                               "memory allocator) is assumed, not measured.")
     if offer:
         text += " **Calibrate this machine** (below) measures it here."
     return text

@@ -452,7 +452,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
                                              "keeps the point whose scores came closest to the experts', not just the "
                                              "last one. Costs that many answers (like Try) at each evaluation.")
                 judge_clips = gr.Number(value=d.judge_clips, precision=0, label="Test recordings answered each time",
-                                        elem_id="judge-clips",
+                                        elem_id="keep-best-clips",
                                         info="More: a surer choice, a longer evaluation (one answer each).")
                 early_stopping_patience = gr.Number(value=d.early_stopping_patience, precision=0,
                                                     label="Stop after N checks without progress (0: never)",

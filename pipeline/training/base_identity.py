@@ -13,8 +13,9 @@ The identity (`describe_base`):
   attention implementation, paths, versions: `IGNORED_CONFIG_KEYS`), and `config_sha256` of it;
 - `weights_sha256`: a cheap fingerprint of the weights: SHA-256 of the first `FINGERPRINT_VALUES`
   values (as float32) of every one-dimensional language-model weight (the RMSNorm scales, a few KB
-  each) and of the first rows of the token embedding. None of these is ever quantized, and bf16
-  values are exact in float32, so the fingerprint is the same at 4-bit, 8-bit or bf16, on any
+  each) and of the first rows of the token embedding, each rounded to bf16. None of these is ever
+  quantized, and rounding to bf16 makes a float32 load and a bf16 load of the same checkpoint read
+  the same values, so the fingerprint is the same at 4-bit, 8-bit, bf16 or float32 compute, on any
   device; any fine-tune or another checkpoint of the same architecture changes it.
 
 Two identities match when every config key present in both has the same value (a newer transformers
@@ -83,7 +84,7 @@ def _fingerprint_tensors(model: Any) -> list[tuple[str, Any]]:
 
 
 def weights_fingerprint(model: Any) -> str | None:
-    """SHA-256 (hex) of the first `FINGERPRINT_VALUES` float32 values of each tensor chosen by
+    """SHA-256 (hex) of the first `FINGERPRINT_VALUES` values (rounded to bf16, as float32) of each tensor chosen by
     `_fingerprint_tensors`, with their names; None when the model has none of them."""
     import torch
 
@@ -93,7 +94,9 @@ def weights_fingerprint(model: Any) -> str | None:
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, tensor in pairs:
-            values = tensor.detach().reshape(-1)[:FINGERPRINT_VALUES].to("cpu", torch.float32).contiguous()
+            # rounded to bf16 first: a checkpoint loaded in bf16 (a merged export) or in float32 (a CPU without
+            # native bf16 trains in float32) reads the same values, whatever precision the file holds
+            values = tensor.detach().reshape(-1)[:FINGERPRINT_VALUES].to("cpu", torch.bfloat16).to(torch.float32)
             digest.update(name.encode("utf-8"))
             digest.update(values.numpy().tobytes())
     return digest.hexdigest()
