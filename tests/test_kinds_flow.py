@@ -106,12 +106,12 @@ def test_the_try_tab_answers_free_speech_and_keeps_a_voice_conversation(trained)
     ws, source, _, _ = trained
     ui = TutorApp(ws)
     clips = source.parent / "clips"
-    tuned, note, base = ui.try_feedback(str(clips / "000010089.wav"), "Describe your favourite animal.", "kinds", 4,
+    tuned, note, base = ui.try_feedback(str(clips / "000010089.wav"), "Describe your favourite animal.", "kinds", 16,
                                         "Free speech")
     assert tuned and base and "random" in note
-    history, chat, audio, text, note = ui.try_dialogue_send(str(clips / "000010063.wav"), "", [], "kinds", 4)
+    history, chat, audio, text, note = ui.try_dialogue_send(str(clips / "000010063.wav"), "", [], "kinds", 16)
     assert [t["role"] for t in history] == ["learner", "tutor"] and audio is None and text == ""
-    history, chat, *_ = ui.try_dialogue_send(str(clips / "000010069.wav"), "Is this right?", history, "kinds", 4)
+    history, chat, *_ = ui.try_dialogue_send(str(clips / "000010069.wav"), "Is this right?", history, "kinds", 16)
     # the history is kept the way training saw a dialogue: learner clips (and text), tutor replies
     assert [t["role"] for t in history] == ["learner", "tutor", "learner", "tutor"]
     assert history[2]["text"] == "Is this right?" and history[0]["audio"].endswith("000010063.wav")
