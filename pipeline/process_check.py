@@ -26,3 +26,37 @@ def command_alive(pid: int | None, *words: str) -> bool:
     except psutil.AccessDenied:
         return True
     return all(word in cmdline for word in words)
+
+
+def detached_popen_kwargs() -> dict:
+    """`subprocess.Popen` keyword arguments for a process that outlives the app and its tab (a training run,
+    an evaluation job): its own session on POSIX, a new process group on Windows, so it can be stopped as
+    a group (`kill_process_group`) and is not stopped by the app's own signals."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    if os.name == "posix":
+        return {"start_new_session": True}
+    return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)}  # pragma: no cover
+
+
+def kill_process_group(pid: int, child=None) -> None:
+    """Kill process `pid`'s group (SIGKILL on POSIX; SIGTERM on Windows), then reap `child` (its
+    `subprocess.Popen`, when this process started it) for up to 10 s. Never raises for a process
+    that is already gone or not ours."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    try:
+        if os.name == "posix":
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        else:  # pragma: no cover - Windows
+            os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    if child is not None:
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass

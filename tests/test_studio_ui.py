@@ -176,3 +176,35 @@ def test_the_samples_tab_reads_the_library_again_when_opened(tmp_path):
                          for target_id, event in dep.targets)]
     assert refreshes, "the Samples tab's select does not refresh the library"
     assert [getattr(out, "elem_id", None) for out in refreshes[0].outputs] == ["samples-table"]
+
+
+def test_the_held_out_share_and_judges_longest_answer_are_answered_beside_their_box_too(ui):
+    """The two sliders left (Held-out share, Judge's Longest answer) refused a typed out-of-range value with
+    Gradio's generic toast before any handler ran: they are number boxes with the range beside them now."""
+    from ui.common import range_note, share_in_range
+    from ui.dataset_tab import EVAL_SHARE_LABEL, EVAL_SHARE_RANGE
+
+    built = ui.build_dataset("/no/model", 0.9, 42, 512)
+    assert built[0].startswith("**✗") and "**Held-out share (eval split)** must be a number from 0 to 0.5, got 0.9" in built[0]
+    assert range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range)(-0.1).startswith("✗ **Held-out")
+    assert range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range)(0.25) == ""
+    judged = ui.evaluate_models(["base:some/model"], 2000)
+    assert "**Longest answer (tokens)** must be a whole number from 16 to 1024, got 2000" in judged[2]
+    labels = {getattr(block, "elem_id", None): block for block in __import__("app").build_ui(ui).blocks.values()}
+    for elem_id in ("eval-fraction", "judge-max-tokens"):
+        box = labels[elem_id]
+        assert not isinstance(box, gr.Slider) and box.minimum is None and box.maximum is None, elem_id
+        assert "From " in box.info
+
+
+def test_a_run_is_not_started_on_a_device_this_computer_lacks(ui, monkeypatch):
+    """A Memory-tab machine preset (a Mac, an NVIDIA GPU) sets the device to answer "would it fit there?";
+    Start on this computer then failed once the trainer looked for that device. It is refused first."""
+    import pipeline.config
+    from ui.common import CONFIG_FIELDS, DEFAULTS
+
+    monkeypatch.setattr(pipeline.config, "likely_device", lambda: "cpu")
+    values = dict(DEFAULTS.to_dict(), device="mps", quantization="none")
+    current, status, *_ = ui.start_training("r1", *[values[name] for name in CONFIG_FIELDS])
+    assert "no Apple GPU" in status and "This computer" in status
+    assert not (ui.ws.runs_dir / "r1").exists()

@@ -287,12 +287,29 @@ def whole_number_in_range(value: Any, low: int, high: int, label: str) -> int:
     return int(number)
 
 
-def range_note(low: int, high: int, label: str) -> Callable[[Any], str]:
-    """A `.change` handler for a number box: "" while its value is a whole number in [low, high], else a
-    "✗" line saying the allowed range (shown in a Markdown right under the box)."""
+def share_in_range(value: Any, low: float, high: float, label: str) -> float:
+    """`value` (a box's number) as a float in [low, high]; raises `ConfigError` naming the box, the value and
+    the allowed range otherwise (as `whole_number_in_range`, for a share such as 0.2)."""
+    from pipeline.errors import ConfigError
+
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not low <= number <= high:  # NaN fails too
+        raise ConfigError(f"**{label}** must be a number from {low:g} to {high:g}, got {value!r}; type a number in "
+                          "that range (0.2 keeps a fifth of the recordings apart).")
+    return number
+
+
+def range_note(low: float, high: float, label: str,
+               check: Callable[[Any, Any, Any, str], Any] | None = None) -> Callable[[Any], str]:
+    """A `.change` handler for a number box: "" while its value passes `check` (default
+    `whole_number_in_range`) for [low, high], else a "✗" line saying the allowed range (shown in a
+    Markdown right under the box)."""
     def note(value: Any) -> str:
         try:
-            whole_number_in_range(value, low, high, label)
+            (check or whole_number_in_range)(value, low, high, label)
         except PipelineError as error:
             return f"✗ {error}"
         return ""

@@ -14,7 +14,7 @@ import gradio as gr
 from pipeline.errors import PipelineError
 from ui import formatting as fmt
 from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, plural, progress_callback, range_note,
-                       ui_errors, whole_number_in_range)
+                       share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
@@ -22,6 +22,9 @@ BUILD_MAX_LENGTH_RANGE = (256, 32768)
 """The Dataset tab's "Max tokens per row": a row holds ~190 positions per clip plus the texts (a read-aloud
 row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
 BUILD_MAX_LENGTH_LABEL = "Max tokens per row"
+EVAL_SHARE_RANGE = (0.0, 0.5)
+"""The held-out share a build takes (`pipeline.data.dataset.build_dataset`'s eval_fraction)."""
+EVAL_SHARE_LABEL = "Held-out share (eval split)"
 
 
 class DatasetHandlers:
@@ -44,7 +47,9 @@ class DatasetHandlers:
         limit = whole_number_in_range(DEFAULTS.max_length if max_length is None else max_length,
                                       *BUILD_MAX_LENGTH_RANGE, BUILD_MAX_LENGTH_LABEL)
         report = build_dataset(
-            self.ws, model_text(model) or DEFAULTS.model, eval_fraction=float(eval_fraction or 0.0),
+            self.ws, model_text(model) or DEFAULTS.model,
+            eval_fraction=share_in_range(0.0 if eval_fraction is None else eval_fraction, *EVAL_SHARE_RANGE,
+                                         EVAL_SHARE_LABEL),
             seed=int(DEFAULTS.seed if seed is None else seed), max_length=limit,
             progress=progress_callback(progress, unit="rows"),
         )
@@ -162,9 +167,11 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
         gr.Markdown("Building splits your recordings into a **training set** (the tutor learns from it) and a "
                     "**test set** (kept apart, to check the tutor on learners it has not heard).")
         with gr.Row():
-            eval_fraction = gr.Slider(0.0, 0.5, value=0.2, step=0.05, label="Held-out share (eval split)",
-                                      info="The share kept apart to test the tutor (the eval split). Each learner "
-                                           "stays on one side when speakers are known.")
+            with gr.Column():
+                eval_fraction = gr.Number(value=0.2, step=0.05, label=EVAL_SHARE_LABEL, elem_id="eval-fraction",
+                                          info="From 0 to 0.5: the share kept apart to test the tutor (the eval "
+                                               "split). Each learner stays on one side when speakers are known.")
+                eval_fraction_note = gr.Markdown(elem_id="eval-fraction-note")
             with gr.Column():
                 build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",
                                              label=BUILD_MAX_LENGTH_LABEL,
@@ -188,6 +195,8 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
                                            interactive=False, elem_id="excluded-table", wrap=True)
         export_files = gr.File(label="Export (JSONL with messages; Parquet with audio)",
                                file_count="multiple", interactive=False, elem_id="exports")
+    eval_fraction.change(range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range), inputs=eval_fraction,
+                         outputs=eval_fraction_note, show_progress="hidden")
     build_max_length.change(range_note(*BUILD_MAX_LENGTH_RANGE, BUILD_MAX_LENGTH_LABEL), inputs=build_max_length,
                             outputs=max_length_note, show_progress="hidden")
     tab.select(handlers.library_changes, outputs=changes, show_progress="hidden")

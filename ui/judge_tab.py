@@ -21,8 +21,10 @@ import gradio as gr
 
 from pipeline.errors import EvaluationError, PipelineError
 from ui import judge_view as view
-from ui.common import POLL_SECONDS, error_panel, list_runs, model_text, run_settings, ui_errors
+from ui.common import (POLL_SECONDS, error_panel, list_runs, model_text, range_note, run_settings, ui_errors,
+                       whole_number_in_range)
 from ui.state import AppState
+from ui.try_kinds import MAX_TOKENS_LABEL, MAX_TOKENS_RANGE
 
 BASE, RUN = "base:", "run:"
 
@@ -147,7 +149,9 @@ class JudgeHandlers:
             raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
                                   "or both), then press Evaluate.")
         targets = [{"run": c[len(RUN):]} if c.startswith(RUN) else {"model": c[len(BASE):]} for c in selected]
-        started = start_job(self.ws, targets, max_new_tokens=int(max_new_tokens or 256), grounding=bool(grounding))
+        tokens = whole_number_in_range(256 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
+                                       MAX_TOKENS_LABEL)
+        started = start_job(self.ws, targets, max_new_tokens=tokens, grounding=bool(grounding))
         return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
                 f"Evaluating {len(targets)} model(s) in the background (job `{started['job']}`): you can close this "
                 "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
@@ -200,9 +204,11 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             "95 % ranges overlap, these recordings cannot tell them apart yet.")
         with gr.Row(equal_height=True):
             choices = gr.CheckboxGroup([], label="Models to evaluate", elem_id="judge-models", scale=3)
-            max_tokens = gr.Slider(16, 512, value=256, step=8, label="Longest answer (tokens)",
-                                   info="The feedback template needs ~40-120 tokens.", elem_id="judge-max-tokens",
-                                   scale=2)
+            with gr.Column(scale=2):
+                max_tokens = gr.Number(value=256, precision=0, label=MAX_TOKENS_LABEL, elem_id="judge-max-tokens",
+                                       info=f"From {MAX_TOKENS_RANGE[0]} to {MAX_TOKENS_RANGE[1]}. A token is a piece "
+                                            "of a word; the feedback template needs ~40-120.")
+                max_tokens_note = gr.Markdown(elem_id="judge-max-tokens-note")
         hearing = gr.Checkbox(False, label="Also check that the tutor hears the learner (slower: up to 4x)",
                               info="Each test recording is also answered with noise instead of the learner, with another "
                                    "learner reading the same sentence, and with another sentence: a tutor that listens "
@@ -228,6 +234,8 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
         timer = gr.Timer(POLL_SECONDS, active=False)
 
     shown = [status, verdict, headline, scatter, clips, rows, audio, details]
+    max_tokens.change(range_note(*MAX_TOKENS_RANGE, MAX_TOKENS_LABEL), inputs=max_tokens, outputs=max_tokens_note,
+                      show_progress="hidden")
     run_button.click(handlers.evaluate, inputs=[choices, max_tokens, hearing], outputs=[job, progress, status, timer, seen])
     cancel_button.click(handlers.cancel, outputs=status)
     timer.tick(handlers.poll, inputs=[job, seen], outputs=[progress, timer, seen, *shown], show_progress="hidden")

@@ -115,6 +115,7 @@ class TrainHandlers:
         from pipeline.training.runs import active_run
 
         config = config_from_values(values)
+        refuse_a_device_not_here(config.device)
         name = (run_name or "").strip() or time.strftime("run-%Y%m%d-%H%M%S")
         self.ws.run_dir(name)  # validates the name before anything is written
         if run_name and active_run(self.ws) == name:  # Start clicked again (a double click): it is that run
@@ -387,6 +388,24 @@ def _tail(path: Path, lines: int = 14) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def refuse_a_device_not_here(device: str) -> None:
+    """Raise `ConfigError` before a run starts on a device this computer does not have: the Memory tab's
+    machine presets (an NVIDIA GPU, a Mac) set the device to answer "would it fit there?", and a run
+    started with it failed only once its process looked for that device (`pipeline.config.likely_device`,
+    torch-free)."""
+    from pipeline.config import likely_device
+    from pipeline.errors import ConfigError
+
+    here = likely_device()
+    if device in ("cuda", "mps") and device != here:
+        names = {"cuda": "an NVIDIA GPU (CUDA)", "mps": "an Apple GPU (MPS)"}
+        raise ConfigError(
+            f"Training runs on this computer, which has no {names[device].split(' (')[0][3:]}: the settings say "
+            f"Device **{device}**, set by the Memory tab's **Machine** to ask whether the fine-tune fits "
+            f"{names[device]}. Pick **This computer** there (or Device auto under Advanced settings) to train here, "
+            "or take the run to that machine (Try tab: *Take the tutor out*, cloud job bundle).")
 
 
 def kept_markdown(rows: list[dict], result: dict) -> str:

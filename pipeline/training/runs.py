@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -310,11 +309,9 @@ def start_run(
         log_handle.close()
         raise
     env[LOCK_FD_ENV] = str(lock.fd) if lock.fd is not None else ""
-    kwargs: dict[str, Any] = {"pass_fds": (lock.fd,) if lock.fd is not None else ()}
-    if os.name == "posix":
-        kwargs["start_new_session"] = True
-    else:  # pragma: no cover - Windows
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)
+    from pipeline.process_check import detached_popen_kwargs
+
+    kwargs: dict[str, Any] = {"pass_fds": (lock.fd,) if lock.fd is not None else (), **detached_popen_kwargs()}
     try:
         process = subprocess.Popen(
             command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log_handle, stderr=subprocess.STDOUT, **kwargs
@@ -332,19 +329,9 @@ def start_run(
 
 
 def _kill(pid: int) -> None:
-    try:
-        if os.name == "posix":
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        else:  # pragma: no cover - Windows
-            os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+    from pipeline.process_check import kill_process_group
+
+    kill_process_group(pid, _CHILDREN.get(pid))
 
 
 def _wait_then_kill(ws: Workspace, run_name: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:

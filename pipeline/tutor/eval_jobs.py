@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -224,11 +223,9 @@ def start_job(
         for name, value in thread_env(threads).items():
             env.setdefault(name, value)
         env.update(extra_env or {})
-        kwargs: dict[str, Any] = {}
-        if os.name == "posix":
-            kwargs["start_new_session"] = True
-        else:  # pragma: no cover - Windows
-            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)
+        from pipeline.process_check import detached_popen_kwargs
+
+        kwargs: dict[str, Any] = detached_popen_kwargs()
         with open(folder / JOB_FILES["log"], "ab") as log:
             process = subprocess.Popen(command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, **kwargs)
@@ -238,19 +235,9 @@ def start_job(
 
 
 def _kill(pid: int) -> None:
-    try:
-        if os.name == "posix":
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        else:  # pragma: no cover - Windows
-            os.kill(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+    from pipeline.process_check import kill_process_group
+
+    kill_process_group(pid, _CHILDREN.get(pid))
 
 
 def _wait_then_kill(ws: Workspace, job_id: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:
