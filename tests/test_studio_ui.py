@@ -208,3 +208,18 @@ def test_a_run_is_not_started_on_a_device_this_computer_lacks(ui, monkeypatch):
     current, status, *_ = ui.start_training("r1", *[values[name] for name in CONFIG_FIELDS])
     assert "no Apple GPU" in status and "This computer" in status
     assert not (ui.ws.runs_dir / "r1").exists()
+
+
+def test_the_train_tabs_numbers_are_answered_under_their_own_box(ui):
+    """Train settings out of range were said only in the "Next run" line above Start: each number box now
+    has its message under it, from the checks the command line runs."""
+    from ui.common import setting_message
+
+    assert setting_message("lora_alpha", -5) == "✗ **LoRA alpha** must be a whole number >= 1, got -5."
+    assert setting_message("eval_steps", -1).startswith("✗ **Eval every N steps** must be a whole number >= 0")
+    assert setting_message("early_stopping_patience", 3) == ""  # checked with its box (keep-best) ticked
+    assert setting_message("learning_rate", 2e-4) == "" and setting_message("epochs", "") == "✗ Type a number here."
+    blocks = {getattr(block, "elem_id", None): block for block in __import__("app").build_ui(ui).blocks.values()}
+    for name in ("epochs", "learning-rate", "max-steps", "lora-alpha", "lora-dropout", "eval-steps", "save-steps",
+                 "judge-clips", "early-stopping-patience"):
+        assert f"{name.replace('-', '-')}-message" in blocks, name

@@ -315,3 +315,19 @@ def range_note(low: float, high: float, label: str,
         return ""
 
     return note
+
+
+def setting_message(name: str, value: Any) -> str:
+    """The message shown under the number box of `TrainConfig` field `name`: "" when `value` is allowed,
+    else what is wrong and the allowed range, from the checks the command line runs (`TrainConfig.validate`,
+    every other setting at its default; a patience is checked as if keep-best were ticked, the box it goes with)."""
+    import re
+
+    if value is None or value == "":
+        return "✗ Type a number here."
+    context = {"keep_best": True} if name == "early_stopping_patience" else {}
+    try:
+        config_from_values({name: value, **context})
+    except PipelineError as error:  # where the box is goes without saying right under it
+        return "✗ " + re.sub(r" \((?:Memory|Train) tab[^)]*\)", "", app_wording(str(error)), count=1)
+    return ""

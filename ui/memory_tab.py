@@ -31,7 +31,7 @@ from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui import memory_view
-from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, ui_errors
+from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, setting_message, ui_errors
 from ui.state import AppState
 from ui.wording import app_wording
 
@@ -180,7 +180,7 @@ class MemoryHandlers:
                 if float(value) != 0:  # 0 is what the device reports: nothing to check here
                     device_memory("cpu", float(value))
             else:
-                config_from_values({name: value})
+                return setting_message(name, value)
         except PipelineError as error:
             return "✗ " + app_wording(str(error)).replace(" (Memory tab)", "")
         return ""
