@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No test reads or writes the real per-user calibration, not even a module- or session-scoped fixture that
+# trains before the per-test folder below is set: the whole session starts from an empty one of its own.
+_SESSION_CALIBRATION = tempfile.mkdtemp(prefix="tutor-calibration-")
+os.environ["TUTOR_CALIBRATION_DIR"] = _SESSION_CALIBRATION
+atexit.register(shutil.rmtree, _SESSION_CALIBRATION, ignore_errors=True)
 
 import pytest
 
