@@ -5,6 +5,7 @@ estimate that uses it and says so, the compute precision per device, and calibra
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import pytest
@@ -135,6 +136,9 @@ def test_uncalibrated_uncertainty_follows_the_device_share():
     wide = fit.uncalibrated_percent(tiny.components, tiny.run_members[tiny.run_peak_phase], tiny.total_bytes)
     narrow = fit.uncalibrated_percent(e2b.components, e2b.run_members[e2b.run_peak_phase], e2b.total_bytes)
     assert wide > narrow >= 2
+    # on CUDA and MPS nothing was measured here: the runtime is a public figure and the allocator's slack unmodelled
+    members = e2b.run_members[e2b.run_peak_phase]
+    assert fit.uncalibrated_percent(e2b.components, members, e2b.total_bytes, "cuda") >= narrow + 5
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,6 +243,27 @@ def test_a_finished_runs_phases_are_added_to_the_calibration():
     assert cal.load_calibration("cpu").n_measurements == 2
 
 
+def test_a_finished_run_adds_its_step_time_and_a_failed_or_ddp_run_does_not():
+    from pipeline.calibration import forecast_run
+    from pipeline.config import TrainConfig
+    from pipeline.training.step_timer import record_run_step_time, step_timer
+
+    timer = step_timer(grad_accum=2)
+    assert timer.summary() is None
+    timer.step_seconds = [9.0, 2.0, 3.0, 2.5]  # the first step (one-time work) is left out: median 2.5 s / 2
+    assert timer.summary() == {"seconds_per_micro_batch": 1.25, "steps_timed": 3, "grad_accum": 2}
+    result = {"status": "completed", "device": "cpu", "model": "m", "processes": 1,
+              "step_time": dict(timer.summary(), quantization="none", tokens=400)}
+    log = logging.getLogger("test")
+    assert not record_run_step_time(dict(result, status="failed"), log)
+    assert not record_run_step_time(dict(result, processes=2), log)
+    assert store.entry_for("cpu") is None
+    assert record_run_step_time(result, log)
+    config = TrainConfig(model="m", device="cpu", quantization="none", batch_size=1, grad_accum=2, max_steps=10)
+    plan = forecast_run(config, {"row_tokens": [300, 500]}, "cpu")  # 400 tokens per micro-batch, as measured
+    assert plan["seconds"] == pytest.approx(1.25 * 2 * 10)
+
+
 # --------------------------------------------------------------------------------------------------
 # Calibration by its effect
 
@@ -272,6 +297,17 @@ def test_after_calibrating_here_a_whole_run_is_within_5_percent(tmp_path, tiny_m
     assert abs(measured["peak_bytes"] - estimate["total_bytes"]) <= 0.05 * measured["peak_bytes"], (measured, estimate)
     before = done["calibration"]["n_measurements"]
     assert cal.load_calibration("cpu").n_measurements > before  # the run's phases are more evidence
+    # and its step time: the next run of this model is forecast from it (before it, nothing comparable)
+    from pipeline.calibration import forecast_run
+    from pipeline.config import TrainConfig
+
+    timing = result["step_time"]
+    assert timing["seconds_per_micro_batch"] > 0 and timing["steps_timed"] == 5 and timing["quantization"] == "4bit"
+    report = json.loads((ws / "dataset" / "build_report.json").read_text())
+    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="4bit", max_steps=6)
+    plan = forecast_run(config, report["length_stats"], "cpu")
+    assert plan["step"]["from_tokens"] == timing["tokens"]
+    assert plan["seconds"] == pytest.approx(timing["seconds_per_micro_batch"] * 6, rel=1e-3)
 
 
 def test_the_time_a_run_will_take_comes_from_a_step_measured_here_and_the_train_tab_says_it(tmp_path):

@@ -42,11 +42,17 @@ MIN_KERNEL_CACHE_BYTES = 16 * 2**20
 MAX_SCALE = 3.0
 """A fitted scale beyond 3x the measured constants means the evidence is not what the model says it is."""
 UNCALIBRATED_UNCERTAINTY = {"overhead": 0.15, "retention": 1.0, "kernel_cache": 1.0}
-"""Relative error assumed for each uncalibrated device part, for `uncalibrated_percent`: the CPU's
+"""Relative error assumed for each uncalibrated device part on CPU, for `uncalibrated_percent`: the CPU's
 runtime baseline was 900 MiB on the development CPU (torch 2.14.1 stack) and differs with the libraries
 and the allocator (15 %); the heap kept and the kernel caches follow the CPU, its oneDNN build and
 glibc (up to their own size: on an AMD EPYC computing in fp32, 2026-12-01, a new batch shape left
 0.4-0.5 MiB where the constants, measured with oneDNN's bf16 kernels, say 19.5 MiB)."""
+
+UNMEASURED_DEVICE_UNCERTAINTY = {"overhead": 0.5, "structural": 0.05}
+"""On CUDA and MPS, which this project has not measured: the runtime overhead is a figure from public
+reports (CUDA context and kernels: 0.3-1 GiB by GPU, driver and lazy loading), so 50 %; and the
+allocator's slack (the caching allocator reserves whole blocks: `max_memory_reserved` exceeds the live
+tensors) is not modelled, so 5 % of the rest is added to the band."""
 
 
 def device_parts(components: dict, members: list[str]) -> dict[str, int]:
@@ -134,13 +140,17 @@ def fit_entry(entry: dict) -> DeviceCalibration | None:
         compute_dtype=(speed or {}).get("compute_dtype"), compute_dtype_reason=(speed or {}).get("reason"), speed=speed)
 
 
-def uncalibrated_percent(components: dict, members: list[str], total_bytes: int) -> int:
+def uncalibrated_percent(components: dict, members: list[str], total_bytes: int, device: str = "cpu") -> int:
     """How far an uncalibrated estimate may be off, in % of `total_bytes` (rounded up): the device parts
-    of its peak phase (`members`) times their assumed relative error (`UNCALIBRATED_UNCERTAINTY`)."""
+    of its peak phase (`members`) times their assumed relative error (`UNCALIBRATED_UNCERTAINTY`; on
+    `device` cuda or mps, `UNMEASURED_DEVICE_UNCERTAINTY` for the overhead and the structural share)."""
     if total_bytes <= 0:
         return 0
     parts = device_parts(components, members)
-    spread = sum(UNCALIBRATED_UNCERTAINTY[p] * parts[p] for p in DEVICE_TERMS)
+    uncertainty = dict(UNCALIBRATED_UNCERTAINTY, structural=0.0)
+    if device in ("cuda", "mps"):
+        uncertainty.update(UNMEASURED_DEVICE_UNCERTAINTY)
+    spread = sum(uncertainty[p] * parts[p] for p in (*DEVICE_TERMS, "structural"))
     return max(1, math.ceil(100 * spread / total_bytes))
 
 

@@ -66,13 +66,14 @@ def calibration_summary(calibration: DeviceCalibration | None) -> dict | None:
     return out
 
 
-def calibration_text(calibration: DeviceCalibration | None, components: dict, members: list[str], total_bytes: int) -> str:
+def calibration_text(calibration: DeviceCalibration | None, components: dict, members: list[str], total_bytes: int,
+                     device: str = "cpu") -> str:
     """The sentence every estimate carries: "calibrated on this machine on DATE (N measurements)" or
     "not calibrated: the device's share is assumed, expect up to ±N %" (`uncalibrated_percent` of the
-    estimate's peak phase, `members`)."""
+    estimate's peak phase, `members`, on `device`)."""
     if calibration is not None:
         return calibration.text()
-    return uncalibrated_text(uncalibrated_percent(components, members, total_bytes))
+    return uncalibrated_text(uncalibrated_percent(components, members, total_bytes, device))
 
 
 def compute_dtype_for(device: str) -> tuple[str, str]:
@@ -235,6 +236,12 @@ def expected_step_seconds(model: str, quantization: str, tokens: int, device: st
             "from_seconds": best["seconds_per_micro_batch"], "date": best["date"]}
 
 
+def micro_batch_tokens(batch_size: int, row_tokens: list[int]) -> int:
+    """The token measure step times are stored and forecast under: `batch_size` x the mean row's tokens
+    (`row_tokens`: the token counts of the rows a run trains on), rounded; 0 for no rows."""
+    return round(batch_size * sum(row_tokens) / len(row_tokens)) if row_tokens else 0
+
+
 def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str) -> float | None:
     """Seconds a run of `optimizer_steps` steps will take before it starts: `expected_step_seconds` x
     `grad_accum` micro-batches per step x steps (evaluation and saving not counted); None when this
@@ -275,7 +282,7 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
         return out
     per_epoch = math.ceil(math.ceil(len(rows) / config.batch_size) / config.grad_accum)
     out["steps"] = config.max_steps if config.max_steps > 0 else max(1, math.ceil(per_epoch * config.epochs))
-    tokens = round(config.batch_size * sum(rows) / len(rows))
+    tokens = micro_batch_tokens(config.batch_size, rows)
     out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device)
     out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device)
     return out

@@ -136,7 +136,7 @@ def estimate_for_workspace(
         "measured": measured,
         "per_process": True,
         "calibration": calibration_summary(calibration),
-        "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes),
+        "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes, est.device),
         "compute_dtype": dtype,
         "compute_dtype_reason": dtype_reason,
     }

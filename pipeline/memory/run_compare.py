@@ -52,7 +52,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
         return None
     return {"total_bytes": est.total_bytes, "run_peak_phase": est.run_peak_phase, "run_phases": est.run_phases,
             "step_bytes": est.step_bytes, "device": device, "calibration": calibration_summary(calibration),
-            "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes),
+            "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes, est.device),
             "device_parts": {phase: device_parts(plain.components, names) for phase, names in plain.run_members.items() if names},
             "compute_dtype": dtype, "compute_dtype_reason": why}
 

@@ -75,7 +75,7 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> 
     if config.quantization == "none":
         moves.append(Move({"quantization": "8bit"}, "Store the base model in 8 bits (int8)", "slower steps", 1.5))
         moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4, QLoRA)",
-                          "slower steps and a small loss of quality", 1.5))
+                          "slower steps and a small loss of quality", 1.6))
     elif config.quantization == "8bit":
         moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4) instead of 8",
                           "a small loss of quality", 1.0))
@@ -147,8 +147,9 @@ def suggest_fits(
     max_length counting excluded rows, 8-bit AdamW / Adafactor, lower LoRA rank, no LoRA dropout,
     dropping the vision tower, PLE on CPU on CUDA), re-estimating each; keeps minimal combinations
     (none contains a subset that already fits; a tight subset still lets a superset that fits be
-    offered), ordered by summed cost score then memory; when the first `limit` are all tight, the
-    cheapest one that fits takes the last place.
+    offered), ordered by summed cost score then memory, and keeps only the cost/memory frontier (a
+    suggestion costing at least as much as an earlier one and saving no more memory is left out); when
+    the first `limit` are all tight, the cheapest one that fits takes the last place.
     Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
     `ple_on_cpu`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
     fit (for a run that is already tight, another tight setting is no help). `keep` names settings the
@@ -193,6 +194,13 @@ def suggest_fits(
                 steps=[moves[i].to_dict() for i in combo],
             ))
     found.sort(key=lambda s: (s.score, s.total_bytes))
+    # a suggestion that costs at least as much as an earlier one and saves no more memory is never the
+    # better choice: only the cost/memory frontier is offered
+    frontier: list[Suggestion] = []
+    for suggestion in found:
+        if not any(kept.total_bytes <= suggestion.total_bytes for kept in frontier):
+            frontier.append(suggestion)
+    found = frontier
     chosen = found[:limit]
     if chosen and all(s.verdict == "tight" for s in chosen):
         safe = next((s for s in found if s.verdict == "fits"), None)

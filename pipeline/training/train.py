@@ -36,6 +36,8 @@ from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
 from pipeline.training import distributed
+from pipeline.calibration.this_machine import micro_batch_tokens
+from pipeline.training.step_timer import record_run_step_time, step_timer
 from pipeline.training.peak_memory import (
     PhaseMemory,
     record_run_memory,
@@ -332,7 +334,8 @@ def train(
         `final_loss`, `eval_loss`, `peak_memory_bytes` (the whole process's peak), `memory` (the peak of
         each phase, the phase that set the peak and how it was measured:
         `pipeline.training.peak_memory.PhaseMemory.to_dict`), `preflight`, `quantization`, `lora`,
-        `adapter_dir`, `checkpoint`, `seconds`, `tiny_random_model`, `processes`, ...
+        `adapter_dir`, `checkpoint`, `seconds`, `step_time` (seconds per micro-batch and its tokens, stored
+        for the next run's forecast: `pipeline.training.step_timer`), `tiny_random_model`, `processes`, ...
 
     Raises:
         TrainingError / ConfigError / DatasetError / ModelLoadError: the run cannot start (another
@@ -500,8 +503,9 @@ def train(
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
         keeper = best_checkpoint_keeper(paths, config, session) if config.keep_best else None
+        timer = step_timer(config.grad_accum)  # seconds per micro-batch: the next run's forecast (pipeline.calibration)
         trainer = session.trainer(paths["checkpoints"],
-                                  [c for c in (callback, stop_now, board, keeper) if c] + list(callbacks or []), memory)
+                                  [c for c in (callback, stop_now, board, keeper, timer) if c] + list(callbacks or []), memory)
         try:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         except Exception as error:  # noqa: BLE001
@@ -547,6 +551,9 @@ def train(
         )
         if keeper is not None:
             result.update(keeper.summary())
+        if timer.summary():
+            result["step_time"] = dict(timer.summary(), quantization=config.quantization,
+                                       tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
         log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
         return result
     except PipelineError as error:
@@ -570,6 +577,7 @@ def train(
         if main:
             write_result(paths["result"], result, log)
             record_run_memory(result, log)  # more evidence for this machine's calibration (pipeline.calibration)
+            record_run_step_time(result, log)
         if handler is not None:
             _remove_log_file(handler)
 
