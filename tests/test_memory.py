@@ -388,6 +388,20 @@ def test_every_suggestion_fits(device, settings, budget_gb):
             assert s.changes["batch_size"] * s.changes["grad_accum"] == config.effective_batch_size
     scores = [s.score for s in suggestions]
     assert scores == sorted(scores)
+    for i, later in enumerate(suggestions):  # none costs as much as an earlier one and saves no more memory
+        assert all(earlier.total_bytes > later.total_bytes for earlier in suggestions[:i]), [
+            (s.total_bytes, s.score) for s in suggestions]
+
+
+def test_no_suggestion_is_worse_than_an_earlier_one():
+    """The new-user pass: E2B without quantization on an NVIDIA 8 GB offered, after two changes that
+    fit, a tight four-change one (more to change, less memory saved)."""
+    data = memory.load_model_config(E2B)
+    config = TrainConfig(model=E2B, device="cuda", quantization="none")
+    usable = memory.usable_budget("cuda", 8 * GIB, 8 * GIB)[0]
+    suggestions = memory.suggest_fits(data, config, LengthStats(512, 30.0), "cuda", usable, limit=4)
+    assert suggestions and all(s.verdict == "fits" for s in suggestions), [s.cost for s in suggestions]
+    assert {s.changes.get("quantization") for s in suggestions} == {"8bit", "4bit"}  # quality or memory: both kept
 
 
 def test_single_tight_change_is_offered_issue4_case(tmp_path):
