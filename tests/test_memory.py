@@ -303,6 +303,15 @@ def test_allocator_retention_by_hand():
     assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300, None, 10.0) == 2 * 300 * 138 * 2 * 8
     assert memory.allocator_retention(shape, cfg(batch_size=2), "cuda", 300) == 0
     assert memory.allocator_retention(shape, cfg(batch_size=2), "mps", 300) == 0
+    # measured in bf16; in fp32 the freed temporaries change as the activations do (not simply 2x: norms and
+    # softmax are fp32 in both, and fp32 has no bf16 copy of the attention probabilities)
+    fp32, bf16 = EstimateOptions(compute_dtype="float32"), EstimateOptions(compute_dtype="bfloat16")
+    for config in (cfg(batch_size=2), cfg(batch_size=2, gradient_checkpointing=True)):
+        ratio = (sum(memory.activations(shape, config, "cpu", fp32, 300).values())
+                 / sum(memory.activations(shape, config, "cpu", bf16, 300).values()))
+        assert 0.5 < ratio < 2.0 and ratio != 1.0
+        assert memory.allocator_retention(shape, config, "cpu", 300, fp32) == int(
+            memory.allocator_retention(shape, config, "cpu", 300, bf16) * ratio)
     # a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_ fixed) retains nothing
     live_only = EstimateOptions(cpu_heap_retention=False)
     assert memory.allocator_retention(shape, cfg(batch_size=2), "cpu", 300, live_only) == 0

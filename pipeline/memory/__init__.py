@@ -85,6 +85,12 @@ from pipeline.memory.shape import (
     part_params,
     vision_tower_params,
 )
+from pipeline.memory.cpu_heap import (
+    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
+    CPU_HEAP_RETENTION_PER_TOKEN,
+    CPU_HEAP_RETENTION_RUN_SPREAD,
+    allocator_retention,
+)
 from pipeline.memory.terms import (
     AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H,
     AUDIO_FROZEN_BYTES_PER_FRAME_PER_H,
@@ -92,9 +98,6 @@ from pipeline.memory.terms import (
     AUDIO_LORA_INPUT_H,
     BACKWARD_MLP_ELEMS,
     BACKWARD_STACK_COPIES,
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    CPU_HEAP_RETENTION_RUN_SPREAD,
     CPU_IMPORT_BASELINE_BYTES,
     CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH,
     CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH,
@@ -108,7 +111,6 @@ from pipeline.memory.terms import (
     RUNTIME_OVERHEAD_BYTES,
     RUNTIME_OVERHEAD_NOTE,
     activations,
-    allocator_retention,
     audio_encoder_bytes,
     compute_dtype,
     dequant_workspace,

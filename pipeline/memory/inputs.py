@@ -187,6 +187,8 @@ class EstimateOptions:
             (the loader then casts every weight into anonymous memory).
         checkpoint_dtype: the dtype the checkpoint stores (`pipeline.memory.terms.checkpoint_dtype`,
             set by `estimate_memory` from the model's config).
+        compute_dtype: price the activations, logits and unquantized weights in this dtype; None (the
+            default): what this machine runs (`pipeline.memory.terms.compute_dtype`).
     """
 
     attn_implementation: str = "eager"
@@ -195,6 +197,7 @@ class EstimateOptions:
     cpu_heap_retention: bool = True
     weights_mapped: bool = True
     checkpoint_dtype: str = "bfloat16"
+    compute_dtype: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -29,11 +29,16 @@ from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
 from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
 from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape, part_params
+from pipeline.memory.cpu_heap import (
+    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
+    CPU_HEAP_RETENTION_PER_TOKEN,
+    CPU_HEAP_RETENTION_RUN_SPREAD,
+    allocator_retention,
+)
 from pipeline.memory.terms import (
     RUNTIME_OVERHEAD_BYTES,
     RUNTIME_OVERHEAD_NOTE,
     activations,
-    allocator_retention,
     audio_encoder_bytes,
     checkpoint_dtype,
     compute_dtype,

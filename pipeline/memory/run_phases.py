@@ -12,7 +12,7 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
     loss, a layer's backward, the optimizer update), plus on CPU the kernels cached for every batch
     shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`) and the retained heap of the
     run's largest micro-batch rather than its median one (`cpu_heap_run_spread`,
-    `pipeline.memory.terms.CPU_HEAP_RETENTION_RUN_SPREAD`); one step on one batch, what `--measure`
+    `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`); one step on one batch, what `--measure`
     runs and `MemoryEstimate.step_bytes` prices, has neither;
   * `eval`: a forward pass without gradients over the eval split's worst case (`batch_size` rows of
     its longest row, with its longest answer and clip, as `transformers.Trainer.evaluate` batches
@@ -33,9 +33,13 @@ from __future__ import annotations
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.shape import ModelShape
-from pipeline.memory.terms import (
+from pipeline.memory.cpu_heap import (
+    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
+    CPU_HEAP_RETENTION_PER_TOKEN,
     CPU_HEAP_RETENTION_RUN_SPREAD,
     allocator_retention,
+)
+from pipeline.memory.terms import (
     audio_encoder_bytes,
     compute_dtype,
     cpu_kernel_cache,

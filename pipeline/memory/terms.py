@@ -11,7 +11,7 @@ PyTorch code it follows, or our own measurement, with the constants it uses defi
     recompute, backward workspace), with `dropout_mask_bytes`;
   * logits: `logits_loss` (answer positions only);
   * audio encoder: `audio_encoder_bytes` (frozen transient, or saved tensors with LoRA in it);
-  * allocator retention: `allocator_retention` (glibc's resident heap on CPU);
+  * allocator retention: `pipeline.memory.cpu_heap.allocator_retention` (glibc's resident heap on CPU);
   * runtime overhead: `runtime_overhead` (per device).
 
 Pure functions of a `ModelShape`, a `TrainConfig`, the device kind and `EstimateOptions`: no torch.
@@ -62,11 +62,15 @@ def int8_bytes(numel: int, out_features: int) -> float:
 QUANTIZED_PARTS = ("text_decoder", "projections")
 
 
-def compute_dtype(shape: ModelShape, config: TrainConfig, device: str) -> str:
+def compute_dtype(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions | None = None) -> str:
     """Dtype of the frozen unquantized weights, the activations and the logits on `device`: what this
     machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
     bf16 where the device multiplies it natively and this machine's timed check confirms it, else
-    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype."""
+    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype.
+    `options.compute_dtype`, when set, prices another dtype (`pipeline.memory.cpu_heap.allocator_retention` compares with the
+    dtype its constants were measured in)."""
+    if options is not None and options.compute_dtype:
+        return options.compute_dtype
     return cached_compute_dtype(device)
 
 
@@ -116,7 +120,7 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
     """
     parts = part_params(shape)
-    wb = dtype_bytes(compute_dtype(shape, config, device))
+    wb = dtype_bytes(compute_dtype(shape, config, device, options))
     quantized = quantized_parts(config)
     out: dict[str, int] = {}
     for name, pp in parts.items():
@@ -371,7 +375,7 @@ def layer_saved_bytes_per_token(
     """
     h, q, kv, p, n = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     inter = shape.intermediate_sizes[layer]
-    c = dtype_bytes(compute_dtype(shape, config, device))
+    c = dtype_bytes(compute_dtype(shape, config, device, options))
     a = dtype_bytes(options.adapter_dtype)
     m = dropout_mask_bytes(config, device, options)
     r = config.lora_rank
@@ -418,7 +422,7 @@ def activations(
     All x batch_size x seq_len.
     """
     tokens = config.batch_size * seq_len
-    c = dtype_bytes(compute_dtype(shape, config, device))
+    c = dtype_bytes(compute_dtype(shape, config, device, options))
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     per_layer = [layer_saved_bytes_per_token(shape, config, device, options, i, seq_len) for i in range(L)]
     once = L * p * c + FINAL_SAVED_H_ELEMS * h * c + 2 * seq_len * c + 2 * 2 * shape.head_dim * c
@@ -463,7 +467,7 @@ def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: Es
     E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient), per supervised position.
     The (N, h) gather of the final hidden states and its gradient are h-sized, counted nowhere.
     """
-    c = dtype_bytes(compute_dtype(shape, config, device))
+    c = dtype_bytes(compute_dtype(shape, config, device, options))
     per_pos = c + 12 + (c if options.keep_logits else 0)
     return shape.vocab_size * per_pos * config.batch_size * answer_tokens
 
@@ -521,84 +525,18 @@ def audio_encoder_bytes(
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
     saved = recompute = 0
     if config.finetuning_type == "full":  # the encoder trains: every block keeps its saved tensors, Linear inputs in c
-        c = dtype_bytes(compute_dtype(shape, config, device))
+        c = dtype_bytes(compute_dtype(shape, config, device, options))
         saved = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * c) * shape.audio_layers * frames * b
     elif config.lora_targets == "language+audio":
         a = dtype_bytes(options.adapter_dtype)
         m = dropout_mask_bytes(config, device, options)
         per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank
         if config.gradient_checkpointing:
-            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype(shape, config, device))
+            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype(shape, config, device, options))
             recompute = per_frame_layer * frames * b
         else:
             saved = per_frame_layer * shape.audio_layers * frames * b
     return {"audio_encoder_transient": transient, "audio_encoder_saved": saved, "audio_encoder_recompute": recompute}
-
-
-# --------------------------------------------------------------------------------------------------
-# Allocator retention
-
-
-# CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
-# the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
-# activation-sized tensors below that are served from the heap, and memory freed in the middle of
-# the heap stays resident. The trainer hands the free heap back before every micro-batch and phase
-# (`pipeline.training.free_heap`), so what remains is what one micro-batch's own allocations leave
-# resident beyond its live tensors. Measured as (peak RSS of the probe's step, which starts from a
-# handed-back heap) - (the tensor-level estimate without this term, which is within -6..+1 % of
-# the peak RSS with MALLOC_MMAP_THRESHOLD_=65536, where RSS follows live tensors) on
-# benchmarks/memory_accuracy.py's grid (tiny, mid-size and full-size E2B in bf16; 2-5 runs per row,
-# each row's median) and on full-size E2B in 4-bit with a 30 s clip (6 runs), 2026-11-30. It follows
-#     batch x tokens x (a x I + b x L x h) + clip seconds x c     (I = widest MLP, L = decoder layers, h = hidden size)
-# one layer's MLP-width temporaries, hidden-width temporaries left behind by every layer, and the
-# audio encoder's temporaries per second of the row's audio, with (a, b, c) = (102, 42, 2.35e6) bytes
-# with gradient checkpointing and (0, 138, 0) without: non-negative least squares on each row's
-# median, weighted by 1 / measured peak; every row's median is then within 2.0 %. The audio part is per row, not
-# per batch: multiplied by the batch it overestimated a batch of 3 rows with 20 s clips by 12 %.
-# Out of sample (four configurations no constant saw, one run each): +8.5, -4.4, -4.6 and +8.3 %.
-# Run to run the retained heap varies by +-0.1-0.2 GiB, which the benchmark shows as a range. Not
-# modelled: a tensor above 32 MiB (B x T x I x 2 bytes > 32 MiB, i.e. over 2,048 tokens per
-# micro-batch on E2B) is always mmapped and never retained, so very long rows there are overestimated.
-CPU_HEAP_RETENTION_PER_TOKEN = {True: (102, 42), False: (0, 138)}
-"""gradient_checkpointing -> (bytes per MLP unit, bytes per hidden unit per layer), per token of the micro-batch."""
-CPU_HEAP_RETENTION_PER_AUDIO_SECOND = {True: 2_350_000, False: 0}
-"""gradient_checkpointing -> bytes per second of the row's audio (once per micro-batch, not per row)."""
-
-
-CPU_HEAP_RETENTION_RUN_SPREAD = 0.13
-"""Fraction of `allocator_retention` a whole run's steps add on CPU: the largest of many micro-batches.
-
-The retention constants above are fitted on each row's median micro-batch, but how much of its freed
-heap glibc keeps varies from micro-batch to micro-batch, and a run's peak is its largest one. Over
-benchmarks/memory_accuracy.py's rows with 3-6 step probes each (2026-11-30, this machine), the
-largest probe exceeded the row's median by 3-13 % of the row's retention (13 %: the mid-size row with
-2,048 tokens and full-size E2B in 4-bit with a 30 s clip); the run counts the top of that range.
-Measured whole runs (6 steps) of those two rows peaked 0.1-0.3 GiB above their median probe:
-mid 2,048 tokens 2.49-2.67 GiB against a 2.44 GiB probe median, E2B 6.82-6.96 GiB against 6.78."""
-
-
-def allocator_retention(
-    shape: ModelShape, config: TrainConfig, device: str, seq_len: int, options: EstimateOptions | None = None,
-    audio_seconds_per_row: float = 0.0,
-) -> int:
-    """Memory the allocator keeps resident beyond live tensors during one micro-batch's forward and
-    backward (bytes).
-
-    CPU (glibc malloc): batch_size x seq_len x (a x I + b x L x h) + audio_seconds_per_row x c with
-    (a, b) = CPU_HEAP_RETENTION_PER_TOKEN and c = CPU_HEAP_RETENTION_PER_AUDIO_SECOND for the run's
-    gradient checkpointing (measured, see the constants), I the widest MLP, L the decoder layers, h
-    the hidden size, `audio_seconds_per_row` the seconds of audio in the longest row (clips per row
-    x the longest clip); 0 when `options.cpu_heap_retention` is False (a process whose RSS follows
-    its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536). CUDA: the caching allocator's
-    slack is in the runtime overhead. MPS: not measured, 0.
-    """
-    if device != "cpu" or (options is not None and not options.cpu_heap_retention):
-        return 0
-    checkpointing = bool(config.gradient_checkpointing)
-    per_mlp_unit, per_layer_hidden_unit = CPU_HEAP_RETENTION_PER_TOKEN[checkpointing]
-    per_token = per_mlp_unit * max(shape.intermediate_sizes) + per_layer_hidden_unit * shape.num_layers * shape.hidden_size
-    audio = max(0.0, float(audio_seconds_per_row)) * CPU_HEAP_RETENTION_PER_AUDIO_SECOND[checkpointing]
-    return int(config.batch_size * seq_len * per_token + audio)
 
 
 # --------------------------------------------------------------------------------------------------
