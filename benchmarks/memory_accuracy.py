@@ -118,6 +118,7 @@ from pipeline.memory.shape import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
 from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
 from pipeline.memory.probe import PROBE_VOCAB  # noqa: E402
+from pipeline.calibration import compute_dtype_for  # noqa: E402
 from whole_run import run_whole  # noqa: E402
 
 CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
@@ -439,21 +440,24 @@ def main(argv: list[str] | None = None) -> int:
     for i, row in enumerate(rows):
         if args.only is not None and i not in args.only:
             continue
-        if row["model"].startswith("E2B") and not args.from_json and available_ram() < 16 * GIB:
-            print(f"{i:>2} E2B skipped: only {fmt_bytes(available_ram())} RAM available (needs 16 GiB)")
-            continue
         config = TrainConfig(model=paths[row["model"]], device="cpu", quantization=row["quant"],
                              lora_rank=row["rank"], lora_alpha=2 * row["rank"], batch_size=row["batch"],
                              gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
         model_config = load_model_config(paths[row["model"]])
         # --malloc-fixed: every tensor mmapped, so the allocator keeps nothing resident; the random-weight
         # E2B is built in memory (every weight resident), the other models load from a mapped checkpoint
-        options = EstimateOptions(attn_implementation="eager", keep_logits=False,
-                                  cpu_heap_retention=not args.malloc_fixed, weights_mapped=row["model"] != "E2B")
+        options = EstimateOptions(attn_implementation="eager", keep_logits=False, weights_mapped=row["model"] != "E2B")
+        if args.malloc_fixed:  # the children's RSS follows live tensors whatever the trainer does
+            options.cpu_heap_retention = False
         lengths = LengthStats(row["seq_len"], row["clip_s"], longest_answer_tokens=args.answer_tokens,
                               distinct_tokens=PROBE_VOCAB)
         est = estimate_memory(model_config, config, lengths, "cpu", options)
         est_cal = estimate_memory(model_config, config, lengths, "cpu", options, calibration=CALIBRATION) if CALIBRATION else None
+        needed = max(est.step_bytes, est.total_bytes)
+        if not args.from_json and needed > 0.9 * available_ram():  # this machine cannot run it (E2B in fp32, 24 GiB)
+            print(f"{i:>2} {row['model']:5} skipped: its estimate, {fmt_bytes(needed)} in {compute_dtype_for('cpu')[0]}, is over "
+                  f"90 % of the {fmt_bytes(available_ram())} of RAM available", flush=True)
+            continue
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
         if args.from_json:

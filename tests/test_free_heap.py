@@ -111,3 +111,43 @@ def test_loading_on_cpu_releases_the_free_heap_while_from_pretrained_runs(monkey
     monkeypatch.setattr(free_heap, "releasing_free_heap_while", recording)
     load_model(str(tiny_model_dir), device="cpu", quantization="none")
     assert len(entered) == 1
+
+
+# 1 MiB buffers freed between small live ones, after a 4 MiB free has raised glibc's dynamic mmap
+# threshold: unpinned they come from the heap and stay resident; pinned each is its own mapping.
+_PIN_CHILD = _CHILD_PRELUDE + r"""
+from pipeline.training.free_heap import pin_mmap_threshold
+pinned = pin_mmap_threshold() if sys.argv[2] == "pin" else False
+big = bytearray(4 << 20)
+del big
+before = anon()
+blocks, kept = [], []
+for _ in range(100):
+    blocks.append(bytearray(1 << 20))
+    kept.append(bytearray(100))
+del blocks
+print(json.dumps({"pinned": pinned, "kept_bytes": anon() - before}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt (Linux); a no-op elsewhere")
+def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory():
+    """What lets the estimate count no retained heap on a glibc host (`EstimateOptions.cpu_heap_retention`)."""
+    import os
+
+    def child(mode: str, env_extra: dict[str, str]) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "TUTOR_KEEP_FREE_HEAP"} | env_extra
+        proc = subprocess.run([sys.executable, "-c", _PIN_CHILD, str(REPO), mode], capture_output=True, text=True,
+                              env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-1500:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    pinned, default = child("pin", {}), child("default", {})
+    assert pinned["pinned"] and pinned["kept_bytes"] < 10 * 2**20, pinned  # 100 MiB freed, none kept
+    assert default["kept_bytes"] > 80 * 2**20, default  # glibc's default keeps what was freed in the heap
+    assert not child("pin", {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
+
+    from pipeline.memory.inputs import EstimateOptions
+    from pipeline.training.free_heap import heap_follows_live_tensors
+
+    assert heap_follows_live_tensors() is True and EstimateOptions().cpu_heap_retention is False

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from pipeline.errors import DatasetError
+from pipeline.training.free_heap import heap_follows_live_tensors
 
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 # Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
@@ -176,9 +177,10 @@ class EstimateOptions:
             returned logits are freed before `backward`.
         adapter_dtype: dtype of the LoRA weights (peft's `autocast_adapter_dtype=True` makes them
             float32 on a bf16 base).
-        cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`);
-            False for a process whose RSS follows its live tensors (MALLOC_MMAP_THRESHOLD_=65536,
-            the benchmark's `--malloc-fixed` diagnostic).
+        cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`).
+            By default False where the trainer pins glibc's mmap threshold so the resident set follows
+            live tensors (`pipeline.training.free_heap.heap_follows_live_tensors`: Linux with glibc,
+            unless `TUTOR_KEEP_FREE_HEAP=1`); True elsewhere.
         weights_mapped: on CPU the weights are views into the memory-mapped checkpoint (how the
             trainer loads them), so a weight is resident only once read: the vision tower never
             is, the per-layer embedding table only at the rows of the dataset's tokens. False for a
@@ -194,7 +196,7 @@ class EstimateOptions:
     attn_implementation: str = "eager"
     keep_logits: bool = False
     adapter_dtype: str = "float32"
-    cpu_heap_retention: bool = True
+    cpu_heap_retention: bool = field(default_factory=lambda: not heap_follows_live_tensors())
     weights_mapped: bool = True
     checkpoint_dtype: str = "bfloat16"
     compute_dtype: str | None = None

@@ -351,8 +351,9 @@ def load_model(
         check_disk_for_download(model_id)
     kwargs = load_kwargs(model_id, device=device, dtype=dtype, quantization=quantization, vision_tower=vision_tower,
                          ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
-    from pipeline.training.free_heap import releasing_free_heap_while
+    from pipeline.training.free_heap import pin_mmap_threshold, releasing_free_heap_while
 
+    pin_mmap_threshold()  # host memory follows live tensors from here on (what the estimate counts)
     free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
     with translate_load_errors(model_id, "model"), warnings.catch_warnings(), free_heap_on_host:
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
