@@ -135,3 +135,6 @@ def test_the_train_tab_offers_it_under_advanced_and_says_what_is_kept():
     assert kept_markdown(rows, done) == "**Kept:** the adapter is step 50's: its answers agreed best with the experts " \
                                         "on 4 eval clip(s) (agreement 0.61 of 1), the best of 3 evaluation(s)."
     assert kept_markdown([{"kind": "train"}], {}) == ""
+    # a new (or random) model whose answers never parse: every evaluation ties at 0, and the words say why step 1 is kept
+    tied = bc.best_reason({"criterion": bc.AGREEMENT, "value": 0.0, "step": 1, "clips": 4, "evaluations": 3})
+    assert "could be compared" in tied and "earliest evaluation is kept" in tied and "agreed best" not in tied

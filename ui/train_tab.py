@@ -55,7 +55,8 @@ class TrainHandlers:
         runs = list_runs(self.ws)
         running = [r["run"] for r in runs if r["alive"]]
         trained = sum(1 for r in runs if r["state"] in ("completed", "stopped"))
-        tutors = (f" {plural(trained, 'tutor')} trained so far" if runs else " No tutor trained yet")
+        tutors = (f" {plural(trained, 'tutor')} trained so far" if trained
+                  else " No tutor has finished training yet" if runs else " No tutor trained yet")
         tutors += f"; **{running[0]}** is training now." if running else "."
         return dataset_sentence(built_report(self.ws)) + tutors
 

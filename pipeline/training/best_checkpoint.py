@@ -87,6 +87,9 @@ def best_reason(best: dict | None) -> str | None:
     if best["criterion"] == AGREEMENT:
         why = (f"its answers agreed best with the experts on {best['clips']} eval clip(s) "
                f"(agreement {best['value']:.2f} of 1)")
+        if best["value"] <= 0:  # every evaluation tied at nothing: the earliest is kept
+            why = (f"no evaluation's answers could be compared with the experts' scores yet on {best['clips']} eval "
+                   "clip(s) (a model this new writes no readable feedback), so the earliest evaluation is kept")
     else:
         why = f"it had the lowest eval loss ({best['value']:.4f}; the eval split has no expert scores to compare answers with)"
     return f"the adapter is step {best['step']}'s: {why}, the best of {best['evaluations']} evaluation(s)"
