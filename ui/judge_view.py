@@ -33,7 +33,8 @@ def model_label(result: Mapping[str, Any]) -> str:
 
 
 MEANINGS = {
-    "clips": "test recordings the experts scored that were answered",
+    "clips": "test recordings answered, with or without expert scores (the score figures count only those the "
+             "experts scored: n)",
     "unparsed": "answers whose scores or word list could not be read; each counts as a miss",
     "PCC": "do the tutor's scores rise and fall with the experts'? 1 = in step, 0 = unrelated; [range] = "
            "where the true value likely lies (95 %)",

@@ -1,4 +1,11 @@
-"""Handing the C heap's free memory back to the system between the parts of a CPU run.
+"""Keeping a CPU run's resident memory equal to its live tensors: a pinned mmap threshold, and the free
+heap handed back between the parts of the run.
+
+Since 2026-12-01 every process that loads the model first pins glibc's mmap threshold at 64 KiB
+(`pin_mmap_threshold`): each tensor but the smallest is its own mapping, unmapped when freed, so
+what a step frees never stays resident and the estimate counts no retained heap
+(`heap_follows_live_tensors`). The rest of this docstring is how it was before, with glibc's
+dynamic threshold, where the releases below were the remedy; they stay, for the small allocations.
 
 On Linux, PyTorch's CPU tensors come from glibc malloc. Tensors under its mmap threshold (which
 rises to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`) live in the heap, and what a step
