@@ -131,7 +131,7 @@ print(json.dumps({"pinned": pinned, "kept_bytes": anon() - before}))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt (Linux); a no-op elsewhere")
-def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory():
+def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monkeypatch):
     """What lets the estimate count no retained heap on a glibc host (`EstimateOptions.cpu_heap_retention`)."""
     import os
 
@@ -142,12 +142,16 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory():
         assert proc.returncode == 0, proc.stderr[-1500:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    pinned, default = child("pin", {}), child("default", {})
+    asked = {"TUTOR_PIN_MMAP_THRESHOLD": "1"}
+    pinned, default = child("pin", asked), child("default", asked)
     assert pinned["pinned"] and pinned["kept_bytes"] < 10 * 2**20, pinned  # 100 MiB freed, none kept
     assert default["kept_bytes"] > 80 * 2**20, default  # glibc's default keeps what was freed in the heap
-    assert not child("pin", {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
+    assert not child("pin", {})["pinned"]  # opt-in: it costs speed
+    assert not child("pin", asked | {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
 
     from pipeline.memory.inputs import EstimateOptions
-    from pipeline.training.free_heap import heap_follows_live_tensors
 
-    assert heap_follows_live_tensors() is True and EstimateOptions().cpu_heap_retention is False
+    monkeypatch.delenv("TUTOR_PIN_MMAP_THRESHOLD", raising=False)
+    assert EstimateOptions().cpu_heap_retention is True  # the estimate counts what glibc keeps
+    monkeypatch.setenv("TUTOR_PIN_MMAP_THRESHOLD", "1")
+    assert EstimateOptions().cpu_heap_retention is False

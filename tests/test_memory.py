@@ -420,8 +420,8 @@ def test_single_tight_change_is_offered_issue4_case(tmp_path):
     usable budget but only just (tight): the search required `fits` and offered nothing. It must be
     offered, labelled tight, and something that fits comfortably must be offered too."""
     result = memory.estimate_for_workspace(tmp_path, TrainConfig(model=E2B, device="cpu", quantization="none"),
-                                           memory_gb=12.0)
-    assert result["usable_bytes"] == 10.0 * GIB and result["verdict"] == "does not fit"
+                                           memory_gb=13.5)
+    assert result["usable_bytes"] == 11.5 * GIB and result["verdict"] == "does not fit"
     by_change = {tuple(sorted(s["changes"].items())): s for s in result["suggestions"]}
     four_bit = by_change.get((("quantization", "4bit"),))
     assert four_bit is not None, result["suggestions"]

@@ -178,9 +178,9 @@ class EstimateOptions:
         adapter_dtype: dtype of the LoRA weights (peft's `autocast_adapter_dtype=True` makes them
             float32 on a bf16 base).
         cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`).
-            By default False where the trainer pins glibc's mmap threshold so the resident set follows
-            live tensors (`pipeline.training.free_heap.heap_follows_live_tensors`: Linux with glibc,
-            unless `TUTOR_KEEP_FREE_HEAP=1`); True elsewhere.
+            By default True, and False where the trainer pins glibc's mmap threshold so the resident set
+            follows live tensors (`pipeline.training.free_heap.heap_follows_live_tensors`: the opt-in
+            `TUTOR_PIN_MMAP_THRESHOLD=1` on glibc).
         weights_mapped: on CPU the weights are views into the memory-mapped checkpoint (how the
             trainer loads them), so a weight is resident only once read: the vision tower never
             is, the per-layer embedding table only at the rows of the dataset's tokens. False for a

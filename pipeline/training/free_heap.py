@@ -1,11 +1,11 @@
 """Keeping a CPU run's resident memory equal to its live tensors: a pinned mmap threshold, and the free
 heap handed back between the parts of the run.
 
-Since 2026-12-01 every process that loads the model first pins glibc's mmap threshold at 64 KiB
-(`pin_mmap_threshold`): each tensor but the smallest is its own mapping, unmapped when freed, so
-what a step frees never stays resident and the estimate counts no retained heap
-(`heap_follows_live_tensors`). The rest of this docstring is how it was before, with glibc's
-dynamic threshold, where the releases below were the remedy; they stay, for the small allocations.
+With `TUTOR_PIN_MMAP_THRESHOLD=1` (the low-memory heap, opt-in: it costs speed) every process that
+loads the model first pins glibc's mmap threshold at 64 KiB (`pin_mmap_threshold`): each tensor but
+the smallest is its own mapping, unmapped when freed, so what a step frees never stays resident and
+the estimate counts no retained heap (`heap_follows_live_tensors`). By default glibc's dynamic
+threshold stays, and the releases below keep what it retains in check.
 
 On Linux, PyTorch's CPU tensors come from glibc malloc. Tensors under its mmap threshold (which
 rises to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`) live in the heap, and what a step
@@ -109,12 +109,18 @@ def _mallopt_function():
     return function
 
 
+PIN_MMAP_THRESHOLD_ENV = "TUTOR_PIN_MMAP_THRESHOLD"
+"""Set to 1 for the low-memory heap: `pin_mmap_threshold` in every process that loads the model (less
+memory, slower steps where page faults are expensive; see `pin_mmap_threshold`)."""
+
+
 def heap_follows_live_tensors() -> bool:
     """Whether a training process on this host pins glibc's mmap threshold (`pin_mmap_threshold`), so
     its resident set follows its live tensors and the estimate counts no retained heap
-    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`). False without glibc and with
-    `TUTOR_KEEP_FREE_HEAP=1`."""
-    return _mallopt_function() is not None and _trim_function() is not None and not _keeping_free_heap()
+    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`): only when `TUTOR_PIN_MMAP_THRESHOLD=1`
+    asks for it, on glibc, and not with `TUTOR_KEEP_FREE_HEAP=1`."""
+    asked = os.environ.get(PIN_MMAP_THRESHOLD_ENV, "").strip().lower() in ("1", "true", "yes")
+    return asked and _mallopt_function() is not None and _trim_function() is not None and not _keeping_free_heap()
 
 
 def pin_mmap_threshold() -> bool:
@@ -128,8 +134,12 @@ def pin_mmap_threshold() -> bool:
     mid-size stand-in, 4-bit, checkpointing, 2 x 512 tokens): 2.90 GiB peak and 32.9 s per step with
     glibc's default, 1.96 GiB and 28.7 s with the threshold pinned (the same as `MALLOC_MMAP_THRESHOLD_`
     set in the environment); with the default the fitted retention constants were 1-20 % short in
-    fp32 there. Pinned, the peak is what the tensor-level estimate says. Returns True when pinned,
-    False where nothing was done (not glibc, or `TUTOR_KEEP_FREE_HEAP=1`, the benchmark's baseline).
+    fp32 there. Pinned, the peak is what the tensor-level estimate says. The cost is speed: every
+    large tensor is a fresh mapping whose pages fault in again; on that machine (a VM, where page
+    faults are expensive) the step took 13.8-14.5 s pinned against 6.8-7.2 s with glibc's default
+    (two probes each, alternating, nothing else running), and 9.9 s at a 4 MiB threshold (2.39 GiB).
+    So it is opt-in (`TUTOR_PIN_MMAP_THRESHOLD=1`): less memory, slower steps. Returns True when
+    pinned, False where nothing was done (not asked for, not glibc, or `TUTOR_KEEP_FREE_HEAP=1`).
     """
     if not heap_follows_live_tensors():
         return False

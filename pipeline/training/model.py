@@ -353,7 +353,7 @@ def load_model(
                          ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
     from pipeline.training.free_heap import pin_mmap_threshold, releasing_free_heap_while
 
-    pin_mmap_threshold()  # host memory follows live tensors from here on (what the estimate counts)
+    pin_mmap_threshold()  # with TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors from here on
     free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
     with translate_load_errors(model_id, "model"), warnings.catch_warnings(), free_heap_on_host:
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
