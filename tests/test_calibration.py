@@ -133,7 +133,7 @@ def test_uncalibrated_uncertainty_follows_the_device_share(monkeypatch):
     # the tiny model's estimate is almost all runtime: a wide band; E2B's is mostly weights: a narrow one
     monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "bfloat16")  # the same figures on any CPU
     tiny = estimate_memory(SMALL, cfg(), LengthStats(100, 1.0), "cpu")
-    e2b = estimate_memory(load_model_config(E2B), TrainConfig(device="cpu", quantization="4bit"), LengthStats(512, 30.0), "cpu")
+    e2b = estimate_memory(load_model_config(E2B), TrainConfig(device="cpu", quantization="none"), LengthStats(256, 30.0), "cpu")
     wide = fit.uncalibrated_percent(tiny.components, tiny.run_members[tiny.run_peak_phase], tiny.total_bytes)
     narrow = fit.uncalibrated_percent(e2b.components, e2b.run_members[e2b.run_peak_phase], e2b.total_bytes)
     assert wide > narrow >= 2
