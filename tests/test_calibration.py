@@ -308,7 +308,8 @@ def test_after_calibrating_here_a_whole_run_is_within_5_percent(tmp_path, tiny_m
     config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="4bit", max_steps=6)
     plan = forecast_run(config, report["length_stats"], "cpu")
     assert plan["step"]["from_tokens"] == timing["tokens"]
-    assert plan["seconds"] == pytest.approx(timing["seconds_per_micro_batch"] * 6, rel=1e-3)
+    assert plan["seconds"] == pytest.approx(timing["seconds_per_micro_batch"] * config.grad_accum * 6, rel=1e-3)
+    assert timing["grad_accum"] == config.grad_accum
 
 
 def test_the_time_a_run_will_take_comes_from_a_step_measured_here_and_the_train_tab_says_it(tmp_path):
