@@ -87,6 +87,21 @@ def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
     assert run_clock(after, t0, True, t0 + 31) == (53.0, None)
 
 
+def test_right_after_resume_the_clock_starts_from_the_new_process(tmp_path):
+    """The new-user pass: for one tick after Resume the clock showed the previous process's time plus
+    everything since its last line, because result.json was still the previous process's."""
+    from ui.train_tab import process_started_at
+
+    t0 = 2_000_000.0
+    (tmp_path / "pid.json").write_text(json.dumps({"pid": 1, "started_at": t0}))
+    previous = {"status": "stopped", "started_at": t0 - 900}
+    assert process_started_at(previous, tmp_path) == t0
+    before = [{"step": 3, "elapsed_s": 40.0, "time": t0 - 600}]
+    assert run_clock(before, process_started_at(previous, tmp_path), True, t0 + 5) == (40.0, 5.0)
+    assert process_started_at({"status": "running", "started_at": t0 + 2}, tmp_path) == t0 + 2
+    assert process_started_at({"status": "stopped", "started_at": t0 - 900}, tmp_path / "gone") == t0 - 900
+
+
 # ------------------------------------------------------------------------------------------- the log
 
 TRAIN_LOG = """\

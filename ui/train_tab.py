@@ -198,7 +198,7 @@ class TrainHandlers:
         alive = bool(status["alive"])
         last = status.get("last_progress") or {}
         elapsed, loading_s = run_clock(
-            rows, result.get("started_at") or _started_at(run_dir), alive, time.time(),
+            rows, process_started_at(result, run_dir), alive, time.time(),
             max_steps=status.get("max_steps"), stop_requested_at=_mtime(run_dir / "STOP"),
             failed_at=result.get("finished_at") if status["state"] == "failed" else None)
         eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
@@ -369,6 +369,16 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
+
+
+def process_started_at(result: dict, run_dir: Path) -> float | None:
+    """Unix time the run's current process started: result.json's `started_at` once that process has
+    written it (`status` running), else the launch time in pid.json: a resumed run's new process
+    reads its first seconds with the previous process's result.json still in place, whose start would
+    make the clock tick from the previous process's last line."""
+    if result.get("status") == "running" and result.get("started_at"):
+        return float(result["started_at"])
+    return _started_at(run_dir) or result.get("started_at")
 
 
 def _started_at(run_dir: Path) -> float | None:
