@@ -78,19 +78,32 @@ varies by up to 13 % of the retention. Before the release after backward, ~2.2 G
 under every optimizer step on E2B 4-bit and its whole runs peaked at 7.01-7.29 GiB (four runs);
 before the release while loading, its load phase peaked at 5.67-7.28 GiB (seven loads; 5.46-5.48
 with it, three loads).
-On another machine, uncalibrated and calibrated (2026-12-01, AMD EPYC, AVX2, 2 cores shared with
-~8 other jobs, 24 GiB; the compute dtype is fp32 there, `pipeline.calibration.precision`; `--only 0 1
-2 --repeat 1 --no-full`, one probe and one whole run per row; the calibration: two stand-in probes
-with their new-shape batches and one tiny sample-pack run, 9 measurements; err% uncalibrated, cal.%
-calibrated; ~19 min wall):
- # model   seq  B  GC quant   r clip |  step est.   measured   err%  cal.% | run est.   measured   err%  cal.%
- 0 tiny    256  1  on none    8    0 |   1024 MiB   1001 MiB   +2.2   +0.1 | 1.04 GiB   1.01 GiB   +3.1   -1.2
- 1 tiny   1024  2 off 4bit   64    5 |   1.41 GiB   1.43 GiB   -1.6   -3.1 | 1.45 GiB   1.46 GiB   -0.8   -3.7
- 2 mid     256  1 off none    8    0 |   2.17 GiB   2.23 GiB   -2.5   -3.5 | 2.39 GiB   2.43 GiB   -1.6   -3.4
-(re-estimated with `--from-json` after `eager_prob_bytes`: fp32's one softmax copy; measured before
-it, the estimates were 0.1-4.4 % higher. The mid row in fp32: 2.23 GiB measured where the bf16 row
-above measured 1.51 GiB). The other rows
-were not run there in the time (the grid is ~20 min on a quiet machine, several times that shared).
+On another machine, uncalibrated and calibrated (2026-12-01, AMD EPYC, AVX2, 2 cores, 24 GiB; the
+compute dtype is fp32 there, `pipeline.calibration.precision`; `--calibrate --no-full --repeat 1`, one
+probe and one whole run per row, ~50 min, the test suite sharing the cores for rows 7-12; the
+calibration: two stand-in probes with their new-shape batches, overhead 944 MiB; the retained heap
+priced in fp32 by `pipeline.memory.cpu_heap.retention_dtype_scale`; err% uncalibrated, cal.% calibrated):
+ # model   seq  B  GC quant   r clip |  step est.   measured   err%  cal.% |  run est.   measured   err%  cal.% peak phase est/measured
+ 0 tiny    256  1  on none    8    0 |   1.01 GiB    995 MiB   +3.5   -1.2 |   1.05 GiB   1.00 GiB   +4.6   -2.3  step/step
+ 1 tiny   1024  2 off 4bit   64    5 |   1.42 GiB   1.42 GiB   +0.3   -2.9 |   1.46 GiB   1.45 GiB   +0.8   -4.0  step/step
+ 2 mid     256  1 off none    8    0 |   2.21 GiB   2.28 GiB   -3.0   -5.0 |   2.45 GiB   2.45 GiB   -0.0   -2.8  step/step
+ 3 mid     256  4  on none   64    0 |   2.77 GiB   2.75 GiB   +0.5   -1.1 |   3.24 GiB   3.39 GiB   -4.7   -7.5  step/preflight
+ 4 mid     512  1 off 4bit    8    0 |   2.50 GiB   2.51 GiB   -0.3   -2.1 |   2.57 GiB   2.57 GiB   +0.1   -2.6  step/step
+ 5 mid     512  2  on 4bit   64   10 |   2.59 GiB   2.88 GiB  -10.1  -11.7 |   2.69 GiB   3.10 GiB  -13.1  -15.4  step/preflight
+ 6 mid     512  4 off none   64    0 |   5.31 GiB   5.11 GiB   +4.1   +3.2 |   5.54 GiB   4.93 GiB  +12.6  +10.6  step/step
+ 7 mid    1024  1  on none    8   30 |   2.69 GiB   2.52 GiB   +6.7   +4.9 |   2.80 GiB   2.68 GiB   +4.3   +1.7  step/step
+ 8 mid    1024  1 off none   64    0 |   3.54 GiB   3.55 GiB   -0.4   -1.7 |   3.65 GiB   3.48 GiB   +5.0   +3.0  step/step
+ 9 mid    1024  2  on 4bit    8    0 |   3.32 GiB   3.43 GiB   -3.1   -4.4 |   3.49 GiB   4.03 GiB  -13.3  -15.0  step/preflight
+10 mid    2048  1  on none   64    0 |   3.51 GiB   3.29 GiB   +6.7   +5.4 |   3.67 GiB   4.15 GiB  -11.5  -13.2  step/preflight
+11 mid    2048  1 off 4bit    8    0 |   5.22 GiB   5.36 GiB   -2.6   -3.4 |   5.40 GiB   5.38 GiB   +0.3   -1.0  step/step
+12 mid    2048  1  on 4bit   64   30 |   3.49 GiB   3.84 GiB   -9.1  -10.3 |   3.66 GiB   4.47 GiB  -18.3  -19.8  step/preflight
+Step: 9 of 13 within 5 % uncalibrated, 10 calibrated; whole run: 8 and 7. Short of the goal: with
+gradient checkpointing the runs' first step (the preflight) peaked above a steady step there, and
+4-bit checkpointed steps with a clip kept more heap than priced. Row 13 (E2B, no quantization,
+~22 GiB in fp32) is skipped on 24 GiB (rows over 90 % of the available RAM are). Before the dtype
+scaling of the retained heap, rows 3, 4 and 5 were -7.4, -4.7 and -19.9 % (one step). With
+`TUTOR_PIN_MMAP_THRESHOLD=1` in the children (`pipeline.training.free_heap.pin_mmap_threshold`, opt-in:
+twice the step time there) rows 0-4 measured +0.3..+3.2 % (step) and +1.2..+3.9 % (whole run).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
 its whole run trains the saved random checkpoint (memory-mapped, so only what is read is resident).
 ~25 min for the grid with both columns, ~8 min for `--e2b-4bit` (needs >= 16 GiB free and 11 GB of disk).
