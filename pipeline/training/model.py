@@ -351,6 +351,11 @@ def load_model(
         check_disk_for_download(model_id)
     kwargs = load_kwargs(model_id, device=device, dtype=dtype, quantization=quantization, vision_tower=vision_tower,
                          ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
+    from pipeline.training.load_dtype import cast_floating_weights, checkpoint_torch_dtype
+
+    cast_after_load = device == "cpu" and dtype == torch.float32 and checkpoint_torch_dtype(model_id) == torch.bfloat16
+    if cast_after_load:  # load as stored (memory-mapped), then cast (cast_floating_weights)
+        kwargs["dtype"] = torch.bfloat16
     from pipeline.training.free_heap import pin_mmap_threshold, releasing_free_heap_while
 
     pin_mmap_threshold()  # with TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors from here on
@@ -363,6 +368,8 @@ def load_model(
     if len(set(kwargs["device_map"].values())) > 1:
         settle_placements(model)  # host modules back as plain host tensors, no dispatch hooks
     model.eval()
+    if cast_after_load:
+        cast_floating_weights(model, dtype)
     if device == "cpu":  # the bf16 source pages of quantized Linears would stay resident
         from pipeline.training.checkpoint_pages import release_checkpoint_pages
         from pipeline.training.free_heap import release_free_heap
