@@ -30,3 +30,25 @@ def test_the_checkpoint_dtype_is_read_from_its_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3n"}))
     assert checkpoint_torch_dtype(str(tmp_path)) is None
     assert checkpoint_torch_dtype(str(tmp_path / "missing")) is None
+
+
+def test_a_bf16_checkpoint_loads_in_fp32_on_a_cpu_that_computes_in_fp32(tiny_model_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from transformers import Gemma3nForConditionalGeneration
+
+    from pipeline.training.model import load_model
+
+    stored = tmp_path / "bf16"
+    shutil.copytree(tiny_model_dir, stored)
+    Gemma3nForConditionalGeneration.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).save_pretrained(stored)
+    assert checkpoint_torch_dtype(str(stored)) == torch.bfloat16
+    monkeypatch.setenv("TUTOR_COMPUTE_DTYPE", "float32")
+    for quantization in ("none", "4bit"):
+        model, _ = load_model(str(stored), device="cpu", quantization=quantization)
+        dtypes = {p.dtype for p in model.parameters()}
+        assert torch.float32 in dtypes and torch.bfloat16 not in dtypes, (quantization, dtypes)
+        ids = torch.tensor([[2, 10, 11, 12]])
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
