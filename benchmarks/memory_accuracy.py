@@ -103,7 +103,9 @@ gradient checkpointing the runs' first step (the preflight) peaked above a stead
 ~22 GiB in fp32) is skipped on 24 GiB (rows over 90 % of the available RAM are). `--e2b-4bit --step-only`
 was killed by the kernel while loading (23.2 GiB anonymous at 61 % of the weights, against a 15.1 GiB
 load estimate); since the trainer casts after loading (`pipeline.training.load_dtype`) the load peaks
-at 14.6 GiB, and the step was killed at 23.2 GiB against a 19.2 GiB step estimate. Before the dtype
+at 14.6 GiB, and the step was killed at 23.2 GiB against a 19.2 GiB step estimate. With
+`TUTOR_PIN_MMAP_THRESHOLD=1` it ran: 16.20 GiB measured against 16.26 GiB estimated (+0.4 %, +0.1 %
+calibrated). Before the dtype
 scaling of the retained heap, rows 3, 4 and 5 were -7.4, -4.7 and -19.9 % (one step). With
 `TUTOR_PIN_MMAP_THRESHOLD=1` in the children (`pipeline.training.free_heap.pin_mmap_threshold`, opt-in:
 twice the step time there) rows 0-4 measured +0.3..+3.2 % (step) and +1.2..+3.9 % (whole run).
