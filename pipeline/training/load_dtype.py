@@ -7,22 +7,33 @@ floating-point weights itself (`cast_floating_weights`), one tensor at a time.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 
 def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
     """The dtype `model_id`'s config.json says its weights are stored in (`dtype` / `torch_dtype`, top
-    level or `text_config`), or None when it does not say or cannot be read."""
-    from pipeline.memory.shape import load_model_config  # noqa: PLC0415
-    from pipeline.memory.terms import checkpoint_dtype  # noqa: PLC0415
-
+    level or `text_config`), or None when it does not say or cannot be read. A local folder's file is
+    read directly; a hub id's through the cache first (`pipeline.training.hub`)."""
+    local = Path(str(model_id)) / "config.json"
     try:
-        config = load_model_config(model_id)
+        if local.is_file():
+            config = json.loads(local.read_text(encoding="utf-8"))
+        else:
+            from transformers import AutoConfig  # noqa: PLC0415
+
+            from pipeline.training.hub import from_pretrained_cached_first  # noqa: PLC0415
+
+            config = from_pretrained_cached_first(AutoConfig.from_pretrained, str(model_id)).to_dict()
     except Exception:  # noqa: BLE001 - unknown: load as asked
         return None
-    if not any((c or {}).get(k) for c in (config, config.get("text_config")) for k in ("dtype", "torch_dtype")):
-        return None
-    return getattr(torch, checkpoint_dtype(config))
+    for part in (config, config.get("text_config") or {}):
+        value = part.get("dtype") or part.get("torch_dtype")
+        if isinstance(value, str) and value in ("bfloat16", "float16", "float32"):
+            return getattr(torch, value)
+    return None
 
 
 def cast_floating_weights(model: torch.nn.Module, dtype: torch.dtype) -> int:
