@@ -235,6 +235,22 @@ DEFAULT_QUANTIZATION_REASON = {
 """Why `default_quantization` picks what it picks, per device (shown by the app and the README)."""
 
 
+CHECKPOINT_DTYPES = ("bfloat16", "float16", "float32")
+"""The weight dtypes a checkpoint's config.json may state (`dtype`, or `torch_dtype` before transformers 5)."""
+
+
+def stated_checkpoint_dtype(model_config: dict) -> str | None:
+    """The dtype a model's config.json (as a dict) says its weights are stored in: `dtype` or
+    `torch_dtype`, at the top level or in `text_config`, one of `CHECKPOINT_DTYPES`; None when it
+    does not say. Shared by the memory estimate (`pipeline.memory.terms.checkpoint_dtype`) and the
+    loader (`pipeline.training.load_dtype`)."""
+    for part in (model_config, model_config.get("text_config") or {}):
+        value = part.get("dtype") or part.get("torch_dtype")
+        if isinstance(value, str) and value in CHECKPOINT_DTYPES:
+            return value
+    return None
+
+
 def refuse_full_finetuning(finetuning_type: str) -> None:
     """Raise `ConfigError` unless `finetuning_type` is lora: `train` fine-tunes LoRA adapters only (a full
     fine-tune is sized by `python -m pipeline estimate --finetuning-type full` and `plan`, never run)."""

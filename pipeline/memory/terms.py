@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from pipeline.calibration.precision import cached_compute_dtype
-from pipeline.config import TrainConfig
+from pipeline.config import TrainConfig, stated_checkpoint_dtype
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
 from pipeline.memory.shape import ModelShape, part_params
 from pipeline.memory.units import GIB, MIB, dtype_bytes
@@ -77,11 +77,7 @@ def compute_dtype(shape: ModelShape, config: TrainConfig, device: str, options: 
 def checkpoint_dtype(model_config: dict) -> str:
     """The dtype the checkpoint stores its weights in (config.json `dtype` / `torch_dtype`; Gemma 3n
     ships bfloat16, the assumption when the config does not say)."""
-    for cfg in (model_config, model_config.get("text_config") or {}):
-        value = cfg.get("dtype") or cfg.get("torch_dtype")
-        if isinstance(value, str) and value in ("bfloat16", "float32", "float16"):
-            return value
-    return "bfloat16"
+    return stated_checkpoint_dtype(model_config) or "bfloat16"
 
 
 def quantized_parts(config: TrainConfig) -> tuple[str, ...]:

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import torch
 
+from pipeline.config import stated_checkpoint_dtype
+
 
 def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
-    """The dtype `model_id`'s config.json says its weights are stored in (`dtype` / `torch_dtype`, top
-    level or `text_config`), or None when it does not say or cannot be read. A local folder's file is
-    read directly; a hub id's through the cache first (`pipeline.training.hub`)."""
+    """The dtype `model_id`'s config.json says its weights are stored in
+    (`pipeline.config.stated_checkpoint_dtype`), or None when it does not say or cannot be read. A
+    local folder's file is read directly; a hub id's through the cache first (`pipeline.training.hub`)."""
     local = Path(str(model_id)) / "config.json"
     try:
         if local.is_file():
@@ -29,11 +31,8 @@ def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
             config = from_pretrained_cached_first(AutoConfig.from_pretrained, str(model_id)).to_dict()
     except Exception:  # noqa: BLE001 - unknown: load as asked
         return None
-    for part in (config, config.get("text_config") or {}):
-        value = part.get("dtype") or part.get("torch_dtype")
-        if isinstance(value, str) and value in ("bfloat16", "float16", "float32"):
-            return getattr(torch, value)
-    return None
+    stated = stated_checkpoint_dtype(config)
+    return getattr(torch, stated) if stated else None
 
 
 def cast_floating_weights(model: torch.nn.Module, dtype: torch.dtype) -> int:

@@ -551,8 +551,9 @@ def train(
         )
         if keeper is not None:
             result.update(keeper.summary())
-        if timer.summary():
-            result["step_time"] = dict(timer.summary(), quantization=config.quantization,
+        step_time = timer.summary()
+        if step_time:
+            result["step_time"] = dict(step_time, quantization=config.quantization,
                                        tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
         log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
         return result
