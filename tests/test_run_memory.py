@@ -82,7 +82,7 @@ def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
     assert est.components["cpu_kernel_cache"] == memory.CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + \
         memory.CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
     # and the run's largest micro-batch retains more heap than the median one that --measure's step prices
-    assert est.components["cpu_heap_run_spread"] == int(est.components["allocator_retention"] * memory.CPU_HEAP_RETENTION_RUN_SPREAD)
+    assert est.components["cpu_heap_run_spread"] == int(est.components["allocator_retention"] * memory.run_spread_fraction(cfg(eval_steps=10, max_length=512)))
     assert est.run_phases["step"] == est.step_bytes + est.components["cpu_kernel_cache"] + est.components["cpu_heap_run_spread"]
     assert est.run_phases["load"] <= est.phases["load"] + runtime  # on CPU mapped weights are read after loading
     on_gpu = estimate_memory(SMALL, cfg(eval_steps=10, max_length=512), lengths, "cuda")

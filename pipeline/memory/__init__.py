@@ -90,6 +90,7 @@ from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_TOKEN,
     CPU_HEAP_RETENTION_RUN_SPREAD,
     allocator_retention,
+    run_spread_fraction,
 )
 from pipeline.memory.terms import (
     AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H,
@@ -147,7 +148,7 @@ __all__ = [
     "CPU_IMPORT_BASELINE_BYTES", "CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH", "CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH",
     "CPU_RUNTIME_OBJECTS_BYTES", "EAGER_BACKWARD_BYTES_PER_PROB",
     "FINAL_SAVED_H_ELEMS", "INPUT_GRAD_SAVED_H_ELEMS", "MEL_FRAMES_PER_SECOND", "NF4_TABLE_BYTES",
-    "QUANTIZED_PARTS", "RUNTIME_OVERHEAD_BYTES", "RUNTIME_OVERHEAD_NOTE", "activations", "allocator_retention",
+    "QUANTIZED_PARTS", "RUNTIME_OVERHEAD_BYTES", "RUNTIME_OVERHEAD_NOTE", "activations", "allocator_retention", "run_spread_fraction",
     "audio_encoder_bytes", "compute_dtype", "dequant_workspace", "dropout_mask_bytes", "full_trainable_params",
     "int8_bytes",
     "layer_saved_bytes_per_token", "load_transient", "logits_loss", "lora_params", "lora_targets", "nf4_bytes",

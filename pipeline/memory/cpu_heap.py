@@ -43,16 +43,29 @@ CPU_HEAP_RETENTION_FITTED_DTYPE = "bfloat16"
 """The compute dtype the retention constants above were measured in (`retention_dtype_scale` prices others)."""
 
 
-CPU_HEAP_RETENTION_RUN_SPREAD = 0.13
-"""Fraction of `allocator_retention` a whole run's steps add on CPU: the largest of many micro-batches.
+CPU_HEAP_RETENTION_RUN_SPREAD = {True: 0.75, False: 0.13}
+"""gradient_checkpointing -> fraction of `allocator_retention` a whole run's steps add on CPU: the
+largest of many micro-batches, where the retention constants price the median one.
 
-The retention constants above are fitted on each row's median micro-batch, but how much of its freed
-heap glibc keeps varies from micro-batch to micro-batch, and a run's peak is its largest one. Over
-benchmarks/memory_accuracy.py's rows with 3-6 step probes each (2026-11-30, this machine), the
-largest probe exceeded the row's median by 3-13 % of the row's retention (13 %: the mid-size row with
-2,048 tokens and full-size E2B in 4-bit with a 30 s clip); the run counts the top of that range.
-Measured whole runs (6 steps) of those two rows peaked 0.1-0.3 GiB above their median probe:
-mid 2,048 tokens 2.49-2.67 GiB against a 2.44 GiB probe median, E2B 6.82-6.96 GiB against 6.78."""
+How much of its freed heap glibc keeps varies from micro-batch to micro-batch and from process to
+process, and a run's peak is its largest micro-batch (or its preflight, the first one). Uncalibrated,
+this is the top of what was measured on any CPU, so that the whole run's estimate errs on the safe
+side:
+  * without checkpointing 0.13: over benchmarks/memory_accuracy.py's rows with 3-6 step probes each
+    (development CPU, bf16, 2026-11-30) the largest probe exceeded the row's median by 3-13 % of the
+    row's retention, and whole runs (6 steps) of the mid-size 2,048-token row and full-size E2B in
+    4-bit with a 30 s clip peaked 0.1-0.3 GiB above their median probe; on an AMD EPYC in fp32
+    (2026-12-01) the rows without checkpointing were within 0..+12.6 % with it;
+  * with checkpointing 0.75: on that EPYC in fp32 the whole runs of the five mid-size rows with
+    checkpointing peaked 0.15-0.85 GiB above their steps' estimate (0.13-0.66 of their retention;
+    the same 2,048-token step measured 3.29-4.00 GiB in six fresh processes, against 3.51 GiB
+    priced), mostly in the preflight. With the fraction at 0.75 those runs are estimated -3..+19 %.
+"""
+
+
+def run_spread_fraction(config: TrainConfig) -> float:
+    """`CPU_HEAP_RETENTION_RUN_SPREAD` for the run's gradient checkpointing (a fraction of `allocator_retention`)."""
+    return CPU_HEAP_RETENTION_RUN_SPREAD[bool(config.gradient_checkpointing)]
 
 
 def allocator_retention(

@@ -32,7 +32,6 @@ from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape, part_params
 from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
     CPU_HEAP_RETENTION_PER_TOKEN,
-    CPU_HEAP_RETENTION_RUN_SPREAD,
     allocator_retention,
 )
 from pipeline.memory.terms import (

@@ -12,8 +12,9 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
     loss, a layer's backward, the optimizer update), plus on CPU the kernels cached for every batch
     shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`) and the retained heap of the
     run's largest micro-batch rather than its median one (`cpu_heap_run_spread`,
-    `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`); one step on one batch, what `--measure`
-    runs and `MemoryEstimate.step_bytes` prices, has neither;
+    `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`, which the preflight counts too: it is
+    the first micro-batch); one step on one batch, what `--measure` runs and
+    `MemoryEstimate.step_bytes` prices, has neither;
   * `eval`: a forward pass without gradients over the eval split's worst case (`batch_size` rows of
     its longest row, with its longest answer and clip, as `transformers.Trainer.evaluate` batches
     them: `per_device_eval_batch_size` = `batch_size`), see `eval_forward_bytes`;
@@ -36,8 +37,8 @@ from pipeline.memory.shape import ModelShape
 from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
     CPU_HEAP_RETENTION_PER_TOKEN,
-    CPU_HEAP_RETENTION_RUN_SPREAD,
     allocator_retention,
+    run_spread_fraction,
 )
 from pipeline.memory.terms import (
     audio_encoder_bytes,
@@ -153,7 +154,7 @@ def whole_run(shape: ModelShape, config: TrainConfig, lengths: LengthStats, devi
                                                  len(kept) if lengths.longest_clip_s > 0 else 0, [a for _, a in kept if a])
     step_moment = max(STEP_MOMENTS, key=lambda m: phases[m])
     # the run's peak is its largest micro-batch, not the median one the retention is fitted on
-    extra["cpu_heap_run_spread"] = (int(components.get("allocator_retention", 0) * CPU_HEAP_RETENTION_RUN_SPREAD)
+    extra["cpu_heap_run_spread"] = (int(components.get("allocator_retention", 0) * run_spread_fraction(config))
                                     if "allocator_retention" in phase_members[step_moment] else 0)
     every = {**components, **extra}
     preflight_moment = max(PREFLIGHT_MOMENTS, key=lambda m: phases[m])
@@ -163,7 +164,8 @@ def whole_run(shape: ModelShape, config: TrainConfig, lengths: LengthStats, devi
     members = {
         "load": [k for k in static if k.startswith(LOAD_STATIC_PREFIXES) and k not in unread]
         + list(phase_members["load"]),
-        "preflight": [k for k in static if k != "optimizer_states"] + list(phase_members[preflight_moment]),
+        "preflight": [k for k in static if k != "optimizer_states"] + list(phase_members[preflight_moment])
+        + (["cpu_heap_run_spread"] if "allocator_retention" in phase_members[preflight_moment] else []),
         "step": static + list(phase_members[step_moment]) + ["cpu_kernel_cache", "cpu_heap_run_spread"],
         "eval": ([k for k in static if k != "lora_grads"] + forward + ["eval_allocator_retention", "cpu_kernel_cache"])
         if evaluates else [],
