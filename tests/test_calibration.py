@@ -274,25 +274,12 @@ def test_after_calibrating_here_a_whole_run_is_within_5_percent(tmp_path, tiny_m
     """The issue's acceptance check, on whatever machine runs it: calibrate (the stand-in probes), then a
     new user's run (the tiny model, the sample pack, 4-bit, 6 steps with evaluation and a checkpoint at
     step 3) peaks within 5 % of its calibrated whole-run estimate, and the run adds its phases."""
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.training_data import train_sample_pack_run
 
-    from pipeline.data.dataset import build_dataset
-    from pipeline.data.importers import import_folder
-
-    repo = Path(__file__).resolve().parents[1]
     done = cal.calibrate("cpu")
     assert done["calibration"]["n_measurements"] >= 2 and done["speed"]["compute_dtype"] in ("bfloat16", "float32")
     ws = tmp_path / "ws"
-    import_folder(ws, repo / "sample_data" / "speechocean762-pack", format="kaldi")
-    build_dataset(ws, str(tiny_model_dir))
-    cmd = [sys.executable, "-m", "pipeline", "train", "--workspace", str(ws), "--run", "first", "--model",
-           str(tiny_model_dir), "--device", "cpu", "--quantization", "4bit", "--max-steps", "6", "--eval-steps", "3",
-           "--save-steps", "3"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=3000, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads((ws / "runs" / "first" / "result.json").read_text())
+    result, summary = train_sample_pack_run(ws, tiny_model_dir, env=dict(os.environ))
     measured, estimate = result["memory"], result["memory_estimate"]
     assert estimate["calibration"] is not None and estimate["calibration_text"].startswith("calibrated on this machine")
     assert abs(measured["peak_bytes"] - estimate["total_bytes"]) <= 0.05 * measured["peak_bytes"], (measured, estimate)

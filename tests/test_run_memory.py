@@ -3,10 +3,6 @@ worst-case batch (longest row, answer and clip together) and gradient checkpoint
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +13,6 @@ from pipeline.memory import GIB, MIB, LengthStats, estimate_memory
 from pipeline.memory.run_compare import compare, comparison_text
 from pipeline.memory.run_phases import RUN_PHASES
 from tests.test_memory import SMALL, cfg
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(autouse=True)
 def _bf16_terms(request, monkeypatch):
@@ -257,24 +250,14 @@ def test_cli_run_on_the_sample_pack_reports_every_phase_against_its_estimate(tmp
     formulas (issue 19). The formulas are tested where they dominate
     (`test_the_model_terms_match_a_measured_difference_between_two_settings`) and the device's terms
     by calibration (`tests/test_calibration.py::test_after_calibrating_here_a_whole_run_is_within_5_percent`)."""
-    from pipeline.data.dataset import build_dataset
-    from pipeline.data.importers import import_folder
+    from tests.training_data import train_sample_pack_run
 
-    ws = tmp_path / "ws"
-    import_folder(ws, REPO / "sample_data" / "speechocean762-pack", format="kaldi")
-    build_dataset(ws, str(tiny_model_dir))
-    cmd = [sys.executable, "-m", "pipeline", "train", "--workspace", str(ws), "--run", "first", "--model",
-           str(tiny_model_dir), "--device", "cpu", "--quantization", "4bit", "--max-steps", "6", "--eval-steps", "3",
-           "--save-steps", "3"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads((ws / "runs" / "first" / "result.json").read_text())
+    result, summary = train_sample_pack_run(tmp_path / "ws", tiny_model_dir)
     measured, estimate = result["memory"], result["memory_estimate"]
     assert set(measured["phase_peak_bytes"]) == {"load", "preflight", "step", "eval", "save"}
     assert set(measured["phase_peak_bytes"]) <= set(estimate["run_phases"]) <= set(estimate["device_parts"]) | {"resume"}
     assert result["peak_memory_bytes"] == measured["peak_bytes"] == max(measured["phase_peak_bytes"].values())
     assert estimate["calibration"] is None and estimate["calibration_text"].startswith("not calibrated")
-    summary = proc.stdout
     assert f"set by {measured['peak_phase']}" in summary and f"peak in {estimate['run_peak_phase']}" in summary
     assert "One training step:" in summary and "not calibrated: the device's share is assumed" in summary
 

@@ -40,3 +40,26 @@ def copy_workspace(source: Path, dest: Path) -> Path:
     """A private copy (dataset + samples) a test may add runs to without touching the shared one."""
     shutil.copytree(source, dest)
     return dest
+
+
+def train_sample_pack_run(ws: Path, tiny_model_dir: Path, run: str = "first", env: dict | None = None) -> tuple[dict, str]:
+    """A new user's first run from the command line, in its own process as the app starts it: the
+    bundled sample pack imported into `ws`, the dataset built, the tiny model trained in 4-bit for 6
+    steps with evaluation and a checkpoint at step 3. Returns the run's result.json (dict) and what the
+    command printed (its summary); asserts that the process exited with 0 (its stderr in the message)."""
+    import json
+    import subprocess
+    import sys
+
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.importers import import_folder
+
+    repo = Path(__file__).resolve().parents[1]
+    import_folder(ws, repo / "sample_data" / "speechocean762-pack", format="kaldi")
+    build_dataset(ws, str(tiny_model_dir))
+    cmd = [sys.executable, "-m", "pipeline", "train", "--workspace", str(ws), "--run", run, "--model",
+           str(tiny_model_dir), "--device", "cpu", "--quantization", "4bit", "--max-steps", "6", "--eval-steps", "3",
+           "--save-steps", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=3000, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((ws / "runs" / run / "result.json").read_text()), proc.stdout
