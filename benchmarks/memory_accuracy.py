@@ -409,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true",
                         help="calibrate this machine first (pipeline.calibration, into $TUTOR_CALIBRATION_DIR or "
                              f"{CACHE}/calibration); the cal. columns use it, the err% columns the constants")
+    parser.add_argument("--low-memory-heap", action="store_true",
+                        help="train every row with the run's low-memory heap (`TrainConfig.low_memory_heap`: glibc's "
+                             "mmap threshold pinned, the estimate counts no retained heap; slower steps)")
     parser.add_argument("--malloc-fixed", action="store_true",
                         help="diagnostic: fix glibc's mmap threshold in the children (RSS then follows live tensors)")
     args = parser.parse_args(argv)
@@ -430,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = {"tiny": str(tiny_model_dir()), "mid": str(mid_model_dir()),
              "E2B": str(REPO / "assets" / "gemma-3n-E2B-it.config.json")}
     rows = holdout_grid() if args.holdout else grid(full=not args.no_full)
+    if args.low_memory_heap:
+        rows = [dict(row, low_memory_heap=True) for row in rows]
     if args.e2b_4bit:  # the product's default run: E2B, NF4, checkpointing, 512 tokens, a 30 s clip
         rows = [dict(model="E2B-ckpt", seq_len=512, batch=1, gc=True, quant="4bit", rank=16, clip_s=30.0)]
         paths["E2B-ckpt"] = str(e2b_checkpoint_dir())
@@ -438,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         pooled: dict[tuple, dict] = {}
         for path in args.from_json:
             for rec in json.loads(path.read_text()):
-                key = (rec["model"], rec["seq_len"], rec["batch"], rec["gc"], rec["quant"], rec["rank"], rec["clip_s"])
+                key = (rec["model"], rec["seq_len"], rec["batch"], rec["gc"], rec["quant"], rec["rank"], rec["clip_s"],
+                       bool(rec.get("low_memory_heap", False)))
                 pool = pooled.setdefault(key, {"steps": [], "wholes": []})
                 if "peak_bytes" in rec:
                     pool["steps"] += [dict(rec, peak_bytes=p) for p in (rec.get("peak_runs_bytes") or [rec["peak_bytes"]])]
@@ -456,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     print("Measurement: CPU peak RSS (VmHWM reset before the steady-state step) in a fresh child process per row"
           + (" with MALLOC_MMAP_THRESHOLD_=65536 (RSS follows live tensors; estimate without allocator retention);"
-             if args.malloc_fixed else ";"))
+             if args.malloc_fixed else " with the run's low-memory heap (TrainConfig.low_memory_heap);"
+             if args.low_memory_heap else ";"))
     print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}); "
           f"cal.%: with this machine's calibration ({CALIBRATION.text() if CALIBRATION else 'none: run with --calibrate'}).\n")
     header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
@@ -469,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         config = TrainConfig(model=paths[row["model"]], device="cpu", quantization=row["quant"],
                              lora_rank=row["rank"], lora_alpha=2 * row["rank"], batch_size=row["batch"],
-                             gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]))
+                             gradient_checkpointing=row["gc"], max_length=max(256, row["seq_len"]),
+                             low_memory_heap=bool(row.get("low_memory_heap", False)))
         model_config = load_model_config(paths[row["model"]])
         # --malloc-fixed: every tensor mmapped, so the allocator keeps nothing resident; the random-weight
         # E2B is built in memory (every weight resident), the other models load from a mapped checkpoint
@@ -486,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"90 % of the {fmt_bytes(available_ram())} of RAM available", flush=True)
             continue
         started = time.perf_counter()
-        key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"])
+        key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"],
+               bool(row.get("low_memory_heap", False)))
         if args.from_json:
             if key not in saved:
                 continue

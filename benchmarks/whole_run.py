@@ -88,7 +88,8 @@ def run_config(model_path: str, row: dict):
     rank = row["rank"]
     return TrainConfig(model=model_path, device="cpu", quantization=row["quant"], lora_rank=rank, lora_alpha=2 * rank,
                        batch_size=row["batch"], grad_accum=1, gradient_checkpointing=row["gc"],
-                       max_length=max(512, row["seq_len"] + 64), max_steps=6, eval_steps=3, save_steps=3)
+                       max_length=max(512, row["seq_len"] + 64), max_steps=6, eval_steps=3, save_steps=3,
+                       low_memory_heap=bool(row.get("low_memory_heap", False)))
 
 
 def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: str = "bench",
@@ -105,7 +106,8 @@ def run_whole(cache: Path, model_path: str, row: dict, answer_tokens: int, run: 
            "--grad-accum", str(config.grad_accum),
            "--gradient-checkpointing" if config.gradient_checkpointing else "--no-gradient-checkpointing",
            "--max-length", str(config.max_length), "--max-steps", str(config.max_steps),
-           "--eval-steps", str(config.eval_steps), "--save-steps", str(config.save_steps), "--json"]
+           "--eval-steps", str(config.eval_steps), "--save-steps", str(config.save_steps), "--json"] + \
+        (["--low-memory-heap"] if config.low_memory_heap else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO), env=env)
     path = ws / "runs" / run / "result.json"

@@ -87,6 +87,11 @@ class TrainConfig:
     quantize_audio_encoder: bool = False
     """With `--quantization 4bit|8bit` and `--lora-targets language`, quantize the frozen audio encoder's
     Linear layers too (NF4 / int8): 1.27 -> ~0.35 GiB on E2B, at some speed cost (see the README)."""
+    low_memory_heap: bool = False
+    """CPU only: keep the process's memory to its live tensors (glibc's mmap threshold pinned at 64 KiB,
+    `pipeline.training.free_heap.pin_mmap_threshold`), so the freed heap glibc would keep resident
+    (`allocator_retention`, ~0.5-2 GiB) is not counted. Slower steps: about twice as long on a 2-core
+    AMD EPYC VM. Ignored on CUDA and MPS, and on a C library other than glibc."""
     finetuning_type: str = "lora"
     """`lora` (train adapters; the only kind `train` runs) or `full` (every weight trainable: estimated
     only, to answer "would a full fine-tune fit?"; LLaMA-Factory's term)."""
@@ -181,9 +186,9 @@ class TrainConfig:
 
     def load_options(self) -> dict[str, Any]:
         """The settings `pipeline.training.model.load_model` takes: quantization, vision_tower, ple_on_cpu,
-        quantize_audio_encoder."""
+        quantize_audio_encoder, low_memory_heap."""
         return {"quantization": self.quantization, "vision_tower": self.vision_tower, "ple_on_cpu": self.ple_on_cpu,
-                "quantize_audio_encoder": self.quantize_audio_encoder}
+                "quantize_audio_encoder": self.quantize_audio_encoder, "low_memory_heap": self.low_memory_heap}
 
     @property
     def effective_batch_size(self) -> int:

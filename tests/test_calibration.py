@@ -224,6 +224,12 @@ def test_the_time_a_run_will_take_comes_from_step_times_measured_here():
     cal.record_step_time("cpu", "m", "4bit", 512, 9.0)
     assert cal.expected_step_seconds("m", "none", 512, "cpu")["seconds"] == pytest.approx(3.0)
     assert cal.expected_run_seconds(config, 512, 10, "cpu") == pytest.approx(3.0 * 4 * 10)
+    # the low-memory heap's steps are slower: forecast only from steps run with it, and never mixed in
+    low = config.replace(low_memory_heap=True)
+    assert cal.expected_run_seconds(low, 512, 10, "cpu") is None
+    cal.record_step_time("cpu", "m", "none", 256, 3.0, low_memory_heap=True)
+    assert cal.expected_run_seconds(low, 512, 10, "cpu") == pytest.approx(6.0 * 4 * 10)
+    assert cal.expected_run_seconds(config, 512, 10, "cpu") == pytest.approx(3.0 * 4 * 10)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -263,6 +269,11 @@ def test_a_finished_run_adds_its_step_time_and_a_failed_or_ddp_run_does_not():
     config = TrainConfig(model="m", device="cpu", quantization="none", batch_size=1, grad_accum=2, max_steps=10)
     plan = forecast_run(config, {"row_tokens": [300, 500]}, "cpu")  # 400 tokens per micro-batch, as measured
     assert plan["seconds"] == pytest.approx(1.25 * 2 * 10)
+    low = dict(result, step_time=dict(result["step_time"], seconds_per_micro_batch=2.5, low_memory_heap=True))
+    assert record_run_step_time(low, log)
+    assert forecast_run(config.replace(low_memory_heap=True), {"row_tokens": [300, 500]}, "cpu")["seconds"] == \
+        pytest.approx(2.5 * 2 * 10)
+    assert forecast_run(config, {"row_tokens": [300, 500]}, "cpu")["seconds"] == pytest.approx(1.25 * 2 * 10)
 
 
 # --------------------------------------------------------------------------------------------------

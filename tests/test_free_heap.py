@@ -113,11 +113,28 @@ def test_loading_on_cpu_releases_the_free_heap_while_from_pretrained_runs(monkey
     assert len(entered) == 1
 
 
+def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, tiny_model_dir):
+    """`TrainConfig.low_memory_heap` travels with the load options to `load_model`, which asks to pin the
+    threshold on CPU (recorded here, not done: pinning would slow this test process)."""
+    from pipeline.config import TrainConfig
+    from pipeline.training import free_heap
+    from pipeline.training.model import load_model
+
+    asked = []
+    monkeypatch.setattr(free_heap, "pin_mmap_threshold", lambda asked_by_run=False, **kw: asked.append(
+        kw.get("asked", asked_by_run)) or False)
+    options = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", low_memory_heap=True).load_options()
+    assert options["low_memory_heap"] is True
+    load_model(str(tiny_model_dir), device="cpu", **options)
+    load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert asked == [True, False]
+
+
 # 1 MiB buffers freed between small live ones, after a 4 MiB free has raised glibc's dynamic mmap
 # threshold: unpinned they come from the heap and stay resident; pinned each is its own mapping.
 _PIN_CHILD = _CHILD_PRELUDE + r"""
 from pipeline.training.free_heap import pin_mmap_threshold
-pinned = pin_mmap_threshold() if sys.argv[2] == "pin" else False
+pinned = pin_mmap_threshold(asked=sys.argv[3] == "asked") if sys.argv[2] == "pin" else False
 big = bytearray(4 << 20)
 del big
 before = anon()
@@ -135,10 +152,10 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monke
     """What lets the estimate count no retained heap on a glibc host (`EstimateOptions.cpu_heap_retention`)."""
     import os
 
-    def child(mode: str, env_extra: dict[str, str]) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != "TUTOR_KEEP_FREE_HEAP"} | env_extra
-        proc = subprocess.run([sys.executable, "-c", _PIN_CHILD, str(REPO), mode], capture_output=True, text=True,
-                              env=env, timeout=120)
+    def child(mode: str, env_extra: dict[str, str], run_asks: bool = False) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in ("TUTOR_KEEP_FREE_HEAP", "TUTOR_PIN_MMAP_THRESHOLD")}
+        proc = subprocess.run([sys.executable, "-c", _PIN_CHILD, str(REPO), mode, "asked" if run_asks else "-"],
+                              capture_output=True, text=True, env=env | env_extra, timeout=120)
         assert proc.returncode == 0, proc.stderr[-1500:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -147,6 +164,8 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monke
     assert pinned["pinned"] and pinned["kept_bytes"] < 10 * 2**20, pinned  # 100 MiB freed, none kept
     assert default["kept_bytes"] > 80 * 2**20, default  # glibc's default keeps what was freed in the heap
     assert not child("pin", {})["pinned"]  # opt-in: it costs speed
+    by_the_run = child("pin", {}, run_asks=True)  # the run's `low_memory_heap` (`--low-memory-heap`) asks for it
+    assert by_the_run["pinned"] and by_the_run["kept_bytes"] < 10 * 2**20, by_the_run
     assert not child("pin", asked | {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
 
     from pipeline.memory.inputs import EstimateOptions

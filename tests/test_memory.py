@@ -10,6 +10,7 @@ import pytest
 from pipeline import memory
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.training.free_heap import heap_can_follow_live_tensors
 from pipeline.memory import (
     GIB,
     EstimateOptions,
@@ -573,3 +574,44 @@ def test_estimate_refuses_what_cannot_run_and_says_what_it_assumed(tmp_path):
     assert "1 row(s) longer than --max-length 350 are excluded" in text and "Settings: quantization 4bit" in text
     tight = dict(result, verdict="tight", suggestions=[])
     assert "No combination" not in memory.render(tight) and "should fit" in memory.render(tight)
+
+
+def test_checkpointed_runs_price_a_wider_heap_spread_and_the_preflight_counts_it():
+    # uncalibrated, the run's largest micro-batch is priced at the top of what any CPU kept: with
+    # checkpointing far more of the retained heap than without (pipeline.memory.cpu_heap)
+    lengths = LengthStats(300, 10.0, [300, 280])
+    options = EstimateOptions(cpu_heap_retention=True)
+    plain = estimate_memory(SMALL, cfg(max_length=512), lengths, "cpu", options)
+    checkpointed = estimate_memory(SMALL, cfg(max_length=512, gradient_checkpointing=True), lengths, "cpu", options)
+    for est, spread in ((plain, 0.13), (checkpointed, 0.75)):
+        retained = est.components["allocator_retention"]
+        assert retained > 0 and est.components["cpu_heap_run_spread"] == int(retained * spread)
+        assert "cpu_heap_run_spread" in est.run_members["preflight"]  # the preflight is a micro-batch too
+        assert est.run_phases["preflight"] <= est.run_phases["step"] - est.components["optimizer_states"]
+    assert memory.run_spread_fraction(cfg(gradient_checkpointing=True)) > memory.run_spread_fraction(cfg())
+
+
+@pytest.mark.skipif(not heap_can_follow_live_tensors(), reason="the low-memory heap needs glibc's mallopt")
+def test_the_low_memory_heap_counts_no_retained_heap_and_is_offered_when_a_cpu_run_does_not_fit():
+    lengths = LengthStats(300, 10.0, [300, 280])
+    options = EstimateOptions(cpu_heap_retention=True)
+    config = cfg(max_length=512, gradient_checkpointing=True)
+    default = estimate_memory(SMALL, config, lengths, "cpu", options)
+    low = estimate_memory(SMALL, config.replace(low_memory_heap=True), lengths, "cpu", options)
+    retained = default.components["allocator_retention"]
+    assert retained > 0 and low.components["allocator_retention"] == low.components["cpu_heap_run_spread"] == 0
+    assert low.total_bytes == default.total_bytes - retained - default.components["cpu_heap_run_spread"]
+    assert any("low-memory mode" in note and "twice as long" in note for note in low.notes)
+    on_gpu = estimate_memory(SMALL, config.replace(low_memory_heap=True), lengths, "cuda", options)
+    assert on_gpu.total_bytes == estimate_memory(SMALL, config, lengths, "cuda", options).total_bytes
+    assert any("applies to training on a CPU only" in note for note in on_gpu.notes)
+    # a budget only the low-memory heap meets among cheap moves: it is offered, with what it costs
+    usable = (low.total_bytes + default.total_bytes) // 2
+    found = memory.suggest_fits(SMALL, config, lengths, "cpu", usable, options, limit=10)
+    alone = [s for s in found if s.changes == {"low_memory_heap": True}]
+    assert alone and alone[0].total_bytes == low.total_bytes, [s.changes for s in found]
+    assert "twice as long" in alone[0].steps[0]["cost"]
+    assert not any("low_memory_heap" in s.changes for s in memory.suggest_fits(
+        SMALL, config, lengths, "cuda", usable, options, limit=10))
+    assert not any("low_memory_heap" in s.changes for s in memory.suggest_fits(
+        SMALL, config, lengths, "cpu", usable, EstimateOptions(cpu_heap_retention=False), limit=10))

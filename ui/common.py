@@ -49,6 +49,7 @@ CONFIG_FIELDS = (
     "vision_tower",
     "ple_on_cpu",
     "quantize_audio_encoder",
+    "low_memory_heap",
     "optimizer",
     "lora_alpha",
     "lora_dropout",

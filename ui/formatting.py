@@ -396,7 +396,8 @@ def pretty_setting(name: str) -> str:
              "lora_targets": "LoRA on", "ple_on_cpu": "per-layer embeddings in CPU RAM",
              "vision_tower": "vision tower", "max_length": "max length", "batch_size": "batch size",
              "grad_accum": "gradient accumulation", "gradient_checkpointing": "gradient checkpointing",
-             "quantize_audio_encoder": "quantized audio encoder", "finetuning_type": "fine-tuning type"}
+             "quantize_audio_encoder": "quantized audio encoder", "finetuning_type": "fine-tuning type",
+             "low_memory_heap": "low-memory mode"}
     return words.get(name, name.replace("_", " "))
 
 
@@ -488,6 +489,7 @@ def settings_words(config: Mapping[str, Any]) -> str:
     model = str(config["model"])
     model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
     extras = " · per-layer embeddings in CPU RAM" if config.get("ple_on_cpu") else ""
+    extras += " · low-memory mode" if config.get("low_memory_heap") else ""
     if config.get("keep_best"):
         patience = config.get("early_stopping_patience") or 0
         length += (f" · keeps the best of its evaluations ({config.get('judge_clips')} test answers every "

@@ -380,6 +380,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                     value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
                     info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
                          "encoding.")
+                low_memory_heap = gr.Checkbox(
+                    value=d.low_memory_heap, label="Low-memory mode (training on this computer's processor)",
+                    info="Memory follows what training holds (glibc's mmap threshold pinned): 0.5-2 GiB less, "
+                         "steps about twice as long. Not used on a GPU.")
             memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,
                                   elem_id="memory-plot")
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
@@ -398,7 +402,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                       outputs=messages[name], show_progress="hidden")
     stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons]
     for widget in (memory_gb, device, quantization, lora_rank, lora_targets, optimizer, batch_size, grad_accum, max_length,
-                   gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder):
+                   gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder, low_memory_heap):
         widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
     memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
                      outputs=memory_gb_message, show_progress="hidden")
@@ -423,7 +427,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                   "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
                   "max_length": max_length, "gradient_checkpointing": gradient_checkpointing,
                   "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
-                  "quantize_audio_encoder": quantize_audio_encoder, "optimizer": optimizer},
+                  "quantize_audio_encoder": quantize_audio_encoder, "low_memory_heap": low_memory_heap,
+                  "optimizer": optimizer},
     )
 
 

@@ -219,16 +219,19 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
 # Time
 
 
-def expected_step_seconds(model: str, quantization: str, tokens: int, device: str) -> dict | None:
+def expected_step_seconds(model: str, quantization: str, tokens: int, device: str,
+                          low_memory_heap: bool = False) -> dict | None:
     """Seconds per optimizer micro-batch of `tokens` tokens (batch x padded row) for `model` at
     `quantization`, from the step times measured on this machine (probes and runs of the same model
-    and quantization in the current compute dtype): the measurement with the nearest token count,
-    scaled linearly by tokens (a step's matmuls are linear in them at these lengths). Returns
+    and quantization in the current compute dtype, with the low-memory heap or without it as asked:
+    its steps are about twice as long, `pipeline.training.free_heap`): the measurement with the
+    nearest token count, scaled linearly by tokens (a step's matmuls are linear in them at these lengths). Returns
     `{"seconds", "from_tokens", "from_seconds", "date"}`, or None when nothing comparable was measured."""
     entry = entry_for(device)
     dtype = choose_compute_dtype(device)[0]
     timings = [t for t in (entry or {}).get("step_seconds", []) if t.get("model") == str(model)
-               and t.get("quantization") == quantization and t.get("compute_dtype") == dtype and t.get("tokens")]
+               and t.get("quantization") == quantization and t.get("compute_dtype") == dtype and t.get("tokens")
+               and bool(t.get("low_memory_heap", False)) == bool(low_memory_heap)]
     if not timings or tokens <= 0:
         return None
     best = min(timings, key=lambda t: abs(t["tokens"] - tokens))
@@ -246,14 +249,16 @@ def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str)
     """Seconds a run of `optimizer_steps` steps will take before it starts: `expected_step_seconds` x
     `grad_accum` micro-batches per step x steps (evaluation and saving not counted); None when this
     machine has no comparable step time."""
-    step = expected_step_seconds(config.model, config.quantization, tokens, device)
+    step = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
     return None if step is None else step["seconds"] * config.grad_accum * optimizer_steps
 
 
-def record_step_time(device: str, model: str, quantization: str, tokens: int, seconds_per_micro_batch: float) -> None:
+def record_step_time(device: str, model: str, quantization: str, tokens: int, seconds_per_micro_batch: float,
+                     low_memory_heap: bool = False) -> None:
     """Store a step time measured on this machine (a run's mean micro-batch time) for `expected_step_seconds`."""
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
-              "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0]}
+              "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0],
+              "low_memory_heap": bool(low_memory_heap)}
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
 
 
@@ -283,6 +288,6 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
     per_epoch = math.ceil(math.ceil(len(rows) / config.batch_size) / config.grad_accum)
     out["steps"] = config.max_steps if config.max_steps > 0 else max(1, math.ceil(per_epoch * config.epochs))
     tokens = micro_batch_tokens(config.batch_size, rows)
-    out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device)
+    out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
     out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device)
     return out

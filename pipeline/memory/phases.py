@@ -224,6 +224,14 @@ def estimate_memory(
                      "parameter with AdamW).")
     elif config.ple_on_cpu and not ple_on_host(config, device):  # on CUDA the note above says where they are
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
+    if config.low_memory_heap:
+        if device != "cpu":
+            notes.append(f"the low-memory mode applies to training on a CPU only; on {device} it changes nothing.")
+        elif comps["allocator_retention"] == 0 and options.cpu_heap_retention:
+            notes.append("low-memory mode: memory follows what training holds (no freed heap is kept), steps take "
+                         "about twice as long (`pipeline.training.free_heap.pin_mmap_threshold`).")
+        elif options.cpu_heap_retention:
+            notes.append("the low-memory mode needs glibc (Linux); here the freed heap glibc would keep is still counted.")
     if calibration is not None:
         notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {fmt_bytes(comps['runtime_overhead'])}, "
                      f"retained heap x{calibration.retention_scale:g}, kernel caches x{calibration.kernel_cache_scale:g} "

@@ -2,9 +2,9 @@
 
 `suggest_fits` combines single moves (`_candidate_moves`: quantization, gradient checkpointing,
 smaller micro-batch, lower max_length, lighter optimizer, lower rank, no dropout, no vision tower,
-PLE on CPU, a quantized audio encoder, LoRA instead of a full fine-tune) and re-runs
-`estimate_memory` for each combination. Each move carries its words and its own cost, so a
-suggestion lists every change once with what it costs (`Suggestion.steps`).
+PLE on CPU, a quantized audio encoder, LoRA instead of a full fine-tune, the low-memory heap on a
+CPU) and re-runs `estimate_memory` for each combination. Each move carries its words and its own
+cost, so a suggestion lists every change once with what it costs (`Suggestion.steps`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.memory.budget import verdict
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.phases import estimate_memory
+from pipeline.training.free_heap import heap_can_follow_live_tensors
 
 SUGGESTION_LIMIT = 4  # suggestions shown by the command line and the app alike
 
@@ -56,9 +57,19 @@ class Suggestion:
         return asdict(self)
 
 
-def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str) -> list[Move]:
+LOW_MEMORY_HEAP_SCORE = 1.8
+"""The low-memory heap's cost score: slower than gradient checkpointing (1.0, ~30 %) or 4-bit (1.6),
+since its steps took about twice as long (`pipeline.training.free_heap.pin_mmap_threshold`)."""
+
+
+def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
+                     options: EstimateOptions | None = None) -> list[Move]:
     """Single setting changes that can lower memory, each with its words and cost."""
     moves: list[Move] = []
+    counts_retained_heap = options is None or options.cpu_heap_retention
+    if device == "cpu" and not config.low_memory_heap and counts_retained_heap and heap_can_follow_live_tensors():
+        moves.append(Move({"low_memory_heap": True}, "Use the low-memory mode (memory follows what training holds)",
+                          "slower steps: about twice as long on a 2-core server CPU", LOW_MEMORY_HEAP_SCORE))
     full = config.finetuning_type == "full"
     if full:
         moves.append(Move({"finetuning_type": "lora"}, "Train LoRA adapters instead of every weight",
@@ -145,18 +156,18 @@ def suggest_fits(
     Searches combinations of up to `max_changes` single moves (quantization, gradient
     checkpointing, smaller micro-batch with more accumulation at the same effective batch, lower
     max_length counting excluded rows, 8-bit AdamW / Adafactor, lower LoRA rank, no LoRA dropout,
-    dropping the vision tower, PLE on CPU on CUDA), re-estimating each; keeps minimal combinations
-    (none contains a subset that already fits; a tight subset still lets a superset that fits be
-    offered), ordered by summed cost score then memory, and keeps only the cost/memory frontier (a
+    dropping the vision tower, PLE on CPU on CUDA, the low-memory heap on a CPU with glibc),
+    re-estimating each; keeps minimal combinations (none contains a subset that already fits; a
+    tight subset still lets a superset that fits be offered), ordered by summed cost score then memory, and keeps only the cost/memory frontier (a
     suggestion costing at least as much as an earlier one and saving no more memory is left out); when
     the first `limit` are all tight, the cheapest one that fits takes the last place.
     Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
-    `ple_on_cpu`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
+    `ple_on_cpu`, `low_memory_heap`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
     fit (for a run that is already tight, another tight setting is no help). `keep` names settings the
     suggestions must not change (the plan keeps each row's fine-tuning type and quantization).
     """
     options = options or EstimateOptions()
-    moves = [m for m in _candidate_moves(config, lengths, device) if not set(m.changes) & set(keep)]
+    moves = [m for m in _candidate_moves(config, lengths, device, options) if not set(m.changes) & set(keep)]
     found: list[Suggestion] = []
     fit_keys: list[frozenset] = []
     tight_keys: list[frozenset] = []

@@ -1,8 +1,9 @@
 """Keeping a CPU run's resident memory equal to its live tensors: a pinned mmap threshold, and the free
 heap handed back between the parts of the run.
 
-With `TUTOR_PIN_MMAP_THRESHOLD=1` (the low-memory heap, opt-in: it costs speed) every process that
-loads the model first pins glibc's mmap threshold at 64 KiB (`pin_mmap_threshold`): each tensor but
+With `TrainConfig.low_memory_heap` (`--low-memory-heap`, the Memory tab's low-memory mode) or
+`TUTOR_PIN_MMAP_THRESHOLD=1` (the low-memory heap, opt-in: it costs speed) a process that loads the
+model first pins glibc's mmap threshold at 64 KiB (`pin_mmap_threshold`): each tensor but
 the smallest is its own mapping, unmapped when freed, so what a step frees never stays resident and
 the estimate counts no retained heap (`heap_follows_live_tensors`). By default glibc's dynamic
 threshold stays, and the releases below keep what it retains in check.
@@ -114,16 +115,23 @@ PIN_MMAP_THRESHOLD_ENV = "TUTOR_PIN_MMAP_THRESHOLD"
 memory, slower steps where page faults are expensive; see `pin_mmap_threshold`)."""
 
 
-def heap_follows_live_tensors() -> bool:
+def heap_can_follow_live_tensors() -> bool:
+    """Whether this host can pin glibc's mmap threshold (`pin_mmap_threshold`): glibc's `mallopt` and
+    `malloc_trim` load, and `TUTOR_KEEP_FREE_HEAP=1` does not ask to keep the free heap."""
+    return _mallopt_function() is not None and _trim_function() is not None and not _keeping_free_heap()
+
+
+def heap_follows_live_tensors(asked: bool = False) -> bool:
     """Whether a training process on this host pins glibc's mmap threshold (`pin_mmap_threshold`), so
     its resident set follows its live tensors and the estimate counts no retained heap
-    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`): only when `TUTOR_PIN_MMAP_THRESHOLD=1`
-    asks for it, on glibc, and not with `TUTOR_KEEP_FREE_HEAP=1`."""
-    asked = os.environ.get(PIN_MMAP_THRESHOLD_ENV, "").strip().lower() in ("1", "true", "yes")
-    return asked and _mallopt_function() is not None and _trim_function() is not None and not _keeping_free_heap()
+    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`): when `asked` (the run's
+    `TrainConfig.low_memory_heap`) or `TUTOR_PIN_MMAP_THRESHOLD=1` asks for it, and
+    `heap_can_follow_live_tensors`."""
+    asked = asked or os.environ.get(PIN_MMAP_THRESHOLD_ENV, "").strip().lower() in ("1", "true", "yes")
+    return asked and heap_can_follow_live_tensors()
 
 
-def pin_mmap_threshold() -> bool:
+def pin_mmap_threshold(asked: bool = False) -> bool:
     """Fix glibc's mmap threshold at `MMAP_THRESHOLD_BYTES` for the rest of the process
     (`mallopt(M_MMAP_THRESHOLD, 65536)`, which also turns off glibc's dynamic threshold).
 
@@ -138,10 +146,11 @@ def pin_mmap_threshold() -> bool:
     large tensor is a fresh mapping whose pages fault in again; on that machine (a VM, where page
     faults are expensive) the step took 13.8-14.5 s pinned against 6.8-7.2 s with glibc's default
     (two probes each, alternating, nothing else running), and 9.9 s at a 4 MiB threshold (2.39 GiB).
-    So it is opt-in (`TUTOR_PIN_MMAP_THRESHOLD=1`): less memory, slower steps. Returns True when
-    pinned, False where nothing was done (not asked for, not glibc, or `TUTOR_KEEP_FREE_HEAP=1`).
+    So it is opt-in (`asked`: the run's `TrainConfig.low_memory_heap`, `--low-memory-heap`, or
+    `TUTOR_PIN_MMAP_THRESHOLD=1` for every run): less memory, slower steps. Returns True when pinned,
+    False where nothing was done (not asked for, not glibc, or `TUTOR_KEEP_FREE_HEAP=1`).
     """
-    if not heap_follows_live_tensors():
+    if not heap_follows_live_tensors(asked):
         return False
     return bool(_mallopt_function()(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 

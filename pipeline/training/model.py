@@ -5,7 +5,7 @@ Public functions:
 - `compute_dtype(device)`: bf16 where the device runs it fast (`pipeline.calibration.precision`), else fp32; never fp16.
 - `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA, "none" (bf16 LoRA) on CPU and Apple MPS.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
-  quantize_audio_encoder=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
+  quantize_audio_encoder=, low_memory_heap=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
   `pipeline.training.placement`, the quantization config and skip list).
 - `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
   settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
@@ -298,7 +298,7 @@ def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization:
 
 def load_model(
     model_id: str, *, device: str = "auto", quantization: str = "4bit", vision_tower: bool = True,
-    ple_on_cpu: bool = False, quantize_audio_encoder: bool = False,
+    ple_on_cpu: bool = False, quantize_audio_encoder: bool = False, low_memory_heap: bool = False,
 ) -> tuple[torch.nn.Module, QuantizationReport]:
     """Load `Gemma3nForConditionalGeneration` on `device`, quantized as asked, with eager attention.
 
@@ -314,6 +314,8 @@ def load_model(
             (`keep_per_layer_embeddings_on_host`); the device map loads it there directly, so it
             never reaches the GPU. Ignored on CPU and MPS.
         quantize_audio_encoder: with 4bit/8bit, quantize the frozen audio encoder's Linear layers too.
+        low_memory_heap: on CPU, pin glibc's mmap threshold for the rest of the process before loading
+            (`pipeline.training.free_heap.pin_mmap_threshold`): memory follows live tensors, steps are slower.
 
     Returns:
         `(model, report)`; the model is in eval mode with `use_cache` on.
@@ -358,7 +360,7 @@ def load_model(
         kwargs["dtype"] = torch.bfloat16
     from pipeline.training.free_heap import pin_mmap_threshold, releasing_free_heap_while
 
-    pin_mmap_threshold()  # with TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors from here on
+    pin_mmap_threshold(asked=low_memory_heap and device == "cpu")  # or TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors
     free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
     with translate_load_errors(model_id, "model"), warnings.catch_warnings(), free_heap_on_host:
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")

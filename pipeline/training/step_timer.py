@@ -67,7 +67,7 @@ def record_run_step_time(result: dict, log) -> bool:
         return False
     try:
         record_step_time(result["device"], result["model"], timing["quantization"], timing["tokens"],
-                         timing["seconds_per_micro_batch"])
+                         timing["seconds_per_micro_batch"], bool(timing.get("low_memory_heap", False)))
     except (OSError, PipelineError) as error:
         log.warning("The run's step time was not added to the calibration: %s", error)
         return False

@@ -553,7 +553,7 @@ def train(
             result.update(keeper.summary())
         step_time = timer.summary()
         if step_time:
-            result["step_time"] = dict(step_time, quantization=config.quantization,
+            result["step_time"] = dict(step_time, quantization=config.quantization, low_memory_heap=config.low_memory_heap,
                                        tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
         log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
         return result
