@@ -108,7 +108,14 @@ Step: 9 of 13 within 5 % uncalibrated (-7.2..+6.7 %), 10 calibrated; 2 more than
 12, 4-bit with checkpointing and a clip, -7.2 and -6.7 %; every 4-bit checkpointed step probe was
 3-10 % under, the unquantized checkpointed ones -1..+7 %). Whole run: 8 of 13 within 5 % uncalibrated,
 9 calibrated, none more than 5 % under (-3.7..+19.1 % over every run); rows 3, 6, 7 and 10 are
-9-19 % over, the safe side. Row 13 (E2B, no quantization,
+9-19 % over, the safe side. With the run's low-memory mode (`--low-memory-heap`, the same
+rows 5, 10 and 12, one probe and one whole run each, 2026-12-01, the test suite sharing the cores):
+ 5 mid     512  2  on 4bit   64   10 |   1.99 GiB   1.97 GiB   +1.4   -0.9 |   2.02 GiB   1.97 GiB   +2.5   -1.0  step/step
+10 mid    2048  1  on none   64    0 |   2.50 GiB   2.40 GiB   +4.2   +2.3 |   2.52 GiB   2.41 GiB   +4.8   +1.9  step/step
+12 mid    2048  1  on 4bit   64   30 |   2.38 GiB   2.29 GiB   +4.0   +2.0 |   2.41 GiB   2.31 GiB   +4.5   +1.5  step/step
+every column within 5 %, at 1.97-2.41 GiB where the default heap peaked at 3.10-4.47 GiB, and
+1.6-1.9x the seconds per micro-batch of the default heap's whole runs (both measured while the
+test suite shared the cores). Row 13 (E2B, no quantization,
 ~22 GiB in fp32) is skipped on 24 GiB (rows over 90 % of the available RAM are). `--e2b-4bit --step-only`
 was killed by the kernel while loading (23.2 GiB anonymous at 61 % of the weights, against a 15.1 GiB
 load estimate); since the trainer casts after loading (`pipeline.training.load_dtype`) the load peaks
