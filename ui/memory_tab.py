@@ -382,8 +382,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                          "encoding.")
                 low_memory_heap = gr.Checkbox(
                     value=d.low_memory_heap, label="Low-memory mode (training on this computer's processor)",
-                    info="Memory follows what training holds (glibc's mmap threshold pinned): 0.5-2 GiB less, "
-                         "steps about twice as long. Not used on a GPU.")
+                    info="Gives freed memory back at once: 0.5-2 GiB less, steps about twice as long. Not used on "
+                         "a GPU (technically: glibc's mmap threshold pinned at 64 KiB).")
             memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,
                                   elem_id="memory-plot")
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
