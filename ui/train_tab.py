@@ -440,6 +440,15 @@ def _message_line(name: str) -> gr.Markdown:
     return gr.Markdown(elem_classes=["field-message"], elem_id=f"{name.replace('_', '-')}-message")
 
 
+def _number_box(messages: dict[str, gr.Markdown], name: str, **number_kwargs: Any) -> gr.Number:
+    """Setting `name`'s number box (`gr.Number` with `number_kwargs`, its value the default) in its own
+    column, with its message line under it, stored in `messages[name]`."""
+    with gr.Column(min_width=160):
+        number = gr.Number(value=getattr(DEFAULTS, name), **number_kwargs)
+        messages[name] = _message_line(name)
+    return number
+
+
 def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     """Lay out the Train tab and wire Stop and Resume; returns its widgets (start, the timer and the run
     lists also touch other tabs' widgets, so `build_ui` wires them)."""
@@ -452,66 +461,48 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         with gr.Row():
             run_name = gr.Textbox(label="Run name (empty: run-DATE-TIME)", elem_id="run-name",
                                   info="A name to find this tutor again in Try and Judge.")
-            with gr.Column(min_width=160):
-                epochs = gr.Number(value=d.epochs, label=EPOCHS_LABEL, elem_id="epochs",
-                                   info=f"More passes: longer training, closer to your feedback; too many and the tutor "
-                                        f"repeats your training feedback word for word. {d.epochs:g} is a good start.")
-                messages["epochs"] = _message_line("epochs")
+            epochs = _number_box(messages, "epochs", label=EPOCHS_LABEL, elem_id="epochs",
+                                 info=f"More passes: longer training, closer to your feedback; too many and the tutor "
+                                      f"repeats your training feedback word for word. {d.epochs:g} is a good start.")
         with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced"):
             gr.Markdown("Machine-learning settings: the defaults serve. Each line says what it changes for you.")
             with gr.Row():
-                with gr.Column(min_width=160):
-                    learning_rate = gr.Number(value=d.learning_rate, label="Learning rate", elem_id="learning-rate",
-                                              info="How big each learning step is: higher learns faster but can become "
-                                                   "unstable (the loss jumps); lower is steadier but slower.")
-                    messages["learning_rate"] = _message_line("learning_rate")
+                learning_rate = _number_box(messages, "learning_rate", label="Learning rate", elem_id="learning-rate",
+                                            info="How big each learning step is: higher learns faster but can become "
+                                                 "unstable (the loss jumps); lower is steadier but slower.")
                 lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule",
                                           info="How the learning rate changes over the run (linear: down to 0 at the end).")
-                with gr.Column(min_width=160):
-                    max_steps = gr.Number(value=d.max_steps, precision=0, label="Max steps (-1: use epochs)",
-                                          elem_id="max-steps",
-                                          info="Stop after this many steps instead of the passes above: a short try-out.")
-                    messages["max_steps"] = _message_line("max_steps")
+                max_steps = _number_box(messages, "max_steps", precision=0, label="Max steps (-1: use epochs)",
+                                        elem_id="max-steps",
+                                        info="Stop after this many steps instead of the passes above: a short try-out.")
             with gr.Row():
-                with gr.Column(min_width=160):
-                    lora_alpha = gr.Number(value=d.lora_alpha, precision=0, label="LoRA alpha", elem_id="lora-alpha",
-                                           info="How strongly the learned change (the LoRA adapter) acts; "
-                                                "usually twice the LoRA rank (Memory tab).")
-                    messages["lora_alpha"] = _message_line("lora_alpha")
-                with gr.Column(min_width=160):
-                    lora_dropout = gr.Number(value=d.lora_dropout, label="LoRA dropout", elem_id="lora-dropout",
-                                             info="Share of the adapter switched off at random each step (0-1): "
-                                                  "guards against learning a few recordings by heart.")
-                    messages["lora_dropout"] = _message_line("lora_dropout")
-                with gr.Column(min_width=160):
-                    eval_steps = gr.Number(value=d.eval_steps, precision=0, label="Eval every N steps",
-                                           elem_id="eval-steps",
-                                           info="How often the test recordings are scored during training "
-                                                "(the eval loss line); more often: a little slower.")
-                    messages["eval_steps"] = _message_line("eval_steps")
-                with gr.Column(min_width=160):
-                    save_steps = gr.Number(value=d.save_steps, precision=0, label="Checkpoint every N steps",
-                                           elem_id="save-steps",
-                                           info="How often progress is saved; Resume continues from the last "
-                                                "checkpoint. More often: less lost after a crash, more disk.")
-                    messages["save_steps"] = _message_line("save_steps")
+                lora_alpha = _number_box(messages, "lora_alpha", precision=0, label="LoRA alpha", elem_id="lora-alpha",
+                                         info="How strongly the learned change (the LoRA adapter) acts; "
+                                              "usually twice the LoRA rank (Memory tab).")
+                lora_dropout = _number_box(messages, "lora_dropout", label="LoRA dropout", elem_id="lora-dropout",
+                                           info="Share of the adapter switched off at random each step (0-1): "
+                                                "guards against learning a few recordings by heart.")
+                eval_steps = _number_box(messages, "eval_steps", precision=0, label="Eval every N steps",
+                                         elem_id="eval-steps",
+                                         info="How often the test recordings are scored during training "
+                                              "(the eval loss line); more often: a little slower.")
+                save_steps = _number_box(messages, "save_steps", precision=0, label="Checkpoint every N steps",
+                                         elem_id="save-steps",
+                                         info="How often progress is saved; Resume continues from the last "
+                                              "checkpoint. More often: less lost after a crash, more disk.")
             with gr.Row():
                 keep_best = gr.Checkbox(value=d.keep_best, label="Keep the moment the tutor agreed best with the experts",
                                         elem_id="keep-best",
                                         info="At each evaluation the tutor also answers a few test recordings; the run "
                                              "keeps the point whose scores came closest to the experts', not just the "
                                              "last one. Costs that many answers (like Try) at each evaluation.")
-                with gr.Column(min_width=160):
-                    judge_clips = gr.Number(value=d.judge_clips, precision=0, label="Test recordings answered each time",
-                                            elem_id="keep-best-clips",
-                                            info="More: a surer choice, a longer evaluation (one answer each).")
-                    messages["judge_clips"] = _message_line("judge_clips")
-                with gr.Column(min_width=160):
-                    early_stopping_patience = gr.Number(value=d.early_stopping_patience, precision=0,
-                                                        label="Stop after N checks without progress (0: never)",
-                                                        elem_id="early-stopping-patience",
-                                                        info="With the box ticked: saves time once the tutor stops improving.")
-                    messages["early_stopping_patience"] = _message_line("early_stopping_patience")
+                judge_clips = _number_box(messages, "judge_clips", precision=0, label="Test recordings answered each time",
+                                          elem_id="keep-best-clips",
+                                          info="More: a surer choice, a longer evaluation (one answer each).")
+                early_stopping_patience = _number_box(messages, "early_stopping_patience", precision=0,
+                                                      label="Stop after N checks without progress (0: never)",
+                                                      elem_id="early-stopping-patience",
+                                                      info="With the box ticked: saves time once the tutor stops improving.")
         settings_note = gr.Markdown(elem_id="settings-summary")
         with gr.Row():
             start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
