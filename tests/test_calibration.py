@@ -14,7 +14,7 @@ from pipeline.calibration import this_machine as cal
 from pipeline.calibration import fit, precision, store
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
-from pipeline.memory import GIB, MIB, LengthStats, estimate_memory, load_model_config
+from pipeline.memory import GIB, MIB, EstimateOptions, LengthStats, estimate_memory, load_model_config
 from tests.test_memory import SMALL, _vision_table, cfg  # noqa: F401 - the hand-counted vision tower (autouse)
 
 E2B = "google/gemma-3n-E2B-it"
@@ -87,6 +87,30 @@ def test_the_fit_recovers_the_device_terms_from_probes_and_runs():
     one = fit.fit_entry({"key": {}, "measurements": [_probe(1200 * MIB, 150 * MIB, 50 * MIB)]})
     assert (one.runtime_overhead_bytes, one.retention_scale, one.kernel_cache_scale) == (1000 * MIB, 1.0, 1.0)
     assert fit.fit_entry({"key": {}, "measurements": []}) is None
+
+
+def test_the_runs_heap_spread_is_fitted_to_the_top_of_this_machines_runs():
+    # the safe-side constant prices a run's largest micro-batch at 0.75 of the retained heap with
+    # checkpointing; this machine's runs kept 0.2-0.3 of what was priced beyond everything else
+    probes = [_probe(s + 700 * MIB + r, s, r) for s, r in ((300 * MIB, 100 * MIB), (2 * GIB, 600 * MIB))]
+    spread = 400 * MIB
+    runs = [_probe(2 * GIB + 700 * MIB + 500 * MIB + int(share * spread), 2 * GIB, 500 * MIB, kind="run", phase=phase,
+                   spread=spread) for share, phase in ((0.2, "step"), (0.3, "preflight"))]
+    one = fit.fit_entry({"key": {}, "measurements": probes + runs[:1]})
+    assert one.spread_scale == 1.0  # one run is not enough to lower the safe side
+    both = fit.fit_entry({"key": {}, "measurements": probes + runs})
+    assert both.spread_scale == pytest.approx(0.3, rel=1e-3)  # the largest, not the middle
+    assert both.retention_scale == pytest.approx(1.0) and both.runtime_overhead_bytes == pytest.approx(700 * MIB, rel=1e-3)
+    # and the calibrated estimate scales the run's spread by it, and nothing structural
+    config = TrainConfig(model=E2B, device="cpu", quantization="4bit", gradient_checkpointing=True)
+    lengths = LengthStats(512, 30.0)
+    options = EstimateOptions(cpu_heap_retention=True)
+    plain = estimate_memory(load_model_config(E2B), config, lengths, "cpu", options, calibration=fit.DeviceCalibration(
+        device_key={}, date="2026-12-01", n_measurements=4, runtime_overhead_bytes=700 * MIB))
+    fitted = estimate_memory(load_model_config(E2B), config, lengths, "cpu", options, calibration=both)
+    assert fitted.components["cpu_heap_run_spread"] == int(plain.components["cpu_heap_run_spread"] * 0.3)
+    assert fitted.run_phases["step"] == plain.run_phases["step"] - (
+        plain.components["cpu_heap_run_spread"] - fitted.components["cpu_heap_run_spread"])
 
 
 def test_a_calibrated_estimate_changes_only_the_device_terms():

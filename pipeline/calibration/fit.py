@@ -9,7 +9,9 @@ those are calibrated. Each measurement (a probe step, or a phase of a finished r
 measured peak next to the estimate's structural part S and device parts O, R, K for the same
 settings (`measurement_record`); the fit reads
 
-    measured = S + overhead + retention_scale x R + kernel_cache_scale x K
+    measured = S + overhead + retention_scale x R + kernel_cache_scale x K + spread_scale x P
+
+(P: the run's heap spread, `cpu_heap_run_spread`, in a run's step and preflight only)
 
   1. `runtime_overhead_bytes`: the median over probe steps (where K = 0) of measured - S - R; with no
      probe yet, over every record, of measured - S - R - K;
@@ -19,7 +21,13 @@ settings (`measurement_record`); the fit reads
   3. `kernel_cache_scale`: the median, in [0, `MAX_SCALE`], over the records with K >=
      `MIN_KERNEL_CACHE_BYTES` of: measured / K for a probe's measured growth over new batch shapes
      (`kind` kernel_cache, `pipeline.memory.probe.kernel_cache_growth`), and
-     (measured - S - overhead - retention_scale x R) / K for a run's phase; otherwise 1.
+     (measured - S - overhead - retention_scale x R - P) / K for a run's phase; otherwise 1;
+  4. `spread_scale`: with at least `MIN_SPREAD_RECORDS` run phases whose P >= `MIN_SPREAD_BYTES`, the
+     largest over them, in [0, `MAX_SCALE`], of (measured - S - overhead - retention_scale x R -
+     kernel_cache_scale x K) / P: a run's peak is its largest micro-batch, so the spread is fitted to
+     the top of this machine's runs, not their middle; otherwise 1 (the safe-side constant,
+     `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`). Records stored before the spread had
+     its own part count it in R.
 
 Uncalibrated, the device terms are the constants of `pipeline.memory.terms`, and the estimate says
 how far off they may be (`uncalibrated_percent`).
@@ -33,15 +41,20 @@ from dataclasses import asdict, dataclass, field
 
 DEVICE_TERMS = {
     "overhead": ("runtime_overhead",),
-    "retention": ("allocator_retention", "cpu_heap_run_spread", "eval_allocator_retention"),
+    "retention": ("allocator_retention", "eval_allocator_retention"),
+    "spread": ("cpu_heap_run_spread",),
     "kernel_cache": ("cpu_kernel_cache",),
 }
 """Components of `pipeline.memory.phases.MemoryEstimate` that the device adds, by what scales them."""
 RETENTION_SPREAD_BYTES = 64 * 2**20
 MIN_KERNEL_CACHE_BYTES = 16 * 2**20
+MIN_SPREAD_BYTES = 32 * 2**20
+MIN_SPREAD_RECORDS = 2
+"""The run spread is fitted from at least this many run phases whose priced spread is at least
+`MIN_SPREAD_BYTES` (a smaller one drowns in the runtime overhead's own run-to-run noise)."""
 MAX_SCALE = 3.0
 """A fitted scale beyond 3x the measured constants means the evidence is not what the model says it is."""
-UNCALIBRATED_UNCERTAINTY = {"overhead": 0.15, "retention": 1.0, "kernel_cache": 1.0}
+UNCALIBRATED_UNCERTAINTY = {"overhead": 0.15, "retention": 1.0, "spread": 1.0, "kernel_cache": 1.0}
 """Relative error assumed for each uncalibrated device part on CPU, for `uncalibrated_percent`: the CPU's
 runtime baseline was 900 MiB on the development CPU (torch 2.14.1 stack) and differs with the libraries
 and the allocator (15 %); the heap glibc keeps follows the CPU, the compute dtype and the settings (up
@@ -76,6 +89,7 @@ class DeviceCalibration:
         n_measurements: probe steps and run phases fitted.
         runtime_overhead_bytes: the device's runtime overhead (bytes), replacing the constant.
         retention_scale, kernel_cache_scale: factors on the heap-retention and kernel-cache terms.
+        spread_scale: factor on the run's heap spread (`cpu_heap_run_spread`), from this machine's runs.
         max_error_percent: the largest |residual| of the fitted records, as % of their measured peak.
         compute_dtype, compute_dtype_reason: the precision this device runs (`precision.choose_compute_dtype`).
         speed: the timed matmul check (`speed.matmul_speed`), or None.
@@ -87,6 +101,7 @@ class DeviceCalibration:
     runtime_overhead_bytes: int | None = None
     retention_scale: float = 1.0
     kernel_cache_scale: float = 1.0
+    spread_scale: float = 1.0
     max_error_percent: float | None = None
     compute_dtype: str | None = None
     compute_dtype_reason: str | None = None
@@ -123,23 +138,31 @@ def fit_entry(entry: dict) -> DeviceCalibration | None:
     if probes:
         overhead = statistics.median(r["measured_bytes"] - r["structural"] - scale_r * r["retention"] for r in probes)
     elif records:
-        overhead = statistics.median(r["measured_bytes"] - r["structural"] - r["retention"] - r["kernel_cache"] for r in records)
+        overhead = statistics.median(r["measured_bytes"] - r["structural"] - r["retention"] - r["kernel_cache"]
+                                     - r.get("spread", 0) for r in records)
     else:
         overhead = None
     # kernel caches: measured growths directly (`kind` kernel_cache), and what a run's phase leaves beyond the rest
     ratios = [r["measured_bytes"] / r["kernel_cache"] for r in every
               if r.get("kind") == "kernel_cache" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
     if probes:
-        ratios += [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"]) / r["kernel_cache"]
+        ratios += [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"] - r.get("spread", 0))
+                   / r["kernel_cache"]
                    for r in records if r.get("kind") == "run" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
     scale_k = _clip(statistics.median(ratios)) if ratios else 1.0
-    residuals = [abs(r["structural"] + overhead + scale_r * r["retention"] + scale_k * r.get("kernel_cache", 0) - r["measured_bytes"])
+    # the run's spread: what this machine's runs kept beyond everything else, at their largest
+    spreads = [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"]
+                - scale_k * r.get("kernel_cache", 0)) / r["spread"]
+               for r in records if r.get("kind") == "run" and r.get("spread", 0) >= MIN_SPREAD_BYTES] if probes else []
+    scale_s = _clip(max(spreads)) if len(spreads) >= MIN_SPREAD_RECORDS else 1.0
+    residuals = [abs(r["structural"] + overhead + scale_r * r["retention"] + scale_k * r.get("kernel_cache", 0)
+                     + scale_s * r.get("spread", 0) - r["measured_bytes"])
                  / r["measured_bytes"] * 100 for r in records] if overhead is not None else []
     speed = entry.get("speed")
     return DeviceCalibration(
         device_key=entry["key"], date=max(r.get("date", "") for r in every), n_measurements=len(every),
         runtime_overhead_bytes=int(max(0, overhead)) if overhead is not None else None, retention_scale=round(scale_r, 3),
-        kernel_cache_scale=round(scale_k, 3), max_error_percent=round(max(residuals), 1) if residuals else None,
+        kernel_cache_scale=round(scale_k, 3), spread_scale=round(scale_s, 3), max_error_percent=round(max(residuals), 1) if residuals else None,
         compute_dtype=(speed or {}).get("compute_dtype"), compute_dtype_reason=(speed or {}).get("reason"), speed=speed)
 
 

@@ -56,11 +56,12 @@ def load_calibration(device: str) -> DeviceCalibration | None:
 
 def calibration_summary(calibration: DeviceCalibration | None) -> dict | None:
     """What `estimate --json` reports as `calibration`: None, or `{date, device_key, n_measurements,
-    runtime_overhead_bytes, retention_scale, kernel_cache_scale, max_error_percent, compute_dtype, path}`."""
+    runtime_overhead_bytes, retention_scale, kernel_cache_scale, spread_scale, max_error_percent, compute_dtype,
+    path}`."""
     if calibration is None:
         return None
     keep = ("date", "device_key", "n_measurements", "runtime_overhead_bytes", "retention_scale", "kernel_cache_scale",
-            "max_error_percent", "compute_dtype")
+            "spread_scale", "max_error_percent", "compute_dtype")
     out = {k: v for k, v in calibration.to_dict().items() if k in keep}
     out["path"] = str(calibration_path())
     return out
@@ -87,7 +88,7 @@ def compute_dtype_for(device: str) -> tuple[str, str]:
 
 def measurement_record(kind: str, measured_bytes: int, components: dict, members: list[str], **extra) -> dict:
     """One piece of evidence: the measured peak next to the uncalibrated estimate's parts for the same
-    phase (`structural`, `overhead`, `retention`, `kernel_cache`, bytes; `pipeline.calibration.fit.device_parts`)."""
+    phase (`structural`, `overhead`, `retention`, `spread`, `kernel_cache`, bytes; `pipeline.calibration.fit.device_parts`)."""
     return {"kind": kind, "date": now_iso(), "measured_bytes": int(measured_bytes), **device_parts(components, members), **extra}
 
 

@@ -208,6 +208,7 @@ def estimate_memory(
     if calibration is not None:  # the run's device terms, as this machine measured them
         extra["cpu_kernel_cache"] = int(extra["cpu_kernel_cache"] * calibration.kernel_cache_scale)
         extra["eval_allocator_retention"] = int(extra["eval_allocator_retention"] * calibration.retention_scale)
+        extra["cpu_heap_run_spread"] = int(extra["cpu_heap_run_spread"] * calibration.spread_scale)
         run = {phase: sum({**comps, **extra}[k] for k in names) for phase, names in members.items()}
     comps.update(extra)
     run_peak = max(run, key=run.get)
@@ -234,7 +235,8 @@ def estimate_memory(
             notes.append("the low-memory mode needs glibc (Linux); here the freed heap glibc would keep is still counted.")
     if calibration is not None:
         notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {fmt_bytes(comps['runtime_overhead'])}, "
-                     f"retained heap x{calibration.retention_scale:g}, kernel caches x{calibration.kernel_cache_scale:g} "
+                     f"retained heap x{calibration.retention_scale:g} (a run's spread of it x{calibration.spread_scale:g}), "
+                     f"kernel caches x{calibration.kernel_cache_scale:g} "
                      "of the development CPU's constants.")
     else:
         notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")

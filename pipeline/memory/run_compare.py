@@ -24,7 +24,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     "device", "calibration", "calibration_text", "device_parts", "compute_dtype", "compute_dtype_reason"}` (bytes; `run_phases` includes the runtime
     overhead). The figures use this machine's calibration when it has one (`pipeline.calibration`;
     `calibrated` False: the constants, as an uncalibrated machine would);
-    `device_parts` (phase -> structural / overhead / retention / kernel_cache bytes of the
+    `device_parts` (phase -> structural / overhead / retention / spread / kernel_cache bytes of the
     uncalibrated estimate) is what `pipeline.calibration.record_run` stores beside the measured phases.
 
     Raises what `pipeline.memory.phases.estimate_memory` raises (`PipelineError` subclasses, e.g. a
