@@ -108,14 +108,27 @@ Step: 9 of 13 within 5 % uncalibrated (-7.2..+6.7 %), 10 calibrated; 2 more than
 12, 4-bit with checkpointing and a clip, -7.2 and -6.7 %; every 4-bit checkpointed step probe was
 3-10 % under, the unquantized checkpointed ones -1..+7 %). Whole run: 8 of 13 within 5 % uncalibrated,
 9 calibrated, none more than 5 % under (-3.7..+19.1 % over every run); rows 3, 6, 7 and 10 are
-9-19 % over, the safe side. With the run's low-memory mode (`--low-memory-heap`, the same
-rows 5, 10 and 12, one probe and one whole run each, 2026-12-01, the test suite sharing the cores):
+9-19 % over, the safe side. With the run's low-memory mode (`--low-memory-heap`; rows 0-4 with
+`TUTOR_PIN_MMAP_THRESHOLD=1`, the same pinned threshold, earlier the same day; rows 5-12 on 2026-12-01,
+one probe and one whole run each, the test suite sharing the cores) every row is within 5 % in every
+column:
+ 0 tiny    256  1  on none    8    0 |   1012 MiB    981 MiB   +3.2   +0.2 |   1.02 GiB   1006 MiB   +3.8   -1.5  step/step
+ 1 tiny   1024  2 off 4bit   64    5 |   1.27 GiB   1.24 GiB   +2.8   +0.5 |   1.30 GiB   1.25 GiB   +3.9   -0.3  step/step
+ 2 mid     256  1 off none    8    0 |   2.04 GiB   2.02 GiB   +0.8   -0.6 |   2.17 GiB   2.14 GiB   +1.2   -1.2  step/step
+ 3 mid     256  4  on none   64    0 |   2.19 GiB   2.18 GiB   +0.3   -1.0 |   2.30 GiB   2.24 GiB   +2.5   -1.1  step/preflight
+ 4 mid     512  1 off 4bit    8    0 |   2.16 GiB   2.15 GiB   +0.7   -0.6 |   2.19 GiB   2.16 GiB   +1.2   -1.2  step/step
  5 mid     512  2  on 4bit   64   10 |   1.99 GiB   1.97 GiB   +1.4   -0.9 |   2.02 GiB   1.97 GiB   +2.5   -1.0  step/step
+ 6 mid     512  4 off none   64    0 |   3.97 GiB   3.95 GiB   +0.4   -0.7 |   4.02 GiB   3.95 GiB   +1.7   -0.8  step/preflight
+ 7 mid    1024  1  on none    8   30 |   2.05 GiB   2.02 GiB   +1.6   -0.6 |   2.08 GiB   2.03 GiB   +2.0   -1.4  step/step
+ 8 mid    1024  1 off none   64    0 |   2.90 GiB   2.88 GiB   +0.7   -0.9 |   2.92 GiB   2.87 GiB   +1.7   -0.7  step/step
+ 9 mid    1024  2  on 4bit    8    0 |   2.24 GiB   2.16 GiB   +3.5   +1.4 |   2.26 GiB   2.19 GiB   +3.2   +0.1  step/preflight
 10 mid    2048  1  on none   64    0 |   2.50 GiB   2.40 GiB   +4.2   +2.3 |   2.52 GiB   2.41 GiB   +4.8   +1.9  step/step
+11 mid    2048  1 off 4bit    8    0 |   4.03 GiB   3.96 GiB   +1.7   +0.6 |   4.06 GiB   3.98 GiB   +2.0   +0.2  step/step
 12 mid    2048  1  on 4bit   64   30 |   2.38 GiB   2.29 GiB   +4.0   +2.0 |   2.41 GiB   2.31 GiB   +4.5   +1.5  step/step
-every column within 5 %, at 1.97-2.41 GiB where the default heap peaked at 3.10-4.47 GiB, and
-1.6-1.9x the seconds per micro-batch of the default heap's whole runs (both measured while the
-test suite shared the cores). Row 13 (E2B, no quantization,
+Step +0.3..+4.2 % (calibrated -1.0..+2.3 %), whole run +1.2..+4.8 % (calibrated -1.5..+1.9 %), none
+under; the peaks 36-44 % below the default heap's (rows 5, 10, 12: 1.97-2.41 GiB against
+3.10-4.47 GiB), at 1.6-1.9x the default heap's seconds per micro-batch in whole runs (rows 5, 10 and
+12, both measured while the test suite shared the cores). Row 13 (E2B, no quantization,
 ~22 GiB in fp32) is skipped on 24 GiB (rows over 90 % of the available RAM are). `--e2b-4bit --step-only`
 was killed by the kernel while loading (23.2 GiB anonymous at 61 % of the weights, against a 15.1 GiB
 load estimate); since the trainer casts after loading (`pipeline.training.load_dtype`) the load peaks
