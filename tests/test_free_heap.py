@@ -120,14 +120,13 @@ def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, ti
     from pipeline.training import free_heap
     from pipeline.training.model import load_model
 
-    asked = []
-    monkeypatch.setattr(free_heap, "pin_mmap_threshold", lambda asked_by_run=False, **kw: asked.append(
-        kw.get("asked", asked_by_run)) or False)
+    calls = []
+    monkeypatch.setattr(free_heap, "pin_mmap_threshold", lambda asked=False: calls.append(asked) or False)
     options = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", low_memory_heap=True).load_options()
     assert options["low_memory_heap"] is True
     load_model(str(tiny_model_dir), device="cpu", **options)
     load_model(str(tiny_model_dir), device="cpu", quantization="none")
-    assert asked == [True, False]
+    assert calls == [True, False]
 
 
 # 1 MiB buffers freed between small live ones, after a 4 MiB free has raised glibc's dynamic mmap

@@ -400,9 +400,14 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     for name, widget in numbers.items():
         widget.change(lambda value, name=name: handlers.field_message(name, value), inputs=widget,
                       outputs=messages[name], show_progress="hidden")
+    settings = {"device": device, "quantization": quantization, "lora_rank": lora_rank,
+                "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
+                "max_length": max_length, "gradient_checkpointing": gradient_checkpointing,
+                "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
+                "quantize_audio_encoder": quantize_audio_encoder, "low_memory_heap": low_memory_heap,
+                "optimizer": optimizer}
     stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons]
-    for widget in (memory_gb, device, quantization, lora_rank, lora_targets, optimizer, batch_size, grad_accum, max_length,
-                   gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder, low_memory_heap):
+    for widget in (memory_gb, *settings.values()):
         widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
     memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
                      outputs=memory_gb_message, show_progress="hidden")
@@ -422,13 +427,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         # The outputs of `estimate`, in order.
         estimate_outputs=[memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
                           *suggestion_buttons, notes_out, device_note, measured_out],
-        # This tab's setting widgets, by `TrainConfig` field name.
-        settings={"device": device, "quantization": quantization, "lora_rank": lora_rank,
-                  "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
-                  "max_length": max_length, "gradient_checkpointing": gradient_checkpointing,
-                  "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
-                  "quantize_audio_encoder": quantize_audio_encoder, "low_memory_heap": low_memory_heap,
-                  "optimizer": optimizer},
+        settings=settings,  # this tab's setting widgets, by `TrainConfig` field name
     )
 
 

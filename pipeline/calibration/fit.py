@@ -122,6 +122,11 @@ def _clip(value: float) -> float:
     return min(MAX_SCALE, max(0.0, value))
 
 
+def _beyond_retention(record: dict, overhead: float, retention_scale: float) -> float:
+    """What a record measured beyond its structural part, the overhead and its scaled retention (bytes)."""
+    return record["measured_bytes"] - record["structural"] - overhead - retention_scale * record["retention"]
+
+
 def fit_entry(entry: dict) -> DeviceCalibration | None:
     """The `DeviceCalibration` of a stored entry (see the module docstring); None without measurements."""
     every = [r for r in entry.get("measurements", []) if r.get("measured_bytes") is not None]
@@ -146,17 +151,14 @@ def fit_entry(entry: dict) -> DeviceCalibration | None:
     ratios = [r["measured_bytes"] / r["kernel_cache"] for r in every
               if r.get("kind") == "kernel_cache" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
     if probes:
-        ratios += [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"] - r.get("spread", 0))
-                   / r["kernel_cache"]
+        ratios += [(_beyond_retention(r, overhead, scale_r) - r.get("spread", 0)) / r["kernel_cache"]
                    for r in records if r.get("kind") == "run" and r.get("kernel_cache", 0) >= MIN_KERNEL_CACHE_BYTES]
     scale_k = _clip(statistics.median(ratios)) if ratios else 1.0
     # the run's spread: what this machine's runs kept beyond everything else, at their largest
-    spreads = [(r["measured_bytes"] - r["structural"] - overhead - scale_r * r["retention"]
-                - scale_k * r.get("kernel_cache", 0)) / r["spread"]
+    spreads = [(_beyond_retention(r, overhead, scale_r) - scale_k * r.get("kernel_cache", 0)) / r["spread"]
                for r in records if r.get("kind") == "run" and r.get("spread", 0) >= MIN_SPREAD_BYTES] if probes else []
     scale_s = _clip(max(spreads)) if len(spreads) >= MIN_SPREAD_RECORDS else 1.0
-    residuals = [abs(r["structural"] + overhead + scale_r * r["retention"] + scale_k * r.get("kernel_cache", 0)
-                     + scale_s * r.get("spread", 0) - r["measured_bytes"])
+    residuals = [abs(_beyond_retention(r, overhead, scale_r) - scale_k * r.get("kernel_cache", 0) - scale_s * r.get("spread", 0))
                  / r["measured_bytes"] * 100 for r in records] if overhead is not None else []
     speed = entry.get("speed")
     return DeviceCalibration(

@@ -158,12 +158,13 @@ def suggest_fits(
     max_length counting excluded rows, 8-bit AdamW / Adafactor, lower LoRA rank, no LoRA dropout,
     dropping the vision tower, PLE on CPU on CUDA, the low-memory heap on a CPU with glibc),
     re-estimating each; keeps minimal combinations (none contains a subset that already fits; a
-    tight subset still lets a superset that fits be offered), ordered by summed cost score then memory, and keeps only the cost/memory frontier (a
-    suggestion costing at least as much as an earlier one and saving no more memory is left out); when
-    the first `limit` are all tight, the cheapest one that fits takes the last place.
-    Every move is a `TrainConfig` setting the training code carries out (`vision_tower`,
-    `ple_on_cpu`, `low_memory_heap`: `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that
-    fit (for a run that is already tight, another tight setting is no help). `keep` names settings the
+    tight subset still lets a superset that fits be offered), ordered by summed cost score then
+    memory, and keeps only the cost/memory frontier (a suggestion costing at least as much as an
+    earlier one and saving no more memory is left out); when the first `limit` are all tight, the
+    cheapest one that fits takes the last place. Every move is a `TrainConfig` setting the training
+    code carries out (`vision_tower`, `ple_on_cpu`, `low_memory_heap`:
+    `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that fit (for a
+    run that is already tight, another tight setting is no help). `keep` names settings the
     suggestions must not change (the plan keeps each row's fine-tuning type and quantization).
     """
     options = options or EstimateOptions()
