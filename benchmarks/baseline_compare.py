@@ -19,7 +19,10 @@ The difference is what each computes:
     model, the mean over each micro-batch's supervised tokens).
 Both sides compute in the precision this machine runs fast (`pipeline.calibration.precision`: bf16
 where the CPU has native bf16 and the calibration's timed check confirms it, else fp32), printed
-first; the child's JSON says which dtype each side ran (`dtype` for the baseline).
+first; the child's JSON says which dtype each side ran (`dtype` for the baseline). Ours runs on the C
+allocator the product's training process runs on (`pipeline.training.allocator`: TCMalloc where it is
+installed), the baseline on the system's malloc, as a plain script does; each child's JSON says which
+(`allocator`).
 Each run is a fresh child process (`--child ours|baseline`), the two alternating, `--repeat` times
 each. Printed per run: the process's peak memory (CPU: the resident-set high-water mark VmHWM of the
 whole process, loading included; CUDA: max_memory_allocated and reserved), seconds per optimizer
@@ -267,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - reported to the parent as JSON
             result = {"error": f"{type(error).__name__}: {error}"}
         result.update(_peaks(args.device))
-        print(json.dumps(result))
+        from pipeline.training.allocator import running_allocator
+
+        print(json.dumps(dict(result, allocator=running_allocator())))
         return 0
     if args.device == "cuda":
         import torch
@@ -296,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             losses = ", ".join(f"{x:.4f}" for x in result["losses"][:3])
             print(f"{side + '-' + str(i + 1):<10} {fmt_bytes(result['peak_bytes']):>10} "
-                  f"{_step_seconds(result['wall']):>12.2f} {_step_seconds(result['cpu']):>11.2f}  {losses}", flush=True)
+                  f"{_step_seconds(result['wall']):>12.2f} {_step_seconds(result['cpu']):>11.2f}  {losses}"
+                  f"  ({result.get('allocator', '?')})", flush=True)
     good = {side: [r for r in rs if "error" not in r] for side, rs in runs.items()}
     if all(good.values()):
         med = {side: {"peak": statistics.median(r["peak_bytes"] for r in rs),
@@ -314,4 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:3] == ["--child", "ours"]:  # the allocator the product's training process runs on
+        from pipeline.training.allocator import run_on_tcmalloc
+
+        run_on_tcmalloc()
     sys.exit(main())

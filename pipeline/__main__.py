@@ -60,5 +60,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+TRAINING_COMMANDS = ("train",)
+"""Commands whose process trains, and so starts again on TCMalloc where the host has it
+(`pipeline.training.allocator.run_on_tcmalloc`)."""
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] and sys.argv[1] in TRAINING_COMMANDS:
+        from pipeline.training.allocator import run_on_tcmalloc
+
+        try:
+            run_on_tcmalloc()
+        except PipelineError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(1)
     sys.exit(main())

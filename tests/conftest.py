@@ -33,6 +33,20 @@ def _calibration_in_a_temp_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TUTOR_CALIBRATION_DIR", str(tmp_path_factory.mktemp("calibration")))
 
 
+@pytest.fixture()
+def glibc_heap(monkeypatch):
+    """Estimates as on a host whose training runs on glibc's malloc (`TUTOR_ALLOCATOR=glibc`), for tests
+    whose figures include the retained heap, whether or not this host has TCMalloc (the estimate on
+    TCMalloc: tests/test_allocator.py). Child processes inherit it."""
+    from pipeline.training.allocator import tcmalloc_library
+
+    monkeypatch.setenv("TUTOR_ALLOCATOR", "glibc")
+    tcmalloc_library.cache_clear()
+    yield
+    monkeypatch.undo()
+    tcmalloc_library.cache_clear()
+
+
 @pytest.fixture(autouse=True)
 def _stop_started_runs():
     """After every test, whatever its outcome: stop the training processes it started with

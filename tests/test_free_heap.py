@@ -134,13 +134,13 @@ def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, ti
 _PIN_CHILD = _CHILD_PRELUDE + r"""
 from pipeline.training.free_heap import pin_mmap_threshold
 pinned = pin_mmap_threshold(asked=sys.argv[3] == "asked") if sys.argv[2] == "pin" else False
-big = bytearray(4 << 20)
+big = bytearray(16 << 20)  # a mapping whatever the heap's free top holds: glibc's threshold rises to it
 del big
 before = anon()
 blocks, kept = [], []
 for _ in range(100):
     blocks.append(bytearray(1 << 20))
-    kept.append(bytearray(100))
+    kept.append(bytearray(1024))  # from malloc too (pymalloc serves 512 bytes or less), so the freed heap cannot be trimmed
 del blocks
 print(json.dumps({"pinned": pinned, "kept_bytes": anon() - before}))
 """
@@ -153,6 +153,7 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monke
 
     def child(mode: str, env_extra: dict[str, str], run_asks: bool = False) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in ("TUTOR_KEEP_FREE_HEAP", "TUTOR_PIN_MMAP_THRESHOLD")}
+        env["TUTOR_ALLOCATOR"] = "glibc"  # glibc's heap is what this test is about, TCMalloc installed or not
         proc = subprocess.run([sys.executable, "-c", _PIN_CHILD, str(REPO), mode, "asked" if run_asks else "-"],
                               capture_output=True, text=True, env=env | env_extra, timeout=120)
         assert proc.returncode == 0, proc.stderr[-1500:]
@@ -168,8 +169,13 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monke
     assert not child("pin", asked | {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
 
     from pipeline.memory.inputs import EstimateOptions
+    from pipeline.training.allocator import tcmalloc_library
 
+    monkeypatch.setenv("TUTOR_ALLOCATOR", "glibc")
+    tcmalloc_library.cache_clear()
     monkeypatch.delenv("TUTOR_PIN_MMAP_THRESHOLD", raising=False)
     assert EstimateOptions().cpu_heap_retention is True  # the estimate counts what glibc keeps
     monkeypatch.setenv("TUTOR_PIN_MMAP_THRESHOLD", "1")
     assert EstimateOptions().cpu_heap_retention is False
+    monkeypatch.undo()
+    tcmalloc_library.cache_clear()

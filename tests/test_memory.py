@@ -40,6 +40,9 @@ SMALL = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("glibc_heap")  # the retained-heap terms here are glibc's
+
+
 @pytest.fixture(autouse=True)
 def _bf16_terms(request, monkeypatch):
     """The hand-computed terms here are written for bf16 (c = 2 bytes), whatever this machine computes

@@ -19,6 +19,8 @@ from ui import common  # noqa: E402
 from ui import formatting as fmt  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("glibc_heap")  # figures with glibc's retained heap, TCMalloc installed or not
+
 E2B = "google/gemma-3n-E2B-it"
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.fileio import atomic_write_json
+from pipeline.training.allocator import training_allocator
 
 CALIBRATION_DIR_ENV = "TUTOR_CALIBRATION_DIR"
 """Environment variable that moves the calibration folder (tests point it at a temp dir)."""
@@ -31,11 +32,13 @@ CALIBRATION_FILE = "calibration.json"
 STORE_VERSION = 1
 MAX_MEASUREMENTS = 200
 """Evidence kept per device key (the oldest are dropped first): enough for years of runs, small on disk."""
-KEY_FIELDS = ("device", "device_name", "total_memory_bytes", "cpu_model", "torch", "transformers", "bitsandbytes")
+KEY_FIELDS = ("device", "device_name", "total_memory_bytes", "cpu_model", "torch", "transformers", "bitsandbytes", "allocator")
 """What a device key holds, in order."""
-MATCH_FIELDS = ("device", "cpu_model", "torch", "transformers", "bitsandbytes")
+MATCH_FIELDS = ("device", "cpu_model", "torch", "transformers", "bitsandbytes", "allocator")
 """The key fields an estimate can read without torch; an entry matches this machine on these (and, on
-CPU, the total RAM), the GPU's name and memory being recorded for the reader."""
+CPU, the total RAM), the GPU's name and memory being recorded for the reader. `allocator` is the C
+allocator training processes run on (`pipeline.training.allocator.training_allocator`): what a step
+keeps resident and how fast it runs depend on it; an entry from before it was recorded was glibc's."""
 
 
 def calibration_dir() -> Path:
@@ -104,21 +107,22 @@ def device_key(device: str, device_name: str | None = None, total_memory_bytes: 
     if device == "cpu":
         device_name, total_memory_bytes = cpu, ram_total_bytes()
     return {"device": device, "device_name": device_name or "unknown", "total_memory_bytes": int(total_memory_bytes or 0),
-            "cpu_model": cpu, **software_versions()}
+            "cpu_model": cpu, **software_versions(), "allocator": training_allocator()}
 
 
 def key_id(key: dict) -> str:
     """One string naming a device key (the entry's name in the file)."""
     gib = key.get("total_memory_bytes", 0) / 2**30
     return (f"{key['device']} | {key['device_name']} | {gib:.1f} GiB | CPU {key['cpu_model']} | torch {key['torch']} | "
-            f"transformers {key['transformers']} | bitsandbytes {key['bitsandbytes']}")
+            f"transformers {key['transformers']} | bitsandbytes {key['bitsandbytes']}"
+            + (f" | {key['allocator']}" if key.get("allocator", "glibc") != "glibc" else ""))
 
 
 def matches_this_machine(key: dict, device: str) -> bool:
     """Whether a stored key is this machine's `device` with today's software (`MATCH_FIELDS`; on CPU the
     total RAM too, within 1 %: the kernel reserves a little differently from boot to boot)."""
     here = device_key(device)
-    if any(key.get(f) != here[f] for f in MATCH_FIELDS):
+    if any(key.get(f, "glibc" if f == "allocator" else None) != here[f] for f in MATCH_FIELDS):
         return False
     if device == "cpu":
         total = here["total_memory_bytes"]

@@ -21,6 +21,7 @@ estimate's `total_bytes` is the largest of those run phases, what the training p
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from pipeline.calibration.fit import DeviceCalibration
@@ -52,6 +53,7 @@ from pipeline.memory.terms import (
     weights,
 )
 from pipeline.memory.units import fmt_bytes
+from pipeline.training.allocator import training_allocator
 
 
 @dataclass
@@ -225,9 +227,16 @@ def estimate_memory(
                      "parameter with AdamW).")
     elif config.ple_on_cpu and not ple_on_host(config, device):  # on CUDA the note above says where they are
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
+    if device == "cpu" and training_allocator() == "tcmalloc" and not options.cpu_heap_retention:
+        notes.append("training runs on TCMalloc (`pipeline.training.allocator`): memory follows what training holds.")
+    elif device == "cpu" and comps["allocator_retention"] and sys.platform.startswith("linux"):
+        notes.append(f"{fmt_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
+                     "installed (Debian/Ubuntu: `apt-get install libtcmalloc-minimal4`) training keeps none and runs faster.")
     if config.low_memory_heap:
         if device != "cpu":
             notes.append(f"the low-memory mode applies to training on a CPU only; on {device} it changes nothing.")
+        elif training_allocator() == "tcmalloc":
+            notes.append("the low-memory mode changes nothing here: training runs on TCMalloc, which keeps no freed memory.")
         elif comps["allocator_retention"] == 0 and options.cpu_heap_retention:
             notes.append("low-memory mode: memory follows what training holds (no freed heap is kept), steps take "
                          "about twice as long (`pipeline.training.free_heap.pin_mmap_threshold`).")

@@ -280,9 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - reported to the parent as JSON
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
         return 1
-    print(json.dumps(result))
+    from pipeline.training.allocator import running_allocator
+
+    print(json.dumps(dict(result, allocator=running_allocator())))
     return 0
 
 
 if __name__ == "__main__":
+    from pipeline.training.allocator import run_on_tcmalloc
+
+    run_on_tcmalloc()  # the allocator a training process runs on (pipeline.training.allocator)
     sys.exit(main())

@@ -52,6 +52,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from pipeline.training.allocator import tcmalloc_loaded, training_allocator
+
 KEEP_FREE_HEAP_ENV = "TUTOR_KEEP_FREE_HEAP"
 """Set to 1 to keep glibc's free heap resident as before: no `malloc_trim`, no pinned mmap threshold (a
 diagnostic; the benchmark's baseline)."""
@@ -122,11 +124,18 @@ def heap_can_follow_live_tensors() -> bool:
 
 
 def heap_follows_live_tensors(asked: bool = False) -> bool:
-    """Whether a training process on this host pins glibc's mmap threshold (`pin_mmap_threshold`), so
-    its resident set follows its live tensors and the estimate counts no retained heap
-    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`): when `asked` (the run's
-    `TrainConfig.low_memory_heap`) or `TUTOR_PIN_MMAP_THRESHOLD=1` asks for it, and
-    `heap_can_follow_live_tensors`."""
+    """Whether a training process on this host keeps no freed heap resident, so its resident set follows
+    its live tensors and the estimate counts no retained heap
+    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`, `pipeline.memory.cpu_heap.allocator_retention`):
+    when it runs on TCMalloc (`pipeline.training.allocator.training_allocator`, the default where the
+    library is installed), or when `asked` (the run's `TrainConfig.low_memory_heap`) or
+    `TUTOR_PIN_MMAP_THRESHOLD=1` asks to pin glibc's mmap threshold and `heap_can_follow_live_tensors`."""
+    return training_allocator() == "tcmalloc" or _pins_mmap_threshold(asked)
+
+
+def _pins_mmap_threshold(asked: bool) -> bool:
+    """Whether a glibc process pins its mmap threshold: `asked` by the run or `TUTOR_PIN_MMAP_THRESHOLD=1`,
+    and `heap_can_follow_live_tensors`."""
     asked = asked or os.environ.get(PIN_MMAP_THRESHOLD_ENV, "").strip().lower() in ("1", "true", "yes")
     return asked and heap_can_follow_live_tensors()
 
@@ -148,10 +157,10 @@ def pin_mmap_threshold(asked: bool = False) -> bool:
     (two probes each, alternating, nothing else running), and 9.9 s at a 4 MiB threshold (2.39 GiB).
     So it is opt-in (`asked`: the run's `TrainConfig.low_memory_heap`, `--low-memory-heap`, or
     `TUTOR_PIN_MMAP_THRESHOLD=1` for every run): less memory, slower steps. Returns True when pinned,
-    False where nothing was done (not asked for, not glibc, or `TUTOR_KEEP_FREE_HEAP=1`).
+    False where nothing was done (not asked for, not glibc, running on TCMalloc, or `TUTOR_KEEP_FREE_HEAP=1`).
     """
-    if not heap_follows_live_tensors(asked):
-        return False
+    if tcmalloc_loaded() or not _pins_mmap_threshold(asked):
+        return False  # TCMalloc keeps no freed heap; glibc's threshold would change nothing there
     return bool(_mallopt_function()(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
