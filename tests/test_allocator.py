@@ -94,3 +94,14 @@ def test_the_estimate_counts_a_retained_heap_only_on_glibc(monkeypatch, name):
     assert any("TCMalloc" in note and "follows what training holds" in note for note in estimate.notes) == on_tcmalloc
     low_memory = estimate_memory(SMALL, config.replace(low_memory_heap=True), LengthStats(512, 0.0), "cpu", EstimateOptions())
     assert any("changes nothing here" in note for note in low_memory.notes) == on_tcmalloc
+
+
+def test_the_memory_probe_runs_on_the_allocator_its_estimate_assumes(tiny_model_dir):
+    """`estimate --measure` and the calibration compare the probe's peak with an estimate that counts a
+    retained heap or not by `training_allocator`; the probe has to run on that allocator."""
+    from pipeline.memory.measure import measure_peak
+
+    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=8, lora_alpha=16,
+                         batch_size=1, max_length=256)
+    measured = measure_peak(str(tiny_model_dir), config, LengthStats(256, 0.0), "cpu", EstimateOptions())
+    assert measured["allocator"] == allocator.training_allocator()

@@ -12,6 +12,7 @@ from pipeline.config import TrainConfig
 from pipeline.memory import GIB, MIB, LengthStats, estimate_memory
 from pipeline.memory.run_compare import compare, comparison_text
 from pipeline.memory.run_phases import RUN_PHASES
+from pipeline.training.allocator import training_allocator
 from tests.test_memory import SMALL, cfg
 
 @pytest.fixture(autouse=True)
@@ -254,6 +255,7 @@ def test_cli_run_on_the_sample_pack_reports_every_phase_against_its_estimate(tmp
 
     result, summary = train_sample_pack_run(tmp_path / "ws", tiny_model_dir)
     measured, estimate = result["memory"], result["memory_estimate"]
+    assert measured["allocator"] == training_allocator()  # the run ran on what its estimate assumed
     assert set(measured["phase_peak_bytes"]) == {"load", "preflight", "step", "eval", "save"}
     assert set(measured["phase_peak_bytes"]) <= set(estimate["run_phases"]) <= set(estimate["device_parts"]) | {"resume"}
     assert result["peak_memory_bytes"] == measured["peak_bytes"] == max(measured["phase_peak_bytes"].values())

@@ -66,7 +66,7 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
                      options: EstimateOptions | None = None) -> list[Move]:
     """Single setting changes that can lower memory, each with its words and cost."""
     moves: list[Move] = []
-    counts_retained_heap = options is None or options.cpu_heap_retention
+    counts_retained_heap = (options or EstimateOptions()).cpu_heap_retention  # not on TCMalloc (pipeline.training.allocator)
     if device == "cpu" and not config.low_memory_heap and counts_retained_heap and heap_can_follow_live_tensors():
         moves.append(Move({"low_memory_heap": True}, "Use the low-memory mode (memory follows what training holds)",
                           "slower steps: about twice as long on a 2-core server CPU", LOW_MEMORY_HEAP_SCORE))

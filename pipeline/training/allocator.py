@@ -89,9 +89,10 @@ def training_allocator() -> str:
         return "glibc"
 
 
+@functools.cache
 def tcmalloc_loaded() -> bool:
-    """Whether this process runs on TCMalloc (a `libtcmalloc` mapping in /proc/self/maps; False where
-    that file does not exist)."""
+    """Whether this process runs on TCMalloc (a `libtcmalloc` mapping in /proc/self/maps, read once: a
+    process keeps its allocator; False where that file does not exist)."""
     try:
         return "libtcmalloc" in Path("/proc/self/maps").read_text()
     except OSError:

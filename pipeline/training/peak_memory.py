@@ -236,8 +236,10 @@ class PhaseMemory:
 
     def to_dict(self) -> dict:
         """`{"phase_peak_bytes": {phase: bytes}, "peak_phase", "peak_bytes", "method", "memory_kind",
-        "exact": {phase: bool}, "details": {phase: counters at that phase's peak visit}}`, phases
-        in `RUN_PHASES` order, the open phase included."""
+        "allocator", "exact": {phase: bool}, "details": {phase: counters at that phase's peak visit}}`,
+        phases in `RUN_PHASES` order, the open phase included; `allocator` is the C allocator this
+        process runs on (`pipeline.training.allocator.running_allocator`: "tcmalloc" or "glibc")."""
+        from pipeline.training.allocator import running_allocator
         peaks = self.current()
         ordered = {p: peaks[p] for p in RUN_PHASES if p in peaks}
         peak_phase = max(ordered, key=ordered.get) if ordered else None
@@ -247,6 +249,7 @@ class PhaseMemory:
             "peak_bytes": ordered.get(peak_phase, 0) if peak_phase else 0,
             "method": self.method,
             "memory_kind": memory_kind(self.device),
+            "allocator": running_allocator(),
             "exact": {p: self.exact.get(p, p == self.phase and self.device != "mps") for p in ordered},
             "details": {p: self.details[p] for p in RUN_PHASES if p in self.details},
         }
