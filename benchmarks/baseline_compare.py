@@ -42,6 +42,11 @@ Result (2026-12-01, another 2-core CPU: AMD EPYC, AVX2, so fp32 on both sides; `
 --repeat 1`, the cores shared with other jobs): peak RSS 1.31 GiB (ours) against 2.03 GiB, 0.64x;
 45.47 against 47.04 s per step wall, 0.97x (28.82 against 34.32 s CPU time, 0.84x); first losses
 11.2815 and 11.2814. (In bf16 on that CPU, issue 19 measured 111.7 s per step for ours.)
+
+Result (2026-12-02, the same AMD EPYC, ours on TCMalloc and the baseline on glibc's malloc, fp32 on
+both sides, `--model mid --steps 6 --repeat 1`, nothing else running): peak RSS 1.47 GiB against
+2.10 GiB, 0.70x; 5.23 against 6.98 s per step wall, 0.75x (10.34 against 13.68 s CPU time, 0.76x),
+throughput 1.33x; first losses 11.2815 and 11.2814.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ Every row within 5 % in all four columns: step -2.4..+3.5 % (calibrated -2.6..+3
 the tables below. Seconds per step, two probes of row 10 per allocator in fresh processes, one after
 another, nothing else running (the same day): TCMalloc 15.8-16.6 s (peak 2.41 GiB), glibc's default
 19.7-20.5 s (3.57-3.80 GiB), glibc with the mmap threshold pinned (the low-memory mode) 30.0-30.7 s
-(2.40 GiB), jemalloc 25.8-26.2 s (2.41 GiB), mimalloc 25.7 s (2.45 GiB). `--e2b-4bit --step-only` on TCMalloc
+(2.40 GiB), jemalloc 25.8-26.2 s (2.41 GiB), mimalloc 25.7-26.2 s (2.45 GiB). `--e2b-4bit --step-only` on TCMalloc
 (E2B, NF4, checkpointing, 512 tokens with a 30 s clip; killed at 23.2 GiB on glibc's default heap):
 16.31 GiB measured against 16.26 GiB estimated (-0.3 %, calibrated -0.3 %), 114 s per step, load 84 s.
 

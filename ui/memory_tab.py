@@ -28,6 +28,7 @@ from pipeline.config import (
     likely_device,
 )
 from pipeline.errors import PipelineError
+from pipeline.training.allocator import training_allocator
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui import memory_view
@@ -380,8 +381,9 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                     value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
                     info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
                          "encoding.")
-                low_memory_heap = gr.Checkbox(
-                    value=d.low_memory_heap, label="Low-memory mode (training on this computer's processor)",
+                low_memory_heap = gr.Checkbox(  # nothing to give back where training runs on TCMalloc
+                    value=d.low_memory_heap, visible=training_allocator() != "tcmalloc",
+                    label="Low-memory mode (training on this computer's processor)",
                     info="Gives freed memory back at once: 0.5-2 GiB less, steps about twice as long. Not used on "
                          "a GPU (technically: glibc's mmap threshold pinned at 64 KiB).")
             memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,

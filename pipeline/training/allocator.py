@@ -3,17 +3,18 @@
 On Linux, PyTorch's CPU tensors come from the C library's `malloc`. glibc's keeps much of what a step
 frees resident, in amounts that vary from process to process (`pipeline.training.free_heap`), so the
 estimate has to price a retained heap it can only bound (`pipeline.memory.cpu_heap`). TCMalloc
-(gperftools' `libtcmalloc_minimal.so.4`, Debian/Ubuntu package `libtcmalloc-minimal4`, the allocator
-PyTorch's CPU performance guide recommends) reuses freed spans by size, so a step's resident set is its
-live tensors, and it is faster. Measured on this project's second machine (AMD EPYC, AVX2, fp32,
-2026-12-02, `pipeline.memory.probe`, the mid-size stand-in, one 2,048-token row, gradient checkpointing,
-LoRA r=64, fresh processes, nothing else running): glibc's default 3.57-3.80 GiB peak and 19.7-20.5 s
-per step; glibc with the mmap threshold pinned (the low-memory mode) 2.40 GiB and 30.0-30.7 s;
-TCMalloc 2.41 GiB and 15.8-16.6 s; jemalloc 2.41 GiB and 25.8-26.2 s; mimalloc 2.45 GiB and 25.7 s.
+(gperftools' `libtcmalloc_minimal.so.4`, Debian/Ubuntu package `libtcmalloc-minimal4`; PyTorch's
+performance tuning guide names it, with jemalloc, for CPU workloads) reuses freed spans by size, so a
+step's resident set is its live tensors, and it is faster. Measured on this project's second machine
+(AMD EPYC, AVX2, fp32, 2026-12-02, `pipeline.memory.probe`, the mid-size stand-in, one 2,048-token row,
+gradient checkpointing, LoRA r=64, two fresh processes each, nothing else running): glibc's default
+3.57-3.80 GiB peak and 19.7-20.5 s per step; glibc with the mmap threshold pinned (the low-memory mode)
+2.40 GiB and 30.0-30.7 s; TCMalloc 2.41 GiB and 15.8-16.6 s; jemalloc 2.41 GiB and 25.8-26.2 s;
+mimalloc 2.45 GiB and 25.7-26.2 s.
 
 A process cannot change its allocator once it runs, so the training process (`python -m pipeline
 train`) and the memory probe (`python -m pipeline.memory.probe`) start again on TCMalloc before they
-import anything (`run_on_tcmalloc`: `os.execv` with the library in `LD_PRELOAD`, the same process
+import anything (`run_on_tcmalloc`: `os.execve` with the library in `LD_PRELOAD`, the same process
 id, so a run that the app watches stays the same run). The estimate asks `training_allocator` which
 allocator those processes will have and counts no retained heap under TCMalloc
 (`pipeline.training.free_heap.heap_follows_live_tensors`).
@@ -58,7 +59,8 @@ def _asked() -> str:
 @functools.cache
 def tcmalloc_library() -> str | None:
     """The path of the TCMalloc shared library a training process would preload, or None: not Linux,
-    `TUTOR_ALLOCATOR=glibc`, or no library in `$CONDA_PREFIX/lib` or `TCMALLOC_LIBRARY_FOLDERS`.
+    `TUTOR_ALLOCATOR=glibc`, or no library in `$CONDA_PREFIX/lib` or `TCMALLOC_LIBRARY_FOLDERS`. Looked
+    up once per process (`tcmalloc_library.cache_clear()` after changing `TUTOR_ALLOCATOR`).
 
     Raises:
         ConfigError: `TUTOR_ALLOCATOR` names a path that is not a file (fix the path, or unset it).
@@ -69,7 +71,7 @@ def tcmalloc_library() -> str | None:
     if asked and asked.lower() != "tcmalloc":
         if not Path(asked).is_file():
             raise ConfigError(f"{ALLOCATOR_ENV}={asked!r} is not a file: expected 'glibc', 'tcmalloc' or the path "
-                                    "of a TCMalloc library such as /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+                              "of a TCMalloc library such as /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
         return asked
     folders = [str(Path(os.environ["CONDA_PREFIX"]) / "lib")] if os.environ.get("CONDA_PREFIX") else []
     for folder in folders + list(TCMALLOC_LIBRARY_FOLDERS):
@@ -100,13 +102,14 @@ def tcmalloc_loaded() -> bool:
 
 
 def running_allocator() -> str:
-    """`"tcmalloc"` or `"glibc"`: what this process runs on (the run's record and the calibration's key)."""
+    """`"tcmalloc"` or `"glibc"`: what this process runs on (recorded by runs and probes; the estimate and
+    the calibration's key use `training_allocator`, what training processes will run on)."""
     return "tcmalloc" if tcmalloc_loaded() else "glibc"
 
 
 def run_on_tcmalloc() -> None:
     """Start this process again on TCMalloc when `tcmalloc_library` finds it and the process does not run
-    on it yet: `os.execv` of the same command line (`sys.orig_argv`) with the library first in
+    on it yet: `os.execve` of the same command line (`sys.orig_argv`) with the library first in
     `LD_PRELOAD`. Call it first thing under `if __name__ == "__main__"` of a process that trains, never
     from a function another program calls (it replaces the calling process). Returns without doing
     anything when the library is missing, the process already runs on it, or it was started again

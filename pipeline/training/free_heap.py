@@ -6,7 +6,10 @@ With `TrainConfig.low_memory_heap` (`--low-memory-heap`, the Memory tab's low-me
 model first pins glibc's mmap threshold at 64 KiB (`pin_mmap_threshold`): each tensor but
 the smallest is its own mapping, unmapped when freed, so what a step frees never stays resident and
 the estimate counts no retained heap (`heap_follows_live_tensors`). By default glibc's dynamic
-threshold stays, and the releases below keep what it retains in check.
+threshold stays, and the releases below keep what it retains in check. Where TCMalloc is installed,
+training processes run on it instead (`pipeline.training.allocator`): it keeps no freed heap that the
+estimate has to price, so the threshold is not pinned there, and `malloc_trim` (glibc's) finds nothing
+of TCMalloc's to hand back.
 
 On Linux, PyTorch's CPU tensors come from glibc malloc. Tensors under its mmap threshold (which
 rises to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`) live in the heap, and what a step

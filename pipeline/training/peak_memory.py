@@ -29,6 +29,7 @@ from typing import Iterator
 import torch
 
 from pipeline.config import TrainConfig
+from pipeline.training.allocator import running_allocator
 from pipeline.training.free_heap import release_free_heap
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
@@ -239,7 +240,6 @@ class PhaseMemory:
         "allocator", "exact": {phase: bool}, "details": {phase: counters at that phase's peak visit}}`,
         phases in `RUN_PHASES` order, the open phase included; `allocator` is the C allocator this
         process runs on (`pipeline.training.allocator.running_allocator`: "tcmalloc" or "glibc")."""
-        from pipeline.training.allocator import running_allocator
         peaks = self.current()
         ordered = {p: peaks[p] for p in RUN_PHASES if p in peaks}
         peak_phase = max(ordered, key=ordered.get) if ordered else None
