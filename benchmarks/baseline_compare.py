@@ -44,9 +44,10 @@ Result (2026-12-01, another 2-core CPU: AMD EPYC, AVX2, so fp32 on both sides; `
 11.2815 and 11.2814. (In bf16 on that CPU, issue 19 measured 111.7 s per step for ours.)
 
 Result (2026-12-02, the same AMD EPYC, ours on TCMalloc and the baseline on glibc's malloc, fp32 on
-both sides, `--model mid --steps 6 --repeat 1`, nothing else running): peak RSS 1.47 GiB against
-2.10 GiB, 0.70x; 5.23 against 6.98 s per step wall, 0.75x (10.34 against 13.68 s CPU time, 0.76x),
-throughput 1.33x; first losses 11.2815 and 11.2814.
+both sides, `--model mid --steps 6 --repeat 2`, nothing else running): peak RSS 1.46 / 1.47 GiB
+against 2.02 / 2.06 GiB, 0.72x; 4.72 / 5.03 against 6.72 / 7.13 s per step wall, 0.70x (0.71x CPU
+time), throughput 1.42x; first losses 11.2815 and 11.2814. An earlier `--repeat 1` the same day:
+1.47 against 2.10 GiB, 5.23 against 6.98 s per step (0.75x).
 """
 
 from __future__ import annotations
