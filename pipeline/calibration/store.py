@@ -38,7 +38,10 @@ MATCH_FIELDS = ("device", "cpu_model", "torch", "transformers", "bitsandbytes", 
 """The key fields an estimate can read without torch; an entry matches this machine on these (and, on
 CPU, the total RAM), the GPU's name and memory being recorded for the reader. `allocator` is the C
 allocator training processes run on (`pipeline.training.allocator.training_allocator`): what a step
-keeps resident and how fast it runs depend on it; an entry from before it was recorded was glibc's."""
+keeps resident and how fast it runs depend on it."""
+KEY_DEFAULTS = {"allocator": "glibc"}
+"""What a key field stored before it was recorded was: entries written before the allocator was part of
+the key were glibc's."""
 
 
 def calibration_dir() -> Path:
@@ -113,16 +116,17 @@ def device_key(device: str, device_name: str | None = None, total_memory_bytes: 
 def key_id(key: dict) -> str:
     """One string naming a device key (the entry's name in the file)."""
     gib = key.get("total_memory_bytes", 0) / 2**30
+    allocator = key.get("allocator", KEY_DEFAULTS["allocator"])  # named only where it is not glibc: older names stand
     return (f"{key['device']} | {key['device_name']} | {gib:.1f} GiB | CPU {key['cpu_model']} | torch {key['torch']} | "
             f"transformers {key['transformers']} | bitsandbytes {key['bitsandbytes']}"
-            + (f" | {key['allocator']}" if key.get("allocator", "glibc") != "glibc" else ""))
+            + (f" | {allocator}" if allocator != KEY_DEFAULTS["allocator"] else ""))
 
 
 def matches_this_machine(key: dict, device: str) -> bool:
     """Whether a stored key is this machine's `device` with today's software (`MATCH_FIELDS`; on CPU the
     total RAM too, within 1 %: the kernel reserves a little differently from boot to boot)."""
     here = device_key(device)
-    if any(key.get(f, "glibc" if f == "allocator" else None) != here[f] for f in MATCH_FIELDS):
+    if any(key.get(f, KEY_DEFAULTS.get(f)) != here[f] for f in MATCH_FIELDS):
         return False
     if device == "cpu":
         total = here["total_memory_bytes"]

@@ -12,7 +12,7 @@ from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions
 from pipeline.memory.shape import ModelShape
 from pipeline.memory.terms import activations, compute_dtype
-from pipeline.training.free_heap import heap_follows_live_tensors
+from pipeline.training.free_heap import heap_can_follow_live_tensors
 
 # CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
 # the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
@@ -80,15 +80,16 @@ def allocator_retention(
     (a, b) = CPU_HEAP_RETENTION_PER_TOKEN and c = CPU_HEAP_RETENTION_PER_AUDIO_SECOND for the run's
     gradient checkpointing (measured, see the constants), I the widest MLP, L the decoder layers, h
     the hidden size, `audio_seconds_per_row` the seconds of audio in the longest row (clips per row
-    x the longest clip); 0 when `options.cpu_heap_retention` is False (a process whose RSS follows
-    its live tensors, e.g. run with MALLOC_MMAP_THRESHOLD_=65536) and when the run asks for the
-    low-memory heap (`config.low_memory_heap`) on a host that can pin it, or runs on TCMalloc
-    (`pipeline.training.free_heap.heap_follows_live_tensors`). CUDA: the caching allocator's
+    x the longest clip); 0 when `options.cpu_heap_retention` is False (a training process on this host
+    keeps no freed heap: it runs on TCMalloc, or with MALLOC_MMAP_THRESHOLD_=65536;
+    `pipeline.training.free_heap.heap_follows_live_tensors`, the option's default) and when the run
+    asks for the low-memory heap (`config.low_memory_heap`) on a host that can pin it
+    (`pipeline.training.free_heap.heap_can_follow_live_tensors`). CUDA: the caching allocator's
     slack is in the runtime overhead. MPS: not measured, 0.
     """
-    if device != "cpu" or (options is not None and not options.cpu_heap_retention):
-        return 0
-    if heap_follows_live_tensors(config.low_memory_heap):
+    if device != "cpu" or not (options or EstimateOptions()).cpu_heap_retention:
+        return 0  # the host's allocator keeps none (`EstimateOptions.cpu_heap_retention`'s default)
+    if config.low_memory_heap and heap_can_follow_live_tensors():
         return 0
     checkpointing = bool(config.gradient_checkpointing)
     per_mlp_unit, per_layer_hidden_unit = CPU_HEAP_RETENTION_PER_TOKEN[checkpointing]
