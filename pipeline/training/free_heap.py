@@ -129,7 +129,7 @@ def heap_can_follow_live_tensors() -> bool:
 def heap_follows_live_tensors(asked: bool = False) -> bool:
     """Whether a training process on this host keeps no freed heap resident, so its resident set follows
     its live tensors and the estimate counts no retained heap
-    (`pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`, `pipeline.memory.cpu_heap.allocator_retention`):
+    (the default of `pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`):
     when it runs on TCMalloc (`pipeline.training.allocator.training_allocator`, the default where the
     library is installed), or when `asked` (the run's `TrainConfig.low_memory_heap`) or
     `TUTOR_PIN_MMAP_THRESHOLD=1` asks to pin glibc's mmap threshold and `heap_can_follow_live_tensors`."""
