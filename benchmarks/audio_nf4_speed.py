@@ -9,7 +9,7 @@ hidden 1,536: 681 M Linear parameters, 1.27 GiB in bf16, ~0.36 GiB in NF4). With
 model only (`--lora-targets language`) the encoder runs forward without a graph once per clip and
 step, so its forward time is the whole cost. The NF4 copy is made the way the loader quantizes a
 checkpoint (`bitsandbytes.nn.Params4bit` moved to the device), and on CPU it keeps the training
-kernel (`pipeline.training.model.disable_bnb_cpu_repacking`). Timings alternate bf16 / NF4 `--repeat`
+kernel (`pipeline.model.loading.disable_bnb_cpu_repacking`). Timings alternate bf16 / NF4 `--repeat`
 times after one warm-up each and print the median wall-clock and process-CPU seconds per forward and
 the NF4 / bf16 ratio, plus the weight bytes of each.
 """
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from pipeline.training.model import disable_bnb_cpu_repacking
+    from pipeline.model.loading import disable_bnb_cpu_repacking
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device is visible here.", file=sys.stderr)

@@ -20,7 +20,7 @@ The difference is what each computes:
 Both sides compute in the precision this machine runs fast (`pipeline.calibration.precision`: bf16
 where the CPU has native bf16 and the calibration's timed check confirms it, else fp32), printed
 first; the child's JSON says which dtype each side ran (`dtype` for the baseline). Ours runs on the C
-allocator the product's training process runs on (`pipeline.training.allocator`: TCMalloc where it is
+allocator the product's training process runs on (`pipeline.host.allocator`: TCMalloc where it is
 installed), the baseline on the system's malloc, as a plain script does; each child's JSON says which
 (`allocator`).
 Each run is a fresh child process (`--child ours|baseline`), the two alternating, `--repeat` times
@@ -82,7 +82,7 @@ def mid_chat_model_dir() -> Path:
     out = CACHE / "mid-chat"
     if (out / "config.json").exists():
         return out
-    import pipeline.training.tiny_model as tiny
+    import pipeline.model.tiny_model as tiny
     from transformers import Gemma3nConfig
 
     layers = 8
@@ -202,9 +202,9 @@ def child_baseline(args) -> dict:
 
     from pipeline.data.dataset import load_built_dataset
     from pipeline.training.collate import ChatCollator
-    from pipeline.training.model import LANGUAGE_LORA_REGEX, load_processor
+    from pipeline.model.loading import LANGUAGE_LORA_REGEX, load_processor
 
-    from pipeline.training.model import compute_dtype
+    from pipeline.model.loading import compute_dtype
 
     config = _config(args)
     started = time.perf_counter()
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - reported to the parent as JSON
             result = {"error": f"{type(error).__name__}: {error}"}
         result.update(_peaks(args.device))
-        from pipeline.training.allocator import running_allocator
+        from pipeline.host.allocator import running_allocator
 
         print(json.dumps(dict(result, allocator=running_allocator())))
         return 0
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:3] == ["--child", "ours"]:  # the allocator the product's training process runs on
-        from pipeline.training.allocator import run_on_tcmalloc
+        from pipeline.host.allocator import run_on_tcmalloc
 
         run_on_tcmalloc()
     sys.exit(main())

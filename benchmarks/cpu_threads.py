@@ -1,5 +1,5 @@
 """Benchmark: training step time with and without a concurrent Try answer, before and after the
-thread rule of `pipeline.cpu_threads`; prints the figures side by side.
+thread rule of `pipeline.host.cpu_threads`; prints the figures side by side.
 
 Builds a workspace from the bundled sample pack (8 real clips) with the offline tiny model, then for
 each policy runs, as separate processes exactly as the app does:
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cores:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
-    from pipeline.cpu_threads import available_cores, inference_threads, trainer_threads
+    from pipeline.host.cpu_threads import available_cores, inference_threads, trainer_threads
 
     cores = available_cores()
     with tempfile.TemporaryDirectory(prefix="bench-threads-") as tmp:

@@ -1,5 +1,5 @@
 """What handing the C heap's free memory back costs and saves: a CPU training run side by side with and
-without it (`pipeline.training.free_heap`).
+without it (`pipeline.host.free_heap`).
 
 Usage:
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/free_heap.py [--model mid|e2b] [--repeat 2]
@@ -32,7 +32,7 @@ from memory_accuracy import CACHE, e2b_checkpoint_dir, give_tokenizer_the_models
 from whole_run import run_whole  # noqa: E402
 
 from pipeline.memory.units import GIB  # noqa: E402
-from pipeline.training.free_heap import KEEP_FREE_HEAP_ENV  # noqa: E402
+from pipeline.host.free_heap import KEEP_FREE_HEAP_ENV  # noqa: E402
 
 PHASES = ("load", "preflight", "step", "eval")
 

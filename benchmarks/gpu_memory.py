@@ -12,7 +12,7 @@ the last min(tokens, 256) supervised; LoRA r=16, batch 1, gradient checkpointing
   with LoRA in the audio encoder (`language+audio`) and one with the frozen audio encoder in NF4
   (`--quantize-audio-encoder`).
 
-Each row runs in a fresh child process (`pipeline.memory.probe`, the training code's loading,
+Each row runs in a fresh child process (`pipeline.training.probe`, the training code's loading,
 quantization, placements, LoRA, Trainer optimizer and `training_step`, two steps on a synthetic
 worst-case batch). The checkpoint is full-size E2B with random weights saved in bf16
 (benchmarks/memory_accuracy.py `e2b_checkpoint_dir`, 10.8 GB in $MEMORY_BENCH_CACHE, written once),
@@ -80,7 +80,7 @@ def measure(model_path: str, config: TrainConfig, lengths: LengthStats) -> dict:
     """One probe run in a fresh child process on CUDA; its JSON line."""
     request = {"model": model_path, "config": config.to_dict(), "seq_len": lengths.longest_tokens,
                "clip_s": lengths.longest_clip_s, "device": "cuda", "answer_tokens": lengths.answer_tokens[0]}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)],
+    proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO))
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):

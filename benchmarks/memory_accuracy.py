@@ -12,14 +12,14 @@ Every row supervises only its last `--answer-tokens` tokens (default 64, a typic
 as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
 only where the next token is supervised); the estimate gets the same answer length.
 
-Models: the tiny random Gemma 3n (`pipeline.training.tiny_model.make_tiny_model`), a mid-size random Gemma
+Models: the tiny random Gemma 3n (`pipeline.model.tiny_model.make_tiny_model`), a mid-size random Gemma
 3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
 row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
 conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
 `assets/gemma-3n-E2B-it.config.json` (bf16 LoRA with gradient checkpointing, short sequence; only
 when at least 16 GiB of RAM are available).
 
-Measurement (CPU): each configuration runs in a fresh child process (`pipeline.memory.probe`) with
+Measurement (CPU): each configuration runs in a fresh child process (`pipeline.training.probe`) with
 the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
 (VmHWM, reset right before the steady-state second step). The estimate is
 `pipeline.memory.phases.estimate_memory` for the same settings on device `cpu`, whose CPU runtime overhead
@@ -44,7 +44,7 @@ the phases `pipeline.training.peak_memory` records) with the estimate's whole-ru
 train through the real processor: the tiny tokenizer copied next to them gets the model's
 multimodal ids (`give_tokenizer_the_models_ids`).
 
-Results on TCMalloc, what training runs on where it is installed (`pipeline.training.allocator`; the
+Results on TCMalloc, what training runs on where it is installed (`pipeline.host.allocator`; the
 children of this benchmark start again on it as the trainer does), 2026-12-02, AMD EPYC (AVX2, so
 fp32), 2 cores, 24 GiB: `--calibrate --no-full --repeat 1`, one probe and one whole run per row, the
 calibration from the tiny stand-in's probes in a fresh folder; unit tests shared the cores for rows
@@ -75,8 +75,8 @@ another, nothing else running (the same day): TCMalloc 15.8-16.6 s (peak 2.41 Gi
 
 Results on glibc's malloc (2026-11-30, this machine: 2 cores, 24 GiB RAM, no GPU). Every process hands the C heap's
 free memory back while loading, before each phase and micro-batch and after each backward
-(`pipeline.training.free_heap`); on CPU the trainer's weights stay views into the memory-mapped
-checkpoint and the pages loading read are handed back (`pipeline.training.checkpoint_pages`). Each
+(`pipeline.host.free_heap`); on CPU the trainer's weights stay views into the memory-mapped
+checkpoint and the pages loading read are handed back (`pipeline.model.checkpoint_pages`). Each
 row is the median of its runs pooled with `--from-json` (the ranges are over the runs). Step column:
 2-6 probes per row, measured before the releases while loading and after backward were added (a
 probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, the bottom of its
@@ -160,12 +160,12 @@ under; the peaks 36-44 % below the default heap's (rows 5, 10, 12: 1.97-2.41 GiB
 12, both measured while the test suite shared the cores). Row 13 (E2B, no quantization,
 ~22 GiB in fp32) is skipped on 24 GiB (rows over 90 % of the available RAM are). `--e2b-4bit --step-only`
 was killed by the kernel while loading (23.2 GiB anonymous at 61 % of the weights, against a 15.1 GiB
-load estimate); since the trainer casts after loading (`pipeline.training.load_dtype`) the load peaks
+load estimate); since the trainer casts after loading (`pipeline.model.load_dtype`) the load peaks
 at 14.6 GiB, and the step was killed at 23.2 GiB against a 19.2 GiB step estimate. With
 `TUTOR_PIN_MMAP_THRESHOLD=1` it ran: 16.20 GiB measured against 16.26 GiB estimated (+0.4 %, +0.1 %
 calibrated). Before the dtype
 scaling of the retained heap, rows 3, 4 and 5 were -7.4, -4.7 and -19.9 % (one step). With
-`TUTOR_PIN_MMAP_THRESHOLD=1` in the children (`pipeline.training.free_heap.pin_mmap_threshold`, opt-in:
+`TUTOR_PIN_MMAP_THRESHOLD=1` in the children (`pipeline.host.free_heap.pin_mmap_threshold`, opt-in:
 twice the step time there) rows 0-4 measured +0.3..+3.2 % (step) and +1.2..+3.9 % (whole run).
 The step row 13 (E2B bf16) builds the model from its config with random weights in anonymous memory;
 its whole run trains the saved random checkpoint (memory-mapped, so only what is read is resident).
@@ -193,7 +193,7 @@ from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.memory.shape import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
 from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
-from pipeline.memory.probe import PROBE_VOCAB  # noqa: E402
+from pipeline.training.probe import PROBE_VOCAB  # noqa: E402
 from pipeline.calibration import compute_dtype_for  # noqa: E402
 from whole_run import run_whole  # noqa: E402
 
@@ -203,7 +203,7 @@ CALIBRATION = None
 
 
 def tiny_model_dir() -> Path:
-    from pipeline.training.tiny_model import make_tiny_model
+    from pipeline.model.tiny_model import make_tiny_model
 
     out = CACHE / "tiny"
     if not (out / "config.json").exists():
@@ -343,7 +343,7 @@ def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, r
     env = dict(os.environ)
     if malloc_fixed:  # diagnostic: every allocation >= 64 KiB is mmapped, so RSS follows live tensors
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    proc = subprocess.run([sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)],
+    proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO), env=env)
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop_process_group(server.pid)
             server.wait(timeout=30)
-    from pipeline.cpu_threads import available_cores, inference_threads
+    from pipeline.host.cpu_threads import available_cores, inference_threads
 
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": available_cores(),
               "load_average": [round(x, 2) for x in os.getloadavg()], "server_threads": inference_threads(False),

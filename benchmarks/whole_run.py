@@ -30,7 +30,7 @@ FILLER = "the cat sat on a mat and we call it bear"
 
 
 def _text_of(counter, target: str, answer: str) -> tuple[int, int]:
-    from pipeline.conversation import build_messages
+    from pipeline.conversation.messages import build_messages
 
     ids = counter.encode_texts([counter.render(build_messages(target, answer))])[0]
     return len(ids), counter.supervised_tokens(ids)
@@ -38,8 +38,8 @@ def _text_of(counter, target: str, answer: str) -> tuple[int, int]:
 
 def texts_for(processor, seq_len: int, answer_tokens: int) -> tuple[str, str]:
     """(target_text, feedback) whose conversation has about `seq_len` tokens with about
-    `answer_tokens` of them supervised (the counts of `pipeline.conversation.TokenCounter`)."""
-    from pipeline.conversation import TokenCounter
+    `answer_tokens` of them supervised (the counts of `pipeline.conversation.messages.TokenCounter`)."""
+    from pipeline.conversation.messages import TokenCounter
 
     counter = TokenCounter(processor)
     words = FILLER.split()
@@ -58,7 +58,7 @@ def workspace_for(cache: Path, model_path: str, row: dict, answer_tokens: int) -
     `model_path`'s tokenizer; cached."""
     from pipeline.data.dataset import build_dataset
     from pipeline.data.samples import SampleLibrary
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     clip_s = max(row["clip_s"], MIN_CLIP_S)
     ws = cache / "whole-run" / f"{Path(model_path).name}-{row['seq_len']}t-{clip_s:g}s-{row['batch']}b"

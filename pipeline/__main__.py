@@ -17,7 +17,7 @@ COMMANDS = {
     "import": ("pipeline.data.importers", "import a folder of recordings into the sample library"),
     "samples": ("pipeline.data.samples", "list the sample library with check results"),
     "build": ("pipeline.data.dataset", "build the train/eval dataset from the sample library"),
-    "make-tiny-model": ("pipeline.training.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
+    "make-tiny-model": ("pipeline.model.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
     "estimate": ("pipeline.memory.cli", "estimate (and optionally measure) fine-tuning peak memory"),
     "plan": ("pipeline.memory.plan", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
@@ -62,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
 TRAINING_COMMANDS = ("train",)
 """Commands whose process trains, and so starts again on TCMalloc where the host has it
-(`pipeline.training.allocator.run_on_tcmalloc`)."""
+(`pipeline.host.allocator.run_on_tcmalloc`)."""
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] and sys.argv[1] in TRAINING_COMMANDS:
-        from pipeline.training.allocator import run_on_tcmalloc
+        from pipeline.host.allocator import run_on_tcmalloc
 
         try:
             run_on_tcmalloc()

@@ -89,7 +89,7 @@ class TrainConfig:
     Linear layers too (NF4 / int8): 1.27 -> ~0.35 GiB on E2B, at some speed cost (see the README)."""
     low_memory_heap: bool = False
     """CPU only: keep the process's memory to its live tensors (glibc's mmap threshold pinned at 64 KiB,
-    `pipeline.training.free_heap.pin_mmap_threshold`), so the freed heap glibc would keep resident
+    `pipeline.host.free_heap.pin_mmap_threshold`), so the freed heap glibc would keep resident
     (`allocator_retention`, ~0.5-2 GiB) is not counted. Slower steps: about twice as long on a 2-core
     AMD EPYC VM. Ignored on CUDA and MPS, and on a C library other than glibc."""
     finetuning_type: str = "lora"
@@ -185,7 +185,7 @@ class TrainConfig:
             raise ConfigError("`--model` is empty; give a hub id such as google/gemma-3n-E2B-it or a local folder.")
 
     def load_options(self) -> dict[str, Any]:
-        """The settings `pipeline.training.model.load_model` takes: quantization, vision_tower, ple_on_cpu,
+        """The settings `pipeline.model.loading.load_model` takes: quantization, vision_tower, ple_on_cpu,
         quantize_audio_encoder, low_memory_heap."""
         return {"quantization": self.quantization, "vision_tower": self.vision_tower, "ple_on_cpu": self.ple_on_cpu,
                 "quantize_audio_encoder": self.quantize_audio_encoder, "low_memory_heap": self.low_memory_heap}
@@ -248,7 +248,7 @@ def stated_checkpoint_dtype(model_config: dict) -> str | None:
     """The dtype a model's config.json (as a dict) says its weights are stored in: `dtype` or
     `torch_dtype`, at the top level or in `text_config`, one of `CHECKPOINT_DTYPES`; None when it
     does not say. Shared by the memory estimate (`pipeline.memory.terms.checkpoint_dtype`) and the
-    loader (`pipeline.training.load_dtype`)."""
+    loader (`pipeline.model.load_dtype`)."""
     for part in (model_config, model_config.get("text_config") or {}):
         value = part.get("dtype") or part.get("torch_dtype")
         if isinstance(value, str) and value in CHECKPOINT_DTYPES:
@@ -269,7 +269,7 @@ def refuse_full_finetuning(finetuning_type: str) -> None:
 def likely_device() -> str:
     """The device `--device auto` will most likely train on, guessed without importing torch (for the
     app's defaults at start-up): "cuda" when an NVIDIA driver is loaded, "mps" on Apple silicon, else
-    "cpu". The training code resolves the real device with torch (`pipeline.training.model.resolve_device`)."""
+    "cpu". The training code resolves the real device with torch (`pipeline.model.loading.resolve_device`)."""
     if os.path.exists("/proc/driver/nvidia/version"):
         return "cuda"
     if sys.platform == "darwin" and platform.machine() == "arm64":

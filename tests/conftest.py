@@ -38,7 +38,7 @@ def glibc_heap(monkeypatch):
     """Estimates as on a host whose training runs on glibc's malloc (`TUTOR_ALLOCATOR=glibc`), for tests
     whose figures include the retained heap, whether or not this host has TCMalloc (the estimate on
     TCMalloc: tests/test_allocator.py). Child processes inherit it."""
-    from pipeline.training.allocator import tcmalloc_library
+    from pipeline.host.allocator import tcmalloc_library
 
     monkeypatch.setenv("TUTOR_ALLOCATOR", "glibc")
     tcmalloc_library.cache_clear()
@@ -93,7 +93,7 @@ def speechocean_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Gemma 3n + processor written by `make-tiny-model`, built once per test session."""
-    from pipeline.training.tiny_model import make_tiny_model
+    from pipeline.model.tiny_model import make_tiny_model
 
     out = tmp_path_factory.mktemp("tiny-gemma3n")
     make_tiny_model(out)

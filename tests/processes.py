@@ -58,7 +58,7 @@ def workspace_run_pids(workspace: Path) -> set[int]:
     """Pids of the training processes of a workspace: every `runs/*/pid.json`, the pid a running
     trainer writes into its `result.json`, and the holder of the workspace's training lock."""
     from pipeline.training.runs import pid_alive
-    from pipeline.training.workspace_lock import lock_holder
+    from pipeline.host.workspace_lock import lock_holder
 
     pids: set[int] = set()
     runs = Path(workspace) / "runs"

@@ -1,4 +1,4 @@
-"""The C allocator a training process runs on (pipeline.training.allocator): which one, how a process
+"""The C allocator a training process runs on (pipeline.host.allocator): which one, how a process
 starts again on TCMalloc, and what the estimate counts for each."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.phases import estimate_memory
-from pipeline.training import allocator
+from pipeline.host import allocator
 from tests.test_memory import SMALL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_the_library_is_found_in_the_active_conda_environment(asked, monkeypatch
 
 def _child(env_extra: dict) -> list[str]:
     """Run a child that prints its pid and allocator, starts again on TCMalloc where it can, and prints them again."""
-    code = ("import os; from pipeline.training.allocator import run_on_tcmalloc, running_allocator; "
+    code = ("import os; from pipeline.host.allocator import run_on_tcmalloc, running_allocator; "
             "print(os.getpid(), running_allocator(), flush=True); run_on_tcmalloc(); print(os.getpid(), running_allocator())")
     env = {k: v for k, v in os.environ.items() if k not in (allocator.ALLOCATOR_ENV, allocator.REEXEC_MARK_ENV)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
@@ -83,7 +83,7 @@ def test_the_estimate_counts_a_retained_heap_only_on_glibc(monkeypatch, name):
     """The estimate's default (`EstimateOptions.cpu_heap_retention`) follows the allocator training runs
     on: TCMalloc keeps no freed heap, so neither the step's retention nor the run's spread of it counts,
     and the estimate says which."""
-    monkeypatch.setattr("pipeline.training.free_heap.training_allocator", lambda: name)
+    monkeypatch.setattr("pipeline.host.free_heap.training_allocator", lambda: name)
     monkeypatch.setattr("pipeline.memory.phases.training_allocator", lambda: name)
     monkeypatch.delenv("TUTOR_PIN_MMAP_THRESHOLD", raising=False)
     config = TrainConfig(model="tiny", device="cpu", quantization="none", gradient_checkpointing=True)

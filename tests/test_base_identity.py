@@ -143,8 +143,8 @@ def test_a_moved_base_is_the_same_base(stopped_run, tmp_path):
 
 def test_identity_ignores_how_the_model_was_loaded(tiny_model_dir):
     """The fingerprint is the same at 4-bit and bf16 (what is quantized is never read)."""
-    from pipeline.training.base_identity import describe_base, differences
-    from pipeline.training.model import load_model
+    from pipeline.model.base_identity import describe_base, differences
+    from pipeline.model.loading import load_model
 
     plain, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
     quantized, _ = load_model(str(tiny_model_dir), device="cpu", quantization="4bit")

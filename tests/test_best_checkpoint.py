@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipeline.config import TrainConfig
-from pipeline.data.feedback import feedback_from_scores
+from pipeline.conversation.feedback import feedback_from_scores
 from pipeline.errors import ConfigError
 from pipeline.training import best_checkpoint as bc
 from pipeline.training.run_folder import read_progress, run_paths

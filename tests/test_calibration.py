@@ -227,7 +227,7 @@ def test_the_trainer_and_the_estimate_pick_the_same_dtype(monkeypatch):
 
     from pipeline.memory.shape import model_shape
     from pipeline.memory.terms import compute_dtype as estimate_dtype
-    from pipeline.training.model import compute_dtype as trainer_dtype
+    from pipeline.model.loading import compute_dtype as trainer_dtype
 
     for forced in ("", "float32", "bfloat16"):
         monkeypatch.setenv(precision.COMPUTE_DTYPE_ENV, forced)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.conversation import IGNORE_INDEX, answer_spans
+from pipeline.conversation.messages import IGNORE_INDEX, answer_spans
 from pipeline.training.collate import ChatCollator, check_rows
 from pipeline.errors import DatasetError
 
@@ -17,7 +17,7 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     return load_processor(str(tiny_model_dir))
 
@@ -25,7 +25,7 @@ def processor(tiny_model_dir):
 def _real_row(speechocean_dir, utt="000050083", split="train"):
     """A dataset-style row for a real speechocean762 clip with expert-score feedback."""
     from pipeline.data.audio import load_audio, wav_bytes
-    from pipeline.data.feedback import feedback_from_scores
+    from pipeline.conversation.feedback import feedback_from_scores
 
     scores = json.loads((speechocean_dir / "resource" / "scores.json").read_text())[utt]
     text = dict(line.split(maxsplit=1) for line in (speechocean_dir / split / "text").read_text().splitlines())[utt]
@@ -116,7 +116,7 @@ def test_rows_without_a_supervised_token_or_too_long_are_refused(processor, spee
 
 
 def test_a_prompt_without_answer_has_no_span(processor, speechocean_dir):
-    from pipeline.conversation import build_messages
+    from pipeline.conversation.messages import build_messages
     from pipeline.data.audio import decode_wav
 
     row = _real_row(speechocean_dir)

@@ -54,7 +54,7 @@ def test_the_resume_refusal_command_keeps_the_path_and_run_whole(tmp_path, space
 
 
 def test_make_tiny_model_prints_a_model_path_that_pastes_whole(tmp_path, capsys, monkeypatch):
-    from pipeline.training import tiny_model
+    from pipeline.model import tiny_model
 
     out = tmp_path / "my models" / "tiny"
     monkeypatch.setattr(tiny_model, "make_tiny_model", lambda out_dir, seed=0: _fake_tiny(out_dir))
@@ -69,7 +69,7 @@ def _fake_tiny(out_dir):
     import json
     from pathlib import Path
 
-    from pipeline.training.tiny_model import MARKER_FILE
+    from pipeline.model.tiny_model import MARKER_FILE
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline.conversation import build_messages
+from pipeline.conversation.messages import build_messages
 from pipeline.data.importers import import_folder
 from pipeline.data.samples import SampleLibrary
 from pipeline.errors import DatasetError, SampleError
@@ -50,7 +50,7 @@ def test_save_refuses_a_control_token_and_names_the_text(tmp_path, field, token)
 
 
 def test_lookalikes_and_html_are_ordinary_text(tmp_path):
-    from pipeline.conversation import control_tokens_in
+    from pipeline.conversation.messages import control_tokens_in
 
     library = SampleLibrary(tmp_path / "ws")
     fine = "Say <b>GREY</b>; not <end of turn>, not ＜end_of_turn＞, not <END_OF_TURN>."
@@ -78,14 +78,14 @@ def test_import_skips_the_row_and_names_the_text(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_processor(tiny_model_dir):
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     return load_processor(str(tiny_model_dir))
 
 
 def _tokenizer_only_token(processor) -> str:
     """A special token of the tiny tokenizer that Gemma's name pattern does not know."""
-    from pipeline.conversation import control_tokens_in
+    from pipeline.conversation.messages import control_tokens_in
 
     token = "<image_reserved3>"
     assert token in processor.tokenizer.get_vocab() and control_tokens_in(token) == []

@@ -1,5 +1,5 @@
 """Issue 11 #9: the trainer and the app's inference never ask for more threads than there are cores
-together (the rule of `pipeline.cpu_threads`; `benchmarks/cpu_threads.py` measures the effect)."""
+together (the rule of `pipeline.host.cpu_threads`; `benchmarks/cpu_threads.py` measures the effect)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.cpu_threads import available_cores, inference_threads, thread_env, trainer_threads
+from pipeline.host.cpu_threads import available_cores, inference_threads, thread_env, trainer_threads
 from pipeline.errors import ConfigError
 
 
@@ -31,7 +31,7 @@ def test_overrides_are_checked(monkeypatch):
 
 
 def test_an_answer_uses_one_thread_while_a_run_trains(tmp_path, tiny_model_dir, monkeypatch):
-    from pipeline.training.workspace_lock import WorkspaceLock
+    from pipeline.host.workspace_lock import WorkspaceLock
     from pipeline.tutor.infer import load_tutor
 
     monkeypatch.delenv("TUTOR_TRAIN_THREADS", raising=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import conversation as conv
+from pipeline.conversation import messages as conv
 from pipeline.data import dataset as ds
 from pipeline.data.audio import decode_wav
 from pipeline.errors import DatasetError
@@ -70,7 +70,7 @@ def test_messages_have_system_user_audio_text_and_assistant():
 
 
 def test_system_prompt_asks_for_the_template_that_parse_feedback_reads():
-    from pipeline.data.feedback import parse_feedback
+    from pipeline.conversation.feedback import parse_feedback
 
     assert "pronunciation tutor" in conv.SYSTEM_PROMPT
     parsed = parse_feedback(conv.SYSTEM_PROMPT)
@@ -252,7 +252,7 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     assert stats["row_tokens"] == sorted(loaded["train"]["num_tokens"])
     # answer_tokens: what pipeline.training.collate.build_labels supervises on the real collated batch
     # (the answer + <end_of_turn>), row by row, paired with row_tokens
-    from pipeline.conversation import IGNORE_INDEX
+    from pipeline.conversation.messages import IGNORE_INDEX
     from pipeline.training.collate import ChatCollator
 
     batch = ChatCollator(processor)(list(loaded["train"]))

@@ -104,7 +104,7 @@ def test_two_processes_match_one_stop_together_and_resume(tmp_path, tmp_path_fac
 
 
 def test_without_a_launcher_everything_is_one_process(monkeypatch):
-    from pipeline.training import distributed
+    from pipeline.host import distributed
 
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pipeline.data.feedback import feedback_from_scores
+from pipeline.conversation.feedback import feedback_from_scores
 from pipeline.tutor import evaluate as ev
 from pipeline.tutor import metrics
 

@@ -42,9 +42,9 @@ def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
 
 
 def _clip_inputs(tiny_model_dir, speechocean_dir):
-    from pipeline.conversation import build_messages
+    from pipeline.conversation.messages import build_messages
     from pipeline.data.audio import load_audio
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     processor = load_processor(str(tiny_model_dir))
     clip = load_audio(speechocean_dir / CLIP)

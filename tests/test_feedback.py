@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipeline.errors import SampleError
-from pipeline.data.feedback import (
+from pipeline.conversation.feedback import (
     MISSING,
     UNCLEAR,
     FlaggedWord,

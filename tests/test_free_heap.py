@@ -1,4 +1,4 @@
-"""Handing the C heap's free memory back between the parts of a CPU run (`pipeline.training.free_heap`)."""
+"""Handing the C heap's free memory back between the parts of a CPU run (`pipeline.host.free_heap`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ FREED_BYTES = 4096 * 64 * 1024  # 256 MiB freed between live buffers
 _CHILD_PRELUDE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from pipeline.training.free_heap import release_free_heap, releasing_free_heap_while
+from pipeline.host.free_heap import release_free_heap, releasing_free_heap_while
 def anon():
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon:"):
@@ -98,8 +98,8 @@ def test_a_long_call_hands_its_freed_heap_back_while_it_runs():
 
 
 def test_loading_on_cpu_releases_the_free_heap_while_from_pretrained_runs(monkeypatch, tiny_model_dir):
-    from pipeline.training import free_heap
-    from pipeline.training.model import load_model
+    from pipeline.host import free_heap
+    from pipeline.model.loading import load_model
 
     entered = []
     real = free_heap.releasing_free_heap_while
@@ -117,8 +117,8 @@ def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, ti
     """`TrainConfig.low_memory_heap` travels with the load options to `load_model`, which asks to pin the
     threshold on CPU (recorded here, not done: pinning would slow this test process)."""
     from pipeline.config import TrainConfig
-    from pipeline.training import free_heap
-    from pipeline.training.model import load_model
+    from pipeline.host import free_heap
+    from pipeline.model.loading import load_model
 
     calls = []
     monkeypatch.setattr(free_heap, "pin_mmap_threshold", lambda asked=False: calls.append(asked) or False)
@@ -132,7 +132,7 @@ def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, ti
 # 1 MiB buffers freed between small live ones, after a 4 MiB free has raised glibc's dynamic mmap
 # threshold: unpinned they come from the heap and stay resident; pinned each is its own mapping.
 _PIN_CHILD = _CHILD_PRELUDE + r"""
-from pipeline.training.free_heap import pin_mmap_threshold
+from pipeline.host.free_heap import pin_mmap_threshold
 pinned = pin_mmap_threshold(asked=sys.argv[3] == "asked") if sys.argv[2] == "pin" else False
 big = bytearray(16 << 20)  # a mapping whatever the heap's free top holds: glibc's threshold rises to it
 del big
@@ -169,7 +169,7 @@ def test_a_pinned_mmap_threshold_makes_the_resident_set_follow_live_memory(monke
     assert not child("pin", asked | {"TUTOR_KEEP_FREE_HEAP": "1"})["pinned"]  # the diagnostic baseline leaves glibc alone
 
     from pipeline.memory.inputs import EstimateOptions
-    from pipeline.training.allocator import tcmalloc_library
+    from pipeline.host.allocator import tcmalloc_library
 
     monkeypatch.setenv("TUTOR_ALLOCATOR", "glibc")
     tcmalloc_library.cache_clear()

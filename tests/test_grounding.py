@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.data.feedback import feedback_from_scores
+from pipeline.conversation.feedback import feedback_from_scores
 from pipeline.tutor import evaluate as ev
 from pipeline.tutor import grounding as gr
 

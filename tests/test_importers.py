@@ -13,7 +13,7 @@ import soundfile as sf
 
 from pipeline.data import audio as audio_module
 from pipeline.errors import ImportFormatError
-from pipeline.data.feedback import parse_feedback
+from pipeline.conversation.feedback import parse_feedback
 from pipeline.data.importers import detect_format, import_folder
 from pipeline.data.samples import SampleLibrary
 

@@ -33,8 +33,8 @@ def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
 
 def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):
     from pipeline.data.audio import load_audio
-    from pipeline.conversation import build_messages
-    from pipeline.training.model import load_adapter, load_model, load_processor
+    from pipeline.conversation.messages import build_messages
+    from pipeline.model.loading import load_adapter, load_model, load_processor
 
     processor = load_processor(str(tiny_model_dir))
     clip = load_audio(speechocean_dir / CLIP)
@@ -78,7 +78,7 @@ def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_ba
     tuned, tiny_model_dir, speechocean_dir, monkeypatch
 ):
     import pipeline.tutor.infer as infer
-    import pipeline.training.model as model_module
+    import pipeline.model.loading as model_module
 
     loads = []
     real_load_model = model_module.load_model
@@ -122,8 +122,8 @@ def test_cached_generation_sees_what_training_sees(tiny_model_dir, speechocean_d
     from transformers import Gemma3nForConditionalGeneration
 
     from pipeline.data.audio import load_audio
-    from pipeline.conversation import build_messages
-    from pipeline.training.model import load_processor
+    from pipeline.conversation.messages import build_messages
+    from pipeline.model.loading import load_processor
 
     processor = load_processor(str(tiny_model_dir))
     clip = load_audio(speechocean_dir / CLIP)

@@ -75,7 +75,7 @@ def test_concurrent_compare_answers_keep_their_labels(tuned_ws, speechocean_dir)
 
 def test_concurrent_loads_share_one_model(tuned_ws, monkeypatch):
     """Two first clicks at once load the model once, not twice (memory), and get the same tutor."""
-    import pipeline.training.model as model_module
+    import pipeline.model.loading as model_module
     import pipeline.tutor.infer as infer
 
     monkeypatch.setattr(infer, "_CACHE", {})

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.conversation as conv
+import pipeline.conversation.messages as conv
 from pipeline.errors import AudioError, DatasetError, SampleError
 from tests.kinds_data import write_tutoring_jsonl
 
@@ -19,7 +19,7 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     return load_processor(str(tiny_model_dir))
 
@@ -83,7 +83,7 @@ def test_dialogue_conversation_alternates_and_refuses_what_cannot_be_trained():
 
 
 def test_supervised_tokens_of_a_three_turn_dialogue_are_exactly_the_tutor_turns(processor, speechocean_dir):
-    from pipeline.conversation import IGNORE_INDEX
+    from pipeline.conversation.messages import IGNORE_INDEX
     from pipeline.data.audio import wav_bytes
     from pipeline.training.collate import ChatCollator, check_rows
 

@@ -1,4 +1,4 @@
-"""A bf16 checkpoint on a CPU that computes in fp32: loaded as stored, then cast (`pipeline.training.load_dtype`)."""
+"""A bf16 checkpoint on a CPU that computes in fp32: loaded as stored, then cast (`pipeline.model.load_dtype`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from pipeline.training.load_dtype import cast_floating_weights, checkpoint_torch_dtype
+from pipeline.model.load_dtype import cast_floating_weights, checkpoint_torch_dtype
 
 
 def test_every_floating_weight_is_cast_and_integer_weights_are_left_alone():
@@ -37,7 +37,7 @@ def test_a_bf16_checkpoint_loads_in_fp32_on_a_cpu_that_computes_in_fp32(tiny_mod
 
     from transformers import Gemma3nForConditionalGeneration
 
-    from pipeline.training.model import load_model
+    from pipeline.model.loading import load_model
 
     stored = tmp_path / "bf16"
     shutil.copytree(tiny_model_dir, stored)

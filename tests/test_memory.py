@@ -10,7 +10,7 @@ import pytest
 from pipeline import memory
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
-from pipeline.training.free_heap import heap_can_follow_live_tensors
+from pipeline.host.free_heap import heap_can_follow_live_tensors
 from pipeline.memory import (
     GIB,
     EstimateOptions,
@@ -545,8 +545,8 @@ def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
     import torch
     from transformers import AutoConfig
 
-    from pipeline.conversation import IGNORE_INDEX
-    from pipeline.memory.probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
+    from pipeline.conversation.messages import IGNORE_INDEX
+    from pipeline.training.probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
 
     model_config = AutoConfig.from_pretrained(tiny_model_dir)
     batch = synthetic_batch(model_config, 2, 300, 5.0, answer_tokens=40)

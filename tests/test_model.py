@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from pipeline.training import hub
-from pipeline.training import model as gm
+from pipeline.model import hub
+from pipeline.model import loading as gm
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError, TrainingError
 
@@ -249,7 +249,7 @@ def test_adapter_folder_without_adapter_is_refused(tiny_model_dir, tmp_path):
 def test_dropping_the_vision_tower_and_host_side_per_layer_embeddings_keep_the_outputs(tiny_model_dir):
     """`vision_tower=False` frees the tower; the per-layer table behind `HostEmbedding` gives the same
     logits, is invisible to `model.to()` and `state_dict()`, and LoRA training still runs on audio rows."""
-    from pipeline.memory.probe import synthetic_batch
+    from pipeline.training.probe import synthetic_batch
 
     model, report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
     batch = synthetic_batch(model.config, 2, 256, 3.0, answer_tokens=16)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import ModelLoadError
-from pipeline.training.hub import is_local_model
+from pipeline.model.hub import is_local_model
 
 FOREIGN = [
     r"C:\Users\teacher\models\gemma-3n-E2B-it",
@@ -20,7 +20,7 @@ FOREIGN = [
 
 @pytest.mark.parametrize("typed", FOREIGN)
 def test_a_path_from_another_system_is_named_as_one_not_taken_for_a_hub_id(typed):
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     assert is_local_model(typed)
     with pytest.raises(ModelLoadError) as caught:
@@ -39,7 +39,7 @@ def test_the_model_box_says_this_computer_cannot_see_the_path(typed, tmp_path):
 
 
 def test_hub_ids_and_folders_of_this_computer_are_not_foreign(tmp_path):
-    from pipeline.training.hub import foreign_path_reason
+    from pipeline.model.hub import foreign_path_reason
 
     assert all(foreign_path_reason(typed) for typed in FOREIGN)
     assert foreign_path_reason("google/gemma-3n-E2B-it") is None and not is_local_model("google/gemma-3n-E2B-it")

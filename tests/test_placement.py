@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import pipeline.training.model as gm
+import pipeline.model.loading as gm
 from pipeline.config import TrainConfig
-from pipeline.training import placement
-from pipeline.training.placement import PLE_MODULE, VISION_MODULE
+from pipeline.model import placement
+from pipeline.model.placement import PLE_MODULE, VISION_MODULE
 
 
 def _names(model) -> list[str]:
@@ -115,7 +115,7 @@ def test_dispatched_host_modules_come_back_as_plain_host_tensors(tiny_model_dir)
 def test_quantized_audio_encoder_trains_with_language_lora(tiny_model_dir):
     import bitsandbytes as bnb
 
-    from pipeline.memory.probe import synthetic_batch
+    from pipeline.training.probe import synthetic_batch
 
     model, report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit", quantize_audio_encoder=True)
     audio = [n for n, m in model.named_modules() if n.startswith("model.audio_tower") and isinstance(m, torch.nn.Linear)]

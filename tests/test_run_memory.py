@@ -12,7 +12,7 @@ from pipeline.config import TrainConfig
 from pipeline.memory import GIB, MIB, LengthStats, estimate_memory
 from pipeline.memory.run_compare import compare, comparison_text
 from pipeline.memory.run_phases import RUN_PHASES
-from pipeline.training.allocator import training_allocator
+from pipeline.host.allocator import training_allocator
 from tests.test_memory import SMALL, cfg
 
 @pytest.fixture(autouse=True)
@@ -89,7 +89,7 @@ def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
     for phase, names in est.run_members.items():
         assert sum(every[n] for n in names) == est.run_phases[phase], phase
     # the checkpoint: the adapter copied into host bytes on top of what is alive; the phase starts from
-    # a handed-back heap (pipeline.training.free_heap), so no retained heap is counted
+    # a handed-back heap (pipeline.host.free_heap), so no retained heap is counted
     static = sum(v for k, v in every.items() if k.startswith(memory.STATIC_PREFIXES))
     assert est.run_phases["save"] == static + every["lora_params"] + every["cpu_kernel_cache"] + runtime
     assert "allocator_retention" not in est.run_members["save"]
@@ -152,7 +152,7 @@ def _rows(processor):
     the longest answer."""
     from datasets import Dataset
 
-    from pipeline.conversation import TokenCounter, build_messages
+    from pipeline.conversation.messages import TokenCounter, build_messages
     from pipeline.data.audio import wav_bytes
 
     def clip(seconds):
@@ -175,7 +175,7 @@ def _rows(processor):
 
 def test_the_preflight_batch_holds_the_longest_clip_when_it_is_not_the_longest_row(tiny_model_dir):
     from pipeline.training.collate import ChatCollator
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
     from pipeline.training.worst_case import answer_token_counts, worst_case, worst_case_batch
 
     processor = load_processor(str(tiny_model_dir))
@@ -206,7 +206,7 @@ def test_audio_lora_blocks_are_checkpointed_with_gradient_checkpointing(tiny_mod
     their inputs for backward: counted with torch's saved-tensor hooks over the encoder's forward."""
     import torch
 
-    from pipeline.training.model import _gemma3n_inner, attach_lora, load_model
+    from pipeline.model.loading import _gemma3n_inner, attach_lora, load_model
 
     def saved_bytes(checkpointing: bool) -> tuple[int, torch.Tensor]:
         model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")

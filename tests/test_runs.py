@@ -113,14 +113,14 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
         runs.start_run(ws, "second", config)
     # The app handed the workspace's training lock to the process it started: the command line honours it.
     from pipeline.training.train import train
-    from pipeline.training.workspace_lock import lock_holder
+    from pipeline.host.workspace_lock import lock_holder
 
     assert lock_holder(ws)["pid"] == started["pid"]
-    # It trains with cores - 1 threads, leaving one to the app (pipeline.cpu_threads).
+    # It trains with cores - 1 threads, leaving one to the app (pipeline.host.cpu_threads).
     import os
     from pathlib import Path
 
-    from pipeline.cpu_threads import trainer_threads
+    from pipeline.host.cpu_threads import trainer_threads
 
     if "OMP_NUM_THREADS" not in os.environ:
         environ = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")

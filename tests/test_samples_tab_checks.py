@@ -22,7 +22,7 @@ import soundfile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.conversation import is_blank  # noqa: E402
+from pipeline.conversation.messages import is_blank  # noqa: E402
 from pipeline.data.audio import ACCEPTED_FORMATS, load_audio  # noqa: E402
 from pipeline.data.samples import SampleLibrary  # noqa: E402
 from pipeline.errors import AudioError, ClipTooLongError  # noqa: E402

@@ -81,7 +81,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     return load_processor(str(tiny_model_dir))
 
@@ -117,7 +117,7 @@ def test_models_lists_the_runs_and_base(client, server, served_ws):
 
 
 def test_read_aloud_is_asked_as_trained_whatever_the_system_message(client, speechocean_dir, processor):
-    from pipeline.conversation import build_messages
+    from pipeline.conversation.messages import build_messages
     from pipeline.data.audio import load_audio
 
     expected = prompt_length(processor, build_messages(TARGET, None, load_audio(speechocean_dir / CLIP).samples))
@@ -141,7 +141,7 @@ def test_read_aloud_is_asked_as_trained_whatever_the_system_message(client, spee
 
 
 def test_free_speech_is_chosen_by_the_kind_field(client, speechocean_dir, processor):
-    from pipeline.conversation import build_free_speech_messages
+    from pipeline.conversation.messages import build_free_speech_messages
     from pipeline.data.audio import load_audio
 
     prompt = "Describe your last holiday."
@@ -154,7 +154,7 @@ def test_free_speech_is_chosen_by_the_kind_field(client, speechocean_dir, proces
 
 
 def test_dialogue_takes_earlier_turns_as_earlier_messages(client, speechocean_dir, processor):
-    from pipeline.conversation import build_dialogue_messages
+    from pipeline.conversation.messages import build_dialogue_messages
     from pipeline.data.audio import load_audio
 
     tutor_turn = "Good. Say BEAR with an open EH sound."

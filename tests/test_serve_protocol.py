@@ -94,7 +94,7 @@ def test_unknown_model_is_404_and_lists_the_served_ones():
 
 
 def test_feedback_in_the_template_is_parsed_into_the_response():
-    from pipeline.data.feedback import feedback_from_scores
+    from pipeline.conversation.feedback import feedback_from_scores
 
     scores = {"accuracy": 6, "fluency": 7, "prosodic": 7, "total": 5, "words": [
         {"text": "GREY", "accuracy": 0, "phones": ["G", "R", "EY"], "phones-accuracy": [0, 0.5, 0.6],
@@ -115,7 +115,7 @@ def test_feedback_in_the_template_is_parsed_into_the_response():
 
 
 def test_several_loaded_models_share_the_inference_threads(monkeypatch):
-    from pipeline.cpu_threads import INFER_THREADS_ENV, available_cores
+    from pipeline.host.cpu_threads import INFER_THREADS_ENV, available_cores
     from pipeline.serving.models import share_threads
 
     monkeypatch.delenv(INFER_THREADS_ENV, raising=False)

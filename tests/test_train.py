@@ -227,7 +227,7 @@ def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tin
 
     from pipeline.training.collate import ChatCollator
     from pipeline.data.dataset import load_built_dataset
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
     from pipeline.training.train import answer_loss
 
     processor = load_processor(str(tiny_model_dir))
@@ -263,7 +263,7 @@ def test_train_without_a_dataset_leaves_nothing_behind_and_names_the_model(tmp_p
 def test_every_micro_batch_and_optimizer_step_start_from_a_released_free_heap(workspace, tiny_model_dir, monkeypatch):
     """On CPU each micro-batch (2 steps x 2 accumulated) hands the C heap's free memory back before its
     forward and after its backward, so the optimizer step never runs beside backward's freed heap,
-    and each phase of the run does so too (`pipeline.training.free_heap`): each peak is its own."""
+    and each phase of the run does so too (`pipeline.host.free_heap`): each peak is its own."""
     import torch
 
     from pipeline.training import peak_memory, trainer_setup

@@ -37,7 +37,7 @@ def first_steps(two_row_workspace, tiny_model_dir) -> dict:
     Computed in fp32: the two are equal in exact arithmetic, and bf16's 8-bit mantissa (the CPU
     default) rounds batched and single-row matmuls differently by ~3e-4 relative, above the tolerance.
     """
-    from pipeline.training import model as model_module
+    from pipeline.model import loading as model_module
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(model_module, "compute_dtype", lambda device: torch.float32)
@@ -51,7 +51,7 @@ def first_steps(two_row_workspace, tiny_model_dir) -> dict:
 def test_accumulating_two_rows_equals_one_batch_of_two(two_row_workspace, tiny_model_dir, first_steps):
     from pipeline.data.dataset import load_built_dataset
     from pipeline.training.collate import ChatCollator
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
 
     rows = list(load_built_dataset(two_row_workspace)["train"])
     assert len(rows) == 2
@@ -72,7 +72,7 @@ def test_answer_loss_sums_to_the_window_mean_over_micro_batches(two_row_workspac
 
     from pipeline.data.dataset import load_built_dataset
     from pipeline.training.collate import ChatCollator
-    from pipeline.training.model import load_processor
+    from pipeline.model.loading import load_processor
     from pipeline.training.trainer_setup import answer_loss
 
     rows = list(load_built_dataset(two_row_workspace)["train"])

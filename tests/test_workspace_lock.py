@@ -20,7 +20,7 @@ from tests.processes import stop_process_group
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD = textwrap.dedent("""
     import sys, time
-    from pipeline.training.workspace_lock import WorkspaceLock
+    from pipeline.host.workspace_lock import WorkspaceLock
     WorkspaceLock(sys.argv[1], sys.argv[2]).acquire()
     print("held", flush=True)
     time.sleep(600)
@@ -53,7 +53,7 @@ def _config(model="/no/model") -> TrainConfig:
 
 def test_a_command_line_run_is_refused_while_another_trains(tmp_path, lock_holding_process):
     from pipeline.training.train import main as train_main
-    from pipeline.training.workspace_lock import lock_holder
+    from pipeline.host.workspace_lock import lock_holder
 
     ws = tmp_path / "ws"
     holder = lock_holding_process(ws, "app-run")
@@ -71,7 +71,7 @@ def test_a_command_line_run_is_refused_while_another_trains(tmp_path, lock_holdi
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, lock_holding_process):
-    from pipeline.training.workspace_lock import WorkspaceLock, lock_holder, lock_path
+    from pipeline.host.workspace_lock import WorkspaceLock, lock_holder, lock_path
 
     ws = tmp_path / "ws"
     holder = lock_holding_process(ws, "crashed")

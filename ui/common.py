@@ -155,7 +155,7 @@ def model_text(value: str | None) -> str:
         text = text[1:-1].strip()
     if text and _MODELS_CONFINED_TO:
         from pipeline.access import confine_path
-        from pipeline.training.hub import is_local_model
+        from pipeline.model.hub import is_local_model
 
         if is_local_model(text):
             return str(confine_path(text, _MODELS_CONFINED_TO[0]))

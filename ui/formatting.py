@@ -609,7 +609,7 @@ MEMORY_COUNTERS = {
     "mps_driver_allocated_memory": "measured as the memory the Apple GPU driver allocated",
 }
 """How each peak-memory counter (`pipeline.training.peak_memory.memory_kind`) is said in the app."""
-# The memory probe's `method` texts (`pipeline.memory.probe`), by their first words.
+# The memory probe's `method` texts (`pipeline.training.probe`), by their first words.
 _PROBE_METHODS = (("CPU peak RSS", "cpu_max_rss"), ("CUDA max_memory_reserved", "cuda_max_memory_reserved"),
                   ("MPS driver_allocated_memory", "mps_driver_allocated_memory"))
 

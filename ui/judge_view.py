@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pipeline.conversation import KIND_LABELS
+from pipeline.conversation.messages import KIND_LABELS
 
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
 UNPARSED_DISAGREEMENT = 10.0

@@ -28,7 +28,7 @@ from pipeline.config import (
     likely_device,
 )
 from pipeline.errors import PipelineError
-from pipeline.training.allocator import training_allocator
+from pipeline.host.allocator import training_allocator
 from pipeline.workspace import Workspace
 from ui import formatting as fmt
 from ui import memory_view
@@ -200,7 +200,7 @@ class MemoryHandlers:
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
-        from pipeline.training.model import resolve_device
+        from pipeline.model.loading import resolve_device
 
         resolved = resolve_device(device or "auto")
         text = fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())

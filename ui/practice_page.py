@@ -37,7 +37,7 @@ class PracticeHandlers:
         self.ws = workspace
 
     def _stand_in(self, run: str) -> bool:
-        from pipeline.training.tiny_model import is_tiny_random_model
+        from pipeline.model.tiny_model import is_tiny_random_model
         from ui.common import run_settings
 
         model = run_settings(self.ws, run).get("model")

@@ -67,7 +67,7 @@ class SampleKindHandlers:
         """"Check clip" for the chosen kind: the recording's checks and what stops the texts from being
         saved (read aloud: the sentence and feedback, as the Samples tab's own check; free speech: the
         prompt and feedback); Markdown."""
-        from pipeline.conversation import is_blank
+        from pipeline.conversation.messages import is_blank
         from pipeline.data.audio import load_audio
 
         kind = KIND_CHOICES.get(kind_label, "read_aloud")

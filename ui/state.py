@@ -65,7 +65,7 @@ class AppState:
     @ui_errors(message_at=1, outputs=2)
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
-        from pipeline.training.tiny_model import make_tiny_model
+        from pipeline.model.tiny_model import make_tiny_model
 
         if progress is not None:
             progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
@@ -74,7 +74,7 @@ class AppState:
 
     def describe_model(self, model: str | None) -> str:
         """One line under the model picker: what the chosen model is and what it needs."""
-        from pipeline.training.tiny_model import is_tiny_random_model
+        from pipeline.model.tiny_model import is_tiny_random_model
 
         try:
             model = model_text(model)
@@ -87,7 +87,7 @@ class AppState:
                 "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
                 "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
             )
-        from pipeline.training.hub import (_hub_offline, _is_cached, foreign_path_message, foreign_path_reason,
+        from pipeline.model.hub import (_hub_offline, _is_cached, foreign_path_message, foreign_path_reason,
                                            is_local_model)
 
         if model in KNOWN_MODELS:

@@ -20,7 +20,7 @@ settings (`measurement_record`); the fit reads
      otherwise 1 (the constants of `pipeline.memory.terms`);
   3. `kernel_cache_scale`: the median, in [0, `MAX_SCALE`], over the records with K >=
      `MIN_KERNEL_CACHE_BYTES` of: measured / K for a probe's measured growth over new batch shapes
-     (`kind` kernel_cache, `pipeline.memory.probe.kernel_cache_growth`), and
+     (`kind` kernel_cache, `pipeline.training.probe.kernel_cache_growth`), and
      (measured - S - overhead - retention_scale x R - P) / K for a run's phase; otherwise 1;
   4. `spread_scale`: with at least `MIN_SPREAD_RECORDS` run phases whose P >= `MIN_SPREAD_BYTES`, the
      largest over them, in [0, `MAX_SCALE`], of (measured - S - overhead - retention_scale x R -

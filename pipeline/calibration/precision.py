@@ -12,7 +12,7 @@ as long (FIELD_NOTES "Devices"). So:
     key) confirms it: bf16 is kept only if it runs at least `BF16_MIN_SPEED_RATIO` of fp32's speed;
   * `TUTOR_COMPUTE_DTYPE` (bfloat16 | float32) overrides both.
 
-`choose_compute_dtype(device)` gives (dtype name, reason); the trainer (`pipeline.training.model.compute_dtype`)
+`choose_compute_dtype(device)` gives (dtype name, reason); the trainer (`pipeline.model.loading.compute_dtype`)
 and the estimate (`pipeline.memory.terms.compute_dtype`) both call it, so they price what runs.
 """
 

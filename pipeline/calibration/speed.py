@@ -1,7 +1,7 @@
 """The timed precision check of a calibration (torch; run in a child process by `pipeline.calibration.this_machine.calibrate`).
 
 `python -m pipeline.calibration.speed DEVICE` prints one JSON line: `matmul_speed(device)`. It uses
-the trainer's thread count (`pipeline.cpu_threads.trainer_threads`), so it times what a run gets.
+the trainer's thread count (`pipeline.host.cpu_threads.trainer_threads`), so it times what a run gets.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def matmul_speed(device: str, size: int = MATMUL_SIZE, seconds: float = MATMUL_S
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from pipeline.cpu_threads import apply_threads, trainer_threads
+    from pipeline.host.cpu_threads import apply_threads, trainer_threads
 
     apply_threads(trainer_threads())
     print(json.dumps(matmul_speed(argv[0] if argv else "cpu")))

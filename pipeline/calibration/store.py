@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.fileio import atomic_write_json
-from pipeline.training.allocator import training_allocator
+from pipeline.host.allocator import training_allocator
 
 CALIBRATION_DIR_ENV = "TUTOR_CALIBRATION_DIR"
 """Environment variable that moves the calibration folder (tests point it at a temp dir)."""
@@ -37,7 +37,7 @@ KEY_FIELDS = ("device", "device_name", "total_memory_bytes", "cpu_model", "torch
 MATCH_FIELDS = ("device", "cpu_model", "torch", "transformers", "bitsandbytes", "allocator")
 """The key fields an estimate can read without torch; an entry matches this machine on these (and, on
 CPU, the total RAM), the GPU's name and memory being recorded for the reader. `allocator` is the C
-allocator training processes run on (`pipeline.training.allocator.training_allocator`): what a step
+allocator training processes run on (`pipeline.host.allocator.training_allocator`): what a step
 keeps resident and how fast it runs depend on it."""
 KEY_DEFAULTS = {"allocator": "glibc"}
 """What a key field stored before it was recorded was: entries written before the allocator was part of

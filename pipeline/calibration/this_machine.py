@@ -5,7 +5,7 @@ estimate --measure` run: (1) the timed precision check (`pipeline.calibration.sp
 process: bf16 against fp32), which decides the compute dtype every later run and estimate use;
 (2) the memory probe (`pipeline.memory.measure.measure_peak`: load plus one real optimizer step on
 the worst-case batch, a child process) on the offline stand-in (the tiny random Gemma 3n,
-`pipeline.training.tiny_model`, written once into the calibration folder) at `CALIBRATION_PROBES`'
+`pipeline.model.tiny_model`, written once into the calibration folder) at `CALIBRATION_PROBES`'
 two settings, or on the user's own model and dataset when given. Each probe's measured peak is
 stored beside the uncalibrated estimate's structural and device parts (`measurement_record`), with
 its step time. Time cost, measured 2026-12-01 on the 2-core development machine (AMD EPYC, AVX2,
@@ -130,7 +130,7 @@ def _speed_check(device: str) -> dict:
 
 def stand_in_model() -> Path:
     """The tiny random Gemma 3n the calibration measures, written once into the calibration folder."""
-    from pipeline.training.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when calibrating
+    from pipeline.model.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when calibrating
 
     out = calibration_dir() / "stand-in"
     if not (out / "config.json").exists():
@@ -225,7 +225,7 @@ def expected_step_seconds(model: str, quantization: str, tokens: int, device: st
     """Seconds per optimizer micro-batch of `tokens` tokens (batch x padded row) for `model` at
     `quantization`, from the step times measured on this machine (probes and runs of the same model
     and quantization in the current compute dtype, with the low-memory heap or without it as asked:
-    its steps are about twice as long, `pipeline.training.free_heap`): the measurement with the
+    its steps are about twice as long, `pipeline.host.free_heap`): the measurement with the
     nearest token count, scaled linearly by tokens (a step's matmuls are linear in them at these lengths). Returns
     `{"seconds", "from_tokens", "from_seconds", "date"}`, or None when nothing comparable was measured."""
     entry = entry_for(device)

@@ -22,7 +22,7 @@ How a line becomes a sample (the kind is inferred when the line names none):
   product's `The learner was asked: "..."` is unwrapped); every other line (several clips or
   answers, or a lone clip without a prompt) is a `dialogue`;
 - `system` messages are not kept: the tutor is trained and asked with one instruction per kind
-  (`pipeline.conversation.system_prompt`), so what it learns matches how it is asked in the app.
+  (`pipeline.conversation.messages.system_prompt`), so what it learns matches how it is asked in the app.
 
 Other tools' layouts are read too (`normalize_row` turns each into the messages above): the
 multimodal layout of LLaMA-Factory and ms-swift (`messages` whose string content holds `<audio>`
@@ -295,7 +295,7 @@ def normalize_row(row: dict) -> list[dict]:
 def row_to_item(row: dict, base: Path, label: str) -> dict[str, Any]:
     """One JSONL object -> an item for `SampleLibrary.add_many`. Raises `ValueError` with the reason
     (the caller reports the line as skipped)."""
-    from pipeline.conversation import check_kind
+    from pipeline.conversation.messages import check_kind
     from pipeline.errors import DatasetError
 
     messages = normalize_row(row)

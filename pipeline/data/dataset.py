@@ -1,6 +1,6 @@
 """Sample library -> chat-formatted Hugging Face `DatasetDict` (train / eval) for Gemma 3n.
 
-`pipeline.conversation` defines the conversation the tutor sees (for each sample kind: read-aloud,
+`pipeline.conversation.messages` defines the conversation the tutor sees (for each sample kind: read-aloud,
 free speech, tutoring dialogue); training, the memory estimate and inference all read it, so the
 prompt cannot drift between them. `pipeline.data.rows` turns a sample into a row (a dialogue row
 holds all its clips). `build_dataset` splits
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
-from pipeline.conversation import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
+from pipeline.conversation.messages import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
@@ -235,7 +235,7 @@ class BuildReport:
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
     `kinds`: kind -> `{"rows", "train", "eval", "excluded", "tokens": {min, median, max}}` for each
-    kind in the library (`pipeline.conversation.KINDS`).
+    kind in the library (`pipeline.conversation.messages.KINDS`).
     `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
     name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
     (`pipeline.training.resume`). `sample_digests`, `split_changes`: see `pipeline.data.build_changes`.

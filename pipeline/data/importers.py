@@ -297,7 +297,7 @@ def _kaldi_resolver(data_dir: Path, root: Path) -> PathResolver:
 
 
 def _read_kaldi(root: Path) -> Items:
-    from pipeline.data.feedback import feedback_from_scores
+    from pipeline.conversation.feedback import feedback_from_scores
 
     dirs = _kaldi_dirs(root)
     if not dirs:

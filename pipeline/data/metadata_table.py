@@ -162,7 +162,7 @@ def metadata_row_item(row: dict[str, Any], number: int, metadata: Path, root: Pa
 
     Raises ValueError/TypeError/OSError/PipelineError for a row that cannot be read (the caller
     skips it with the reason)."""
-    from pipeline.data.feedback import feedback_from_scores
+    from pipeline.conversation.feedback import feedback_from_scores
 
     where = rel_path(metadata, root)
     cell, column = _audio_cell(row)

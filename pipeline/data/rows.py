@@ -3,7 +3,7 @@
 A row is one training example. Read-aloud and free-speech rows hold one clip; a dialogue row holds
 every clip of the dialogue: its first in `audio_wav` (the column single-clip code has always read)
 and the others, in order, in `extra_audio_wavs`. `turns` (JSON) gives each learner turn's clip as an
-index into that order. The conversation itself always comes from `pipeline.conversation`
+index into that order. The conversation itself always comes from `pipeline.conversation.messages`
 (`conversation_messages`), so the dataset, the collator, the memory estimate, inference and
 evaluation render a row the same way.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.conversation import check_kind, conversation_messages, is_blank, normalize_text, prompt_messages
+from pipeline.conversation.messages import check_kind, conversation_messages, is_blank, normalize_text, prompt_messages
 from pipeline.errors import PipelineError
 
 COLUMNS = ("id", "speaker", "target_text", "feedback", "scores", "audio_wav", "num_tokens", "duration_s",
@@ -75,7 +75,7 @@ def row_clip_count(row: dict) -> int:
 
 def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: bool = True,
                  tokenizer: Any = None) -> list[dict]:
-    """The row's conversation (`pipeline.conversation.conversation_messages`), with its answers
+    """The row's conversation (`pipeline.conversation.messages.conversation_messages`), with its answers
     (`answers=True`: training, token counts) or up to the first answer (`answers=False`, to render
     with `add_generation_prompt=True`). `audios` None gives audio placeholders; `tokenizer` joins the
     control-token check of every text.

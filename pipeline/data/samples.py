@@ -1,6 +1,6 @@
 """The sample library: clips with their target text and tutor feedback, kept in a workspace folder.
 
-Three kinds of sample (`pipeline.conversation.KINDS`): `read_aloud` (a clip, the sentence read, the
+Three kinds of sample (`pipeline.conversation.messages.KINDS`): `read_aloud` (a clip, the sentence read, the
 feedback), `free_speech` (a clip, the prompt answered, an optional transcript, the feedback) and
 `dialogue` (turns: learner clips or text, tutor text). Manifests written before kinds existed load
 as read-aloud.
@@ -17,7 +17,7 @@ spreadsheets give NFD). Duplicate audio is found by the SHA-256 of the normalize
 one recording may be a read-aloud and a free-speech sample; a dialogue by all its clips in order).
 A sentence, prompt, feedback, transcript or dialogue turn that spells a control token (`<end_of_turn>`,
 `<bos>`, `<audio_soft_token>`, ...) is refused at save, edit and import with a message naming the text
-(`pipeline.conversation.check_user_text`): the model would read it as a command, not as text.
+(`pipeline.conversation.messages.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
 Writers in one process are serialized by a lock; two processes writing the same workspace at the
@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from pipeline.conversation import check_user_text, is_blank
+from pipeline.conversation.messages import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError
 from pipeline.fileio import atomic_write_bytes, atomic_write_json
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
@@ -80,7 +80,7 @@ def text_problems(target_text: str | None, feedback: str | None, *, name: str | 
                   require_feedback: bool = True) -> list[str]:
     """What stops a sample's texts from being saved, one sentence per field ([] when none): the target
     sentence must show something, and so must the feedback when `require_feedback` (blank = only
-    spaces, line breaks or invisible characters, `pipeline.conversation.is_blank`)."""
+    spaces, line breaks or invisible characters, `pipeline.conversation.messages.is_blank`)."""
     clip = f" of {name}" if name else ""
     problems = []
     if is_blank(target_text):
@@ -120,7 +120,7 @@ class Sample:
         audio_sha256: SHA-256 of the stored PCM16 samples (duplicate detection); for a dialogue,
             the SHA-256 of its clips' digests in order.
         duration_s: clip length in seconds (a dialogue: all its clips together).
-        kind: `read_aloud`, `free_speech` or `dialogue` (`pipeline.conversation.KINDS`).
+        kind: `read_aloud`, `free_speech` or `dialogue` (`pipeline.conversation.messages.KINDS`).
         prompt: free speech: the question the learner answered (NFC, never empty); else None.
         turns: dialogue: `[{"role": "learner", "audio_file", "clip", "text", "transcript", "checks",
             "audio_sha256", "duration_s"} | {"role": "tutor", "text"}]` in order, `clip` the index of
@@ -190,7 +190,7 @@ def infer_kind(item: dict[str, Any]) -> str:
     """The kind of an item for `SampleLibrary.add_many` when it names none: `dialogue` with `turns`,
     `free_speech` with a `prompt` and no `target_text`, else `read_aloud`. A given `kind` is checked
     (`SampleError` for an unknown one)."""
-    from pipeline.conversation import check_kind
+    from pipeline.conversation.messages import check_kind
     from pipeline.errors import DatasetError
 
     if item.get("kind"):
@@ -222,7 +222,7 @@ _USER_TEXTS = {"target_text": "Target text", "prompt": "Prompt", "feedback": "Fe
 
 def _check_texts(name: str, **texts: str | None) -> None:
     """Refuse a sample whose sentence, feedback or transcript spells a control token such as
-    `<end_of_turn>` (`pipeline.conversation.check_user_text`); raises `SampleError` naming the field,
+    `<end_of_turn>` (`pipeline.conversation.messages.check_user_text`); raises `SampleError` naming the field,
     the clip and the text."""
     for key, text in texts.items():
         check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
@@ -401,7 +401,7 @@ class SampleLibrary:
                           name, taken_ids, hashes) -> tuple[Sample, list[tuple[str, bytes]]]:
         """A dialogue's Sample and clips. `turns`: `[{"role": "learner", "audio"?, "text"?, "transcript"?}
         | {"role": "tutor", "text"}]`; `audio` is anything `load_audio` takes."""
-        from pipeline.conversation import build_dialogue_messages
+        from pipeline.conversation.messages import build_dialogue_messages
         from pipeline.data.audio import load_audio, wav_bytes
         from pipeline.errors import DatasetError
 
@@ -488,7 +488,7 @@ class SampleLibrary:
             target_text: read-aloud: the sentence to read; NFC-normalized, must not be empty.
             feedback: the tutor's answer; may be empty (then the sample is excluded from training)
                 unless `require_feedback`. Blank text (only spaces or invisible characters,
-                `pipeline.conversation.is_blank`) counts as empty and is stored as "". A dialogue
+                `pipeline.conversation.messages.is_blank`) counts as empty and is stored as "". A dialogue
                 takes none (its tutor turns are the answers).
             sample_id: preferred id (made file-name-safe; `-2`, `-3`... appended if taken);
                 default `s-` (`d-` for a dialogue) + the first 10 hex digits of the audio hash.
@@ -609,7 +609,7 @@ class SampleLibrary:
 
         Raises:
             SampleError: unknown id, a field that cannot be edited, or a blank `target_text`
-                (`pipeline.conversation.is_blank`). A blank `feedback` is stored as "".
+                (`pipeline.conversation.messages.is_blank`). A blank `feedback` is stored as "".
         """
         unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
         if unknown:

@@ -60,7 +60,7 @@ def model_fingerprint(model_id: str) -> dict[str, Any] | None:
     here). Looks in the local folder, or the Hugging Face cache for a hub id; None when neither has
     the config.
     """
-    from pipeline.training.hub import is_local_model
+    from pipeline.model.hub import is_local_model
 
     if is_local_model(model_id):
         folder = Path(model_id).expanduser()
@@ -320,7 +320,7 @@ def export_bundle(workspace, run: str, out_dir: str | os.PathLike | None = None)
     from pipeline.data.portable import write_portable_dataset
     from pipeline.export.tutor import default_out_dir, read_run
     from pipeline.fileio import atomic_write_json, atomic_write_text
-    from pipeline.training.hub import is_local_model
+    from pipeline.model.hub import is_local_model
     from pipeline.workspace import Workspace
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))

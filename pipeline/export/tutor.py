@@ -77,7 +77,7 @@ def read_run(workspace, run: str, *, need_adapter: bool = True) -> dict[str, Any
 
 def _provenance(info: dict, fmt: str) -> dict[str, Any]:
     """The `export.json` written beside every export: what it is and where it came from."""
-    from pipeline.conversation import SYSTEM_PROMPT, user_prompt
+    from pipeline.conversation.messages import SYSTEM_PROMPT, user_prompt
 
     result = info["result"]
     return {
@@ -203,8 +203,8 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
     """
     import torch
 
-    from pipeline.training.base_identity import run_base_model
-    from pipeline.training.model import load_adapter, load_model, load_processor
+    from pipeline.model.base_identity import run_base_model
+    from pipeline.model.loading import load_adapter, load_model, load_processor
 
     info = read_run(workspace, run)
     base_id = run_base_model(info["dir"], run, model)

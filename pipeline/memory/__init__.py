@@ -28,7 +28,7 @@ The package, one job per module (each imports its siblings by full path, never t
                   bf16, LoRA int8, QLoRA: peak, verdict, changes), `python -m pipeline plan`.
   * `measure.py`  `measure_peak`: runs the probe in a child process and reads its peak.
   * `probe.py`    the probe itself (the only module here that imports torch at import time): one
-                  real optimizer step, `python -m pipeline.memory.probe '<request JSON>'`.
+                  real optimizer step, `python -m pipeline.training.probe '<request JSON>'`.
   * `report.py`   `estimate_for_workspace` (the dict the app shows and `--json` prints), `render`.
   * `cli.py`      `main(argv)`: `python -m pipeline estimate --workspace WS --model M
                   [--device ...] [--memory-gb N] [training flags] [--measure] [--json]`.

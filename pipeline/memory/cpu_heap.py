@@ -12,13 +12,13 @@ from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions
 from pipeline.memory.shape import ModelShape
 from pipeline.memory.terms import activations, compute_dtype
-from pipeline.training.free_heap import heap_can_follow_live_tensors
+from pipeline.host.free_heap import heap_can_follow_live_tensors
 
 # CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
 # the largest freed mmapped chunk (up to 32 MiB, glibc malloc.c `DEFAULT_MMAP_THRESHOLD_MAX`), so
 # activation-sized tensors below that are served from the heap, and memory freed in the middle of
 # the heap stays resident. The trainer hands the free heap back before every micro-batch and phase
-# (`pipeline.training.free_heap`), so what remains is what one micro-batch's own allocations leave
+# (`pipeline.host.free_heap`), so what remains is what one micro-batch's own allocations leave
 # resident beyond its live tensors. Measured as (peak RSS of the probe's step, which starts from a
 # handed-back heap) - (the tensor-level estimate without this term, which is within -6..+1 % of
 # the peak RSS with MALLOC_MMAP_THRESHOLD_=65536, where RSS follows live tensors) on
@@ -82,9 +82,9 @@ def allocator_retention(
     the hidden size, `audio_seconds_per_row` the seconds of audio in the longest row (clips per row
     x the longest clip); 0 when `options.cpu_heap_retention` is False (a training process on this host
     keeps no freed heap: it runs on TCMalloc, or with MALLOC_MMAP_THRESHOLD_=65536;
-    `pipeline.training.free_heap.heap_follows_live_tensors`, the option's default) and when the run
+    `pipeline.host.free_heap.heap_follows_live_tensors`, the option's default) and when the run
     asks for the low-memory heap (`config.low_memory_heap`) on a host that can pin it
-    (`pipeline.training.free_heap.heap_can_follow_live_tensors`). CUDA: the caching allocator's
+    (`pipeline.host.free_heap.heap_can_follow_live_tensors`). CUDA: the caching allocator's
     slack is in the runtime overhead. MPS: not measured, 0.
     """
     if device != "cpu" or not (options or EstimateOptions()).cpu_heap_retention:

@@ -11,13 +11,13 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from pipeline.errors import DatasetError
-from pipeline.training.free_heap import heap_follows_live_tensors
+from pipeline.host.free_heap import heap_follows_live_tensors
 
 MAX_CLIP_S = 30.0  # the feature extractor truncates at 480,000 samples.
 # Supervised (answer) tokens per row assumed when no dataset is built: the training loss projects
 # onto the vocabulary only at positions whose next token is supervised (`pipeline.training.train.answer_loss`),
 # so the logits scale with the answer, not the row. 256 tokens is a conservative bound: the answer
-# template of `pipeline.data.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
+# template of `pipeline.conversation.feedback` (three short lines) runs ~40-80 tokens on speechocean762-mini;
 # a row shorter than 256 tokens is assumed to be all answer (min(seq_len, 256)).
 DEFAULT_ANSWER_TOKENS = 256
 
@@ -179,7 +179,7 @@ class EstimateOptions:
             float32 on a bf16 base).
         cpu_heap_retention: count the freed heap glibc keeps resident on CPU (`allocator_retention`).
             By default True, and False where the trainer pins glibc's mmap threshold so the resident set
-            follows live tensors (`pipeline.training.free_heap.heap_follows_live_tensors`: the opt-in
+            follows live tensors (`pipeline.host.free_heap.heap_follows_live_tensors`: the opt-in
             `TUTOR_PIN_MMAP_THRESHOLD=1` on glibc).
         weights_mapped: on CPU the weights are views into the memory-mapped checkpoint (how the
             trainer loads them), so a weight is resident only once read: the vision tower never

@@ -1,6 +1,6 @@
-"""Measured, not estimated: launch the probe (`python -m pipeline.memory.probe`, a child process that
+"""Measured, not estimated: launch the probe (`python -m pipeline.training.probe`, a child process that
 runs one real optimizer step with the training code) and read back its peak. The torch work lives in
-`pipeline/memory/probe.py`; this module only starts it, so it stays torch-free.
+`pipeline/training/probe.py`; this module only starts it, so it stays torch-free.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pipeline.errors import TrainingError
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-"""The child runs here, so `-m pipeline.memory.probe` imports this checkout's `pipeline`."""
+"""The child runs here, so `-m pipeline.training.probe` imports this checkout's `pipeline`."""
 
 
 PROBE_RUN_NAME = "(memory probe)"
@@ -32,7 +32,7 @@ def _probe_lock(workspace):
     """
     if workspace is None:
         return None
-    from pipeline.training.workspace_lock import WorkspaceLock, lock_holder
+    from pipeline.host.workspace_lock import WorkspaceLock, lock_holder
 
     holder = lock_holder(workspace)
     if holder is not None:
@@ -63,13 +63,13 @@ def measure_peak(
     With a `workspace` whose dataset is built, the child runs the training code's own
     `pipeline.training.train.run_probe_step` on the dataset's longest rows; otherwise a synthetic batch of
     `batch_size` rows of the longest kept length with the longest clip, each supervising its last
-    `kept_longest_answer` tokens (`pipeline.memory.probe`).
+    `kept_longest_answer` tokens (`pipeline.training.probe`).
     With a `workspace`, the probe holds the workspace's training lock while it runs: refused while a
     run trains there, and no run starts beside it. Before it starts, a Try/Judge tutor kept by this
     process on the GPU the probe will use is unloaded (`pipeline.tutor.infer.release_for`); the
     result's `released` says so (None: nothing was).
     `new_shapes` > 0 (synthetic batch, CPU): afterwards run that many batches of new shapes and report
-    `kernel_cache_growth_bytes` (`pipeline.memory.probe.kernel_cache_growth`; the calibration's kernel-cache evidence).
+    `kernel_cache_growth_bytes` (`pipeline.training.probe.kernel_cache_growth`; the calibration's kernel-cache evidence).
     Raises `TrainingError` with the child's last output on failure, or when a run trains in `workspace`.
     """
     options = options or EstimateOptions()
@@ -86,7 +86,7 @@ def measure_peak(
         "workspace": str(workspace) if workspace is not None else None,
         "new_shapes": int(new_shapes),
     }
-    cmd = [sys.executable, "-m", "pipeline.memory.probe", json.dumps(request)]
+    cmd = [sys.executable, "-m", "pipeline.training.probe", json.dumps(request)]
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     lock = _probe_lock(workspace)  # no probe beside a run in the workspace, and no run starts during one

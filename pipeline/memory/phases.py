@@ -53,7 +53,7 @@ from pipeline.memory.terms import (
     weights,
 )
 from pipeline.memory.units import fmt_bytes
-from pipeline.training.allocator import training_allocator
+from pipeline.host.allocator import training_allocator
 
 
 @dataclass
@@ -228,7 +228,7 @@ def estimate_memory(
     elif config.ple_on_cpu and not ple_on_host(config, device):  # on CUDA the note above says where they are
         notes.append(f"`ple_on_cpu` applies to CUDA only; on {device} the per-layer embeddings stay where the model is.")
     if device == "cpu" and training_allocator() == "tcmalloc" and not options.cpu_heap_retention:
-        notes.append("training runs on TCMalloc (`pipeline.training.allocator`): memory follows what training holds.")
+        notes.append("training runs on TCMalloc (`pipeline.host.allocator`): memory follows what training holds.")
     elif device == "cpu" and comps["allocator_retention"] and sys.platform.startswith("linux"):
         notes.append(f"{fmt_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
                      "installed (Debian/Ubuntu: `apt-get install libtcmalloc-minimal4`) training keeps none and runs faster.")
@@ -239,7 +239,7 @@ def estimate_memory(
             notes.append("the low-memory mode changes nothing here: training runs on TCMalloc, which keeps no freed memory.")
         elif comps["allocator_retention"] == 0 and options.cpu_heap_retention:
             notes.append("low-memory mode: memory follows what training holds (no freed heap is kept), steps take "
-                         "about twice as long (`pipeline.training.free_heap.pin_mmap_threshold`).")
+                         "about twice as long (`pipeline.host.free_heap.pin_mmap_threshold`).")
         elif options.cpu_heap_retention:
             notes.append("the low-memory mode needs glibc (Linux); here the freed heap glibc would keep is still counted.")
     if calibration is not None:

@@ -21,7 +21,7 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
   * `save`: a checkpoint (and the final adapter): safetensors copies every adapter tensor into
     host bytes before writing (`safetensors.torch.save_file` -> `_flatten` -> `_tobytes`); the
     optimizer states are written from their own storage by `torch.save` (no copy on CPU); on CPU it
-    starts from a handed-back heap (`pipeline.training.free_heap`) beside the cached kernels;
+    starts from a handed-back heap (`pipeline.host.free_heap`) beside the cached kernels;
   * `resume`: reading a checkpoint back: the adapter file is read whole before it is copied into
     the model (peft `load_peft_weights`), and the optimizer states are read into place.
 
@@ -81,7 +81,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
       (`EVAL_LOGITS_BYTES_PER_VOCAB`).
     * `eval_allocator_retention`: CPU only, glibc's resident heap for this many tokens and this clip
       (`allocator_retention`, as for a step of the same length; evaluation starts from a handed-back
-      heap, `pipeline.training.free_heap`, and its forward passes leave at most what a step's do:
+      heap, `pipeline.host.free_heap`, and its forward passes leave at most what a step's do:
       an upper bound, not measured apart).
     """
     if seq_len <= 0:

@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.memory.budget import verdict
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.phases import estimate_memory
-from pipeline.training.free_heap import heap_can_follow_live_tensors
+from pipeline.host.free_heap import heap_can_follow_live_tensors
 
 SUGGESTION_LIMIT = 4  # suggestions shown by the command line and the app alike
 
@@ -59,14 +59,14 @@ class Suggestion:
 
 LOW_MEMORY_HEAP_SCORE = 1.8
 """The low-memory heap's cost score: slower than gradient checkpointing (1.0, ~30 %) or 4-bit (1.6),
-since its steps took about twice as long (`pipeline.training.free_heap.pin_mmap_threshold`)."""
+since its steps took about twice as long (`pipeline.host.free_heap.pin_mmap_threshold`)."""
 
 
 def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
                      options: EstimateOptions | None = None) -> list[Move]:
     """Single setting changes that can lower memory, each with its words and cost."""
     moves: list[Move] = []
-    counts_retained_heap = (options or EstimateOptions()).cpu_heap_retention  # not on TCMalloc (pipeline.training.allocator)
+    counts_retained_heap = (options or EstimateOptions()).cpu_heap_retention  # not on TCMalloc (pipeline.host.allocator)
     if device == "cpu" and not config.low_memory_heap and counts_retained_heap and heap_can_follow_live_tensors():
         moves.append(Move({"low_memory_heap": True}, "Use the low-memory mode (memory follows what training holds)",
                           "slower steps: about twice as long on a 2-core server CPU", LOW_MEMORY_HEAP_SCORE))
@@ -163,7 +163,7 @@ def suggest_fits(
     earlier one and saving no more memory is left out); when the first `limit` are all tight, the
     cheapest one that fits takes the last place. Every move is a `TrainConfig` setting the training
     code carries out (`vision_tower`, `ple_on_cpu`, `low_memory_heap`:
-    `pipeline.training.model.load_model`). `accept_tight=False` offers only changes that fit (for a
+    `pipeline.model.loading.load_model`). `accept_tight=False` offers only changes that fit (for a
     run that is already tight, another tight setting is no help). `keep` names settings the
     suggestions must not change (the plan keeps each row's fine-tuning type and quantization).
     """

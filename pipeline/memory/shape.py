@@ -195,7 +195,7 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
         count += 3 + (4 if owner else 2) + 2 + 2
         largest = max(largest, h * shape.intermediate_sizes[i], h * q)
         # AltUp's correction_coefs, prediction_coefs, modality_router: Linears the loader keeps in
-        # bf16 (pipeline.training.model.QUANTIZATION_SKIP_MODULES: Gemma 3n clamps them in place).
+        # bf16 (pipeline.model.loading.QUANTIZATION_SKIP_MODULES: Gemma 3n clamps them in place).
         other += n * n + n * n * n + h * n
         # 5 hidden norms + laurel norm + AltUp router norm + correct_output_scale, q_norm, k_norm
         other += 8 * h + d + (d if owner else 0)

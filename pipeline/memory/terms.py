@@ -82,7 +82,7 @@ def checkpoint_dtype(model_config: dict) -> str:
 
 def quantized_parts(config: TrainConfig) -> tuple[str, ...]:
     """Parts whose Linear layers the loader quantizes: `QUANTIZED_PARTS`, plus the audio encoder with
-    `config.quantize_audio_encoder` (`pipeline.training.model.quantization_skip_modules`); none
+    `config.quantize_audio_encoder` (`pipeline.model.loading.quantization_skip_modules`); none
     without quantization."""
     if config.quantization == "none":
         return ()
@@ -104,10 +104,10 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     unless `quantize_audio_encoder` takes the audio encoder off it).
     The token embedding is counted once (tied to lm_head). Vision tower: 0 with
     `config.vision_tower` False (the loader keeps it off the device and frees it,
-    `pipeline.training.model.load_model`). Per-layer embeddings: 0 on the device with `config.ple_on_cpu`
-    on CUDA (the loader places the table in host RAM, `pipeline.training.model.placement_device_map`).
+    `pipeline.model.loading.load_model`). Per-layer embeddings: 0 on the device with `config.ple_on_cpu`
+    on CUDA (the loader places the table in host RAM, `pipeline.model.loading.placement_device_map`).
     On CPU (`options.weights_mapped`) every unquantized weight is a view into the memory-mapped
-    checkpoint and becomes resident only when read (`pipeline.training.model.release_checkpoint_pages`
+    checkpoint and becomes resident only when read (`pipeline.model.loading.release_checkpoint_pages`
     drops what loading read): the vision tower is never read (0), and the per-layer embedding table
     only at the rows of the dataset's `distinct_tokens`, each bringing at most
     `PAGE_FAULT_AROUND_BYTES` (or its own size, if larger) into the resident set; with
@@ -158,7 +158,7 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
     after loading), and nothing the loader keeps off the device: with `ple_on_cpu` on CUDA the
     per-layer table is placed in host RAM by the device map and never reaches the GPU, and with
     `vision_tower` off the vision tower is placed in host RAM and freed
-    (`pipeline.training.model.placement_device_map`)."""
+    (`pipeline.model.loading.placement_device_map`)."""
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
@@ -169,7 +169,7 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
 def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
     """CPU with 4/8-bit weights: quantizing reads the bf16 source of every quantized Linear from the
     memory-mapped checkpoint, and those file pages stay resident until loading ends and
-    `pipeline.training.model.release_checkpoint_pages` drops them: the `load` phase holds them on top
+    `pipeline.model.loading.release_checkpoint_pages` drops them: the `load` phase holds them on top
     of the quantized weights (their bytes as stored, `EstimateOptions.checkpoint_dtype`). 0 on other
     devices and without quantization."""
     if device != "cpu" or config.quantization == "none" or not options.weights_mapped:
@@ -197,7 +197,7 @@ def lora_targets(shape: ModelShape, targets: str) -> list[tuple[int, int]]:
 
     `language`: q/k/v/o and gate/up/down of every text decoder layer (k/v only where the layer owns
     them). `language+audio` adds the conformer's q/k/v/post, both feed-forwards' two Linears and the
-    light-conv's linear_start/linear_end. (Regex in pipeline.training.model; FIELD_NOTES "LoRA targets".)
+    light-conv's linear_start/linear_end. (Regex in pipeline.model.loading; FIELD_NOTES "LoRA targets".)
     """
     h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
     mats: list[tuple[int, int]] = []
@@ -506,7 +506,7 @@ def audio_encoder_bytes(
       layers x F x h_a x (86 + 16 (a + m)) + LoRA rank terms, with a, m the adapter and
       dropout-mask bytes (`dropout_mask_bytes`).
     * with LoRA in the conformer and gradient checkpointing, every block is checkpointed too
-      (`pipeline.training.model.checkpoint_audio_encoder_blocks`): `audio_encoder_saved` = C x
+      (`pipeline.model.loading.checkpoint_audio_encoder_blocks`): `audio_encoder_saved` = C x
       layers x F x h_a x c (each block's input), and `audio_encoder_recompute` = one block's saved
       tensors (the per-block figure above), alive only while that block runs backward again, at
       the end of the step's backward (the `audio_backward` moment of `pipeline.memory.phases`).

@@ -14,7 +14,7 @@ at a time anyway: `Tutor` holds its lock from tokenizing to decoding). The queue
 of letting waits grow without limit. Nothing here blocks the web server's event loop: it awaits the
 worker's future (`pipeline.serving.app`), so `GET /v1/models` answers while a model generates.
 
-CPU threads (`pipeline.cpu_threads`): one loaded model follows the inference rule per answer
+CPU threads (`pipeline.host.cpu_threads`): one loaded model follows the inference rule per answer
 (`cores - 1`, or 1 while a run trains in the workspace). Several loaded models may generate at the
 same time, each in its own thread with its own OpenMP team, so `share_threads` gives each
 `(cores - 1) // models` threads (at least 1) through `TUTOR_INFER_THREADS`, unless it is already set.
@@ -219,7 +219,7 @@ def share_threads(models: int) -> int | None:
     """With several loaded models, set `TUTOR_INFER_THREADS` to `(cores - 1) // models` (at least 1)
     unless it is set already; returns the number set, or None when nothing was changed (one model,
     or an override given by the person)."""
-    from pipeline.cpu_threads import INFER_THREADS_ENV, available_cores
+    from pipeline.host.cpu_threads import INFER_THREADS_ENV, available_cores
 
     if models <= 1 or os.environ.get(INFER_THREADS_ENV, "").strip():
         return None
@@ -234,13 +234,13 @@ def answer(tutor: Any, request: TutorRequest, *, use_adapter: bool) -> tuple[Any
 
     Returns:
         `(Feedback, prompt_tokens)`: the answer and the prompt's length in tokens as the model read it
-        (`pipeline.conversation.TokenCounter`, each clip ~192 positions).
+        (`pipeline.conversation.messages.TokenCounter`, each clip ~192 positions).
 
     Raises:
-        DatasetError: a text spells a control token (`pipeline.conversation.check_user_text`).
+        DatasetError: a text spells a control token (`pipeline.conversation.messages.check_user_text`).
         AudioError: a clip fails a check.
     """
-    from pipeline.conversation import TokenCounter, conversation_messages
+    from pipeline.conversation.messages import TokenCounter, conversation_messages
 
     options = dict(max_new_tokens=request.max_new_tokens, use_adapter=use_adapter)
     if request.kind == "read_aloud":

@@ -8,7 +8,7 @@ A request is an OpenAI `POST /v1/chat/completions` body. What this tutor reads o
   `n` 1. Decoding is greedy, as `python -m pipeline evaluate` judges the tutor: `temperature`,
   `top_p`, `seed` and the other sampling fields are accepted and ignored.
 - `kind` (an extra top-level field; with the `openai` package `extra_body={"kind": ...}`): which of
-  the three questions the tutor was trained on (`pipeline.conversation.KINDS`) is asked:
+  the three questions the tutor was trained on (`pipeline.conversation.messages.KINDS`) is asked:
   * `read_aloud` (the default when no message is the assistant's): one user message with one
     `input_audio` part (the learner reading) and text parts holding the sentence they were asked
     to read;
@@ -18,7 +18,7 @@ A request is an OpenAI `POST /v1/chat/completions` body. What this tutor reads o
     messages being the learner's turns (each `input_audio` part a clip, text parts what they typed)
     and assistant messages the tutor's earlier turns, ending with a user message; at least one clip.
 - `system` / `developer` messages are dropped: the tutor is asked exactly as it was trained, with
-  its kind's own instruction (`pipeline.conversation`), whatever a client sends.
+  its kind's own instruction (`pipeline.conversation.messages`), whatever a client sends.
 - `input_audio` parts are `{"type": "input_audio", "input_audio": {"data": BASE64, "format": "wav"}}`
   (a `data:audio/...;base64,` prefix is tolerated); the bytes are decoded and checked by
   `pipeline.data.audio.load_audio` (any format it reads, 0.3-30 s, not silent, not clipped).
@@ -42,7 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.conversation import KINDS, LEARNER, TUTOR
+from pipeline.conversation.messages import KINDS, LEARNER, TUTOR
 from pipeline.errors import PipelineError
 from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS
 
@@ -89,7 +89,7 @@ def error_body(message: str, *, type: str = "invalid_request_error", param: str 
 class TutorRequest:
     """One question for the tutor, parsed from a chat-completions body.
 
-    `kind`: one of `pipeline.conversation.KINDS`. `text`: the target sentence (read_aloud) or the
+    `kind`: one of `pipeline.conversation.messages.KINDS`. `text`: the target sentence (read_aloud) or the
     prompt (free_speech); None for a dialogue. `clips`: the decoded clips, in order
     (`pipeline.data.audio.Audio`, 16 kHz mono float32). `turns`: for a dialogue, the turns as
     `Tutor.dialogue_reply` takes them, `{"role": "learner", "clip": index into clips, "text": str?}`
@@ -211,8 +211,8 @@ def _read_content(content: Any, where: str, role: str) -> list[tuple[str, Any, s
 
 def _joined(texts: list[str], where: str) -> str:
     """The text parts of one message, one per line; `ApiError` (`control_token`) when one spells a
-    Gemma control token such as `<end_of_turn>` (`pipeline.conversation.check_user_text`)."""
-    from pipeline.conversation import check_user_text
+    Gemma control token such as `<end_of_turn>` (`pipeline.conversation.messages.check_user_text`)."""
+    from pipeline.conversation.messages import check_user_text
     from pipeline.errors import DatasetError
 
     joined = "\n".join(t.strip() for t in texts if t.strip())
@@ -326,13 +326,13 @@ def _dialogue(model: str, kept: list[tuple[int, str, Any]], max_new_tokens: int)
 
 def tutor_feedback(text: str) -> dict[str, Any] | None:
     """The scores and flagged words of an answer that follows the feedback template
-    (`pipeline.data.feedback.parse_feedback`), or None when it has no score and no `Words to practise:` line.
+    (`pipeline.conversation.feedback.parse_feedback`), or None when it has no score and no `Words to practise:` line.
 
     Returns `{"scores": {"accuracy", "fluency", "prosody", "total"} (0-10 or None), "words": [{"word",
     "score", "phones": [{"phone", "heard"}]}], "advice", "complete"}`; `complete` is True when all four
     scores and the words line are there (what `evaluate` counts as parsed).
     """
-    from pipeline.data.feedback import has_words_line, parse_feedback
+    from pipeline.conversation.feedback import has_words_line, parse_feedback
 
     parsed = parse_feedback(text)
     has_words = has_words_line(text)

@@ -58,7 +58,7 @@ def expert_agreement(answers: list[str], rows: list[dict]) -> float:
     docstring); an unparsed answer counts as error 10. Raises `ValueError` on no rows or a length mismatch."""
     from pipeline.tutor.grounding import sentence_score
     from pipeline.tutor.metrics import reference_from, score_clip
-    from pipeline.data.feedback import parse_feedback
+    from pipeline.conversation.feedback import parse_feedback
 
     if not rows or len(answers) != len(rows):
         raise ValueError(f"expert_agreement needs one answer per row, got {len(answers)} answers for {len(rows)} rows")
@@ -101,7 +101,7 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
     docstring). `paths`: `pipeline.training.run_folder.run_paths`; `eval_data`: the eval split (or None)."""
     from transformers import TrainerCallback
 
-    from pipeline.training import distributed
+    from pipeline.host import distributed
 
     class BestCheckpointCallback(TrainerCallback):
         def __init__(self):

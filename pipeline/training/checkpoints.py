@@ -270,7 +270,7 @@ def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: P
     """
     import shutil
 
-    from pipeline.training.base_identity import write_identity
+    from pipeline.model.base_identity import write_identity
 
     tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
     old = adapter_dir.with_name(f".{adapter_dir.name}.old")
@@ -284,7 +284,7 @@ def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: P
         else:
             model.save_pretrained(str(tmp))
         processor.save_pretrained(str(tmp))
-        write_identity(tmp, base_identity)  # load_adapter checks it (pipeline.training.base_identity)
+        write_identity(tmp, base_identity)  # load_adapter checks it (pipeline.model.base_identity)
     except OSError as error:
         shutil.rmtree(tmp, ignore_errors=True)
         raise save_error(adapter_dir, error, what="adapter") from error

@@ -1,7 +1,7 @@
 """Dataset rows -> a Gemma 3n training batch whose labels supervise only the tutor's answer.
 
 Rendering and tokenizing happen in ONE call, `processor.apply_chat_template(tokenize=True,
-return_dict=True)`, on the row's conversation from `pipeline.conversation` (through
+return_dict=True)`, on the row's conversation from `pipeline.conversation.messages` (through
 `pipeline.data.rows.row_messages`, every kind: read-aloud, free speech, tutoring dialogue): rendering
 to text and calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312). A
 dialogue row brings all its clips; the processor gives each its own audio span and feature row.
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from pipeline.conversation import IGNORE_INDEX, TokenCounter, all_answer_spans
+from pipeline.conversation.messages import IGNORE_INDEX, TokenCounter, all_answer_spans
 from pipeline.data.rows import row_clips, row_messages
 from pipeline.errors import DatasetError
 
@@ -153,7 +153,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     `too_long` is True for a row over `max_length` (the trainer skips those; other problems are errors).
 
     Fast: renders each conversation's text with the audio span expanded (no mel features), using
-    `pipeline.conversation.TokenCounter`, and checks length <= `max_length` and at least one supervised
+    `pipeline.conversation.messages.TokenCounter`, and checks length <= `max_length` and at least one supervised
     answer token.
     """
     counter = TokenCounter(processor)

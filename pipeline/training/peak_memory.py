@@ -29,8 +29,8 @@ from typing import Iterator
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.training.allocator import running_allocator
-from pipeline.training.free_heap import release_free_heap
+from pipeline.host.allocator import running_allocator
+from pipeline.host.free_heap import release_free_heap
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
 """The phases of a training process: `load` (process start, model, quantization, LoRA), `preflight`
@@ -102,7 +102,7 @@ def rss_peak_bytes() -> int:
 
 def reset_peak_memory(device: str) -> None:
     """Reset the peak-memory counters where the backend allows it (CUDA; CPU VmHWM on Linux). On CPU the
-    C heap's free memory is handed back first (`pipeline.training.free_heap`), as the trainer does
+    C heap's free memory is handed back first (`pipeline.host.free_heap`), as the trainer does
     before every micro-batch, so the high-water mark starts from live memory."""
     if device == "cpu":
         release_free_heap()
@@ -204,7 +204,7 @@ class PhaseMemory:
 
     def enter(self, phase: str) -> None:
         """End the open phase (keeping its peak) and start `phase` with the counters reset; on CPU the C
-        heap's free memory is handed back first (`pipeline.training.free_heap`), so the phase's peak is
+        heap's free memory is handed back first (`pipeline.host.free_heap`), so the phase's peak is
         its own."""
         if phase not in RUN_PHASES:
             raise ValueError(f"unknown run phase {phase!r}; expected one of {RUN_PHASES}")
@@ -239,7 +239,7 @@ class PhaseMemory:
         """`{"phase_peak_bytes": {phase: bytes}, "peak_phase", "peak_bytes", "method", "memory_kind",
         "allocator", "exact": {phase: bool}, "details": {phase: counters at that phase's peak visit}}`,
         phases in `RUN_PHASES` order, the open phase included; `allocator` is the C allocator this
-        process runs on (`pipeline.training.allocator.running_allocator`: "tcmalloc" or "glibc")."""
+        process runs on (`pipeline.host.allocator.running_allocator`: "tcmalloc" or "glibc")."""
         peaks = self.current()
         ordered = {p: peaks[p] for p in RUN_PHASES if p in peaks}
         peak_phase = max(ordered, key=ordered.get) if ordered else None

@@ -32,7 +32,7 @@ def resolve_resume_config(paths: dict[str, Path], config: TrainConfig | None) ->
 
     `model` may name another path or hub id for the same base (a moved folder, the hub id of a local
     copy): the run is tied to its base's identity, which the trainer compares once the model is
-    loaded (`pipeline.training.base_identity.record_or_check_run_base`), not to a path. The
+    loaded (`pipeline.model.base_identity.record_or_check_run_base`), not to a path. The
     returned config then carries the given `model`.
 
     Raises:

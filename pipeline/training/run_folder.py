@@ -6,7 +6,7 @@
     train.log        human log: settings, quantization/LoRA reports, progress, warnings, errors
     checkpoints/     resumable Trainer checkpoints (adapter + optimizer + scheduler + RNG state)
     adapter/         the final LoRA adapter in PEFT format + the processor (+ base_model.json)
-    base_model.json  the base model's identity (`pipeline.training.base_identity`), checked on resume
+    base_model.json  the base model's identity (`pipeline.model.base_identity`), checked on resume
     dataset.json     the dataset build the run trains on (`pipeline.training.resume`), checked on resume
     result.json      {"status": running|completed|stopped|failed, "reason", ...}
     tensorboard/     TensorBoard event files (`tensorboard --logdir WS/runs`)

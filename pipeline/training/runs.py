@@ -8,7 +8,7 @@ saves a checkpoint + the adapter and ends at the next step); a run that has not 
 timeout is killed. The process's own stdout/stderr go to `WS/runs/NAME/process.log`.
 
 One run at a time per workspace, whoever starts it: `start_run` takes the workspace's training lock
-(`pipeline.training.workspace_lock`) and hands it to the process it starts; `python -m pipeline
+(`pipeline.host.workspace_lock`) and hands it to the process it starts; `python -m pipeline
 train` takes the same lock. A second run (from the app or the command line) is refused with the
 name of the one training, and a run started from the command line shows here as running.
 """
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig
-from pipeline.cpu_threads import thread_env, trainer_threads
+from pipeline.host.cpu_threads import thread_env, trainer_threads
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
 from pipeline.training.run_folder import last_checkpoint
-from pipeline.training.workspace_lock import LOCK_FD_ENV, WorkspaceLock, lock_holder
+from pipeline.host.workspace_lock import LOCK_FD_ENV, WorkspaceLock, lock_holder
 from pipeline.workspace import Workspace
 
 PID_FILE = "pid.json"
@@ -81,7 +81,7 @@ def pid_alive(pid: int | None, run_name: str | None = None) -> bool:
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
-    from pipeline.process_check import command_alive
+    from pipeline.host.process_check import command_alive
 
     return command_alive(pid, "pipeline", "train", *([run_name] if run_name else []))
 
@@ -309,7 +309,7 @@ def start_run(
         log_handle.close()
         raise
     env[LOCK_FD_ENV] = str(lock.fd) if lock.fd is not None else ""
-    from pipeline.process_check import detached_popen_kwargs
+    from pipeline.host.process_check import detached_popen_kwargs
 
     kwargs: dict[str, Any] = {"pass_fds": (lock.fd,) if lock.fd is not None else (), **detached_popen_kwargs()}
     try:
@@ -329,7 +329,7 @@ def start_run(
 
 
 def _kill(pid: int) -> None:
-    from pipeline.process_check import kill_process_group
+    from pipeline.host.process_check import kill_process_group
 
     kill_process_group(pid, _CHILDREN.get(pid))
 

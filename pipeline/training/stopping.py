@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.training import distributed
+from pipeline.host import distributed
 
 log = logging.getLogger("pipeline.training.stopping")
 

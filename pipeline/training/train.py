@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization, refuse_full_finetuning
-from pipeline.cpu_threads import apply_threads, trainer_threads
+from pipeline.host.cpu_threads import apply_threads, trainer_threads
 from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
-from pipeline.training import distributed
+from pipeline.host import distributed
 from pipeline.calibration.this_machine import micro_batch_tokens
 from pipeline.training.step_timer import record_run_step_time, step_timer
 from pipeline.training.peak_memory import (
@@ -48,7 +48,7 @@ from pipeline.training.peak_memory import (
     reset_peak_memory,
 )
 from pipeline.memory.run_compare import run_estimate
-from pipeline.training.base_identity import run_base_model
+from pipeline.model.base_identity import run_base_model
 from pipeline.training.checkpoints import check_free_disk, checkpoint_bytes, damaged_text, newest_intact_checkpoint
 from pipeline.training.checkpoints import save_adapter, set_aside, write_result
 from pipeline.training.resume import check_dataset, record_dataset
@@ -65,7 +65,7 @@ from pipeline.training.run_folder import (
 )
 from pipeline.training.best_checkpoint import best_checkpoint_keeper
 from pipeline.training.stopping import stop_within_micro_batch
-from pipeline.training.workspace_lock import hold_workspace_lock
+from pipeline.host.workspace_lock import hold_workspace_lock
 from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
 from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.training.worst_case import preflight, worst_case, worst_case_batch
@@ -174,7 +174,7 @@ def _make_callback_class():
 
 def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, has_eval: bool):
     """`transformers.TrainingArguments` for `config` (no autocast: weights are already bf16/fp32,
-    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.training.model.attach_lora`)."""
+    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.loading.attach_lora`)."""
     from transformers import TrainingArguments
 
     if config.optimizer == "adamw_8bit":
@@ -238,8 +238,8 @@ class _Session:
         from pipeline.training.collate import ChatCollator, check_rows
         from pipeline.data.dataset import load_built_dataset
         from pipeline.data.portable import load_portable_dataset
-        from pipeline.training.base_identity import describe_base
-        from pipeline.training.model import attach_lora, load_model, load_processor, resolve_device
+        from pipeline.model.base_identity import describe_base
+        from pipeline.model.loading import attach_lora, load_model, load_processor, resolve_device
 
         self.config = config
         self.device = resolve_device(config.device)
@@ -393,7 +393,7 @@ def train(
                 raise
             raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with `python -m pipeline build "
                                f"--workspace {shlex.quote(str(ws.root))} --model {shlex.quote(str(config.model))}`.") from None
-    from pipeline.training.model import resolve_device
+    from pipeline.model.loading import resolve_device
 
     resolved_device = resolve_device(config.device)
     distributed.join(resolved_device)
@@ -433,8 +433,8 @@ def train(
         if dropped:
             log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
                      dropped, checkpoint.name)
-    from pipeline.training.base_identity import record_or_check_run_base
-    from pipeline.training.tiny_model import is_tiny_random_model
+    from pipeline.model.base_identity import record_or_check_run_base
+    from pipeline.model.tiny_model import is_tiny_random_model
 
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=dataset_change)
     trainer = None
@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
     add_train_arguments(parser)
     args = parser.parse_args(argv)
-    apply_threads(max(1, trainer_threads() // distributed.local_world_size()))  # a core for the app (pipeline.cpu_threads)
+    apply_threads(max(1, trainer_threads() // distributed.local_world_size()))  # a core for the app (pipeline.host.cpu_threads)
     explicit = _explicit_config(args)
     if args.resume:
         paths = run_paths(args.workspace, args.run)
@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         refuse_full_finetuning(explicit.get("finetuning_type", "lora"))
         if "quantization" not in explicit:
-            from pipeline.training.model import resolve_device
+            from pipeline.model.loading import resolve_device
 
             explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
         config = TrainConfig(**explicit)

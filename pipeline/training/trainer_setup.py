@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from pipeline.conversation import IGNORE_INDEX
-from pipeline.training.free_heap import release_free_heap
+from pipeline.conversation.messages import IGNORE_INDEX
+from pipeline.host.free_heap import release_free_heap
 
 LR_SCHEDULERS = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
 """`--lr-schedule` -> `transformers.TrainingArguments.lr_scheduler_type`. Every schedule warms up over
@@ -79,7 +79,7 @@ def answer_loss_trainer_class():
         With a `pipeline.training.peak_memory.PhaseMemory` in `memory`, evaluation, checkpoint saves
         and reading a checkpoint back are recorded as the run phases `eval`, `save` and `resume`
         (the rest of `train` is `step`). On CPU each micro-batch starts by handing the C heap's free
-        memory back (`pipeline.training.free_heap`)."""
+        memory back (`pipeline.host.free_heap`)."""
 
         memory = None
 
@@ -103,7 +103,7 @@ def answer_loss_trainer_class():
             # On CPU every micro-batch starts from live memory, and so does what follows its backward
             # (gradient clipping and the optimizer step after the last micro-batch of a step): what
             # the forward and backward freed is handed back instead of staying resident beneath the
-            # optimizer's temporaries (pipeline.training.free_heap).
+            # optimizer's temporaries (pipeline.host.free_heap).
             on_cpu = self.args.device.type == "cpu"
             if on_cpu:
                 release_free_heap()

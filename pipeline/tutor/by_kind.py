@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pipeline.conversation import KINDS, LEARNER, TUTOR
+from pipeline.conversation.messages import KINDS, LEARNER, TUTOR
 
 
 def chrf(answers: Sequence[str], references: Sequence[str]) -> dict[str, Any]:

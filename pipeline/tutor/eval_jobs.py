@@ -23,7 +23,7 @@ evaluation of this build unless a complete one (or a partial one with more answe
 so a cancelled, killed or crashed job loses at most the answer in flight and nothing saved earlier.
 
 One evaluation job at a time per workspace (`start_job` refuses a second while one is alive). The job
-process sizes its CPU threads by the project rule (`pipeline.cpu_threads.inference_threads`: one thread
+process sizes its CPU threads by the project rule (`pipeline.host.cpu_threads.inference_threads`: one thread
 while a run trains in the workspace, else cores - 1; `pipeline.tutor.infer` re-applies it before every
 answer, so a run started meanwhile gets its cores).
 
@@ -95,13 +95,13 @@ def target_label(target: dict) -> str:
 
 def job_alive(pid: int | None, job_id: str) -> bool:
     """True when `pid` is a live (not zombie) evaluation job process of `job_id`: its command line is
-    checked through psutil on every system (`pipeline.process_check`), so a reused pid does not count."""
+    checked through psutil on every system (`pipeline.host.process_check`), so a reused pid does not count."""
     if not pid:
         return False
     child = _CHILDREN.get(pid)
     if child is not None:
         return child.poll() is None
-    from pipeline.process_check import command_alive
+    from pipeline.host.process_check import command_alive
 
     return command_alive(pid, "eval-job", job_id)
 
@@ -191,8 +191,8 @@ def start_job(
             evaluation job is running in this workspace (its id is named).
         DatasetError: no built eval split (checked before anything is written).
     """
-    from pipeline.cpu_threads import inference_threads, thread_env
-    from pipeline.training.workspace_lock import lock_holder
+    from pipeline.host.cpu_threads import inference_threads, thread_env
+    from pipeline.host.workspace_lock import lock_holder
     from pipeline.tutor.evaluate import split_key
 
     ws = _ws(workspace)
@@ -223,7 +223,7 @@ def start_job(
         for name, value in thread_env(threads).items():
             env.setdefault(name, value)
         env.update(extra_env or {})
-        from pipeline.process_check import detached_popen_kwargs
+        from pipeline.host.process_check import detached_popen_kwargs
 
         kwargs: dict[str, Any] = detached_popen_kwargs()
         with open(folder / JOB_FILES["log"], "ab") as log:
@@ -235,7 +235,7 @@ def start_job(
 
 
 def _kill(pid: int) -> None:
-    from pipeline.process_check import kill_process_group
+    from pipeline.host.process_check import kill_process_group
 
     kill_process_group(pid, _CHILDREN.get(pid))
 

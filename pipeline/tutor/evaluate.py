@@ -14,7 +14,7 @@ a hash of its data files in `WS/dataset/`, i.e. the dataset build; `-firstN` wit
 
 so the app shows saved evaluations without re-running them, and a rebuilt eval split is never
 compared with answers to another one. Inference follows the project's CPU thread rule
-(`pipeline.cpu_threads`: one thread while a run trains in the workspace, else cores - 1;
+(`pipeline.host.cpu_threads`: one thread while a run trains in the workspace, else cores - 1;
 `TUTOR_INFER_THREADS` overrides it). An evaluation can be cancelled between tokens (`should_stop`);
 a cancelled one saves nothing, unless the caller keeps what was answered (`partial`, the app's
 background job `pipeline.tutor.eval_jobs`).
@@ -141,7 +141,7 @@ def clip_audio_path(workspace: Workspace | str | os.PathLike, clip_id: str) -> P
 
 def _row_reference(row: dict) -> Any:
     """A dataset row's reference: its expert scores when they carry any, else its feedback text."""
-    from pipeline.data.feedback import summarize_scores
+    from pipeline.conversation.feedback import summarize_scores
 
     if row.get("scores"):
         try:

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pipeline.data.feedback import ParsedFeedback, parse_feedback
+from pipeline.conversation.feedback import ParsedFeedback, parse_feedback
 from pipeline.tutor.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,

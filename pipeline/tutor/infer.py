@@ -4,7 +4,7 @@
 `python -m pipeline infer ... --kind free_speech --prompt "QUESTION" --audio FILE`
 `python -m pipeline infer ... --kind dialogue --turns TURNS.json` (the tutor's next reply)
 
-Three kinds of question (`pipeline.conversation.KINDS`): a sentence read aloud (`Tutor.feedback`), free
+Three kinds of question (`pipeline.conversation.messages.KINDS`): a sentence read aloud (`Tutor.feedback`), free
 speech answering a prompt (`Tutor.free_speech_feedback`), and the next tutor turn of a dialogue whose
 history is learner clips or text and earlier tutor turns (`Tutor.dialogue_reply`); each is asked
 with the same conversation as training saw for that kind.
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.cpu_threads import apply_threads, inference_threads
+from pipeline.host.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
@@ -82,7 +82,7 @@ class Tutor:
                  workspace: Workspace | None = None):
         self.model = model
         self.workspace = workspace
-        """Where a run may train beside this tutor: answers then use one CPU thread (`pipeline.cpu_threads`)."""
+        """Where a run may train beside this tutor: answers then use one CPU thread (`pipeline.host.cpu_threads`)."""
         self.processor = processor
         self.model_id = model_id
         self.run = run
@@ -91,7 +91,7 @@ class Tutor:
         self.quantization = quantization
         self._lock = threading.Lock()
         """Held by `feedback` from tokenizing to decoding: the adapter switch is global to the model."""
-        from pipeline.training.tiny_model import is_tiny_random_model
+        from pipeline.model.tiny_model import is_tiny_random_model
 
         self.tiny_random_model = is_tiny_random_model(model_id)
 
@@ -122,9 +122,9 @@ class Tutor:
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
             DatasetError: the target text is empty or spells a control token such as `<end_of_turn>`
-                (`pipeline.conversation.check_user_text`, the rule training uses).
+                (`pipeline.conversation.messages.check_user_text`, the rule training uses).
         """
-        from pipeline.conversation import build_messages
+        from pipeline.conversation.messages import build_messages
         from pipeline.data.audio import load_audio
 
         clip = load_audio(audio)
@@ -135,12 +135,12 @@ class Tutor:
     def free_speech_feedback(self, audio: Any, prompt: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
                              do_sample: bool = False, use_adapter: bool = True, stop: Any = None) -> Feedback:
         """Feedback on one free-speech clip: the learner answering `prompt` (e.g. "Describe your last
-        holiday."), asked as training asked it (`pipeline.conversation.build_free_speech_messages`).
+        holiday."), asked as training asked it (`pipeline.conversation.messages.build_free_speech_messages`).
 
         Arguments and errors as `feedback`, with `prompt` in place of the target sentence
         (`DatasetError` when it is empty or spells a control token).
         """
-        from pipeline.conversation import build_free_speech_messages
+        from pipeline.conversation.messages import build_free_speech_messages
         from pipeline.data.audio import load_audio
 
         clip = load_audio(audio)
@@ -156,7 +156,7 @@ class Tutor:
             turns: the history, in order: `{"role": "learner", "audio": clip?, "text": str?}` (a clip
                 is anything `load_audio` accepts) and `{"role": "tutor", "text": str}`; it starts and
                 ends with the learner. Every clip is heard again, as in training
-                (`pipeline.conversation.build_dialogue_messages`).
+                (`pipeline.conversation.messages.build_dialogue_messages`).
             max_new_tokens, do_sample, use_adapter, stop: as `feedback`.
 
         Returns:
@@ -166,7 +166,7 @@ class Tutor:
             DatasetError: no turns, a tutor turn first or last, an empty turn, a control token in a text.
             AudioError: a clip fails a check (the message names its turn).
         """
-        from pipeline.conversation import LEARNER, build_dialogue_messages
+        from pipeline.conversation.messages import LEARNER, build_dialogue_messages
         from pipeline.data.audio import load_audio
         from pipeline.errors import DatasetError, PipelineError
 
@@ -259,7 +259,7 @@ class Tutor:
         """True while a run trains in this tutor's workspace (it holds the workspace's training lock)."""
         if self.workspace is None:
             return False
-        from pipeline.training.workspace_lock import lock_holder
+        from pipeline.host.workspace_lock import lock_holder
 
         return lock_holder(self.workspace) is not None
 
@@ -278,7 +278,7 @@ def holds_device_for(work_device: str | None, tutor_device: str) -> bool:
     """True when a tutor loaded on `tutor_device` sits on the accelerator that work asking for
     `work_device` (a run's or a probe's `--device`: auto|cuda|mps|cpu) will use.
 
-    `auto` picks CUDA, else MPS (`pipeline.training.model.resolve_device`): a tutor that is on one of
+    `auto` picks CUDA, else MPS (`pipeline.model.loading.resolve_device`): a tutor that is on one of
     them is on the one `auto` picks, since this process found it available. CPU work never needs a
     tutor's GPU memory, and a tutor on the CPU holds none.
     """
@@ -390,12 +390,12 @@ def load_tutor(
     Raises:
         ConfigError: unknown run.
         BaseModelMismatchError: `model` (or the run's model folder) holds another base than the run
-            was trained on (other config values or weights; see `pipeline.training.base_identity`).
+            was trained on (other config values or weights; see `pipeline.model.base_identity`).
         ModelLoadError: model or adapter cannot be loaded; the run's model folder is no longer there
             and no `model` was given (`run_base_model`).
     """
-    from pipeline.training.base_identity import run_base_model
-    from pipeline.training.model import default_quantization, load_adapter, load_model, load_processor, resolve_device
+    from pipeline.model.base_identity import run_base_model
+    from pipeline.model.loading import default_quantization, load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
     settings: dict = {}

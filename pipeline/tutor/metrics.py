@@ -1,6 +1,6 @@
 """Honest metrics for a tutor's answers against the experts: every answer counts.
 
-Each answer is read with `pipeline.data.feedback.parse_feedback`; the reference is the experts'
+Each answer is read with `pipeline.conversation.feedback.parse_feedback`; the reference is the experts'
 scores of the clip (speechocean762 layout, summarised with `feedback.summarize_scores`, the rule that
 wrote the training feedback) or a reference feedback text parsed the same way.
 
@@ -37,7 +37,7 @@ import math
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-from pipeline.data.feedback import (
+from pipeline.conversation.feedback import (
     SENTENCE_KEYS,
     ParsedFeedback,
     has_words_line,

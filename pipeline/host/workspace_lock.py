@@ -202,7 +202,7 @@ def hold_workspace_lock(function: Callable) -> Callable:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from pipeline.training.distributed import is_main_process
+        from pipeline.host.distributed import is_main_process
 
         if not is_main_process():  # several processes train one run (DDP): rank 0 holds the lock for all
             return function(*args, **kwargs)

@@ -59,13 +59,13 @@ _TASK = (
 
 
 def _answer_format() -> str:
-    """The answer template of `pipeline.data.feedback`, its example lines written by its own writer.
+    """The answer template of `pipeline.conversation.feedback`, its example lines written by its own writer.
 
     `feedback.render_feedback` writes the example, so the format asked for is exactly the one
     `feedback.parse_feedback` reads back and the one expert-score imports train on. Kept short:
     the system prompt is repeated in every row and costs activation memory per token.
     """
-    from pipeline.data.feedback import FlaggedWord, ParsedFeedback, PhoneError, render_feedback
+    from pipeline.conversation.feedback import FlaggedWord, ParsedFeedback, PhoneError, render_feedback
 
     example = render_feedback(
         ParsedFeedback(
@@ -90,7 +90,7 @@ def _system_prompt() -> str:
 
 SYSTEM_PROMPT = _system_prompt()
 """System instruction of every conversation: the tutor's job and the answer template of
-`pipeline.data.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
+`pipeline.conversation.feedback` (Gemma 3n's chat template folds it into the first user turn)."""
 
 KINDS = ("read_aloud", "free_speech", "dialogue")
 """The sample kinds: a sentence read aloud, free speech answering a prompt, a tutoring dialogue."""
@@ -547,10 +547,10 @@ def _strip_audio_arrays(message: dict) -> dict:
 def load_processor(model: str) -> Any:
     """The model's processor (tokenizer, chat template, audio feature extractor).
 
-    Uses `pipeline.training.model.load_processor` (typed `ModelLoadError`s for gated / offline / missing
+    Uses `pipeline.model.loading.load_processor` (typed `ModelLoadError`s for gated / offline / missing
     models). Raises `DatasetError` if the processor has no chat template.
     """
-    from pipeline.training.model import load_processor as _load
+    from pipeline.model.loading import load_processor as _load
 
     processor = _load(str(model))
     if getattr(processor, "chat_template", None) is None:

@@ -7,7 +7,7 @@ model first pins glibc's mmap threshold at 64 KiB (`pin_mmap_threshold`): each t
 the smallest is its own mapping, unmapped when freed, so what a step frees never stays resident and
 the estimate counts no retained heap (`heap_follows_live_tensors`). By default glibc's dynamic
 threshold stays, and the releases below keep what it retains in check. Where TCMalloc is installed,
-training processes run on it instead (`pipeline.training.allocator`): it keeps no freed heap that the
+training processes run on it instead (`pipeline.host.allocator`): it keeps no freed heap that the
 estimate has to price, so the threshold is not pinned there, and `malloc_trim` (glibc's) finds nothing
 of TCMalloc's to hand back.
 
@@ -17,7 +17,7 @@ frees stays resident there. The next step does not reuse all of it: its allocati
 long-lived tensors (the NF4 weights made while loading, LoRA states), so the resident set grows on
 top of what the previous step left. Measured on full-size Gemma 3n E2B with random weights, NF4,
 gradient checkpointing, a 512-token row with a 30 s clip (this machine, 2026-11-30,
-`pipeline.memory.probe`): after one training step the process held 4.92 GiB of anonymous memory
+`pipeline.training.probe`): after one training step the process held 4.92 GiB of anonymous memory
 of which 1.84 GiB were live (the figure with `MALLOC_MMAP_THRESHOLD_=65536`, where the resident set
 follows live tensors); the next step then peaked at 7.49, 7.54 and 8.12 GiB in three runs, against
 6.87 GiB when `malloc_trim` had handed the free heap back first, in the same step time (28 s).
@@ -55,7 +55,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from pipeline.training.allocator import tcmalloc_loaded, training_allocator
+from pipeline.host.allocator import tcmalloc_loaded, training_allocator
 
 KEEP_FREE_HEAP_ENV = "TUTOR_KEEP_FREE_HEAP"
 """Set to 1 to keep glibc's free heap resident as before: no `malloc_trim`, no pinned mmap threshold (a
@@ -130,7 +130,7 @@ def heap_follows_live_tensors(asked: bool = False) -> bool:
     """Whether a training process on this host keeps no freed heap resident, so its resident set follows
     its live tensors and the estimate counts no retained heap
     (the default of `pipeline.memory.inputs.EstimateOptions.cpu_heap_retention`):
-    when it runs on TCMalloc (`pipeline.training.allocator.training_allocator`, the default where the
+    when it runs on TCMalloc (`pipeline.host.allocator.training_allocator`, the default where the
     library is installed), or when `asked` (the run's `TrainConfig.low_memory_heap`) or
     `TUTOR_PIN_MMAP_THRESHOLD=1` asks to pin glibc's mmap threshold and `heap_can_follow_live_tensors`."""
     return training_allocator() == "tcmalloc" or _pins_mmap_threshold(asked)
@@ -150,7 +150,7 @@ def pin_mmap_threshold(asked: bool = False) -> bool:
     By default the threshold rises to the largest chunk freed so far (up to 32 MiB, glibc malloc.c
     `DEFAULT_MMAP_THRESHOLD_MAX`), after which activation-sized tensors come from the heap, and what a
     step frees stays resident in amounts that depend on the CPU, the compute dtype and the settings.
-    Measured on this project's second machine (AMD EPYC, fp32, 2026-12-01, `pipeline.memory.probe`, the
+    Measured on this project's second machine (AMD EPYC, fp32, 2026-12-01, `pipeline.training.probe`, the
     mid-size stand-in, 4-bit, checkpointing, 2 x 512 tokens): 2.90 GiB peak and 32.9 s per step with
     glibc's default, 1.96 GiB and 28.7 s with the threshold pinned (the same as `MALLOC_MMAP_THRESHOLD_`
     set in the environment); with the default the fitted retention constants were 1-20 % short in

@@ -1,6 +1,6 @@
 """Loading in the checkpoint's dtype, then casting: how a CPU that computes in fp32 loads a bf16 checkpoint.
 
-`pipeline.training.model.load_model` asks `from_pretrained` for the stored dtype when this machine
+`pipeline.model.loading.load_model` asks `from_pretrained` for the stored dtype when this machine
 computes in fp32 on CPU (`pipeline.calibration.precision`) and the checkpoint is bf16, then casts the
 floating-point weights itself (`cast_floating_weights`), one tensor at a time.
 """
@@ -18,7 +18,7 @@ from pipeline.config import stated_checkpoint_dtype
 def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
     """The dtype `model_id`'s config.json says its weights are stored in
     (`pipeline.config.stated_checkpoint_dtype`), or None when it does not say or cannot be read. A
-    local folder's file is read directly; a hub id's through the cache first (`pipeline.training.hub`)."""
+    local folder's file is read directly; a hub id's through the cache first (`pipeline.model.hub`)."""
     local = Path(str(model_id)) / "config.json"
     try:
         if local.is_file():
@@ -26,7 +26,7 @@ def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
         else:
             from transformers import AutoConfig  # noqa: PLC0415
 
-            from pipeline.training.hub import from_pretrained_cached_first  # noqa: PLC0415
+            from pipeline.model.hub import from_pretrained_cached_first  # noqa: PLC0415
 
             config = from_pretrained_cached_first(AutoConfig.from_pretrained, str(model_id)).to_dict()
     except Exception:  # noqa: BLE001 - unknown: load as asked
@@ -43,7 +43,7 @@ def cast_floating_weights(model: torch.nn.Module, dtype: torch.dtype) -> int:
     killed at 23.2 GiB of anonymous memory with 61 % of the weights read (2026-12-01, AMD EPYC, 24 GiB),
     where the fp32 weights are ~14 GiB. Loaded as stored (bf16, memory-mapped) and cast here, each
     weight's fp32 copy is the only new memory, and the bf16 pages it was read from are file pages the
-    caller hands back (`pipeline.training.checkpoint_pages`)."""
+    caller hands back (`pipeline.model.checkpoint_pages`)."""
     cast = 0
     with torch.no_grad():
         for module in model.modules():

@@ -4,7 +4,7 @@ A LoRA adapter only means something on the exact weights it was trained on. When
 later holds other weights, loading a run's adapter onto it either works silently (same shapes:
 nonsense answers) or fails deep inside peft with a `size mismatch` traceback. So the trainer records
 the base's identity in the run folder and in `adapter/` (`base_model.json`), and
-`pipeline.training.model.load_adapter` (inference, evaluation) and a resumed run compare it with the
+`pipeline.model.loading.load_adapter` (inference, evaluation) and a resumed run compare it with the
 model actually loaded, raising one `BaseModelMismatchError` that says what differs and what to do.
 
 The identity (`describe_base`):
@@ -208,7 +208,7 @@ def run_base_model(run_dir: str | Path, run_name: str, model: str | None = None,
     A run is tied to its base's identity (config + weight fingerprint, recorded in `base_model.json`),
     not to the path it was loaded from: a folder moved or copied elsewhere, or a hub id and a local
     folder holding the same weights, are the same base. So a given `model` is never compared with the
-    recorded path as text; whoever loads it compares identities (`pipeline.training.model.load_adapter`
+    recorded path as text; whoever loads it compares identities (`pipeline.model.loading.load_adapter`
     for infer, evaluate, Try, Judge and export; `record_or_check_run_base` for a resume), and a
     different base is refused there with `BaseModelMismatchError`.
 
@@ -226,7 +226,7 @@ def run_base_model(run_dir: str | Path, run_name: str, model: str | None = None,
             there (moved or deleted): the message names it and says to give the folder where it is now.
     """
     from pipeline.errors import ModelLoadError
-    from pipeline.training.hub import is_local_model
+    from pipeline.model.hub import is_local_model
 
     if model:
         return str(model)

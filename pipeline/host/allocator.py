@@ -1,23 +1,23 @@
 """The C allocator a training process runs on: TCMalloc where this Linux host has it, glibc's malloc otherwise.
 
 On Linux, PyTorch's CPU tensors come from the C library's `malloc`. glibc's keeps much of what a step
-frees resident, in amounts that vary from process to process (`pipeline.training.free_heap`), so the
+frees resident, in amounts that vary from process to process (`pipeline.host.free_heap`), so the
 estimate has to price a retained heap it can only bound (`pipeline.memory.cpu_heap`). TCMalloc
 (gperftools' `libtcmalloc_minimal.so.4`, Debian/Ubuntu package `libtcmalloc-minimal4`; PyTorch's
 performance tuning guide names it, with jemalloc, for CPU workloads) reuses freed spans by size, so a
 step's resident set is its live tensors, and it is faster. Measured on this project's second machine
-(AMD EPYC, AVX2, fp32, 2026-12-02, `pipeline.memory.probe`, the mid-size stand-in, one 2,048-token row,
+(AMD EPYC, AVX2, fp32, 2026-12-02, `pipeline.training.probe`, the mid-size stand-in, one 2,048-token row,
 gradient checkpointing, LoRA r=64, two fresh processes each, nothing else running): glibc's default
 3.57-3.80 GiB peak and 19.7-20.5 s per step; glibc with the mmap threshold pinned (the low-memory mode)
 2.40 GiB and 30.0-30.7 s; TCMalloc 2.41 GiB and 15.8-16.6 s; jemalloc 2.41 GiB and 25.8-26.2 s;
 mimalloc 2.45 GiB and 25.7-26.2 s.
 
 A process cannot change its allocator once it runs, so the training process (`python -m pipeline
-train`) and the memory probe (`python -m pipeline.memory.probe`) start again on TCMalloc before they
+train`) and the memory probe (`python -m pipeline.training.probe`) start again on TCMalloc before they
 import anything (`run_on_tcmalloc`: `os.execve` with the library in `LD_PRELOAD`, the same process
 id, so a run that the app watches stays the same run). The estimate asks `training_allocator` which
 allocator those processes will have and counts no retained heap under TCMalloc
-(`pipeline.training.free_heap.heap_follows_live_tensors`).
+(`pipeline.host.free_heap.heap_follows_live_tensors`).
 
 `TUTOR_ALLOCATOR=glibc` keeps glibc's malloc; `TUTOR_ALLOCATOR=/path/to/libtcmalloc_minimal.so.4`
 names the library where it is not in a standard folder.

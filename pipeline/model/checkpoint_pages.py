@@ -2,7 +2,7 @@
 
 On CPU, transformers loads a safetensors checkpoint as views into memory-mapped files, so the
 checkpoint's pages count in the process's resident set as they are read, and stay there. After
-loading, `release_checkpoint_pages` hands back what loading read (`pipeline.training.model.load_model`
+loading, `release_checkpoint_pages` hands back what loading read (`pipeline.model.loading.load_model`
 calls it on CPU); the memory estimate counts what is then read again
 (`pipeline.memory.terms.weights` with `EstimateOptions.weights_mapped`).
 """

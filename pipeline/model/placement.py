@@ -15,9 +15,9 @@ the table be moved to host RAM or the vision tower freed, so the load peaks at a
   the GPU at every forward). Removing the hooks puts those weights back in host RAM as plain
   tensors; `keep_per_layer_embeddings_on_host` then wraps the table in `HostEmbedding` and
   `drop_vision_tower` frees the vision tower, so the training step sees the same model as before,
-  with nothing of either on the GPU (`pipeline.training.model.load_model` calls them).
+  with nothing of either on the GPU (`pipeline.model.loading.load_model` calls them).
 
-Module paths only; the Gemma 3n classes are named in `pipeline.training.model`. What this module
+Module paths only; the Gemma 3n classes are named in `pipeline.model.loading`. What this module
 deliberately does not do: offload anything the step needs on the device (no accelerate CPU-offload
 at run time: each forward would copy the whole table to the GPU).
 """
@@ -90,10 +90,10 @@ def placement_device_map(model: torch.nn.Module, device: str, host: list[str]) -
 def empty_model(model_id: str) -> torch.nn.Module:
     """`model_id`'s architecture built on the meta device (no weights read, no memory used), for
     `placement_device_map`. The Auto classes resolve Gemma 3n's `model_type` to the class
-    `pipeline.training.model.load_model` loads."""
+    `pipeline.model.loading.load_model` loads."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from pipeline.training.hub import from_pretrained_cached_first, translate_load_errors
+    from pipeline.model.hub import from_pretrained_cached_first, translate_load_errors
 
     with translate_load_errors(str(model_id), "config"):
         config = from_pretrained_cached_first(AutoConfig.from_pretrained, str(model_id))
@@ -196,7 +196,7 @@ def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     """Move Gemma 3n's per-layer embedding table (`language_model.embed_tokens_per_layer`, on E2B
     262,144 x (30 x 256) = 2.01 B parameters, 3.75 GiB in bf16) to host RAM behind a
     `HostEmbedding`; returns the bytes taken off the device (0 when the table was loaded into host
-    RAM directly, `pipeline.training.placement`, or is already wrapped). A model entirely in host RAM
+    RAM directly, `pipeline.model.placement`, or is already wrapped). A model entirely in host RAM
     (CPU training) is left as it is.
 
     Each forward then gathers the batch's rows on the CPU and copies only those (tokens x 7,680 x 2

@@ -6,7 +6,7 @@ Public functions:
 - `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA, "none" (bf16 LoRA) on CPU and Apple MPS.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
   quantize_audio_encoder=, low_memory_heap=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
-  `pipeline.training.placement`, the quantization config and skip list).
+  `pipeline.model.placement`, the quantization config and skip list).
 - `drop_vision_tower(model)`, `keep_per_layer_embeddings_on_host(model)`: the two placement
   settings the memory model's "make it fit" search may offer (`TrainConfig.vision_tower`,
   `TrainConfig.ple_on_cpu`).
@@ -15,7 +15,7 @@ Public functions:
 
 Errors a person can act on (not logged in, gated license, offline with nothing cached, missing
 `timm`, not enough disk, a folder without a checkpoint) become `ModelLoadError` with the fix
-(`pipeline.training.hub`).
+(`pipeline.model.hub`).
 
 This module deliberately does not call `peft.prepare_model_for_kbit_training`: it upcasts every
 non-quantized weight to fp32 (+7 GB on E2B; FIELD_NOTES "Quantization"). We freeze the base, turn
@@ -37,14 +37,14 @@ import torch
 
 from pipeline.config import default_quantization  # noqa: F401 - part of this module's API (see above)
 from pipeline.errors import ConfigError, ModelLoadError
-from pipeline.training.hub import (
+from pipeline.model.hub import (
     check_disk_for_download,
     check_local_folder,
     from_pretrained_cached_first,
     is_local_model,
     translate_load_errors,
 )
-from pipeline.training.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
+from pipeline.model.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
     HostEmbedding,
     _gemma3n_inner,
     _tensor_bytes,
@@ -252,7 +252,7 @@ def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encod
     """`BitsAndBytesConfig` for "4bit" (NF4, double quant, `dtype` compute) or "8bit"; None for "none".
 
     `quantize_audio_encoder`: quantize the audio encoder's Linear layers too (`quantization_skip_modules`).
-    `host_placements`: the device map puts some modules in host RAM (`pipeline.training.placement`);
+    `host_placements`: the device map puts some modules in host RAM (`pipeline.model.placement`);
     transformers refuses such a map with bitsandbytes unless `llm_int8_enable_fp32_cpu_offload` is set
     (those modules, an embedding table and the vision tower, are never quantized anyway)."""
     from transformers import BitsAndBytesConfig
@@ -279,11 +279,11 @@ def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encod
 def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization: str, vision_tower: bool = True,
                 ple_on_cpu: bool = False, quantize_audio_encoder: bool = False) -> dict[str, Any]:
     """The `from_pretrained` keyword arguments `load_model` uses: dtype, eager attention, the device map
-    (`pipeline.training.placement.placement_device_map`: the per-layer table with `ple_on_cpu` on CUDA
+    (`pipeline.model.placement.placement_device_map`: the per-layer table with `ple_on_cpu` on CUDA
     and a vision tower that is off go to host RAM, so they never reach the GPU) and the quantization
     config. Builds the model on the meta device only when some module goes to host RAM. Under a
-    multi-process launcher the device is this process's GPU (`pipeline.training.distributed.placement`)."""
-    from pipeline.training.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
+    multi-process launcher the device is this process's GPU (`pipeline.host.distributed.placement`)."""
+    from pipeline.host.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
 
     target = placement(device)
     host = host_modules(device, ple_on_cpu=ple_on_cpu, vision_tower=vision_tower)
@@ -315,7 +315,7 @@ def load_model(
             never reaches the GPU. Ignored on CPU and MPS.
         quantize_audio_encoder: with 4bit/8bit, quantize the frozen audio encoder's Linear layers too.
         low_memory_heap: on CPU, pin glibc's mmap threshold for the rest of the process before loading
-            (`pipeline.training.free_heap.pin_mmap_threshold`): memory follows live tensors, steps are slower.
+            (`pipeline.host.free_heap.pin_mmap_threshold`): memory follows live tensors, steps are slower.
 
     Returns:
         `(model, report)`; the model is in eval mode with `use_cache` on.
@@ -353,12 +353,12 @@ def load_model(
         check_disk_for_download(model_id)
     kwargs = load_kwargs(model_id, device=device, dtype=dtype, quantization=quantization, vision_tower=vision_tower,
                          ple_on_cpu=ple_on_cpu, quantize_audio_encoder=quantize_audio_encoder)
-    from pipeline.training.load_dtype import cast_floating_weights, checkpoint_torch_dtype
+    from pipeline.model.load_dtype import cast_floating_weights, checkpoint_torch_dtype
 
     cast_after_load = device == "cpu" and dtype == torch.float32 and checkpoint_torch_dtype(model_id) == torch.bfloat16
     if cast_after_load:  # load as stored (memory-mapped), then cast (cast_floating_weights)
         kwargs["dtype"] = torch.bfloat16
-    from pipeline.training.free_heap import pin_mmap_threshold, releasing_free_heap_while
+    from pipeline.host.free_heap import pin_mmap_threshold, releasing_free_heap_while
 
     pin_mmap_threshold(asked=low_memory_heap and device == "cpu")  # or TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors
     free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
@@ -373,11 +373,11 @@ def load_model(
     if cast_after_load:
         cast_floating_weights(model, dtype)
     if device == "cpu":  # the bf16 source pages of quantized Linears would stay resident
-        from pipeline.training.checkpoint_pages import release_checkpoint_pages
-        from pipeline.training.free_heap import release_free_heap
+        from pipeline.model.checkpoint_pages import release_checkpoint_pages
+        from pipeline.host.free_heap import release_free_heap
 
         release_checkpoint_pages()
-        release_free_heap()  # the quantizer's freed bf16 temporaries (pipeline.training.free_heap)
+        release_free_heap()  # the quantizer's freed bf16 temporaries (pipeline.host.free_heap)
     if quantization == "4bit" and device == "cpu":
         disable_bnb_cpu_repacking(model)
     if not vision_tower:
@@ -613,7 +613,7 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
     """Load a saved LoRA adapter (PEFT format: adapter_config.json + adapter_model.safetensors).
 
     Before loading, the base the adapter was trained on (`adapter_dir/base_model.json`, written by
-    the trainer) is compared with `model` (`pipeline.training.base_identity`).
+    the trainer) is compared with `model` (`pipeline.model.base_identity`).
 
     Args:
         model: the base model from `load_model`.
@@ -629,7 +629,7 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
     from peft import PeftModel
 
     from pipeline.errors import BaseModelMismatchError
-    from pipeline.training.base_identity import check_base, is_size_mismatch, read_identity
+    from pipeline.model.base_identity import check_base, is_size_mismatch, read_identity
 
     path = Path(adapter_dir)
     if not (path / "adapter_config.json").is_file():

@@ -153,7 +153,7 @@ def _corpus() -> list[str]:
         "ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz",
     ]
     try:  # the product's own instruction, so prompts take about as many tokens as with Gemma's 262k vocabulary
-        from pipeline.conversation import SYSTEM_PROMPT, user_prompt
+        from pipeline.conversation.messages import SYSTEM_PROMPT, user_prompt
 
         lines += [SYSTEM_PROMPT] * 4 + [user_prompt("We call it bear.")] * 4
     except ImportError:  # pragma: no cover - dataset.py is part of the package

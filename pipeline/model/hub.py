@@ -1,7 +1,7 @@
 """Finding a Gemma 3n checkpoint: a local folder, the Hugging Face cache, or the hub, with every
 failure a person can fix turned into a `ModelLoadError` that says how (not logged in, gated
 license not accepted, offline with nothing cached, missing `timm`, not enough disk, a folder
-without a checkpoint). `pipeline.training.model` loads through `from_pretrained_cached_first`.
+without a checkpoint). `pipeline.model.loading` loads through `from_pretrained_cached_first`.
 
 Torch-free.
 """

@@ -1,11 +1,11 @@
 """Measured peak memory of one real training step (the torch side of `pipeline.memory`).
 
 Run as a child process by `pipeline.memory.measure.measure_peak` and by `benchmarks/memory_accuracy.py`:
-`python -m pipeline.memory.probe '<request JSON>'` prints one JSON line. A fresh process per
+`python -m pipeline.training.probe '<request JSON>'` prints one JSON line. A fresh process per
 measurement keeps one configuration's allocator state and peak out of the next.
 
 Two modes, both with the training code's own loading, quantization, LoRA, Trainer optimizer and
-`training_step` (pipeline.training.model / pipeline.training.train):
+`training_step` (pipeline.model.loading / pipeline.training.train):
   * `workspace` given and a dataset built: `pipeline.training.train.run_probe_step` on the dataset's
     longest rows (the real worst-case batch, real processor);
   * otherwise: a synthetic worst-case micro-batch of `batch_size` rows of `seq_len` tokens with one
@@ -18,14 +18,14 @@ Two modes, both with the training code's own loading, quantization, LoRA, Traine
 The child is a training process in all but the run folder: it imports what the trainer imports
 (datasets included), loads the model's processor when the model folder has one, and loads the
 weights with the trainer's `load_model` (on CPU: views into the memory-mapped checkpoint, its pages
-read while quantizing released afterwards, `pipeline.training.model.release_checkpoint_pages`).
+read while quantizing released afterwards, `pipeline.model.loading.release_checkpoint_pages`).
 Synthetic rows draw their text tokens from `PROBE_VOCAB` ids spread over the vocabulary, about as
 many distinct tokens as a real dataset has (only those rows of the per-layer embedding table are read).
 
 Counters (`pipeline.training.peak_memory`): CPU: the process's resident-set high-water mark (VmHWM
 from /proc/self/status, reset by writing 5 to /proc/self/clear_refs right before the measured step,
 after handing the C heap's free memory back as the trainer does before every micro-batch,
-`pipeline.training.free_heap`;
+`pipeline.host.free_heap`;
 `ru_maxrss` where that is not available); CUDA: `max_memory_allocated` and `max_memory_reserved`;
 MPS: `driver_allocated_memory`. `baseline_rss_bytes` is the RSS after importing
 torch/transformers/peft/bitsandbytes/datasets, before the model exists.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 DEFAULT_PROBE_ANSWER_TOKENS = 64
 """Supervised tokens per synthetic row when the request gives none: a typical tutor answer of
-`pipeline.data.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
+`pipeline.conversation.feedback`'s three-line template (~40-80 tokens with `<end_of_turn>`)."""
 
 
 PROBE_VOCAB = 1024
@@ -129,19 +129,19 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
 
 def random_model(config_path: str, device: str, quantization: str):
     """A random-weight Gemma 3n built from a config.json on `device` in the training dtype, with
-    eager attention, as `pipeline.training.model.load_model` would load it (bf16 only: quantizing needs a
+    eager attention, as `pipeline.model.loading.load_model` would load it (bf16 only: quantizing needs a
     checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from pipeline.training.model import compute_dtype, weight_bytes
+    from pipeline.model.loading import compute_dtype, weight_bytes
 
     if quantization != "none":
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
     path = Path(config_path)
     data = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf-8"))
     # The Auto classes resolve `model_type` "gemma3n" to the same config and model classes that
-    # `load_model` uses (only pipeline.training.model names them).
+    # `load_model` uses (only pipeline.model.loading names them).
     cfg = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})
     dtype = compute_dtype(device)
     with torch.device(device):
@@ -157,7 +157,7 @@ def probe_synthetic(request: dict) -> dict:
     import torch
 
     from pipeline.config import TrainConfig
-    from pipeline.training.model import attach_lora, load_model
+    from pipeline.model.loading import attach_lora, load_model
     from pipeline.training.train import _answer_loss_trainer_class, training_arguments
 
     config = TrainConfig.from_dict(request["config"])
@@ -167,7 +167,7 @@ def probe_synthetic(request: dict) -> dict:
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
     else:
-        from pipeline.training.model import load_processor  # noqa: PLC0415
+        from pipeline.model.loading import load_processor  # noqa: PLC0415
 
         processor = load_processor(request["model"])  # noqa: F841 - held, as the trainer holds it
         model, qreport = load_model(request["model"], device=device, **config.load_options())
@@ -220,10 +220,10 @@ NEW_SHAPE_TOKEN_STEP = 16
 def kernel_cache_growth(trainer, model, config, request: dict, answer: int, shapes: int) -> dict:
     """CPU: what `shapes` batches of new shapes (each `NEW_SHAPE_TOKEN_STEP` tokens and 0.2 s of audio
     shorter than the last, the same answer) leave resident: the anonymous RSS after handing the free
-    heap back (`pipeline.training.free_heap`) and dropping the gradients, after them against before
+    heap back (`pipeline.host.free_heap`) and dropping the gradients, after them against before
     them, i.e. the kernels oneDNN cached for the new shapes (`pipeline.memory.terms.cpu_kernel_cache`,
     one new row length and one new clip length each). Returns `{"new_shapes", "kernel_cache_growth_bytes"}`."""
-    from pipeline.training.free_heap import release_free_heap
+    from pipeline.host.free_heap import release_free_heap
     from pipeline.training.peak_memory import _proc_status
 
     def anon() -> int:
@@ -280,14 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - reported to the parent as JSON
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
         return 1
-    from pipeline.training.allocator import running_allocator
+    from pipeline.host.allocator import running_allocator
 
     print(json.dumps(dict(result, allocator=running_allocator())))
     return 0
 
 
 if __name__ == "__main__":
-    from pipeline.training.allocator import run_on_tcmalloc
+    from pipeline.host.allocator import run_on_tcmalloc
 
-    run_on_tcmalloc()  # the allocator a training process runs on (pipeline.training.allocator)
+    run_on_tcmalloc()  # the allocator a training process runs on (pipeline.host.allocator)
     sys.exit(main())
