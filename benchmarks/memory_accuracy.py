@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     global CALIBRATION
     os.environ.setdefault("TUTOR_CALIBRATION_DIR", str(CACHE / "calibration"))
     if args.calibrate:
-        from pipeline.calibration.this_machine import calibrate
+        from pipeline.memory.calibrate import calibrate
 
         done = calibrate("cpu", progress=lambda text: print(text, flush=True))
         print(f"{done['calibration_text']} ({done['path']}); precision {done['speed']['compute_dtype']}: {done['speed']['reason']}")

@@ -38,8 +38,8 @@ def _text_of(counter, target: str, answer: str) -> tuple[int, int]:
 
 def texts_for(processor, seq_len: int, answer_tokens: int) -> tuple[str, str]:
     """(target_text, feedback) whose conversation has about `seq_len` tokens with about
-    `answer_tokens` of them supervised (the counts of `pipeline.conversation.messages.TokenCounter`)."""
-    from pipeline.conversation.messages import TokenCounter
+    `answer_tokens` of them supervised (the counts of `pipeline.model.tokens.TokenCounter`)."""
+    from pipeline.model.tokens import TokenCounter
 
     counter = TokenCounter(processor)
     words = FILLER.split()

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from pipeline.calibration import this_machine as cal
+from pipeline.memory.calibrate import calibrate
 from pipeline.calibration import fit, precision, store
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
@@ -311,7 +312,7 @@ def test_after_calibrating_here_a_whole_run_is_within_5_percent(tmp_path, tiny_m
     step 3) peaks within 5 % of its calibrated whole-run estimate, and the run adds its phases."""
     from tests.training_data import train_sample_pack_run
 
-    done = cal.calibrate("cpu")
+    done = calibrate("cpu")
     assert done["calibration"]["n_measurements"] >= 2 and done["speed"]["compute_dtype"] in ("bfloat16", "float32")
     ws = tmp_path / "ws"
     result, summary = train_sample_pack_run(ws, tiny_model_dir, env=dict(os.environ))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.conversation.messages import IGNORE_INDEX, answer_spans
+from pipeline.model.tokens import IGNORE_INDEX, answer_spans
 from pipeline.training.collate import ChatCollator, check_rows
 from pipeline.errors import DatasetError
 

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from pipeline.conversation import messages as conv
+from pipeline.model import tokens
+from pipeline.model.loading import load_processor
 from pipeline.data import dataset as ds
 from pipeline.data.audio import decode_wav
 from pipeline.errors import DatasetError
@@ -28,7 +30,7 @@ def tone(seconds: float = 1.0, freq: float = 220.0, seed: int = 0) -> np.ndarray
 
 @pytest.fixture(scope="module")
 def processor(tiny_model_dir):
-    return conv.load_processor(str(tiny_model_dir))
+    return load_processor(str(tiny_model_dir))
 
 
 def make_library(root: Path, specs: list[tuple[str, str | None, str, str]]) -> Workspace:
@@ -188,11 +190,11 @@ def test_token_count_equals_full_processor_rendering(processor, target, feedback
         messages, tokenize=True, return_dict=True, add_generation_prompt=generation
     )
     expected = len(full["input_ids"][0])
-    counter = conv.TokenCounter(processor)
+    counter = tokens.TokenCounter(processor)
     assert counter.count([messages], add_generation_prompt=generation) == [expected]
     # the audio takes <start_of_audio> + 188 soft tokens + <end_of_audio> (+ the blank lines)
     ids = list(full["input_ids"][0])
-    assert ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == conv.AUDIO_SOFT_TOKENS
+    assert ids.count(processor.tokenizer.convert_tokens_to_ids(processor.audio_token)) == tokens.AUDIO_SOFT_TOKENS
 
 
 # ------------------------------------------------------------------------------ build
@@ -233,7 +235,7 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     audio = decode_wav(row["audio_wav"])
     assert audio.dtype == np.float32 and audio.ndim == 1 and 0.7 * RATE < audio.size < 1.2 * RATE
     # every kept row's num_tokens is what the full processor gives for its conversation
-    counter = conv.TokenCounter(processor)
+    counter = tokens.TokenCounter(processor)
     for split in loaded.values():
         for r in split:
             assert r["num_tokens"] <= 512
@@ -252,7 +254,7 @@ def test_build_saves_speaker_disjoint_splits_and_lists_exclusions(tmp_path, tiny
     assert stats["row_tokens"] == sorted(loaded["train"]["num_tokens"])
     # answer_tokens: what pipeline.training.collate.build_labels supervises on the real collated batch
     # (the answer + <end_of_turn>), row by row, paired with row_tokens
-    from pipeline.conversation.messages import IGNORE_INDEX
+    from pipeline.model.tokens import IGNORE_INDEX
     from pipeline.training.collate import ChatCollator
 
     batch = ChatCollator(processor)(list(loaded["train"]))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import pipeline.conversation.messages as conv
+import pipeline.model.tokens as tokens
 from pipeline.errors import AudioError, DatasetError, SampleError
 from tests.kinds_data import write_tutoring_jsonl
 
@@ -83,7 +84,7 @@ def test_dialogue_conversation_alternates_and_refuses_what_cannot_be_trained():
 
 
 def test_supervised_tokens_of_a_three_turn_dialogue_are_exactly_the_tutor_turns(processor, speechocean_dir):
-    from pipeline.conversation.messages import IGNORE_INDEX
+    from pipeline.model.tokens import IGNORE_INDEX
     from pipeline.data.audio import wav_bytes
     from pipeline.training.collate import ChatCollator, check_rows
 
@@ -118,11 +119,11 @@ def test_supervised_tokens_of_a_three_turn_dialogue_are_exactly_the_tutor_turns(
     assert "Is this right?" in unsupervised and "I like bears." in unsupervised and conv.DIALOGUE_SYSTEM_PROMPT in unsupervised
     assert not any(t in unsupervised for t in tutor_turns)
     # the token count used by the dataset and the estimate agrees with the collator
-    counter = conv.TokenCounter(processor)
+    counter = tokens.TokenCounter(processor)
     rendered = counter.encode_texts([counter.render(conv.build_dialogue_messages(turns))])[0]
     assert rendered == ids.tolist()
     assert counter.supervised_tokens(rendered) == len(supervised)
-    assert conv.answer_spans(rendered, tok) == conv.all_answer_spans(rendered, tok)[-1]
+    assert tokens.answer_spans(rendered, tok) == tokens.all_answer_spans(rendered, tok)[-1]
 
 
 def test_the_processor_takes_several_clips_and_each_lines_up_with_its_own_audio_span(processor, tiny_model_dir, speechocean_dir):

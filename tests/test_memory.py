@@ -545,7 +545,7 @@ def test_synthetic_probe_batch_supervises_the_answer_span_only(tiny_model_dir):
     import torch
     from transformers import AutoConfig
 
-    from pipeline.conversation.messages import IGNORE_INDEX
+    from pipeline.model.tokens import IGNORE_INDEX
     from pipeline.training.probe import DEFAULT_PROBE_ANSWER_TOKENS, synthetic_batch
 
     model_config = AutoConfig.from_pretrained(tiny_model_dir)

@@ -152,7 +152,8 @@ def _rows(processor):
     the longest answer."""
     from datasets import Dataset
 
-    from pipeline.conversation.messages import TokenCounter, build_messages
+    from pipeline.conversation.messages import build_messages
+    from pipeline.model.tokens import TokenCounter
     from pipeline.data.audio import wav_bytes
 
     def clip(seconds):

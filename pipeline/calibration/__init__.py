@@ -10,9 +10,12 @@ One job per module:
   * `speed.py`     the timed bf16-vs-fp32 matmul check (torch; a child process).
   * `fit.py`       evidence -> `DeviceCalibration` (runtime overhead, retained-heap and kernel-cache
                    scales); the uncalibrated uncertainty.
-  * `this_machine.py` `calibrate` (probes on the stand-in, ~2.4 min of CPU time), `record_run`
-                   (every finished run is evidence), `load_calibration`, `calibration_text`,
-                   `expected_run_seconds` (the time a run will take, from step times measured here).
+  * `this_machine.py` `record_run` (every finished run is evidence), `load_calibration`,
+                   `calibration_text`, `expected_run_seconds` (the time a run will take, from step
+                   times measured here).
+
+Calibrating (probes on the stand-in, ~2.4 min of CPU time) is `pipeline.memory.calibrate`: it runs
+the memory probe and compares with the estimate, so it stands above both.
 
 Importing this package stays torch-free (the app imports it).
 """
@@ -20,7 +23,6 @@ Importing this package stays torch-free (the app imports it).
 from __future__ import annotations
 
 from pipeline.calibration.this_machine import (
-    calibrate,
     calibration_summary,
     calibration_text,
     compute_dtype_for,
@@ -36,7 +38,7 @@ from pipeline.calibration.precision import choose_compute_dtype
 from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, device_key
 
 __all__ = [
-    "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibrate", "calibration_path", "calibration_summary", "calibration_text",
+    "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibration_path", "calibration_summary", "calibration_text",
     "choose_compute_dtype", "compute_dtype_for", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
     "load_calibration", "record_run", "record_step_time",
 ]

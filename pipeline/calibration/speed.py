@@ -1,4 +1,4 @@
-"""The timed precision check of a calibration (torch; run in a child process by `pipeline.calibration.this_machine.calibrate`).
+"""The timed precision check of a calibration (torch; run in a child process by `pipeline.memory.calibrate.calibrate`).
 
 `python -m pipeline.calibration.speed DEVICE` prints one JSON line: `matmul_speed(device)`. It uses
 the trainer's thread count (`pipeline.host.cpu_threads.trainer_threads`), so it times what a run gets.

@@ -105,7 +105,7 @@ def ram_total_bytes() -> int:
 def device_key(device: str, device_name: str | None = None, total_memory_bytes: int | None = None) -> dict:
     """The key a calibration is stored under: `KEY_FIELDS`. On CPU the device name is the CPU model
     and the memory the total RAM; a GPU's name and memory are given by the caller that asked torch
-    (`pipeline.calibration.this_machine.calibrate`), else "unknown" / 0."""
+    (`pipeline.memory.calibrate.calibrate`), else "unknown" / 0."""
     cpu = cpu_model()
     if device == "cpu":
         device_name, total_memory_bytes = cpu, ram_total_bytes()

@@ -1,50 +1,21 @@
-"""Calibrate this machine: measure what its device adds, store it, and read it back for every estimate.
+"""This machine's calibration: read it back for every estimate, add every finished run's evidence,
+and forecast a run's time from the step times measured here.
 
-`calibrate(device)` is what the Memory tab's "Calibrate this machine" and `python -m pipeline
-estimate --measure` run: (1) the timed precision check (`pipeline.calibration.speed`, a child
-process: bf16 against fp32), which decides the compute dtype every later run and estimate use;
-(2) the memory probe (`pipeline.memory.measure.measure_peak`: load plus one real optimizer step on
-the worst-case batch, a child process) on the offline stand-in (the tiny random Gemma 3n,
-`pipeline.model.tiny_model`, written once into the calibration folder) at `CALIBRATION_PROBES`'
-two settings, or on the user's own model and dataset when given. Each probe's measured peak is
-stored beside the uncalibrated estimate's structural and device parts (`measurement_record`), with
-its step time. Time cost, measured 2026-12-01 on the 2-core development machine (AMD EPYC, AVX2,
-fp32): 2.4 minutes of CPU time in all (the precision check ~4 s of it, the rest the two probes,
-each a fresh process importing torch, loading the stand-in and running 2 steps plus 3 new shapes);
-17.5 minutes of wall time while eight other jobs shared the two cores; later, with less load,
-`tests/test_calibration.py::test_after_calibrating_here_a_whole_run_is_within_5_percent`
-(calibration plus a 6-step tiny run) took 114 s. Expect 1-3 minutes on a 2-core machine.
+Calibrating (the precision check and the memory probes that write the evidence) is
+`pipeline.memory.calibrate.calibrate`. Every completed or stopped run adds its measured phases as
+more evidence (`record_run`, called by the trainer). `load_calibration(device)` fits the stored
+evidence (`pipeline.calibration.fit`) for this machine's key (`pipeline.calibration.store`); the
+estimate (`pipeline.memory.report`, `pipeline.memory.run_compare`) uses it and says which it is
+(`calibration_text`).
 
-Every completed or stopped run adds its measured phases as more evidence (`record_run`, called by
-the trainer). `load_calibration(device)` fits the stored evidence (`pipeline.calibration.fit`) for
-this machine's key (`pipeline.calibration.store`); the estimate (`pipeline.memory.report`,
-`pipeline.memory.run_compare`) uses it and says which it is (`calibration_text`).
-
-Torch-free at import (the app imports it); the torch work runs in child processes.
+Torch-free at import (the app imports it).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Callable
-
 from pipeline.calibration.fit import DeviceCalibration, device_parts, fit_entry, uncalibrated_percent, uncalibrated_text
 from pipeline.calibration.precision import choose_compute_dtype
-from pipeline.calibration.store import calibration_dir, calibration_path, device_key, entry_for, now_iso, update_entry
-from pipeline.errors import TrainingError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CALIBRATION_PROBES = ({"seq_len": 256, "quantization": "none", "clip_s": 5.0},
-                      {"seq_len": 1024, "quantization": "4bit", "clip_s": 10.0})
-"""The stand-in's two probe settings: short bf16/fp32 weights and a longer 4-bit row (the retained heap
-grows with the tokens, so the two separate the overhead from it)."""
-SPEED_TIMEOUT_S = 300
-NEW_SHAPES = 3
-"""Batches of new shapes each stand-in probe runs after its step, to measure the kernels cached per shape."""
-
+from pipeline.calibration.store import calibration_path, device_key, entry_for, now_iso, update_entry
 
 def load_calibration(device: str) -> DeviceCalibration | None:
     """This machine's fitted calibration for `device` with today's software, or None (never calibrated,
@@ -113,107 +84,6 @@ def record_run(result: dict, device_name: str | None = None, total_memory_bytes:
     key = device_key(device, device_name, total_memory_bytes)
     update_entry(key, lambda entry: entry["measurements"].extend(records))
     return len(records)
-
-
-def _speed_check(device: str) -> dict:
-    cmd = [sys.executable, "-m", "pipeline.calibration.speed", device]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SPEED_TIMEOUT_S, cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
-        raise TrainingError(f"The precision check took longer than {SPEED_TIMEOUT_S} s; the machine is too busy to "
-                            "calibrate now. Close other work and calibrate again.") from None
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise TrainingError(f"The precision check exited with code {proc.returncode}:\n{(proc.stderr or proc.stdout)[-2000:]}")
-
-
-def stand_in_model() -> Path:
-    """The tiny random Gemma 3n the calibration measures, written once into the calibration folder."""
-    from pipeline.model.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when calibrating
-
-    out = calibration_dir() / "stand-in"
-    if not (out / "config.json").exists():
-        make_tiny_model(out)
-    return out
-
-
-def calibrate(device: str = "auto", *, model: str | None = None, workspace=None, config=None, lengths=None,
-              speed_check: bool = True, progress: Callable[[str], None] | None = None) -> dict:
-    """Calibrate this machine's `device`: the precision check, then probes (see the module docstring).
-
-    Args:
-        device: auto | cpu | cuda | mps (auto: `pipeline.memory.budget.auto_device`).
-        model, workspace, config, lengths: measure this model with this `TrainConfig` (one probe: the
-            workspace's worst-case batch when its dataset is built, else a synthetic batch of `lengths`)
-            instead of the stand-in's `CALIBRATION_PROBES`.
-        speed_check: run the precision check first (False: keep the stored one).
-        progress: called with a line of text before each part (the app shows it).
-    Returns:
-        `{"calibration": calibration_summary, "calibration_text", "speed", "probes": [{"settings",
-        "measured_bytes", "estimate_bytes" (uncalibrated step), "step_seconds", "measured" (the probe's
-        dict)}], "path"}`.
-    Raises:
-        TrainingError: a child process failed or ran out of memory; ConfigError: bad settings.
-    Time: ~2.4 minutes of CPU time on the stand-in (1-3 minutes on a 2-core CPU; module docstring).
-    """
-    from pipeline.config import TrainConfig  # noqa: PLC0415
-    from pipeline.memory.budget import auto_device  # noqa: PLC0415
-    from pipeline.memory.inputs import LengthStats, length_stats_from_workspace  # noqa: PLC0415
-    from pipeline.memory.measure import measure_peak  # noqa: PLC0415
-    from pipeline.memory.phases import STEP_MOMENTS, estimate_memory  # noqa: PLC0415
-    from pipeline.memory.phases import PHASE_MEMBERS, static_prefixes  # noqa: PLC0415
-    from pipeline.memory.shape import load_model_config  # noqa: PLC0415
-
-    say = progress or (lambda text: None)
-    device = auto_device() if device == "auto" else device
-    if speed_check or entry_for(device) is None:
-        say("Timing bf16 against fp32 on this machine...")
-        speed = _speed_check(device)
-        speed["date"] = now_iso()
-        key = device_key(device, speed.get("device_name"), speed.get("total_memory_bytes"))
-        update_entry(key, lambda entry: entry.update(speed=speed))
-    else:
-        entry = entry_for(device)
-        speed, key = entry.get("speed") or {}, entry["key"]
-    if model is not None:
-        base = config or TrainConfig(model=model, device=device)
-        if lengths is None:
-            lengths = length_stats_from_workspace(workspace, base.max_length) if workspace is not None else LengthStats(base.max_length, 30.0)
-        runs = [(base.replace(model=str(model), device=device), lengths, workspace)]
-    else:
-        say("Writing the offline stand-in model (once)...")
-        stand_in = str(stand_in_model())
-        runs = [(TrainConfig(model=stand_in, device=device, quantization=p["quantization"], max_length=max(512, p["seq_len"])),
-                 LengthStats(p["seq_len"], p["clip_s"], longest_answer_tokens=64), None) for p in CALIBRATION_PROBES]
-    probes, records = [], []
-    for i, (cfg, lengths, ws) in enumerate(runs, 1):
-        say(f"Measuring one training step ({i} of {len(runs)}): {cfg.quantization}, {lengths.kept_longest(cfg.max_length)} tokens...")
-        measured = measure_peak(cfg.model, cfg, lengths, device, workspace=ws, new_shapes=0 if ws else NEW_SHAPES)
-        est = estimate_memory(load_model_config(cfg.model), cfg, lengths, device)  # uncalibrated: the structural part
-        moment = max(STEP_MOMENTS, key=lambda m: est.phases[m])
-        members = [k for k in est.components if k.startswith(static_prefixes(moment))] + list(PHASE_MEMBERS[moment]) + ["runtime_overhead"]
-        seconds = measured.get("step_seconds") or measured.get("seconds")
-        records.append(measurement_record("probe", measured["peak_bytes"], est.components, members, model=cfg.model,
-                                          quantization=cfg.quantization, seq_len=est.seq_len,
-                                          baseline_rss_bytes=measured.get("baseline_rss_bytes")))
-        if measured.get("new_shapes"):  # the kernels cached for new batch shapes, against the constants
-            from pipeline.memory.terms import CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH, CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH  # noqa: PLC0415
-
-            per_shape = CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + (CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH if lengths.longest_clip_s else 0)
-            records.append({"kind": "kernel_cache", "date": now_iso(), "measured_bytes": int(measured["kernel_cache_growth_bytes"]),
-                            "structural": 0, "overhead": 0, "retention": 0, "kernel_cache": per_shape * measured["new_shapes"],
-                            "model": cfg.model, "quantization": cfg.quantization})
-        probes.append({"settings": cfg.to_dict(), "measured_bytes": measured["peak_bytes"], "estimate_bytes": est.step_bytes,
-                       "step_seconds": seconds, "measured": measured})
-        if seconds:
-            timing = {"date": now_iso(), "model": cfg.model, "quantization": cfg.quantization, "tokens": est.seq_len * cfg.batch_size,
-                      "seconds_per_micro_batch": float(seconds), "compute_dtype": speed.get("compute_dtype")}
-            update_entry(key, lambda entry, t=timing: entry.setdefault("step_seconds", []).append(t))
-    update_entry(key, lambda entry: entry["measurements"].extend(records))
-    calibration = load_calibration(device)
-    return {"calibration": calibration_summary(calibration), "calibration_text": calibration.text() if calibration else "",
-            "speed": speed, "probes": probes, "path": str(calibration_path())}
 
 
 # --------------------------------------------------------------------------------------------------

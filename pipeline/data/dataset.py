@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
-from pipeline.conversation.messages import KINDS, MAX_AUDIO_S, TokenCounter, load_processor
+from pipeline.conversation.messages import KINDS
+from pipeline.model.loading import load_processor
+from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace

@@ -48,7 +48,7 @@ def estimate_for_workspace(
     `calibration_text` (the sentence: "calibrated on this machine on DATE (N measurements)" or "not
     calibrated: the device's share is assumed, expect up to ±N %"), `compute_dtype` (bfloat16 |
     float32, what the device runs) and `compute_dtype_reason` (why, in words).
-    `measure` calibrates this machine first (`pipeline.calibration.this_machine.calibrate`: the stand-in, ~2.4
+    `measure` calibrates this machine first (`pipeline.memory.calibrate.calibrate`: the stand-in, ~2.4
     minutes of CPU time) and then measures these settings' step (added to the calibration).
     With `memory_gb` (another machine's budget) this machine's calibration is not applied.
     `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
@@ -75,8 +75,8 @@ def estimate_for_workspace(
     if measure and config.finetuning_type != "lora":
         raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
                           "a full fine-tune can be estimated (drop --measure), not measured here.")
+    from pipeline.memory.calibrate import calibrate  # noqa: PLC0415
     from pipeline.calibration.this_machine import (  # noqa: PLC0415
-        calibrate,
         calibration_summary,
         calibration_text,
         compute_dtype_for,

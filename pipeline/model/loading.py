@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from pipeline.config import default_quantization  # noqa: F401 - part of this module's API (see above)
-from pipeline.errors import ConfigError, ModelLoadError
+from pipeline.errors import ConfigError, DatasetError, ModelLoadError
 from pipeline.model.hub import (
     check_disk_for_download,
     check_local_folder,
@@ -155,13 +155,15 @@ def compute_dtype(device: str) -> torch.dtype:
 
 
 def load_processor(model_id: str):
-    """Load the `Gemma3nProcessor` (tokenizer + chat template + audio feature extractor) of `model_id`.
+    """Load the `Gemma3nProcessor` (tokenizer + chat template + audio feature extractor) of `model_id`:
+    the one loader of processors (the dataset build, the trainer, inference and export all call it).
 
     Args:
         model_id: hub id (e.g. "google/gemma-3n-E2B-it") or a local folder.
 
     Raises:
         ModelLoadError: missing folder/files, not logged in, gated, offline and not cached, no timm.
+        DatasetError: the processor has no chat template (not an instruction-tuned checkpoint).
     """
     from transformers import AutoProcessor
 
@@ -174,6 +176,11 @@ def load_processor(model_id: str):
         raise ModelLoadError(
             f"`{model_id}` has no Gemma 3n audio processor (got {type(processor).__name__}); use a Gemma 3n "
             "checkpoint such as google/gemma-3n-E2B-it."
+        )
+    if getattr(processor, "chat_template", None) is None:
+        raise DatasetError(
+            f"The processor of `{model_id}` has no chat template; use an instruction-tuned Gemma 3n "
+            "such as google/gemma-3n-E2B-it."
         )
     return processor
 

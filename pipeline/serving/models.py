@@ -234,13 +234,14 @@ def answer(tutor: Any, request: TutorRequest, *, use_adapter: bool) -> tuple[Any
 
     Returns:
         `(Feedback, prompt_tokens)`: the answer and the prompt's length in tokens as the model read it
-        (`pipeline.conversation.messages.TokenCounter`, each clip ~192 positions).
+        (`pipeline.model.tokens.TokenCounter`, each clip ~192 positions).
 
     Raises:
         DatasetError: a text spells a control token (`pipeline.conversation.messages.check_user_text`).
         AudioError: a clip fails a check.
     """
-    from pipeline.conversation.messages import TokenCounter, conversation_messages
+    from pipeline.conversation.messages import conversation_messages
+    from pipeline.model.tokens import TokenCounter
 
     options = dict(max_new_tokens=request.max_new_tokens, use_adapter=use_adapter)
     if request.kind == "read_aloud":

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from pipeline.conversation.messages import IGNORE_INDEX
+from pipeline.model.tokens import IGNORE_INDEX
 from pipeline.host.free_heap import release_free_heap
 
 LR_SCHEDULERS = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}

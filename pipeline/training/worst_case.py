@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.conversation.messages import IGNORE_INDEX, TokenCounter
+from pipeline.model.tokens import IGNORE_INDEX, TokenCounter
 from pipeline.data.rows import TEXT_COLUMNS, row_messages
 from pipeline.errors import TrainingError
 
@@ -62,7 +62,7 @@ class WorstCase:
 
 def answer_token_counts(processor: Any, rows: list[dict]) -> list[int]:
     """Supervised tokens (every answer + its `<end_of_turn>`) of each row, counted as the collator
-    labels them (`pipeline.conversation.messages.TokenCounter.supervised_tokens` over the row's conversation,
+    labels them (`pipeline.model.tokens.TokenCounter.supervised_tokens` over the row's conversation,
     `pipeline.data.rows.row_messages`); rows need the columns of `pipeline.data.rows.TEXT_COLUMNS`."""
     counter = TokenCounter(processor)
     texts = [counter.render(row_messages(r)) for r in rows]

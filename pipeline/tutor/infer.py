@@ -192,11 +192,11 @@ class Tutor:
         """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
         turn, whose clips are `clips` in order): greedy by default, stopping at `<end_of_turn>` or when
         `stop()` says so; only the new text is returned. Several clips (a dialogue) are aligned as the
-        training collator aligns them (`pipeline.training.collate.align_audio_masks`), so each clip is
+        training collator aligns them (`pipeline.model.audio_alignment.align_audio_masks`), so each clip is
         heard as in training."""
         import torch
 
-        from pipeline.training.collate import align_audio_masks
+        from pipeline.model.audio_alignment import align_audio_masks
 
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
