@@ -31,7 +31,7 @@ def build_encoder(device: str):
     import torch
     from transformers import Gemma3nAudioConfig, Gemma3nAudioEncoder
 
-    from pipeline.memory.shape import load_model_config
+    from pipeline.model.catalog import load_model_config
 
     audio = load_model_config("google/gemma-3n-E2B-it")["audio_config"]
     config = Gemma3nAudioConfig(**{k: v for k, v in audio.items() if k != "model_type"})

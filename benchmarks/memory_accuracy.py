@@ -190,7 +190,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from pipeline.config import TrainConfig  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
-from pipeline.memory.shape import load_model_config  # noqa: E402
+from pipeline.model.catalog import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
 from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
 from pipeline.training.probe import PROBE_VOCAB  # noqa: E402

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.model.catalog import DEFAULT_MODEL, KNOWN_MODELS  # noqa: F401 - KNOWN_MODELS: what the app and the CLI offer
 
-DEFAULT_MODEL = "google/gemma-3n-E2B-it"
-KNOWN_MODELS = ("google/gemma-3n-E2B-it", "google/gemma-3n-E4B-it")
 DEVICES = ("auto", "cuda", "mps", "cpu")
 QUANTIZATIONS = ("4bit", "8bit", "none")
 LORA_TARGETS = ("language", "language+audio")
@@ -240,20 +239,6 @@ DEFAULT_QUANTIZATION_REASON = {
 """Why `default_quantization` picks what it picks, per device (shown by the app and the README)."""
 
 
-CHECKPOINT_DTYPES = ("bfloat16", "float16", "float32")
-"""The weight dtypes a checkpoint's config.json may state (`dtype`, or `torch_dtype` before transformers 5)."""
-
-
-def stated_checkpoint_dtype(model_config: dict) -> str | None:
-    """The dtype a model's config.json (as a dict) says its weights are stored in: `dtype` or
-    `torch_dtype`, at the top level or in `text_config`, one of `CHECKPOINT_DTYPES`; None when it
-    does not say. Shared by the memory estimate (`pipeline.memory.terms.checkpoint_dtype`) and the
-    loader (`pipeline.model.load_dtype`)."""
-    for part in (model_config, model_config.get("text_config") or {}):
-        value = part.get("dtype") or part.get("torch_dtype")
-        if isinstance(value, str) and value in CHECKPOINT_DTYPES:
-            return value
-    return None
 
 
 def refuse_full_finetuning(finetuning_type: str) -> None:

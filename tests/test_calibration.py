@@ -226,7 +226,7 @@ def test_fp32_is_priced_at_4_bytes(monkeypatch):
 def test_the_trainer_and_the_estimate_pick_the_same_dtype(monkeypatch):
     import torch
 
-    from pipeline.memory.shape import model_shape
+    from pipeline.model.catalog import model_shape
     from pipeline.memory.terms import compute_dtype as estimate_dtype
     from pipeline.model.loading import compute_dtype as trainer_dtype
 

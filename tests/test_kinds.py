@@ -306,7 +306,7 @@ def test_the_estimate_runs_the_audio_encoder_on_every_clip_of_the_row():
     from pipeline.config import TrainConfig
     from pipeline.memory.inputs import LengthStats
     from pipeline.memory.phases import estimate_memory
-    from pipeline.memory.shape import load_model_config
+    from pipeline.model.catalog import load_model_config
 
     config = load_model_config("google/gemma-3n-E2B-it")
     settings = TrainConfig(model="google/gemma-3n-E2B-it", max_length=1024)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
 
 from pipeline.model import hub
+from pipeline.config import default_quantization
+from pipeline.model import catalog
 from pipeline.model import loading as gm
+from pipeline.model.gemma3n import GEMMA3N
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError, TrainingError
 
@@ -26,8 +30,8 @@ def test_device_and_dtype_rules():
             continue
         assert gm.compute_dtype(device) in (torch.bfloat16, torch.float32)
     # bf16 on CPU and MPS (faster steps on CPU; 4-bit experimental on MPS), NF4 on CUDA
-    assert gm.default_quantization("mps") == gm.default_quantization("cpu") == "none"
-    assert gm.default_quantization("cuda") == "4bit"
+    assert default_quantization("mps") == default_quantization("cpu") == "none"
+    assert default_quantization("cuda") == "4bit"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +48,7 @@ def test_4bit_report_lists_quantized_modules_and_keeps_the_skip_list(tiny_model_
     quantized = {n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)}
     assert set(report.quantized_modules) == quantized and report.quantized_count == len(quantized) > 0
     # every text-decoder projection is NF4 with double quantization ...
-    projections = {n for n, _ in model.named_modules() if re.fullmatch(gm.LANGUAGE_LORA_REGEX, n)}
+    projections = {n for n, _ in model.named_modules() if re.fullmatch(GEMMA3N.language_lora_regex, n)}
     assert projections and projections <= quantized
     some = model.get_submodule(sorted(projections)[0])
     assert some.weight.quant_state.quant_type == "nf4" and some.weight.quant_state.nested
@@ -68,7 +72,8 @@ def test_quantization_shrinks_weights_and_none_quantizes_nothing(tiny_model_dir,
 
 
 def test_a_quantization_that_quantizes_nothing_is_refused(tiny_model_dir, monkeypatch):
-    monkeypatch.setattr(gm, "QUANTIZATION_SKIP_MODULES", gm.QUANTIZATION_SKIP_MODULES + ("model.language_model",))
+    skip_everything = replace(GEMMA3N, quantization_skip_modules=GEMMA3N.quantization_skip_modules + ("model.language_model",))
+    monkeypatch.setitem(catalog.FAMILIES, "gemma3n", skip_everything)
     with pytest.raises(ModelLoadError, match="quantized no Linear layer"):
         gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
 
@@ -80,8 +85,8 @@ def _matching(model, regex):
 @pytest.mark.parametrize("targets", ["language", "language+audio"])
 def test_lora_counts_per_part_match_the_model(tiny_model_dir, targets):
     model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="4bit")
-    expected_language = _matching(model, gm.LANGUAGE_LORA_REGEX)
-    expected_audio = _matching(model, gm.AUDIO_LORA_REGEX)
+    expected_language = _matching(model, GEMMA3N.language_lora_regex)
+    expected_audio = _matching(model, GEMMA3N.audio_lora_regex)
     peft_model, report = gm.attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_targets=targets, lora_rank=4))
     assert report.modules_per_part["language"] == len(expected_language) > 0
     assert report.modules_per_part["audio"] == (len(expected_audio) if targets == "language+audio" else 0)
@@ -96,7 +101,7 @@ def test_lora_counts_per_part_match_the_model(tiny_model_dir, targets):
 
 def test_lora_refuses_a_part_with_zero_modules(tiny_model_dir, monkeypatch):
     model, _ = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
-    monkeypatch.setattr(gm, "AUDIO_LORA_REGEX", r"model\.audio_tower\.no_such_layer")
+    monkeypatch.setitem(catalog.FAMILIES, "gemma3n", replace(GEMMA3N, audio_lora_regex=r"model\.audio_tower\.no_such_layer"))
     with pytest.raises(TrainingError, match=r"zero modules in \['audio'\]"):
         gm.attach_lora(model, TrainConfig(model=str(tiny_model_dir), lora_targets="language+audio"))
 

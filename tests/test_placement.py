@@ -15,7 +15,7 @@ import torch
 import pipeline.model.loading as gm
 from pipeline.config import TrainConfig
 from pipeline.model import placement
-from pipeline.model.placement import PLE_MODULE, VISION_MODULE
+from pipeline.model.gemma3n import PLE_MODULE, VISION_MODULE
 
 
 def _names(model) -> list[str]:
@@ -56,7 +56,7 @@ def test_e2b_device_map_places_every_tensor():
     """The real E2B architecture (from assets/, on the meta device): no tensor falls back to "cpu"."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from pipeline.memory.shape import load_model_config
+    from pipeline.model.catalog import load_model_config
 
     data = load_model_config("google/gemma-3n-E2B-it")
     config = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})

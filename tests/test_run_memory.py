@@ -207,7 +207,8 @@ def test_audio_lora_blocks_are_checkpointed_with_gradient_checkpointing(tiny_mod
     their inputs for backward: counted with torch's saved-tensor hooks over the encoder's forward."""
     import torch
 
-    from pipeline.model.loading import _gemma3n_inner, attach_lora, load_model
+    from pipeline.model.gemma3n import inner
+    from pipeline.model.loading import attach_lora, load_model
 
     def saved_bytes(checkpointing: bool) -> tuple[int, torch.Tensor]:
         model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
@@ -215,7 +216,7 @@ def test_audio_lora_blocks_are_checkpointed_with_gradient_checkpointing(tiny_mod
                                                        gradient_checkpointing=checkpointing, lora_dropout=0.0))
         assert report.modules_per_part["audio"] > 0
         model.train()
-        tower = _gemma3n_inner(model).audio_tower
+        tower = inner(model).audio_tower
         torch.manual_seed(0)
         mel = torch.randn(1, 800, tower.config.input_feat_size, dtype=torch.bfloat16)
         mask = torch.zeros(1, 800, dtype=torch.bool)

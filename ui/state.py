@@ -15,10 +15,11 @@ import gradio as gr
 
 from pipeline.config import KNOWN_MODELS, TrainConfig
 from pipeline.errors import PipelineError
+from pipeline.model.catalog import DEFAULT_FAMILY, DEFAULT_MODEL
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.common import CONFIG_FIELDS, DEFAULTS, confine_model_folders, list_runs, model_text, run_settings, typed_path, ui_errors
 
-TINY_MODEL_SUBDIR = Path("models") / "tiny-gemma3n"
+TINY_MODEL_SUBDIR = Path("models") / DEFAULT_FAMILY.tiny_dir_name
 SETTINGS_FILE = "settings.json"
 
 
@@ -85,7 +86,7 @@ class AppState:
         if is_tiny_random_model(model):
             return (
                 "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
-                "but its feedback is meaningless text. Pick `google/gemma-3n-E2B-it` for a real tutor."
+                f"but its feedback is meaningless text. Pick `{DEFAULT_MODEL}` for a real tutor."
             )
         from pipeline.model.hub import (_hub_offline, _is_cached, foreign_path_message, foreign_path_reason,
                                            is_local_model)

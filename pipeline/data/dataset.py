@@ -33,13 +33,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.conversation.messages import KINDS
+from pipeline.model.catalog import DEFAULT_MODEL
 from pipeline.model.loading import load_processor
 from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
 from pipeline.workspace import Workspace
 
-DEFAULT_MODEL = "google/gemma-3n-E2B-it"
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
@@ -676,26 +676,3 @@ def load_build_report(workspace: Workspace | str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline build --workspace WS --model M [--eval-fraction F] [--seed N] [--max-length TOKENS] [--json]`."""
-    from pipeline.workspace import DEFAULT_WORKSPACE
-
-    parser = argparse.ArgumentParser(prog="python -m pipeline build", description="Build the train/eval dataset from the sample library.")
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local folder whose processor measures lengths")
-    parser.add_argument("--eval-fraction", type=float, default=0.2, help="share of rows held out for evaluation (default 0.2)")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the split (default 42)")
-    parser.add_argument("--max-length", type=int, default=512, help="longest row in tokens; longer rows are excluded (default 512)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-    args = parser.parse_args(argv)
-
-    report = build_dataset(
-        args.workspace, args.model, eval_fraction=args.eval_fraction, seed=args.seed, max_length=args.max_length
-    )
-    if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
-    else:
-        print(report.summary())
-    return 0

@@ -245,7 +245,6 @@ def _check_source(source: str | Path) -> Path:
     return root.resolve()
 
 
-
 # ----------------------------------------------------------------------------- readers
 # Each reader returns (items for SampleLibrary.add_many, skipped [{file, reason}]).
 Items = tuple[list[dict[str, Any]], list[dict[str, str]]]
@@ -563,37 +562,3 @@ def import_folder(
     skipped = [{"file": shorten(str(s["file"]), 200), "reason": shorten(str(s["reason"]), 800)} for s in skipped + failed]
     return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped,
                         rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline import --workspace WS --source PATH [--format F] [--trim] [--json]`.
-
-    Exit status 0 when the import ran (even if some files were skipped), 1 when nothing was imported
-    and a file was skipped for a reason other than being a duplicate, or on a format error.
-    """
-    parser = argparse.ArgumentParser(prog="python -m pipeline import", description=__doc__.splitlines()[0])
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
-    parser.add_argument("--source", type=Path, required=True,
-                        help="folder of recordings to import, or a chat-format .jsonl/.json file "
-                             "(also LLaMA-Factory, ms-swift, sharegpt)")
-    parser.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="layout of --source")
-    parser.add_argument("--trim", action="store_true", help="keep the first 30 s of longer clips instead of skipping them")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    workspace = Workspace(args.workspace)
-    report = import_folder(workspace, args.source, args.format, trim=args.trim)
-    failed = not report.imported and any("same audio as sample" not in s["reason"] for s in report.skipped)
-    if args.json:
-        print(json.dumps({**report.to_dict(), "workspace": str(workspace.root)}, ensure_ascii=False))
-    else:
-        kinds = ", ".join(f"{n} {kind}" for kind, n in report.kind_counts().items())
-        print(
-            f"Imported {len(report.imported)} of {report.total} {'samples' if report.format == 'chat' else 'clips'} from {report.source} "
-            f"({report.format} layout) into {workspace.root}; skipped {len(report.skipped)}."
-            + (f" Kinds: {kinds} (each sample's kind: --json `rows`)." if kinds else "")
-        )
-        for entry in report.skipped:
-            print(f"  skipped {entry['file']}: {entry['reason']}")
-    if failed:
-        print("error: nothing was imported; see the reasons above.", file=sys.stderr)
-    return 1 if failed else 0

@@ -175,8 +175,8 @@ def export_adapter(workspace, run: str, out_dir: str | os.PathLike | None = None
 
 def merged_size_bytes(model_id: str) -> int:
     """Bytes of `model_id`'s weights in bf16 (2 bytes per parameter, from its config alone:
-    `pipeline.memory.shape.part_params`): what the merged export writes, before loading anything."""
-    from pipeline.memory.shape import load_model_config, model_shape, part_params
+    `pipeline.model.catalog.part_params`): what the merged export writes, before loading anything."""
+    from pipeline.model.catalog import load_model_config, model_shape, part_params
 
     return 2 * sum(part.total for part in part_params(model_shape(load_model_config(model_id))).values())
 

@@ -5,10 +5,10 @@
 no weights and does not import torch. Every term's docstring gives its formula and its source (the
 transformers / peft / bitsandbytes / PyTorch source it follows, or our own measurement).
 
-The package, one job per module (each imports its siblings by full path, never through this file):
+The model itself (`load_model_config`, `model_shape`, `part_params`) is read by its family
+(`pipeline.model.catalog`); this package prices it. One job per module (each imports its siblings
+by full path, never through this file):
   * `units.py`    GiB / MiB, `fmt_bytes`, `dtype_bytes`.
-  * `shape.py`    the model: `load_model_config` (shipped E2B / E4B configs in `assets/`, or a local
-                  folder), `model_shape` (`ModelShape`), `part_params` (parameters per part).
   * `inputs.py`   what the estimate is given: `LengthStats` (and `length_stats_from_workspace`),
                   `EstimateOptions`, `DEFAULT_ANSWER_TOKENS`, `MAX_CLIP_S`.
   * `terms.py`    the formulas, one function per component (weights, LoRA and optimizer state,
@@ -26,9 +26,10 @@ The package, one job per module (each imports its siblings by full path, never t
                   change (`Move`) with its words and its own cost.
   * `plan.py`     what can this machine do? `plan_for_workspace` (E2B / E4B x full fine-tune, LoRA
                   bf16, LoRA int8, QLoRA: peak, verdict, changes), `python -m pipeline plan`.
-  * `measure.py`  `measure_peak`: runs the probe in a child process and reads its peak.
-  * `probe.py`    the probe itself (the only module here that imports torch at import time): one
-                  real optimizer step, `python -m pipeline.training.probe '<request JSON>'`.
+  * `measure.py`  `measure_peak`: runs the probe (`pipeline.training.probe`, one real optimizer step)
+                  in a child process and reads its peak.
+  * `calibrate.py` `calibrate`: the precision check and probes on this machine, stored as evidence
+                  (`pipeline.calibration`).
   * `report.py`   `estimate_for_workspace` (the dict the app shows and `--json` prints), `render`.
   * `cli.py`      `main(argv)`: `python -m pipeline estimate --workspace WS --model M
                   [--device ...] [--memory-gb N] [training flags] [--measure] [--json]`.
@@ -74,17 +75,9 @@ from pipeline.memory.report import estimate_for_workspace, render
 from pipeline.memory.run_compare import compare, comparison_text, run_estimate
 from pipeline.memory.run_phases import RUN_PHASES, whole_run
 from pipeline.memory.search import SUGGESTION_LIMIT, Move, Suggestion, suggest_fits
-from pipeline.memory.shape import (
-    ASSETS_DIR,
-    SHIPPED_CONFIGS,
-    VISION_TOWER_PARAMS,
-    ModelShape,
-    PartParams,
-    load_model_config,
-    model_shape,
-    part_params,
-    vision_tower_params,
-)
+from pipeline.model.catalog import ASSETS_DIR, load_model_config, model_shape, part_params
+from pipeline.model.gemma3n import SHIPPED_CONFIGS
+from pipeline.model.shape import VISION_TOWER_PARAMS, ModelShape, PartParams, vision_tower_params
 from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
     CPU_HEAP_RETENTION_PER_TOKEN,

@@ -91,7 +91,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
     from pipeline.memory.measure import measure_peak  # noqa: PLC0415
     from pipeline.memory.phases import STEP_MOMENTS, estimate_memory  # noqa: PLC0415
     from pipeline.memory.phases import PHASE_MEMBERS, static_prefixes  # noqa: PLC0415
-    from pipeline.memory.shape import load_model_config  # noqa: PLC0415
+    from pipeline.model.catalog import load_model_config  # noqa: PLC0415
 
     say = progress or (lambda text: None)
     device = auto_device() if device == "auto" else device

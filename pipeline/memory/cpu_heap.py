@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions
-from pipeline.memory.shape import ModelShape
+from pipeline.model.shape import ModelShape
 from pipeline.memory.terms import activations, compute_dtype
 from pipeline.host.free_heap import heap_can_follow_live_tensors
 

@@ -29,7 +29,8 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
 from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
-from pipeline.memory.shape import VISION_TOWER_PARAMS, model_shape, part_params
+from pipeline.model.catalog import model_shape, part_params
+from pipeline.model.shape import VISION_TOWER_PARAMS
 from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
     CPU_HEAP_RETENTION_PER_TOKEN,

@@ -23,14 +23,15 @@ import json
 from typing import Any
 
 from pipeline.config import TrainConfig
+from pipeline.model.catalog import KNOWN_MODELS
 from pipeline.memory.budget import auto_device, device_memory, verdict
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import suggest_fits
-from pipeline.memory.shape import load_model_config
+from pipeline.model.catalog import load_model_config
 from pipeline.memory.units import fmt_bytes
 
-PLAN_MODELS = ("google/gemma-3n-E2B-it", "google/gemma-3n-E4B-it")
+PLAN_MODELS = KNOWN_MODELS
 """The models of the table (their configs ship in assets/, so no download is needed)."""
 PLAN_ROWS = (
     ("full", "none", "full fine-tune, bf16"),

@@ -11,7 +11,7 @@ from pipeline.memory.budget import auto_device, device_memory, verdict
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
-from pipeline.memory.shape import load_model_config
+from pipeline.model.catalog import load_model_config
 from pipeline.memory.units import fmt_bytes
 
 

@@ -32,7 +32,7 @@ def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineErr
     with the error and None is returned (the trainer logs it and trains without an estimate)."""
     from pipeline.memory.inputs import length_stats_from_workspace  # noqa: PLC0415
     from pipeline.memory.phases import estimate_memory  # noqa: PLC0415
-    from pipeline.memory.shape import load_model_config  # noqa: PLC0415
+    from pipeline.model.catalog import load_model_config  # noqa: PLC0415
 
     from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415
     from pipeline.calibration.this_machine import calibration_summary, calibration_text, load_calibration  # noqa: PLC0415

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
-from pipeline.memory.shape import ModelShape
+from pipeline.model.shape import ModelShape
 from pipeline.memory.cpu_heap import (
     CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
     CPU_HEAP_RETENTION_PER_TOKEN,

@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 
 from pipeline.calibration.precision import cached_compute_dtype
-from pipeline.config import TrainConfig, stated_checkpoint_dtype
+from pipeline.config import TrainConfig
+from pipeline.model.catalog import stated_checkpoint_dtype
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
-from pipeline.memory.shape import ModelShape, part_params
+from pipeline.model.catalog import part_params
+from pipeline.model.shape import ModelShape
 from pipeline.memory.units import GIB, MIB, dtype_bytes
 
 

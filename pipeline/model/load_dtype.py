@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from pipeline.config import stated_checkpoint_dtype
+from pipeline.model.catalog import stated_checkpoint_dtype
 
 
 def checkpoint_torch_dtype(model_id: str) -> torch.dtype | None:
     """The dtype `model_id`'s config.json says its weights are stored in
-    (`pipeline.config.stated_checkpoint_dtype`), or None when it does not say or cannot be read. A
+    (`pipeline.model.catalog.stated_checkpoint_dtype`), or None when it does not say or cannot be read. A
     local folder's file is read directly; a hub id's through the cache first (`pipeline.model.hub`)."""
     local = Path(str(model_id)) / "config.json"
     try:

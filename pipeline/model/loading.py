@@ -3,7 +3,6 @@
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
 - `compute_dtype(device)`: bf16 where the device runs it fast (`pipeline.calibration.precision`), else fp32; never fp16.
-- `default_quantization(device)` (defined in `pipeline.config`): "4bit" on CUDA, "none" (bf16 LoRA) on CPU and Apple MPS.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
   quantize_audio_encoder=, low_memory_heap=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
   `pipeline.model.placement`, the quantization config and skip list).
@@ -35,7 +34,6 @@ from typing import Any
 
 import torch
 
-from pipeline.config import default_quantization  # noqa: F401 - part of this module's API (see above)
 from pipeline.errors import ConfigError, DatasetError, ModelLoadError
 from pipeline.model.hub import (
     check_disk_for_download,
@@ -44,9 +42,10 @@ from pipeline.model.hub import (
     is_local_model,
     translate_load_errors,
 )
+from pipeline.model.catalog import DEFAULT_FAMILY, family_for, model_family
+from pipeline.model.family import ModelFamily
 from pipeline.model.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
     HostEmbedding,
-    _gemma3n_inner,
     _tensor_bytes,
     drop_vision_tower,
     empty_model,
@@ -84,36 +83,6 @@ _BNB_AUTOGRAD_LOGGER = "bitsandbytes.autograd._functions"
 for _logger_name, _filter_class in ((_BNB_CPU_LOGGER, _QuietBnbKernelsNotice), (_BNB_AUTOGRAD_LOGGER, _QuietInt8CastNotice)):
     if not any(isinstance(f, _filter_class) for f in logging.getLogger(_logger_name).filters):
         logging.getLogger(_logger_name).addFilter(_filter_class())
-
-QUANTIZATION_SKIP_MODULES = (
-    "model.audio_tower",
-    "model.vision_tower",
-    "model.embed_audio",
-    "model.embed_vision",
-    "lm_head",
-    r"model\.language_model\.layers\.\d+\.altup",
-)
-"""Full module paths (regexes, matched from the start at a module boundary) kept unquantized.
-
-Bare names match nothing in transformers 5.x and `lm_head` must be listed explicitly
-(transformers #45674; FIELD_NOTES "Quantization"). AltUp's coefficient layers (`altup.
-prediction_coefs` etc., a few thousand parameters) are kept too: in training mode Gemma 3n clamps
-their weights in place (`weight.data.clamp_`), which fails on packed 4-bit storage (found here with
-transformers 5.24 + bitsandbytes 0.50: "result type Float can't be cast to ... unsigned char")."""
-
-INT8_EXTRA_SKIP_MODULES = ("model.language_model.per_layer_model_projection",)
-"""8-bit bitsandbytes training trips over an in-place op after this projection (FIELD_NOTES)."""
-
-LANGUAGE_LORA_REGEX = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
-"""Attention + MLP projections of the text decoder (full paths; plain `q_proj` would also hit the
-audio tower's projections)."""
-
-AUDIO_LORA_REGEX = (
-    r"model\.audio_tower\.conformer\.\d+\.("
-    r"attention\.attn\.(q|k|v)_proj|attention\.post|"
-    r"ffw_layer_(start|end)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end))"
-)
-"""Attention, feed-forward and light-conv projections of the audio encoder's conformer blocks."""
 
 def resolve_device(name: str = "auto") -> str:
     """Return "cuda", "mps" or "cpu" for `name` in auto|cuda|mps|cpu.
@@ -246,16 +215,20 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def quantization_skip_modules(method: str, *, quantize_audio_encoder: bool = False) -> list[str]:
-    """The skip list for `method` (4bit / 8bit): `QUANTIZATION_SKIP_MODULES` (+ `INT8_EXTRA_SKIP_MODULES`
-    for 8-bit), without `model.audio_tower` when `quantize_audio_encoder` (its Linear layers are then
-    quantized too: the frozen encoder only runs forward, its conformer calls every Linear as a module)."""
-    skip = [m for m in QUANTIZATION_SKIP_MODULES if not (quantize_audio_encoder and m == "model.audio_tower")]
-    return skip + (list(INT8_EXTRA_SKIP_MODULES) if method == "8bit" else [])
+def quantization_skip_modules(method: str, *, quantize_audio_encoder: bool = False,
+                              family: ModelFamily | None = None) -> list[str]:
+    """The skip list for `method` (4bit / 8bit) of `family` (default: the default model's):
+    `ModelFamily.quantization_skip_modules` (+ `int8_extra_skip_modules` for 8-bit), without the audio
+    tower when `quantize_audio_encoder` (its Linear layers are then quantized too: the frozen encoder
+    only runs forward, its conformer calls every Linear as a module)."""
+    family = family or DEFAULT_FAMILY
+    skip = [m for m in family.quantization_skip_modules
+            if not (quantize_audio_encoder and m == family.audio_tower_module)]
+    return skip + (list(family.int8_extra_skip_modules) if method == "8bit" else [])
 
 
 def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encoder: bool = False,
-                        host_placements: bool = False):
+                        host_placements: bool = False, family: ModelFamily | None = None):
     """`BitsAndBytesConfig` for "4bit" (NF4, double quant, `dtype` compute) or "8bit"; None for "none".
 
     `quantize_audio_encoder`: quantize the audio encoder's Linear layers too (`quantization_skip_modules`).
@@ -266,7 +239,7 @@ def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encod
 
     if method == "none":
         return None
-    skip = quantization_skip_modules(method, quantize_audio_encoder=quantize_audio_encoder)
+    skip = quantization_skip_modules(method, quantize_audio_encoder=quantize_audio_encoder, family=family)
     if method == "4bit":
         return BitsAndBytesConfig(
             load_in_4bit=True,
@@ -293,11 +266,12 @@ def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization:
     from pipeline.host.distributed import placement  # cuda:LOCAL_RANK for one process per GPU
 
     target = placement(device)
-    host = host_modules(device, ple_on_cpu=ple_on_cpu, vision_tower=vision_tower)
+    family = family_for(model_id)
+    host = host_modules(device, ple_on_cpu=ple_on_cpu, vision_tower=vision_tower, family=family)
     device_map = placement_device_map(empty_model(model_id), target, host) if host else {"": target}
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": device_map}
     qconfig = quantization_config(quantization, dtype, quantize_audio_encoder=quantize_audio_encoder,
-                                  host_placements=bool(host))
+                                  host_placements=bool(host), family=family)
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     return kwargs
@@ -331,9 +305,8 @@ def load_model(
         ModelLoadError: the checkpoint cannot be loaded (see `load_processor`), bitsandbytes is
             missing, or a quantization was asked for but quantized no Linear layer.
     """
-    from transformers import Gemma3nForConditionalGeneration
-
     model_id = str(model_id)
+    family = family_for(model_id)
     device = resolve_device(device)
     dtype = compute_dtype(device)
     report_warnings: list[str] = []
@@ -373,7 +346,7 @@ def load_model(
         warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
         # a placement map names buffers directly (placement_device_map); accelerate expects module names only
         warnings.filterwarnings("ignore", message=".*device_map keys do not match any submodules.*")
-        model = from_pretrained_cached_first(Gemma3nForConditionalGeneration.from_pretrained, model_id, **kwargs)
+        model = from_pretrained_cached_first(family.model_class().from_pretrained, model_id, **kwargs)
     if len(set(kwargs["device_map"].values())) > 1:
         settle_placements(model)  # host modules back as plain host tensors, no dispatch hooks
     model.eval()
@@ -391,7 +364,7 @@ def load_model(
         drop_vision_tower(model)
     if ple_on_cpu and device == "cuda":
         keep_per_layer_embeddings_on_host(model)
-    skip = quantization_skip_modules(quantization, quantize_audio_encoder=quantize_audio_encoder)
+    skip = quantization_skip_modules(quantization, quantize_audio_encoder=quantize_audio_encoder, family=family)
     report = _quantization_report(model, quantization, device, dtype, report_warnings, skip)
     if quantization != "none" and report.quantized_count == 0:
         raise ModelLoadError(
@@ -453,32 +426,27 @@ class LoraReport:
         )
 
 
-def lora_target_regex(targets: str) -> str:
-    """Regex (matched by peft against full module paths) for `targets` = language | language+audio."""
+def lora_target_regex(targets: str, family: ModelFamily | None = None) -> str:
+    """Regex (matched by peft against full module paths) for `targets` = language | language+audio,
+    from `family`'s LoRA target names (default: the default model's family)."""
+    family = family or DEFAULT_FAMILY
     if targets == "language":
-        return LANGUAGE_LORA_REGEX
+        return family.language_lora_regex
     if targets == "language+audio":
-        return f"(?:{LANGUAGE_LORA_REGEX})|(?:{AUDIO_LORA_REGEX})"
+        return f"(?:{family.language_lora_regex})|(?:{family.audio_lora_regex})"
     raise ConfigError(f"`--lora-targets` must be language or language+audio, got {targets!r}.")
-
-
-def _part_of(name: str) -> str:
-    if ".language_model." in name:
-        return "language"
-    if ".audio_tower." in name:
-        return "audio"
-    return "other"
 
 
 def count_lora_modules(model: torch.nn.Module) -> tuple[dict[str, int], list[str]]:
     """Count peft LoRA layers of `model` per part; returns ({"language": n, "audio": m}, names)."""
     from peft.tuners.lora import LoraLayer
 
+    part_of = model_family(model).part_of
     counts = {"language": 0, "audio": 0}
     names = []
     for name, module in model.named_modules():
         if isinstance(module, LoraLayer):
-            part = _part_of(name)
+            part = part_of(name)
             counts[part] = counts.get(part, 0) + 1
             names.append(name)
     return counts, names
@@ -536,7 +504,7 @@ def checkpoint_audio_encoder_blocks(model: torch.nn.Module) -> int:
     from torch.utils.checkpoint import checkpoint
 
     wrapped = 0
-    for block in getattr(_gemma3n_inner(model).audio_tower, "conformer", []):
+    for block in model_family(model).audio_blocks(model):
         if getattr(block, "_checkpointed_forward", None) is not None:
             continue
         plain = block.forward
@@ -573,7 +541,7 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
     from pipeline.errors import TrainingError
 
     prepare_for_training(model, gradient_checkpointing=config.gradient_checkpointing)
-    regex = lora_target_regex(config.lora_targets)
+    regex = lora_target_regex(config.lora_targets, model_family(model))
     lora_config = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,

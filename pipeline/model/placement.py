@@ -17,7 +17,7 @@ the table be moved to host RAM or the vision tower freed, so the load peaks at a
   `drop_vision_tower` frees the vision tower, so the training step sees the same model as before,
   with nothing of either on the GPU (`pipeline.model.loading.load_model` calls them).
 
-Module paths only; the Gemma 3n classes are named in `pipeline.model.loading`. What this module
+Module paths come from the model's family (`ModelFamily.per_layer_embedding_module`, `vision_module`). What this module
 deliberately does not do: offload anything the step needs on the device (no accelerate CPU-offload
 at run time: each forward would copy the whole table to the GPU).
 """
@@ -26,15 +26,11 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.errors import ModelLoadError
-
-PLE_MODULE = "model.language_model.embed_tokens_per_layer"
-"""The per-layer embedding table (E2B: 262,144 x 7,680 bf16, 3.75 GiB)."""
-VISION_MODULE = "model.vision_tower"
-"""The vision tower (MobileNetV5-300M on E2B/E4B, 0.55 GiB bf16); the tutor never runs it."""
+from pipeline.model.catalog import DEFAULT_FAMILY, model_family
+from pipeline.model.family import ModelFamily
 
 
-def host_modules(device: str, *, ple_on_cpu: bool, vision_tower: bool) -> list[str]:
+def host_modules(device: str, *, ple_on_cpu: bool, vision_tower: bool, family: ModelFamily = DEFAULT_FAMILY) -> list[str]:
     """Module paths to place in host RAM at load on `device` (cuda, mps or cpu): the per-layer
     table with `ple_on_cpu` on CUDA (where it stays, behind `HostEmbedding`), and the vision tower
     when it is not wanted (freed right after loading). On CPU everything is host RAM already: []."""
@@ -42,9 +38,9 @@ def host_modules(device: str, *, ple_on_cpu: bool, vision_tower: bool) -> list[s
         return []
     host = []
     if ple_on_cpu and device == "cuda":
-        host.append(PLE_MODULE)
+        host.append(family.per_layer_embedding_module)
     if not vision_tower:
-        host.append(VISION_MODULE)
+        host.append(family.vision_module)
     return host
 
 
@@ -54,7 +50,7 @@ def placement_device_map(model: torch.nn.Module, device: str, host: list[str]) -
     Args:
         model: the model (e.g. built on the meta device by `empty_model`); only its names are read.
         device: where everything else goes ("cuda", "mps", or any torch device string).
-        host: module paths (e.g. `PLE_MODULE`) to keep in host RAM.
+        host: module paths (e.g. the family's `per_layer_embedding_module`) to keep in host RAM.
     Returns:
         `{"": device}` when `host` is empty; otherwise a map whose keys are the host modules, every
         sibling module along the path to them, and the direct parameters and buffers (persistent or
@@ -132,15 +128,6 @@ def settle_placements(model: torch.nn.Module) -> int:
     return hooked
 
 
-def _gemma3n_inner(model: torch.nn.Module) -> torch.nn.Module:
-    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one)."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    inner = getattr(inner, "model", inner)
-    if not hasattr(inner, "language_model"):
-        raise ModelLoadError(f"Expected a Gemma 3n model with a `language_model`, got {type(model).__name__}.")
-    return inner
-
-
 def _tensor_bytes(module: torch.nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in list(module.parameters()) + list(module.buffers()))
 
@@ -153,7 +140,7 @@ def drop_vision_tower(model: torch.nn.Module) -> int:
     need. On E2B/E4B the tower is MobileNetV5-300M: 294,126,912 parameters, 0.55 GiB in bf16
     (`pipeline.memory.VISION_TOWER_PARAMS`). Passing images to a model without it raises TypeError.
     """
-    inner = _gemma3n_inner(model)
+    inner = model_family(model).inner(model)
     tower = getattr(inner, "vision_tower", None)
     if tower is None:
         return 0
@@ -204,7 +191,7 @@ def keep_per_layer_embeddings_on_host(model: torch.nn.Module) -> int:
     back. Source of the idea: the per-layer embeddings are designed to be cached off-accelerator
     (Gemma 3n model card, "Per-Layer Embedding (PLE) caching").
     """
-    language_model = _gemma3n_inner(model).language_model
+    language_model = model_family(model).inner(model).language_model
     table = language_model.embed_tokens_per_layer
     if isinstance(table, HostEmbedding):
         return 0

@@ -13,21 +13,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pipeline.errors import DatasetError
+from pipeline.model.gemma3n import AUDIO_SOFT_TOKENS, MAX_AUDIO_S, MODEL_TURN_HEADER  # noqa: F401 - MAX_AUDIO_S: this module's API
 
 IGNORE_INDEX = -100
 """Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
-
-MODEL_TURN_HEADER = "model\n"
-"""Text between `<start_of_turn>` and the answer in Gemma 3n's chat template."""
-
-
-MAX_AUDIO_S = 30.0
-"""Gemma 3n's feature extractor truncates audio at 480,000 samples = 30 s at 16 kHz."""
-
-AUDIO_SOFT_TOKENS = 188
-"""Audio soft tokens per clip in Gemma 3n (`Gemma3nProcessor.audio_seq_length`, config
-`audio_soft_tokens_per_image`), whatever the clip's length; with `<start_of_audio>`,
-`<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
 
 # --------------------------------------------------------------------------------------------------
 # Token lengths

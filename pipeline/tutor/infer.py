@@ -395,7 +395,8 @@ def load_tutor(
             and no `model` was given (`run_base_model`).
     """
     from pipeline.model.base_identity import run_base_model
-    from pipeline.model.loading import default_quantization, load_adapter, load_model, load_processor, resolve_device
+    from pipeline.config import default_quantization
+    from pipeline.model.loading import load_adapter, load_model, load_processor, resolve_device
 
     adapter_dir = None
     settings: dict = {}

@@ -1,0 +1,87 @@
+"""The model family: the one small interface behind which a base model's family is known.
+
+Everything that depends on which family a checkpoint belongs to (its Python class, which modules are
+quantized or wrapped with LoRA, where its per-layer table and towers sit, its chat turns, what a clip
+costs in tokens, its `config.json` keys and parameter counts, its offline stand-in) is a member of a
+`ModelFamily`. The rest of the pipeline asks the family of the model at hand, never a constant of its
+own:
+
+`pipeline.model.catalog` finds the family of a model (`family_for`, `family_of`) among the families
+it lists. Gemma 3n (`pipeline.model.gemma3n.GEMMA3N`) is the first implementation; a second family is
+one more module beside it and one more entry in `catalog.FAMILIES`.
+
+Torch-free at import: the estimate and the app read families without loading a model library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """What one model family decides; each family is one instance (see `FAMILIES`).
+
+    Identity and catalogue:
+        name: short id used in files and flags ("gemma3n").
+        label: the family's name for people ("Gemma 3n").
+        model_types: `config.json` `model_type` values of the family's checkpoints.
+        models: hub ids the app and the CLI offer, the family's default first.
+        shipped_configs: hub id -> file name in `assets/` (a copy of its `config.json`).
+        licence_url: where a person accepts the licence of a gated checkpoint ("" when not gated).
+        tiny_dir_name: the folder name of the offline stand-in under the app's `models/`.
+    Audio:
+        max_audio_s: seconds of a clip the feature extractor keeps (the rest is cut).
+        audio_tokens: `audio_tokens(seconds) -> int`, positions one clip of that length takes.
+    Chat turns (the supervised span, `pipeline.model.tokens`):
+        turn_start, turn_end: the control tokens that open and close a turn.
+        model_turn_header: the text between `turn_start` and a model turn's answer.
+    Modules, by full path from the top-level model:
+        quantization_skip_modules: regexes kept unquantized (`load_model`).
+        int8_extra_skip_modules: also kept with 8-bit quantization.
+        audio_tower_module: the audio encoder (dropped from the skip list with `quantize_audio_encoder`).
+        language_lora_regex, audio_lora_regex: LoRA targets (peft full-matches module names).
+        per_layer_embedding_module, vision_module: what placement may keep in host RAM.
+    Functions:
+        inner(model) -> the multimodal model inside a `...ForConditionalGeneration` (or a PeftModel of one).
+        audio_blocks(model) -> the audio encoder's blocks (gradient checkpointing with audio LoRA).
+        part_of(module_name) -> "language", "audio" or "other" (LoRA counts per part).
+        shape(config) -> `pipeline.model.shape.ModelShape` (raises `ModelLoadError` naming a missing key).
+        part_params(shape) -> parameters per part (`pipeline.model.shape.PartParams`).
+        make_tiny(out_dir, seed) -> Path: writes the family's tiny random stand-in with its processor.
+        model_class() -> the transformers class `load_model` loads.
+    """
+
+    name: str
+    label: str
+    model_types: tuple[str, ...]
+    models: tuple[str, ...]
+    shipped_configs: dict[str, str]
+    licence_url: str
+    tiny_dir_name: str
+    max_audio_s: float
+    audio_tokens: Callable[[float], int]
+    turn_start: str
+    turn_end: str
+    model_turn_header: str
+    quantization_skip_modules: tuple[str, ...]
+    int8_extra_skip_modules: tuple[str, ...]
+    audio_tower_module: str
+    language_lora_regex: str
+    audio_lora_regex: str
+    per_layer_embedding_module: str
+    vision_module: str
+    inner: Callable[[Any], Any]
+    audio_blocks: Callable[[Any], list]
+    part_of: Callable[[str], str]
+    shape: Callable[[dict], Any]
+    part_params: Callable[[Any], dict]
+    make_tiny: Callable[..., Path]
+    model_class: Callable[[], type]
+
+    @property
+    def default_model(self) -> str:
+        """The hub id the family offers first."""
+        return self.models[0]
