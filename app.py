@@ -7,7 +7,7 @@
 
 Serves on 127.0.0.1 only unless `--host`/`--share` say otherwise, and prints the URL. Beyond this
 computer (or with `--shared`) a login is required and typed paths stay inside the workspace
-(`pipeline.access`). The students' practice page (`ui/practice_page.py`) is its own page on its own
+(`pipeline.access.accounts`). The students' practice page (`ui/practice_page.py`) is its own page on its own
 port (`--practice-port`, default the studio's port + 1): teachers' accounts open both, students'
 accounts the practice page only. This file is
 the entry point: the arguments, the page (the tabs of `ui/` wired together) and the launch. Each
@@ -184,7 +184,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
     """What both pages' `launch` share: address, share link, and the login when there are accounts."""
-    from pipeline.access import PRACTICE
+    from pipeline.access.accounts import PRACTICE
 
     kwargs = dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
                   ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"])
@@ -197,7 +197,7 @@ def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
-    from pipeline.access import STUDIO, accounts_from_args, check_sharing, needs_login
+    from pipeline.access.accounts import STUDIO, accounts_from_args, check_sharing, needs_login
     from pipeline.errors import ConfigError, PipelineError
 
     args = parse_args(argv)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     # the studio first (its first page is not delayed), then the students' page; the Inbox tab shows its URL
-    from pipeline.access import PRACTICE
+    from pipeline.access.accounts import PRACTICE
     from ui.practice_page import serve_practice
 
     practice, practice_url, practice_share = serve_practice(app.ws, args.practice_port or args.port + 1,

@@ -1,4 +1,4 @@
-"""Command line: `python -m pipeline COMMAND [options]`; each command lives in its own module.
+"""Command line: `python -m pipeline COMMAND [options]`; each stage's commands live in its own `cli.py`.
 
 Every command prints a human summary, or one JSON object with `--json`, and exits non-zero with a
 clear message (no traceback) when a `PipelineError` is raised.
@@ -12,25 +12,25 @@ import sys
 
 from pipeline.errors import PipelineError, missing_package_message
 
-# command -> (module, one-line purpose); each module has `main(argv: list[str]) -> int`.
+# command -> (module, function, one-line purpose); each function is `main(argv: list[str]) -> int`.
 COMMANDS = {
-    "import": ("pipeline.data.importers", "import a folder of recordings into the sample library"),
-    "samples": ("pipeline.data.samples", "list the sample library with check results"),
-    "build": ("pipeline.data.dataset", "build the train/eval dataset from the sample library"),
-    "make-tiny-model": ("pipeline.model.tiny_model", "write a tiny random Gemma 3n + processor for offline use"),
-    "estimate": ("pipeline.memory.cli", "estimate (and optionally measure) fine-tuning peak memory"),
-    "plan": ("pipeline.memory.plan", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
-    "train": ("pipeline.training.train", "LoRA fine-tune Gemma 3n on the built dataset"),
-    "delete-run": ("pipeline.training.runs", "delete a run folder (refused while the run is training)"),
-    "infer": ("pipeline.tutor.infer", "tutor feedback for one clip, base or tuned"),
-    "evaluate": ("pipeline.tutor.evaluate", "score a run's feedback against expert scores on the eval split"),
-    "eval-job": ("pipeline.tutor.eval_jobs", "evaluations as background jobs: start, status, list, cancel"),
-    "export": ("pipeline.export.cli", "export a run: adapter zip, merged model, or cloud job bundle"),
-    "import-run": ("pipeline.export.import_run", "bring back a run trained elsewhere (a cloud job bundle's output)"),
-    "practice": ("pipeline.inbox.practice", "set the practice page's run and exercise list for students"),
-    "inbox": ("pipeline.inbox.cli", "students' practice attempts: list, accept into the library, reject"),
-    "users": ("pipeline.access", "accounts of an --auth-file (teachers: the studio; students: the practice page)"),
-    "serve": ("pipeline.serving.cli", "serve runs behind an OpenAI-compatible API (chat completions with audio)"),
+    "import": ("pipeline.data.cli", "import_main", "import a folder of recordings into the sample library"),
+    "samples": ("pipeline.data.cli", "samples_main", "list the sample library with check results"),
+    "build": ("pipeline.data.cli", "build_main", "build the train/eval dataset from the sample library"),
+    "make-tiny-model": ("pipeline.model.cli", "make_tiny_model_main", "write a tiny random Gemma 3n + processor for offline use"),
+    "estimate": ("pipeline.memory.cli", "estimate_main", "estimate (and optionally measure) fine-tuning peak memory"),
+    "plan": ("pipeline.memory.cli", "plan_main", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
+    "train": ("pipeline.training.cli", "train_main", "LoRA fine-tune Gemma 3n on the built dataset"),
+    "delete-run": ("pipeline.training.cli", "delete_run_main", "delete a run folder (refused while the run is training)"),
+    "infer": ("pipeline.tutor.cli", "infer_main", "tutor feedback for one clip, base or tuned"),
+    "evaluate": ("pipeline.tutor.cli", "evaluate_main", "score a run's feedback against expert scores on the eval split"),
+    "eval-job": ("pipeline.tutor.cli", "eval_job_main", "evaluations as background jobs: start, status, list, cancel"),
+    "export": ("pipeline.export.cli", "export_main", "export a run: adapter zip, merged model, or cloud job bundle"),
+    "import-run": ("pipeline.export.cli", "import_run_main", "bring back a run trained elsewhere (a cloud job bundle's output)"),
+    "practice": ("pipeline.inbox.cli", "practice_main", "set the practice page's run and exercise list for students"),
+    "inbox": ("pipeline.inbox.cli", "inbox_main", "students' practice attempts: list, accept into the library, reject"),
+    "users": ("pipeline.access.cli", "users_main", "accounts of an --auth-file (teachers: the studio; students: the practice page)"),
+    "serve": ("pipeline.serving.cli", "serve_main", "serve runs behind an OpenAI-compatible API (chat completions with audio)"),
 }
 
 
@@ -38,15 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: python -m pipeline COMMAND [options]\n\ncommands:")
-        for name, (_, purpose) in COMMANDS.items():
+        for name, (_, _, purpose) in COMMANDS.items():
             print(f"  {name:<16} {purpose}")
         if argv and argv[0] not in ("-h", "--help"):
             print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
     try:
-        module = importlib.import_module(COMMANDS[argv[0]][0])
-        return int(module.main(argv[1:]) or 0)
+        module_name, function, _ = COMMANDS[argv[0]]
+        return int(getattr(importlib.import_module(module_name), function)(argv[1:]) or 0)
     except PipelineError as error:
         if "--json" in argv:
             print(json.dumps({"error": str(error), "type": type(error).__name__}))

@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeline.errors import ConfigError

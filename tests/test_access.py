@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.access import (Accounts, accounts_from_args, check_sharing, confine_path, hash_password, is_loopback,
+from pipeline.access.accounts import (Accounts, accounts_from_args, check_sharing, confine_path, hash_password, is_loopback,
                              needs_login, verify_password)
-from pipeline.access import main as users_main
+from pipeline.access.cli import users_main
 from pipeline.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from pipeline.export.bundle import export_bundle, train_flags
 from pipeline.export.import_run import import_run
 from pipeline.training.run_folder import read_progress
 from pipeline.training.train import train
-from pipeline.tutor.infer import main as infer_main
+from pipeline.tutor.cli import infer_main
 from tests.training_data import copy_workspace, real_workspace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -135,7 +135,7 @@ def test_a_calibrated_estimate_changes_only_the_device_terms():
 
 
 def test_the_estimate_says_whether_it_is_calibrated(tmp_path, capsys):
-    from pipeline.memory.cli import main
+    from pipeline.memory.cli import estimate_main as main
 
     main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cpu", "--json"])
     first = json.loads(capsys.readouterr().out)

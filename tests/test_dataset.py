@@ -14,6 +14,7 @@ from pipeline.conversation import messages as conv
 from pipeline.model import tokens
 from pipeline.model.loading import load_processor
 from pipeline.data import dataset as ds
+from pipeline.data.cli import build_main
 from pipeline.data.audio import decode_wav
 from pipeline.errors import DatasetError
 from pipeline.workspace import Workspace
@@ -364,7 +365,7 @@ def test_a_dataset_saved_with_a_zero_shard_split_still_loads_and_a_broken_one_is
 
 def test_command_line_json(tmp_path, tiny_model_dir, capsys):
     ws = make_library(tmp_path / "ws", SPECS)
-    code = ds.main(
+    code = build_main(
         ["--workspace", str(ws.root), "--model", str(tiny_model_dir), "--eval-fraction", "0.3", "--seed", "5", "--json"]
     )
     assert code == 0
@@ -374,7 +375,7 @@ def test_command_line_json(tmp_path, tiny_model_dir, capsys):
     assert out["excluded"] == [{"id": "d1", "reason": out["excluded"][0]["reason"]}]
     assert set(out["speakers"]) == {"train", "eval"}
     assert {"min", "median", "p90", "max", "histogram"} <= set(out["length_stats"])
-    code = ds.main(["--workspace", str(ws.root), "--model", str(tiny_model_dir)])
+    code = build_main(["--workspace", str(ws.root), "--model", str(tiny_model_dir)])
     assert code == 0 and "Dataset saved to" in capsys.readouterr().out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.access import Accounts
+from pipeline.access.accounts import Accounts
 from pipeline.data.samples import SampleLibrary
 from pipeline.inbox.store import Inbox
 from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, _free_port, _shot, _tab, _wait_text

@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.errors import EvaluationError
 from pipeline.tutor import eval_jobs as jobs
+from pipeline.tutor.cli import eval_job_main
 from pipeline.tutor import evaluate as ev
 from pipeline.workspace import Workspace
 from tests.processes import stop_workspace_eval_jobs
@@ -85,7 +86,7 @@ def test_a_partial_evaluation_never_replaces_more(tmp_path):
 
 
 def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, capsys):
-    code = jobs.main(["start", "--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "2",
+    code = eval_job_main(["start", "--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "2",
                       "--max-new-tokens", "4", "--json"])
     started = json.loads(capsys.readouterr().out)
     assert code == 0 and started["pid"] != os.getpid()
@@ -97,7 +98,7 @@ def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, 
     assert saved["clips"] == 2 and "partial" not in saved and saved["job"] == started["job"]
     assert status["saved"] == [saved["path"]]
     assert not list(Path(status["job_dir"]).glob("partial-*.json"))  # superseded by the complete evaluation
-    assert jobs.main(["status", "--workspace", str(ws.root), "--json"]) == 0  # the newest job by default
+    assert eval_job_main(["status", "--workspace", str(ws.root), "--json"]) == 0  # the newest job by default
     assert json.loads(capsys.readouterr().out)["state"] == "completed"
 
 

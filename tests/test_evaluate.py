@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.conversation.feedback import feedback_from_scores
 from pipeline.tutor import evaluate as ev
+from pipeline.tutor.cli import evaluate_main
 from pipeline.tutor import metrics
 
 GARBAGE = "<unused12> kabel Grün ?? 7 7"
@@ -206,7 +207,7 @@ def test_evaluate_command_on_the_tiny_model_reports_everything_unparsed_and_save
     import_folder(ws, speechocean_dir / "test", format="kaldi")  # speaker 0003 only: a sample-level split
     build_dataset(ws, str(tiny_model_dir), eval_fraction=0.2, seed=0, max_length=2048)
     out = tmp_path / "eval.json"
-    code = ev.main(
+    code = evaluate_main(
         ["--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "3", "--device", "cpu",
          "--quantization", "none", "--max-new-tokens", "6", "--out", str(out), "--json"]
     )
@@ -255,6 +256,6 @@ def test_evaluate_command_without_a_dataset_says_how_to_build_one(tmp_path):
     from pipeline.errors import DatasetError
 
     with pytest.raises(DatasetError, match="python -m pipeline build"):
-        ev.main(["--workspace", str(tmp_path / "empty"), "--model", "unused"])
+        evaluate_main(["--workspace", str(tmp_path / "empty"), "--model", "unused"])
     with pytest.raises(DatasetError, match="python -m pipeline build"):
         ev.split_key(tmp_path / "empty")

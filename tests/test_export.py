@@ -15,7 +15,7 @@ import torch
 from pipeline.config import TrainConfig
 from pipeline.errors import ExportError
 from pipeline.export import staging
-from pipeline.export.cli import main as export_main
+from pipeline.export.cli import export_main
 from pipeline.export.import_run import import_run
 from pipeline.export.tutor import export_adapter, export_merged
 from pipeline.training.train import train

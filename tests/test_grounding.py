@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.conversation.feedback import feedback_from_scores
 from pipeline.tutor import evaluate as ev
+from pipeline.tutor.cli import evaluate_main
 from pipeline.tutor import grounding as gr
 
 
@@ -267,7 +268,7 @@ def test_evaluate_asks_every_probe_and_tells_a_listening_tutor_from_a_deaf_one(p
 
 def test_evaluate_grounding_end_to_end_on_the_tiny_model(paired_workspace, tiny_model_dir, capsys):
     """The real tutor path (tiny random Gemma 3n, CPU): `evaluate --grounding --json` has every figure."""
-    code = ev.main(["--workspace", str(paired_workspace.root), "--model", str(tiny_model_dir), "--device", "cpu",
+    code = evaluate_main(["--workspace", str(paired_workspace.root), "--model", str(tiny_model_dir), "--device", "cpu",
                     "--quantization", "none", "--max-new-tokens", "4", "--grounding", "--json", "--no-save"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)

@@ -85,7 +85,7 @@ def test_progress_jsonl_with_unicode_line_breaks_is_read_and_trimmed_whole(tmp_p
 def test_datasets_parquet_with_embedded_audio_imports_from_bytes_and_skips_bad_rows(tmp_path, capsys):
     import pandas as pd
 
-    from pipeline.data.importers import main
+    from pipeline.data.cli import import_main as main
 
     root = tmp_path / "hf"
     root.mkdir()

@@ -10,7 +10,7 @@ import pytest
 from pipeline.data.samples import SampleLibrary
 from pipeline.data.session import SessionStore
 from pipeline.errors import AudioError, ConfigError, SampleError
-from pipeline.inbox.cli import main as inbox_main
+from pipeline.inbox.cli import inbox_main
 from pipeline.inbox.practice import answer_attempt, load_setup, save_setup, setup_from_list
 from pipeline.inbox.store import Inbox
 from tests.training_data import copy_workspace, real_workspace

@@ -10,7 +10,7 @@ import torch
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.tutor.infer import compare_feedback, load_tutor
-from pipeline.tutor.infer import main as infer_main
+from pipeline.tutor.cli import infer_main
 from pipeline.training.train import train
 from tests.training_data import real_workspace
 

@@ -20,9 +20,9 @@ def trained(tmp_path_factory, speechocean_dir, tiny_model_dir):
     import contextlib
     import io
 
-    from pipeline.data.importers import main as import_main
+    from pipeline.data.cli import import_main
     from pipeline.data.dataset import build_dataset
-    from pipeline.training.train import main as train_main
+    from pipeline.training.cli import train_main
 
     root = tmp_path_factory.mktemp("kinds")
     source = write_tutoring_jsonl(root / "src", speechocean_dir)

@@ -494,7 +494,7 @@ def test_lengths_from_build_report(tmp_path):
 
 
 def test_cli_json_keys(tmp_path, capsys):
-    code = memory.main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cpu", "--memory-gb", "16",
+    code = memory.estimate_main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cpu", "--memory-gb", "16",
                         "--quantization", "none", "--no-gradient-checkpointing", "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
@@ -513,7 +513,7 @@ def test_cli_json_keys(tmp_path, capsys):
 
 
 def test_cli_human_summary(tmp_path, capsys):
-    assert memory.main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cuda", "--memory-gb", "80"]) == 0
+    assert memory.estimate_main(["--workspace", str(tmp_path), "--model", E2B, "--device", "cuda", "--memory-gb", "80"]) == 0
     text = capsys.readouterr().out
     assert "Verdict: fits" in text and "logits_loss" in text and "usable" in text
 

@@ -39,7 +39,7 @@ def clip30_workspace(tmp_path):
 
 
 def _estimate_json(capsys, workspace, *flags) -> dict:
-    assert memory.main(["--workspace", str(workspace), "--model", E2B, *flags, "--json"]) == 0
+    assert memory.estimate_main(["--workspace", str(workspace), "--model", E2B, *flags, "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 

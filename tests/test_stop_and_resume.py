@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.training.run_folder import read_progress
-from pipeline.training.train import main as train_main
+from pipeline.training.cli import train_main
 from pipeline.training.train import train
 from tests.training_data import copy_workspace, real_workspace
 

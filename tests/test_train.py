@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
-from pipeline.training.train import main as train_main
+from pipeline.training.cli import train_main
 from pipeline.training.run_folder import logged_elapsed_s, read_progress
 from pipeline.training.train import run_probe_step, train
 from tests.training_data import real_workspace

@@ -52,7 +52,7 @@ def _config(model="/no/model") -> TrainConfig:
 
 
 def test_a_command_line_run_is_refused_while_another_trains(tmp_path, lock_holding_process):
-    from pipeline.training.train import main as train_main
+    from pipeline.training.cli import train_main
     from pipeline.host.workspace_lock import lock_holder
 
     ws = tmp_path / "ws"

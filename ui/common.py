@@ -147,14 +147,14 @@ def model_text(value: str | None) -> str:
     removed (a pasted path often brings them; " /home/me/model " was taken for a hub id and answered with
     a download command for it). Nothing else changes: `./models/x` stays a relative folder.
 
-    Raises `ConfigError` (`pipeline.access.confine_path`) for a local folder outside the workspace while
+    Raises `ConfigError` (`pipeline.access.accounts.confine_path`) for a local folder outside the workspace while
     the studio is shared beyond this computer (`confine_model_folders`); hub ids are not paths.
     """
     text = str(value or "").strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         text = text[1:-1].strip()
     if text and _MODELS_CONFINED_TO:
-        from pipeline.access import confine_path
+        from pipeline.access.accounts import confine_path
         from pipeline.model.hub import is_local_model
 
         if is_local_model(text):

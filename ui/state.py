@@ -29,13 +29,13 @@ class AppState:
     def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE, shared: bool = False):
         self.ws = (workspace if isinstance(workspace, Workspace) else Workspace(workspace)).ensure()
         self.shared = bool(shared)
-        """Served beyond this computer (`pipeline.access.needs_login`): typed paths stay inside the workspace."""
+        """Served beyond this computer (`pipeline.access.accounts.needs_login`): typed paths stay inside the workspace."""
         confine_model_folders(self.ws.root if self.shared else None)  # the Model box's folders too
 
     def typed_path(self, text: str | None) -> str:
         """A path typed into a box (`ui.common.typed_path`); when the studio is shared, it must lie inside the
-        workspace (`pipeline.access.confine_path` raises `ConfigError` otherwise). "" stays ""."""
-        from pipeline.access import confine_path
+        workspace (`pipeline.access.accounts.confine_path` raises `ConfigError` otherwise). "" stays ""."""
+        from pipeline.access.accounts import confine_path
 
         path = typed_path(text)
         return str(confine_path(path, self.ws.root)) if path and self.shared else path

@@ -16,7 +16,6 @@ feature extractor runs at training time; every clip takes the same number of pos
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math

@@ -40,11 +40,9 @@ the end (`SampleLibrary.add_many`), so a failing import leaves the existing mani
 
 from __future__ import annotations
 
-import argparse
 import csv
 import glob
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -56,7 +54,7 @@ from pipeline.data.metadata_table import (COLUMN_ALIASES, cell_text, metadata_ro
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError, shorten
 from pipeline.fileio import read_text, where_not_utf8
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
 

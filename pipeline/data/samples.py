@@ -26,7 +26,6 @@ same moment are not coordinated (the last manifest written wins, and it is alway
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -41,7 +40,7 @@ import numpy as np
 from pipeline.conversation.messages import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError
 from pipeline.fileio import atomic_write_bytes, atomic_write_json
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 MANIFEST_VERSION = 1
 EDITABLE_FIELDS = ("target_text", "prompt", "feedback", "transcript", "speaker", "scores", "source")

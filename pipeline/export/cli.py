@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from pipeline.export.import_run import import_run
+from pipeline.export.import_run import summary_text as import_summary_text
 from pipeline.workspace import DEFAULT_WORKSPACE
 
 FORMATS = ("adapter", "merged", "bundle")
@@ -52,7 +54,7 @@ def summary_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def export_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline export ...` (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m pipeline export",
                                      description="Export a run: adapter zip, merged model, or cloud job bundle.")
@@ -69,4 +71,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device, model=args.model)
     print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
+    return 0
+
+
+def import_run_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline import-run --workspace WS --source RUN_DIR_OR_TAR [--name NAME] [--force] [--json]`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline import-run",
+                                     description="Bring back a run trained elsewhere (a cloud job bundle's output).")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--source", type=Path, required=True, help="the run folder (OUTPUT/runs/NAME) or a .tar.gz of it")
+    parser.add_argument("--name", default=None, help="the run's name here (default: its folder's name)")
+    parser.add_argument("--force", action="store_true", help="import even when the base model here differs")
+    parser.add_argument("--model", default=None, help="where the run's base model is on this machine, if not at the path it recorded")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    args = parser.parse_args(argv)
+    result = import_run(args.workspace, args.source, name=args.name, force=args.force, model=args.model)
+    print(json.dumps(result, ensure_ascii=False) if args.json else import_summary_text(result))
     return 0

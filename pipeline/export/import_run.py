@@ -21,7 +21,6 @@ the source, the checks and what was changed; it then appears in Train, Try and J
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ from typing import Any
 
 from pipeline.errors import ExportError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 LEFT_BEHIND = ("pid.json", "STOP")
@@ -190,19 +189,3 @@ def summary_text(result: dict) -> str:
     lines += [f"  differs: {d}" for d in result["differences"]]
     lines += [f"  note: {n}" for n in result["notes"]]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline import-run --workspace WS --source RUN_DIR_OR_TAR [--name NAME] [--force] [--json]`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline import-run",
-                                     description="Bring back a run trained elsewhere (a cloud job bundle's output).")
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
-    parser.add_argument("--source", type=Path, required=True, help="the run folder (OUTPUT/runs/NAME) or a .tar.gz of it")
-    parser.add_argument("--name", default=None, help="the run's name here (default: its folder's name)")
-    parser.add_argument("--force", action="store_true", help="import even when the base model here differs")
-    parser.add_argument("--model", default=None, help="where the run's base model is on this machine, if not at the path it recorded")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-    args = parser.parse_args(argv)
-    result = import_run(args.workspace, args.source, name=args.name, force=args.force, model=args.model)
-    print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
-    return 0

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from pipeline.inbox.store import STATUSES, Inbox
+from pipeline.errors import ConfigError
+from pipeline.inbox.practice import SESSION_LIST, load_setup, setup_from_list
+from pipeline.inbox.store import Inbox, STATUSES
 
 
-def main(argv: list[str] | None = None) -> int:
+def inbox_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline inbox",
                                      description="Students' practice attempts: list, accept into the library, reject.")
     parser.add_argument("--workspace", required=True)
@@ -42,5 +43,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def practice_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline practice`: set (or show) what the practice page offers."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline practice",
+                                     description="Set the practice page's run and exercise list (or show them).")
+    parser.add_argument("--workspace", required=True)
+    parser.add_argument("--run", help="the run whose tutor answers the students")
+    parser.add_argument("--list", dest="list_ref",
+                        help=f"`{SESSION_LIST}` (the recording session's list) or a .txt/.csv file of sentences or prompts")
+    parser.add_argument("--kind", choices=("read_aloud", "free_speech"),
+                        help="what the items are (default: the session's kind, else read_aloud)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if bool(args.run) != bool(args.list_ref):
+        raise ConfigError("Give both --run and --list to set the practice, or neither to show it.")
+    setup = setup_from_list(args.workspace, args.run, args.list_ref, args.kind) if args.run else load_setup(args.workspace)
+    if args.json:
+        print(json.dumps(setup.to_dict() if setup else None))
+    elif setup is None:
+        print("No practice set up yet; give --run and --list.")
+    else:
+        print(f"Practice: run {setup.run}, {len(setup.items)} {setup.kind.replace('_', ' ')} exercises from "
+              f"{setup.source or 'the studio'}.")
+    return 0

@@ -12,9 +12,7 @@ inbox (`pipeline.inbox.store.Inbox`). Without consent nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,32 +170,3 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
                                 run=setup.run, model=answer.model, tiny_random_model=answer.tiny_random_model).id
     return {"text": answer.text, "note": answer.note, "tiny_random_model": answer.tiny_random_model,
             "attempt": attempt, "exercise": text}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline practice`: set (or show) what the practice page offers."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline practice",
-                                     description="Set the practice page's run and exercise list (or show them).")
-    parser.add_argument("--workspace", required=True)
-    parser.add_argument("--run", help="the run whose tutor answers the students")
-    parser.add_argument("--list", dest="list_ref",
-                        help=f"`{SESSION_LIST}` (the recording session's list) or a .txt/.csv file of sentences or prompts")
-    parser.add_argument("--kind", choices=("read_aloud", "free_speech"),
-                        help="what the items are (default: the session's kind, else read_aloud)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    if bool(args.run) != bool(args.list_ref):
-        raise ConfigError("Give both --run and --list to set the practice, or neither to show it.")
-    setup = setup_from_list(args.workspace, args.run, args.list_ref, args.kind) if args.run else load_setup(args.workspace)
-    if args.json:
-        print(json.dumps(setup.to_dict() if setup else None))
-    elif setup is None:
-        print("No practice set up yet; give --run and --list.")
-    else:
-        print(f"Practice: run {setup.run}, {len(setup.items)} {setup.kind.replace('_', ' ')} exercises from "
-              f"{setup.source or 'the studio'}.")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

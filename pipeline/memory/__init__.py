@@ -52,7 +52,7 @@ from pipeline.memory.budget import (
     usable_budget,
     verdict,
 )
-from pipeline.memory.cli import build_parser, main
+from pipeline.memory.cli import estimate_main, estimate_parser, plan_main
 from pipeline.memory.inputs import (
     DEFAULT_ANSWER_TOKENS,
     MAX_CLIP_S,
@@ -157,5 +157,5 @@ __all__ = [
     "SUGGESTION_LIMIT", "Move", "Suggestion", "suggest_fits", "measure_peak", "estimate_for_workspace", "render",
     # plan
     "PLAN_MODELS", "PLAN_ROWS", "plan_for_workspace", "plan_rows", "render_plan",
-    "build_parser", "main",
+    "estimate_main", "estimate_parser", "plan_main",
 ]

@@ -14,10 +14,11 @@ from dataclasses import fields
 
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization
 from pipeline.memory.budget import auto_device
+from pipeline.memory.plan import plan_for_workspace, render_plan
 from pipeline.memory.report import estimate_for_workspace, render
 
 
-def build_parser() -> argparse.ArgumentParser:
+def estimate_parser() -> argparse.ArgumentParser:
     """The `estimate` flags: `--workspace`, `--memory-gb` (GiB), `--attn`, `--measure`, `--json`, and every
     training flag of `pipeline.config.add_train_arguments`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline estimate",
@@ -42,10 +43,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def main(argv: list[str] | None = None) -> int:
+def estimate_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline estimate ...`: print `estimate_for_workspace`'s estimate, verdict and
     suggestions (human summary, or its dict as one JSON object with `--json`)."""
-    args = build_parser().parse_args(argv)
+    args = estimate_parser().parse_args(argv)
     config = config_from_args(args)
     from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
 
@@ -55,4 +56,28 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print(render(result))
+    return 0
+
+
+def plan_parser() -> argparse.ArgumentParser:
+    """The `plan` flags: `--workspace`, `--device`, `--memory-gb` (GiB), `--json`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline plan",
+                                     description="What can this machine do? Full fine-tune / LoRA / int8 / QLoRA of "
+                                                 "Gemma 3n E2B and E4B: peak, verdict and the changes each needs.")
+    parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
+    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default="auto",
+                        help="the device to plan for (default: this machine's)")
+    parser.add_argument("--memory-gb", type=float, default=None,
+                        help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB")
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "usable_bytes": N, ...}')
+    return parser
+
+
+def plan_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline plan ...`: print the plan table (or its dict as one JSON object)."""
+    args = plan_parser().parse_args(argv)
+    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
+
+    result = plan_for_workspace(args.workspace or DEFAULT_WORKSPACE, device=args.device, memory_gb=args.memory_gb)
+    print(json.dumps(result) if args.json else render_plan(result))
     return 0

@@ -18,8 +18,6 @@ row of the table is not a change). Training here is LoRA only: the full fine-tun
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 from pipeline.config import TrainConfig
@@ -146,27 +144,3 @@ def render_plan(result: dict) -> str:
     lines.append("Full fine-tunes are estimated only (`train` runs LoRA); bf16 weights, fp32 master copy and "
                  "AdamW states: 16 bytes per trained parameter.")
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The `plan` flags: `--workspace`, `--device`, `--memory-gb` (GiB), `--json`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline plan",
-                                     description="What can this machine do? Full fine-tune / LoRA / int8 / QLoRA of "
-                                                 "Gemma 3n E2B and E4B: peak, verdict and the changes each needs.")
-    parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
-    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default="auto",
-                        help="the device to plan for (default: this machine's)")
-    parser.add_argument("--memory-gb", type=float, default=None,
-                        help="pretend the device has N GB of memory, GB as your OS reports it, i.e. GiB")
-    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "usable_bytes": N, ...}')
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline plan ...`: print the plan table (or its dict as one JSON object)."""
-    args = build_parser().parse_args(argv)
-    from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: PLC0415
-
-    result = plan_for_workspace(args.workspace or DEFAULT_WORKSPACE, device=args.device, memory_gb=args.memory_gb)
-    print(json.dumps(result) if args.json else render_plan(result))
-    return 0

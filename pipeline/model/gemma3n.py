@@ -11,7 +11,6 @@ Torch-free at import; `model_class` and `make_tiny` import transformers when cal
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 

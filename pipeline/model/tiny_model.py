@@ -31,10 +31,7 @@ true, ...}`) marks the folder so the app and `infer` can say so (`is_tiny_random
 
 from __future__ import annotations
 
-import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 MARKER_FILE = "tiny_model.json"
@@ -372,30 +369,3 @@ def is_tiny_random_model(model: str | Path) -> bool:
         return bool(json.loads(marker.read_text(encoding="utf-8")).get("tiny_random_model"))
     except (OSError, ValueError):
         return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline make-tiny-model OUT_DIR [--seed N] [--json]`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline make-tiny-model",
-        description="Write a tiny random Gemma 3n + processor (offline stand-in for google/gemma-3n-E2B-it).",
-    )
-    parser.add_argument("out_dir", help="folder to write the model into")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-    args = parser.parse_args(argv)
-    out = make_tiny_model(args.out_dir, seed=args.seed)
-    info = json.loads((out / MARKER_FILE).read_text(encoding="utf-8"))
-    result = {"path": str(out.resolve()), **info}
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"Wrote a tiny random Gemma 3n ({info['parameters']:,} parameters) and its processor to {result['path']}.\n"
-            f"Use it offline with --model {shlex.quote(str(result['path']))}; its outputs are random text."
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,6 @@ import ipaddress
 import json
 import secrets
 import socket
-import sys
 from pathlib import Path
 
 from pipeline.errors import ConfigError
@@ -60,7 +59,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline serve ...` (see the module docstring); returns 0 when stopped."""
     parser = argparse.ArgumentParser(prog="python -m pipeline serve",
                                      description="Serve trained runs behind an OpenAI-compatible API "
@@ -124,7 +123,3 @@ def main(argv: list[str] | None = None) -> int:
             worker.close(timeout_s=5)
         sock.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -442,22 +442,3 @@ def delete_run(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
     os.replace(run_dir, trash)
     shutil.rmtree(trash, ignore_errors=True)
     return {"run": run_name, "state": status["state"], "bytes": size}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline delete-run --workspace WS --run NAME [--json]`: delete a run that is not training."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m pipeline delete-run",
-                                     description="Delete a run folder (checkpoints, adapter, logs, evaluations); "
-                                                 "a run that is training is refused.")
-    parser.add_argument("--workspace", required=True, help="the workspace folder")
-    parser.add_argument("--run", required=True, help="the run to delete (its folder name in WS/runs/)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    deleted = delete_run(args.workspace, args.run)
-    if args.json:
-        print(json.dumps(deleted))
-    else:
-        print(f"Deleted run {deleted['run']} ({deleted['state']}, {deleted['bytes'] / 2**20:.1f} MiB freed).")
-    return 0

@@ -20,18 +20,15 @@ spawn processes (that is `pipeline.training.runs`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import TrainConfig, add_train_arguments, default_quantization, refuse_full_finetuning
-from pipeline.host.cpu_threads import apply_threads, trainer_threads
+from pipeline.config import TrainConfig, refuse_full_finetuning
 from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import append_jsonl, atomic_write_json
@@ -60,7 +57,6 @@ from pipeline.training.run_folder import (
     logged_elapsed_s,
     remove_stale_stop,
     run_paths,
-    summary_text,
     trim_progress_to_step,
 )
 from pipeline.training.best_checkpoint import best_checkpoint_keeper
@@ -69,7 +65,7 @@ from pipeline.host.workspace_lock import hold_workspace_lock
 from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
 from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.training.worst_case import preflight, worst_case, worst_case_batch
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
 """`--optimizer` -> `transformers.TrainingArguments.optim`."""
@@ -226,8 +222,6 @@ def _without_rows(dataset, row_ids: set[str]):
     to the dataset folder); None when no row is left."""
     keep = [i for i, row_id in enumerate(dataset["id"]) if row_id not in row_ids]
     return dataset.select(keep) if keep else None
-
-
 
 
 class _Session:
@@ -643,57 +637,3 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
 # --------------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------------
-
-
-def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
-    from dataclasses import fields
-
-    return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline train", description="LoRA fine-tune Gemma 3n on the built dataset.")
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
-    parser.add_argument("--run", "--run-name", dest="run", required=True,
-                        help="run name: its folder is WS/runs/NAME (under torchrun write --run-name: torchrun reads --run as its --run-path)")
-    parser.add_argument("--resume", action="store_true", help="continue the run from its last checkpoint")
-    parser.add_argument("--dataset", type=Path, default=None,
-                        help="train on this Parquet dataset folder (a cloud job bundle's dataset/) instead of WS/dataset")
-    parser.add_argument("--allow-dataset-change", action="store_true",
-                        help="with --resume: continue although the dataset was rebuilt with other rows (recorded in the run)")
-    parser.add_argument("--json", action="store_true", help="print result.json instead of a summary")
-    add_train_arguments(parser)
-    args = parser.parse_args(argv)
-    apply_threads(max(1, trainer_threads() // distributed.local_world_size()))  # a core for the app (pipeline.host.cpu_threads)
-    explicit = _explicit_config(args)
-    if args.resume:
-        paths = run_paths(args.workspace, args.run)
-        saved = _resolve_resume_config(paths, None)
-        config = _resolve_resume_config(paths, saved.replace(**explicit)) if explicit else saved
-    else:
-        refuse_full_finetuning(explicit.get("finetuning_type", "lora"))
-        if "quantization" not in explicit:
-            from pipeline.model.loading import resolve_device
-
-            explicit["quantization"] = default_quantization(resolve_device(explicit.get("device", "auto")))
-        config = TrainConfig(**explicit)
-    # Progress lines go to train.log and stderr; stdout keeps the summary / JSON.
-    # Under torchrun / accelerate launch only rank 0 reports; the other processes say only warnings.
-    stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(logging.Formatter("%(message)s"))
-    stream.setLevel(logging.INFO if distributed.is_main_process() else logging.WARNING)
-    log.addHandler(stream)
-    log.setLevel(logging.INFO)
-    try:
-        result = train(config, args.workspace, args.run, resume=args.resume, dataset_dir=args.dataset,
-                       allow_dataset_change=args.allow_dataset_change)
-    finally:
-        log.removeHandler(stream)
-    if distributed.is_main_process():
-        print(json.dumps(result) if args.json else summary_text(result))
-    return 0 if result.get("status") in ("completed", "stopped") else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

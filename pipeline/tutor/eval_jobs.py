@@ -32,7 +32,6 @@ This module does not score answers (`pipeline.tutor.metrics`) and does not load 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import secrets
@@ -46,7 +45,7 @@ from typing import Any
 
 from pipeline.errors import EvaluationError, PipelineError
 from pipeline.fileio import atomic_write_json
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 JOBS_DIR = "eval_jobs"
 """Evaluation jobs live in `WS/eval_jobs/ID/` (apart from `WS/evals/`, where results are saved)."""
@@ -378,51 +377,3 @@ def describe(status: dict[str, Any]) -> str:
         line += f" · {status.get('label') or target_label(status['targets'][0])} ({status['target_index'] + 1} of " \
                 f"{len(status['targets'])}): {status['done']} of {status['total'] or '?'} answers"
     return line + (f" · {status['reason']}" if status.get("reason") else "")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline eval-job {start,status,list,cancel,run} --workspace WS ...`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline eval-job",
-                                     description="Evaluations as background jobs (the app's Judge tab uses these).")
-    commands = parser.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("start", help="start evaluating base models and runs in a background process")
-    start.add_argument("--model", action="append", default=[], help="a base model to evaluate (repeatable)")
-    start.add_argument("--run", action="append", default=[], help="a run to evaluate (repeatable)")
-    start.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
-    start.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
-    start.add_argument("--grounding", action="store_true",
-                       help="also check that the tutor hears the recording (up to 3 more answers per clip)")
-    for name, purpose in (("status", "where a job stands (default: the newest)"), ("cancel", "stop a running job"),
-                          ("run", "the job process itself (started by `start`)")):
-        sub = commands.add_parser(name, help=purpose)
-        sub.add_argument("--job", required=name == "run", default=None, help="job id (a folder in WS/eval_jobs/)")
-    commands.add_parser("list", help="every evaluation job, newest first")
-    for sub in commands.choices.values():
-        sub.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
-        sub.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    ws = Workspace(args.workspace)
-
-    def show(payload: Any, text: str) -> None:
-        print(json.dumps(payload, ensure_ascii=False) if args.json else text)
-
-    if args.command == "run":
-        result = run_job(ws, args.job)
-        show(result, f"{args.job}: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
-        return 0 if result["status"] != "failed" else 1
-    if args.command == "start":
-        started = start_job(ws, [{"model": m} for m in args.model] + [{"run": r} for r in args.run],
-                            max_new_tokens=args.max_new_tokens, limit=args.limit, grounding=args.grounding)
-        show(started, f"started evaluation job {started['job']} (pid {started['pid']}); follow it with "
-                      f"`python -m pipeline eval-job status --workspace {ws.root} --job {started['job']}`")
-        return 0
-    if args.command == "list":
-        jobs = list_jobs(ws)
-        show(jobs, "\n".join(describe(s) for s in jobs) or "no evaluation jobs")
-        return 0
-    job_id = args.job or next((s["job"] for s in list_jobs(ws)), None)
-    if job_id is None:
-        raise EvaluationError(f"No evaluation job in {jobs_dir(ws)}; start one with `python -m pipeline eval-job start`.")
-    status = request_cancel(ws, job_id) if args.command == "cancel" else job_status(ws, job_id)
-    show(status, describe(status))
-    return 0

@@ -23,13 +23,11 @@ This module does not train, and does not score audio itself.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -44,7 +42,7 @@ from pipeline.tutor.metrics import (  # noqa: F401  (re-exported: the metrics' h
     spearman,
     summary,
 )
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 RUN_EVAL_DIR = "eval"
 """A run's saved evaluations: `WS/runs/NAME/eval/KEY.json`."""
@@ -364,62 +362,3 @@ def _ask_grounding_probes(tutor: Any, data: Any, split: str, rows: Any, items: l
                                                       f"{item['id']} with another sentence")}
         records.append(record)
     return records
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline evaluate --workspace WS (--run NAME | --model M) [--split eval] [--limit N] [--json]`."""
-    from pipeline.fileio import atomic_write_json
-
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline evaluate",
-        description="Score a tutor's answers on the built dataset's eval split against the experts' scores, and save them.",
-    )
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
-    parser.add_argument("--model", default=None, help="base model (default: the run's model, else google/gemma-3n-E2B-it)")
-    parser.add_argument("--run", default=None, help="training run whose adapter to evaluate (default: the base model)")
-    parser.add_argument("--split", default="eval", help="dataset split (default eval)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
-    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
-    parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the result JSON here")
-    parser.add_argument("--no-save", action="store_true", help="do not save it under runs/NAME/eval/ or evals/")
-    parser.add_argument("--grounding", action="store_true",
-                        help="also check that the tutor hears the recording: up to 3 more answers per clip (noise "
-                             "instead of the clip, another learner's clip of the sentence, another sentence)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-
-    def progress(done: int, total: int, message: str) -> None:
-        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
-
-    ws = Workspace(args.workspace)
-    result = evaluate_tutor(
-        ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
-        quantization=args.quantization, max_new_tokens=args.max_new_tokens,
-        progress=None if args.json else progress, grounding=args.grounding,
-    )
-    saved = [] if args.no_save else [save_evaluation(ws, result)]
-    if args.out:
-        atomic_write_json(args.out, result)
-        saved.append(args.out)
-    result["saved"] = [str(p) for p in saved]
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False))
-    else:
-        who = f"run {args.run}" if args.run else f"base model {result['model']}"
-        print(f"Evaluated {who} on {result['clips']} {args.split} clips ({result['dataset_key']}) in {result['seconds']} s")
-        from pipeline.tutor.by_kind import by_kind_summary
-
-        print(summary(result))
-        print(by_kind_summary(result["by_kind"]))
-        from pipeline.tutor.grounding import blame_summary, grounding_text
-
-        print(blame_summary(result))
-        if result.get("grounding"):
-            print(grounding_text(result["grounding"]))
-        if result["note"]:
-            print(f"note: {result['note']}")
-        for path in result["saved"]:
-            print(f"saved {path}")
-    return 0

@@ -31,12 +31,10 @@ labelled with; concurrent clicks wait for each other instead of mixing models.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import shlex
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -45,7 +43,7 @@ from typing import Any
 
 from pipeline.host.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
-from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.workspace import Workspace
 
 DEFAULT_MAX_NEW_TOKENS = 256
 """Longest answer generated, in tokens (the feedback template is ~40-120 tokens)."""
@@ -509,68 +507,3 @@ def compare_feedback(
         "note": tuned.note,
         "seconds": round(time.perf_counter() - started, 3),
     }
-
-
-def _read_turns(path: Path) -> list[dict]:
-    """The `--turns` file: a JSON list of turns; audio paths made relative to the file's folder."""
-    try:
-        turns = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"`--turns {path}` cannot be read as JSON ({error}); give a JSON list of turns.") from None
-    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
-        raise ConfigError(f"`--turns {path}` must hold a JSON list of turns like "
-                          '[{"role": "learner", "audio": "a.wav"}, {"role": "tutor", "text": "..."}].')
-    for turn in turns:
-        if isinstance(turn.get("audio"), str):
-            turn["audio"] = str(path.parent / turn["audio"])
-    return turns
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline infer --workspace WS --model M [--run NAME] [--kind K] --audio FILE --text "TARGET"
-    [--prompt "QUESTION"] [--turns TURNS.json] [--json]`."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline infer", description="Tutor feedback for one clip, base or tuned.")
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
-    parser.add_argument("--model", default=None, help="hub id or local folder (default: the run's model; required without --run)")
-    parser.add_argument("--run", default=None, help="run whose LoRA adapter to apply (default: the base model)")
-    parser.add_argument("--kind", choices=("read_aloud", "free_speech", "dialogue"), default="read_aloud",
-                        help="read_aloud (--audio + --text), free_speech (--audio + --prompt), dialogue (--turns)")
-    parser.add_argument("--audio", default=None, help="audio file (wav, flac, ogg, mp3, m4a, webm)")
-    parser.add_argument("--text", default=None, help="read_aloud: the sentence the learner was asked to read")
-    parser.add_argument("--prompt", default=None, help="free_speech: the question the learner answered")
-    parser.add_argument("--turns", type=Path, default=None,
-                        help='dialogue: a JSON list of turns, [{"role": "learner", "audio": "a.wav"}, {"role": "tutor", '
-                             '"text": "..."}, ...], ending with the learner; audio paths relative to the file')
-    parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
-    parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: the run's, else per device")
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="longest answer in tokens")
-    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
-    if args.max_new_tokens < 1:
-        raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}.")
-    needs = {"read_aloud": ("audio", "text"), "free_speech": ("audio", "prompt"), "dialogue": ("turns",)}[args.kind]
-    missing = [f"--{name}" for name in needs if getattr(args, name) in (None, "")]
-    if missing:
-        raise ConfigError(f"`--kind {args.kind}` needs {' and '.join(missing)}; see `python -m pipeline infer --help`.")
-    turns = _read_turns(args.turns) if args.kind == "dialogue" else None
-    tutor = load_tutor(args.model, run=args.run, workspace=args.workspace, device=args.device, quantization=args.quantization, use_cache=False)
-    options = dict(max_new_tokens=args.max_new_tokens, do_sample=args.sample)
-    if args.kind == "free_speech":
-        result = tutor.free_speech_feedback(args.audio, args.prompt, **options)
-    elif args.kind == "dialogue":
-        result = tutor.dialogue_reply(turns, **options)
-    else:
-        result = tutor.feedback(args.audio, args.text, **options)
-    if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
-    else:
-        who = f"run `{result.run}`" if result.run else "base model"
-        print(f"Tutor ({who}, {result.model}, {result.device}, {result.quantization}):\n{result.text}")
-        if result.note:
-            print(f"\nnote: {result.note}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
