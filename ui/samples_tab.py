@@ -1,7 +1,7 @@
 """Tab 1, Samples: record or upload a clip, check it, save it; import a folder or the sample pack; edit, delete.
 
 The three kinds (read aloud, free speech, dialogue) and the save that clears the form live in
-`ui/sample_kinds.py`; the recording session in `ui/session.py`.
+`ui/samples_kinds.py`; the recording session in `ui/samples_session.py`.
 
 Failures show as "✗ message" in the tab's status panel (`ui_errors(message_at=...)`) rather than as a
 raised `gr.Error`, which would mark the sample library and the audio input as errored until reload.
@@ -20,8 +20,8 @@ from pipeline.errors import AudioError, ImportFormatError, PipelineError, Sample
 from ui import formatting as fmt
 from ui.common import (CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, plural, progress_callback,
                        ui_errors)
-from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
-from ui.session import SessionHandlers, session_section
+from ui.samples_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
+from ui.samples_session import SessionHandlers, session_section
 from ui.state import AppState
 from ui.wording import app_wording
 

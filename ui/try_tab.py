@@ -15,8 +15,8 @@ import gradio as gr
 
 from pipeline.errors import ConfigError
 from ui.common import cleared, plural, range_note, ui_errors, whole_number_in_range
-from ui.export_section import export_section
 from ui.state import AppState
+from ui.try_export import export_section
 from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
                           dialogue_section, try_kind_selector)
 
@@ -63,7 +63,7 @@ class TryHandlers:
 
 def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
-    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
+    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.try_export.ExportHandlers`) the
     tab ends with the export / import section; `imported` is then its import event."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
         headline = gr.Markdown(handlers.headline, elem_id="try-headline")

@@ -17,7 +17,7 @@ import gradio as gr
 from pipeline.errors import AudioError
 from ui import formatting as fmt
 from ui.common import cleared, ui_errors
-from ui.sample_kinds import TRIM_HINTS
+from ui.samples_kinds import TRIM_HINTS
 from ui.state import AppState
 
 SESSION_KIND_LABELS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
