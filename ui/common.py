@@ -19,6 +19,7 @@ import gradio as gr
 from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
+from ui.counts import plural
 from ui.wording import app_wording
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -225,11 +226,6 @@ def run_settings(ws: Workspace, run_name: str) -> dict:
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     except ValueError:
         return {}
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """"1 learner", "3 learners" (`many`: the plural when it is not `word` + "s")."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab") -> str:

@@ -14,15 +14,11 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ui.figures import PALETTE as _PALETTE
+from ui.memory_counters import memory_counter_words
+
 GIB = 1024**3
 MIB = 1024**2
-
-# Colours of the memory components in the stacked bar (stable order, colour-blind friendly Tableau 10).
-_PALETTE = (
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-    "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
-)
-
 
 # --------------------------------------------------------------------------------------------
 # numbers
@@ -600,28 +596,6 @@ def _note(reason: Any) -> str:
 
 def _round(value: Any) -> Any:
     return round(float(value), 4) if isinstance(value, (int, float)) else value
-
-
-MEMORY_COUNTERS = {
-    "cpu_max_rss": "measured as the process's peak resident memory (RAM)",
-    "cuda_max_memory_allocated": "measured as PyTorch's peak allocated GPU memory",
-    "cuda_max_memory_reserved": "measured as the GPU memory PyTorch reserved at its peak",
-    "mps_driver_allocated_memory": "measured as the memory the Apple GPU driver allocated",
-}
-"""How each peak-memory counter (`pipeline.training.peak_memory.memory_kind`) is said in the app."""
-# The memory probe's `method` texts (`pipeline.training.probe`), by their first words.
-_PROBE_METHODS = (("CPU peak RSS", "cpu_max_rss"), ("CUDA max_memory_reserved", "cuda_max_memory_reserved"),
-                  ("MPS driver_allocated_memory", "mps_driver_allocated_memory"))
-
-
-def memory_counter_words(kind: str | None) -> str:
-    """How a peak was measured, in plain words: 'measured as the process's peak resident memory (RAM)'
-    for `cpu_max_rss` (or the probe's "CPU peak RSS ..."); '' for None."""
-    if not kind:
-        return ""
-    kind = str(kind)
-    kind = next((name for prefix, name in _PROBE_METHODS if kind.startswith(prefix)), kind)
-    return MEMORY_COUNTERS.get(kind, f"measured by {kind.replace('_', ' ')}")
 
 
 def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
