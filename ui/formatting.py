@@ -1,10 +1,10 @@
-"""Pure formatting for the app: numbers to words, results to tables, figures and small HTML.
+"""The Train tab's text, tables and figures (the settings line, the progress bar, the loss curves, the past
+runs, a run's memory against its estimate, a failure), and the byte and duration formatters.
 
-Everything here turns a result of `pipeline/` (dicts, dataclasses, lists) into something a widget
-shows: a `pandas.DataFrame`, a Markdown string, an HTML snippet or a `matplotlib.figure.Figure`.
-It does not import gradio, torch or any pipeline module that does work, so it is cheap to import
-and easy to test. Figures are built with the object-oriented `matplotlib.figure.Figure` API (no
-`pyplot`, so no global figure state is shared between browser sessions or threads).
+Every other tab's text is in its own view (`ui/X_view.py`, see `ui/__init__.py`). Nothing here imports
+gradio, torch or a pipeline module that does work, so it is cheap to import and easy to test. Figures are
+built with the object-oriented `matplotlib.figure.Figure` API (no `pyplot`, so no global figure state is
+shared between browser sessions or threads).
 """
 
 from __future__ import annotations
