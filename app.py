@@ -10,12 +10,12 @@ computer (or with `--shared`) a login is required and typed paths stay inside th
 (`pipeline.access.accounts`). The students' practice page (`ui/practice_page.py`) is its own page on its own
 port (`--practice-port`, default the studio's port + 1): teachers' accounts open both, students'
 accounts the practice page only. This file is
-the entry point: the arguments, the page (the tabs of `ui/` wired together) and the launch. Each
-tab's widgets and handlers live in its own module (`ui/samples_tab.py`, `ui/dataset_tab.py`,
-`ui/memory_tab.py`, `ui/train_tab.py`, `ui/try_tab.py`, `ui/judge_tab.py`); every handler reads its
-widgets, calls ONE function of `pipeline/`, and formats the result with `ui.formatting`; a
-`PipelineError` becomes a `gr.Error` in one place (`ui.common.ui_errors`). Widget defaults come
-from `pipeline.config.TrainConfig`, like the command line's flags.
+the entry point: the arguments, the page (the tabs of `ui/` wired together) and the launch. Every tab
+is a pair (`ui/__init__.py`): `ui/X_tab.py`, its widgets and handlers, and `ui/X_view.py`, its text,
+tables and figures, for X in samples, dataset, memory, train, try, judge and inbox. Every handler reads
+its widgets, calls ONE function of `pipeline/`, and lays the result out with its tab's view; a
+`PipelineError` becomes a message in one place (`ui.common.ui_errors`). Widget defaults come from
+`pipeline.config.TrainConfig`, like the command line's flags.
 
 This module deliberately imports no torch / transformers / datasets at import time or while
 building the page: those load inside the handlers (or in the training process), so the first

@@ -182,6 +182,53 @@ def test_modules_are_small_or_say_why():
     assert not too_long, f"modules over {MAX_MODULE_LINES} lines without '{SIZE_REASON} ...' in the docstring: {too_long}"
 
 
+MAX_UI_FUNCTION_LINES = 120
+LONG_UI_FUNCTIONS = {"ui/train_tab.py:train_tab"}
+"""Functions of `ui/` and `app.py` allowed over `MAX_UI_FUNCTION_LINES` for now (the Train tab's layout is being
+split on its own branch of issue 29)."""
+VIEWLESS_TABS = {"train"}
+"""Tabs whose text still lives in `ui/formatting.py` (the Train tab's view comes with its own branch of issue 29)."""
+
+
+def test_ui_functions_are_short():
+    """No function of the app (`ui/`, `app.py`) runs over 120 lines: a tab's layout is split into sections."""
+    too_long = []
+    for path in [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                where = f"{path.relative_to(ROOT)}:{node.name}"
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_UI_FUNCTION_LINES and where not in LONG_UI_FUNCTIONS:
+                    too_long.append(f"{where} ({lines} lines)")
+    assert not too_long, f"functions over {MAX_UI_FUNCTION_LINES} lines: {too_long}"
+
+
+def test_every_tab_is_a_pair_and_its_view_is_pure():
+    """Every tab is `ui/X_tab.py` (widgets and handlers) with `ui/X_view.py` (its text, tables and figures), the
+    practice page `ui/practice_page.py` with `ui/practice_view.py`. A view imports no gradio, not even through
+    another module of `ui/`, so it can be tested as plain functions."""
+    tabs = {path.name[: -len("_tab.py")] for path in (ROOT / "ui").glob("*_tab.py")} | {"practice"}
+    views = {path.name[: -len("_view.py")] for path in (ROOT / "ui").glob("*_view.py")}
+    assert tabs - VIEWLESS_TABS <= views, f"tabs without a view: {sorted(tabs - VIEWLESS_TABS - views)}"
+    assert views <= tabs, f"views without a tab: {sorted(views - tabs)}"
+    modules = project_modules()
+    graph = import_graph()
+    for view in sorted(views):
+        seen, todo = set(), [f"ui.{view}_view"]
+        while todo:
+            module = todo.pop()
+            if module in seen or not module.startswith("ui"):
+                continue
+            seen.add(module)
+            tree = ast.parse(modules[module].read_text(encoding="utf-8"))
+            names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names}
+            names |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and not node.level}
+            assert "gradio" not in names, f"ui/{view}_view.py imports gradio through {module}"
+            todo += sorted(graph[module])
+
+
 def test_only_the_model_room_names_gemma3n():
     """Gemma 3n's classes, its hub ids and its model type are named in code only in `pipeline/model/`
     (docstrings, comments and messages to people may mention it)."""

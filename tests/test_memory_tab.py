@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import DEFAULT_QUANTIZATION_REASON  # noqa: E402
 from ui import common  # noqa: E402
-from ui import formatting as fmt  # noqa: E402
+from ui import memory_view  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("glibc_heap")  # figures with glibc's retained heap, TCMalloc installed or not
@@ -138,6 +138,6 @@ def test_detected_device_says_why_its_default_quantization(app):
 
 
 def test_tight_with_no_suggestion_never_says_nothing_fits():
-    assert "It fits, tightly" in fmt.suggestions_markdown([], "tight")
-    assert "No setting change found" in fmt.suggestions_markdown([], "does not fit")
-    assert fmt.suggestions_markdown([], "fits") == ""
+    assert "It fits, tightly" in memory_view.suggestions_markdown([], "tight")
+    assert "No setting change found" in memory_view.suggestions_markdown([], "does not fit")
+    assert memory_view.suggestions_markdown([], "fits") == ""

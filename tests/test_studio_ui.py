@@ -153,11 +153,11 @@ def test_the_try_tab_opens_with_the_teachers_tutors(ui):
 
 def test_the_dataset_tab_says_who_moved_between_training_and_test_and_why():
     """Adding one learner and rebuilding moved two samples from the test set into training, silently."""
-    from ui.dataset_tab import _moves_lines
+    from ui.dataset_view import moves_lines
 
-    assert _moves_lines(None) == [] and _moves_lines({"moved": False, "to_eval": [], "to_train": []}) == []
-    (line,) = _moves_lines({"moved": True, "to_eval": ["ann"], "to_train": ["cal"], "rows_to_eval": [],
-                            "rows_to_train": ["s-1", "s-2"], "reasons": ["new learner(s) eve"]})
+    assert moves_lines(None) == [] and moves_lines({"moved": False, "to_eval": [], "to_train": []}) == []
+    (line,) = moves_lines({"moved": True, "to_eval": ["ann"], "to_train": ["cal"], "rows_to_eval": [],
+                           "rows_to_train": ["s-1", "s-2"], "reasons": ["new learner(s) eve"]})
     assert line.startswith("**Moved since the last build:** learner ann moved into the test set; learner cal, "
                            "2 samples with no learner (s-1, s-2) moved into training. Why: new learner(s) eve."), line
     assert "Resume even though the dataset was rebuilt" in line

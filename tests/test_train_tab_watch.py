@@ -145,7 +145,9 @@ def test_memory_counter_in_plain_words():
                                       "memory_kind": "cpu_max_rss"}, {"total_bytes": 2**30, "run_peak_phase": "step"})
     assert "cpu_max_rss" not in text and "counter" not in text.lower()
     assert "measured as the process's peak resident memory (RAM)" in text
-    measured = fmt.measured_markdown(2**30, 2**30, {"method": "CPU peak RSS (VmHWM reset before the step)"})
+    from ui.memory_view import measured_markdown  # the Memory tab's calibration, in the same words
+
+    measured = measured_markdown(2**30, 2**30, {"method": "CPU peak RSS (VmHWM reset before the step)"})
     assert "RSS" not in measured and "peak resident memory (RAM)" in measured
 
 

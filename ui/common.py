@@ -1,4 +1,5 @@
-"""What every tab shares: the settings widgets' order, `ui_errors`, widget values -> `TrainConfig`, progress.
+"""What every tab shares: the settings widgets' order, `ui_errors`, widget values -> `TrainConfig`, progress,
+a dialogue's turns as chat messages (Samples and Try).
 
 `ui_errors` is the one place a `PipelineError` becomes a "✗ message" in a tab's status panel (or, where
 no panel fits, a `gr.Error`).
@@ -19,6 +20,7 @@ import gradio as gr
 from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
+from ui.counts import plural
 from ui.wording import app_wording
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -227,9 +229,18 @@ def run_settings(ws: Workspace, run_name: str) -> dict:
         return {}
 
 
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """"1 learner", "3 learners" (`many`: the plural when it is not `word` + "s")."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
+def chat_messages(turns: list[dict]) -> list[dict]:
+    """`gr.Chatbot` messages of dialogue turns: a learner clip shows as a playable file, then its text."""
+    out = []
+    for turn in turns or []:
+        if turn.get("role") == "tutor":
+            out.append({"role": "assistant", "content": turn.get("text") or ""})
+            continue
+        if turn.get("audio"):
+            out.append({"role": "user", "content": {"path": str(turn["audio"])}})
+        if turn.get("text"):
+            out.append({"role": "user", "content": turn["text"]})
+    return out
 
 
 def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab") -> str:

@@ -1,7 +1,8 @@
 """Tab 2, Dataset: build the train/eval split; show token lengths, speakers, excluded rows and the exports.
 
 A build also sets the Memory tab's "Max length" to the longest row (at least 256), so the estimate
-that follows is for the batch that actually runs; `build_ui` wires that output across the tabs.
+that follows is for the batch that actually runs; `build_ui` wires that output across the tabs. The
+tab's text, tables and histogram are `ui/dataset_view.py`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from types import SimpleNamespace
 import gradio as gr
 
 from pipeline.errors import PipelineError
-from ui import formatting as fmt
-from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, plural, progress_callback, range_note,
+from ui import dataset_view as view
+from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, progress_callback, range_note,
                        share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
@@ -72,14 +73,7 @@ class DatasetHandlers:
             changes = library_changes(self.ws)
         except PipelineError as error:
             return f"✗ {app_wording(str(error))}"
-        if changes is None:
-            return "Nothing built yet: **Build dataset** splits your recordings into training and test."
-        if not changes["changed"]:
-            return "The library has not changed since the last build."
-        parts = [f"{plural(len(changes[key]), 'sample')} {word} ({_ids(changes[key])})"
-                 for key, word in (("added", "added"), ("edited", "edited"), ("deleted", "deleted")) if changes[key]]
-        unknown = "" if changes["edits_known"] else " (edits are not known for a build this old)"
-        return f"**Since the last build:** {'; '.join(parts)}{unknown}. Build again to train on the library as it is now."
+        return view.library_changes_markdown(changes)
 
     def dataset_on_load(self):
         """Page (re)opened: the last build's report (settings are restored by `restore_settings`)."""
@@ -89,71 +83,27 @@ class DatasetHandlers:
             report = load_build_report(self.ws)
         except PipelineError:
             # Empty frames (not None) keep the real column headers instead of Gradio's "1 2 3".
-            return ("No dataset built yet.", fmt.speakers_frame({}), None, fmt.excluded_frame([]), None, gr.skip())
+            return ("No dataset built yet.", view.speakers_frame({}), None, view.excluded_frame([]), None, gr.skip())
         return (*self._dataset_outputs(report)[:-1], gr.skip())
 
     def _dataset_outputs(self, report: dict):
-        splits = report.get("splits", {})
+        """A build report's outputs: (summary, speakers, histogram, rows left out, the export files that exist,
+        the Memory tab's max length), the report's notes and reasons in the app's words."""
         stats = report.get("length_stats", {}) or {}
-        lines = [
-            "**Rows:** " + ", ".join(f"{name} **{rows}**" for name, rows in splits.items())
-            + f" (split by {report.get('split_method', '?')}, seed {report.get('seed')})",
-            f"**Excluded:** {len(report.get('excluded', []))} row(s)",
-        ]
-        train_lengths = stats.get("row_tokens") or []
-        if stats.get("count"):
-            longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
-            lines.append(
-                f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
-                f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
-                "*A token is a piece of a word, and each clip takes ~190; p90: 9 rows in 10 are at most this long.*"
-            )
-        for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
-            t = k.get("tokens") or {}
-            left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
-            lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
-                         + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
-        lines += [f"- {app_wording(note, widgets=BUILD_WIDGETS)}" for note in report.get("notes", [])]
-        lines += _moves_lines(report.get("split_changes"))
-        lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
-        figure = fmt.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
-                                           train_lengths=train_lengths)
+        notes = [app_wording(note, widgets=BUILD_WIDGETS) for note in report.get("notes", [])]
+        figure = view.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
+                                            train_lengths=stats.get("row_tokens") or [])
         exports = [path for path in (report.get("exports") or {}).values() if Path(path).exists()]
         longest = int(stats.get("max") or 0)
         memory_max_length = gr.update(value=max(256, longest)) if longest else gr.skip()
         return (
-            "\n\n".join(lines),
-            fmt.speakers_frame(report.get("speakers", {})),
+            view.summary_markdown(report, notes),
+            view.speakers_frame(report.get("speakers", {})),
             figure,
-            fmt.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
+            view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )
-
-
-def _ids(ids: list[str], shown: int = 6) -> str:
-    """Sample ids, at most `shown`, then "and N more"."""
-    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
-
-
-def _moves_lines(moves: dict | None) -> list[str]:
-    """The build's split changes (`pipeline.data.dataset.split_changes`) in a teacher's words: who moved
-    between the training and test sets since the previous build, and why; [] when nobody moved."""
-    if not moves or not moves.get("moved"):
-        return []
-    moved = []
-    for key, rows_key, where in (("to_eval", "rows_to_eval", "into the test set"),
-                                 ("to_train", "rows_to_train", "into training")):
-        who = [f"learner {name}" for name in moves.get(key) or []]
-        if moves.get(rows_key):
-            who.append(f"{plural(len(moves[rows_key]), 'sample')} with no learner ({_ids(moves[rows_key])})")
-        if who:
-            moved.append(f"{', '.join(who)} moved {where}")
-    why = "; ".join(moves.get("reasons") or []) or "the split was drawn again"
-    return [f"**Moved since the last build:** {'; '.join(moved)}. Why: {why}. Whole learners go to the test "
-            "set, chosen by the split seed until it holds about the held-out share, so a change in the learners "
-            "or rows can redraw it; a run trained on the old split cannot be resumed on this one without ticking "
-            "**Resume even though the dataset was rebuilt** (Train tab)."]
 
 
 def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
@@ -189,9 +139,9 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
         with gr.Row():
             length_plot = gr.Plot(show_label=False, elem_id="length-plot")
             with gr.Column():
-                speakers_df = gr.Dataframe(fmt.speakers_frame({}), label="Speakers per split", interactive=False,
+                speakers_df = gr.Dataframe(view.speakers_frame({}), label="Speakers per split", interactive=False,
                                            elem_id="speakers-table", wrap=True)
-                excluded_df = gr.Dataframe(fmt.excluded_frame([]), label="Rows left out, with the reason",
+                excluded_df = gr.Dataframe(view.excluded_frame([]), label="Rows left out, with the reason",
                                            interactive=False, elem_id="excluded-table", wrap=True)
         export_files = gr.File(label="Export (JSONL with messages; Parquet with audio)",
                                file_count="multiple", interactive=False, elem_id="exports")

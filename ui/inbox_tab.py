@@ -4,12 +4,11 @@ The teacher goes through the pending attempts one at a time: listen, edit the dr
 **Accept and next** (or Shift+Enter in the feedback box) or **Reject and next**. An accepted attempt
 becomes a sample of its kind (`pipeline.inbox.store.Inbox.accept`), ready for the next build. Above
 it, *Practice page for students* picks the run and the exercise list the page offers
-(`pipeline.inbox.practice.save_setup`).
+(`pipeline.inbox.practice.save_setup`). The tab's text is `ui/inbox_view.py`.
 """
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,11 +16,11 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from pipeline.inbox.store import Inbox
+from ui import inbox_view as view
 from ui.common import ui_errors
 from ui.state import AppState
 
 KINDS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
-_TABLE_HEADERS = ["student", "exercise", "tutor's answer", "when"]
 
 
 class InboxHandlers:
@@ -35,49 +34,42 @@ class InboxHandlers:
     def inbox(self) -> Inbox:
         return Inbox(self.state.ws)
 
-    def _view(self, after: str | None = None, message: str = "") -> tuple:
+    def _inbox_outputs(self, after: str | None = None, message: str = "") -> tuple:
         """(table, current id, audio, about, feedback, status) for the first pending attempt after `after`
         (or the first one when none follows)."""
         pending = self.inbox.list("pending")
-        rows = [[a.student, a.exercise, a.answer[:80], time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))]
-                for a in pending]
-        table = gr.update(value=rows or None, headers=_TABLE_HEADERS)
+        table = gr.update(value=view.attempt_rows(pending) or None, headers=view.TABLE_HEADERS)
         if not pending:
-            done = message + (" " if message else "") + "No attempts waiting."
-            return table, None, None, "", gr.update(value="", interactive=False), done
-        ids = [a.id for a in pending]
+            return table, None, None, "", gr.update(value="", interactive=False), view.nothing_waiting(message)
         later = [a for a in pending if after is not None and a.id > after]
         current = (later or pending)[0]
-        about = (f"**{ids.index(current.id) + 1} of {len(pending)} waiting** · **{current.student}** · "
-                 f"{'read aloud' if current.kind == 'read_aloud' else 'free speech'}: *{current.exercise}*")
-        if current.tiny_random_model:
-            about += " · ⚠ the draft comes from the random stand-in model"
-        return (table, current.id, str(self.inbox.audio_path(current)), about,
+        return (table, current.id, str(self.inbox.audio_path(current)), view.attempt_markdown(current, pending),
                 gr.update(value=current.answer, interactive=True), message)
 
     def show(self) -> tuple:
         """The inbox as it is now (page load, Refresh)."""
-        return self._view()
+        return self._inbox_outputs()
 
     @ui_errors(message_at=5, outputs=6)
     def accept(self, attempt_id: str | None, feedback: str) -> tuple:
         """Accept the shown attempt with the feedback as edited, then show the next."""
         if not attempt_id:
-            return self._view(message="Nothing to accept.")
+            return self._inbox_outputs(message="Nothing to accept.")
         attempt, sample = self.inbox.accept(attempt_id, feedback)
-        return self._view(after=attempt_id, message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
+        return self._inbox_outputs(after=attempt_id,
+                                   message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
 
     @ui_errors(message_at=5, outputs=6)
     def reject(self, attempt_id: str | None) -> tuple:
         """Reject the shown attempt (it is kept, marked rejected), then show the next."""
         if not attempt_id:
-            return self._view(message="Nothing to reject.")
+            return self._inbox_outputs(message="Nothing to reject.")
         self.inbox.reject(attempt_id)
-        return self._view(after=attempt_id, message="Rejected (kept in the inbox folder).")
+        return self._inbox_outputs(after=attempt_id, message="Rejected (kept in the inbox folder).")
 
     def skip(self, attempt_id: str | None) -> tuple:
         """Leave the shown attempt waiting and show the next."""
-        return self._view(after=attempt_id)
+        return self._inbox_outputs(after=attempt_id)
 
     def run_choices(self) -> Any:
         """The runs that can answer (they have an adapter), the saved one selected."""
@@ -100,9 +92,7 @@ class InboxHandlers:
             f"Offering {len(setup.items)} exercises with run `{setup.run}`.")
 
     def _where(self, text: str) -> str:
-        where = (f" Students open **{self.practice_url}**" if self.practice_url else
-                 " The practice page is not served by this app (see the README: `--practice-port`).")
-        return text + where
+        return view.where_markdown(text, self.practice_url)
 
     def session_items(self) -> tuple[Any, str]:
         """The recording session's list and kind, to offer as exercises."""
@@ -153,7 +143,7 @@ def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:
             skip = gr.Button("Skip", elem_id="inbox-skip")
             refresh = gr.Button("Refresh", elem_id="inbox-refresh")
         status = gr.Markdown(elem_id="inbox-status")
-        table = gr.Dataframe(headers=_TABLE_HEADERS, interactive=False, label="Waiting", elem_id="inbox-table")
+        table = gr.Dataframe(headers=view.TABLE_HEADERS, interactive=False, label="Waiting", elem_id="inbox-table")
 
     outputs = [table, current, audio, about, feedback, status]
     accept.click(handlers.accept, inputs=[current, feedback], outputs=outputs)

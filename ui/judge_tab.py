@@ -9,7 +9,8 @@ re-running) appear as a verdict per run (better than its base model, worse, or c
 `pipeline.tutor.verdict`), then a headline table with one column per model and each figure's meaning, a
 scatter of expert vs tutor total scores, and a per-clip table, largest disagreement first, whose selected
 row plays the clip and shows the experts' feedback and every model's answer in full. Evaluations made
-on other data (an earlier dataset build) stay listed under the status, marked.
+on other data (an earlier dataset build) stay listed under the status, marked. The tab's text, tables and
+figure are `ui/judge_view.py`.
 """
 
 from __future__ import annotations
@@ -87,20 +88,8 @@ class JudgeHandlers:
         order = sorted(results, key=lambda r: (r.get("run") is not None, str(r.get("run") or r.get("model"))))
         rows = view.clip_rows(order)
         labels = [view.model_label(r) for r in order]
-        # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
-        waiting = ("one is running (progress above): each model's results appear here when it is done."
-                   if active_job(self.ws) else "tick models and press Evaluate.")
-        status = (f"{len(order)} saved evaluation(s) of this dataset's eval split (`{key}`)." if order else
-                  f"No evaluation of this dataset's eval split (`{key}`) yet: {waiting}")
-        partial = [view.model_label(r) for r in order if r.get("partial")]
-        if partial:
-            status += (f"\n\n⚠ Partial (the evaluation was cancelled or stopped; what was answered is kept): "
-                       f"{', '.join(partial)}. Evaluate again for the whole split.")
-        if any(r.get("note") for r in order):
-            status += "\n\n⚠ " + next(r["note"] for r in order if r.get("note"))
-        others = view.other_builds_markdown([r for r in every if r.get("dataset_key") != key], key)
-        if others:
-            status += "\n\n" + others
+        status = view.saved_status_markdown(order, key, [r for r in every if r.get("dataset_key") != key],
+                                            job_running=bool(active_job(self.ws)))
         first = rows[0] if rows else None
         verdict = "\n\n".join(part for part in (view.verdict_markdown(order), view.hearing_markdown(order)) if part)
         return (status, verdict, self._headline_table(order), view.scatter_figure(order),

@@ -1,5 +1,6 @@
-"""Pure formatting of saved evaluations for the Judge tab: the headline table (one column per model),
-the expert-vs-tutor scatter plot, the per-clip table (largest disagreement first) and a clip's details.
+"""The Judge tab's text, tables and figure: the saved evaluations' status, the verdict, the headline table (one
+column per model), the expert-vs-tutor scatter plot, the per-clip table (largest disagreement first), a
+clip's details and an evaluation job's progress bar.
 
 Inputs are `pipeline.tutor.evaluate` results (dicts, as saved in `runs/NAME/eval/` and `evals/`).
 Nothing here imports gradio, torch or pipeline modules that do work. Figures use the object-oriented
@@ -276,6 +277,28 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
                      f"clips, {figure}")
     return (f"**{len(others)} evaluation(s) made on other data**, kept but not compared with the ones above "
             "(their test recordings differ; evaluate again to compare):\n\n" + "\n".join(lines))
+
+
+def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: Sequence[Mapping[str, Any]], *,
+                          job_running: bool = False) -> str:
+    """The status above the saved evaluations: how many of the current build's eval split `key` are `shown`
+    (or, with none, what to do: tick models and press Evaluate, or wait for the `job_running`), which are
+    partial, the first note among them, then the `others` made on other data (`other_builds_markdown`)."""
+    # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
+    waiting = ("one is running (progress above): each model's results appear here when it is done."
+               if job_running else "tick models and press Evaluate.")
+    status = (f"{len(shown)} saved evaluation(s) of this dataset's eval split (`{key}`)." if shown else
+              f"No evaluation of this dataset's eval split (`{key}`) yet: {waiting}")
+    partial = [model_label(r) for r in shown if r.get("partial")]
+    if partial:
+        status += (f"\n\n⚠ Partial (the evaluation was cancelled or stopped; what was answered is kept): "
+                   f"{', '.join(partial)}. Evaluate again for the whole split.")
+    if any(r.get("note") for r in shown):
+        status += "\n\n⚠ " + next(r["note"] for r in shown if r.get("note"))
+    other_data = other_builds_markdown(others, key)
+    if other_data:
+        status += "\n\n" + other_data
+    return status
 
 
 def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None) -> str:

@@ -7,7 +7,7 @@ table `pipeline.memory.plan.plan_for_workspace` (`python -m pipeline plan --json
 command line cannot drift; picking a machine applies that device's defaults (`pipeline.config.
 default_quantization`, what `estimate --device D` uses when `--quantization` is not given) unless the
 teacher chose the precision. The tab also holds the memory-relevant training settings; with the Train
-tab's they form one `TrainConfig`.
+tab's they form one `TrainConfig`. The tab's text, tables and figure are `ui/memory_view.py`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from pipeline.config import (
 from pipeline.errors import PipelineError
 from pipeline.host.allocator import training_allocator
 from pipeline.workspace import Workspace
-from ui import formatting as fmt
-from ui import memory_view
+from ui import memory_view as view
 from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, setting_message, ui_errors
 from ui.state import AppState
 from ui.wording import app_wording
@@ -78,21 +77,6 @@ SETTING_INFO = {
 """One sentence per Advanced setting: what it changes for the teacher (time, memory, quality)."""
 
 
-def machine_words(device_asked: str, device: str, memory_gb: float | None) -> str:
-    """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
-    unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
-    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports)."""
-    gb = float(memory_gb or 0)
-    kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
-    if not gb:
-        return f"this computer ({kind})"
-    if device == "cuda":
-        return f"an NVIDIA GPU with {gb:g} GB"
-    if device == "mps":
-        return f"a Mac with {gb:g} GB of unified memory"
-    return f"a computer with {gb:g} GB of RAM (training on the CPU)"
-
-
 def preset_for(device: str, memory_gb: float | None) -> str:
     """The preset label that `device` and `memory_gb` make, or `CUSTOM_MACHINE`. No budget (0) is this
     computer, whichever of its devices is asked for."""
@@ -128,10 +112,10 @@ class MemoryHandlers:
         """The tab's headline question: "Will MODEL fit on MACHINE?" (Markdown)."""
         if machine in MACHINE_PRESETS and machine != THIS_COMPUTER:
             device, gb = MACHINE_PRESETS[machine]
-            where = machine_words(device, device, gb)
+            where = view.machine_words(device, device, gb)
         else:
             where = "this computer" if machine != CUSTOM_MACHINE else "the machine you describe below"
-        return f"## Will {memory_view.model_words(model or DEFAULTS.model)} fit on {where}?"
+        return f"## Will {view.model_words(model or DEFAULTS.model)} fit on {where}?"
 
     def device_defaults(self, device: str, quantization: str, quantization_chosen: bool):
         """The quantization after the Device became `device`: that device's default
@@ -203,7 +187,7 @@ class MemoryHandlers:
         from pipeline.model.loading import resolve_device
 
         resolved = resolve_device(device or "auto")
-        text = fmt.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
+        text = view.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
         return text + f"  \nDefault quantization here: **{default_quantization(resolved)}**. {DEFAULT_QUANTIZATION_REASON[resolved]}"
 
     @ui_errors
@@ -214,7 +198,7 @@ class MemoryHandlers:
 
         config = config_from_values(values)
         result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
-        return fmt.plan_markdown(result)
+        return view.plan_markdown(result)
 
     @ui_errors(message_at=1, outputs=8 + MAX_SUGGESTIONS)
     def estimate(self, memory_gb: float | None, *values: Any):
@@ -233,29 +217,29 @@ class MemoryHandlers:
 
     def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None):
         at_peak = data["components_at_peak"]
-        figure = fmt.memory_bar(
+        figure = view.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
             measured_bytes=measured,
             title=f"Whole run's peak ({data['device']}, longest train row: {data['seq_len']} tokens)",
         )
         settings = data.get("settings") or {}
-        machine = machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
+        machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
         preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
-        verdict = memory_view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
-                                             budget_words="the machine's memory" if preset and memory_gb else None)
+        verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
+                                              budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
-        verdict += _length_note(data)
+        verdict += view.length_note(data)
         notes = "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []
         for index in range(MAX_SUGGESTIONS):
             if index < len(suggestions):
-                buttons.append(gr.Button(value=fmt.suggestion_label(suggestions[index]), visible=True))
+                buttons.append(gr.Button(value=view.suggestion_label(suggestions[index]), visible=True))
             else:
                 buttons.append(gr.Button(visible=False))
-        hint = fmt.suggestions_markdown(suggestions, data["verdict"])
-        return (figure, verdict, fmt.components_frame(data["components"]), hint, suggestions, *buttons,
+        hint = view.suggestions_markdown(suggestions, data["verdict"])
+        return (figure, verdict, view.components_frame(data["components"]), hint, suggestions, *buttons,
                 notes, "", "")
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
@@ -280,21 +264,10 @@ class MemoryHandlers:
         data = _memory_result(self.ws, config, memory_gb, measure=True)
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
-        text = fmt.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
+        text = view.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
         if measured.get("released"):  # a Try/Judge tutor let go of the GPU first (pipeline.tutor.infer.release_for)
             text = f"{measured['released']}\n\n{text}"
         return text, self._estimate_outputs(data, measured=peak, memory_gb=memory_gb)[0]
-
-
-def _length_note(data: dict) -> str:
-    """Why the estimate's row length differs from the Max length box, when it does (Markdown, or '')."""
-    seq_len, max_length = data.get("seq_len"), data.get("max_length")
-    if not seq_len or not max_length or seq_len >= max_length:
-        return ""
-    return (f"\n\n**Why {seq_len} tokens and not {max_length}?** Max length ({max_length}) is only a limit: longer "
-            "rows are left out. Training pads each micro-batch to its longest row, so the estimate uses the longest "
-            f"**train** row the limit keeps ({seq_len} tokens). A dataset build sets Max length to the longest row "
-            "of train and eval together; eval rows run without gradients and need less memory.")
 
 
 def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:
@@ -390,7 +363,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                                   elem_id="memory-plot")
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
                 notes_out = gr.Markdown(elem_id="estimate-notes")
-                components_df = gr.Dataframe(fmt.components_frame({}), interactive=False, show_label=False)
+                components_df = gr.Dataframe(view.components_frame({}), interactive=False, show_label=False)
         with gr.Accordion("What else fits this machine? Gemma 3n E2B and E4B, four ways to fine-tune each",
                           open=False, elem_id="plan-accordion"):
             plan_out = gr.Markdown(elem_id="plan-table", min_height=80)

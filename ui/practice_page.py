@@ -6,6 +6,7 @@ one run and exercise list the teacher set (`pipeline.inbox.practice`, read again
 load), asks the tutor through `pipeline.inbox.practice.answer_attempt`, and keeps an attempt in the
 workspace's inbox only when the student ticked consent. When the page has accounts, the student's
 name is their login name (the name box is then locked, and the server uses the login, not the box).
+The page's text is `ui/practice_view.py`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import gradio as gr
 
 from pipeline.errors import ConfigError
 from pipeline.workspace import Workspace
+from ui import practice_view as view
 from ui.common import ui_errors
 
-STAND_IN_NOTE = ("⚠ **This practice tutor is a random stand-in model** (the offline test model): its feedback is "
-                 "meaningless text. Your teacher has not trained the real tutor yet.")
 CONSENT_LABEL = ("Keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and the time). "
                  "Untick: nothing is stored.")
 
@@ -57,14 +57,9 @@ class PracticeHandlers:
         consent = gr.update(value=bool(remembered.get("consent")))
         setup = load_setup(self.ws)
         if setup is None:
-            return name, gr.update(choices=[], value=None), (
-                "Your teacher has not set up the practice yet. Ask them, then reload this page."), consent
-        choices = [(f"{number}. {item}", number - 1) for number, item in enumerate(setup.items, start=1)]
-        what = "Read the sentence aloud" if setup.kind == "read_aloud" else "Answer the question, speaking freely"
-        note = f"{what}, then click **Get feedback**. {len(setup.items)} exercises."
-        if self._stand_in(setup.run):
-            note = f"{STAND_IN_NOTE}\n\n{note}"
-        return name, gr.update(choices=choices, value=0), note, consent
+            return name, gr.update(choices=[], value=None), view.NOT_SET_UP, consent
+        note = view.exercise_note(setup.kind, len(setup.items), self._stand_in(setup.run))
+        return name, gr.update(choices=view.exercise_choices(setup.items), value=0), note, consent
 
     @ui_errors(message_at=1, outputs=2)
     def answer(self, audio: Any, exercise: Any, name: str, consent: bool,
@@ -78,10 +73,7 @@ class PracticeHandlers:
             raise ConfigError("Pick an exercise first.")
         student = _login(request) or (name or "").strip()
         result = answer_attempt(self.ws, audio, int(exercise), student=student, consent=bool(consent))
-        status = ("✓ Kept for your teacher." if result["attempt"] else "Not stored (you did not tick the box).")
-        if result["tiny_random_model"]:
-            status += " ⚠ The answer comes from a random stand-in model: it is meaningless text."
-        return result["text"], status
+        return result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]))
 
 
 def practice_page(handlers: PracticeHandlers) -> gr.Blocks:

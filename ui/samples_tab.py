@@ -1,7 +1,7 @@
 """Tab 1, Samples: record or upload a clip, check it, save it; import a folder or the sample pack; edit, delete.
 
 The three kinds (read aloud, free speech, dialogue) and the save that clears the form live in
-`ui/sample_kinds.py`; the recording session in `ui/session.py`.
+`ui/samples_kinds.py`; the recording session in `ui/samples_session.py`.
 
 Failures show as "✗ message" in the tab's status panel (`ui_errors(message_at=...)`) rather than as a
 raised `gr.Error`, which would mark the sample library and the audio input as errored until reload.
@@ -17,11 +17,10 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError
-from ui import formatting as fmt
-from ui.common import (CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, plural, progress_callback,
-                       ui_errors)
-from ui.sample_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
-from ui.session import SessionHandlers, session_section
+from ui import samples_view as view
+from ui.common import CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, progress_callback, ui_errors
+from ui.samples_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
+from ui.samples_session import SessionHandlers, session_section
 from ui.state import AppState
 from ui.wording import app_wording
 
@@ -60,7 +59,7 @@ class SamplesHandlers:
             raise AudioError("No recording yet: record a clip or upload an audio file, then check it.")
         clip = load_audio(audio, name=_clip_name(audio), trim=bool(trim))
         problems = [] if target_text is None and feedback is None else text_problems(target_text, feedback)
-        return fmt.checks_markdown(clip.report, problems=problems)
+        return view.checks_markdown(clip.report, problems=problems)
 
     def check_recording(self, audio: Any, trim: bool = False):
         """A new recording or upload, or the trim box changed: check the audio only (the texts are
@@ -83,7 +82,7 @@ class SamplesHandlers:
             audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
             source=source, trim=bool(trim), require_feedback=True,
         )
-        status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + fmt.checks_markdown(
+        status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + view.checks_markdown(
             sample.checks, title="Saved clip"
         )
         return status, self.samples_table(), None
@@ -93,35 +92,22 @@ class SamplesHandlers:
         """The sample library as a table (one row per sample)."""
         from pipeline.data.samples import SampleLibrary
 
-        return fmt.samples_frame(SampleLibrary(self.ws).list())
+        return view.samples_frame(SampleLibrary(self.ws).list())
 
     def library_headline(self) -> str:
         """The tab's first line: the library's first sentence (`library_summary`), or how to start."""
         return self.library_summary().split("\n\n")[0]
 
     def library_summary(self) -> str:
-        """The library in a teacher's words, above its table: recordings, learners, how many of each kind,
-        and which samples cannot be trained on yet (no feedback) or have no learner (Markdown)."""
+        """The library in a teacher's words, above its table (`ui.samples_view.library_markdown`), or the
+        error panel when the library cannot be read (Markdown)."""
         from pipeline.data.samples import SampleLibrary
 
         try:
             samples = SampleLibrary(self.ws).list()
         except PipelineError as error:
             return error_panel(error)
-        if not samples:
-            return "No recordings yet: add one above, or **Load the sample pack** to try everything first."
-        learners = {s.speaker for s in samples if s.speaker}
-        kinds = [plural(sum(1 for s in samples if s.kind == kind), word, many)
-                 for kind, word, many in KIND_WORDS if any(s.kind == kind for s in samples)]
-        lines = [f"**{plural(len(samples), 'recording')} from {plural(len(learners), 'learner')}**: {', '.join(kinds)}."]
-        no_feedback = sorted(s.id for s in samples if not s.has_answer)
-        if no_feedback:
-            lines.append(f"⚠ No tutor feedback yet, so left out of training: {_ids(no_feedback)}.")
-        no_speaker = sorted(s.id for s in samples if not s.speaker)
-        if no_speaker and learners:
-            lines.append(f"⚠ No learner (speaker) set, so they may land in both the training and the test set: "
-                         f"{_ids(no_speaker)}. Click one below and type its speaker.")
-        return "\n\n".join(lines)
+        return view.library_markdown(samples)
 
     @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
@@ -137,9 +123,9 @@ class SamplesHandlers:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         library = SampleLibrary(self.ws)
         sample = library.get(str(row[0]))
-        text, feedback = EDIT_LABELS[sample.kind]
+        text, feedback = view.EDIT_LABELS[sample.kind]
         if sample.kind == "dialogue":
-            shown_text, shown_feedback = sample.title, _dialogue_text(sample.turns or [])
+            shown_text, shown_feedback = sample.title, view.dialogue_text(sample.turns or [])
         else:
             shown_text = sample.prompt or "" if sample.kind == "free_speech" else sample.target_text
             shown_feedback = sample.feedback
@@ -150,7 +136,7 @@ class SamplesHandlers:
             gr.update(value=shown_text, label=text, interactive=editable),
             gr.update(value=shown_feedback, label=feedback, interactive=editable),
             sample.speaker or "",
-            fmt.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
+            view.checks_markdown(sample.checks, title=f"Checks of {sample.id}"),
         )
 
     @ui_errors(message_at=0, outputs=2)
@@ -206,7 +192,7 @@ class SamplesHandlers:
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
                                trim=bool(trim))
         report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False)} for entry in report.skipped]
-        return (fmt.import_summary(report, source), gr.Dataframe(fmt.import_report_frame(report), visible=True),
+        return (view.import_summary(report, source), gr.Dataframe(view.import_report_frame(report), visible=True),
                 self.samples_table())
 
     def load_sample_pack(self, progress: gr.Progress = gr.Progress()):
@@ -214,28 +200,11 @@ class SamplesHandlers:
         summary, table, samples = self.import_folder(str(SAMPLE_PACK_DIR), "auto", False, progress)
         if summary.startswith("**✗"):
             return summary, table, samples
-        return summary + "\n\n" + _sample_pack_attribution(), table, samples
+        return summary + "\n\n" + view.sample_pack_attribution(SAMPLE_PACK_DIR), table, samples
 
 
-KIND_WORDS = (("read_aloud", "read aloud", "read aloud"), ("free_speech", "free speech answer", None),
-              ("dialogue", "dialogue", None))
-"""Each kind as the library's summary counts it: (kind, one, many)."""
 PLAYBACK_GAP_S = 0.4
 """Silence between a dialogue's clips in Playback (seconds)."""
-
-
-def _ids(ids: list[str], shown: int = 8) -> str:
-    """Sample ids as code, at most `shown`, then "and N more"."""
-    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    return ", ".join(f"`{i}`" for i in ids[:shown]) + more
-
-
-EDIT_LABELS = {
-    "read_aloud": ("Target sentence", "Tutor feedback"),
-    "free_speech": ("Prompt (the question the learner answered)", "Tutor feedback"),
-    "dialogue": ("Dialogue", "Turns (to change them, save a new dialogue in the dialogue editor)"),
-}
-"""The editor's two text boxes for a sample of each kind."""
 
 
 def _playback(library: Any, sample: Any) -> Any:
@@ -255,36 +224,12 @@ def _playback(library: Any, sample: Any) -> Any:
                      label=f"Playback: the dialogue's {len(clips)} clips in order ({sample.duration_s:.2f} s of speech)")
 
 
-def _dialogue_text(turns: list[dict]) -> str:
-    """A dialogue's turns to read in the editor: "Learner: [clip] text" / "Tutor: text", one per line."""
-    lines = []
-    for turn in turns:
-        if turn.get("role") == "tutor":
-            lines.append(f"Tutor: {turn.get('text') or ''}")
-        else:
-            said = turn.get("text") or turn.get("transcript") or ""
-            lines.append("Learner: " + " ".join(part for part in ("[clip]" if turn.get("audio_file") else "", said) if part))
-    return "\n".join(lines)
-
-
 def _clip_name(audio: Any) -> str | None:
     if isinstance(audio, (str, os.PathLike)):
         return Path(audio).name
     if isinstance(audio, dict) and audio.get("path"):
         return Path(audio["path"]).name
     return None
-
-
-def _sample_pack_attribution() -> str:
-    return (
-        "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
-        "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
-        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
-        "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
-        f"import its examples: open **Import a folder** (just above this report), type `{SAMPLE_PACK_DIR / 'tutoring.jsonl'}` and press "
-        "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
-        "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
-    )
 
 
 def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
@@ -328,7 +273,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
                 import_button = gr.Button("Import", scale=0, elem_id="import-button")
             import_trim = gr.Checkbox(False, label=TRIM_LABEL, elem_id="import-trim")
         import_summary = gr.Markdown(elem_id="import-summary")
-        import_table = gr.Dataframe(fmt.import_report_frame({}), label="Per-file report", interactive=False,
+        import_table = gr.Dataframe(view.import_report_frame({}), label="Per-file report", interactive=False,
                                     visible=False, elem_id="import-report", max_height=240)
         gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it; search finds any word "
                     "(a sentence, a learner, an id).")

@@ -15,8 +15,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import ConfigError, SampleError
-from ui.common import ui_errors, whole_number_in_range
-from ui.sample_kinds import chat_messages
+from ui.common import chat_messages, ui_errors, whole_number_in_range
 from ui.state import AppState
 
 TRY_KINDS = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}

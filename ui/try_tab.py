@@ -2,7 +2,8 @@
 
 One model load serves both answers: the run's base model with its adapter, and the base answer with
 the adapter disabled (`pipeline.tutor.infer.compare_feedback`). Free speech and the voice conversation
-with the tutor are in `ui/try_kinds.py`.
+with the tutor are in `ui/try_kinds.py`, taking a run out and bringing one back in `ui/try_export.py`; the
+tab's text is `ui/try_view.py`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import ConfigError
-from ui.common import cleared, plural, range_note, ui_errors, whole_number_in_range
-from ui.export_section import export_section
+from ui import try_view as view
+from ui.common import cleared, range_note, ui_errors, whole_number_in_range
 from ui.state import AppState
+from ui.try_export import export_section
 from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
                           dialogue_section, try_kind_selector)
 
@@ -30,16 +32,12 @@ class TryHandlers:
 
     def headline(self) -> str:
         """The tab's first line, about the teacher's tutors: how many runs saved a tutor (an adapter) to try,
-        and the newest, or where to make one (Markdown)."""
+        and the newest, or where to make one (`ui.try_view.headline_markdown`)."""
         from ui.common import list_runs
 
         tutors = [r["run"] for r in list_runs(self.state.ws)
                   if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
-        if not tutors:
-            return ("No tuned tutor yet: train one on the **4 · Train** tab (a stopped run has a tutor too), then "
-                    "speak to it here and compare it with the base model.")
-        return (f"**{plural(len(tutors), 'tuned tutor')} to try** (newest: **{tutors[0]}**). Speak as a learner "
-                "would; each answer comes from your tutor and, beside it, from the base model it was tuned from.")
+        return view.headline_markdown(tutors)
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
@@ -63,7 +61,7 @@ class TryHandlers:
 
 def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
-    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.export_section.ExportHandlers`) the
+    poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.try_export.ExportHandlers`) the
     tab ends with the export / import section; `imported` is then its import event."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
         headline = gr.Markdown(handlers.headline, elem_id="try-headline")

@@ -12,13 +12,13 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
-from ui.export_section import ExportHandlers
 from ui.inbox_tab import InboxHandlers
 from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
 from ui.samples_tab import SamplesHandlers
 from ui.state import AppState
 from ui.train_tab import TrainHandlers
+from ui.try_export import ExportHandlers
 from ui.try_tab import TryHandlers
 
 

@@ -1,14 +1,14 @@
-"""The app's words for what the library says in command-line terms: flags, commands, log lines, counters.
+"""The app's words for what the library says in command-line terms: flags, commands, log lines.
 
 `pipeline/` messages name the command line's flags and commands (`--max-length`, `python -m pipeline
 build`), because the same message is printed by the CLI. Inside the app a person has widgets and
 buttons instead, so `app_wording` rewrites those names into the label of the widget that holds the
 same setting and the tab it is on (`SETTING_WIDGETS`; `tests/test_app_handlers.py` checks every label
-against the built page). `readable_log` turns `train.log` lines into short readable ones, and
-`memory_counter_words` says in plain words how a peak memory figure was measured.
+against the built page). `readable_log` turns `train.log` lines into short readable ones (a peak
+memory figure says how it was measured, `ui.memory_counters`).
 
-Pure text work: no gradio, torch or pipeline module that does work is imported (and `ui.formatting`
-does not import this module: the handlers apply the app's words before formatting).
+Pure text work: no gradio, torch or pipeline module that does work is imported; the handlers apply the
+app's words to what `pipeline/` says before a tab's view (`ui/*_view.py`) lays it out.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
-from ui.formatting import format_bytes, memory_counter_words
+from ui.formatting import format_bytes
+from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     # flag (without --): (widget label as shown, where it is, on/off setting)

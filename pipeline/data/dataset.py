@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterable, Sequence
 from pipeline.errors import DatasetError, PipelineError
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
-from pipeline.model.loading import load_processor
 from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
@@ -434,6 +433,8 @@ def build_dataset(
             f"(e.g. `python -m pipeline import --workspace {shlex.quote(str(ws.root))} --source FOLDER`)."
         )
     report_progress(0, len(samples), "loading the processor")
+    from pipeline.model.loading import load_processor  # torch: only when a build runs, not when the app starts
+
     processor = load_processor(model) if isinstance(model, (str, os.PathLike)) else model
     if isinstance(model, (str, os.PathLike)):
         model_name = str(model)

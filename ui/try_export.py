@@ -7,13 +7,13 @@ Each handler calls one `pipeline/` function (`pipeline.export.cli.export_run`,
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
 
 from pipeline.errors import ExportError
+from ui import try_view as view
 from ui.common import ui_errors
 from ui.state import AppState
 
@@ -41,15 +41,10 @@ class ExportHandlers:
             raise ExportError("No run picked: choose a trained run in **Tuned run (adapter)** above (the Train tab "
                               "makes one; a stopped run has an adapter too), then press Export.")
         result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None)
-        lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}` "
-                 f"({result['bytes'] / 1024**2:.1f} MiB)."]
-        if result.get("archive"):
-            lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
-        lines += [f"- {html.escape(note)}" for note in result.get("notes", [])]
         download = result.get("archive") or (result["path"] if result["format"] == "adapter" else None)
         if download and not Path(download).resolve().is_relative_to(self.state.ws.root):
             download = None  # the app serves files from the workspace only
-        return "\n\n".join(lines), download
+        return view.export_markdown(run_name, result), download
 
     @ui_errors(message_at=0, outputs=1)
     def import_run(self, source: str, name: str = "") -> str:
@@ -62,11 +57,7 @@ class ExportHandlers:
             raise ExportError("No run given to import: type the path of the run folder copied back from the other "
                               "machine (OUTPUT/runs/NAME) or of its .tar.gz, then press Import run.")
         result = import_run(self.state.ws, source, name=(name or "").strip() or None)
-        lines = [f"✓ Imported **{html.escape(result['run'])}** ({result.get('status')}, {result.get('steps')} steps; base "
-                 f"model `{result['model']}`). It is in the run lists now."]
-        lines += [f"- differs: {html.escape(d)}" for d in result["differences"]]
-        lines += [f"- note: {html.escape(n)}" for n in result["notes"]]
-        return "\n".join(lines)
+        return view.import_markdown(result)
 
 
 def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespace:

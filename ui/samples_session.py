@@ -6,7 +6,6 @@ and reopening the page shows the same item. Each save is an ordinary sample of t
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,25 +14,12 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import AudioError
-from ui import formatting as fmt
+from ui import samples_view as view
 from ui.common import cleared, ui_errors
-from ui.sample_kinds import TRIM_HINTS
+from ui.samples_kinds import TRIM_HINTS
 from ui.state import AppState
 
 SESSION_KIND_LABELS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
-
-
-def _view(session: Any) -> tuple[str, str]:
-    """(progress Markdown, current item HTML) of a session (or of none)."""
-    if session is None:
-        return "No session yet: paste the sentences or prompts, then **Start session**.", ""
-    what = "Read aloud" if session.kind == "read_aloud" else "Answer the prompt"
-    if session.done:
-        item = "<div class='session-item'>All items are done. Go <b>Back</b> to re-record one, or start a new list.</div>"
-    else:
-        item = f"<div class='session-item'><small>{what}:</small><br><b>{html.escape(session.current)}</b></div>"
-    speaker = f" · speaker **{session.speaker}**" if session.speaker else ""
-    return f"**{session.progress()}**{speaker}", item
 
 
 class SessionHandlers:
@@ -55,7 +41,7 @@ class SessionHandlers:
         path = items_file if isinstance(items_file, (str, os.PathLike)) or items_file is None else getattr(items_file, "name", None)
         items = parse_items(items_text, path)
         session = self._store().start(items, SESSION_KIND_LABELS.get(kind_label, kind_label or "read_aloud"), speaker)
-        return _view(session)
+        return view.session_markdown(session)
 
     @ui_errors(message_at=2, outputs=6, hints=TRIM_HINTS)
     def save_and_next(self, audio: Any, feedback: str, trim: bool = False):
@@ -66,23 +52,23 @@ class SessionHandlers:
         if audio is None:
             raise AudioError("No recording yet: record or upload the clip for this item, then save.")
         session, sample = self._store().save_current(audio, feedback, trim=bool(trim))
-        progress, item = _view(session)
+        progress, item = view.session_markdown(session)
         status = f"Saved **{sample.id}** ({sample.duration_s:.1f} s)." + (
             f" ⚠ {'; '.join(sample.checks.get('warnings') or [])}" if sample.checks.get("warnings") else "")
-        return progress, item, status, None, "", fmt.samples_frame(SampleLibrary(self.state.ws).list())
+        return progress, item, status, None, "", view.samples_frame(SampleLibrary(self.state.ws).list())
 
     @ui_errors(message_at=2, outputs=4)
     def skip(self):
         """Skip the current item; returns (progress, item, status, cleared audio)."""
         session = self._store().skip()
-        return (*_view(session), "Skipped.", None)
+        return (*view.session_markdown(session), "Skipped.", None)
 
     @ui_errors(message_at=2, outputs=4)
     def back(self):
         """Go back one item to re-record it; returns (progress, item, status, cleared audio)."""
         session = self._store().back()
         again = str(session.position) in session.saved
-        return (*_view(session), "Re-recording: saving replaces the earlier clip." if again else "Back one item.", None)
+        return (*view.session_markdown(session), "Re-recording: saving replaces the earlier clip." if again else "Back one item.", None)
 
     @ui_errors(message_at=0, outputs=1, hints=TRIM_HINTS)
     def check(self, audio: Any, trim: bool = False) -> str:
@@ -93,11 +79,11 @@ class SessionHandlers:
         if audio is None:
             return ""
         name = Path(audio).name if isinstance(audio, (str, os.PathLike)) else None
-        return fmt.checks_markdown(load_audio(audio, name=name, trim=bool(trim)).report)
+        return view.checks_markdown(load_audio(audio, name=name, trim=bool(trim)).report)
 
     def restore(self):
         """On page load: where the saved session stands (progress, item)."""
-        return _view(self._store().load())
+        return view.session_markdown(self._store().load())
 
 
 def session_section(handlers: SessionHandlers) -> SimpleNamespace:

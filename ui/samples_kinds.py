@@ -17,27 +17,13 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import AudioError, ClipTooLongError, SampleError
-from ui import formatting as fmt
-from ui.common import ui_errors
+from ui import samples_view as view
+from ui.common import chat_messages, ui_errors
 from ui.state import AppState
 
 KIND_CHOICES = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
 TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep its first 30 s."}
 """Where a clip is refused as too long, the Samples tab's own way to keep it."""
-
-
-def chat_messages(turns: list[dict]) -> list[dict]:
-    """`gr.Chatbot` messages of dialogue turns: a learner clip shows as a playable file, then its text."""
-    out = []
-    for turn in turns or []:
-        if turn.get("role") == "tutor":
-            out.append({"role": "assistant", "content": turn.get("text") or ""})
-            continue
-        if turn.get("audio"):
-            out.append({"role": "user", "content": {"path": str(turn["audio"])}})
-        if turn.get("text"):
-            out.append({"role": "user", "content": turn["text"]})
-    return out
 
 
 class SampleKindHandlers:
@@ -50,7 +36,7 @@ class SampleKindHandlers:
     def _table(self):
         from pipeline.data.samples import SampleLibrary
 
-        return fmt.samples_frame(SampleLibrary(self.state.ws).list())
+        return view.samples_frame(SampleLibrary(self.state.ws).list())
 
     @staticmethod
     def kind_visibility(kind_label: str):
@@ -81,7 +67,7 @@ class SampleKindHandlers:
             problems.append("The prompt is empty; type the question the learner answered.")
         if is_blank(feedback):
             problems.append("The tutor feedback is empty; write what a good tutor would say about this answer.")
-        return fmt.checks_markdown(clip.report, problems=problems)
+        return view.checks_markdown(clip.report, problems=problems)
 
     @ui_errors(message_at=0, outputs=7, hints=TRIM_HINTS)
     def save_clip(self, kind_label: str, audio: Any, target_text: str, prompt: str, transcript: str, feedback: str,
@@ -112,7 +98,7 @@ class SampleKindHandlers:
             again = ""
         what = "" if kind == "read_aloud" else f" ({kind.replace('_', ' ')})"
         status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s){again}; the form is ready for the "
-                  "next clip.\n\n" + fmt.checks_markdown(sample.checks, title="Saved clip"))
+                  "next clip.\n\n" + view.checks_markdown(sample.checks, title="Saved clip"))
         return status, self._table(), None, "", "", "", ""
 
     @ui_errors(message_at=4, outputs=5, hints=TRIM_HINTS)

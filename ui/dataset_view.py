@@ -1,0 +1,152 @@
+"""The Dataset tab's text, tables and figure: the build's summary, what changed in the library and who
+moved between the splits since the last build, the token-length histogram, speakers per split, the rows
+left out.
+
+Pure formatting of a build report (`pipeline.data.dataset.load_build_report`, the dict `build_dataset`
+saves) and of `pipeline.data.dataset.library_changes`: Markdown strings, `pandas.DataFrame`s and a
+`matplotlib.figure.Figure` (object-oriented, no `pyplot`). No gradio, no file reading, no pipeline call;
+`ui/dataset_tab.py` reads the report and applies the app's words (`ui.wording`) to its notes first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from ui.counts import plural, some_ids
+from ui.fields import get_field
+from ui.figures import PALETTE
+
+
+def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
+    """A build in lines of Markdown: rows per split (and how they were split), rows left out, tokens per row
+    (min, median, p90, longest, the limit), rows and tokens per sample kind, `notes` (the report's notes in the
+    app's words), who moved between the splits (`moves_lines`) and where the dataset was saved."""
+    splits = report.get("splits", {})
+    stats = report.get("length_stats", {}) or {}
+    lines = [
+        "**Rows:** " + ", ".join(f"{name} **{rows}**" for name, rows in splits.items())
+        + f" (split by {report.get('split_method', '?')}, seed {report.get('seed')})",
+        f"**Excluded:** {len(report.get('excluded', []))} row(s)",
+    ]
+    train_lengths = stats.get("row_tokens") or []
+    if stats.get("count"):
+        longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
+        lines.append(
+            f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
+            f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
+            "*A token is a piece of a word, and each clip takes ~190; p90: 9 rows in 10 are at most this long.*"
+        )
+    for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
+        t = k.get("tokens") or {}
+        left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
+        lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
+                     + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
+    lines += [f"- {note}" for note in notes]
+    lines += moves_lines(report.get("split_changes"))
+    lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
+    return "\n\n".join(lines)
+
+
+def library_changes_markdown(changes: Mapping[str, Any] | None) -> str:
+    """Beside Build: how the sample library changed since the last build (`pipeline.data.dataset.library_changes`:
+    added, edited, deleted sample ids, whether edits are known), that it did not, or (None) that nothing is
+    built yet (Markdown)."""
+    if changes is None:
+        return "Nothing built yet: **Build dataset** splits your recordings into training and test."
+    if not changes["changed"]:
+        return "The library has not changed since the last build."
+    parts = [f"{plural(len(changes[key]), 'sample')} {word} ({some_ids(changes[key], 6)})"
+             for key, word in (("added", "added"), ("edited", "edited"), ("deleted", "deleted")) if changes[key]]
+    unknown = "" if changes["edits_known"] else " (edits are not known for a build this old)"
+    return f"**Since the last build:** {'; '.join(parts)}{unknown}. Build again to train on the library as it is now."
+
+
+def moves_lines(moves: dict | None) -> list[str]:
+    """The build's split changes (`pipeline.data.dataset.split_changes`) in a teacher's words: who moved
+    between the training and test sets since the previous build, and why; [] when nobody moved."""
+    if not moves or not moves.get("moved"):
+        return []
+    moved = []
+    for key, rows_key, where in (("to_eval", "rows_to_eval", "into the test set"),
+                                 ("to_train", "rows_to_train", "into training")):
+        who = [f"learner {name}" for name in moves.get(key) or []]
+        if moves.get(rows_key):
+            who.append(f"{plural(len(moves[rows_key]), 'sample')} with no learner ({some_ids(moves[rows_key], 6)})")
+        if who:
+            moved.append(f"{', '.join(who)} moved {where}")
+    why = "; ".join(moves.get("reasons") or []) or "the split was drawn again"
+    return [f"**Moved since the last build:** {'; '.join(moved)}. Why: {why}. Whole learners go to the test "
+            "set, chosen by the split seed until it holds about the held-out share, so a change in the learners "
+            "or rows can redraw it; a run trained on the old split cannot be resumed on this one without ticking "
+            "**Resume even though the dataset was rebuilt** (Train tab)."]
+
+
+def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: int | None = None,
+                          longest: int | None = None, train_lengths: Sequence[int] | None = None):
+    """Bar chart of a `LengthStats.histogram` (`[{lo, hi, count}]`, tokens per row, train and eval rows
+    together) with the limit line.
+
+    With `train_lengths` (the train split's row lengths, `LengthStats.row_tokens`) each bar is split
+    into its train rows and its eval rows (stacked, with a legend); without them the bars are every
+    row, and the title says so. Returns a `matplotlib.figure.Figure`.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(7, 3.2), layout="constrained")
+    ax = fig.add_subplot()
+    bins = [b for b in histogram if b.get("hi") is not None]
+    if not bins:
+        ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    lefts = [b["lo"] for b in bins]
+    widths = [b["hi"] - b["lo"] for b in bins]
+    totals = [b["count"] for b in bins]
+    if train_lengths:
+        last = len(bins) - 1
+        train = [sum(1 for n in train_lengths if b["lo"] <= n < b["hi"] or (i == last and n == b["hi"]))
+                 for i, b in enumerate(bins)]
+        evals = [max(0, total - count) for total, count in zip(totals, train)]
+        ax.bar(lefts, train, width=widths, align="edge", color=PALETTE[0], edgecolor="white", label="train rows")
+        ax.bar(lefts, evals, width=widths, bottom=train, align="edge", color=PALETTE[3], edgecolor="white",
+               label="eval rows")
+        title = "Token length of each row (train and eval)"
+    else:
+        ax.bar(lefts, totals, width=widths, align="edge", color=PALETTE[0], edgecolor="white", label="rows")
+        title = "Token length of every row (train and eval together)"
+    if longest:
+        ax.axvline(longest, color=PALETTE[1], linewidth=1.5, label=f"longest row {longest}")
+    top = max(b["hi"] for b in bins)
+    if max_length and max_length <= 1.3 * top:
+        ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"limit {max_length}")
+    elif max_length:
+        title += f" (limit {max_length}, off the chart)"
+    ax.set_xlabel("tokens per row (text + ~192 audio positions)")
+    ax.set_ylabel("rows")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title)
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def speakers_frame(speakers: Mapping[str, Any]):
+    """Table: split -> number of speakers and their ids (`speakers`: split -> list of ids or a count)."""
+    import pandas as pd
+
+    rows = []
+    for split, value in speakers.items():
+        if isinstance(value, (list, tuple, set)):
+            ids = sorted(str(v) for v in value)
+            rows.append({"split": split, "speakers": len(ids), "ids": ", ".join(ids)})
+        else:
+            rows.append({"split": split, "speakers": value, "ids": ""})
+    return pd.DataFrame(rows, columns=["split", "speakers", "ids"])
+
+
+def excluded_frame(excluded: Iterable[Any]):
+    """Table of rows left out of the dataset: sample id and the reason."""
+    import pandas as pd
+
+    rows = [{"sample": get_field(item, "id"), "reason": get_field(item, "reason")} for item in excluded]
+    return pd.DataFrame(rows, columns=["sample", "reason"])

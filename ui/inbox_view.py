@@ -1,0 +1,46 @@
+"""The Inbox tab's text: the waiting attempts' table, the attempt shown (who, which exercise, of how many),
+and where students find the practice page.
+
+Pure formatting of `pipeline.inbox.store.Attempt`s (student, exercise, kind, the tutor's answer, when it was
+made): table rows and Markdown. No gradio, no file reading, no pipeline call; `ui/inbox_tab.py` reads the
+inbox and lays these out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+TABLE_HEADERS = ["student", "exercise", "tutor's answer", "when"]
+"""The Waiting table's columns."""
+
+
+def attempt_rows(pending: Sequence[Any]) -> list[list[str]]:
+    """One row per waiting attempt (`TABLE_HEADERS`): the student, the exercise, the first 80 characters of the
+    tutor's answer, and when it was made (local time, `YYYY-MM-DD HH:MM`)."""
+    return [[a.student, a.exercise, a.answer[:80], time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at))]
+            for a in pending]
+
+
+def nothing_waiting(message: str = "") -> str:
+    """The status when no attempt waits, after `message` (what was just done) when there is one."""
+    return message + (" " if message else "") + "No attempts waiting."
+
+
+def attempt_markdown(current: Any, pending: Sequence[Any]) -> str:
+    """The attempt shown, above its recording: its place among the `pending` ones, the student, the kind and
+    the exercise, and a warning when the draft comes from the random stand-in model (Markdown)."""
+    ids = [a.id for a in pending]
+    about = (f"**{ids.index(current.id) + 1} of {len(pending)} waiting** · **{current.student}** · "
+             f"{'read aloud' if current.kind == 'read_aloud' else 'free speech'}: *{current.exercise}*")
+    if current.tiny_random_model:
+        about += " · ⚠ the draft comes from the random stand-in model"
+    return about
+
+
+def where_markdown(text: str, practice_url: str | None) -> str:
+    """`text` (the practice setup's status) followed by where students open the practice page, or that this
+    app does not serve it (`practice_url` None)."""
+    where = (f" Students open **{practice_url}**" if practice_url else
+             " The practice page is not served by this app (see the README: `--practice-port`).")
+    return text + where

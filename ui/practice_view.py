@@ -1,0 +1,37 @@
+"""The practice page's text: the exercises offered, the note above them, and what became of an attempt.
+
+Pure formatting of the teacher's practice setup (`pipeline.inbox.practice.PracticeSetup`: the exercises and
+their kind) and of `pipeline.inbox.practice.answer_attempt`'s result. No gradio, no file reading, no pipeline
+call; `ui/practice_page.py` reads the setup and lays these out.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+STAND_IN_NOTE = ("⚠ **This practice tutor is a random stand-in model** (the offline test model): its feedback is "
+                 "meaningless text. Your teacher has not trained the real tutor yet.")
+NOT_SET_UP = "Your teacher has not set up the practice yet. Ask them, then reload this page."
+"""The note while there is no practice setup."""
+
+
+def exercise_choices(items: Sequence[str]) -> list[tuple[str, int]]:
+    """The Exercise dropdown's choices: ("1. first exercise", 0), ("2. second", 1), ... (label, index)."""
+    return [(f"{number}. {item}", number - 1) for number, item in enumerate(items, start=1)]
+
+
+def exercise_note(kind: str, count: int, stand_in: bool) -> str:
+    """The note above the exercises: what to do for their `kind` (read aloud or free speech) and how many there
+    are, headed by `STAND_IN_NOTE` when the tutor is the random stand-in model (Markdown)."""
+    what = "Read the sentence aloud" if kind == "read_aloud" else "Answer the question, speaking freely"
+    note = f"{what}, then click **Get feedback**. {count} exercises."
+    return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
+
+
+def answer_status(kept: bool, stand_in: bool) -> str:
+    """The line under the feedback: whether the attempt was `kept` for the teacher (the student's consent), and
+    a warning when the answer comes from the random stand-in model."""
+    status = "✓ Kept for your teacher." if kept else "Not stored (you did not tick the box)."
+    if stand_in:
+        status += " ⚠ The answer comes from a random stand-in model: it is meaningless text."
+    return status

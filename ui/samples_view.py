@@ -1,0 +1,200 @@
+"""The Samples tab's text and tables: a clip's checks, the library's table and summary, an import's report,
+the editor's labels, the recording session's progress, the sample pack's attribution.
+
+Pure formatting of what `pipeline.data` returns (an `AudioReport`, `Sample`s, an `ImportReport`, a
+`Session`; dicts or objects alike): a Markdown string, an HTML snippet or a `pandas.DataFrame`. No gradio,
+no file reading, no pipeline call; the handlers in `ui/samples_tab.py`, `ui/samples_kinds.py` and
+`ui/samples_session.py` read the library and lay these out.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ui.counts import plural, some_ids
+from ui.fields import get_field
+
+
+def dbfs(amplitude: float | None) -> str:
+    """Linear amplitude in [0, 1] -> decibels relative to full scale, `20*log10(a)` (`"-23.1 dBFS"`)."""
+    if amplitude is None:
+        return "–"
+    if amplitude <= 0:
+        return "-inf dBFS"
+    return f"{20 * math.log10(amplitude):.1f} dBFS"
+
+
+def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequence[str] = ()) -> str:
+    """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
+
+    Each line shows the measured value and a mark: ✓ passed, ⚠ passed with the library's warning.
+    (A clip that fails a check never gets here: `load_audio` raises `AudioError` with the reason.)
+    `problems`: what else stops the sample from being saved (blank texts); they head the panel as
+    "✗ Not ready to save" and replace "All checks passed".
+    """
+    duration = get_field(report, "duration_s")
+    peak = get_field(report, "peak")
+    level = get_field(report, "level_dbfs")
+    clipped = float(get_field(report, "clipped_fraction") or 0.0)
+    warnings = [str(w) for w in (get_field(report, "warnings") or [])]
+    rate = get_field(report, "source_rate_hz")
+    channels = get_field(report, "channels")
+
+    def mark(*words: str) -> str:
+        hit = any(word in w.lower() for w in warnings for word in words)
+        return "⚠" if hit else "✓"
+
+    level_text = f"{level:.1f} dBFS in the loudest 0.25 s" if isinstance(level, (int, float)) else "–"
+    lines = [
+        f"**{title}**",
+        "",
+        "| check | measured | |",
+        "|---|---|---|",
+        f"| duration | {duration:.2f} s (0.3–30 s is heard) | {mark('short', 'long', 'trim')} |"
+        if isinstance(duration, (int, float)) else "| duration | – | |",
+        f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'silen', 'soft')} |",
+        f"| clipping | {clipped * 100:.2f} % of samples at full scale | {mark('clip', 'loud')} |",
+        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | ✓ |",
+    ]
+    if warnings:
+        lines += ["", *[f"- ⚠ {w}" for w in warnings]]
+    elif not problems:
+        lines += ["", "All checks passed."]
+    if problems:
+        lines = [f"**✗ Not ready to save:** {' '.join(problems)}", "", *lines]
+    return "\n".join(lines)
+
+
+def samples_frame(samples: Iterable[Any]):
+    """Table of saved samples for the library view: one row per `Sample` (dict or object).
+
+    Columns: id, speaker, duration (s), target sentence, feedback (first 80 characters), warnings.
+    """
+    import pandas as pd
+
+    rows = []
+    for sample in samples:
+        checks = get_field(sample, "checks") or {}
+        warnings = get_field(checks, "warnings") or []
+        feedback = get_field(sample, "feedback") or ""
+        rows.append(
+            {
+                "id": get_field(sample, "id"),
+                "speaker": get_field(sample, "speaker") or "",
+                "seconds": round(float(get_field(sample, "duration_s") or 0.0), 2),
+                "target sentence": _sample_title(sample),
+                "feedback": feedback if len(feedback) <= 80 else feedback[:79] + "…",
+                "warnings": "; ".join(warnings),
+            }
+        )
+    columns = ["id", "speaker", "seconds", "target sentence", "feedback", "warnings"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _sample_title(sample: Any) -> str:
+    """The sentence of a read-aloud sample; "[free speech] prompt" or "[dialogue] N turns..." for the other kinds."""
+    kind = get_field(sample, "kind") or "read_aloud"
+    if kind == "read_aloud":
+        return get_field(sample, "target_text") or ""
+    title = getattr(sample, "title", None) or get_field(sample, "prompt") or ""
+    return f"[{kind.replace('_', ' ')}] {title}"
+
+
+def import_report_frame(report: Any):
+    """Per-file table of an `ImportReport`: imported ids then skipped files with the reason."""
+    import pandas as pd
+
+    kinds = {r["id"]: r["kind"] for r in get_field(report, "rows") or [] if r["kind"] != "read_aloud"}
+    rows = [{"file / sample": sid, "result": f"imported ({kinds[sid].replace('_', ' ')})" if sid in kinds else "imported",
+             "reason": ""} for sid in get_field(report, "imported") or []]
+    for item in get_field(report, "skipped") or []:
+        rows.append({"file / sample": get_field(item, "file"), "result": "skipped", "reason": get_field(item, "reason")})
+    return pd.DataFrame(rows, columns=["file / sample", "result", "reason"])
+
+
+def import_summary(report: Any, source: str) -> str:
+    """One Markdown line: how many clips were imported and skipped from `source`."""
+    imported = len(get_field(report, "imported") or [])
+    skipped = len(get_field(report, "skipped") or [])
+    fmt = get_field(report, "format")
+    fmt_text = f" ({fmt} layout)" if fmt else ""
+    line = f"Imported **{imported}** clip(s) from `{source}`{fmt_text}; skipped **{skipped}**."
+    if skipped:
+        line += " The table below says why each skipped file was left out."
+    return line
+
+
+KIND_WORDS = (("read_aloud", "read aloud", "read aloud"), ("free_speech", "free speech answer", None),
+              ("dialogue", "dialogue", None))
+"""Each kind as the library's summary counts it: (kind, one, many)."""
+
+
+def library_markdown(samples: Sequence[Any]) -> str:
+    """The library in a teacher's words, above its table (`samples`: `pipeline.data.samples.Sample`s):
+    recordings, learners, how many of each kind (`KIND_WORDS`), and which samples cannot be trained on yet
+    (no feedback) or have no learner; how to start when there are none (Markdown)."""
+    if not samples:
+        return "No recordings yet: add one above, or **Load the sample pack** to try everything first."
+    learners = {s.speaker for s in samples if s.speaker}
+    kinds = [plural(sum(1 for s in samples if s.kind == kind), word, many)
+             for kind, word, many in KIND_WORDS if any(s.kind == kind for s in samples)]
+    lines = [f"**{plural(len(samples), 'recording')} from {plural(len(learners), 'learner')}**: {', '.join(kinds)}."]
+    no_feedback = sorted(s.id for s in samples if not s.has_answer)
+    if no_feedback:
+        lines.append(f"⚠ No tutor feedback yet, so left out of training: {some_ids(no_feedback, 8, code=True)}.")
+    no_speaker = sorted(s.id for s in samples if not s.speaker)
+    if no_speaker and learners:
+        lines.append(f"⚠ No learner (speaker) set, so they may land in both the training and the test set: "
+                     f"{some_ids(no_speaker, 8, code=True)}. Click one below and type its speaker.")
+    return "\n\n".join(lines)
+
+
+EDIT_LABELS = {
+    "read_aloud": ("Target sentence", "Tutor feedback"),
+    "free_speech": ("Prompt (the question the learner answered)", "Tutor feedback"),
+    "dialogue": ("Dialogue", "Turns (to change them, save a new dialogue in the dialogue editor)"),
+}
+"""The editor's two text boxes for a sample of each kind."""
+
+
+def dialogue_text(turns: list[dict]) -> str:
+    """A dialogue's turns to read in the editor: "Learner: [clip] text" / "Tutor: text", one per line."""
+    lines = []
+    for turn in turns:
+        if turn.get("role") == "tutor":
+            lines.append(f"Tutor: {turn.get('text') or ''}")
+        else:
+            said = turn.get("text") or turn.get("transcript") or ""
+            lines.append("Learner: " + " ".join(part for part in ("[clip]" if turn.get("audio_file") else "", said) if part))
+    return "\n".join(lines)
+
+
+def session_markdown(session: Any) -> tuple[str, str]:
+    """(progress Markdown, current item HTML) of a recording session (`pipeline.data.session.Session`, or None:
+    no session yet), for the Recording session's progress line and the item to record."""
+    if session is None:
+        return "No session yet: paste the sentences or prompts, then **Start session**.", ""
+    what = "Read aloud" if session.kind == "read_aloud" else "Answer the prompt"
+    if session.done:
+        item = "<div class='session-item'>All items are done. Go <b>Back</b> to re-record one, or start a new list.</div>"
+    else:
+        item = f"<div class='session-item'><small>{what}:</small><br><b>{html.escape(session.current)}</b></div>"
+    speaker = f" · speaker **{session.speaker}**" if session.speaker else ""
+    return f"**{session.progress()}**{speaker}", item
+
+
+def sample_pack_attribution(pack_dir: Path) -> str:
+    """Where the sample pack's clips come from (speechocean762, with its licence) and how to import its free-speech
+    answers and dialogues too (`pack_dir`: the pack's folder, `ui.samples_tab.SAMPLE_PACK_DIR`); Markdown."""
+    return (
+        "*Sample pack:* 8 real recordings of 3 young Mandarin-speaking learners from **speechocean762** "
+        "(Junbo Zhang et al., Interspeech 2021, arXiv:2104.01378; free for commercial and non-commercial use), "
+        "with feedback written from the experts' scores. Details: `sample_data/speechocean762-pack/README.md`.\n\n"
+        "The pack holds read-aloud clips only. To try **free speech** and **dialogues** too (Samples, Try, Judge), "
+        f"import its examples: open **Import a folder** (just above this report), type `{pack_dir / 'tutoring.jsonl'}` and press "
+        "**Import** (3 tutoring dialogues and 2 free-speech answers over the same clips; the two-clip dialogue is "
+        "608 tokens, left out at the default 512 tokens per row: the Dataset tab says how to keep it)."
+    )
