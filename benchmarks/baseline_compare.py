@@ -66,7 +66,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.memory.units import fmt_bytes  # noqa: E402
+from pipeline.units import fmt_bytes  # noqa: E402
 
 CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
 PACK = REPO / "sample_data" / "speechocean762-pack"

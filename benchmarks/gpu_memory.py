@@ -45,7 +45,7 @@ from pipeline.config import TrainConfig  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
-from pipeline.memory.units import fmt_bytes  # noqa: E402
+from pipeline.units import fmt_bytes  # noqa: E402
 
 E2B = "google/gemma-3n-E2B-it"
 CLIP_S = 30.0

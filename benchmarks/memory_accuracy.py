@@ -192,7 +192,7 @@ from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
-from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
+from pipeline.units import GIB, fmt_bytes  # noqa: E402
 from pipeline.training.probe import PROBE_VOCAB  # noqa: E402
 from pipeline.calibration import compute_dtype_for  # noqa: E402
 from whole_run import run_whole  # noqa: E402

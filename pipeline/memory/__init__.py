@@ -8,7 +8,6 @@ transformers / peft / bitsandbytes / PyTorch source it follows, or our own measu
 The model itself (`load_model_config`, `model_shape`, `part_params`) is read by its family
 (`pipeline.model.catalog`); this package prices it. One job per module (each imports its siblings
 by full path, never through this file):
-  * `units.py`    GiB / MiB, `fmt_bytes`, `dtype_bytes`.
   * `inputs.py`   what the estimate is given: `LengthStats` (and `length_stats_from_workspace`),
                   `EstimateOptions`, `DEFAULT_ANSWER_TOKENS`, `MAX_CLIP_S`.
   * `terms.py`    the formulas, one function per component (weights, LoRA and optimizer state,
@@ -124,7 +123,7 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.memory.units import GIB, MIB, dtype_bytes, fmt_bytes
+from pipeline.units import GIB, MIB, dtype_bytes, fmt_bytes
 
 __all__ = [
     # units

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipeline.errors import ConfigError
-from pipeline.memory.units import GIB, MIB, fmt_bytes
+from pipeline.units import GIB, MIB, fmt_bytes
 
 # Verdict thresholds as fractions of the usable budget. Below FIT_FRACTION the run "fits" with a
 # margin larger than this model's worst measured error (see benchmarks/memory_accuracy.py);

@@ -53,7 +53,7 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import fmt_bytes
 from pipeline.host.allocator import training_allocator
 
 

@@ -27,7 +27,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import fmt_bytes
 
 PLAN_MODELS = KNOWN_MODELS
 """The models of the table (their configs ship in assets/, so no download is needed)."""

@@ -12,7 +12,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import fmt_bytes
 
 
 PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "

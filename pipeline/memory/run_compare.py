@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from pipeline.errors import PipelineError
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import fmt_bytes
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,

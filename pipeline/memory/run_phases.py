@@ -46,7 +46,7 @@ from pipeline.memory.terms import (
     cpu_kernel_cache,
     eager_prob_bytes,
 )
-from pipeline.memory.units import dtype_bytes
+from pipeline.units import dtype_bytes
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
 """The phases of a training process, in the order a run meets them (the trainer's

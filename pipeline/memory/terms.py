@@ -28,7 +28,7 @@ from pipeline.model.catalog import stated_checkpoint_dtype
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
 from pipeline.model.catalog import part_params
 from pipeline.model.shape import ModelShape
-from pipeline.memory.units import GIB, MIB, dtype_bytes
+from pipeline.units import GIB, MIB, dtype_bytes
 
 
 # --------------------------------------------------------------------------------------------------
