@@ -192,7 +192,7 @@ from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
 from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
-from pipeline.units import GIB, fmt_bytes  # noqa: E402
+from pipeline.units import GIB, format_bytes  # noqa: E402
 from pipeline.training.probe import PROBE_VOCAB  # noqa: E402
 from pipeline.calibration import compute_dtype_for  # noqa: E402
 from whole_run import run_whole  # noqa: E402
@@ -385,7 +385,7 @@ def _step_cells(rec: dict, est, calibrated=None) -> str:
     if calibrated is not None:
         rec["calibrated_error_percent"] = round(100.0 * (calibrated.step_bytes - meas) / meas, 2)
         cal = f"{rec['calibrated_error_percent']:>+6.1f}"
-    return (f"{fmt_bytes(est.step_bytes):>10} {fmt_bytes(meas):>10} {err:>+6.1f} {cal or '     -':>6} {spread:>13} "
+    return (f"{format_bytes(est.step_bytes):>10} {format_bytes(meas):>10} {err:>+6.1f} {cal or '     -':>6} {spread:>13} "
             f"{est.peak_phase:>14}")
 
 
@@ -433,7 +433,7 @@ def _run_cells(rec: dict, whole: dict, estimate_again: bool = False) -> str:
     if len(peaks) > 1:
         errs = [100.0 * (estimate["total_bytes"] - p) / p for p in peaks]
         spread = f" ({min(errs):+.1f}..{max(errs):+.1f}, {len(peaks)} runs)"
-    return (f"{fmt_bytes(estimate['total_bytes']):>10} {fmt_bytes(measured['peak_bytes']):>10} {err:>+6.1f} {cal or '     -':>6} "
+    return (f"{format_bytes(estimate['total_bytes']):>10} {format_bytes(measured['peak_bytes']):>10} {err:>+6.1f} {cal or '     -':>6} "
             f"{estimate['run_peak_phase']:>9}/{measured['peak_phase']:<9}{spread}")
 
 
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" with MALLOC_MMAP_THRESHOLD_=65536 (RSS follows live tensors; estimate without allocator retention);"
              if args.malloc_fixed else " with the run's low-memory heap (TrainConfig.low_memory_heap);"
              if args.low_memory_heap else ";"))
-    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}); "
+    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {format_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}); "
           f"cal.%: with this machine's calibration ({CALIBRATION.text() if CALIBRATION else 'none: run with --calibrate'}).\n")
     header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
               f"{'step est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'err% range':>13} {'step moment':>14} | "
@@ -539,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         est_cal = estimate_memory(model_config, config, lengths, "cpu", options, calibration=CALIBRATION) if CALIBRATION else None
         needed = max(est.step_bytes, est.total_bytes)
         if not args.from_json and needed > 0.9 * available_ram():  # this machine cannot run it (E2B in fp32, 24 GiB)
-            print(f"{i:>2} {row['model']:5} skipped: its estimate, {fmt_bytes(needed)} in {compute_dtype_for('cpu')[0]}, is over "
-                  f"90 % of the {fmt_bytes(available_ram())} of RAM available", flush=True)
+            print(f"{i:>2} {row['model']:5} skipped: its estimate, {format_bytes(needed)} in {compute_dtype_for('cpu')[0]}, is over "
+                  f"90 % of the {format_bytes(available_ram())} of RAM available", flush=True)
             continue
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"],

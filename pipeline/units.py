@@ -1,20 +1,30 @@
 """Bytes: the units (GiB, MiB), how they are printed, and the size of a dtype's element.
 
-The small vocabulary the other modules of `pipeline.memory` share; no formula of the memory model
-lives here.
+The small vocabulary the memory estimate, the loader's report, the command line and the app share, so
+a figure reads the same wherever it is printed; no formula of the memory model lives here.
 """
 
 from __future__ import annotations
 
 GIB = 1024**3
 MIB = 1024**2
+KIB = 1024
 
 
-def fmt_bytes(n: float) -> str:
-    """`n` bytes as GiB / MiB text."""
-    if abs(n) >= GIB:
-        return f"{n / GIB:.2f} GiB"
-    return f"{n / MIB:.0f} MiB"
+def format_bytes(n: float | int | None) -> str:
+    """`n` bytes in binary units (1 GiB = 1024**3 bytes, as `nvidia-smi`, PyTorch and `free` report them):
+    `7_000_000_000` -> "6.52 GiB", `300 * MIB` -> "300 MiB", `4096` -> "4 KiB", `12` -> "12 B"; two
+    decimals in GiB, none below; a negative `n` (a margin) keeps its sign; None -> "–" (not known)."""
+    if n is None:
+        return "–"
+    value = float(n)
+    if abs(value) >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if abs(value) >= MIB:
+        return f"{value / MIB:.0f} MiB"
+    if abs(value) >= KIB:
+        return f"{value / KIB:.0f} KiB"
+    return f"{value:.0f} B"
 
 
 def dtype_bytes(name: str) -> int:

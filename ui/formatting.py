@@ -14,8 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-GIB = 1024**3
-MIB = 1024**2
+from pipeline.units import GIB, format_bytes
 
 # Colours of the memory components in the stacked bar (stable order, colour-blind friendly Tableau 10).
 _PALETTE = (
@@ -26,20 +25,6 @@ _PALETTE = (
 
 # --------------------------------------------------------------------------------------------
 # numbers
-
-
-def format_bytes(num_bytes: float | int | None) -> str:
-    """`7_000_000_000` -> `"6.52 GiB"` (binary units, as `nvidia-smi` and PyTorch report them)."""
-    if num_bytes is None:
-        return "–"
-    value = float(num_bytes)
-    if abs(value) >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if abs(value) >= MIB:
-        return f"{value / MIB:.0f} MiB"
-    if abs(value) >= 1024:
-        return f"{value / 1024:.0f} KiB"
-    return f"{value:.0f} B"
 
 
 def format_seconds(seconds: float | int | None) -> str:

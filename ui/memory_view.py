@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ui.formatting import format_bytes, verdict_markdown
+from pipeline.units import format_bytes
+from ui.formatting import verdict_markdown
 
 PRECISION_WORDS = {"4bit": "4-bit (NF4) weights", "8bit": "8-bit (int8) weights"}
 """How each `--quantization` stores the weights, in words; `none` keeps them in the compute dtype."""

@@ -18,7 +18,8 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
-from ui.formatting import format_bytes, memory_counter_words
+from pipeline.units import format_bytes
+from ui.formatting import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     # flag (without --): (widget label as shown, where it is, on/off setting)

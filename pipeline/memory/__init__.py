@@ -123,11 +123,11 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.units import GIB, MIB, dtype_bytes, fmt_bytes
+from pipeline.units import GIB, MIB, dtype_bytes, format_bytes
 
 __all__ = [
     # units
-    "GIB", "MIB", "dtype_bytes", "fmt_bytes",
+    "GIB", "MIB", "dtype_bytes", "format_bytes",
     # shape
     "ASSETS_DIR", "SHIPPED_CONFIGS", "VISION_TOWER_PARAMS", "ModelShape", "PartParams", "load_model_config",
     "model_shape", "part_params", "vision_tower_params",

@@ -53,7 +53,7 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.units import fmt_bytes
+from pipeline.units import format_bytes
 from pipeline.host.allocator import training_allocator
 
 
@@ -220,7 +220,7 @@ def estimate_memory(
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
         table = part_params(shape)["per_layer_embedding"].total * 2
-        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(table)} of host memory, placed there "
+        notes.append(f"per-layer embeddings kept in CPU RAM: {format_bytes(table)} of host memory, placed there "
                      "while loading (they never reach the GPU).")
     if config.finetuning_type == "full":
         notes.append("full fine-tuning is estimated only (`train` runs LoRA): every weight but the vision tower's "
@@ -231,7 +231,7 @@ def estimate_memory(
     if device == "cpu" and training_allocator() == "tcmalloc" and not options.cpu_heap_retention:
         notes.append("training runs on TCMalloc (`pipeline.host.allocator`): memory follows what training holds.")
     elif device == "cpu" and comps["allocator_retention"] and sys.platform.startswith("linux"):
-        notes.append(f"{fmt_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
+        notes.append(f"{format_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
                      "installed (Debian/Ubuntu: `apt-get install libtcmalloc-minimal4`) training keeps none and runs faster.")
     if config.low_memory_heap:
         if device != "cpu":
@@ -244,7 +244,7 @@ def estimate_memory(
         elif options.cpu_heap_retention:
             notes.append("the low-memory mode needs glibc (Linux); here the freed heap glibc would keep is still counted.")
     if calibration is not None:
-        notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {fmt_bytes(comps['runtime_overhead'])}, "
+        notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {format_bytes(comps['runtime_overhead'])}, "
                      f"retained heap x{calibration.retention_scale:g} (a run's spread of it x{calibration.spread_scale:g}), "
                      f"kernel caches x{calibration.kernel_cache_scale:g} "
                      "of the development CPU's constants.")

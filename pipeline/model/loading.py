@@ -44,6 +44,7 @@ from pipeline.model.hub import (
 )
 from pipeline.model.catalog import DEFAULT_FAMILY, family_for, model_family
 from pipeline.model.family import ModelFamily
+from pipeline.units import format_bytes
 from pipeline.model.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
     HostEmbedding,
     _tensor_bytes,
@@ -178,20 +179,12 @@ class QuantizationReport:
         return asdict(self)
 
     def summary(self) -> str:
-        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 1.8 MiB"."""
+        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 2 MiB"
+        (`pipeline.units.format_bytes`, as the estimate and the app print bytes)."""
         return (
             f"{self.method} on {self.device}: {self.quantized_count} Linear layers quantized, {self.kept_count} kept "
-            f"{self.dtype}; weights {_human_bytes(self.weight_bytes)}"
+            f"{self.dtype}; weights {format_bytes(self.weight_bytes)}"
         )
-
-
-def _human_bytes(n: float) -> str:
-    """Bytes in binary units (KiB, MiB, GiB = 1024**k bytes), as the app and memory estimate show them."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
