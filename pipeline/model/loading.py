@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -641,8 +640,3 @@ def model_config_dict(model_id: str) -> dict[str, Any]:
         check_local_folder(model_id)
     with translate_load_errors(model_id, "config"):
         return from_pretrained_cached_first(AutoConfig.from_pretrained, model_id).to_dict()
-
-
-def lora_target_matches(regex: str, name: str) -> bool:
-    """True when peft would wrap module `name` for target `regex` (peft full-matches string targets)."""
-    return re.fullmatch(regex, name) is not None
