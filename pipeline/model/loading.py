@@ -629,14 +629,3 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
         raise ModelLoadError(f"The adapter in `{path}` attached to no module of this model; was it trained on another model?")
     peft_model.eval()
     return peft_model
-
-
-def model_config_dict(model_id: str) -> dict[str, Any]:
-    """The checkpoint's `config.json` as a dict (for the memory estimate), without loading weights."""
-    from transformers import AutoConfig
-
-    model_id = str(model_id)
-    if is_local_model(model_id):
-        check_local_folder(model_id)
-    with translate_load_errors(model_id, "config"):
-        return from_pretrained_cached_first(AutoConfig.from_pretrained, model_id).to_dict()
