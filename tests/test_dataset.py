@@ -306,7 +306,7 @@ def test_failed_build_keeps_the_previous_dataset(tmp_path, processor, monkeypatc
     library.add((RATE, tone(1.0, 300, seed=99)), "New clip.", "Accuracy 5/10.", speaker="zoe", sample_id="z1")
 
     def broken_save(self, path, *args, **kwargs):
-        Path(path).mkdir(parents=True)
+        Path(path).mkdir(parents=True, exist_ok=True)  # the staging folder is made before the save
         (Path(path) / "half-written.arrow").write_bytes(b"\0" * 10)
         raise OSError(28, "No space left on device")
 

@@ -22,15 +22,14 @@ import math
 import os
 import random
 import shlex
-import shutil
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
+from pipeline.fileio import atomic_write_json, recover_staging, staged_folder
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
 from pipeline.model.loading import load_processor
@@ -42,8 +41,9 @@ from pipeline.workspace import Workspace
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
-STALE_STAGING_S = 3600.0
-"""A `WS/.dataset-tmp-*` staging folder older than this (seconds) is a crashed build's leftover."""
+STAGING_PREFIX = ".dataset-tmp-"
+"""The build's staging folders beside `WS/dataset` (`WS/.dataset-tmp-*`; a crashed build's leftover is
+removed once older than `pipeline.fileio.STALE_STAGING_S`)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -563,57 +563,30 @@ def _to_dataset_dict(split_rows: dict[str, list[dict]]):
 
 def _recover_interrupted_swap(ws: Workspace) -> None:
     """Undo a swap cut short by a crash (old dataset moved aside, new one not yet in place) and
-    remove staging folders left by crashed builds (older than `STALE_STAGING_S`, so a build running
-    at the same moment keeps its own). Called before every build and load."""
-    if not ws.root.is_dir():
-        return
-    staging = sorted(ws.root.glob(".dataset-tmp-*"))
-    if not ws.dataset_dir.exists():
-        for folder in staging:
-            previous = folder / "previous"
-            if (previous / "dataset_dict.json").exists():
-                os.replace(previous, ws.dataset_dir)
-                break
-    for folder in staging:
-        try:
-            stale = time.time() - folder.stat().st_mtime > STALE_STAGING_S
-        except FileNotFoundError:
-            continue
-        if stale or not folder.exists() or not any(folder.iterdir()):
-            shutil.rmtree(folder, ignore_errors=True)
+    remove staging folders left by crashed builds (`pipeline.fileio.recover_staging`: those older
+    than `pipeline.fileio.STALE_STAGING_S`, so a build running at the same moment keeps its own).
+    Called before every build and load."""
+    recover_staging(ws.dataset_dir, prefix=STAGING_PREFIX)
 
 
 def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: BuildReport) -> None:
-    """save_to_disk into `WS/.dataset-tmp-*`, then swap it in place of `WS/dataset`."""
-    from pipeline.fileio import atomic_write_json
-
-    ws.root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".dataset-tmp-", dir=ws.root))
-    new_dir = staging / "dataset"
+    """save_to_disk into a staging folder `WS/.dataset-tmp-*/dataset`, then swap it in place of
+    `WS/dataset` (`pipeline.fileio.staged_folder`: a crash leaves the old dataset whole)."""
     import datasets
 
+    ws.root.mkdir(parents=True, exist_ok=True)
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # keep stdout/stderr clean for `--json`; our own progress reports saving
     try:
-        data = _to_dataset_dict(split_rows)
-        # An empty split (e.g. --eval-fraction 0) is saved as ONE empty shard that keeps the schema:
-        # datasets' default writes zero shards for it, which `load_from_disk` cannot read back.
-        data.save_to_disk(str(new_dir), num_shards={name: 1 if len(split) == 0 else None for name, split in data.items()})
-        atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
-        target = ws.dataset_dir
-        old = staging / "previous"
-        if target.exists():
-            os.replace(target, old)
-        try:
-            os.replace(new_dir, target)
-        except BaseException:
-            if old.exists() and not target.exists():
-                os.replace(old, target)
-            raise
+        with staged_folder(ws.dataset_dir, prefix=STAGING_PREFIX) as new_dir:
+            data = _to_dataset_dict(split_rows)
+            # An empty split (e.g. --eval-fraction 0) is saved as ONE empty shard that keeps the schema:
+            # datasets' default writes zero shards for it, which `load_from_disk` cannot read back.
+            data.save_to_disk(str(new_dir), num_shards={name: 1 if len(split) == 0 else None for name, split in data.items()})
+            atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------
