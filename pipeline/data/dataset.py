@@ -52,8 +52,11 @@ removed once older than `pipeline.fileio.STALE_STAGING_S`)."""
 
 
 @dataclass
-class LengthStats:
-    """Distribution of row lengths in tokens (text tokens + audio positions).
+class LengthDistribution:
+    """Distribution of row lengths in tokens (text tokens + audio positions): the build report's
+    `length_stats`, what the Dataset tab draws. Not the estimate's input: the memory estimate reads
+    this record into its own `pipeline.memory.inputs.LengthStats` (the worst cases a `max_length`
+    keeps, with its methods).
 
     `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
     the last bin closed. `p90` is the nearest-rank 90th percentile. The figures cover every kept
@@ -86,7 +89,7 @@ class LengthStats:
     eval_max_clip_s: float = 0.0
 
     @classmethod
-    def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
+    def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthDistribution":
         values = sorted(int(v) for v in lengths)
         if not values:
             return cls()
@@ -114,7 +117,7 @@ class LengthStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "LengthStats":
+    def from_dict(cls, data: dict) -> "LengthDistribution":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
@@ -232,7 +235,7 @@ class BuildReport:
     """What `build_dataset` made: where, how many rows per split, what was left out and why.
 
     `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?}]`. `speakers`: split
-    name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
+    name -> sorted speaker names. `length_stats`: `LengthDistribution` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
     `kinds`: kind -> `{"rows", "train", "eval", "excluded", "tokens": {min, median, max}}` for each
@@ -353,8 +356,8 @@ def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
             "built_at": report.get("built_at") or None}
 
 
-def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthStats:
-    stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
+def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthDistribution:
+    stats = LengthDistribution.from_lengths(r["num_tokens"] for r in rows)
     triples = sorted((r["num_tokens"], r["answer_tokens"], r["clips"]) for r in train_rows)
     stats.row_tokens = [n for n, _, _ in triples]
     stats.answer_tokens = [a for _, a, _ in triples]
