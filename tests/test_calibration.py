@@ -226,13 +226,12 @@ def test_fp32_is_priced_at_4_bytes(monkeypatch):
 def test_the_trainer_and_the_estimate_pick_the_same_dtype(monkeypatch):
     import torch
 
-    from pipeline.model.catalog import model_shape
-    from pipeline.memory.terms import compute_dtype as estimate_dtype
+    from pipeline.calibration.precision import compute_dtype_name as estimate_dtype
     from pipeline.model.loading import compute_dtype as trainer_dtype
 
     for forced in ("", "float32", "bfloat16"):
         monkeypatch.setenv(precision.COMPUTE_DTYPE_ENV, forced)
-        expected = {"bfloat16": torch.bfloat16, "float32": torch.float32}[estimate_dtype(model_shape(SMALL), cfg(), "cpu")]
+        expected = {"bfloat16": torch.bfloat16, "float32": torch.float32}[estimate_dtype("cpu")]
         assert trainer_dtype("cpu") == expected
         if forced:
             assert expected == getattr(torch, forced)

@@ -11,7 +11,8 @@ from dataclasses import replace
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions
 from pipeline.model.shape import ModelShape
-from pipeline.memory.terms import activations, compute_dtype
+from pipeline.calibration.precision import compute_dtype_name
+from pipeline.memory.terms import activations
 from pipeline.host.free_heap import heap_can_follow_live_tensors
 
 # CPU only: glibc malloc keeps freed heap memory resident. Its mmap threshold rises to the size of
@@ -106,7 +107,7 @@ def retention_dtype_scale(shape: ModelShape, config: TrainConfig, device: str, o
     (`activations` in both dtypes; not simply c / 2, since norms and softmax are fp32 in both).
     Measured on an AMD EPYC in fp32 (2026-12-01, `benchmarks/memory_accuracy.py` rows 2-4, mid-size):
     without it the estimates were 0.9-7.4 % under the measured step peaks, with it -2.3..+0.9 %."""
-    if seq_len <= 0 or compute_dtype(shape, config, device, options) == CPU_HEAP_RETENTION_FITTED_DTYPE:
+    if seq_len <= 0 or compute_dtype_name(device, options.compute_dtype) == CPU_HEAP_RETENTION_FITTED_DTYPE:
         return 1.0
     here = sum(activations(shape, config, device, options, seq_len).values())
     fitted = sum(activations(shape, config, device, replace(options, compute_dtype=CPU_HEAP_RETENTION_FITTED_DTYPE), seq_len).values())

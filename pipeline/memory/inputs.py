@@ -192,7 +192,7 @@ class EstimateOptions:
         checkpoint_dtype: the dtype the checkpoint stores (`pipeline.memory.terms.checkpoint_dtype`,
             set by `estimate_memory` from the model's config).
         compute_dtype: price the activations, logits and unquantized weights in this dtype; None (the
-            default): what this machine runs (`pipeline.memory.terms.compute_dtype`).
+            default): what this machine runs (`pipeline.calibration.precision.compute_dtype_name`).
     """
 
     attn_implementation: str = "eager"

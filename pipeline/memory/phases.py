@@ -25,6 +25,7 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from pipeline.calibration.fit import DeviceCalibration
+from pipeline.calibration.precision import compute_dtype_name
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
@@ -42,7 +43,6 @@ from pipeline.memory.terms import (
     activations,
     audio_encoder_bytes,
     checkpoint_dtype,
-    compute_dtype,
     dequant_workspace,
     load_checkpoint_pages,
     load_transient,
@@ -175,7 +175,7 @@ def estimate_memory(
         raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
     options = replace(options or EstimateOptions(), checkpoint_dtype=checkpoint_dtype(model_config))
     shape = model_shape(model_config)
-    dtype = compute_dtype(shape, config, device)
+    dtype = compute_dtype_name(device)
     if device == "cpu" and options.weights_mapped and dtype != options.checkpoint_dtype:
         options.weights_mapped = False  # the loader casts every weight into anonymous memory
     seq_len = lengths.kept_longest(config.max_length)

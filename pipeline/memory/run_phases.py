@@ -31,6 +31,7 @@ trainer measures for it. Pure arithmetic, no torch.
 
 from __future__ import annotations
 
+from pipeline.calibration.precision import compute_dtype_name
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.model.shape import ModelShape
@@ -42,7 +43,6 @@ from pipeline.memory.cpu_heap import (
 )
 from pipeline.memory.terms import (
     audio_encoder_bytes,
-    compute_dtype,
     cpu_kernel_cache,
     eager_prob_bytes,
 )
@@ -86,7 +86,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
     """
     if seq_len <= 0:
         return {"eval_audio_encoder": 0, "eval_decoder": 0, "eval_logits": 0, "eval_allocator_retention": 0}
-    c = dtype_bytes(compute_dtype(shape, config, device))
+    c = dtype_bytes(compute_dtype_name(device))
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     widest = max(shape.intermediate_sizes)
     mlp = (4 if shape.sparse_layers else 3) * widest * c

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.calibration.precision import cached_compute_dtype
+from pipeline.calibration.precision import compute_dtype_name
 from pipeline.config import TrainConfig
 from pipeline.model.catalog import stated_checkpoint_dtype
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
@@ -62,18 +62,6 @@ def int8_bytes(numel: int, out_features: int) -> float:
 # model.audio_tower, model.vision_tower, model.embed_audio, model.embed_vision, lm_head; embeddings
 # are never quantized by any backend). 8-bit also skips per_layer_model_projection (in-place op bug).
 QUANTIZED_PARTS = ("text_decoder", "projections")
-
-
-def compute_dtype(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions | None = None) -> str:
-    """Dtype of the frozen unquantized weights, the activations and the logits on `device`: what this
-    machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
-    bf16 where the device multiplies it natively and this machine's timed check confirms it, else
-    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype.
-    `options.compute_dtype`, when set, prices another dtype (`pipeline.memory.cpu_heap.allocator_retention` compares with the
-    dtype its constants were measured in)."""
-    if options is not None and options.compute_dtype:
-        return options.compute_dtype
-    return cached_compute_dtype(device)
 
 
 def checkpoint_dtype(model_config: dict) -> str:
@@ -118,7 +106,7 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
     """
     parts = part_params(shape)
-    wb = dtype_bytes(compute_dtype(shape, config, device, options))
+    wb = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     quantized = quantized_parts(config)
     out: dict[str, int] = {}
     for name, pp in parts.items():
@@ -165,7 +153,7 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
         return 0
     parts = part_params(shape)
     largest = max(parts[name].largest_linear for name in quantized_parts(config))
-    return dtype_bytes(compute_dtype(shape, config, device)) * largest
+    return dtype_bytes(compute_dtype_name(device)) * largest
 
 
 def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
@@ -187,7 +175,7 @@ def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> in
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
-    return dtype_bytes(compute_dtype(shape, config, device)) * max(parts[name].largest_linear for name in quantized_parts(config))
+    return dtype_bytes(compute_dtype_name(device)) * max(parts[name].largest_linear for name in quantized_parts(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,7 +361,7 @@ def layer_saved_bytes_per_token(
     """
     h, q, kv, p, n = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     inter = shape.intermediate_sizes[layer]
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     a = dtype_bytes(options.adapter_dtype)
     m = dropout_mask_bytes(config, device, options)
     r = config.lora_rank
@@ -420,7 +408,7 @@ def activations(
     All x batch_size x seq_len.
     """
     tokens = config.batch_size * seq_len
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     per_layer = [layer_saved_bytes_per_token(shape, config, device, options, i, seq_len) for i in range(L)]
     once = L * p * c + FINAL_SAVED_H_ELEMS * h * c + 2 * seq_len * c + 2 * 2 * shape.head_dim * c
@@ -465,7 +453,7 @@ def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: Es
     E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient), per supervised position.
     The (N, h) gather of the final hidden states and its gradient are h-sized, counted nowhere.
     """
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     per_pos = c + 12 + (c if options.keep_logits else 0)
     return shape.vocab_size * per_pos * config.batch_size * answer_tokens
 
@@ -523,14 +511,14 @@ def audio_encoder_bytes(
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
     saved = recompute = 0
     if config.finetuning_type == "full":  # the encoder trains: every block keeps its saved tensors, Linear inputs in c
-        c = dtype_bytes(compute_dtype(shape, config, device, options))
+        c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
         saved = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * c) * shape.audio_layers * frames * b
     elif config.lora_targets == "language+audio":
         a = dtype_bytes(options.adapter_dtype)
         m = dropout_mask_bytes(config, device, options)
         per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank
         if config.gradient_checkpointing:
-            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype(shape, config, device, options))
+            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype_name(device, options.compute_dtype))
             recompute = per_frame_layer * frames * b
         else:
             saved = per_frame_layer * shape.audio_layers * frames * b

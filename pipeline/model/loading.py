@@ -2,7 +2,8 @@
 
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
-- `compute_dtype(device)`: bf16 where the device runs it fast (`pipeline.calibration.precision`), else fp32; never fp16.
+- `compute_dtype(device)`: the torch dtype of `pipeline.calibration.precision.compute_dtype_name` (bf16 where the
+  device runs it fast, else fp32; never fp16), fp32 on a GPU without bf16.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
   quantize_audio_encoder=, low_memory_heap=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
   `pipeline.model.placement`, the quantization config and skip list).
@@ -109,15 +110,15 @@ def resolve_device(name: str = "auto") -> str:
 
 
 def compute_dtype(device: str) -> torch.dtype:
-    """The dtype of the unquantized weights and the activations on `device`: what it runs fast
-    (`pipeline.calibration.precision.choose_compute_dtype`: bf16 where the CPU has native bf16 and this
-    machine's timed check confirms it, on MPS from macOS 14, else fp32; `TUTOR_COMPUTE_DTYPE`
-    overrides); on CUDA bf16 where the GPU supports it (Ampere+), else fp32. Never fp16: it overflows
-    in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype"). The memory estimate
-    prices the same choice (`pipeline.memory.terms.compute_dtype`)."""
-    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415 - torch-free
+    """The dtype of the unquantized weights and the activations on `device`, as a torch dtype: the one
+    decision the memory estimate prices too (`pipeline.calibration.precision.compute_dtype_name`: bf16
+    where the CPU has native bf16 and this machine's timed check confirms it, on MPS from macOS 14,
+    else fp32; `TUTOR_COMPUTE_DTYPE` overrides); on CUDA, fp32 where the GPU has no bf16
+    (`torch.cuda.is_bf16_supported()`: before Ampere), which the torch-free decision cannot ask.
+    Never fp16: it overflows in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype")."""
+    from pipeline.calibration.precision import compute_dtype_name  # noqa: PLC0415 - torch-free
 
-    name = choose_compute_dtype(device)[0]
+    name = compute_dtype_name(device)
     if device == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
         name = "float32"
     return torch.bfloat16 if name == "bfloat16" else torch.float32
