@@ -68,6 +68,23 @@ def test_an_unreadable_calibration_file_is_named_with_the_fix_and_never_overwrit
     assert path.read_text() == "{not json"
 
 
+def test_the_default_record_dates_every_device_term_and_a_damaged_one_is_named(tmp_path):
+    """The device terms an uncalibrated estimate uses are data (`device_defaults.json`): each with its
+    value, unit, date, how it was found and a note; sizes come out in bytes."""
+    defaults = store.device_defaults()
+    assert defaults.runtime_overhead_bytes["cpu"] == 990 * MIB == defaults.cpu_import_baseline_bytes + defaults.cpu_runtime_objects_bytes
+    assert defaults.cpu_kernel_cache_bytes_per_row_length == int(14.5 * MIB)
+    assert defaults.cpu_heap_retention_per_token == {True: (102, 42), False: (0, 138)}
+    record = json.loads(store.DEVICE_DEFAULTS_FILE.read_text(encoding="utf-8"))
+    assert set(defaults.notes) == set(record["terms"])
+    for name, term in record["terms"].items():
+        assert term["how"] in ("measured", "assumed") and term["date"][:2] == "20" and term["note"], name
+    damaged = dict(record, terms={k: {f: v for f, v in t.items() if f != "note"} for k, t in record["terms"].items()})
+    (tmp_path / "record.json").write_text(json.dumps(damaged))
+    with pytest.raises(ConfigError, match=r"lacks \['note'\].*Restore the file"):
+        store.read_device_defaults(tmp_path / "record.json")
+
+
 # --------------------------------------------------------------------------------------------------
 # The fit
 

@@ -26,20 +26,15 @@ from dataclasses import asdict, dataclass, field, replace
 
 from pipeline.calibration.fit import DeviceCalibration
 from pipeline.calibration.precision import compute_dtype_name
+from pipeline.calibration.store import device_defaults
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
 from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
 from pipeline.model.catalog import model_shape, part_params
 from pipeline.model.shape import VISION_TOWER_PARAMS
-from pipeline.memory.cpu_heap import (
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    allocator_retention,
-)
+from pipeline.memory.cpu_heap import allocator_retention
 from pipeline.memory.terms import (
-    RUNTIME_OVERHEAD_BYTES,
-    RUNTIME_OVERHEAD_NOTE,
     activations,
     audio_encoder_bytes,
     checkpoint_dtype,
@@ -171,7 +166,7 @@ def estimate_memory(
     Raises:
         ConfigError: unknown device. ModelLoadError: not a Gemma 3n config.
     """
-    if device not in RUNTIME_OVERHEAD_BYTES:
+    if device not in device_defaults().runtime_overhead_bytes:
         raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
     options = replace(options or EstimateOptions(), checkpoint_dtype=checkpoint_dtype(model_config))
     shape = model_shape(model_config)
@@ -249,7 +244,7 @@ def estimate_memory(
                      f"kernel caches x{calibration.kernel_cache_scale:g} "
                      "of the development CPU's constants.")
     else:
-        notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
+        notes.append(f"runtime overhead ({device}): {device_defaults().runtime_overhead_note[device]}.")
     if not options.weights_mapped and dtype != options.checkpoint_dtype and device == "cpu":
         notes.append(f"the checkpoint stores {options.checkpoint_dtype} and this CPU computes in {dtype}: loading casts "
                      "every weight, so all of them are resident (none stay memory-mapped).")

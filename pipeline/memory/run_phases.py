@@ -12,7 +12,7 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
     loss, a layer's backward, the optimizer update), plus on CPU the kernels cached for every batch
     shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`) and the retained heap of the
     run's largest micro-batch rather than its median one (`cpu_heap_run_spread`,
-    `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`, which the preflight counts too: it is
+    `pipeline.memory.cpu_heap.run_spread_fraction`, which the preflight counts too: it is
     the first micro-batch); one step on one batch, what `--measure` runs and
     `MemoryEstimate.step_bytes` prices, has neither;
   * `eval`: a forward pass without gradients over the eval split's worst case (`batch_size` rows of
@@ -35,12 +35,7 @@ from pipeline.calibration.precision import compute_dtype_name
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.model.shape import ModelShape
-from pipeline.memory.cpu_heap import (
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    allocator_retention,
-    run_spread_fraction,
-)
+from pipeline.memory.cpu_heap import allocator_retention, run_spread_fraction
 from pipeline.memory.terms import (
     audio_encoder_bytes,
     cpu_kernel_cache,
