@@ -4,7 +4,7 @@ filled beside its target and swapped in whole (`staged_folder`), the old one kep
 one is in place, so a crash between the two renames is undone on the next read or write
 (`recover_staging`). Before a large write, `disk_room` says what the disk has free and what the write
 wants (one margin, `DISK_MARGIN`). Also how a text file a person made (an import's metadata, a
-recording session's list) is decoded: `read_text`.
+recording session's list) is decoded: `read_text`, and `read_person_text` with the caller's typed error.
 
 What it deliberately does not do: raise the typed error of a full disk (each caller names its own
 write and its own fix) or decide whether an existing target may be replaced (callers check first).
@@ -202,6 +202,20 @@ def read_text(path: str | os.PathLike) -> str:
         if data.startswith(bom):
             return data[len(bom):].decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
     return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_person_text(path: str | os.PathLike, error: type[Exception], *, name: str, kind: str = "text",
+                     fix: str = "save it as UTF-8 and import again") -> str:
+    """`read_text(path)`, its failures raised as the caller's typed `error` naming the file as `name`:
+    "NAME is not UTF-8 KIND (from line 3, after 'Caf'); FIX." for a file in another encoding, or
+    "NAME cannot be read (CAUSE); check the file." for one the system cannot read (a folder, no
+    permission). `name` is how the caller's person knows the file (e.g. "The list `words.txt`")."""
+    try:
+        return read_text(path)
+    except UnicodeDecodeError as decode_error:
+        raise error(f"{name} is not UTF-8 {kind} (from {where_not_utf8(path, decode_error)}); {fix}.") from None
+    except OSError as os_error:
+        raise error(f"{name} cannot be read ({os_error.strerror or os_error}); check the file.") from None
 
 
 def where_not_utf8(path: str | os.PathLike, error: UnicodeDecodeError) -> str:
