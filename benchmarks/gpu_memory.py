@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.fileio import last_json_line  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
@@ -82,10 +83,8 @@ def measure(model_path: str, config: TrainConfig, lengths: LengthStats) -> dict:
                "clip_s": lengths.longest_clip_s, "device": "cuda", "answer_tokens": lengths.answer_tokens[0]}
     proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO))
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+    result = last_json_line(proc.stdout)
+    return result if result is not None else {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
 def _label(row: dict) -> str:

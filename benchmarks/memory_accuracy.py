@@ -188,6 +188,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.fileio import last_json_line  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
@@ -345,10 +346,8 @@ def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, r
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO), env=env)
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+    result = last_json_line(proc.stdout)
+    return result if result is not None else {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
 def median_run(runs: list[dict]) -> dict:

@@ -188,6 +188,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def last_json_line(output: str) -> dict | None:
+    """The last line of a child process's `output` that is a JSON object (the result it prints after its
+    logs: the memory probe, the precision check, a benchmark's child), or None when there is none."""
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
 _UTF16_BOMS = ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
