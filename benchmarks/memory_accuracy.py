@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-only", action="store_true", help="only the whole-run column (no step probes)")
     parser.add_argument("--calibrate", action="store_true",
                         help="calibrate this machine first (pipeline.calibration, into $TUTOR_CALIBRATION_DIR or "
-                             f"{CACHE}/calibration); the cal. columns use it, the err% columns the constants")
+                             f"{CACHE}/calibration); the cal. columns use it, the err%% columns the constants")
     parser.add_argument("--low-memory-heap", action="store_true",
                         help="train every row with the run's low-memory heap (`TrainConfig.low_memory_heap`: glibc's "
                              "mmap threshold pinned, the estimate counts no retained heap; slower steps)")
