@@ -3,8 +3,10 @@ export. A file is replaced in one `os.replace` (`atomic_write_bytes`/`_text`/`_j
 filled beside its target and swapped in whole (`staged_folder`), the old one kept aside until the new
 one is in place, so a crash between the two renames is undone on the next read or write
 (`recover_staging`). Before a large write, `disk_room` says what the disk has free and what the write
-wants (one margin, `DISK_MARGIN`). Also how a text file a person made (an import's metadata, a
-recording session's list) is decoded: `read_text`, and `read_person_text` with the caller's typed error.
+wants (one margin, `DISK_MARGIN`). JSON Lines: a log appended line by line (`append_jsonl`,
+`read_jsonl`) and a child process's result line (`last_json_line`). Also how a text file a person made
+(an import's metadata, a recording session's list) is decoded: `read_text`, and `read_person_text`
+with the caller's typed error.
 
 What it deliberately does not do: raise the typed error of a full disk (each caller names its own
 write and its own fix) or decide whether an existing target may be replaced (callers check first).
