@@ -66,7 +66,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pipeline.memory.units import fmt_bytes  # noqa: E402
+from pipeline.fileio import last_json_line  # noqa: E402
+from pipeline.units import format_bytes  # noqa: E402
 
 CACHE = Path(os.environ.get("MEMORY_BENCH_CACHE", "/tmp/memory-bench"))
 PACK = REPO / "sample_data" / "speechocean762-pack"
@@ -247,10 +248,8 @@ def run_child(side: str, args, model_path: Path, workspace: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--model", str(model_path), "--workspace", str(workspace),
            "--device", args.device, "--steps", str(args.steps), "--quantization", args.quantization]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO))
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+    result = last_json_line(proc.stdout)
+    return result if result is not None else {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
 def _step_seconds(values: list[float]) -> float:
@@ -306,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{side}-{i + 1:<5} error: {result['error'][-400:]}")
                 continue
             losses = ", ".join(f"{x:.4f}" for x in result["losses"][:3])
-            print(f"{side + '-' + str(i + 1):<10} {fmt_bytes(result['peak_bytes']):>10} "
+            print(f"{side + '-' + str(i + 1):<10} {format_bytes(result['peak_bytes']):>10} "
                   f"{_step_seconds(result['wall']):>12.2f} {_step_seconds(result['cpu']):>11.2f}  {losses}"
                   f"  ({result.get('allocator', '?')})", flush=True)
     good = {side: [r for r in rs if "error" not in r] for side, rs in runs.items()}

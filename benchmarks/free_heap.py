@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_accuracy import CACHE, e2b_checkpoint_dir, give_tokenizer_the_models_ids, mid_model_dir  # noqa: E402
 from whole_run import run_whole  # noqa: E402
 
-from pipeline.memory.units import GIB  # noqa: E402
+from pipeline.units import GIB  # noqa: E402
 from pipeline.host.free_heap import KEEP_FREE_HEAP_ENV  # noqa: E402
 
 PHASES = ("load", "preflight", "step", "eval")

@@ -42,10 +42,11 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.fileio import last_json_line  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
-from pipeline.memory.units import fmt_bytes  # noqa: E402
+from pipeline.units import format_bytes  # noqa: E402
 
 E2B = "google/gemma-3n-E2B-it"
 CLIP_S = 30.0
@@ -82,10 +83,8 @@ def measure(model_path: str, config: TrainConfig, lengths: LengthStats) -> dict:
                "clip_s": lengths.longest_clip_s, "device": "cuda", "answer_tokens": lengths.answer_tokens[0]}
     proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO))
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+    result = last_json_line(proc.stdout)
+    return result if result is not None else {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
 def _label(row: dict) -> str:
@@ -127,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         config, lengths = row_config(row, model_path)
         est = estimate_memory(model_config, config, lengths, "cuda", EstimateOptions())
         est_load = est.phases["load"] + est.components["runtime_overhead"]
-        line = (f"{i:>2} {_label(row)} | {fmt_bytes(est.total_bytes):>10} {est.peak_phase:>14} "
-                f"{fmt_bytes(est_load):>10}")
+        line = (f"{i:>2} {_label(row)} | {format_bytes(est.total_bytes):>10} {est.peak_phase:>14} "
+                f"{format_bytes(est_load):>10}")
         rec = {**row, "estimate_bytes": est.total_bytes, "estimate_load_bytes": est_load, "peak_phase": est.peak_phase,
                "components": est.components}
         if not args.dry_run:
@@ -144,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             err_alloc = 100.0 * (est.total_bytes - allocated) / allocated
             rec.update(whole_allocated=allocated, whole_reserved=reserved, error_reserved_percent=round(err_res, 2),
                        error_allocated_percent=round(err_alloc, 2))
-            line += (f" | {fmt_bytes(allocated):>10} {fmt_bytes(reserved):>10} {err_res:>+8.1f} {err_alloc:>+10.1f} | "
-                     f"{fmt_bytes(m.get('load_max_memory_allocated', 0)):>10} "
-                     f"{fmt_bytes(m.get('load_max_memory_reserved', 0)):>10}")
+            line += (f" | {format_bytes(allocated):>10} {format_bytes(reserved):>10} {err_res:>+8.1f} {err_alloc:>+10.1f} | "
+                     f"{format_bytes(m.get('load_max_memory_allocated', 0)):>10} "
+                     f"{format_bytes(m.get('load_max_memory_reserved', 0)):>10}")
         print(line, flush=True)
         results.append(rec)
     done = [r for r in results if "error_reserved_percent" in r]

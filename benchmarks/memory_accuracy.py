@@ -82,7 +82,7 @@ row is the median of its runs pooled with `--from-json` (the ranges are over the
 probe's peak is its backward; one E2B 4-bit probe after them peaked at 6.47 GiB, the bottom of its
 range). Whole-run column: every row re-measured after them (1-5 runs; some mid-size rows ran beside
 an E2B run on the 2 cores). The CPU retention constants (`pipeline.memory.terms`) were fitted on
-these step probes, and the run's spread (`CPU_HEAP_RETENTION_RUN_SPREAD`) on the probes' ranges;
+these step probes, and the run's spread (`cpu_heap_retention_run_spread`) on the probes' ranges;
 `--holdout` is the out-of-sample check (+8.5, -4.4, -4.6, +8.3 %, one step each):
  # model   seq  B  GC quant   r clip |  step est.   measured   err%    err% range    step moment |   run est.   measured   err% peak phase est/measured
  0 tiny    256  1  on none    8    0 |   1015 MiB   1001 MiB   +1.5    +1.4..+1.5 layer_backward |   1.04 GiB   1.02 GiB   +2.0      step/step
@@ -130,7 +130,7 @@ The rows with gradient checkpointing (3, 5, 7, 9, 10, 12) were measured twice (a
 run each, 2026-12-01, `--only 3 5 7 9 10 12 --repeat 1`; nothing else ran but short unit tests) and the
 table is both files re-estimated together (`--from-json`): the median of each row's probes and of its
 whole runs, estimated with the whole run's heap spread for checkpointed runs at 0.75 of the retained
-heap (`pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`; with 0.13 they were -11.5..-18.3 %
+heap (the default calibration record's `cpu_heap_retention_run_spread`; with 0.13 they were -11.5..-18.3 %
 on rows 5, 9, 10 and 12). The same 2,048-token checkpointed step (row 10) measured 3.29-4.00 GiB in
 six fresh processes, so glibc's retained heap alone moves a row by +-10 % there.
 Step: 9 of 13 within 5 % uncalibrated (-7.2..+6.7 %), 10 calibrated; 2 more than 5 % under (rows 5 and
@@ -188,11 +188,12 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pipeline.config import TrainConfig  # noqa: E402
+from pipeline.fileio import last_json_line  # noqa: E402
 from pipeline.memory.inputs import EstimateOptions, LengthStats  # noqa: E402
 from pipeline.memory.phases import estimate_memory  # noqa: E402
 from pipeline.model.catalog import load_model_config  # noqa: E402
-from pipeline.memory.terms import RUNTIME_OVERHEAD_BYTES  # noqa: E402
-from pipeline.memory.units import GIB, fmt_bytes  # noqa: E402
+from pipeline.calibration.store import device_defaults  # noqa: E402
+from pipeline.units import GIB, format_bytes  # noqa: E402
 from pipeline.training.probe import PROBE_VOCAB  # noqa: E402
 from pipeline.calibration import compute_dtype_for  # noqa: E402
 from whole_run import run_whole  # noqa: E402
@@ -345,10 +346,8 @@ def measure(model_path: str, config: TrainConfig, seq_len: int, clip_s: float, r
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     proc = subprocess.run([sys.executable, "-m", "pipeline.training.probe", json.dumps(request)],
                           capture_output=True, text=True, cwd=str(REPO), env=env)
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"error": (proc.stderr or proc.stdout)[-1500:]}
+    result = last_json_line(proc.stdout)
+    return result if result is not None else {"error": (proc.stderr or proc.stdout)[-1500:]}
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -385,7 +384,7 @@ def _step_cells(rec: dict, est, calibrated=None) -> str:
     if calibrated is not None:
         rec["calibrated_error_percent"] = round(100.0 * (calibrated.step_bytes - meas) / meas, 2)
         cal = f"{rec['calibrated_error_percent']:>+6.1f}"
-    return (f"{fmt_bytes(est.step_bytes):>10} {fmt_bytes(meas):>10} {err:>+6.1f} {cal or '     -':>6} {spread:>13} "
+    return (f"{format_bytes(est.step_bytes):>10} {format_bytes(meas):>10} {err:>+6.1f} {cal or '     -':>6} {spread:>13} "
             f"{est.peak_phase:>14}")
 
 
@@ -433,7 +432,7 @@ def _run_cells(rec: dict, whole: dict, estimate_again: bool = False) -> str:
     if len(peaks) > 1:
         errs = [100.0 * (estimate["total_bytes"] - p) / p for p in peaks]
         spread = f" ({min(errs):+.1f}..{max(errs):+.1f}, {len(peaks)} runs)"
-    return (f"{fmt_bytes(estimate['total_bytes']):>10} {fmt_bytes(measured['peak_bytes']):>10} {err:>+6.1f} {cal or '     -':>6} "
+    return (f"{format_bytes(estimate['total_bytes']):>10} {format_bytes(measured['peak_bytes']):>10} {err:>+6.1f} {cal or '     -':>6} "
             f"{estimate['run_peak_phase']:>9}/{measured['peak_phase']:<9}{spread}")
 
 
@@ -457,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-only", action="store_true", help="only the whole-run column (no step probes)")
     parser.add_argument("--calibrate", action="store_true",
                         help="calibrate this machine first (pipeline.calibration, into $TUTOR_CALIBRATION_DIR or "
-                             f"{CACHE}/calibration); the cal. columns use it, the err% columns the constants")
+                             f"{CACHE}/calibration); the cal. columns use it, the err%% columns the constants")
     parser.add_argument("--low-memory-heap", action="store_true",
                         help="train every row with the run's low-memory heap (`TrainConfig.low_memory_heap`: glibc's "
                              "mmap threshold pinned, the estimate counts no retained heap; slower steps)")
@@ -513,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" with MALLOC_MMAP_THRESHOLD_=65536 (RSS follows live tensors; estimate without allocator retention);"
              if args.malloc_fixed else " with the run's low-memory heap (TrainConfig.low_memory_heap);"
              if args.low_memory_heap else ";"))
-    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {fmt_bytes(RUNTIME_OVERHEAD_BYTES['cpu'])}); "
+    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {format_bytes(device_defaults().runtime_overhead_bytes['cpu'])}); "
           f"cal.%: with this machine's calibration ({CALIBRATION.text() if CALIBRATION else 'none: run with --calibrate'}).\n")
     header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
               f"{'step est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'err% range':>13} {'step moment':>14} | "
@@ -539,8 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         est_cal = estimate_memory(model_config, config, lengths, "cpu", options, calibration=CALIBRATION) if CALIBRATION else None
         needed = max(est.step_bytes, est.total_bytes)
         if not args.from_json and needed > 0.9 * available_ram():  # this machine cannot run it (E2B in fp32, 24 GiB)
-            print(f"{i:>2} {row['model']:5} skipped: its estimate, {fmt_bytes(needed)} in {compute_dtype_for('cpu')[0]}, is over "
-                  f"90 % of the {fmt_bytes(available_ram())} of RAM available", flush=True)
+            print(f"{i:>2} {row['model']:5} skipped: its estimate, {format_bytes(needed)} in {compute_dtype_for('cpu')[0]}, is over "
+                  f"90 % of the {format_bytes(available_ram())} of RAM available", flush=True)
             continue
         started = time.perf_counter()
         key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import sys
@@ -201,9 +200,6 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON-serialisable)."""
         return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":

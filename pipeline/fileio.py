@@ -1,13 +1,28 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written manifest or config. Also how a text
-file a person made (an import's metadata, a recording session's list) is decoded: `read_text`."""
+"""Atomic writes: a crash mid-write never leaves a half-written manifest, config, dataset, adapter or
+export. A file is replaced in one `os.replace` (`atomic_write_bytes`/`_text`/`_json`); a folder is
+filled beside its target and swapped in whole (`staged_folder`), the old one kept aside until the new
+one is in place, so a crash between the two renames is undone on the next read or write
+(`recover_staging`). Before a large write, `disk_room` says what the disk has free and what the write
+wants (one margin, `DISK_MARGIN`). JSON Lines: a log appended line by line (`append_jsonl`,
+`read_jsonl`) and a child process's result line (`last_json_line`). Also how a text file a person made
+(an import's metadata, a recording session's list) is decoded: `read_text`, and `read_person_text`
+with the caller's typed error.
+
+What it deliberately does not do: raise the typed error of a full disk (each caller names its own
+write and its own fix) or decide whether an existing target may be replaced (callers check first).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -41,6 +56,101 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write `obj` as indented UTF-8 JSON (non-ASCII kept) to `path` atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+STALE_STAGING_S = 3600.0
+"""A staging folder or file older than this (seconds) is a crashed or killed write's leftover."""
+PREVIOUS = "previous"
+"""Inside a staging folder: the replaced target, kept there until the new one is in place."""
+
+
+def _staging_prefix(target: Path, prefix: str | None) -> str:
+    return prefix or f".{target.name}.staging-"
+
+
+def recover_staging(target: str | os.PathLike, *, prefix: str | None = None) -> None:
+    """Undo a swap of `target` cut short by a crash, then clear crashed writes' leftovers beside it.
+
+    When `target` is missing and a staging folder (`prefix`*, default `.NAME.staging-`*) holds the
+    replaced one (`PREVIOUS`), that one is put back; then every staging folder or file older than
+    `STALE_STAGING_S`, and every empty staging folder, is removed (a write running at the same
+    moment keeps its own). `staged_folder` calls it before every write; a reader of `target` may call
+    it before reading (the built dataset's loaders do)."""
+    target = Path(target)
+    if not target.parent.is_dir():
+        return
+    leftovers = sorted(target.parent.glob(glob.escape(_staging_prefix(target, prefix)) + "*"))
+    if not target.exists():
+        for folder in leftovers:
+            if (folder / PREVIOUS).exists():
+                os.replace(folder / PREVIOUS, target)
+                break
+    for leftover in leftovers:
+        try:
+            stale = time.time() - leftover.stat().st_mtime > STALE_STAGING_S
+            empty = leftover.is_dir() and not any(leftover.iterdir())
+        except FileNotFoundError:
+            continue
+        if stale or empty:
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def staged_folder(target: str | os.PathLike, *, prefix: str | None = None) -> Iterator[Path]:
+    """Yield an empty folder to fill; when the block ends without error it takes `target`'s place
+    (an existing `target` is replaced), otherwise it is removed and `target` is untouched.
+
+    The folder is `STAGING/NAME` in a hidden staging folder beside `target` (`prefix`*, default
+    `.NAME.staging-`*; on the same file system, so both renames are atomic). The swap moves the old
+    `target` to `STAGING/previous`, then the new folder to `target`; a crash between the two leaves
+    the old one there for `recover_staging`. The staging folder is removed in every case.
+    Raises what the block raises, or `OSError` from the renames (the old `target` is then put back).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    recover_staging(target, prefix=prefix)
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(target, prefix), dir=target.parent))
+    try:
+        new = staging / target.name
+        new.mkdir()
+        yield new
+        previous = staging / PREVIOUS
+        if target.exists():
+            os.replace(target, previous)
+        try:
+            os.replace(new, target)
+        except BaseException:
+            if previous.exists() and not target.exists():
+                os.replace(previous, target)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+DISK_MARGIN = 1.1
+"""Free disk wanted per byte a write is expected to take: 10 % over the estimate, for the file
+system's own overhead (blocks, metadata) and the small files an estimate leaves out (a checkpoint's
+processor files, an export's README). The one margin of every free-disk check: checkpoints and the
+adapter (`pipeline.training.checkpoints`), exports and imported runs (`pipeline.export.staging`), a
+model download (`pipeline.model.hub`)."""
+
+
+def free_bytes(folder: str | os.PathLike) -> int:
+    """Free bytes on the file system that holds `folder` (or its nearest existing parent; `~` expanded)."""
+    probe = Path(folder).expanduser().resolve()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def disk_room(folder: str | os.PathLike, needed_bytes: float) -> tuple[int, int]:
+    """(free, wanted) bytes for a write of about `needed_bytes` into `folder`: what its disk has free
+    (`free_bytes`) and what the write wants, `needed_bytes` x `DISK_MARGIN`. The caller refuses when
+    free < wanted, with its own typed error naming both figures and its fix."""
+    return free_bytes(folder), int(needed_bytes * DISK_MARGIN)
 
 
 def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
@@ -80,6 +190,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def last_json_line(output: str) -> dict | None:
+    """The last line of a child process's `output` that is a JSON object (the result it prints after its
+    logs: the memory probe, the precision check, a benchmark's child), or None when there is none."""
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+
+
 _UTF16_BOMS = ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
@@ -94,6 +213,20 @@ def read_text(path: str | os.PathLike) -> str:
         if data.startswith(bom):
             return data[len(bom):].decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
     return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_person_text(path: str | os.PathLike, error: type[Exception], *, name: str, kind: str = "text",
+                     fix: str = "save it as UTF-8 and import again") -> str:
+    """`read_text(path)`, its failures raised as the caller's typed `error` naming the file as `name`:
+    "NAME is not UTF-8 KIND (from line 3, after 'Caf'); FIX." for a file in another encoding, or
+    "NAME cannot be read (CAUSE); check the file." for one the system cannot read (a folder, no
+    permission). `name` is how the caller's person knows the file (e.g. "The list `words.txt`")."""
+    try:
+        return read_text(path)
+    except UnicodeDecodeError as decode_error:
+        raise error(f"{name} is not UTF-8 {kind} (from {where_not_utf8(path, decode_error)}); {fix}.") from None
+    except OSError as os_error:
+        raise error(f"{name} cannot be read ({os_error.strerror or os_error}); check the file.") from None
 
 
 def where_not_utf8(path: str | os.PathLike, error: UnicodeDecodeError) -> str:

@@ -68,6 +68,23 @@ def test_an_unreadable_calibration_file_is_named_with_the_fix_and_never_overwrit
     assert path.read_text() == "{not json"
 
 
+def test_the_default_record_dates_every_device_term_and_a_damaged_one_is_named(tmp_path):
+    """The device terms an uncalibrated estimate uses are data (`device_defaults.json`): each with its
+    value, unit, date, how it was found and a note; sizes come out in bytes."""
+    defaults = store.device_defaults()
+    assert defaults.runtime_overhead_bytes["cpu"] == 990 * MIB == defaults.cpu_import_baseline_bytes + defaults.cpu_runtime_objects_bytes
+    assert defaults.cpu_kernel_cache_bytes_per_row_length == int(14.5 * MIB)
+    assert defaults.cpu_heap_retention_per_token == {True: (102, 42), False: (0, 138)}
+    record = json.loads(store.DEVICE_DEFAULTS_FILE.read_text(encoding="utf-8"))
+    assert set(defaults.notes) == set(record["terms"])
+    for name, term in record["terms"].items():
+        assert term["how"] in ("measured", "assumed") and term["date"][:2] == "20" and term["note"], name
+    damaged = dict(record, terms={k: {f: v for f, v in t.items() if f != "note"} for k, t in record["terms"].items()})
+    (tmp_path / "record.json").write_text(json.dumps(damaged))
+    with pytest.raises(ConfigError, match=r"lacks \['note'\].*Restore the file"):
+        store.read_device_defaults(tmp_path / "record.json")
+
+
 # --------------------------------------------------------------------------------------------------
 # The fit
 
@@ -226,13 +243,12 @@ def test_fp32_is_priced_at_4_bytes(monkeypatch):
 def test_the_trainer_and_the_estimate_pick_the_same_dtype(monkeypatch):
     import torch
 
-    from pipeline.model.catalog import model_shape
-    from pipeline.memory.terms import compute_dtype as estimate_dtype
+    from pipeline.calibration.precision import compute_dtype_name as estimate_dtype
     from pipeline.model.loading import compute_dtype as trainer_dtype
 
     for forced in ("", "float32", "bfloat16"):
         monkeypatch.setenv(precision.COMPUTE_DTYPE_ENV, forced)
-        expected = {"bfloat16": torch.bfloat16, "float32": torch.float32}[estimate_dtype(model_shape(SMALL), cfg(), "cpu")]
+        expected = {"bfloat16": torch.bfloat16, "float32": torch.float32}[estimate_dtype("cpu")]
         assert trainer_dtype("cpu") == expected
         if forced:
             assert expected == getattr(torch, forced)

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from pipeline import fileio
 from pipeline.errors import TrainingError
 from pipeline.training import checkpoints
 from pipeline.training.checkpoints import checkpoint_problems
@@ -77,12 +78,12 @@ def test_a_full_disk_and_a_failed_save_are_named(stopped_at_two, tmp_path, monke
 
     config = _config(tiny_model_dir, grad_accum=1, max_steps=2, save_steps=1)
     # before the run starts: how much is free, how much is needed
-    monkeypatch.setattr(checkpoints, "free_bytes", lambda folder: 2**20)
+    monkeypatch.setattr(fileio, "free_bytes", lambda folder: 2**20)
     with pytest.raises(TrainingError, match=r"Not enough free disk for run `a`.*1\.0 MiB free, about [\d.]+ MiB needed"):
         train(config, copy_workspace(stopped_at_two, tmp_path / "a"), "a")
     # before a save
     calls = []
-    monkeypatch.setattr(checkpoints, "free_bytes", lambda folder: calls.append(folder) or (2**40 if len(calls) == 1 else 2**20))
+    monkeypatch.setattr(fileio, "free_bytes", lambda folder: calls.append(folder) or (2**40 if len(calls) == 1 else 2**20))
     ws = copy_workspace(stopped_at_two, tmp_path / "b")
     with pytest.raises(TrainingError, match=r"Not enough free disk for `checkpoint-1`.*MiB free, about"):
         train(config, ws, "b")

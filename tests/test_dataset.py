@@ -162,12 +162,12 @@ def test_bad_eval_fraction_raises(fraction):
 def test_length_stats_of_an_older_report_load():
     old = {"count": 2, "min": 300, "median": 310.0, "mean": 310.0, "p90": 320, "max": 320, "histogram": [],
            "row_tokens": [300, 320], "max_clip_s": 4.0}  # written before answer lengths were recorded
-    stats = ds.LengthStats.from_dict(old)
+    stats = ds.LengthDistribution.from_dict(old)
     assert stats.row_tokens == [300, 320] and stats.answer_tokens == [] and stats.max_answer_tokens == 0
 
 
 def test_length_stats():
-    stats = ds.LengthStats.from_lengths([300, 310, 320, 330, 340, 350, 360, 370, 380, 500])
+    stats = ds.LengthDistribution.from_lengths([300, 310, 320, 330, 340, 350, 360, 370, 380, 500])
     assert (stats.min, stats.max, stats.median, stats.p90) == (300, 500, 345.0, 380)
     assert sum(b["count"] for b in stats.histogram) == 10
     assert stats.histogram[0]["lo"] == 300 and stats.histogram[-1]["hi"] > 500
@@ -306,7 +306,7 @@ def test_failed_build_keeps_the_previous_dataset(tmp_path, processor, monkeypatc
     library.add((RATE, tone(1.0, 300, seed=99)), "New clip.", "Accuracy 5/10.", speaker="zoe", sample_id="z1")
 
     def broken_save(self, path, *args, **kwargs):
-        Path(path).mkdir(parents=True)
+        Path(path).mkdir(parents=True, exist_ok=True)  # the staging folder is made before the save
         (Path(path) / "half-written.arrow").write_bytes(b"\0" * 10)
         raise OSError(28, "No space left on device")
 

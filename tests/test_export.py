@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pipeline.config import TrainConfig
+from pipeline import fileio
 from pipeline.errors import ExportError
 from pipeline.export import staging
 from pipeline.export.cli import export_main
@@ -146,7 +147,7 @@ def test_a_failed_export_leaves_nothing_and_keeps_the_previous_one(tuned, tmp_pa
     assert (out / "exported-adapter.zip").read_bytes() == before and first["bytes"] == len(before)
     assert sorted(p.name for p in out.iterdir()) == ["exported-adapter.zip"]  # no staging file left
 
-    monkeypatch.setattr(staging, "free_bytes", lambda folder: 1000)
+    monkeypatch.setattr(fileio, "free_bytes", lambda folder: 1000)
     with pytest.raises(ExportError, match=r"needs about .* GiB but only .* is free"):
         export_merged(tuned, "exported", tmp_path / "full")  # refused before the model is loaded
     assert not (tmp_path / "full").exists() or not any((tmp_path / "full").iterdir())

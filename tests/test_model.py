@@ -131,7 +131,7 @@ def test_offline_with_an_empty_cache_fails_in_seconds(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _empty_hub_cache(monkeypatch, tmp_path)
-    for load in (gm.load_processor, lambda m: gm.load_model(m, device="cpu"), gm.model_config_dict):
+    for load in (gm.load_processor, lambda m: gm.load_model(m, device="cpu")):
         start = time.perf_counter()
         with pytest.raises(ModelLoadError, match=r"offline mode.*hf auth login.*hf download google/gemma-3n-E2B-it"):
             load("google/gemma-3n-E2B-it")

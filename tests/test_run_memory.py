@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline import memory
+from pipeline.calibration.store import device_defaults
 from pipeline.config import TrainConfig
 from pipeline.memory import GIB, MIB, LengthStats, estimate_memory
 from pipeline.memory.run_compare import compare, comparison_text
@@ -73,8 +74,9 @@ def test_the_estimate_covers_every_phase_and_its_total_is_the_largest():
     step_moments = ("audio", "loss", "layer_backward", "optimizer", "audio_backward")
     assert est.step_bytes == max(est.phases[m] for m in step_moments) + runtime  # one step, as --measure runs it
     # the run's steps meet two row lengths and two clips: oneDNN caches kernels for each new shape on CPU
-    assert est.components["cpu_kernel_cache"] == memory.CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + \
-        memory.CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
+    sizes = device_defaults()
+    assert est.components["cpu_kernel_cache"] == sizes.cpu_kernel_cache_bytes_per_row_length + \
+        sizes.cpu_kernel_cache_bytes_per_clip_length
     # and the run's largest micro-batch retains more heap than the median one that --measure's step prices
     assert est.components["cpu_heap_run_spread"] == int(est.components["allocator_retention"] * memory.run_spread_fraction(cfg(eval_steps=10, max_length=512)))
     assert est.run_phases["step"] == est.step_bytes + est.components["cpu_kernel_cache"] + est.components["cpu_heap_run_spread"]

@@ -37,7 +37,7 @@ def test_add_stores_normalized_audio_and_manifest(library):
     manifest = json.loads(library.workspace.manifest_path.read_text())
     assert manifest["version"] == 1 and [s["id"] for s in manifest["samples"]] == ["kate-01"]
     assert library.get("kate-01") == sample
-    audio = library.load_samples_audio(sample)
+    (audio,) = library.load_clips(sample)
     assert audio.dtype == np.float32 and audio.shape == (16000,)
 
 

@@ -14,28 +14,12 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from pipeline.units import format_bytes
 from ui.figures import PALETTE as _PALETTE
 from ui.memory_counters import memory_counter_words
 
-GIB = 1024**3
-MIB = 1024**2
-
 # --------------------------------------------------------------------------------------------
 # numbers
-
-
-def format_bytes(num_bytes: float | int | None) -> str:
-    """`7_000_000_000` -> `"6.52 GiB"` (binary units, as `nvidia-smi` and PyTorch report them)."""
-    if num_bytes is None:
-        return "–"
-    value = float(num_bytes)
-    if abs(value) >= GIB:
-        return f"{value / GIB:.2f} GiB"
-    if abs(value) >= MIB:
-        return f"{value / MIB:.0f} MiB"
-    if abs(value) >= 1024:
-        return f"{value / 1024:.0f} KiB"
-    return f"{value:.0f} B"
 
 
 def format_seconds(seconds: float | int | None) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from pipeline.units import GIB, format_bytes
 from ui.fields import get_field
-from ui.formatting import GIB, format_bytes
 from ui.memory_counters import memory_counter_words
 
 PRECISION_WORDS = {"4bit": "4-bit (NF4) weights", "8bit": "8-bit (int8) weights"}

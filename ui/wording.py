@@ -18,7 +18,7 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
-from ui.formatting import format_bytes
+from pipeline.units import format_bytes
 from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {

@@ -4,9 +4,12 @@ precision and step time it runs at.
 One job per module:
   * `store.py`     where the calibration lives (`calibration_path`, per user, `TUTOR_CALIBRATION_DIR`
                    moves it) and its key (`device_key`: device kind and name, memory, CPU model,
-                   torch / transformers / bitsandbytes versions); atomic writes.
+                   torch / transformers / bitsandbytes versions); atomic writes; the default
+                   calibration record shipped beside it (`device_defaults`, `device_defaults.json`:
+                   the device terms before this machine is calibrated, each with its dated note).
   * `precision.py` the compute dtype per device (`choose_compute_dtype`: capability, timed check,
-                   `TUTOR_COMPUTE_DTYPE`), torch-free.
+                   `TUTOR_COMPUTE_DTYPE`; `compute_dtype_name`, what the trainer and the estimate
+                   both read), torch-free.
   * `speed.py`     the timed bf16-vs-fp32 matmul check (torch; a child process).
   * `fit.py`       evidence -> `DeviceCalibration` (runtime overhead, retained-heap and kernel-cache
                    scales); the uncalibrated uncertainty.
@@ -35,10 +38,10 @@ from pipeline.calibration.this_machine import (
 )
 from pipeline.calibration.fit import DeviceCalibration, fit_entry
 from pipeline.calibration.precision import choose_compute_dtype
-from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, device_key
+from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, device_defaults, device_key
 
 __all__ = [
     "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibration_path", "calibration_summary", "calibration_text",
-    "choose_compute_dtype", "compute_dtype_for", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
+    "choose_compute_dtype", "compute_dtype_for", "device_defaults", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
     "load_calibration", "record_run", "record_step_time",
 ]

@@ -17,7 +17,7 @@ settings (`measurement_record`); the fit reads
      probe yet, over every record, of measured - S - R - K;
   2. `retention_scale`: with probe steps whose R differs by more than `RETENTION_SPREAD_BYTES`, the
      least-squares slope of measured - S against R (the overhead its intercept), in [0, `MAX_SCALE`];
-     otherwise 1 (the constants of `pipeline.memory.terms`);
+     otherwise 1 (the default calibration record's coefficients, `pipeline.calibration.store.device_defaults`);
   3. `kernel_cache_scale`: the median, in [0, `MAX_SCALE`], over the records with K >=
      `MIN_KERNEL_CACHE_BYTES` of: measured / K for a probe's measured growth over new batch shapes
      (`kind` kernel_cache, `pipeline.training.probe.kernel_cache_growth`), and
@@ -25,12 +25,13 @@ settings (`measurement_record`); the fit reads
   4. `spread_scale`: with at least `MIN_SPREAD_RECORDS` run phases whose P >= `MIN_SPREAD_BYTES`, the
      largest over them, in [0, `MAX_SCALE`], of (measured - S - overhead - retention_scale x R -
      kernel_cache_scale x K) / P: a run's peak is its largest micro-batch, so the spread is fitted to
-     the top of this machine's runs, not their middle; otherwise 1 (the safe-side constant,
-     `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`). Records stored before the spread had
+     the top of this machine's runs, not their middle; otherwise 1 (the default record's safe-side
+     `cpu_heap_retention_run_spread`). Records stored before the spread had
      its own part count it in R.
 
-Uncalibrated, the device terms are the constants of `pipeline.memory.terms`, and the estimate says
-how far off they may be (`uncalibrated_percent`).
+Uncalibrated, the device terms are the default calibration record's (`pipeline.calibration.store.
+device_defaults`, measured on the development CPU), and the estimate says how far off they may be
+(`uncalibrated_percent`).
 """
 
 from __future__ import annotations

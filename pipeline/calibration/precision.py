@@ -12,8 +12,9 @@ as long (FIELD_NOTES "Devices"). So:
     key) confirms it: bf16 is kept only if it runs at least `BF16_MIN_SPEED_RATIO` of fp32's speed;
   * `TUTOR_COMPUTE_DTYPE` (bfloat16 | float32) overrides both.
 
-`choose_compute_dtype(device)` gives (dtype name, reason); the trainer (`pipeline.model.loading.compute_dtype`)
-and the estimate (`pipeline.memory.terms.compute_dtype`) both call it, so they price what runs.
+`choose_compute_dtype(device)` gives (dtype name, reason); `compute_dtype_name(device)` is its dtype, the
+one decision the trainer (`pipeline.model.loading.compute_dtype`, as a torch dtype) and the memory
+estimate (every term of `pipeline.memory.terms`) both read, so the estimate prices what runs.
 """
 
 from __future__ import annotations
@@ -108,9 +109,15 @@ def choose_compute_dtype(device: str, speed: dict | None = None) -> tuple[str, s
     return "bfloat16", f"bf16: {why} (half the memory of fp32; not yet timed on this machine)"
 
 
-def cached_compute_dtype(device: str) -> str:
-    """`choose_compute_dtype(device)`'s dtype, cached per (device, `TUTOR_COMPUTE_DTYPE`, calibration
-    file version): the memory estimate asks for it in every term of every layer."""
+def compute_dtype_name(device: str, override: str | None = None) -> str:
+    """The compute dtype on `device` (`bfloat16` | `float32`): the dtype of the frozen unquantized
+    weights, the activations and the logits, as the trainer runs them and the estimate prices them.
+    `override` when given (an estimate pricing another dtype: `pipeline.memory.inputs.EstimateOptions.
+    compute_dtype`), else `choose_compute_dtype(device)`'s, cached per (device, `TUTOR_COMPUTE_DTYPE`,
+    calibration file version): the memory estimate asks for it in every term of every layer.
+    Raises `ConfigError` for a `TUTOR_COMPUTE_DTYPE` that is not bfloat16 or float32."""
+    if override:
+        return override
     from pipeline.calibration.store import calibration_path  # noqa: PLC0415
 
     path = calibration_path()

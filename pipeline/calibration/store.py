@@ -11,13 +11,21 @@ and `pipeline.calibration.fit` turns the evidence into the device's terms when a
 Writes are atomic (`pipeline.fileio.atomic_write_json`): a failed or interrupted write leaves the
 previous file whole. An unreadable file is never overwritten silently: `load_store` raises
 `ConfigError` naming it and the fix.
+
+Before a machine is calibrated its device terms come from the default calibration record shipped
+with the code, `device_defaults.json` beside this module (`device_defaults`): the CPU runtime
+overhead, oneDNN's kernel caches and glibc's retained heap as measured on one machine, each with its
+dated lab note, and the overheads assumed for CUDA and MPS. The memory estimate's formulas price
+with these values; `pipeline.calibration.fit` replaces or scales them with this machine's evidence.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -181,3 +189,116 @@ def update_entry(key: dict, change, path: Path | None = None) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, store)
     return entry
+
+
+# --------------------------------------------------------------------------------------------------
+# The default calibration record (shipped with the code)
+
+
+DEVICE_DEFAULTS_FILE = Path(__file__).with_name("device_defaults.json")
+"""The default calibration record: each device term's value, unit, date, how it was found, machine and note."""
+SIZE_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+"""A term in one of these units is turned into whole bytes (binary units); any other unit is kept as written."""
+CHECKPOINTING_KEYS = {"gradient_checkpointing": True, "no_gradient_checkpointing": False}
+"""How a term that depends on gradient checkpointing is keyed in the file, and the key it gets in `DeviceDefaults`."""
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """The default calibration record (`DEVICE_DEFAULTS_FILE`) as values: what a device adds to the
+    memory estimate before this machine is calibrated. Sizes in bytes; `{True: ..., False: ...}` maps
+    gradient checkpointing on / off to the term's value.
+
+    Attributes:
+        runtime_overhead_bytes: device kind (`cpu`, `cuda`, `mps`) -> bytes the runtime holds that are not
+            tensors of ours (cpu: `cpu_import_baseline_bytes` + `cpu_runtime_objects_bytes`).
+        runtime_overhead_note: device kind -> where that figure comes from, in words (the estimate's note).
+        cpu_import_baseline_bytes: RSS of a process that imported what the trainer imports.
+        cpu_runtime_objects_bytes: the processor, the model's objects, peft, the Trainer, the first kernels.
+        cpu_kernel_cache_bytes_per_row_length, cpu_kernel_cache_bytes_per_clip_length,
+            cpu_kernel_cache_bytes_per_answer_length: oneDNN's kernels cached per new row / clip / answer length.
+        cpu_kernel_cache_max_shapes: shapes of each kind counted at most (count).
+        cpu_heap_retention_per_token: checkpointing -> (bytes per MLP unit, bytes per hidden unit per decoder
+            layer), per token of the micro-batch.
+        cpu_heap_retention_per_audio_second: checkpointing -> bytes per second of a row's audio.
+        cpu_heap_retention_fitted_dtype: the compute dtype the retention terms were measured in.
+        cpu_heap_retention_run_spread: checkpointing -> fraction of the step's retention a whole run adds.
+        notes: term name (as in the file) -> its dated lab note, "DATE, measured|assumed, MACHINE: NOTE".
+    """
+
+    runtime_overhead_bytes: dict[str, int]
+    runtime_overhead_note: dict[str, str]
+    cpu_import_baseline_bytes: int
+    cpu_runtime_objects_bytes: int
+    cpu_kernel_cache_bytes_per_row_length: int
+    cpu_kernel_cache_bytes_per_clip_length: int
+    cpu_kernel_cache_bytes_per_answer_length: int
+    cpu_kernel_cache_max_shapes: int
+    cpu_heap_retention_per_token: dict[bool, tuple[int, int]]
+    cpu_heap_retention_per_audio_second: dict[bool, int]
+    cpu_heap_retention_fitted_dtype: str
+    cpu_heap_retention_run_spread: dict[bool, float]
+    notes: dict[str, str]
+
+
+def _term_value(path: Path, name: str, term: dict):
+    """A term's value in the unit `DeviceDefaults` keeps: whole bytes for `SIZE_UNITS`, tuples for lists,
+    `{True, False}` for values keyed by `CHECKPOINTING_KEYS`."""
+    missing = [k for k in ("value", "unit", "date", "how", "machine", "note") if k not in term]
+    if missing:
+        raise ConfigError(f"`{name}` in {path} lacks {missing}; every term has a value, its unit and a dated note. "
+                          "Restore the file from the repository.")
+    value, factor = term["value"], SIZE_UNITS.get(term["unit"])
+    if isinstance(value, dict):
+        if set(value) != set(CHECKPOINTING_KEYS):
+            raise ConfigError(f"`{name}` in {path} must be keyed by {sorted(CHECKPOINTING_KEYS)}, got {sorted(value)}. "
+                              "Restore the file from the repository.")
+        return {CHECKPOINTING_KEYS[k]: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return int(value * factor) if factor else value
+
+
+def read_device_defaults(path: Path = DEVICE_DEFAULTS_FILE) -> DeviceDefaults:
+    """The default calibration record at `path` as `DeviceDefaults` (see `_term_value` for the units).
+
+    Raises `ConfigError` naming the file when it is unreadable, lacks a term `DeviceDefaults` needs, or
+    a term lacks its value, unit or dated note (the fix: restore the file from the repository)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        terms = data["terms"]
+        notes = data["runtime_overhead_notes"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"The default calibration record {path} cannot be read ({type(error).__name__}: {error}). "
+                          "Restore it from the repository (it ships with the code).") from None
+    values = {name: _term_value(path, name, term) for name, term in terms.items()}
+    needed = ("cpu_import_baseline", "cpu_runtime_objects", "cuda_runtime_overhead", "mps_runtime_overhead",
+              "cpu_kernel_cache_per_row_length", "cpu_kernel_cache_per_clip_length", "cpu_kernel_cache_per_answer_length",
+              "cpu_kernel_cache_max_shapes", "cpu_heap_retention_per_token", "cpu_heap_retention_per_audio_second",
+              "cpu_heap_retention_fitted_dtype", "cpu_heap_retention_run_spread")
+    missing = [name for name in needed if name not in values] + [d for d in ("cpu", "cuda", "mps") if d not in notes]
+    if missing:
+        raise ConfigError(f"The default calibration record {path} lacks {missing}. Restore it from the repository.")
+    cpu = values["cpu_import_baseline"] + values["cpu_runtime_objects"]
+    return DeviceDefaults(
+        runtime_overhead_bytes={"cpu": cpu, "cuda": values["cuda_runtime_overhead"], "mps": values["mps_runtime_overhead"]},
+        runtime_overhead_note={device: str(notes[device]) for device in ("cpu", "cuda", "mps")},
+        cpu_import_baseline_bytes=values["cpu_import_baseline"],
+        cpu_runtime_objects_bytes=values["cpu_runtime_objects"],
+        cpu_kernel_cache_bytes_per_row_length=values["cpu_kernel_cache_per_row_length"],
+        cpu_kernel_cache_bytes_per_clip_length=values["cpu_kernel_cache_per_clip_length"],
+        cpu_kernel_cache_bytes_per_answer_length=values["cpu_kernel_cache_per_answer_length"],
+        cpu_kernel_cache_max_shapes=int(values["cpu_kernel_cache_max_shapes"]),
+        cpu_heap_retention_per_token=values["cpu_heap_retention_per_token"],
+        cpu_heap_retention_per_audio_second=values["cpu_heap_retention_per_audio_second"],
+        cpu_heap_retention_fitted_dtype=str(values["cpu_heap_retention_fitted_dtype"]),
+        cpu_heap_retention_run_spread=values["cpu_heap_retention_run_spread"],
+        notes={name: f"{term['date']}, {term['how']}, {term['machine']}: "
+               + (" ".join(term["note"]) if isinstance(term["note"], list) else str(term["note"]))
+               for name, term in terms.items()},
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def device_defaults() -> DeviceDefaults:
+    """The shipped default calibration record (`read_device_defaults(DEVICE_DEFAULTS_FILE)`), read once per
+    process: the estimate asks for it in every device term."""
+    return read_device_defaults(DEVICE_DEFAULTS_FILE)

@@ -431,10 +431,3 @@ def prompt_messages(kind: str, **fields: Any) -> list[dict]:
     turns = list(fields.get("turns") or [])
     first_tutor = next((i for i, t in enumerate(turns) if str(t.get("role", "")).lower() == TUTOR), len(turns))
     return build_dialogue_messages(turns[:first_tutor], fields.get("audios"), tokenizer=fields.get("tokenizer"))
-
-
-def count_clips(messages: Sequence[dict]) -> int:
-    """Audio blocks in a conversation (each becomes its own ~192-position span)."""
-    return sum(
-        1 for m in messages if isinstance(m.get("content"), list) for b in m["content"] if b.get("type") == "audio"
-    )

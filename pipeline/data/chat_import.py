@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ImportFormatError, shorten
-from pipeline.fileio import jsonl_lines, read_text, where_not_utf8
+from pipeline.fileio import jsonl_lines, read_person_text
 
 _READ_ALOUD = re.compile(r'^The learner was asked to read: "(?P<text>.*)"$', re.S)
 _FREE_SPEECH = re.compile(r'^The learner was asked: "(?P<text>.*)"$', re.S)
@@ -343,13 +343,7 @@ def read_chat(path: Path, root: Path) -> tuple[list[dict[str, Any]], list[dict[s
     """
     items: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
-    try:
-        text = read_text(path)
-    except UnicodeDecodeError as error:
-        raise ImportFormatError(f"`{path}` is not UTF-8 JSON Lines (from {where_not_utf8(path, error)}); "
-                                "save it as UTF-8 and import again.") from None
-    except OSError as error:
-        raise ImportFormatError(f"`{path}` cannot be read ({error.strerror or error}); check the file.") from None
+    text = read_person_text(path, ImportFormatError, name=f"`{path}`", kind="JSON Lines")
     name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
     for number, row in _rows(text, path):
         label = f"{name}:{number}"

@@ -22,15 +22,14 @@ import math
 import os
 import random
 import shlex
-import shutil
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pipeline.errors import DatasetError, PipelineError
+from pipeline.fileio import atomic_write_json, recover_staging, staged_folder
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
 from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
@@ -41,8 +40,9 @@ from pipeline.workspace import Workspace
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
-STALE_STAGING_S = 3600.0
-"""A `WS/.dataset-tmp-*` staging folder older than this (seconds) is a crashed build's leftover."""
+STAGING_PREFIX = ".dataset-tmp-"
+"""The build's staging folders beside `WS/dataset` (`WS/.dataset-tmp-*`; a crashed build's leftover is
+removed once older than `pipeline.fileio.STALE_STAGING_S`)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -51,8 +51,11 @@ STALE_STAGING_S = 3600.0
 
 
 @dataclass
-class LengthStats:
-    """Distribution of row lengths in tokens (text tokens + audio positions).
+class LengthDistribution:
+    """Distribution of row lengths in tokens (text tokens + audio positions): the build report's
+    `length_stats`, what the Dataset tab draws. Not the estimate's input: the memory estimate reads
+    this record into its own `pipeline.memory.inputs.LengthStats` (the worst cases a `max_length`
+    keeps, with its methods).
 
     `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
     the last bin closed. `p90` is the nearest-rank 90th percentile. The figures cover every kept
@@ -85,7 +88,7 @@ class LengthStats:
     eval_max_clip_s: float = 0.0
 
     @classmethod
-    def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthStats":
+    def from_lengths(cls, lengths: Iterable[int], bins: int = 10) -> "LengthDistribution":
         values = sorted(int(v) for v in lengths)
         if not values:
             return cls()
@@ -113,7 +116,7 @@ class LengthStats:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "LengthStats":
+    def from_dict(cls, data: dict) -> "LengthDistribution":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
@@ -231,7 +234,7 @@ class BuildReport:
     """What `build_dataset` made: where, how many rows per split, what was left out and why.
 
     `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?}]`. `speakers`: split
-    name -> sorted speaker names. `length_stats`: `LengthStats` dict over the kept rows (tokens).
+    name -> sorted speaker names. `length_stats`: `LengthDistribution` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
     `kinds`: kind -> `{"rows", "train", "eval", "excluded", "tokens": {min, median, max}}` for each
@@ -352,8 +355,8 @@ def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
             "built_at": report.get("built_at") or None}
 
 
-def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthStats:
-    stats = LengthStats.from_lengths(r["num_tokens"] for r in rows)
+def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthDistribution:
+    stats = LengthDistribution.from_lengths(r["num_tokens"] for r in rows)
     triples = sorted((r["num_tokens"], r["answer_tokens"], r["clips"]) for r in train_rows)
     stats.row_tokens = [n for n, _, _ in triples]
     stats.answer_tokens = [a for _, a, _ in triples]
@@ -564,57 +567,30 @@ def _to_dataset_dict(split_rows: dict[str, list[dict]]):
 
 def _recover_interrupted_swap(ws: Workspace) -> None:
     """Undo a swap cut short by a crash (old dataset moved aside, new one not yet in place) and
-    remove staging folders left by crashed builds (older than `STALE_STAGING_S`, so a build running
-    at the same moment keeps its own). Called before every build and load."""
-    if not ws.root.is_dir():
-        return
-    staging = sorted(ws.root.glob(".dataset-tmp-*"))
-    if not ws.dataset_dir.exists():
-        for folder in staging:
-            previous = folder / "previous"
-            if (previous / "dataset_dict.json").exists():
-                os.replace(previous, ws.dataset_dir)
-                break
-    for folder in staging:
-        try:
-            stale = time.time() - folder.stat().st_mtime > STALE_STAGING_S
-        except FileNotFoundError:
-            continue
-        if stale or not folder.exists() or not any(folder.iterdir()):
-            shutil.rmtree(folder, ignore_errors=True)
+    remove staging folders left by crashed builds (`pipeline.fileio.recover_staging`: those older
+    than `pipeline.fileio.STALE_STAGING_S`, so a build running at the same moment keeps its own).
+    Called before every build and load."""
+    recover_staging(ws.dataset_dir, prefix=STAGING_PREFIX)
 
 
 def _save_atomically(ws: Workspace, split_rows: dict[str, list[dict]], report: BuildReport) -> None:
-    """save_to_disk into `WS/.dataset-tmp-*`, then swap it in place of `WS/dataset`."""
-    from pipeline.fileio import atomic_write_json
-
-    ws.root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".dataset-tmp-", dir=ws.root))
-    new_dir = staging / "dataset"
+    """save_to_disk into a staging folder `WS/.dataset-tmp-*/dataset`, then swap it in place of
+    `WS/dataset` (`pipeline.fileio.staged_folder`: a crash leaves the old dataset whole)."""
     import datasets
 
+    ws.root.mkdir(parents=True, exist_ok=True)
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # keep stdout/stderr clean for `--json`; our own progress reports saving
     try:
-        data = _to_dataset_dict(split_rows)
-        # An empty split (e.g. --eval-fraction 0) is saved as ONE empty shard that keeps the schema:
-        # datasets' default writes zero shards for it, which `load_from_disk` cannot read back.
-        data.save_to_disk(str(new_dir), num_shards={name: 1 if len(split) == 0 else None for name, split in data.items()})
-        atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
-        target = ws.dataset_dir
-        old = staging / "previous"
-        if target.exists():
-            os.replace(target, old)
-        try:
-            os.replace(new_dir, target)
-        except BaseException:
-            if old.exists() and not target.exists():
-                os.replace(old, target)
-            raise
+        with staged_folder(ws.dataset_dir, prefix=STAGING_PREFIX) as new_dir:
+            data = _to_dataset_dict(split_rows)
+            # An empty split (e.g. --eval-fraction 0) is saved as ONE empty shard that keeps the schema:
+            # datasets' default writes zero shards for it, which `load_from_disk` cannot read back.
+            data.save_to_disk(str(new_dir), num_shards={name: 1 if len(split) == 0 else None for name, split in data.items()})
+            atomic_write_json(new_dir / BUILD_REPORT_NAME, report.to_dict())
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------

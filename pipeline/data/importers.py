@@ -53,7 +53,7 @@ from pipeline.data.metadata_table import (COLUMN_ALIASES, cell_text, metadata_ro
                                           read_table, rel_path)
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError, shorten
-from pipeline.fileio import read_text, where_not_utf8
+from pipeline.fileio import read_person_text
 from pipeline.workspace import Workspace
 
 FORMATS = ("kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
@@ -464,11 +464,7 @@ def _read_commonvoice(root: Path) -> Items:
 
 
 def _read_sidecar(path: Path) -> str:
-    try:
-        return read_text(path).strip()
-    except UnicodeDecodeError as error:
-        raise ImportFormatError(f"`{path.name}` is not UTF-8 text (from {where_not_utf8(path, error)}); "
-                                "save it as UTF-8 and import again.") from None
+    return read_person_text(path, ImportFormatError, name=f"`{path.name}`").strip()
 
 
 def _read_folder(root: Path) -> Items:

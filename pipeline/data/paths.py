@@ -164,8 +164,3 @@ class PathResolver:
                 if found is not None:
                     return found
         return None
-
-
-def resolve_listed_path(entry: str, folders: Iterable[Path]) -> Path | None:
-    """One-off `PathResolver(folders).resolve(entry)` (importers reuse one resolver per folder)."""
-    return PathResolver(folders).resolve(entry)

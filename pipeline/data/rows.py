@@ -66,13 +66,6 @@ def row_turns(row: dict) -> list[dict]:
     return json.loads(turns) if isinstance(turns, str) else list(turns)
 
 
-def row_clip_count(row: dict) -> int:
-    """How many clips the row holds (the audio encoder runs on each)."""
-    if row.get("clips"):
-        return int(row["clips"])
-    return 1 + len(row.get("extra_audio_wavs") or [])
-
-
 def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: bool = True,
                  tokenizer: Any = None) -> list[dict]:
     """The row's conversation (`pipeline.conversation.messages.conversation_messages`), with its answers

@@ -290,18 +290,6 @@ class SampleLibrary:
             sample = self.get(sample)
         return self.workspace.samples_dir / sample.audio_file
 
-    def load_samples_audio(self, sample: Sample | str) -> np.ndarray:
-        """The stored clip as float32 (n,) in [-1, 1] at 16 kHz. Raises `SampleError` if the file is gone."""
-        import soundfile as sf
-
-        path = self.audio_path(sample)
-        if not path.exists():
-            raise SampleError(
-                f"Audio of sample `{path.stem}` is missing (`{path}`); delete the sample and add it again."
-            )
-        samples, _ = sf.read(str(path), dtype="float32", always_2d=False)
-        return np.ascontiguousarray(samples, dtype=np.float32)
-
     def clip_paths(self, sample: Sample | str) -> list[Path]:
         """Absolute paths of the sample's stored clips, in order (a dialogue has one per spoken turn)."""
         if isinstance(sample, str):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_json, read_text, where_not_utf8
+from pipeline.fileio import atomic_write_json, read_person_text
 from pipeline.workspace import Workspace
 
 SESSION_FILE = "session.json"
@@ -87,13 +87,8 @@ def parse_items(text: str | None = None, file: str | Path | None = None) -> list
     lines: list[str] = []
     if file:
         path = Path(file)
-        try:
-            content = read_text(path)
-        except UnicodeDecodeError as error:
-            raise SampleError(f"The list `{path.name}` is not UTF-8 text (from {where_not_utf8(path, error)}); "
-                              "save it as UTF-8 (a text editor's or Excel's 'UTF-8' option) and import it again.") from None
-        except OSError as error:
-            raise SampleError(f"The list `{path.name}` cannot be read ({error.strerror or error}); check the file.") from None
+        content = read_person_text(path, SampleError, name=f"The list `{path.name}`",
+                                   fix="save it as UTF-8 (a text editor's or Excel's 'UTF-8' option) and import it again")
         if path.suffix.lower() in (".csv", ".tsv"):
             rows = list(csv.reader(io.StringIO(content), delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
             header = [h.strip().lower() for h in rows[0]] if rows else []

@@ -8,12 +8,13 @@ transformers / peft / bitsandbytes / PyTorch source it follows, or our own measu
 The model itself (`load_model_config`, `model_shape`, `part_params`) is read by its family
 (`pipeline.model.catalog`); this package prices it. One job per module (each imports its siblings
 by full path, never through this file):
-  * `units.py`    GiB / MiB, `fmt_bytes`, `dtype_bytes`.
   * `inputs.py`   what the estimate is given: `LengthStats` (and `length_stats_from_workspace`),
                   `EstimateOptions`, `DEFAULT_ANSWER_TOKENS`, `MAX_CLIP_S`.
   * `terms.py`    the formulas, one function per component (weights, LoRA and optimizer state,
-                  activations, logits, audio encoder, allocator retention, runtime overhead), each
-                  with its measured constants next to it.
+                  activations, logits, audio encoder, kernel caches, runtime overhead), each with
+                  its source; what the device adds comes from the default calibration record
+                  (`pipeline.calibration.store.device_defaults`).
+  * `cpu_heap.py` CPU only: the heap glibc keeps resident (`allocator_retention`), its formula.
   * `phases.py`   the phase model of a step (load, audio, loss, layer_backward, optimizer,
                   audio_backward), `estimate_memory` and `MemoryEstimate`.
   * `run_phases.py` the whole run (load, preflight, step, eval, save, resume): `whole_run`, whose
@@ -78,13 +79,7 @@ from pipeline.memory.search import SUGGESTION_LIMIT, Move, Suggestion, suggest_f
 from pipeline.model.catalog import ASSETS_DIR, load_model_config, model_shape, part_params
 from pipeline.model.gemma3n import SHIPPED_CONFIGS
 from pipeline.model.shape import VISION_TOWER_PARAMS, ModelShape, PartParams, vision_tower_params
-from pipeline.memory.cpu_heap import (
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    CPU_HEAP_RETENTION_RUN_SPREAD,
-    allocator_retention,
-    run_spread_fraction,
-)
+from pipeline.memory.cpu_heap import allocator_retention, run_spread_fraction
 from pipeline.memory.terms import (
     AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H,
     AUDIO_FROZEN_BYTES_PER_FRAME_PER_H,
@@ -92,21 +87,14 @@ from pipeline.memory.terms import (
     AUDIO_LORA_INPUT_H,
     BACKWARD_MLP_ELEMS,
     BACKWARD_STACK_COPIES,
-    CPU_IMPORT_BASELINE_BYTES,
-    CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH,
-    CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH,
-    CPU_RUNTIME_OBJECTS_BYTES,
     EAGER_BACKWARD_BYTES_PER_PROB,
     FINAL_SAVED_H_ELEMS,
     INPUT_GRAD_SAVED_H_ELEMS,
     MEL_FRAMES_PER_SECOND,
     NF4_TABLE_BYTES,
     QUANTIZED_PARTS,
-    RUNTIME_OVERHEAD_BYTES,
-    RUNTIME_OVERHEAD_NOTE,
     activations,
     audio_encoder_bytes,
-    compute_dtype,
     dequant_workspace,
     full_trainable_params,
     dropout_mask_bytes,
@@ -124,11 +112,11 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.memory.units import GIB, MIB, dtype_bytes, fmt_bytes
+from pipeline.units import GIB, MIB, dtype_bytes, format_bytes
 
 __all__ = [
     # units
-    "GIB", "MIB", "dtype_bytes", "fmt_bytes",
+    "GIB", "MIB", "dtype_bytes", "format_bytes",
     # shape
     "ASSETS_DIR", "SHIPPED_CONFIGS", "VISION_TOWER_PARAMS", "ModelShape", "PartParams", "load_model_config",
     "model_shape", "part_params", "vision_tower_params",
@@ -136,13 +124,10 @@ __all__ = [
     "DEFAULT_ANSWER_TOKENS", "MAX_CLIP_S", "EstimateOptions", "LengthStats", "length_stats_from_workspace",
     # terms
     "AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H", "AUDIO_FROZEN_BYTES_PER_FRAME_PER_H", "AUDIO_FROZEN_FIXED_BYTES",
-    "AUDIO_LORA_INPUT_H", "BACKWARD_MLP_ELEMS", "BACKWARD_STACK_COPIES", "CPU_HEAP_RETENTION_PER_AUDIO_SECOND",
-    "CPU_HEAP_RETENTION_PER_TOKEN", "CPU_HEAP_RETENTION_RUN_SPREAD",
-    "CPU_IMPORT_BASELINE_BYTES", "CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH", "CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH",
-    "CPU_RUNTIME_OBJECTS_BYTES", "EAGER_BACKWARD_BYTES_PER_PROB",
+    "AUDIO_LORA_INPUT_H", "BACKWARD_MLP_ELEMS", "BACKWARD_STACK_COPIES", "EAGER_BACKWARD_BYTES_PER_PROB",
     "FINAL_SAVED_H_ELEMS", "INPUT_GRAD_SAVED_H_ELEMS", "MEL_FRAMES_PER_SECOND", "NF4_TABLE_BYTES",
-    "QUANTIZED_PARTS", "RUNTIME_OVERHEAD_BYTES", "RUNTIME_OVERHEAD_NOTE", "activations", "allocator_retention", "run_spread_fraction",
-    "audio_encoder_bytes", "compute_dtype", "dequant_workspace", "dropout_mask_bytes", "full_trainable_params",
+    "QUANTIZED_PARTS", "activations", "allocator_retention", "run_spread_fraction",
+    "audio_encoder_bytes", "dequant_workspace", "dropout_mask_bytes", "full_trainable_params",
     "int8_bytes",
     "layer_saved_bytes_per_token", "load_transient", "logits_loss", "lora_params", "lora_targets", "nf4_bytes",
     "optimizer_step_bytes", "ple_on_host", "quantized_parts", "runtime_overhead", "trainable_state", "weights",

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipeline.errors import ConfigError
-from pipeline.memory.units import GIB, MIB, fmt_bytes
+from pipeline.units import GIB, MIB, format_bytes
 
 # Verdict thresholds as fractions of the usable budget. Below FIT_FRACTION the run "fits" with a
 # margin larger than this model's worst measured error (see benchmarks/memory_accuracy.py);
@@ -52,7 +52,7 @@ def usable_budget(device: str, total_bytes: int, free_bytes: int) -> tuple[int, 
     if device == "mps":
         return max(0, min(free_bytes, total_bytes - 4 * GIB)), "4 GiB of unified memory left to macOS and open apps"
     headroom = max(2 * GIB, int(0.10 * total_bytes))
-    return max(0, free_bytes - headroom), f"{fmt_bytes(headroom)} (10 % of RAM, at least 2 GiB) left to the OS and open apps"
+    return max(0, free_bytes - headroom), f"{format_bytes(headroom)} (10 % of RAM, at least 2 GiB) left to the OS and open apps"
 
 
 def _proc_meminfo() -> tuple[int, int]:

@@ -126,9 +126,10 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
                                           quantization=cfg.quantization, seq_len=est.seq_len,
                                           baseline_rss_bytes=measured.get("baseline_rss_bytes")))
         if measured.get("new_shapes"):  # the kernels cached for new batch shapes, against the constants
-            from pipeline.memory.terms import CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH, CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH  # noqa: PLC0415
+            from pipeline.calibration.store import device_defaults  # noqa: PLC0415
 
-            per_shape = CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + (CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH if lengths.longest_clip_s else 0)
+            sizes = device_defaults()
+            per_shape = sizes.cpu_kernel_cache_bytes_per_row_length + (sizes.cpu_kernel_cache_bytes_per_clip_length if lengths.longest_clip_s else 0)
             records.append({"kind": "kernel_cache", "date": now_iso(), "measured_bytes": int(measured["kernel_cache_growth_bytes"]),
                             "structural": 0, "overhead": 0, "retention": 0, "kernel_cache": per_shape * measured["new_shapes"],
                             "model": cfg.model, "quantization": cfg.quantization})

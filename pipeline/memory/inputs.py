@@ -28,7 +28,9 @@ DEFAULT_ANSWER_TOKENS = 256
 
 @dataclass
 class LengthStats:
-    """Length statistics of the built dataset (the estimate needs the worst case, not the mean).
+    """Length statistics of the built dataset as the estimate reads them (the worst case, not the
+    mean): from the build report's record (`pipeline.data.dataset.LengthDistribution`, by
+    `length_stats_from_workspace`) or given, with what a `max_length` keeps of them.
 
     Attributes:
         longest_tokens: tokens of the longest row (text + ~192 audio positions), int.
@@ -190,7 +192,7 @@ class EstimateOptions:
         checkpoint_dtype: the dtype the checkpoint stores (`pipeline.memory.terms.checkpoint_dtype`,
             set by `estimate_memory` from the model's config).
         compute_dtype: price the activations, logits and unquantized weights in this dtype; None (the
-            default): what this machine runs (`pipeline.memory.terms.compute_dtype`).
+            default): what this machine runs (`pipeline.calibration.precision.compute_dtype_name`).
     """
 
     attn_implementation: str = "eager"

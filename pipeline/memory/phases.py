@@ -25,24 +25,19 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from pipeline.calibration.fit import DeviceCalibration
+from pipeline.calibration.precision import compute_dtype_name
+from pipeline.calibration.store import device_defaults
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
 from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
 from pipeline.model.catalog import model_shape, part_params
 from pipeline.model.shape import VISION_TOWER_PARAMS
-from pipeline.memory.cpu_heap import (
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    allocator_retention,
-)
+from pipeline.memory.cpu_heap import allocator_retention
 from pipeline.memory.terms import (
-    RUNTIME_OVERHEAD_BYTES,
-    RUNTIME_OVERHEAD_NOTE,
     activations,
     audio_encoder_bytes,
     checkpoint_dtype,
-    compute_dtype,
     dequant_workspace,
     load_checkpoint_pages,
     load_transient,
@@ -53,7 +48,7 @@ from pipeline.memory.terms import (
     trainable_state,
     weights,
 )
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import format_bytes
 from pipeline.host.allocator import training_allocator
 
 
@@ -171,11 +166,11 @@ def estimate_memory(
     Raises:
         ConfigError: unknown device. ModelLoadError: not a Gemma 3n config.
     """
-    if device not in RUNTIME_OVERHEAD_BYTES:
+    if device not in device_defaults().runtime_overhead_bytes:
         raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
     options = replace(options or EstimateOptions(), checkpoint_dtype=checkpoint_dtype(model_config))
     shape = model_shape(model_config)
-    dtype = compute_dtype(shape, config, device)
+    dtype = compute_dtype_name(device)
     if device == "cpu" and options.weights_mapped and dtype != options.checkpoint_dtype:
         options.weights_mapped = False  # the loader casts every weight into anonymous memory
     seq_len = lengths.kept_longest(config.max_length)
@@ -220,7 +215,7 @@ def estimate_memory(
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
         table = part_params(shape)["per_layer_embedding"].total * 2
-        notes.append(f"per-layer embeddings kept in CPU RAM: {fmt_bytes(table)} of host memory, placed there "
+        notes.append(f"per-layer embeddings kept in CPU RAM: {format_bytes(table)} of host memory, placed there "
                      "while loading (they never reach the GPU).")
     if config.finetuning_type == "full":
         notes.append("full fine-tuning is estimated only (`train` runs LoRA): every weight but the vision tower's "
@@ -231,7 +226,7 @@ def estimate_memory(
     if device == "cpu" and training_allocator() == "tcmalloc" and not options.cpu_heap_retention:
         notes.append("training runs on TCMalloc (`pipeline.host.allocator`): memory follows what training holds.")
     elif device == "cpu" and comps["allocator_retention"] and sys.platform.startswith("linux"):
-        notes.append(f"{fmt_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
+        notes.append(f"{format_bytes(comps['allocator_retention'])} of it is freed memory glibc's malloc keeps; with TCMalloc "
                      "installed (Debian/Ubuntu: `apt-get install libtcmalloc-minimal4`) training keeps none and runs faster.")
     if config.low_memory_heap:
         if device != "cpu":
@@ -244,12 +239,12 @@ def estimate_memory(
         elif options.cpu_heap_retention:
             notes.append("the low-memory mode needs glibc (Linux); here the freed heap glibc would keep is still counted.")
     if calibration is not None:
-        notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {fmt_bytes(comps['runtime_overhead'])}, "
+        notes.append(f"device terms ({device}): {calibration.text()}; runtime overhead {format_bytes(comps['runtime_overhead'])}, "
                      f"retained heap x{calibration.retention_scale:g} (a run's spread of it x{calibration.spread_scale:g}), "
                      f"kernel caches x{calibration.kernel_cache_scale:g} "
                      "of the development CPU's constants.")
     else:
-        notes.append(f"runtime overhead ({device}): {RUNTIME_OVERHEAD_NOTE[device]}.")
+        notes.append(f"runtime overhead ({device}): {device_defaults().runtime_overhead_note[device]}.")
     if not options.weights_mapped and dtype != options.checkpoint_dtype and device == "cpu":
         notes.append(f"the checkpoint stores {options.checkpoint_dtype} and this CPU computes in {dtype}: loading casts "
                      "every weight, so all of them are resident (none stay memory-mapped).")

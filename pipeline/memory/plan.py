@@ -27,7 +27,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import format_bytes
 
 PLAN_MODELS = KNOWN_MODELS
 """The models of the table (their configs ship in assets/, so no download is needed)."""
@@ -127,19 +127,19 @@ def change_words(row: dict) -> str:
         return "it fits, tightly; nothing leaves more room" if row["verdict"] == "tight" else "no setting change makes it fit"
     steps = "; ".join(f"{step['what']} (cost: {step['cost']})" for step in row["changes"])
     after = row["after_changes"] or {}
-    return f"{steps} -> {fmt_bytes(after.get('total_bytes', 0))}, {after.get('verdict', '?')}"
+    return f"{steps} -> {format_bytes(after.get('total_bytes', 0))}, {after.get('verdict', '?')}"
 
 
 def render_plan(result: dict) -> str:
     """The plan as text: one line per row (model, kind, peak, verdict, the changes it needs)."""
     mem = result["device_memory"]
     held = mem["free_bytes"] - mem["usable_bytes"]
-    lines = [f"What can this machine do? {result['device']}: {fmt_bytes(result['usable_bytes'])} usable "
-             f"({fmt_bytes(mem['free_bytes'])} free, {fmt_bytes(held)} held back: {mem['headroom_note']}).",
+    lines = [f"What can this machine do? {result['device']}: {format_bytes(result['usable_bytes'])} usable "
+             f"({format_bytes(mem['free_bytes'])} free, {format_bytes(held)} held back: {mem['headroom_note']}).",
              f"Rows of your dataset: {result['lengths_source']}.",
              f"{'model':<24} {'fine-tune':<22} {'peak':>10}  {'verdict':<13} changes it needs"]
     for row in result["rows"]:
-        lines.append(f"{row['model']:<24} {row['label']:<22} {fmt_bytes(row['total_bytes']):>10}  "
+        lines.append(f"{row['model']:<24} {row['label']:<22} {format_bytes(row['total_bytes']):>10}  "
                      f"{row['verdict']:<13} {change_words(row)}")
     lines.append("Full fine-tunes are estimated only (`train` runs LoRA); bf16 weights, fp32 master copy and "
                  "AdamW states: 16 bytes per trained parameter.")

@@ -12,7 +12,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import format_bytes
 
 
 PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "
@@ -96,7 +96,7 @@ def estimate_for_workspace(
     if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
         est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
                          "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
-    est.notes.append(PER_PROCESS_NOTE.format(grads=fmt_bytes(est.components.get("lora_grads", 0))))
+    est.notes.append(PER_PROCESS_NOTE.format(grads=format_bytes(est.components.get("lora_grads", 0))))
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
@@ -163,23 +163,23 @@ def render(result: dict) -> str:
     for name, value in result["components"].items():
         if not value:
             continue
-        lines.append(f"  {name:<28} {fmt_bytes(value):>12}{'' if name in at_peak else '   (not at the peak)'}")
+        lines.append(f"  {name:<28} {format_bytes(value):>12}{'' if name in at_peak else '   (not at the peak)'}")
     mem = result["device_memory"]
     run = result.get("run_phases") or {}
     if run:
-        lines.append("  phases of the run: " + ", ".join(f"{p} {fmt_bytes(v)}" for p, v in run.items() if v))
+        lines.append("  phases of the run: " + ", ".join(f"{p} {format_bytes(v)}" for p, v in run.items() if v))
     peak = result.get("run_peak_phase") or result["peak_phase"]
-    lines.append(f"  {'peak of the run (' + peak + ')':<28} {fmt_bytes(result['total_bytes']):>12}")
-    lines.append(f"Device: {fmt_bytes(mem['total_bytes'])} total, {fmt_bytes(mem['free_bytes'])} free "
-                 f"({mem['source']}); usable {fmt_bytes(mem['usable_bytes'])}: "
-                 f"{fmt_bytes(mem['free_bytes'] - mem['usable_bytes'])} held back ({mem['headroom_note']}).")
-    lines.append(f"Verdict: {result['verdict']} (margin {fmt_bytes(result['margin_bytes'])}, {result['margin_percent']:.1f} %).")
+    lines.append(f"  {'peak of the run (' + peak + ')':<28} {format_bytes(result['total_bytes']):>12}")
+    lines.append(f"Device: {format_bytes(mem['total_bytes'])} total, {format_bytes(mem['free_bytes'])} free "
+                 f"({mem['source']}); usable {format_bytes(mem['usable_bytes'])}: "
+                 f"{format_bytes(mem['free_bytes'] - mem['usable_bytes'])} held back ({mem['headroom_note']}).")
+    lines.append(f"Verdict: {result['verdict']} (margin {format_bytes(result['margin_bytes'])}, {result['margin_percent']:.1f} %).")
     for note in result["notes"]:
         lines.append(f"  note: {note}")
     if result["suggestions"]:
         lines.append("To make it fit:" if result["verdict"] == "does not fit" else "To leave more room:")
         for s in result["suggestions"]:
-            lines.append(f"  - {fmt_bytes(s['total_bytes'])} ({s['verdict']}):")
+            lines.append(f"  - {format_bytes(s['total_bytes'])} ({s['verdict']}):")
             for step in s.get("steps") or [{"changes": s["changes"], "what": "", "cost": s["cost"]}]:
                 flags = " ".join(_flag(k, v) for k, v in step["changes"].items())
                 lines.append(f"      {step['what'] or flags} [{flags}]; cost: {step['cost']}")
@@ -193,8 +193,8 @@ def render(result: dict) -> str:
         lines.append(f"Precision: {result['compute_dtype']} ({result.get('compute_dtype_reason', '')}).")
     if result.get("measured"):
         m = result["measured"]
-        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {fmt_bytes(m['peak_bytes'])} "
-                     f"vs the step's estimate {fmt_bytes(result.get('step_bytes') or result['total_bytes'])} "
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {format_bytes(m['peak_bytes'])} "
+                     f"vs the step's estimate {format_bytes(result.get('step_bytes') or result['total_bytes'])} "
                      f"({m['error_percent']:+.1f} %).")
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from pipeline.errors import PipelineError
-from pipeline.memory.units import fmt_bytes
+from pipeline.units import format_bytes
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
@@ -109,11 +109,11 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
     if not measured and not total:
         return ""
     label = "Peak memory so far" if running else "Peak memory of the run"
-    text = f"{b(label + ':')} {fmt_bytes(measured) if measured else 'not measured yet'}"
+    text = f"{b(label + ':')} {format_bytes(measured) if measured else 'not measured yet'}"
     if measured and comparison.get("measured_phase"):
         text += f" (set by {comparison['measured_phase']})"
     if total:
-        text += f" · {b('estimate for the whole run:')} {fmt_bytes(total)}"
+        text += f" · {b('estimate for the whole run:')} {format_bytes(total)}"
         if comparison.get("estimate_phase"):
             text += f" (peak in {comparison['estimate_phase']})"
         if comparison.get("percent"):
@@ -123,9 +123,9 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
     lines = [text]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
-        step = f"{b('One training step:')} {fmt_bytes(step_measured) if step_measured else 'not reached yet'}"
+        step = f"{b('One training step:')} {format_bytes(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {fmt_bytes(step_estimate)} estimated"
+            step += f" against {format_bytes(step_estimate)} estimated"
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step)

@@ -12,7 +12,7 @@ names are the ones the trainer records its measured peaks under, `pipeline.train
     loss, a layer's backward, the optimizer update), plus on CPU the kernels cached for every batch
     shape the run meets (`pipeline.memory.terms.cpu_kernel_cache`) and the retained heap of the
     run's largest micro-batch rather than its median one (`cpu_heap_run_spread`,
-    `pipeline.memory.cpu_heap.CPU_HEAP_RETENTION_RUN_SPREAD`, which the preflight counts too: it is
+    `pipeline.memory.cpu_heap.run_spread_fraction`, which the preflight counts too: it is
     the first micro-batch); one step on one batch, what `--measure` runs and
     `MemoryEstimate.step_bytes` prices, has neither;
   * `eval`: a forward pass without gradients over the eval split's worst case (`batch_size` rows of
@@ -31,22 +31,17 @@ trainer measures for it. Pure arithmetic, no torch.
 
 from __future__ import annotations
 
+from pipeline.calibration.precision import compute_dtype_name
 from pipeline.config import TrainConfig
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.model.shape import ModelShape
-from pipeline.memory.cpu_heap import (
-    CPU_HEAP_RETENTION_PER_AUDIO_SECOND,
-    CPU_HEAP_RETENTION_PER_TOKEN,
-    allocator_retention,
-    run_spread_fraction,
-)
+from pipeline.memory.cpu_heap import allocator_retention, run_spread_fraction
 from pipeline.memory.terms import (
     audio_encoder_bytes,
-    compute_dtype,
     cpu_kernel_cache,
     eager_prob_bytes,
 )
-from pipeline.memory.units import dtype_bytes
+from pipeline.units import dtype_bytes
 
 RUN_PHASES = ("load", "preflight", "step", "eval", "save", "resume")
 """The phases of a training process, in the order a run meets them (the trainer's
@@ -86,7 +81,7 @@ def eval_forward_bytes(shape: ModelShape, config: TrainConfig, device: str, opti
     """
     if seq_len <= 0:
         return {"eval_audio_encoder": 0, "eval_decoder": 0, "eval_logits": 0, "eval_allocator_retention": 0}
-    c = dtype_bytes(compute_dtype(shape, config, device))
+    c = dtype_bytes(compute_dtype_name(device))
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     widest = max(shape.intermediate_sizes)
     mlp = (4 if shape.sparse_layers else 3) * widest * c

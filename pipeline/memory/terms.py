@@ -1,7 +1,11 @@
 """The formulas: bytes of each component of a LoRA fine-tuning step of Gemma 3n, one function per term.
 
 Each function's docstring gives its formula and its source (the transformers / peft / bitsandbytes /
-PyTorch code it follows, or our own measurement, with the constants it uses defined next to it):
+PyTorch code it follows, or our own measurement of the model's tensors, with the constants it uses
+defined next to it). What the device adds is data, not code: the CPU runtime overhead, oneDNN's kernel
+caches and glibc's retained heap were measured on one machine and ship as the default calibration
+record (`pipeline.calibration.store.device_defaults`, each value with its dated note), which
+`pipeline.calibration.fit` replaces or scales per machine. The terms:
 
   * weights per part: `weights` (bf16, NF4 via `nf4_bytes`, int8 via `int8_bytes`), the loading
     transient `load_transient`, the dequantization buffer `dequant_workspace`;
@@ -12,6 +16,7 @@ PyTorch code it follows, or our own measurement, with the constants it uses defi
   * logits: `logits_loss` (answer positions only);
   * audio encoder: `audio_encoder_bytes` (frozen transient, or saved tensors with LoRA in it);
   * allocator retention: `pipeline.memory.cpu_heap.allocator_retention` (glibc's resident heap on CPU);
+  * CPU kernel caches: `cpu_kernel_cache` (oneDNN's kernels per new batch shape);
   * runtime overhead: `runtime_overhead` (per device).
 
 Pure functions of a `ModelShape`, a `TrainConfig`, the device kind and `EstimateOptions`: no torch.
@@ -22,13 +27,14 @@ from __future__ import annotations
 
 import math
 
-from pipeline.calibration.precision import cached_compute_dtype
+from pipeline.calibration.precision import compute_dtype_name
+from pipeline.calibration.store import device_defaults
 from pipeline.config import TrainConfig
 from pipeline.model.catalog import stated_checkpoint_dtype
 from pipeline.memory.inputs import MAX_CLIP_S, EstimateOptions
 from pipeline.model.catalog import part_params
 from pipeline.model.shape import ModelShape
-from pipeline.memory.units import GIB, MIB, dtype_bytes
+from pipeline.units import dtype_bytes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -62,18 +68,6 @@ def int8_bytes(numel: int, out_features: int) -> float:
 # model.audio_tower, model.vision_tower, model.embed_audio, model.embed_vision, lm_head; embeddings
 # are never quantized by any backend). 8-bit also skips per_layer_model_projection (in-place op bug).
 QUANTIZED_PARTS = ("text_decoder", "projections")
-
-
-def compute_dtype(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions | None = None) -> str:
-    """Dtype of the frozen unquantized weights, the activations and the logits on `device`: what this
-    machine runs fast, as the trainer picks it (`pipeline.calibration.precision.choose_compute_dtype`:
-    bf16 where the device multiplies it natively and this machine's timed check confirms it, else
-    fp32; never fp16, FIELD_NOTES "dtype"). bnb 4-bit computes in the same dtype.
-    `options.compute_dtype`, when set, prices another dtype (`pipeline.memory.cpu_heap.allocator_retention` compares with the
-    dtype its constants were measured in)."""
-    if options is not None and options.compute_dtype:
-        return options.compute_dtype
-    return cached_compute_dtype(device)
 
 
 def checkpoint_dtype(model_config: dict) -> str:
@@ -118,7 +112,7 @@ def weights(shape: ModelShape, config: TrainConfig, device: str, options: Estima
     bitsandbytes `Params4bit` / `Int8Params`. Check: E2B bf16 = 10.09 GiB (FIELD_NOTES ~10.1 GiB).
     """
     parts = part_params(shape)
-    wb = dtype_bytes(compute_dtype(shape, config, device, options))
+    wb = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     quantized = quantized_parts(config)
     out: dict[str, int] = {}
     for name, pp in parts.items():
@@ -165,7 +159,7 @@ def load_transient(shape: ModelShape, config: TrainConfig, device: str) -> int:
         return 0
     parts = part_params(shape)
     largest = max(parts[name].largest_linear for name in quantized_parts(config))
-    return dtype_bytes(compute_dtype(shape, config, device)) * largest
+    return dtype_bytes(compute_dtype_name(device)) * largest
 
 
 def load_checkpoint_pages(shape: ModelShape, config: TrainConfig, device: str, options: EstimateOptions) -> int:
@@ -187,7 +181,7 @@ def dequant_workspace(shape: ModelShape, config: TrainConfig, device: str) -> in
     if config.quantization == "none":
         return 0
     parts = part_params(shape)
-    return dtype_bytes(compute_dtype(shape, config, device)) * max(parts[name].largest_linear for name in quantized_parts(config))
+    return dtype_bytes(compute_dtype_name(device)) * max(parts[name].largest_linear for name in quantized_parts(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,7 +367,7 @@ def layer_saved_bytes_per_token(
     """
     h, q, kv, p, n = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     inter = shape.intermediate_sizes[layer]
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     a = dtype_bytes(options.adapter_dtype)
     m = dropout_mask_bytes(config, device, options)
     r = config.lora_rank
@@ -420,7 +414,7 @@ def activations(
     All x batch_size x seq_len.
     """
     tokens = config.batch_size * seq_len
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
     per_layer = [layer_saved_bytes_per_token(shape, config, device, options, i, seq_len) for i in range(L)]
     once = L * p * c + FINAL_SAVED_H_ELEMS * h * c + 2 * seq_len * c + 2 * 2 * shape.head_dim * c
@@ -465,7 +459,7 @@ def logits_loss(shape: ModelShape, config: TrainConfig, device: str, options: Es
     E2B (FIELD_NOTES measured 1.6 MB saved + 2.1 MB fp32 gradient), per supervised position.
     The (N, h) gather of the final hidden states and its gradient are h-sized, counted nowhere.
     """
-    c = dtype_bytes(compute_dtype(shape, config, device, options))
+    c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     per_pos = c + 12 + (c if options.keep_logits else 0)
     return shape.vocab_size * per_pos * config.batch_size * answer_tokens
 
@@ -523,14 +517,14 @@ def audio_encoder_bytes(
     transient = (AUDIO_FROZEN_BYTES_PER_FRAME_PER_H * ha * frames + AUDIO_FROZEN_FIXED_BYTES) * b
     saved = recompute = 0
     if config.finetuning_type == "full":  # the encoder trains: every block keeps its saved tensors, Linear inputs in c
-        c = dtype_bytes(compute_dtype(shape, config, device, options))
+        c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
         saved = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * c) * shape.audio_layers * frames * b
     elif config.lora_targets == "language+audio":
         a = dtype_bytes(options.adapter_dtype)
         m = dropout_mask_bytes(config, device, options)
         per_frame_layer = ha * (AUDIO_BASE_SAVED_BYTES_PER_FRAME_PER_H + AUDIO_LORA_INPUT_H * (a + m)) + 12 * a * config.lora_rank
         if config.gradient_checkpointing:
-            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype(shape, config, device, options))
+            saved = shape.audio_layers * frames * b * ha * dtype_bytes(compute_dtype_name(device, options.compute_dtype))
             recompute = per_frame_layer * frames * b
         else:
             saved = per_frame_layer * shape.audio_layers * frames * b
@@ -541,80 +535,47 @@ def audio_encoder_bytes(
 # CPU kernel caches
 
 
-# CPU only: PyTorch's oneDNN (mkldnn) backend builds and caches a kernel ("primitive") for every new
-# matrix shape, and the cache holds it for the rest of the process (oneDNN's LRU cache keeps up to
-# 1,024 primitives). A training run meets a new shape with every new row length (the decoder's
-# matmuls, forward and backward), every new clip length (the audio encoder's) and every new answer
-# length (the logits at the supervised positions), so its resident memory grows over the first steps
-# and evaluations; one optimizer step on one batch (the probe) never sees it. Measured here on the
-# tiny Gemma 3n (4-bit and bf16 alike, torch 2.14.1 CPU), anonymous RSS after `malloc_trim` per
-# new shape, none for a shape seen before: 14.5 MiB per new row length (forward + backward of
-# every layer), 5 MiB per new clip length (the frozen audio encoder's forward), 2 MiB per new answer
-# length (the logits' matmuls at the supervised positions). Not yet measured on larger models. Turning oneDNN off
-# removes the growth but makes a bf16 matmul ~30x slower, so the growth is modelled, not avoided.
-# These are upper bounds for other CPUs: on an AMD EPYC (AVX2) computing in fp32, whose matmuls do not
-# go through oneDNN's bf16 primitives, a new row + clip length left 0.4-0.5 MiB (2026-12-01, the
-# calibration's `kernel_cache_growth`); `pipeline.calibration` scales this term per machine.
-CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH = int(14.5 * MIB)
-CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH = 5 * MIB
-CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH = 2 * MIB
-CPU_KERNEL_CACHE_MAX_SHAPES = 32
-"""Shapes of each kind counted at most (oneDNN's cache holds 1,024 primitives, roughly 30 per shape)."""
-
-
 def cpu_kernel_cache(config: TrainConfig, device: str, row_tokens: list[int], clip_count: int,
                      answer_tokens: list[int] | None = None) -> int:
-    """Bytes of oneDNN kernels a CPU training run caches beyond its first batch shape: one
-    `CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH` per distinct row length after the first (`row_tokens`:
-    the kept rows of both splits; a batch is padded to its longest row, so there are at most as many
-    lengths as rows) and one `CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH` per clip after the first
+    """Bytes of oneDNN kernels a CPU training run caches beyond its first batch shape.
+
+    PyTorch's oneDNN (mkldnn) backend builds and caches a kernel ("primitive") for every new matrix
+    shape and holds it for the rest of the process, so a run's resident memory grows with every new
+    row length (the decoder's matmuls, forward and backward), clip length (the audio encoder's) and
+    answer length (the logits at the supervised positions) over its first steps and evaluations; one
+    optimizer step on one batch (the probe) never sees it.
+
+    Formula, with the sizes per new shape of the default calibration record
+    (`pipeline.calibration.store.device_defaults`: measured on one CPU, dated there): one
+    `cpu_kernel_cache_bytes_per_row_length` per distinct row length after the first (`row_tokens`: the
+    kept rows of both splits; a batch is padded to its longest row, so there are at most as many
+    lengths as rows), one `cpu_kernel_cache_bytes_per_clip_length` per clip after the first
     (`clip_count`: recorded clips almost never share a length to the 10 ms frame) and one
-    `CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH` per distinct answer length after the first
+    `cpu_kernel_cache_bytes_per_answer_length` per distinct answer length after the first
     (`answer_tokens`; with batches of several rows, their sums), each capped at
-    `CPU_KERNEL_CACHE_MAX_SHAPES`. 0 off CPU (CUDA/MPS kernels are not cached per shape in host
-    memory this way) and when the lengths are unknown."""
+    `cpu_kernel_cache_max_shapes`. `pipeline.calibration.fit` scales the term per machine. 0 off CPU
+    (CUDA/MPS kernels are not cached per shape in host memory this way) and when the lengths are unknown."""
     if device != "cpu" or not row_tokens:
         return 0
-    lengths = min(len(set(row_tokens)), CPU_KERNEL_CACHE_MAX_SHAPES)
-    clips = min(max(clip_count, 1), CPU_KERNEL_CACHE_MAX_SHAPES)
-    answers = min(max(len(set(answer_tokens or [])), 1), CPU_KERNEL_CACHE_MAX_SHAPES)
-    return ((lengths - 1) * CPU_KERNEL_CACHE_BYTES_PER_ROW_LENGTH + (clips - 1) * CPU_KERNEL_CACHE_BYTES_PER_CLIP_LENGTH
-            + (answers - 1) * CPU_KERNEL_CACHE_BYTES_PER_ANSWER_LENGTH)
+    sizes = device_defaults()
+    cap = sizes.cpu_kernel_cache_max_shapes
+    lengths = min(len(set(row_tokens)), cap)
+    clips = min(max(clip_count, 1), cap)
+    answers = min(max(len(set(answer_tokens or [])), 1), cap)
+    return ((lengths - 1) * sizes.cpu_kernel_cache_bytes_per_row_length
+            + (clips - 1) * sizes.cpu_kernel_cache_bytes_per_clip_length
+            + (answers - 1) * sizes.cpu_kernel_cache_bytes_per_answer_length)
 
 
 # --------------------------------------------------------------------------------------------------
 # Runtime overhead
 
 
-# Runtime overhead per device (bytes) that is not a tensor of ours.
-# cpu: measured here (torch 2.14.1, transformers 5.24, peft 0.21, bitsandbytes 0.50, datasets, Linux
-#      x86-64): the resident memory of a Python process after importing what the trainer imports is
-#      900 MiB (the probe's `baseline_rss_bytes`, 900-901 MiB on 2026-11-30; 870 MiB before datasets
-#      was imported too), and the processor, the model's Python objects, peft wrappers, the Trainer
-#      and oneDNN's kernels for the first batch shape add ~90 MiB (peak RSS of a step of the tiny
-#      model, 1,009 MiB at 256 tokens, minus its ~20 MiB of tensors). The Gemma 3n processor's real
-#      262k-entry tokenizer is larger than the tiny model's (not measured here: no copy offline).
-# cuda: CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack. Public reports for
-#      PyTorch 2.x on Ampere/Hopper put the context at 0.4-0.6 GiB; not measured in this session
-#      (no GPU was lent): 0.75 GiB includes allocator block rounding.
-# mps: Metal command buffers and MPSGraph caches; not measured here (no Mac): 0.5 GiB assumed.
-CPU_IMPORT_BASELINE_BYTES = 900 * MIB
-CPU_RUNTIME_OBJECTS_BYTES = 90 * MIB
-RUNTIME_OVERHEAD_BYTES = {
-    "cpu": CPU_IMPORT_BASELINE_BYTES + CPU_RUNTIME_OBJECTS_BYTES,
-    "cuda": int(0.75 * GIB),
-    "mps": int(0.5 * GIB),
-}
-RUNTIME_OVERHEAD_NOTE = {
-    "cpu": "measured: RSS of Python + torch/transformers/peft/datasets (900 MiB), the processor and the model's objects (90 MiB)",
-    "cuda": "assumed from public reports of CUDA context + allocator slack (no GPU measured here)",
-    "mps": "assumed (no Mac measured here)",
-}
-
-
 def runtime_overhead(device: str, calibrated_bytes: int | None = None) -> int:
     """Bytes the runtime holds on `device` that are not tensors of ours: this machine's calibrated
-    figure when given (`pipeline.calibration.fit.DeviceCalibration.runtime_overhead_bytes`), else
-    `RUNTIME_OVERHEAD_BYTES` (measured on the development CPU, assumed from public reports on CUDA
-    and MPS; `RUNTIME_OVERHEAD_NOTE` says which)."""
-    return int(calibrated_bytes) if calibrated_bytes is not None else RUNTIME_OVERHEAD_BYTES[device]
+    figure when given (`pipeline.calibration.fit.DeviceCalibration.runtime_overhead_bytes`), else the
+    default calibration record's (`pipeline.calibration.store.device_defaults().runtime_overhead_bytes`:
+    on CPU the process after its imports plus the processor, model objects and first kernels, measured
+    on the development CPU; on CUDA and MPS assumed from public reports; its `runtime_overhead_note`
+    says which)."""
+    return int(calibrated_bytes) if calibrated_bytes is not None else device_defaults().runtime_overhead_bytes[device]

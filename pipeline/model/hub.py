@@ -13,11 +13,11 @@ import errno
 import os
 import platform
 import re
-import shutil
 from pathlib import Path
 from typing import Iterator
 
 from pipeline.errors import ModelLoadError
+from pipeline.fileio import disk_room
 
 MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
 """Approximate download sizes in bytes (bf16 safetensors on the hub) used for the free-disk check."""
@@ -134,18 +134,16 @@ def _is_cached(model_id: str) -> bool:
 
 
 def check_disk_for_download(model_id: str) -> None:
-    """Raise `ModelLoadError` when a hub model is not cached and the cache disk lacks room for it."""
+    """Raise `ModelLoadError` when a hub model is not cached and the cache disk lacks room for it (its
+    download size x `pipeline.fileio.DISK_MARGIN`, `pipeline.fileio.disk_room`)."""
     if is_local_model(model_id) or _is_cached(model_id) or _hub_offline():
         return  # offline: `_check_hub_reachable` says what to download, which matters more
     needed = MODEL_DOWNLOAD_BYTES.get(model_id)
     if needed is None:
         return
     cache = _hub_cache_dir()
-    probe = cache
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed * 1.1:
+    free, wanted = disk_room(cache, needed)
+    if free < wanted:
         raise ModelLoadError(
             f"Downloading `{model_id}` needs about {needed / 1024**3:.0f} GiB but only {free / 1024**3:.1f} GiB is free at "
             f"{cache}. Free some disk space, or set HF_HOME to a folder on a larger disk and try again."

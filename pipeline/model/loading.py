@@ -2,7 +2,8 @@
 
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
-- `compute_dtype(device)`: bf16 where the device runs it fast (`pipeline.calibration.precision`), else fp32; never fp16.
+- `compute_dtype(device)`: the torch dtype of `pipeline.calibration.precision.compute_dtype_name` (bf16 where the
+  device runs it fast, else fp32; never fp16), fp32 on a GPU without bf16.
 - `load_processor(model_id)`, `load_model(model_id, device=, quantization=, vision_tower=, ple_on_cpu=,
   quantize_audio_encoder=, low_memory_heap=)`; `load_kwargs` (its `from_pretrained` arguments: the device map of
   `pipeline.model.placement`, the quantization config and skip list).
@@ -26,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,6 +44,7 @@ from pipeline.model.hub import (
 )
 from pipeline.model.catalog import DEFAULT_FAMILY, family_for, model_family
 from pipeline.model.family import ModelFamily
+from pipeline.units import format_bytes
 from pipeline.model.placement import (  # noqa: F401 - HostEmbedding, drop_vision_tower: part of this module's API
     HostEmbedding,
     _tensor_bytes,
@@ -109,15 +110,15 @@ def resolve_device(name: str = "auto") -> str:
 
 
 def compute_dtype(device: str) -> torch.dtype:
-    """The dtype of the unquantized weights and the activations on `device`: what it runs fast
-    (`pipeline.calibration.precision.choose_compute_dtype`: bf16 where the CPU has native bf16 and this
-    machine's timed check confirms it, on MPS from macOS 14, else fp32; `TUTOR_COMPUTE_DTYPE`
-    overrides); on CUDA bf16 where the GPU supports it (Ampere+), else fp32. Never fp16: it overflows
-    in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype"). The memory estimate
-    prices the same choice (`pipeline.memory.terms.compute_dtype`)."""
-    from pipeline.calibration.precision import choose_compute_dtype  # noqa: PLC0415 - torch-free
+    """The dtype of the unquantized weights and the activations on `device`, as a torch dtype: the one
+    decision the memory estimate prices too (`pipeline.calibration.precision.compute_dtype_name`: bf16
+    where the CPU has native bf16 and this machine's timed check confirms it, on MPS from macOS 14,
+    else fp32; `TUTOR_COMPUTE_DTYPE` overrides); on CUDA, fp32 where the GPU has no bf16
+    (`torch.cuda.is_bf16_supported()`: before Ampere), which the torch-free decision cannot ask.
+    Never fp16: it overflows in Gemma 3n's activations (Unsloth's Gemma 3n notes; FIELD_NOTES "dtype")."""
+    from pipeline.calibration.precision import compute_dtype_name  # noqa: PLC0415 - torch-free
 
-    name = choose_compute_dtype(device)[0]
+    name = compute_dtype_name(device)
     if device == "cuda" and name == "bfloat16" and not torch.cuda.is_bf16_supported():
         name = "float32"
     return torch.bfloat16 if name == "bfloat16" else torch.float32
@@ -178,20 +179,12 @@ class QuantizationReport:
         return asdict(self)
 
     def summary(self) -> str:
-        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 1.8 MiB"."""
+        """One human line, e.g. "4bit-nf4 on cpu: 59 Linear layers quantized, 25 kept bf16; weights 2 MiB"
+        (`pipeline.units.format_bytes`, as the estimate and the app print bytes)."""
         return (
             f"{self.method} on {self.device}: {self.quantized_count} Linear layers quantized, {self.kept_count} kept "
-            f"{self.dtype}; weights {_human_bytes(self.weight_bytes)}"
+            f"{self.dtype}; weights {format_bytes(self.weight_bytes)}"
         )
-
-
-def _human_bytes(n: float) -> str:
-    """Bytes in binary units (KiB, MiB, GiB = 1024**k bytes), as the app and memory estimate show them."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -637,19 +630,3 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
         raise ModelLoadError(f"The adapter in `{path}` attached to no module of this model; was it trained on another model?")
     peft_model.eval()
     return peft_model
-
-
-def model_config_dict(model_id: str) -> dict[str, Any]:
-    """The checkpoint's `config.json` as a dict (for the memory estimate), without loading weights."""
-    from transformers import AutoConfig
-
-    model_id = str(model_id)
-    if is_local_model(model_id):
-        check_local_folder(model_id)
-    with translate_load_errors(model_id, "config"):
-        return from_pretrained_cached_first(AutoConfig.from_pretrained, model_id).to_dict()
-
-
-def lora_target_matches(regex: str, name: str) -> bool:
-    """True when peft would wrap module `name` for target `regex` (peft full-matches string targets)."""
-    return re.fullmatch(regex, name) is not None

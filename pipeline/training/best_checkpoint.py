@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.fileio import append_jsonl, atomic_write_json
+from pipeline.fileio import append_jsonl, atomic_write_json, staged_folder
 
 log = logging.getLogger("pipeline.training.train")
 
@@ -193,17 +192,9 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
 
         def _save(self, model, best: dict) -> None:
             """Write the model's LoRA adapter to `best/`, replacing the previous best atomically."""
-            folder = paths["best"]
-            tmp = folder.with_name(f".{folder.name}.tmp")
-            old = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.rmtree(old, ignore_errors=True)
-            model.save_pretrained(str(tmp))
-            atomic_write_json(tmp / "best.json", best)
-            if folder.exists():
-                folder.rename(old)
-            tmp.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
+            with staged_folder(paths["best"]) as staging:
+                model.save_pretrained(str(staging))
+                atomic_write_json(staging / "best.json", best)
 
     return BestCheckpointCallback()
 

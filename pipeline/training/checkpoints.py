@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import TrainingError
+from pipeline import fileio
 from pipeline.fileio import atomic_write_json
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -41,8 +42,6 @@ DAMAGED_PREFIX = "damaged-"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 REQUIRED_TORCH_FILES = ("optimizer.pt", "scheduler.pt")
 OPTIONAL_TORCH_PATTERNS = ("rng_state*.pth", "scaler.pt")
-DISK_MARGIN = 1.1
-"""Free space wanted over the bytes a save writes (file-system overhead, the adapter's processor files)."""
 OPTIMIZER_STATES_PER_WEIGHT = 2
 """AdamW keeps two fp32 states per trainable weight (exp_avg, exp_avg_sq; Loshchilov & Hutter 2019): the
 largest of the optimizers offered, so the estimate of a first checkpoint's size is an upper bound."""
@@ -203,26 +202,15 @@ def load_error(checkpoint: str | Path, what: str, error: BaseException) -> Train
     )
 
 
-def free_bytes(folder: str | Path) -> int:
-    """Free bytes on the disk holding `folder` (or its nearest existing parent)."""
-    import shutil
-
-    probe = Path(folder)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
 def check_free_disk(folder: str | Path, needed_bytes: int, what: str) -> None:
-    """Raise `TrainingError` unless the disk holding `folder` has `needed_bytes * DISK_MARGIN` free.
+    """Raise `TrainingError` unless the disk holding `folder` has `needed_bytes` x `pipeline.fileio.DISK_MARGIN` free.
 
     Args:
         folder: where the bytes will be written (the run folder, its checkpoints/).
         needed_bytes: what the write takes (bytes).
         what: names the write in the message, e.g. "checkpoint-4".
     """
-    free = free_bytes(folder)
-    wanted = int(needed_bytes * DISK_MARGIN)
+    free, wanted = fileio.disk_room(folder, needed_bytes)
     if free < wanted:
         raise TrainingError(
             f"Not enough free disk for {what} in {folder}: {free / 2**20:.1f} MiB free, about {wanted / 2**20:.1f} MiB "
@@ -272,23 +260,15 @@ def save_adapter(model: Any, processor: Any, base_identity: dict, adapter_dir: P
 
     from pipeline.model.base_identity import write_identity
 
-    tmp = adapter_dir.with_name(f".{adapter_dir.name}.tmp")
-    old = adapter_dir.with_name(f".{adapter_dir.name}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     check_free_disk(adapter_dir.parent, trainable * 4 + 2**20, f"the adapter ({adapter_dir.name}/)")
     try:
-        if weights_from is not None:
-            shutil.copytree(weights_from, tmp)
-        else:
-            model.save_pretrained(str(tmp))
-        processor.save_pretrained(str(tmp))
-        write_identity(tmp, base_identity)  # load_adapter checks it (pipeline.model.base_identity)
+        with fileio.staged_folder(adapter_dir) as staging:
+            if weights_from is not None:
+                shutil.copytree(weights_from, staging, dirs_exist_ok=True)
+            else:
+                model.save_pretrained(str(staging))
+            processor.save_pretrained(str(staging))
+            write_identity(staging, base_identity)  # load_adapter checks it (pipeline.model.base_identity)
     except OSError as error:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise save_error(adapter_dir, error, what="adapter") from error
-    if adapter_dir.exists():
-        adapter_dir.rename(old)
-    tmp.rename(adapter_dir)
-    shutil.rmtree(old, ignore_errors=True)

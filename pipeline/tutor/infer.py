@@ -428,22 +428,6 @@ def load_tutor(
     return tutor
 
 
-def feedback_for_clip(
-    model: str | None,
-    audio: Any,
-    target_text: str,
-    *,
-    run: str | None = None,
-    workspace: Workspace | str | os.PathLike | None = None,
-    device: str | None = None,
-    quantization: str | None = None,
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-) -> str:
-    """The tutor's answer text for one clip (see `load_tutor` and `Tutor.feedback`)."""
-    tutor = load_tutor(model, run=run, workspace=workspace, device=device, quantization=quantization)
-    return tutor.feedback(audio, target_text, max_new_tokens=max_new_tokens).text
-
-
 def compare_feedback(
     audio: Any,
     target_text: str,

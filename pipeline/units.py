@@ -1,0 +1,33 @@
+"""Bytes: the units (GiB, MiB), how they are printed, and the size of a dtype's element.
+
+The small vocabulary the memory estimate, the loader's report, the command line and the app share, so
+a figure reads the same wherever it is printed; no formula of the memory model lives here.
+"""
+
+from __future__ import annotations
+
+GIB = 1024**3
+MIB = 1024**2
+KIB = 1024
+
+
+def format_bytes(n: float | int | None) -> str:
+    """`n` bytes in binary units (1 GiB = 1024**3 bytes, as `nvidia-smi`, PyTorch and `free` report them):
+    `7_000_000_000` -> "6.52 GiB", `300 * MIB` -> "300 MiB", `4096` -> "4 KiB", `12` -> "12 B"; two
+    decimals in GiB, none below; a negative `n` (a margin) keeps its sign; None -> "–" (not known)."""
+    if n is None:
+        return "–"
+    value = float(n)
+    if abs(value) >= GIB:
+        return f"{value / GIB:.2f} GiB"
+    if abs(value) >= MIB:
+        return f"{value / MIB:.0f} MiB"
+    if abs(value) >= KIB:
+        return f"{value / KIB:.0f} KiB"
+    return f"{value:.0f} B"
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a torch dtype name (`bfloat16` 2, `float32` 4, ...)."""
+    name = name.replace("torch.", "")
+    return {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "int8": 1, "uint8": 1}.get(name, 2)
