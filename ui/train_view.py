@@ -1,0 +1,267 @@
+"""The Train tab's text and figures: the settings line, the forecast, the progress bar, the loss curves, the
+memory against the estimate, the failure panel and the Past runs table.
+
+Inputs are what `pipeline.training.run_folder.read_run` reads (a `RunReading`, its progress rows, its
+result.json) and `TrainConfig.to_dict()` settings; the handlers (`ui.train_tab`) apply the app's words
+(`ui.wording`) before a reason reaches a panel here. Nothing here imports gradio or torch, or reads a
+file. Figures use the object-oriented `matplotlib.figure.Figure` API (no pyplot state shared between
+sessions).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from ui.formatting import _PALETTE, format_bytes, format_seconds, memory_counter_words
+
+NOTE_CHARS = 160
+"""A run's note in the Past runs table is cut after this many characters (the Train tab's failure panel
+shows the whole reason of the run being watched)."""
+COMPUTE_DTYPE_WORDS = {"float32": "full precision (float32)", "bfloat16": "half precision (bfloat16)"}
+"""How the forecast names the precision a run will compute in."""
+
+
+# --------------------------------------------------------------------------------------------
+# before a run: its settings and how long it will take
+
+
+def settings_words(config: Mapping[str, Any]) -> str:
+    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`), in the words the widgets use."""
+    length = (f"{config['max_steps']} steps" if config.get("max_steps", -1) > 0
+              else f"{config.get('epochs'):g} epochs")
+    model = str(config["model"])
+    model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
+    extras = " · per-layer embeddings in CPU RAM" if config.get("ple_on_cpu") else ""
+    extras += " · low-memory mode" if config.get("low_memory_heap") else ""
+    if config.get("keep_best"):
+        patience = config.get("early_stopping_patience") or 0
+        length += (f" · keeps the best of its evaluations ({config.get('judge_clips')} test answers every "
+                   f"{config.get('eval_steps')} steps" + (f", stops after {patience} without progress" if patience else "")
+                   + ")")
+    return (
+        f"{model} · {config['quantization']} · {config['device']} · "
+        f"LoRA r {config['lora_rank']} (alpha {config['lora_alpha']}) on {config['lora_targets']} · "
+        f"batch {config['batch_size']} × {config['grad_accum']} accumulation · max length {config['max_length']} · "
+        f"checkpointing {'on' if config['gradient_checkpointing'] else 'off'} · "
+        f"vision tower {'loaded' if config.get('vision_tower', True) else 'not loaded'}{extras} · "
+        f"{config['optimizer']} · lr {config['learning_rate']:g} {config['lr_schedule']} · {length}"
+    )
+
+
+def settings_markdown(config: Mapping[str, Any]) -> str:
+    """The "Next run" line of the Train tab: `settings_words` of the settings the next Start uses."""
+    return f"**Next run:** {settings_words(config)}"
+
+
+def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
+    """Before a run starts: the precision it will compute in on `device` and why, and how long it will take
+    (`plan`: `pipeline.calibration.forecast_run`'s dict: `compute_dtype`, `compute_dtype_reason`, `seconds`
+    (None: not measured here), `steps`, `step` (the measured step's record, with its `date`))."""
+    text = (f"**How it will run:** on this machine's {device.upper() if device != 'cpu' else 'CPU'} in "
+            f"{COMPUTE_DTYPE_WORDS.get(plan['compute_dtype'], plan['compute_dtype'])}, because "
+            f"{plan['compute_dtype_reason'].split(': ', 1)[-1].rstrip('.')}.")
+    if plan["seconds"] is not None:
+        text += (f" **About {format_seconds(plan['seconds'])}** for {plan['steps']} steps (from a step "
+                 f"measured on this machine on {str(plan['step']['date'])[:10]}; evaluations add to it).")
+    elif plan["steps"] is not None:
+        text += (f" {plan['steps']} steps; how long they take is not measured on this machine for these settings "
+                 "yet: **Calibrate this machine** on the Memory tab measures it.")
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# the run being watched
+
+
+def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
+                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
+    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status;
+    with `settings` (the run's config.json), a second line with the settings this run uses."""
+    step = int(step or 0)
+    total = int(max_steps or 0)
+    fraction = min(1.0, step / total) if total > 0 else 0.0
+    status_text = html.escape(status or "not started")
+    label_text = f"<b>{html.escape(label)}</b> · " if label else ""
+    eta_text = f" · ETA {format_seconds(eta_s)}" if eta_s else ""  # none once a run has ended or stopped
+    return (
+        '<div class="train-progress">'
+        f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
+        f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
+        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
+        f"status: <b>{status_text}</b></div>"
+        + (f'<div class="train-progress-settings"><small>This run: {html.escape(settings_words(settings))}</small></div>'
+           if settings else "")
+        + "</div>"
+    )
+
+
+def state_words(state: str, loading_s: float | None) -> str:
+    """A run's state for its progress line ("not started", "running"), with the seconds its process has
+    spent loading before the first step while it does (`loading_s`, None once it has logged a step)."""
+    words = state.replace("_", " ")
+    if loading_s is not None:
+        words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)})"
+    return words
+
+
+def run_progress_html(run: Any) -> str:
+    """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
+    its steps, its training clock, its ETA while it runs, its state and its own settings."""
+    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s, state_words(run.state, run.loading_s),
+                         label=run.run, settings=run.settings)
+
+
+def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
+    """Training loss and eval loss against the optimizer step (from `progress.jsonl` rows).
+
+    Returns a `matplotlib.figure.Figure`; an empty figure with a note before the first step.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.0), layout="constrained")
+    ax = fig.add_subplot()
+    train = [(r["step"], r["loss"]) for r in progress_rows if r.get("loss") is not None and "step" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in progress_rows if r.get("eval_loss") is not None and "step" in r]
+    if not train and not evals:
+        ax.text(0.5, 0.5, "waiting for the first step…", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    if train:
+        ax.plot(*zip(*train), color=_PALETTE[0], marker="." if len(train) < 40 else None, label="train loss")
+    if evals:
+        ax.plot(*zip(*evals), color=_PALETTE[1], marker="o", label="eval loss")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (tutor's answer)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
+                          running: bool = False) -> str:
+    """A run's measured memory against the estimate for its settings, like with like: the whole
+    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
+    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
+    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
+    from pipeline.memory.run_compare import compare, comparison_text
+
+    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
+    kind = (memory or {}).get("memory_kind")
+    if text and kind:
+        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
+    return text
+
+
+def kept_markdown(rows: list[dict], result: dict) -> str:
+    """With `--keep-best`: which step the run keeps and why (result.json's `best_reason` once it ended),
+    or while it trains, the last check against the experts with the seconds it took (progress.jsonl's
+    `"judge"` lines, `pipeline.training.best_checkpoint`); "" otherwise."""
+    if result.get("best_reason"):
+        return f"**Kept:** {result['best_reason']}."
+    checks = [row for row in rows if row.get("kind") == "judge"]
+    if not checks:
+        return ""
+    last = checks[-1]
+    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
+    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
+            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
+            f"recording(s) in {format_seconds(last['seconds'])}.")
+
+
+def run_memory_markdown(run: Any) -> str:
+    """The memory panel of the run being watched (a `RunReading`): with `--keep-best` the step it keeps
+    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`)."""
+    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive)
+    kept = kept_markdown(run.rows, run.result or {})
+    return f"{kept}\n\n{memory}" if kept else memory
+
+
+def failure_markdown(status: Mapping[str, Any]) -> str:
+    """Why a run failed and what to change (empty unless `status` is failed)."""
+    if status.get("status") != "failed":
+        return ""
+    reason = status.get("reason") or "the run ended with an error (see the log)."
+    lines = ["### ✗ Training failed", "", str(reason)]
+    suggestions = status.get("suggestions") or []
+    if suggestions:
+        lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
+        lines += [f"- {tip}" for tip in suggestions]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# every run
+
+
+def runs_frame(runs: Iterable[Mapping[str, Any]]):
+    """Table of past runs (`pipeline.training.runs.run_status` dicts): name, state, steps, losses, peak memory, note."""
+    import pandas as pd
+
+    rows = []
+    for run in runs:
+        result = run.get("result") or {}
+        step, max_steps = run.get("step"), run.get("max_steps")
+        rows.append(
+            {
+                "run": run.get("run"),
+                "state": str(run.get("state", "")).replace("_", " "),
+                "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
+                "final loss": _round(result.get("final_loss")),
+                "eval loss": _round(result.get("eval_loss")),
+                "peak memory": format_bytes(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
+                "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
+                "note": _note(run.get("reason")),
+            }
+        )
+    columns = ["run", "state", "steps", "final loss", "eval loss", "peak memory", "model", "note"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _note(reason: Any) -> str:
+    """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
+    "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
+    text = str(reason or "")
+    text = text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
+
+
+def _round(value: Any) -> Any:
+    return round(float(value), 4) if isinstance(value, (int, float)) else value
+
+
+def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """Training loss (solid) and eval loss (dashed, circles) of several runs against the optimizer step,
+    one colour per run (`runs`: run name -> its `progress.jsonl` rows).
+
+    Returns a `matplotlib.figure.Figure`; a note when no run has a logged step yet.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = False
+    for index, (name, rows) in enumerate(runs.items()):
+        colour = _PALETTE[index % len(_PALETTE)]
+        train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r]
+        evals = [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None and "step" in r]
+        if train:
+            ax.plot(*zip(*train), color=colour, linewidth=1.4, label=f"{name}: train")
+        if evals:
+            ax.plot(*zip(*evals), color=colour, linestyle="--", marker="o", markersize=4, label=f"{name}: eval")
+        drawn = drawn or bool(train or evals)
+    if not drawn:
+        ax.text(0.5, 0.5, "pick runs that have logged a step", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss (tutor's answer)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
