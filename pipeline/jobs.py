@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from pipeline.fileio import atomic_write_json
-from pipeline.host.process_check import command_alive, detached_popen_kwargs, kill_process_group
+from pipeline.host.process_check import command_alive, detached_popen_kwargs, kill_process
 from pipeline.workspace import Workspace
 
 PID_FILE = "pid.json"
@@ -79,24 +78,9 @@ def alive(pid: int | None, *words: str) -> bool:
 def kill(pid: int) -> None:
     """Kill process `pid` at once: its whole process group when it leads one (a detached job and what it
     started), else the process alone (a blocking child shares this process's group, which must live on);
-    a child of this process is then reaped (up to 10 s). Never raises for a process already gone or not ours."""
-    child = _CHILDREN.get(pid)
-    try:
-        leads_a_group = os.name != "posix" or os.getpgid(pid) == pid
-    except OSError:
-        leads_a_group = False
-    if leads_a_group:
-        kill_process_group(pid, child)
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    if child is not None:
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+    a child of this process is then reaped (up to 10 s). Never raises for a process already gone or not
+    ours (`pipeline.host.process_check.kill_process`)."""
+    kill_process(pid, _CHILDREN.get(pid))
 
 
 def job_env(defaults: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
