@@ -160,15 +160,16 @@ class JobKind:
         """The process of the job in `folder` (named by the folder): its pid file's pid (else
         `fallback_pid`, e.g. the pid a trainer started from the command line writes into its result),
         whether it is alive, when it was launched and when a stop was asked."""
-        record = read_json(Path(folder) / PID_FILE)
+        folder = Path(folder)
+        record = read_json(folder / PID_FILE)
         record = record if isinstance(record, dict) else {}
         pid = int(record["pid"]) if record.get("pid") else (int(fallback_pid) if fallback_pid else None)
         started = record.get("started_at")
         try:
-            stop_at: float | None = (Path(folder) / self.stop_file).stat().st_mtime
+            stop_at: float | None = (folder / self.stop_file).stat().st_mtime
         except OSError:
             stop_at = None
-        return JobProcess(pid=pid, alive=self.alive(pid, Path(folder).name),
+        return JobProcess(pid=pid, alive=self.alive(pid, folder.name),
                           started_at=float(started) if isinstance(started, (int, float)) else None,
                           stop_requested_at=stop_at)
 

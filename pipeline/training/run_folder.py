@@ -30,6 +30,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +196,11 @@ def run_settings(workspace: Workspace | str | os.PathLike, run_name: str) -> dic
     Raises:
         ConfigError: `run_name` is not a usable run name.
     """
-    path = run_paths(workspace, run_name)["config"]
+    return _settings_in(run_paths(workspace, run_name)["dir"])
+
+
+def _settings_in(run_dir: Path) -> dict:
+    path = run_dir / RUN_FILES["config"]
     try:
         return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     except ValueError:
@@ -329,18 +334,6 @@ def _run_estimate(ws: Workspace, run_name: str, result: dict, estimates: dict | 
     return estimates[run_name]
 
 
-def _full_settings(ws: Workspace, run_name: str) -> dict | None:
-    """The run's settings (its config.json) as a full `TrainConfig` dict, or None when unreadable."""
-    from pipeline.config import TrainConfig  # noqa: PLC0415
-    from pipeline.errors import PipelineError  # noqa: PLC0415
-
-    try:
-        settings = run_settings(ws, run_name)
-        return TrainConfig.from_dict(settings).to_dict() if settings else None
-    except (PipelineError, TypeError, ValueError):
-        return None
-
-
 def _tail(path: Path, lines: int) -> str:
     """The last `lines` lines of a text file ('' when missing); reads at most the last 64 KiB."""
     try:
@@ -376,8 +369,6 @@ class RunReading:
     """progress.jsonl's lines (a torn last line skipped): training steps, evaluations, --keep-best checks."""
     result: dict | None
     """result.json, or None before the trainer wrote it."""
-    settings: dict | None
-    """config.json as a full `TrainConfig.to_dict()`, or None when missing or unreadable."""
     step: int | None
     """The last logged training step (else result.json's `steps`)."""
     max_steps: int | None
@@ -399,6 +390,19 @@ class RunReading:
     @property
     def stop_requested(self) -> bool:
         return self.stop_requested_at is not None
+
+    @cached_property
+    def settings(self) -> dict | None:
+        """config.json as a full `TrainConfig.to_dict()`, or None when missing or unreadable. Read when
+        first asked (the run being watched shows them; a list of runs does not ask)."""
+        from pipeline.config import TrainConfig  # noqa: PLC0415
+        from pipeline.errors import PipelineError  # noqa: PLC0415
+
+        try:
+            settings = _settings_in(self.run_dir)
+            return TrainConfig.from_dict(settings).to_dict() if settings else None
+        except (PipelineError, TypeError, ValueError):
+            return None
 
     @property
     def last_progress(self) -> dict | None:
@@ -442,12 +446,11 @@ def read_run(workspace: Workspace | str | os.PathLike, run_name: str, *, log_lin
         ConfigError: `run_name` is not a usable run name.
     """
     ws = as_workspace(workspace)
-    paths = run_paths(ws, run_name)
-    run_dir = paths["dir"]
-    result = read_json(paths["result"])
+    run_dir = ws.run_dir(run_name)
+    result = read_json(run_dir / RUN_FILES["result"])
     running_pid = result.get("pid") if result and result.get("status") == "running" else None
     process = TRAINING_RUN.read(run_dir, fallback_pid=running_pid)
-    rows = read_jsonl(paths["progress"])
+    rows = read_jsonl(run_dir / RUN_FILES["progress"])
     reason = result.get("reason") if result else None
     if process.alive:
         state = "stopping" if process.stop_requested else "running"
@@ -467,11 +470,11 @@ def read_run(workspace: Workspace | str | os.PathLike, run_name: str, *, log_lin
         rows, _clock_start(ended, process.started_at), process.alive, time.time() if now is None else now,
         max_steps=max_steps, stop_requested_at=process.stop_requested_at,
         failed_at=ended.get("finished_at") if state == "failed" else None)
-    log_tail = (_tail(paths["log"], log_lines) or _tail(paths["process_log"], log_lines)) if log_lines > 0 else ""
+    log_tail = ((_tail(run_dir / RUN_FILES["log"], log_lines) or _tail(run_dir / RUN_FILES["process_log"], log_lines))
+                if log_lines > 0 else "")
     return RunReading(
         run=run_name, run_dir=run_dir, state=state, alive=process.alive, pid=process.pid, reason=reason,
         stop_requested_at=process.stop_requested_at, rows=rows, result=result,
-        settings=_full_settings(ws, run_name),
         step=train_rows[-1]["step"] if train_rows else ended.get("steps"), max_steps=max_steps,
         elapsed_s=elapsed, loading_s=loading, eta_s=last.get("eta_s") if process.alive else None,
         log_tail=log_tail, memory=measured_memory(rows, ended),
