@@ -6,6 +6,8 @@ a figure reads the same wherever it is printed; no formula of the memory model l
 
 from __future__ import annotations
 
+import math
+
 GIB = 1024**3
 MIB = 1024**2
 KIB = 1024
@@ -25,6 +27,21 @@ def format_bytes(n: float | int | None) -> str:
     if abs(value) >= KIB:
         return f"{value / KIB:.0f} KiB"
     return f"{value:.0f} B"
+
+
+def format_seconds(seconds: float | int | None) -> str:
+    """Seconds as people read them: `3725` -> `"1 h 02 min"`, `95` -> `"1 min 35 s"`, `4.2` -> `"4 s"`;
+    None or NaN -> `"–"`."""
+    if seconds is None or (isinstance(seconds, float) and not math.isfinite(seconds)):
+        return "–"
+    seconds = max(0, int(round(float(seconds))))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
 
 
 def dtype_bytes(name: str) -> int:

@@ -54,12 +54,12 @@ def _stop_started_runs():
     yield
     import sys
 
-    runs = sys.modules.get("pipeline.training.runs")
-    if runs is None:
+    jobs = sys.modules.get("pipeline.jobs")  # what `start_run` starts with (`pipeline.jobs.start`)
+    if jobs is None:
         return
     from tests.processes import stop_process_group
 
-    for pid, child in list(runs._CHILDREN.items()):
+    for pid, child in list(jobs._CHILDREN.items()):
         if child.poll() is None:
             stop_process_group(pid)
             child.wait(timeout=30)

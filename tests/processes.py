@@ -57,7 +57,7 @@ def _alive(pid: int) -> bool:
 def workspace_run_pids(workspace: Path) -> set[int]:
     """Pids of the training processes of a workspace: every `runs/*/pid.json`, the pid a running
     trainer writes into its `result.json`, and the holder of the workspace's training lock."""
-    from pipeline.training.runs import pid_alive
+    from pipeline.training.run_folder import pid_alive
     from pipeline.host.workspace_lock import lock_holder
 
     pids: set[int] = set()
@@ -85,6 +85,7 @@ def stop_workspace_runs(workspace: Path) -> list[int]:
 def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
     """Stop every evaluation job process of `workspace` (`pipeline.tutor.eval_jobs`: detached like a run; their
     pids are in `WS/eval_jobs/*/pid.json`) and reap those this process started; returns the pids stopped."""
+    from pipeline import jobs
     from pipeline.tutor import eval_jobs
 
     stopped = []
@@ -95,7 +96,7 @@ def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
             continue
         if eval_jobs.job_alive(pid, pid_file.parent.name) and stop_process_group(pid):
             stopped.append(pid)
-        child = eval_jobs._CHILDREN.pop(pid, None)
+        child = jobs._CHILDREN.pop(pid, None)
         if child is not None:
             child.wait(timeout=30)
     return stopped

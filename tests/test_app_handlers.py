@@ -417,7 +417,7 @@ def test_local_models_and_settings_survive_a_reload(tmp_path):
 
 
 def test_cosmetics_eta_note_headers():
-    from ui import formatting as fmt
+    from ui import train_view as fmt
 
     stopped = fmt.progress_html(5, 10, 12.0, None, "stopped")
     assert "ETA" not in stopped and "stopped" in stopped

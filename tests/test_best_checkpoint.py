@@ -117,8 +117,7 @@ def test_early_stopping_after_the_patience_keeps_the_best_and_says_why(built, tm
 
 def test_the_train_tab_offers_it_under_advanced_and_says_what_is_kept():
     from ui.common import CONFIG_FIELDS, config_from_values
-    from ui.formatting import settings_words
-    from ui.train_tab import kept_markdown
+    from ui.train_view import kept_markdown, settings_words
 
     values = dict(TrainConfig().to_dict(), keep_best=True, judge_clips=4.0, early_stopping_patience=2.0)
     config = config_from_values({name: values[name] for name in CONFIG_FIELDS})

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import jobs as runner
 from pipeline.errors import EvaluationError
 from pipeline.tutor import eval_jobs as jobs
 from pipeline.tutor.cli import eval_job_main
@@ -110,7 +111,7 @@ def test_a_job_survives_an_app_restart_and_a_killed_one_keeps_its_answers(ws, ti
         jobs.start_job(ws, [{"model": str(tiny_model_dir)}])  # one at a time
     wait_until(lambda: jobs.job_status(ws, started["job"])["done"] >= 1)  # reported once kept
     # The app that started it goes away: a new app knows nothing of the process but its files.
-    child = jobs._CHILDREN.pop(started["pid"])
+    child = runner._CHILDREN.pop(started["pid"])
     assert jobs.active_job(ws) == started["job"]
     job_id, progress, timer = TutorApp(ws.root).judge.on_load()
     assert job_id == started["job"] and timer.active and "of 4 answers" in progress

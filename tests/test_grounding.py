@@ -288,10 +288,11 @@ def test_a_judge_job_asks_the_probes_and_the_judge_tab_says_it_in_words(paired_w
     """The Judge tab's tick box reaches the job (job.json), the job process's `run_job` asks the probes,
     and the tab's words name what the figures say."""
     from ui import judge_view
+    from pipeline import jobs
     from pipeline.tutor import eval_jobs, infer
 
     started = eval_jobs.start_job(paired_workspace, [{"model": "scripted"}], grounding=True, python="/bin/true")
-    eval_jobs._CHILDREN[started["pid"]].wait(timeout=30)  # the stand-in process exits at once; run it here
+    jobs._CHILDREN[started["pid"]].wait(timeout=30)  # the stand-in process exits at once; run it here
     job = json.loads((Path(started["job_dir"]) / "job.json").read_text())
     assert job["grounding"] is True
     monkeypatch.setattr(infer, "load_tutor", lambda *a, **k: ScriptedTutor(paired_workspace, listens=False))

@@ -14,7 +14,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from ui import formatting as fmt  # noqa: E402
+from ui import train_view  # noqa: E402
 from ui import judge_view as view  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 
@@ -219,7 +219,7 @@ def test_loss_curves_of_several_runs_overlay_in_one_figure():
         "r1": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.5}, {"step": 2, "eval_loss": 2.8}],
         "r2": [{"step": 1, "loss": 3.2}, {"step": 2, "loss": 2.0}],
     }
-    figure = fmt.compare_loss_curves(runs)
+    figure = train_view.compare_loss_curves(runs)
     labels = [line.get_label() for line in figure.axes[0].get_lines()]
     assert labels == ["r1: train", "r1: eval", "r2: train"]
-    assert not fmt.compare_loss_curves({}).axes[0].axison
+    assert not train_view.compare_loss_curves({}).axes[0].axison

@@ -183,11 +183,6 @@ def test_modules_are_small_or_say_why():
 
 
 MAX_UI_FUNCTION_LINES = 120
-LONG_UI_FUNCTIONS = {"ui/train_tab.py:train_tab"}
-"""Functions of `ui/` and `app.py` allowed over `MAX_UI_FUNCTION_LINES` for now (the Train tab's layout is being
-split on its own branch of issue 29)."""
-VIEWLESS_TABS = {"train"}
-"""Tabs whose text still lives in `ui/formatting.py` (the Train tab's view comes with its own branch of issue 29)."""
 
 
 def test_ui_functions_are_short():
@@ -198,7 +193,7 @@ def test_ui_functions_are_short():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where = f"{path.relative_to(ROOT)}:{node.name}"
                 lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_UI_FUNCTION_LINES and where not in LONG_UI_FUNCTIONS:
+                if lines > MAX_UI_FUNCTION_LINES:
                     too_long.append(f"{where} ({lines} lines)")
     assert not too_long, f"functions over {MAX_UI_FUNCTION_LINES} lines: {too_long}"
 
@@ -209,7 +204,7 @@ def test_every_tab_is_a_pair_and_its_view_is_pure():
     another module of `ui/`, so it can be tested as plain functions."""
     tabs = {path.name[: -len("_tab.py")] for path in (ROOT / "ui").glob("*_tab.py")} | {"practice"}
     views = {path.name[: -len("_view.py")] for path in (ROOT / "ui").glob("*_view.py")}
-    assert tabs - VIEWLESS_TABS <= views, f"tabs without a view: {sorted(tabs - VIEWLESS_TABS - views)}"
+    assert tabs <= views, f"tabs without a view: {sorted(tabs - views)}"
     assert views <= tabs, f"views without a tab: {sorted(views - tabs)}"
     modules = project_modules()
     graph = import_graph()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import default_quantization, likely_device  # noqa: E402
 from ui import common  # noqa: E402
-from ui import formatting as fmt  # noqa: E402
+from pipeline.units import format_bytes  # noqa: E402
 from ui import memory_view  # noqa: E402
 from ui.memory_tab import CUSTOM_MACHINE, MACHINE_PRESETS, THIS_COMPUTER  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
@@ -91,9 +91,9 @@ def test_the_app_and_the_command_line_give_the_same_figures(app, capsys, machine
     cli = _ask_cli(app.ws, capsys, *flags, *(["--ple-on-cpu"] if ple_on_cpu else []))
     assert values["quantization"] == cli["settings"]["quantization"], "the device's default, as the CLI's"
     assert dict(zip(table["component"], table["bytes"])) == cli["components"], "every term, to the byte"
-    assert f"Estimated peak **{fmt.format_bytes(cli['total_bytes'])}**" in verdict
+    assert f"Estimated peak **{format_bytes(cli['total_bytes'])}**" in verdict
     if memory_gb:  # a preset's budget is fixed; this computer's free memory moves between the two calls
-        assert f"against **{fmt.format_bytes(cli['usable_bytes'])}** usable" in verdict
+        assert f"against **{format_bytes(cli['usable_bytes'])}** usable" in verdict
         label = {"fits": "✓ Fits", "tight": "⚠ Fits, tightly", "does not fit": "✗ Does not fit"}[cli["verdict"]]
         assert f"### {label}\n" in verdict
 
@@ -105,7 +105,7 @@ def test_the_issue_example_cuda_8_gb_is_4_bit_in_the_app_too(app, capsys):
     assert (values["device"], values["quantization"], memory_gb) == ("cuda", "4bit", 8)
     cli = _ask_cli(app.ws, capsys, "--device", "cuda", "--memory-gb", "8")
     verdict = _ask_app(app, memory_gb, values)[1]
-    assert fmt.format_bytes(cli["total_bytes"]) in verdict and "4-bit (NF4) weights" in verdict
+    assert format_bytes(cli["total_bytes"]) in verdict and "4-bit (NF4) weights" in verdict
 
 
 def test_a_chosen_precision_is_kept_and_a_default_follows_the_device(app):
@@ -172,12 +172,12 @@ def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
     import re
 
     bold = re.findall(r"\*\*([\d.]+ [KMG]i?B)\*\*", text)
-    assert bold == [fmt.format_bytes(data["total_bytes"]), fmt.format_bytes(data["usable_bytes"])], "one headline"
-    assert text.count(fmt.format_bytes(data["step_bytes"])) == 1, "the step's figure once, under the headline"
-    assert f"Estimated peak **{fmt.format_bytes(data['total_bytes'])}**" in text
+    assert bold == [format_bytes(data["total_bytes"]), format_bytes(data["usable_bytes"])], "one headline"
+    assert text.count(format_bytes(data["step_bytes"])) == 1, "the step's figure once, under the headline"
+    assert f"Estimated peak **{format_bytes(data['total_bytes'])}**" in text
     under = text.split("<small>")[1]
-    assert "whole run's peak" in under and f"peaks at {fmt.format_bytes(data['step_bytes'])}" in under
-    assert fmt.format_bytes(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
+    assert "whole run's peak" in under and f"peaks at {format_bytes(data['step_bytes'])}" in under
+    assert format_bytes(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu", "mps"])

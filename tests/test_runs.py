@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from pipeline.training import runs
+from pipeline import jobs
+from pipeline.training import run_folder, runs
 from pipeline.config import TrainConfig, add_train_arguments
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
@@ -29,7 +30,7 @@ def test_a_process_that_died_without_a_result_is_failed(tmp_path):
     run_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
+    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
     atomic_write_json(run_dir / "result.json", {"run": "crashed", "status": "running"})
     status = runs.run_status(ws, "crashed")
     assert status["state"] == "failed" and not status["alive"]
@@ -52,9 +53,9 @@ def test_a_reused_pid_is_not_the_trainer_on_a_system_without_proc(tmp_path, monk
     run_dir.mkdir(parents=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        atomic_write_json(run_dir / runs.PID_FILE, {"pid": other.pid})
+        atomic_write_json(run_dir / jobs.PID_FILE, {"pid": other.pid})
         atomic_write_json(run_dir / "result.json", {"run": "r1", "status": "running", "pid": other.pid})
-        assert not runs.pid_alive(other.pid, "r1")
+        assert not run_folder.pid_alive(other.pid, "r1")
         status = runs.run_status(ws, "r1")
         assert status["state"] == "failed" and not status["alive"]
         assert runs.active_run(ws) is None
@@ -70,7 +71,7 @@ def test_a_reused_pid_is_not_the_trainer_on_a_system_without_proc(tmp_path, monk
             if psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE:
                 break
             time.sleep(0.05)
-        assert not runs.pid_alive(zombie.pid)
+        assert not run_folder.pid_alive(zombie.pid)
     finally:
         zombie.wait()
 
@@ -107,7 +108,7 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
         grad_accum=1, max_steps=200, eval_steps=0, save_steps=0, logging_steps=1,
     )
     started = runs.start_run(ws, "first", config)
-    assert started["pid"] > 0 and (ws / "runs" / "first" / runs.PID_FILE).exists()
+    assert started["pid"] > 0 and (ws / "runs" / "first" / jobs.PID_FILE).exists()
     assert runs.active_run(ws) == "first"
     with pytest.raises(TrainingError, match="one run at a time"):
         runs.start_run(ws, "second", config)
@@ -181,7 +182,7 @@ def test_delete_run_removes_an_ended_run_and_refuses_a_training_one(tmp_path):
     try:
         alive = ws / "runs" / "alive"
         alive.mkdir(parents=True)
-        atomic_write_json(alive / runs.PID_FILE, {"pid": live.pid})
+        atomic_write_json(alive / jobs.PID_FILE, {"pid": live.pid})
         with pytest.raises(TrainingError, match=r"(?s)`alive` is running.*Stop it first"):
             runs.delete_run(ws, "alive")
         assert alive.is_dir(), "a training run is never deleted"
@@ -200,11 +201,11 @@ def test_delete_run_command(tmp_path):
     ws = tmp_path / "ws"
     atomic_write_json(ws / "runs" / "old" / "result.json", {"run": "old", "status": "stopped"})
     done = subprocess.run([sys.executable, "-m", "pipeline", "delete-run", "--workspace", str(ws), "--run", "old",
-                           "--json"], capture_output=True, text=True, cwd=runs.REPO_ROOT)
+                           "--json"], capture_output=True, text=True, cwd=jobs.REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert '"state": "stopped"' in done.stdout and not (ws / "runs" / "old").exists()
     again = subprocess.run([sys.executable, "-m", "pipeline", "delete-run", "--workspace", str(ws), "--run", "old"],
-                           capture_output=True, text=True, cwd=runs.REPO_ROOT)
+                           capture_output=True, text=True, cwd=jobs.REPO_ROOT)
     assert again.returncode == 1 and "error: No run named `old`" in again.stderr
 
 
@@ -216,8 +217,8 @@ def test_a_process_that_printed_an_error_is_failed_with_that_error(tmp_path):
     run_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
-    (run_dir / runs.PROCESS_LOG).write_text(
+    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
+    (run_dir / jobs.PROCESS_LOG).write_text(
         "error: `--device mps` was asked for but Apple MPS is not available; use `--device auto` or `cpu`.\n")
     status = runs.run_status(ws, "refused")
     assert status["state"] == "failed"

@@ -88,6 +88,7 @@ def test_stop_mid_accumulation_then_resume_equals_the_uninterrupted_run(tmp_path
 def test_resume_after_the_dataset_changed_is_refused_or_recorded(tmp_path_factory, speechocean_dir, tiny_model_dir, capsys):
     """Issue 11 #5: stop a run, delete samples and rebuild, then resume: it went on silently on other data."""
     from pipeline.data.dataset import build_dataset, build_identity
+    from pipeline import jobs
     from pipeline.data.samples import SampleLibrary
     from pipeline.training import runs
     from tests.test_train import StopAtStep
@@ -113,10 +114,10 @@ def test_resume_after_the_dataset_changed_is_refused_or_recorded(tmp_path_factor
     with pytest.raises(TrainingError, match=rf"(?s)another build of the dataset.*2 removed: {gone[0]}, {gone[1]}.*--allow-dataset-change"):
         train(None, ws, "r", resume=True)
     assert (ws / "runs" / "r" / "result.json").read_text() == result_before, "a refused resume changes nothing"
-    children_before = set(runs._CHILDREN)  # other tests' finished runs may still be listed here
+    children_before = set(jobs._CHILDREN)  # other tests' finished runs may still be listed here
     with pytest.raises(TrainingError, match="another build of the dataset"):
         runs.start_run(ws, "r", resume=True)  # the app refuses before starting a process
-    assert set(runs._CHILDREN) == children_before, "a refused resume starts no training process"
+    assert set(jobs._CHILDREN) == children_before, "a refused resume starts no training process"
 
     code = train_main(["--workspace", str(ws), "--run", "r", "--resume", "--allow-dataset-change", "--json"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

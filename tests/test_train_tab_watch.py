@@ -17,11 +17,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import app as app_module  # noqa: E402
+from pipeline.training.run_folder import run_clock  # noqa: E402
 from pipeline.training.runs import request_stop, run_status, wait_for_run  # noqa: E402
 from tests.test_app_handlers import assert_failed  # noqa: E402
 from ui import common  # noqa: E402
-from ui import formatting as fmt  # noqa: E402
-from ui.train_tab import RUNS_COLUMN_WIDTHS, run_clock  # noqa: E402
+from ui import train_view as view  # noqa: E402
+from ui.train_tab import RUNS_COLUMN_WIDTHS  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 from ui.wording import readable_log  # noqa: E402
 
@@ -34,7 +35,7 @@ def _settings(model: str, **changes):
 
 
 def _elapsed_s(progress_html: str) -> int:
-    """Seconds of the "elapsed" figure of `fmt.progress_html` ("1 min 02 s", "37 s", "–" = 0)."""
+    """Seconds of the "elapsed" figure of `view.progress_html` ("1 min 02 s", "37 s", "–" = 0)."""
     text = re.search(r"elapsed ([^·]+)·", progress_html).group(1).strip()
     if text == "–":
         return 0
@@ -90,7 +91,7 @@ def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
 def test_right_after_resume_the_clock_starts_from_the_new_process(tmp_path):
     """The new-user pass: for one tick after Resume the clock showed the previous process's time plus
     everything since its last line, because result.json was still the previous process's."""
-    from ui.train_tab import process_started_at
+    from pipeline.training.run_folder import process_started_at
 
     t0 = 2_000_000.0
     (tmp_path / "pid.json").write_text(json.dumps({"pid": 1, "started_at": t0}))
@@ -131,7 +132,7 @@ def test_the_log_box_shows_the_last_lines_readably():
 def test_failure_and_log_use_the_apps_words():
     reason = ("`org/x` is not in the Hugging Face cache; `hf download org/x --local-dir DIR` and pass `--model DIR`. "
               "A lower `--max-length 300` also helps; --resume continues from the last checkpoint.")
-    panel = fmt.failure_markdown({"status": "failed", "reason": common.app_wording(reason)})
+    panel = view.failure_markdown({"status": "failed", "reason": common.app_wording(reason)})
     assert "--model" not in panel and "--max-length" not in panel and "--resume" not in panel
     assert "pick DIR in the **Model** box" in panel and "**Max length (tokens): 300** (Memory tab)" in panel
     assert "`hf download org/x --local-dir DIR`" in panel, "a real shell step keeps its command"
@@ -141,7 +142,7 @@ def test_failure_and_log_use_the_apps_words():
 
 
 def test_memory_counter_in_plain_words():
-    text = fmt.train_memory_markdown({"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30,
+    text = view.train_memory_markdown({"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30,
                                       "memory_kind": "cpu_max_rss"}, {"total_bytes": 2**30, "run_peak_phase": "step"})
     assert "cpu_max_rss" not in text and "counter" not in text.lower()
     assert "measured as the process's peak resident memory (RAM)" in text
@@ -202,10 +203,10 @@ def test_resume_or_stop_without_a_run_says_what_to_pick(tmp_path, capsys):
 
 def test_past_runs_table_keeps_its_numbers_readable_with_a_long_note(tmp_path):
     long_reason = "The training process ended without writing its result " * 12
-    table = fmt.runs_frame([{"run": "r", "state": "failed", "step": 3, "max_steps": 60, "reason": long_reason,
+    table = view.runs_frame([{"run": "r", "state": "failed", "step": 3, "max_steps": 60, "reason": long_reason,
                              "result": {"final_loss": 7.61, "eval_loss": 7.62, "peak_memory_bytes": 2**30}}])
     note = table.iloc[0]["note"]
-    assert len(note) <= fmt.NOTE_CHARS and note.endswith("…")
+    assert len(note) <= view.NOTE_CHARS and note.endswith("…")
     # The page gives every column a width (the note wraps), so numbers never squeeze into vertical letters.
     demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
     runs_df = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "runs-table")

@@ -14,11 +14,13 @@ import pytest
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.fileio import atomic_write_json
-from pipeline.training import runs
+from pipeline import jobs
+from pipeline.training import run_folder, runs
 from tests.processes import stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD = textwrap.dedent("""
+    # holds the lock as `python -m pipeline train` does
     import sys, time
     from pipeline.host.workspace_lock import WorkspaceLock
     WorkspaceLock(sys.argv[1], sys.argv[2]).acquire()
@@ -90,7 +92,7 @@ def test_a_run_that_died_without_a_checkpoint_does_not_offer_resume(tmp_path):
     run_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
+    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
     atomic_write_json(run_dir / "result.json", {"run": "orphan", "status": "running"})
     status = runs.run_status(ws, "orphan")
     assert status["state"] == "failed"
@@ -135,4 +137,4 @@ def test_a_failing_test_still_stops_the_runs_it_started(pytester, tmp_path):
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     pid = int(pid_file.read_text())
-    assert not runs.pid_alive(pid, "r1"), "the detached run outlived its failed test"
+    assert not run_folder.pid_alive(pid, "r1"), "the detached run outlived its failed test"

@@ -11,7 +11,7 @@ The tabs, in the page's order: samples, dataset, memory, train, try, judge, inbo
 page (its own page and port) is `practice_page.py` with `practice_view.py`. What the tabs share:
 `common.py` (errors -> messages, widgets -> `TrainConfig`), `state.py` (the workspace, remembered settings,
 the model picker), `wording.py` (the command line's words -> the app's); what the views share: `counts.py`,
-`fields.py`, `figures.py`, `memory_counters.py` and `formatting.format_bytes`. `tutor_app.TutorApp` binds
+`fields.py`, `figures.py`, `memory_counters.py` and `pipeline.units` (bytes and seconds). `tutor_app.TutorApp` binds
 every tab's handlers to one workspace; `app.py` wires the tabs into one page. This package file imports
 nothing, so a view stays cheap to import on its own.
 """

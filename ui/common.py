@@ -10,7 +10,6 @@ inside the functions that call them.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
@@ -221,12 +220,10 @@ def list_runs(ws: Workspace) -> list[dict]:
 
 
 def run_settings(ws: Workspace, run_name: str) -> dict:
-    """A run's `config.json` as a dict ({} when the run has none yet)."""
-    path = ws.run_dir(run_name) / "config.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    except ValueError:
-        return {}
+    """A run's `config.json` as a dict ({} when the run has none yet; `pipeline.training.run_folder.run_settings`)."""
+    from pipeline.training.run_folder import run_settings as settings_of
+
+    return settings_of(ws, run_name)
 
 
 def chat_messages(turns: list[dict]) -> list[dict]:

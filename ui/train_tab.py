@@ -1,27 +1,26 @@
-"""Tab 4, Train: start, watch, stop and resume a run that lives in its own process.
+"""Tab 4, Train: start, watch, stop and resume a run that lives in its own process (widgets and handlers;
+their text and figures are `ui.train_view`'s).
 
-The app reaches the trainer only through the run folder (`pipeline.training.runs`: start, status,
-stop, list); it never imports the trainer. A timer polls the run folder while a run is alive, and a
-reopened page re-attaches to the running job.
+The app reaches the trainer only through the run folder (`pipeline.training.runs`: start, stop, list;
+`pipeline.training.run_folder.read_run`: one read of everything shown about a run); it never imports
+the trainer and never opens a run's files itself. A timer polls the run folder while a run is alive,
+and a reopened page re-attaches to the running job.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
 
-from pipeline.config import LR_SCHEDULES, TrainConfig
+from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
-from pipeline.workspace import Workspace
-from ui import formatting as fmt
+from ui import train_view as view
 from ui.common import (CANCELLED, DEFAULTS, POLL_SECONDS, built_report, config_from_values, confirm_js,
-                       dataset_sentence, error_panel, list_runs, plural, run_settings, setting_message, ui_errors)
+                       dataset_sentence, error_panel, list_runs, plural, setting_message, ui_errors)
+from pipeline.units import format_bytes
 from ui.state import AppState
 from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
 
@@ -30,6 +29,8 @@ EPOCHS_LABEL = "Passes over your recordings (epochs)"
 """The Train tab's label of `--epochs`, in a teacher's words first (`ui.wording.SETTING_WIDGETS`)."""
 LOG_LINES = 12
 """Lines of the training log shown under "Log (last lines)"."""
+LOG_SOURCE_LINES = 200
+"""Lines of train.log (else process.log) read for it: `readable_log` leaves some out (tracebacks, noise)."""
 DELETE_RUN_QUESTION = ("Delete run {} with its checkpoints, tutor (adapter), logs and evaluations? "
                        "This cannot be undone.")
 RUNS_COLUMN_WIDTHS = ["13%", "9%", "8%", "9%", "9%", "10%", "13%", "29%"]
@@ -42,7 +43,7 @@ class TrainHandlers:
 
     def __init__(self, state: AppState):
         self.state = state
-        self._estimates: dict[str, dict | None] = {}
+        self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
 
     @property
     def ws(self):
@@ -70,7 +71,7 @@ class TrainHandlers:
             config = config_from_values(values)
         except PipelineError as error:
             return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
-        line = fmt.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
+        line = view.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
         try:
             if remember:
                 self.state.remember_settings(config)
@@ -86,18 +87,7 @@ class TrainHandlers:
 
         device = likely_device() if config.device == "auto" else config.device
         report = built_report(self.ws) or {}
-        plan = forecast_run(config, report.get("length_stats"), device)
-        words = {"float32": "full precision (float32)", "bfloat16": "half precision (bfloat16)"}
-        text = (f"**How it will run:** on this machine's {device.upper() if device != 'cpu' else 'CPU'} in "
-                f"{words.get(plan['compute_dtype'], plan['compute_dtype'])}, because "
-                f"{plan['compute_dtype_reason'].split(': ', 1)[-1].rstrip('.')}.")
-        if plan["seconds"] is not None:
-            text += (f" **About {fmt.format_seconds(plan['seconds'])}** for {plan['steps']} steps (from a step "
-                     f"measured on this machine on {str(plan['step']['date'])[:10]}; evaluations add to it).")
-        elif plan["steps"] is not None:
-            text += (f" {plan['steps']} steps; how long they take is not measured on this machine for these settings "
-                     "yet: **Calibrate this machine** on the Memory tab measures it.")
-        return text
+        return view.forecast_markdown(forecast_run(config, report.get("length_stats"), device), device)
 
     def page_settings_summary(self, restored: bool, *values: Any):
         """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
@@ -166,7 +156,7 @@ class TrainHandlers:
         if not (run_name or "").strip():
             raise TrainingError("No run picked: choose the run to delete in **Run to delete** first.")
         deleted = delete_run(self.ws, run_name.strip())
-        size = fmt.format_bytes(deleted["bytes"]) if deleted["bytes"] else "nothing"
+        size = format_bytes(deleted["bytes"]) if deleted["bytes"] else "nothing"
         table, resume, _adapters = self._run_lists()
         return (f"Deleted **{deleted['run']}** ({deleted['state']}; {size} freed).", table, resume,
                 self.delete_choices(None))
@@ -182,68 +172,30 @@ class TrainHandlers:
         return (gr.update(value=str(row[0])) if row else gr.skip()), ""
 
     def poll(self, run_name: str, seen: int | None):
-        """Timer tick: read the run folder; returns (progress, curves, memory, log, failure, seen, timer, runs)."""
-        from pipeline.fileio import read_jsonl
-        from pipeline.training.runs import run_status
+        """Timer tick: read the run folder once (`read_run`); returns (progress, curves, memory, log, failure,
+        seen, timer, runs)."""
+        from pipeline.training.run_folder import read_run
 
         if not run_name:
             return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 3
         try:
-            status = run_status(self.ws, run_name)
+            run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
             return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 3
-        run_dir = Path(status["run_dir"])
-        rows = read_jsonl(run_dir / "progress.jsonl")
-        result = status.get("result") or {}
-        alive = bool(status["alive"])
-        last = status.get("last_progress") or {}
-        elapsed, loading_s = run_clock(
-            rows, process_started_at(result, run_dir), alive, time.time(),
-            max_steps=status.get("max_steps"), stop_requested_at=_mtime(run_dir / "STOP"),
-            failed_at=result.get("finished_at") if status["state"] == "failed" else None)
-        eta = last.get("eta_s") if alive else None  # no "ETA 0 s" for a stopped or finished run
-        state = status["state"].replace("_", " ")
-        if loading_s is not None:
-            state += f" (loading the model and checking the longest batch: {fmt.format_seconds(loading_s)})"
-        curves = fmt.loss_curves(rows) if len(rows) != seen or not alive else gr.skip()
-        memory_text = fmt.train_memory_markdown(_measured_memory(rows, result), self._run_estimate(run_name, result),
-                                                running=alive)
-        kept = kept_markdown(rows, result)
-        memory_text = f"{kept}\n\n{memory_text}" if kept else memory_text
+        rows, alive = run.rows, run.alive
         return (
-            fmt.progress_html(status.get("step"), status.get("max_steps") or result.get("max_steps"), elapsed, eta,
-                              state, label=run_name, settings=_run_config(self.ws, run_name)),
-            curves,
-            memory_text,
-            readable_log(_tail(run_dir / "train.log", 200) or _tail(run_dir / "process.log", 200), LOG_LINES),
-            fmt.failure_markdown({"status": status["state"], "reason": app_wording(status.get("reason")),
-                                  "suggestions": app_lines(result.get("suggestions") or [])}),
+            view.run_progress_html(run),
+            view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
+            view.run_memory_markdown(run),
+            readable_log(run.log_tail, LOG_LINES),
+            view.failure_markdown({"status": run.state, "reason": app_wording(run.reason),
+                                   "suggestions": app_lines((run.result or {}).get("suggestions") or [])}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
             *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
               else self._run_lists(selected=run_name)),
         )
-
-    def _run_estimate(self, run_name: str, result: dict) -> dict | None:
-        """The memory estimate for a run's settings on the device it runs on: the one the trainer
-        wrote into result.json when it started (`memory_estimate`), else (runs from before it did)
-        computed here once per run (`pipeline.memory.run_compare.run_estimate`)."""
-        if result.get("memory_estimate"):
-            return result["memory_estimate"]
-        if run_name in self._estimates:
-            return self._estimates[run_name]
-        device = result.get("device")
-        if device not in ("cpu", "cuda", "mps"):
-            return None  # not known until the trainer has resolved `auto`
-        from pipeline.memory.run_compare import run_estimate
-
-        try:
-            config = TrainConfig.from_dict(run_settings(self.ws, run_name))
-        except PipelineError:
-            return None
-        self._estimates[run_name] = run_estimate(self.ws, config, device, on_error=lambda error: None)
-        return self._estimates[run_name]
 
     def runs_table(self):
         """Past runs with their results (newest first)."""
@@ -265,21 +217,21 @@ class TrainHandlers:
         return self._run_lists()
 
     def compare_choices(self, selected: list[str] | None):
-        """The runs that can be overlaid (every run with a progress.jsonl), keeping the ticked ones."""
-        names = [r["run"] for r in list_runs(self.ws) if (Path(r["run_dir"]) / "progress.jsonl").exists()]
+        """The runs that can be overlaid (every run that logged progress), keeping the ticked ones."""
+        names = [r["run"] for r in list_runs(self.ws) if r["progress_lines"]]
         return gr.Dropdown(choices=names, value=[n for n in (selected or []) if n in names])
 
     def compare_runs(self, names: list[str] | None):
         """The train and eval loss curves of the picked runs, overlaid in one figure."""
-        from pipeline.fileio import read_jsonl
+        from pipeline.training.run_folder import read_progress
 
-        return fmt.compare_loss_curves({name: read_jsonl(self.ws.run_dir(name) / "progress.jsonl") for name in names or []})
+        return view.compare_loss_curves({name: read_progress(self.ws, name) for name in names or []})
 
     def _run_lists(self, selected: str | None = None):
         """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = list_runs(self.ws)
-        resumable = _resumable_runs(runs)
-        adapters = _adapter_runs(self.ws, runs)
+        resumable = [r["run"] for r in runs if r["state"] in ("stopped", "failed") and r["has_checkpoint"]]
+        adapters = [r["run"] for r in runs if r["has_adapter"]]  # a tutor to try, newest first
         return (
             _runs_frame(runs),
             gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
@@ -291,114 +243,8 @@ def _runs_frame(runs: list[dict]):
     """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown).
     A run whose process is alive has no note: its result.json still holds how the previous process ended
     ("stopped by request" while the resumed run trains), which is no longer true."""
-    return fmt.runs_frame([{**run, "reason": None if run.get("alive") else app_wording(run.get("reason"), markdown=False)}
+    return view.runs_frame([{**run, "reason": None if run.get("alive") else app_wording(run.get("reason"), markdown=False)}
                            for run in runs])
-
-
-def _measured_memory(rows: list[dict], result: dict) -> dict | None:
-    """The run's measured memory per phase: result.json's `memory` when the run has ended, else the
-    last progress line's figures so far (runs from before phases were recorded: the largest
-    `peak_memory_bytes`, with no phase)."""
-    if result.get("memory"):
-        return result["memory"]
-    last = next((r for r in reversed(rows) if r.get("phase_peak_bytes")), None)
-    if last is not None:
-        return {"phase_peak_bytes": last["phase_peak_bytes"], "peak_phase": last.get("peak_phase"),
-                "peak_bytes": last.get("peak_memory_bytes"), "memory_kind": last.get("memory_kind")}
-    peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0])
-    return {"peak_bytes": peak} if peak else None
-
-
-def _resumable_runs(runs: list[dict]) -> list[str]:
-    """Runs that ended stopped or failed and have a checkpoint to continue from."""
-    return [r["run"] for r in runs
-            if r["state"] in ("stopped", "failed") and any((Path(r["run_dir"]) / "checkpoints").glob("checkpoint-*"))]
-
-
-def _adapter_runs(ws: Workspace, runs: list[dict]) -> list[str]:
-    """Runs that saved an adapter (usable in the Try tab), newest first."""
-    return [r["run"] for r in runs if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
-
-
-def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float, *,
-              max_steps: int | None = None, stop_requested_at: float | None = None,
-              failed_at: float | None = None) -> tuple[float | None, float | None]:
-    """(elapsed training seconds, seconds spent loading) of a run for its progress line.
-
-    `rows`: progress.jsonl lines (each has `elapsed_s`, the run's training time across resumes, and
-    `time`, unix seconds); `started_at`: unix time the current (or last) process started. Elapsed is
-    the training clock, so it never goes back: before this process's first step it stays at what
-    earlier processes trained (0 for a new run) while the loading time is given apart; after it, it
-    ticks on from the last line until the next one, and stops ticking once the last line is the run's
-    final step (`max_steps` reached, or logged after STOP was written at `stop_requested_at`), so the
-    figure a finished or stopped run shows (its last line's) is never below one shown while it ran.
-    A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
-    Loading is None once this process has logged a line. The clock is read from the last line that
-    carries one (`elapsed_s`): a --keep-best judging line (`"kind": "judge"`) has none, and after one
-    the run is training (or stopping), not loading again.
-    """
-    timed = [r for r in rows if r.get("elapsed_s") is not None]
-    last = timed[-1] if timed else {}
-    logged = last.get("elapsed_s")
-    last_time = float(last.get("time") or now)
-    if not alive:
-        if failed_at and logged is not None:
-            return float(logged) + max(0.0, float(failed_at) - last_time), None
-        return logged, None
-    this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
-    if not this_process or logged is None:
-        loading = max(0.0, now - float(started_at)) if started_at else None
-        return float(logged or 0.0), loading
-    final = bool(max_steps and int(last.get("step") or 0) >= int(max_steps)) or bool(
-        stop_requested_at and last_time >= float(stop_requested_at))
-    return float(logged) + (0.0 if final else max(0.0, now - last_time)), None
-
-
-def _run_config(ws: Workspace, run_name: str) -> dict | None:
-    """The run's settings (its config.json) as a full `TrainConfig` dict, or None when unreadable."""
-    try:
-        settings = run_settings(ws, run_name)
-        return TrainConfig.from_dict(settings).to_dict() if settings else None
-    except (PipelineError, TypeError, ValueError):
-        return None
-
-
-def _mtime(path: Path) -> float | None:
-    """When `path` was last written (unix seconds), None when it does not exist."""
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return None
-
-
-def process_started_at(result: dict, run_dir: Path) -> float | None:
-    """Unix time the run's current process started: result.json's `started_at` once that process has
-    written it (`status` running), else the launch time in pid.json: a resumed run's new process
-    reads its first seconds with the previous process's result.json still in place, whose start would
-    make the clock tick from the previous process's last line."""
-    if result.get("status") == "running" and result.get("started_at"):
-        return float(result["started_at"])
-    return _started_at(run_dir) or result.get("started_at")
-
-
-def _started_at(run_dir: Path) -> float | None:
-    try:
-        return float(json.loads((run_dir / "pid.json").read_text(encoding="utf-8"))["started_at"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _tail(path: Path, lines: int = 14) -> str:
-    """The last `lines` lines of a text file ('' when missing); reads at most the last 64 KiB."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 65536))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def refuse_a_device_not_here(device: str) -> None:
@@ -419,22 +265,6 @@ def refuse_a_device_not_here(device: str) -> None:
             "or take the run to that machine (Try tab: *Take the tutor out*, cloud job bundle).")
 
 
-def kept_markdown(rows: list[dict], result: dict) -> str:
-    """With `--keep-best`: which step the run keeps and why (result.json's `best_reason` once it ended),
-    or while it trains, the last check against the experts with the seconds it took (progress.jsonl's
-    `"judge"` lines, `pipeline.training.best_checkpoint`); "" otherwise."""
-    if result.get("best_reason"):
-        return f"**Kept:** {result['best_reason']}."
-    checks = [row for row in rows if row.get("kind") == "judge"]
-    if not checks:
-        return ""
-    last = checks[-1]
-    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
-    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
-            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
-            f"recording(s) in {fmt.format_seconds(last['seconds'])}.")
-
-
 def _message_line(name: str) -> gr.Markdown:
     """The line under setting `name`'s number box where `setting_message` answers it."""
     return gr.Markdown(elem_classes=["field-message"], elem_id=f"{name.replace('_', '-')}-message")
@@ -447,6 +277,56 @@ def _number_box(messages: dict[str, gr.Markdown], name: str, **number_kwargs: An
         number = gr.Number(value=getattr(DEFAULTS, name), **number_kwargs)
         messages[name] = _message_line(name)
     return number
+
+
+def _advanced_settings(messages: dict[str, gr.Markdown]) -> dict[str, Any]:
+    """The "Advanced settings" accordion: the machine-learning settings a teacher can leave at their
+    defaults (learning rate, schedule, max steps, LoRA alpha and dropout, evaluation and checkpoint
+    intervals, keep-best); returns its widgets by `TrainConfig` field name (number boxes' message lines
+    go into `messages`)."""
+    d = DEFAULTS
+    with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced"):
+        gr.Markdown("Machine-learning settings: the defaults serve. Each line says what it changes for you.")
+        with gr.Row():
+            learning_rate = _number_box(messages, "learning_rate", label="Learning rate", elem_id="learning-rate",
+                                        info="How big each learning step is: higher learns faster but can become "
+                                             "unstable (the loss jumps); lower is steadier but slower.")
+            lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule",
+                                      info="How the learning rate changes over the run (linear: down to 0 at the end).")
+            max_steps = _number_box(messages, "max_steps", precision=0, label="Max steps (-1: use epochs)",
+                                    elem_id="max-steps",
+                                    info="Stop after this many steps instead of the passes above: a short try-out.")
+        with gr.Row():
+            lora_alpha = _number_box(messages, "lora_alpha", precision=0, label="LoRA alpha", elem_id="lora-alpha",
+                                     info="How strongly the learned change (the LoRA adapter) acts; "
+                                          "usually twice the LoRA rank (Memory tab).")
+            lora_dropout = _number_box(messages, "lora_dropout", label="LoRA dropout", elem_id="lora-dropout",
+                                       info="Share of the adapter switched off at random each step (0-1): "
+                                            "guards against learning a few recordings by heart.")
+            eval_steps = _number_box(messages, "eval_steps", precision=0, label="Eval every N steps",
+                                     elem_id="eval-steps",
+                                     info="How often the test recordings are scored during training "
+                                          "(the eval loss line); more often: a little slower.")
+            save_steps = _number_box(messages, "save_steps", precision=0, label="Checkpoint every N steps",
+                                     elem_id="save-steps",
+                                     info="How often progress is saved; Resume continues from the last "
+                                          "checkpoint. More often: less lost after a crash, more disk.")
+        with gr.Row():
+            keep_best = gr.Checkbox(value=d.keep_best, label="Keep the moment the tutor agreed best with the experts",
+                                    elem_id="keep-best",
+                                    info="At each evaluation the tutor also answers a few test recordings; the run "
+                                         "keeps the point whose scores came closest to the experts', not just the "
+                                         "last one. Costs that many answers (like Try) at each evaluation.")
+            judge_clips = _number_box(messages, "judge_clips", precision=0, label="Test recordings answered each time",
+                                      elem_id="keep-best-clips",
+                                      info="More: a surer choice, a longer evaluation (one answer each).")
+            early_stopping_patience = _number_box(messages, "early_stopping_patience", precision=0,
+                                                  label="Stop after N checks without progress (0: never)",
+                                                  elem_id="early-stopping-patience",
+                                                  info="With the box ticked: saves time once the tutor stops improving.")
+    return {"learning_rate": learning_rate, "lr_schedule": lr_schedule, "max_steps": max_steps, "lora_alpha": lora_alpha,
+            "lora_dropout": lora_dropout, "eval_steps": eval_steps, "save_steps": save_steps, "keep_best": keep_best,
+            "judge_clips": judge_clips, "early_stopping_patience": early_stopping_patience}
 
 
 def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
@@ -464,45 +344,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
             epochs = _number_box(messages, "epochs", label=EPOCHS_LABEL, elem_id="epochs",
                                  info=f"More passes: longer training, closer to your feedback; too many and the tutor "
                                       f"repeats your training feedback word for word. {d.epochs:g} is a good start.")
-        with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced"):
-            gr.Markdown("Machine-learning settings: the defaults serve. Each line says what it changes for you.")
-            with gr.Row():
-                learning_rate = _number_box(messages, "learning_rate", label="Learning rate", elem_id="learning-rate",
-                                            info="How big each learning step is: higher learns faster but can become "
-                                                 "unstable (the loss jumps); lower is steadier but slower.")
-                lr_schedule = gr.Dropdown(list(LR_SCHEDULES), value=d.lr_schedule, label="Schedule",
-                                          info="How the learning rate changes over the run (linear: down to 0 at the end).")
-                max_steps = _number_box(messages, "max_steps", precision=0, label="Max steps (-1: use epochs)",
-                                        elem_id="max-steps",
-                                        info="Stop after this many steps instead of the passes above: a short try-out.")
-            with gr.Row():
-                lora_alpha = _number_box(messages, "lora_alpha", precision=0, label="LoRA alpha", elem_id="lora-alpha",
-                                         info="How strongly the learned change (the LoRA adapter) acts; "
-                                              "usually twice the LoRA rank (Memory tab).")
-                lora_dropout = _number_box(messages, "lora_dropout", label="LoRA dropout", elem_id="lora-dropout",
-                                           info="Share of the adapter switched off at random each step (0-1): "
-                                                "guards against learning a few recordings by heart.")
-                eval_steps = _number_box(messages, "eval_steps", precision=0, label="Eval every N steps",
-                                         elem_id="eval-steps",
-                                         info="How often the test recordings are scored during training "
-                                              "(the eval loss line); more often: a little slower.")
-                save_steps = _number_box(messages, "save_steps", precision=0, label="Checkpoint every N steps",
-                                         elem_id="save-steps",
-                                         info="How often progress is saved; Resume continues from the last "
-                                              "checkpoint. More often: less lost after a crash, more disk.")
-            with gr.Row():
-                keep_best = gr.Checkbox(value=d.keep_best, label="Keep the moment the tutor agreed best with the experts",
-                                        elem_id="keep-best",
-                                        info="At each evaluation the tutor also answers a few test recordings; the run "
-                                             "keeps the point whose scores came closest to the experts', not just the "
-                                             "last one. Costs that many answers (like Try) at each evaluation.")
-                judge_clips = _number_box(messages, "judge_clips", precision=0, label="Test recordings answered each time",
-                                          elem_id="keep-best-clips",
-                                          info="More: a surer choice, a longer evaluation (one answer each).")
-                early_stopping_patience = _number_box(messages, "early_stopping_patience", precision=0,
-                                                      label="Stop after N checks without progress (0: never)",
-                                                      elem_id="early-stopping-patience",
-                                                      info="With the box ticked: saves time once the tutor stops improving.")
+        advanced = _advanced_settings(messages)
         settings_note = gr.Markdown(elem_id="settings-summary")
         with gr.Row():
             start_button = gr.Button("Start training", variant="primary", elem_id="start-training")
@@ -516,7 +358,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
                                         "the new rows and records the change.")
         current_run = gr.Textbox(label="Watching run", interactive=False, elem_id="current-run")
         train_status = gr.Markdown(elem_id="train-status")
-        progress_out = gr.HTML(fmt.progress_html(0, 0, None, None, None), elem_id="train-progress")
+        progress_out = gr.HTML(view.progress_html(0, 0, None, None, None), elem_id="train-progress")
         failure_out = gr.Markdown(elem_id="train-failure")
         with gr.Row():
             loss_plot = gr.Plot(show_label=False, elem_id="loss-plot")
@@ -525,7 +367,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
                 log_tail = gr.Textbox(label="Log (last lines)", lines=LOG_LINES, max_lines=LOG_LINES + 8, interactive=False,
                                       autoscroll=True, elem_id="log-tail")
         gr.Markdown("### Past runs")
-        runs_df = gr.Dataframe(fmt.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
+        runs_df = gr.Dataframe(view.runs_frame([]), label="Runs", interactive=False, elem_id="runs-table", wrap=True,
                                column_widths=RUNS_COLUMN_WIDTHS)
         refresh_runs = gr.Button("Refresh list", size="sm")
         with gr.Row(equal_height=True):
@@ -543,9 +385,8 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         seen_rows = gr.State(0)
         timer = gr.Timer(POLL_SECONDS, active=False)
 
-    numbers = {"epochs": epochs, "learning_rate": learning_rate, "max_steps": max_steps, "lora_alpha": lora_alpha,
-               "lora_dropout": lora_dropout, "eval_steps": eval_steps, "save_steps": save_steps,
-               "judge_clips": judge_clips, "early_stopping_patience": early_stopping_patience}
+    settings = {"epochs": epochs, **advanced}
+    numbers = {name: settings[name] for name in messages}  # the number boxes, each with its message line
     for name, widget in numbers.items():
         widget.change(lambda value, name=name: setting_message(name, value), inputs=widget, outputs=messages[name],
                       show_progress="hidden")
@@ -574,8 +415,5 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
         # The first seven outputs of `poll`, in order (the run lists follow: runs, resume, Try's run).
         poll_outputs=[progress_out, loss_plot, train_memory, log_tail, failure_out, seen_rows, timer],
         # This tab's setting widgets, by `TrainConfig` field name.
-        settings={"lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "learning_rate": learning_rate,
-                  "lr_schedule": lr_schedule, "epochs": epochs, "max_steps": max_steps, "eval_steps": eval_steps,
-                  "save_steps": save_steps, "keep_best": keep_best, "judge_clips": judge_clips,
-                  "early_stopping_patience": early_stopping_patience},
+        settings=settings,
     )

@@ -32,20 +32,21 @@ from typing import Any
 
 from pipeline.errors import ExportError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
+from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.workspace import Workspace
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-LEFT_BEHIND = ("pid.json", "STOP")
+LEFT_BEHIND = (RUN_FILES["pid"], RUN_FILES["stop"])
 """Files of the source run that are not copied: they describe its process on the other machine."""
 
 
 def _find_run_dir(root: Path) -> Path:
     """The run folder in `root`: `root` itself, or the only `runs/*` / `*` folder with a config.json."""
-    if (root / "config.json").is_file():
+    if (root / RUN_FILES["config"]).is_file():
         return root
     candidates = [p.parent for pattern in ("runs/*/config.json", "*/config.json", "*/runs/*/config.json", "*/*/runs/*/config.json")
                   for p in root.glob(pattern)]
-    candidates = sorted({c for c in candidates if (c / "adapter").exists() or (c / "result.json").exists()})
+    candidates = sorted({c for c in candidates if (c / RUN_FILES["adapter"]).exists() or (c / RUN_FILES["result"]).exists()})
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
@@ -86,8 +87,8 @@ def check_run(ws: Workspace, run_dir: Path, model: str | None = None) -> dict[st
     """
     from pipeline.export.bundle import model_differences, model_fingerprint
 
-    config = _read_json(run_dir / "config.json")
-    result = _read_json(run_dir / "result.json")
+    config = _read_json(run_dir / RUN_FILES["config"])
+    result = _read_json(run_dir / RUN_FILES["result"])
     bundle = _read_json(run_dir / "bundle.json")
     trained_model = str(config.get("model", ""))
     model = str(model or bundle.get("model", {}).get("id") or trained_model)
@@ -152,8 +153,8 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
     with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.root if ws.root.is_dir() else None) as tmp:
         root = _unpack(source, Path(tmp)) if source.is_file() and source.name.endswith(ARCHIVE_SUFFIXES) else source
         run_dir = _find_run_dir(root)
-        if not (run_dir / "adapter" / "adapter_config.json").is_file():
-            status = _read_json(run_dir / "result.json").get("status", "unknown")
+        if not has_adapter(run_dir):
+            status = _read_json(run_dir / RUN_FILES["result"]).get("status", "unknown")
             raise ExportError(f"The run in `{run_dir}` has no adapter (status {status}): nothing to try here. Resume it where "
                               "it ran (`train.sh --resume`) or stop it (a stopped run saves its adapter), then import it.")
         name = name or run_dir.name
@@ -168,10 +169,10 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
         check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
         with staged_folder(target) as staging:
             shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
-            config = _read_json(staging / "config.json")
+            config = _read_json(staging / RUN_FILES["config"])
             if config.get("model") != report["model"]:
                 config["model"] = report["model"]
-                atomic_write_json(staging / "config.json", config)
+                atomic_write_json(staging / RUN_FILES["config"], config)
             atomic_write_json(staging / "imported.json", {
                 "source": str(source), "source_run": run_dir.name, "imported_at": round(time.time(), 3),
                 "forced": bool(force and report["model_differences"]), **report,

@@ -27,6 +27,7 @@ from typing import Any
 from pipeline.errors import ExportError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
 from pipeline.fileio import atomic_write_json, atomic_write_text
+from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.workspace import Workspace
 
 QUANTIZED_MERGE_NOTE = (
@@ -55,24 +56,25 @@ def read_run(workspace, run: str, *, need_adapter: bool = True) -> dict[str, Any
     """
     ws = _ws(workspace)
     run_dir = ws.run_dir(run)
-    if not (run_dir / "config.json").is_file():
-        known = sorted(p.name for p in ws.runs_dir.iterdir() if (p / "config.json").is_file()) if ws.runs_dir.is_dir() else []
+    if not (run_dir / RUN_FILES["config"]).is_file():
+        known = (sorted(p.name for p in ws.runs_dir.iterdir() if (p / RUN_FILES["config"]).is_file())
+                 if ws.runs_dir.is_dir() else [])
         raise ExportError(f"Run `{run}` does not exist in {ws.runs_dir} (no config.json); runs here: "
                           f"{', '.join(known) or 'none'}.")
-    settings = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    settings = json.loads((run_dir / RUN_FILES["config"]).read_text(encoding="utf-8"))
     try:
-        result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+        result = json.loads((run_dir / RUN_FILES["result"]).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         result = {}
-    adapter = run_dir / "adapter"
-    has_adapter = (adapter / "adapter_config.json").is_file()
-    if need_adapter and not has_adapter:
+    adapter = run_dir / RUN_FILES["adapter"]
+    saved = has_adapter(run_dir)
+    if need_adapter and not saved:
         raise ExportError(
             f"Run `{run}` has no adapter yet ({adapter}; status {result.get('status', 'unknown')}): wait for it to "
             "finish or stop it (a stopped run saves its adapter), then export again."
         )
     return {"run": run, "dir": run_dir, "settings": settings, "result": result,
-            "adapter_dir": adapter if has_adapter else None}
+            "adapter_dir": adapter if saved else None}
 
 
 def _provenance(info: dict, fmt: str) -> dict[str, Any]:

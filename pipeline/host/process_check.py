@@ -31,7 +31,7 @@ def command_alive(pid: int | None, *words: str) -> bool:
 def detached_popen_kwargs() -> dict:
     """`subprocess.Popen` keyword arguments for a process that outlives the app and its tab (a training run,
     an evaluation job): its own session on POSIX, a new process group on Windows, so it can be stopped as
-    a group (`kill_process_group`) and is not stopped by the app's own signals."""
+    a group (`kill_process`) and is not stopped by the app's own signals."""
     import os  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
 
@@ -40,17 +40,22 @@ def detached_popen_kwargs() -> dict:
     return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP | getattr(subprocess, "DETACHED_PROCESS", 0)}  # pragma: no cover
 
 
-def kill_process_group(pid: int, child=None) -> None:
-    """Kill process `pid`'s group (SIGKILL on POSIX; SIGTERM on Windows), then reap `child` (its
-    `subprocess.Popen`, when this process started it) for up to 10 s. Never raises for a process
-    that is already gone or not ours."""
+def kill_process(pid: int, child=None) -> None:
+    """Kill process `pid` at once (SIGKILL on POSIX; SIGTERM on Windows): with its whole process group
+    when it leads one (a detached process, `detached_popen_kwargs`, and what it started), else alone
+    (a child in its parent's group, which must live on). Then reap `child` (its `subprocess.Popen`,
+    when this process started it) for up to 10 s. Never raises for a process that is already gone or
+    not ours."""
     import os  # noqa: PLC0415
     import signal  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
 
     try:
         if os.name == "posix":
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
         else:  # pragma: no cover - Windows
             os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError, OSError):

@@ -24,30 +24,33 @@ Torch-free at import (the app imports it); the torch work runs in child processe
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
+from pipeline import jobs
 from pipeline.calibration.store import calibration_dir, calibration_path, device_key, entry_for, now_iso, update_entry
 from pipeline.calibration.this_machine import calibration_summary, load_calibration, measurement_record
 from pipeline.errors import TrainingError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION_PROBES = ({"seq_len": 256, "quantization": "none", "clip_s": 5.0},
                       {"seq_len": 1024, "quantization": "4bit", "clip_s": 10.0})
 """The stand-in's two probe settings: short bf16/fp32 weights and a longer 4-bit row (the retained heap
 grows with the tokens, so the two separate the overhead from it)."""
 SPEED_TIMEOUT_S = 300
+"""Seconds the precision check may take before its process is killed (it takes ~4 s on a 2-core CPU)."""
 NEW_SHAPES = 3
 """Batches of new shapes each stand-in probe runs after its step, to measure the kernels cached per shape."""
 
 
 def _speed_check(device: str) -> dict:
+    """The precision check's result (`python -m pipeline.calibration.speed DEVICE`'s last JSON line), run as a
+    blocking child (`pipeline.jobs.run_child`). Raises `TrainingError` when it runs past `SPEED_TIMEOUT_S`
+    or prints no result (with its last output)."""
     cmd = [sys.executable, "-m", "pipeline.calibration.speed", device]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SPEED_TIMEOUT_S, cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
+        proc = jobs.run_child(cmd, timeout_s=SPEED_TIMEOUT_S)
+    except jobs.ChildTimedOut:
         raise TrainingError(f"The precision check took longer than {SPEED_TIMEOUT_S} s; the machine is too busy to "
                             "calibrate now. Close other work and calibrate again.") from None
     for line in reversed(proc.stdout.strip().splitlines()):

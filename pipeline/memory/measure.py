@@ -1,23 +1,19 @@
 """Measured, not estimated: launch the probe (`python -m pipeline.training.probe`, a child process that
 runs one real optimizer step with the training code) and read back its peak. The torch work lives in
-`pipeline/training/probe.py`; this module only starts it, so it stays torch-free.
+`pipeline/training/probe.py`; this module only starts it (`pipeline.jobs.run_child`: a blocking child,
+killed after its timeout), so it stays torch-free.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
+from pipeline import jobs
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.memory.inputs import EstimateOptions, LengthStats
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-"""The child runs here, so `-m pipeline.training.probe` imports this checkout's `pipeline`."""
-
 
 PROBE_RUN_NAME = "(memory probe)"
 """What the workspace's training lock names while a probe holds it (not a valid run name)."""
@@ -94,9 +90,8 @@ def measure_peak(
         from pipeline.tutor.infer import release_for
 
         released = release_for(config.device, what="the memory probe")  # the GPU a Try/Judge tutor holds
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
-                              cwd=str(REPO_ROOT))
-    except subprocess.TimeoutExpired:
+        proc = jobs.run_child(cmd, timeout_s=timeout_s, env=env)  # in this checkout, killed after timeout_s
+    except jobs.ChildTimedOut:
         raise TrainingError(f"The memory probe took longer than {timeout_s:.0f} s; try a shorter --max-length.") from None
     finally:
         if lock is not None:

@@ -16,6 +16,10 @@ everything else is read from the job folder's files, which the job process write
     WS/eval_jobs/ID/partial-N.json the answers so far of the N-th model, while it is evaluated
     WS/eval_jobs/ID/process.log    the process's own output
 
+An evaluation job is a kind of background job (`pipeline.jobs`: the detached start, the pid file, alive
+by command line, the cancel file, the kill after a timeout, the list); this module keeps what is its
+own: its command line, its files and its states.
+
 Each model is evaluated with `pipeline.tutor.evaluate.evaluate_tutor` and saved with `save_evaluation`
 where the Judge tab reads it. What was answered is kept as it goes: after every answer the result so
 far (marked `"partial": {"answered", "of"}`) is written to the job folder, and to the model's saved
@@ -32,10 +36,8 @@ This module does not score answers (`pipeline.tutor.metrics`) and does not load 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -43,40 +45,30 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pipeline import jobs
 from pipeline.errors import EvaluationError, PipelineError
 from pipeline.fileio import atomic_write_json
 from pipeline.workspace import Workspace
 
 JOBS_DIR = "eval_jobs"
 """Evaluation jobs live in `WS/eval_jobs/ID/` (apart from `WS/evals/`, where results are saved)."""
-JOB_FILES = {"job": "job.json", "pid": "pid.json", "progress": "progress.json", "result": "result.json",
-             "cancel": "CANCEL", "log": "process.log"}
+JOB_FILES = {"job": "job.json", "pid": jobs.PID_FILE, "progress": "progress.json", "result": "result.json",
+             "cancel": "CANCEL", "log": jobs.PROCESS_LOG}
 """File names inside a job folder."""
 DEFAULT_CANCEL_TIMEOUT_S = 120.0
 """Seconds `request_cancel` waits for the job to stop by itself (it checks after every generated token;
 loading a model does not look) before killing its process; what was answered is saved already."""
 STATES = ("not_started", "running", "cancelling", "completed", "cancelled", "failed")
+EVALUATION_JOB = jobs.JobKind(words=("eval-job",), stop_file=JOB_FILES["cancel"], stop_word="cancel")
+"""An evaluation as a background job: its process's command line holds `eval-job` (and the job's id);
+`CANCEL` asks it to stop at the next generated token."""
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-_CHILDREN: dict[int, subprocess.Popen] = {}
-"""Job processes started by this process, so a finished one is reaped rather than left a zombie."""
 _START_LOCK = threading.Lock()
-
-
-def _ws(workspace: Workspace | str | os.PathLike) -> Workspace:
-    return workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def jobs_dir(workspace: Workspace | str | os.PathLike) -> Path:
     """`WS/eval_jobs/`."""
-    return _ws(workspace).root / JOBS_DIR
+    return jobs.as_workspace(workspace).root / JOBS_DIR
 
 
 def job_dir(workspace: Workspace | str | os.PathLike, job_id: str) -> Path:
@@ -94,15 +86,8 @@ def target_label(target: dict) -> str:
 
 def job_alive(pid: int | None, job_id: str) -> bool:
     """True when `pid` is a live (not zombie) evaluation job process of `job_id`: its command line is
-    checked through psutil on every system (`pipeline.host.process_check`), so a reused pid does not count."""
-    if not pid:
-        return False
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        return child.poll() is None
-    from pipeline.host.process_check import command_alive
-
-    return command_alive(pid, "eval-job", job_id)
+    checked through psutil on every system (`pipeline.jobs.alive`), so a reused pid does not count."""
+    return EVALUATION_JOB.alive(pid, job_id)
 
 
 def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, Any]:
@@ -120,17 +105,16 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         EvaluationError: `job_id` is not a job folder name.
     """
     folder = job_dir(workspace, job_id)
-    job = _read_json(folder / JOB_FILES["job"]) or {}
-    pid = (_read_json(folder / JOB_FILES["pid"]) or {}).get("pid")
-    progress = _read_json(folder / JOB_FILES["progress"]) or {}
-    result = _read_json(folder / JOB_FILES["result"])
-    alive = job_alive(pid, job_id)
+    job = jobs.read_json(folder / JOB_FILES["job"]) or {}
+    process = EVALUATION_JOB.read(folder)
+    progress = jobs.read_json(folder / JOB_FILES["progress"]) or {}
+    result = jobs.read_json(folder / JOB_FILES["result"])
     reason = (result or {}).get("reason")
     if result and result.get("status") in ("completed", "cancelled", "failed"):  # written last: the work is over
         state = result["status"]
-    elif alive:
-        state = "cancelling" if (folder / JOB_FILES["cancel"]).exists() else "running"
-    elif pid:
+    elif process.alive:
+        state = "cancelling" if process.stop_requested else "running"
+    elif process.pid:
         state = "failed"
         reason = (f"The evaluation process ended without writing its result (it was killed, or the machine ran "
                   f"out of memory); the answers it had given are kept. See {folder / JOB_FILES['log']}.")
@@ -138,10 +122,10 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         state = "not_started"
     targets = job.get("targets") or []
     return {
-        "job": job_id, "state": state, "alive": alive, "pid": pid, "targets": targets,
+        "job": job_id, "state": state, "alive": process.alive, "pid": process.pid, "targets": targets,
         "target_index": progress.get("target_index", 0), "label": progress.get("label"),
         "done": progress.get("done", 0), "total": progress.get("total", 0),
-        "message": progress.get("message") or ("waiting to start" if alive else ""),
+        "message": progress.get("message") or ("waiting to start" if process.alive else ""),
         "reason": reason, "saved": (result or {}).get("saved", []), "created_at": job.get("created_at"),
         "finished_at": (result or {}).get("finished_at"), "job_dir": str(folder),
     }
@@ -149,16 +133,13 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
 
 def list_jobs(workspace: Workspace | str | os.PathLike) -> list[dict[str, Any]]:
     """`job_status` of every job folder in `WS/eval_jobs/`, newest first (by creation time)."""
-    folder = jobs_dir(workspace)
-    if not folder.is_dir():
-        return []
-    statuses = [job_status(workspace, p.name) for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    statuses = jobs.list_statuses(jobs_dir(workspace), lambda job_id: job_status(workspace, job_id))
     return sorted(statuses, key=lambda s: (s["created_at"] or 0, s["job"]), reverse=True)
 
 
 def active_job(workspace: Workspace | str | os.PathLike) -> str | None:
     """The id of the job whose process is alive in this workspace, or None."""
-    return next((s["job"] for s in list_jobs(workspace) if s["alive"]), None)
+    return jobs.first_alive(list_jobs(workspace), "job")
 
 
 def start_job(
@@ -171,7 +152,7 @@ def start_job(
     python: str | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Launch `python -m pipeline eval-job run --workspace WS --job ID` as a detached process.
+    """Launch `python -m pipeline eval-job run --workspace WS --job ID` as a detached process (`pipeline.jobs.start`).
 
     Args:
         targets: what to evaluate, in order: `{"model": M}` (a base model) or `{"run": NAME}` (a run's
@@ -194,7 +175,7 @@ def start_job(
     from pipeline.host.workspace_lock import lock_holder
     from pipeline.tutor.evaluate import split_key
 
-    ws = _ws(workspace)
+    ws = jobs.as_workspace(workspace)
     targets = [{"model": t.get("model") or None, "run": t.get("run") or None} for t in targets or []]
     if not targets:
         raise EvaluationError("Nothing to evaluate: give at least one base model (`--model M`) or run (`--run NAME`).")
@@ -215,77 +196,45 @@ def start_job(
                                                       "limit": limit, "grounding": bool(grounding), "dataset_key": key, "created_at": time.time()})
         command = [python or sys.executable, "-m", "pipeline", "eval-job", "run", "--workspace", str(ws.root),
                    "--job", job_id]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
         threads = inference_threads(training_active=lock_holder(ws) is not None)  # the project's rule (cpu_threads)
-        for name, value in thread_env(threads).items():
-            env.setdefault(name, value)
-        env.update(extra_env or {})
-        from pipeline.host.process_check import detached_popen_kwargs
-
-        kwargs: dict[str, Any] = detached_popen_kwargs()
-        with open(folder / JOB_FILES["log"], "ab") as log:
-            process = subprocess.Popen(command, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, **kwargs)
-        _CHILDREN[process.pid] = process
-        atomic_write_json(folder / JOB_FILES["pid"], {"pid": process.pid, "started_at": time.time(), "command": command})
+        process = jobs.start(folder, command, env=jobs.job_env(thread_env(threads), extra_env))
     return {"job": job_id, "pid": process.pid, "command": command, "job_dir": str(folder)}
 
 
-def _kill(pid: int) -> None:
-    from pipeline.host.process_check import kill_process_group
-
-    kill_process_group(pid, _CHILDREN.get(pid))
-
-
-def _wait_then_kill(ws: Workspace, job_id: str, pid: int, timeout_s: float, poll_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not job_alive(pid, job_id):
-            return job_status(ws, job_id)
-        time.sleep(poll_s)
-    _kill(pid)
-    folder = job_dir(ws, job_id)
-    if not (_read_json(folder / JOB_FILES["result"]) or {}).get("status"):
+def _record_kill(folder: Path, timeout_s: float) -> None:
+    """After a job was killed for not stopping in time: its result.json says `cancelled`, and why (unless
+    the job wrote how it ended just before)."""
+    if not (jobs.read_json(folder / JOB_FILES["result"]) or {}).get("status"):
         atomic_write_json(folder / JOB_FILES["result"], {
             "status": "cancelled", "finished_at": time.time(), "saved": [],
             "reason": f"Stopped by force after not stopping within {timeout_s:.0f} s of Cancel; the answers it had "
                       "given are kept."})
-    return job_status(ws, job_id)
 
 
 def request_cancel(workspace: Workspace | str | os.PathLike, job_id: str, *, timeout_s: float = DEFAULT_CANCEL_TIMEOUT_S,
                    wait: bool = False, poll_s: float = 0.25) -> dict[str, Any]:
     """Ask a job to stop: write `CANCEL` (it stops at the next generated token, keeping what was answered,
-    marked cancelled); kill its process if it is still alive after `timeout_s`.
+    marked cancelled); kill its process if it is still alive after `timeout_s` seconds.
 
     With `wait=True` blocks until the job ended and returns its final `job_status`; otherwise a
     background thread enforces the timeout and the current status is returned. A job that is not
     alive is left alone.
     """
-    ws = _ws(workspace)
+    ws = jobs.as_workspace(workspace)
     status = job_status(ws, job_id)
     if not status["alive"]:
         return status
-    (job_dir(ws, job_id) / JOB_FILES["cancel"]).write_text(f"cancel requested at {time.time():.0f}\n", encoding="utf-8")
-    if wait:
-        return _wait_then_kill(ws, job_id, int(status["pid"]), timeout_s, poll_s)
-    threading.Thread(target=_wait_then_kill, args=(ws, job_id, int(status["pid"]), timeout_s, poll_s),
-                     daemon=True).start()
+    folder = job_dir(ws, job_id)
+    EVALUATION_JOB.stop(folder, int(status["pid"]), timeout_s=timeout_s, wait=wait, poll_s=poll_s,
+                        when_killed=lambda: _record_kill(folder, timeout_s))
     return job_status(ws, job_id)
 
 
 def wait_for_job(workspace: Workspace | str | os.PathLike, job_id: str, *, timeout_s: float = 3600.0,
                  poll_s: float = 0.25) -> dict[str, Any]:
-    """Block until the job's process has ended (or `timeout_s`), then return its `job_status`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = job_status(workspace, job_id)
-        if not status["alive"]:
-            return status
-        time.sleep(poll_s)
-    return job_status(workspace, job_id)
+    """Block until the job's process has ended (or `timeout_s` seconds, checked every `poll_s`), then
+    return its `job_status`."""
+    return jobs.wait_for(lambda: job_status(workspace, job_id), timeout_s=timeout_s, poll_s=poll_s)
 
 
 def keep_partial(workspace: Workspace | str | os.PathLike, result: dict) -> Path | None:
@@ -295,7 +244,7 @@ def keep_partial(workspace: Workspace | str | os.PathLike, result: dict) -> Path
     from pipeline.tutor.evaluate import evaluation_path, save_evaluation
 
     path = evaluation_path(workspace, result["dataset_key"], run=result.get("run"), model=result.get("model"))
-    existing = _read_json(path)
+    existing = jobs.read_json(path)
     if isinstance(existing, dict) and existing.get("dataset_key") == result["dataset_key"]:
         had = existing.get("partial")
         if not had or int(had.get("answered", 0)) > int(result["partial"]["answered"]):
@@ -313,9 +262,9 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
     """
     from pipeline.tutor.evaluate import evaluate_tutor, save_evaluation
 
-    ws = _ws(workspace)
+    ws = jobs.as_workspace(workspace)
     folder = job_dir(ws, job_id)
-    job = _read_json(folder / JOB_FILES["job"])
+    job = jobs.read_json(folder / JOB_FILES["job"])
     if not job:
         raise EvaluationError(f"No readable {JOB_FILES['job']} in {folder}; start jobs with `eval-job start`.")
     targets = job["targets"]

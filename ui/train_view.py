@@ -1,43 +1,32 @@
-"""The Train tab's text, tables and figures (the settings line, the progress bar, the loss curves, the past
-runs, a run's memory against its estimate, a failure), and the byte and duration formatters.
+"""The Train tab's text and figures: the settings line, the forecast, the progress bar, the loss curves, the
+memory against the estimate, the failure panel and the Past runs table.
 
-Every other tab's text is in its own view (`ui/X_view.py`, see `ui/__init__.py`). Nothing here imports
-gradio, torch or a pipeline module that does work, so it is cheap to import and easy to test. Figures are
-built with the object-oriented `matplotlib.figure.Figure` API (no `pyplot`, so no global figure state is
-shared between browser sessions or threads).
+Inputs are what `pipeline.training.run_folder.read_run` reads (a `RunReading`, its progress rows, its
+result.json) and `TrainConfig.to_dict()` settings; the handlers (`ui.train_tab`) apply the app's words
+(`ui.wording`) before a reason reaches a panel here. Nothing here imports gradio or torch, or reads a
+file. Figures use the object-oriented `matplotlib.figure.Figure` API (no pyplot state shared between
+sessions).
 """
 
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_bytes
-from ui.figures import PALETTE as _PALETTE
+from pipeline.units import format_bytes, format_seconds
+from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
-# --------------------------------------------------------------------------------------------
-# numbers
-
-
-def format_seconds(seconds: float | int | None) -> str:
-    """`3725` -> `"1 h 02 min"`, `95` -> `"1 min 35 s"`, `4.2` -> `"4 s"`; None or NaN -> `"–"`."""
-    if seconds is None or (isinstance(seconds, float) and not math.isfinite(seconds)):
-        return "–"
-    seconds = max(0, int(round(float(seconds))))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min {secs:02d} s"
-    return f"{secs} s"
+NOTE_CHARS = 160
+"""A run's note in the Past runs table is cut after this many characters (the Train tab's failure panel
+shows the whole reason of the run being watched)."""
+COMPUTE_DTYPE_WORDS = {"float32": "full precision (float32)", "bfloat16": "half precision (bfloat16)"}
+"""How the forecast names the precision a run will compute in."""
 
 
 # --------------------------------------------------------------------------------------------
-# training
+# before a run: its settings and how long it will take
 
 
 def settings_words(config: Mapping[str, Any]) -> str:
@@ -68,6 +57,26 @@ def settings_markdown(config: Mapping[str, Any]) -> str:
     return f"**Next run:** {settings_words(config)}"
 
 
+def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
+    """Before a run starts: the precision it will compute in on `device` and why, and how long it will take
+    (`plan`: `pipeline.calibration.forecast_run`'s dict: `compute_dtype`, `compute_dtype_reason`, `seconds`
+    (None: not measured here), `steps`, `step` (the measured step's record, with its `date`))."""
+    text = (f"**How it will run:** on this machine's {device.upper() if device != 'cpu' else 'CPU'} in "
+            f"{COMPUTE_DTYPE_WORDS.get(plan['compute_dtype'], plan['compute_dtype'])}, because "
+            f"{plan['compute_dtype_reason'].split(': ', 1)[-1].rstrip('.')}.")
+    if plan["seconds"] is not None:
+        text += (f" **About {format_seconds(plan['seconds'])}** for {plan['steps']} steps (from a step "
+                 f"measured on this machine on {str(plan['step']['date'])[:10]}; evaluations add to it).")
+    elif plan["steps"] is not None:
+        text += (f" {plan['steps']} steps; how long they take is not measured on this machine for these settings "
+                 "yet: **Calibrate this machine** on the Memory tab measures it.")
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# the run being watched
+
+
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status;
@@ -90,6 +99,22 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     )
 
 
+def state_words(state: str, loading_s: float | None) -> str:
+    """A run's state for its progress line ("not started", "running"), with the seconds its process has
+    spent loading before the first step while it does (`loading_s`, None once it has logged a step)."""
+    words = state.replace("_", " ")
+    if loading_s is not None:
+        words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)})"
+    return words
+
+
+def run_progress_html(run: Any) -> str:
+    """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
+    its steps, its training clock, its ETA while it runs, its state and its own settings."""
+    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s, state_words(run.state, run.loading_s),
+                         label=run.run, settings=run.settings)
+
+
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     """Training loss and eval loss against the optimizer step (from `progress.jsonl` rows).
 
@@ -106,9 +131,9 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
         ax.set_axis_off()
         return fig
     if train:
-        ax.plot(*zip(*train), color=_PALETTE[0], marker="." if len(train) < 40 else None, label="train loss")
+        ax.plot(*zip(*train), color=PALETTE[0], marker="." if len(train) < 40 else None, label="train loss")
     if evals:
-        ax.plot(*zip(*evals), color=_PALETTE[1], marker="o", label="eval loss")
+        ax.plot(*zip(*evals), color=PALETTE[1], marker="o", label="eval loss")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -117,6 +142,62 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
+                          running: bool = False) -> str:
+    """A run's measured memory against the estimate for its settings, like with like: the whole
+    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
+    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
+    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
+    from pipeline.memory.run_compare import compare, comparison_text
+
+    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
+    kind = (memory or {}).get("memory_kind")
+    if text and kind:
+        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
+    return text
+
+
+def kept_markdown(rows: list[dict], result: dict) -> str:
+    """With `--keep-best`: which step the run keeps and why (result.json's `best_reason` once it ended),
+    or while it trains, the last check against the experts with the seconds it took (progress.jsonl's
+    `"judge"` lines, `pipeline.training.best_checkpoint`); "" otherwise."""
+    if result.get("best_reason"):
+        return f"**Kept:** {result['best_reason']}."
+    checks = [row for row in rows if row.get("kind") == "judge"]
+    if not checks:
+        return ""
+    last = checks[-1]
+    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
+    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
+            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
+            f"recording(s) in {format_seconds(last['seconds'])}.")
+
+
+def run_memory_markdown(run: Any) -> str:
+    """The memory panel of the run being watched (a `RunReading`): with `--keep-best` the step it keeps
+    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`)."""
+    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive)
+    kept = kept_markdown(run.rows, run.result or {})
+    return f"{kept}\n\n{memory}" if kept else memory
+
+
+def failure_markdown(status: Mapping[str, Any]) -> str:
+    """Why a run failed and what to change (empty unless `status` is failed)."""
+    if status.get("status") != "failed":
+        return ""
+    reason = status.get("reason") or "the run ended with an error (see the log)."
+    lines = ["### ✗ Training failed", "", str(reason)]
+    suggestions = status.get("suggestions") or []
+    if suggestions:
+        lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
+        lines += [f"- {tip}" for tip in suggestions]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# every run
 
 
 def runs_frame(runs: Iterable[Mapping[str, Any]]):
@@ -143,11 +224,6 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
     return pd.DataFrame(rows, columns=columns)
 
 
-NOTE_CHARS = 160
-"""A run's note in the Past runs table is cut after this many characters (the Train tab's failure panel
-shows the whole reason of the run being watched)."""
-
-
 def _note(reason: Any) -> str:
     """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
     "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
@@ -158,34 +234,6 @@ def _note(reason: Any) -> str:
 
 def _round(value: Any) -> Any:
     return round(float(value), 4) if isinstance(value, (int, float)) else value
-
-
-def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
-                          running: bool = False) -> str:
-    """A run's measured memory against the estimate for its settings, like with like: the whole
-    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
-    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
-    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
-    from pipeline.memory.run_compare import compare, comparison_text
-
-    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
-    kind = (memory or {}).get("memory_kind")
-    if text and kind:
-        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
-    return text
-
-
-def failure_markdown(status: Mapping[str, Any]) -> str:
-    """Why a run failed and what to change (empty unless `status` is failed)."""
-    if status.get("status") != "failed":
-        return ""
-    reason = status.get("reason") or "the run ended with an error (see the log)."
-    lines = [f"### ✗ Training failed", "", str(reason)]
-    suggestions = status.get("suggestions") or []
-    if suggestions:
-        lines += ["", "**What to change** (Memory tab settings; the estimate there shows what fits):"]
-        lines += [f"- {tip}" for tip in suggestions]
-    return "\n".join(lines)
 
 
 def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
@@ -201,7 +249,7 @@ def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
     ax = fig.add_subplot()
     drawn = False
     for index, (name, rows) in enumerate(runs.items()):
-        colour = _PALETTE[index % len(_PALETTE)]
+        colour = PALETTE[index % len(PALETTE)]
         train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None and "step" in r]
         evals = [(r["step"], r["eval_loss"]) for r in rows if r.get("eval_loss") is not None and "step" in r]
         if train:
