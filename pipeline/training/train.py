@@ -26,12 +26,11 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Any
 
 from pipeline.config import TrainConfig, refuse_full_finetuning
 from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
-from pipeline.fileio import append_jsonl, atomic_write_json
+from pipeline.fileio import atomic_write_json
 from pipeline.host import distributed
 from pipeline.calibration.this_machine import micro_batch_tokens
 from pipeline.training.step_timer import record_run_step_time, step_timer
@@ -54,7 +53,6 @@ from pipeline.training.run_log import close_run_log as _remove_log_file
 from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import (
     last_checkpoint,
-    logged_elapsed_s,
     remove_stale_stop,
     run_paths,
     trim_progress_to_step,
@@ -62,232 +60,13 @@ from pipeline.training.run_folder import (
 from pipeline.training.best_checkpoint import best_checkpoint_keeper
 from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.host.workspace_lock import hold_workspace_lock
-from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
-from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
-from pipeline.training.worst_case import preflight, worst_case, worst_case_batch
+from pipeline.training.progress import progress_callback
+from pipeline.training.session import Session
+from pipeline.training.trainer_setup import answer_loss, tensorboard_callback
+from pipeline.training.worst_case import preflight, worst_case_batch
 from pipeline.workspace import Workspace
 
-OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
-"""`--optimizer` -> `transformers.TrainingArguments.optim`."""
-
 log = logging.getLogger("pipeline.training.train")
-
-
-# --------------------------------------------------------------------------------------------------
-# Progress, STOP and the Trainer
-# --------------------------------------------------------------------------------------------------
-
-
-def _make_callback_class():
-    from transformers import TrainerCallback
-
-    class ProgressCallback(TrainerCallback):
-        """Appends progress.jsonl lines and honours the STOP file.
-
-        Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
-        `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
-        `eta_s`, `peak_memory_bytes` (the whole process so far), `phase_peak_bytes` (phase -> peak
-        so far, `pipeline.training.peak_memory.RUN_PHASES`), `peak_phase` (the phase that set the
-        peak), `time` (unix seconds). `elapsed_s` is the run's training time
-        in seconds across resumes (a resumed run continues from the checkpoint's last logged
-        `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
-        time of this process.
-        Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
-        them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
-        """
-
-        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
-            self.paths = paths
-            self.config = config
-            self.memory = memory
-            self.started = time.perf_counter()
-            self.start_step = 0
-            self.elapsed_before_s = 0.0
-            self.stopped = False
-            self.last_loss: float | None = None
-            self.last_eval_loss: float | None = None
-            self.rows_per_step = config.effective_batch_size * distributed.world_size()
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started = time.perf_counter()
-            self.start_step = state.global_step
-            self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
-
-        def on_substep_end(self, args, state, control, **kwargs):
-            self.memory.sample()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.memory.sample()
-            if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
-                log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
-                self.stopped = True
-                control.should_save = True
-                control.should_training_stop = True
-            return control
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = dict(logs or {})
-            if "train_runtime" in logs:  # the end-of-training summary, not a step
-                return
-            elapsed = time.perf_counter() - self.started
-            steps_done = max(0, state.global_step - self.start_step)
-            per_step = elapsed / steps_done if steps_done else None
-            line = {
-                "kind": "eval" if "eval_loss" in logs else "train",
-                "step": state.global_step,
-                "max_steps": state.max_steps,
-                "epoch": round(float(state.epoch or 0.0), 4),
-                "loss": logs.get("loss"),
-                "learning_rate": logs.get("learning_rate"),
-                "grad_norm": logs.get("grad_norm"),
-                "eval_loss": logs.get("eval_loss"),
-                "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
-                "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
-                "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
-                "time": round(time.time(), 3),
-            }
-            memory = self.memory.to_dict()
-            line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
-                        peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
-            if line["loss"] is not None:
-                self.last_loss = float(line["loss"])
-            if line["eval_loss"] is not None:
-                self.last_eval_loss = float(line["eval_loss"])
-            if not distributed.is_main_process():
-                return
-            append_jsonl(self.paths["progress"], line)
-            if line["kind"] == "eval":
-                log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
-            else:
-                log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MiB eta %s s",
-                    state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
-                    line["peak_memory_bytes"] / 1024**2, line["eta_s"],
-                )
-
-    return ProgressCallback
-
-
-def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, has_eval: bool):
-    """`transformers.TrainingArguments` for `config` (no autocast: weights are already bf16/fp32,
-    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.loading.attach_lora`)."""
-    from transformers import TrainingArguments
-
-    if config.optimizer == "adamw_8bit":
-        try:
-            import bitsandbytes  # noqa: F401
-        except ImportError as error:
-            raise ConfigError("`--optimizer adamw_8bit` needs bitsandbytes; install it or use `--optimizer adamw`.") from error
-    eval_on = has_eval and config.eval_steps > 0
-    return TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=LR_SCHEDULERS[config.lr_schedule],
-        warmup_steps=config.warmup_ratio,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        optim=OPTIMIZERS[config.optimizer],
-        logging_strategy="steps",
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        save_strategy="steps" if config.save_steps > 0 else "no",
-        save_steps=config.save_steps if config.save_steps > 0 else 500,
-        save_total_limit=2,
-        eval_strategy="steps" if eval_on else "no",
-        eval_steps=config.eval_steps if eval_on else None,
-        prediction_loss_only=True,
-        seed=config.seed,
-        data_seed=config.seed,
-        activation_checkpointing=False,
-        remove_unused_columns=False,
-        label_names=["labels"],
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=False,
-        use_cpu=device == "cpu",
-        ddp_find_unused_parameters=False,  # under DDP every LoRA weight gets a gradient (KV-shared layers have no k/v_proj)
-        bf16=False,
-        fp16=False,
-    )
-
-
-def _without_rows(dataset, row_ids: set[str]):
-    """`dataset` without the rows whose `id` is in `row_ids` (an in-memory index, nothing written
-    to the dataset folder); None when no row is left."""
-    keep = [i for i, row_id in enumerate(dataset["id"]) if row_id not in row_ids]
-    return dataset.select(keep) if keep else None
-
-
-class _Session:
-    """Everything a run needs, loaded once: processor, model with LoRA, datasets (the workspace's, or
-    a portable Parquet folder `dataset_dir`, `pipeline.data.portable`), collator."""
-
-    def __init__(self, config: TrainConfig, ws: Workspace, dataset_dir: Path | None = None):
-        from pipeline.training.collate import ChatCollator, check_rows
-        from pipeline.data.dataset import load_built_dataset
-        from pipeline.data.portable import load_portable_dataset
-        from pipeline.model.base_identity import describe_base
-        from pipeline.model.loading import attach_lora, load_model, load_processor, resolve_device
-
-        self.config = config
-        self.device = resolve_device(config.device)
-        data = load_portable_dataset(dataset_dir) if dataset_dir is not None else load_built_dataset(ws)
-        if "train" not in data or len(data["train"]) == 0:
-            raise TrainingError(f"The dataset in {dataset_dir or ws.dataset_dir} has no train rows; add samples and rebuild it.")
-        self.train_data = data["train"]
-        self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
-        self.processor = load_processor(config.model)
-        text_columns = [c for c in ("id", "kind", "target_text", "prompt", "feedback", "turns") if c in self.train_data.column_names]
-        rows = list(self.train_data.select_columns(text_columns))
-        if self.eval_data is not None:
-            rows += list(self.eval_data.select_columns(text_columns))
-        problems = check_rows(self.processor, rows, max_length=config.max_length)
-        too_long = {p["id"] for p in problems if p.get("too_long")}
-        problems = [p for p in problems if not p.get("too_long")]
-        if problems:
-            listed = "; ".join(f"{p['id']}: {p['reason']}" for p in problems[:5])
-            raise TrainingError(
-                f"{len(problems)} dataset rows cannot be trained on ({listed}{'; ...' if len(problems) > 5 else ''}). "
-                "Fix or delete those samples and rebuild the dataset."
-            )
-        self.skipped_rows = sorted(too_long)
-        if too_long:  # excluded, never truncated (the memory estimate counts them the same way)
-            self.train_data = _without_rows(self.train_data, too_long)
-            if self.eval_data is not None:
-                self.eval_data = _without_rows(self.eval_data, too_long) or None
-            log.info("Skipping %d row(s) longer than --max-length %d: %s", len(too_long), config.max_length,
-                     ", ".join(self.skipped_rows[:10]) + (" ..." if len(too_long) > 10 else ""))
-            if self.train_data is None:
-                raise TrainingError(
-                    f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
-                    "estimate` for the longest row) or rebuild the dataset.")
-        self.worst = worst_case(self.train_data, config.batch_size, self.processor)
-        model, self.quantization = load_model(config.model, device=self.device, **config.load_options())
-        self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
-        self.model, self.lora = attach_lora(model, config)
-        self.collator = ChatCollator(self.processor, max_length=config.max_length)
-
-    def trainer(self, output_dir: Path, callbacks: list, memory: PhaseMemory | None = None) -> Any:
-        from transformers.trainer_callback import PrinterCallback
-
-        args = training_arguments(self.config, output_dir, self.device, has_eval=self.eval_data is not None)
-        trainer = _answer_loss_trainer_class()(
-            model=self.model,
-            args=args,
-            train_dataset=self.train_data,
-            eval_dataset=self.eval_data if args.eval_strategy != "no" else None,
-            data_collator=self.collator,
-            callbacks=callbacks,
-        )
-        trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout; ProgressCallback logs instead
-        trainer.memory = memory
-        return trainer
 
 
 # --------------------------------------------------------------------------------------------------
@@ -438,7 +217,7 @@ def train(
         try:
             memory = PhaseMemory(resolved_device)
             memory.enter("load")
-            session = _Session(config, ws, dataset_dir)
+            session = Session(config, ws, dataset_dir)
         except PipelineError as error:
             result.update(status="failed", reason=str(error))
             raise
@@ -493,7 +272,7 @@ def train(
             log.error("%s", result["reason"])
             return result
         memory.enter("step")
-        callback = _make_callback_class()(paths, config, memory)
+        callback = progress_callback(paths, config, memory)
         stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
         board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
         keeper = best_checkpoint_keeper(paths, config, session) if config.keep_best else None
@@ -597,7 +376,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
     import tempfile
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-    session = _Session(config, ws)
+    session = Session(config, ws)
     device = session.device
     out = {
         "device": device,
