@@ -66,7 +66,8 @@ def test_four_training_steps_complete(trained):
 
 
 def test_infer_free_speech_on_the_command_line_and_a_two_turn_dialogue_in_python(trained, capsys):
-    from pipeline.tutor.infer import load_tutor, main as infer_main
+    from pipeline.tutor.cli import infer_main
+    from pipeline.tutor.infer import load_tutor
 
     ws, source, _, _ = trained
     clip = source.parent / "clips" / "000010089.wav"

@@ -92,7 +92,7 @@ def test_answer_loss_sums_to_the_window_mean_over_micro_batches(two_row_workspac
 def test_constant_schedule_warms_up_then_holds(tmp_path, tiny_model_dir):
     from transformers import get_scheduler
 
-    from pipeline.training.train import training_arguments
+    from pipeline.training.session import training_arguments
 
     config = TrainConfig(model=str(tiny_model_dir), lr_schedule="constant", warmup_ratio=0.25, max_steps=8,
                          learning_rate=1e-3)

@@ -28,7 +28,10 @@ HOLD = textwrap.dedent("""
     time.sleep(600)
 """)
 """A process that holds a workspace's training lock as a trainer does (its command line names
-`pipeline`, `train` and the run, as a real trainer's does)."""
+`pipeline`, `train` and the run, as a real trainer's does: `TRAINER_WORDS` and the run follow the code)."""
+TRAINER_WORDS = "pipeline train"
+"""What `pipeline.training.runs.pid_alive` looks for in a trainer's command line (the lock's module,
+`pipeline.host.workspace_lock`, no longer names `train`)."""
 
 
 @pytest.fixture
@@ -37,7 +40,7 @@ def lock_holding_process():
     started: list[subprocess.Popen] = []
 
     def start(ws: Path, run: str) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(ws), run], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(ws), run, TRAINER_WORDS], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                 text=True, start_new_session=True)
         started.append(proc)
         assert proc.stdout.readline().strip() == "held"

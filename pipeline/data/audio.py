@@ -512,6 +512,41 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
     if isinstance(source, dict) and "path" in source:
         source = source["path"]
     label = _describe(source, name)
+    frames, rate, n_source = _source_frames(source, label, trim)
+    channels = frames.shape[1]
+    source_duration_s = _check_source(frames, rate, n_source, label, trim)
+    warnings: list[str] = []
+    trimmed = source_duration_s > MAX_DURATION_S  # only with `trim`: `_check_source` refuses it otherwise
+    if trimmed:
+        frames = frames[: int(MAX_DURATION_S * rate)]
+        warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {MAX_DURATION_S:.0f} s")
+    clipped_fraction = _check_clipping(frames, label, warnings)
+    mono, level_dbfs = _downmix(frames, rate, warnings)
+    _check_level(mono, level_dbfs, rate, label, warnings)
+
+    samples = _resample(mono, rate)
+    warnings.extend(_over_full_scale_warnings(frames, samples))
+    np.clip(samples, -1.0, 1.0, out=samples)
+    report = AudioReport(
+        source_rate_hz=int(rate),
+        channels=int(channels),
+        duration_s=len(samples) / TARGET_SAMPLE_RATE_HZ,
+        source_duration_s=source_duration_s,
+        peak=float(np.max(np.abs(samples))) if len(samples) else 0.0,
+        rms=float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if len(samples) else 0.0,
+        level_dbfs=level_dbfs,
+        clipped_fraction=clipped_fraction,
+        trimmed=trimmed,
+        warnings=warnings,
+    )
+    return Audio(samples=samples, report=report)
+
+
+def _source_frames(source: Any, label: str, trim: bool) -> tuple[np.ndarray, int, int]:
+    """Decode `source` (a path, file bytes, or a microphone value `(rate, samples)` in either order) into
+    `(frames, rate_hz, source_frames)`: float32 (n, channels), the source's rate, and the frames the
+    source holds (more than n for a file over `MAX_DURATION_S`, decoded in part or not at all).
+    Raises `AudioError`: nothing received, an unsupported value, a file that cannot be decoded."""
     if source is None:
         raise AudioError(
             "No audio received: nothing was recorded or the upload had not finished. "
@@ -519,23 +554,26 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         )
     if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
         decoded = _decode_file_or_bytes(source, label, trim)
-        frames, rate, n_source = decoded.frames, decoded.rate_hz, decoded.source_frames
-    elif isinstance(source, (tuple, list)) and len(source) == 2:
+        return decoded.frames, decoded.rate_hz, decoded.source_frames
+    if isinstance(source, (tuple, list)) and len(source) == 2:
         first, second = source
         if isinstance(first, np.ndarray) and not isinstance(second, np.ndarray):
             first, second = second, first  # (ndarray, rate) order
         if second is None:
             raise AudioError("No audio received: the recording is empty. Record the clip again.")
         frames, rate = _from_array(first, second, label)
-        n_source = len(frames)
-    else:
-        raise AudioError(
-            f"{label}: unsupported audio value of type {type(source).__name__}; expected a file path, "
-            "file bytes or a microphone value (sample_rate_hz, samples)."
-        )
+        return frames, rate, len(frames)
+    raise AudioError(
+        f"{label}: unsupported audio value of type {type(source).__name__}; expected a file path, "
+        "file bytes or a microphone value (sample_rate_hz, samples)."
+    )
 
-    channels = frames.shape[1]
-    if n_source == 0 or channels == 0:
+
+def _check_source(frames: np.ndarray, rate: int, n_source: int, label: str, trim: bool) -> float:
+    """The source's duration in seconds (`n_source / rate`), once it is checked: samples there, not over
+    `MAX_DURATION_S` unless `trim` (else `ClipTooLongError`), finite, floats within `FLOAT_SCALE_MAX`,
+    at least `MIN_DURATION_S` (else `AudioError`, with the measured value and a fix)."""
+    if n_source == 0 or frames.shape[1] == 0:
         raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     source_duration_s = n_source / rate
     if source_duration_s > MAX_DURATION_S and not trim:  # from the container: nothing was decoded
@@ -561,13 +599,12 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
             f"`{label}` is {source_duration_s:.2f} s long; a clip needs at least {MIN_DURATION_S} s. "
             "Record the whole sentence (start recording before speaking)."
         )
-    warnings: list[str] = []
-    trimmed = False
-    if source_duration_s > MAX_DURATION_S:
-        frames = frames[: int(MAX_DURATION_S * rate)]
-        trimmed = True
-        warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {MAX_DURATION_S:.0f} s")
+    return source_duration_s
 
+
+def _check_clipping(frames: np.ndarray, label: str, warnings: list[str]) -> float:
+    """The fraction of samples (every channel) at full scale (|x| >= `CLIP_LEVEL`): over
+    `CLIPPED_FRACTION_MAX` an `AudioError` (too loud), over `CLIPPED_FRACTION_WARN` a warning."""
     clipped_fraction = float(np.count_nonzero(np.abs(frames) >= CLIP_LEVEL)) / frames.size
     if clipped_fraction > CLIPPED_FRACTION_MAX:
         raise AudioError(
@@ -577,7 +614,14 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         )
     if clipped_fraction > CLIPPED_FRACTION_WARN:
         warnings.append(f"slightly clipped ({clipped_fraction:.2%} of samples at full scale)")
+    return clipped_fraction
 
+
+def _downmix(frames: np.ndarray, rate: int, warnings: list[str]) -> tuple[np.ndarray, float]:
+    """`(mono, level_dbfs)`: the channels of `frames` (n, channels) averaged, float32 (n,), and its
+    loudest-window level without DC; a mix more than `PHASE_CANCEL_DB` below its loudest channel
+    (channels out of phase) keeps that channel alone, with a warning."""
+    channels = frames.shape[1]
     mono = frames[:, 0] if channels == 1 else frames.mean(axis=1, dtype=np.float32)
     mono = np.ascontiguousarray(mono, dtype=np.float32)
     # Levels without DC (a constant offset is no sound), the mix compared with its channels.
@@ -590,6 +634,13 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
             "Check the microphone's wiring or record in mono")
         mono = np.ascontiguousarray(frames[:, loudest], dtype=np.float32)
         level_dbfs = channel_dbfs[loudest]
+    return mono, level_dbfs
+
+
+def _check_level(mono: np.ndarray, level_dbfs: float, rate: int, label: str, warnings: list[str]) -> None:
+    """Check the clip can be heard: `AudioError` when silent (loudest `LOUDEST_WINDOW_S` below
+    `SILENCE_DBFS`); warnings for a DC offset (>= `DC_OFFSET_WARN`), a quiet clip (< `QUIET_DBFS`), a
+    source rate under 16 kHz."""
     offset = float(np.mean(mono, dtype=np.float64)) if len(mono) else 0.0
     if abs(offset) >= DC_OFFSET_WARN:
         warnings.append(f"DC offset of {offset:+.3f} (a constant the recorder adds; levels are measured without it)")
@@ -604,23 +655,6 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         warnings.append(f"quiet ({level_dbfs:.1f} dBFS at its loudest; speak closer to the microphone)")
     if rate < TARGET_SAMPLE_RATE_HZ:
         warnings.append(f"low sample rate ({rate} Hz, upsampled to 16 kHz; detail above {rate // 2} Hz is missing)")
-
-    samples = _resample(mono, rate)
-    warnings.extend(_over_full_scale_warnings(frames, samples))
-    np.clip(samples, -1.0, 1.0, out=samples)
-    report = AudioReport(
-        source_rate_hz=int(rate),
-        channels=int(channels),
-        duration_s=len(samples) / TARGET_SAMPLE_RATE_HZ,
-        source_duration_s=source_duration_s,
-        peak=float(np.max(np.abs(samples))) if len(samples) else 0.0,
-        rms=float(np.sqrt(np.mean(np.square(samples, dtype=np.float64)))) if len(samples) else 0.0,
-        level_dbfs=level_dbfs,
-        clipped_fraction=clipped_fraction,
-        trimmed=trimmed,
-        warnings=warnings,
-    )
-    return Audio(samples=samples, report=report)
 
 
 def pcm16(samples: np.ndarray) -> np.ndarray:

@@ -5,8 +5,8 @@ free speech, tutoring dialogue); training, the memory estimate and inference all
 prompt cannot drift between them. `pipeline.data.rows` turns a sample into a row (a dialogue row
 holds all its clips). `build_dataset` splits
 the library (speaker-disjoint when speakers are known), measures every row's length in tokens as
-Gemma 3n sees it (text tokens + the fixed audio span), lists rows that cannot be trained on with
-the reason, saves the result atomically to `WS/dataset` and exports JSONL / Parquet to `WS/exports`.
+Gemma 3n sees it (text tokens + the fixed audio span: `pipeline.data.row_lengths`), lists rows that
+cannot be trained on with the reason, saves the result atomically to `WS/dataset` and exports JSONL / Parquet to `WS/exports`.
 
 What it deliberately does not do: truncate anything (a row too long is excluded, never cut), decode
 audio with `datasets`' `Audio` feature (audio is stored as 16 kHz PCM16 WAV bytes and decoded with
@@ -28,13 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from pipeline.errors import DatasetError, PipelineError
+from pipeline.errors import DatasetError
 from pipeline.fileio import atomic_write_json, recover_staging, staged_folder
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
-from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
+from pipeline.model.tokens import TokenCounter
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
-from pipeline.data.rows import COLUMNS, features as _features, row_messages, sample_row
+from pipeline.data.row_lengths import render_rows, rows_that_fit
+from pipeline.data.rows import COLUMNS, features as _features
 from pipeline.workspace import Workspace
 
 SPLITS = ("train", "eval")
@@ -387,6 +388,30 @@ def _kind_stats(samples: list, rows: list[dict], split_rows: dict[str, list[dict
     return out
 
 
+def _split_rows(rows: list[dict], too_long: list[dict], *, eval_fraction: float, seed: int,
+                max_length: int) -> tuple[Split, dict[str, list[dict]]]:
+    """Split the kept `rows` (`split_ids`: speaker-disjoint when speakers are known, the same split for
+    the same rows, fraction and seed); with rows left out as longer than `max_length` (`too_long`, from
+    `rows_that_fit`), a note names the `--max-length` that keeps them all.
+
+    Returns the `Split` (method, notes) and split name ("train", "eval") -> rows in the split's order.
+    """
+    split = split_ids([(r["id"], r["speaker"]) for r in rows], eval_fraction=eval_fraction, seed=seed)
+    lengths = [e["num_tokens"] for e in too_long]
+    if lengths:
+        split.notes.append(
+            f"{len(lengths)} row(s) are longer than --max-length {max_length}; --max-length {max(lengths)} "
+            "keeps them all (each token costs activation memory: check the memory estimate)."
+        )
+    by_id = {r["id"]: r for r in rows}
+    return split, {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
+
+
+def _processor_name(processor: Any) -> str:
+    """What the build report calls a processor passed in loaded: its tokenizer's `name_or_path`, else its class."""
+    return getattr(getattr(processor, "tokenizer", None), "name_or_path", None) or type(processor).__name__
+
+
 def build_dataset(
     workspace: Workspace | str | os.PathLike,
     model: Any = DEFAULT_MODEL,
@@ -439,65 +464,12 @@ def build_dataset(
     from pipeline.model.loading import load_processor  # torch: only when a build runs, not when the app starts
 
     processor = load_processor(model) if isinstance(model, (str, os.PathLike)) else model
-    if isinstance(model, (str, os.PathLike)):
-        model_name = str(model)
-    else:
-        model_name = getattr(getattr(processor, "tokenizer", None), "name_or_path", None) or type(processor).__name__
     counter = TokenCounter(processor)
 
-    excluded: list[dict] = []
-    candidates: list[dict] = []
-    full_texts: list[str] = []
-    prompt_texts: list[str] = []
-    for index, sample in enumerate(samples):
-        row, reason = sample_row(sample, library, MAX_AUDIO_S)
-        if reason is not None:
-            excluded.append({"id": sample.id, "reason": reason})
-            continue
-        try:  # the same rule as training and inference: no control token in a person's text
-            tokenizer = counter.tokenizer
-            full_texts.append(counter.render(row_messages(row, tokenizer=tokenizer)))
-            prompt_texts.append(counter.render(row_messages(row, answers=False, tokenizer=tokenizer),
-                                               add_generation_prompt=True))
-        except PipelineError as error:
-            full_texts = full_texts[: len(candidates)]
-            excluded.append({"id": sample.id, "reason": str(error)})
-            continue
-        candidates.append(row)
-        if index % 50 == 0:
-            report_progress(index, len(samples), "reading clips")
-
+    candidates, excluded = render_rows(samples, library, counter, report_progress)
     report_progress(len(samples), len(samples), "counting tokens")
-    encoded = counter.encode_texts(full_texts)
-    totals = [len(ids) for ids in encoded]
-    prompts = counter.count_texts(prompt_texts)
-    rows: list[dict] = []
-    seen_tokens: set[int] = set()  # distinct token ids of the kept rows (per-layer embedding rows read on CPU)
-    for row, ids, total, prompt in zip(candidates, encoded, totals, prompts):
-        if prompt >= max_length:
-            excluded.append(
-                {
-                    "id": row["id"],
-                    "reason": f"the prompt alone (instructions, audio, target text) is {prompt} tokens, not under "
-                    f"--max-length {max_length}: no room for the answer; raise --max-length to at least {total}",
-                    "num_tokens": total,
-                }
-            )
-        elif total > max_length:
-            excluded.append(
-                {
-                    "id": row["id"],
-                    "reason": f"{total} tokens > --max-length {max_length}: the answer ({total - prompt} tokens) "
-                    f"would be cut; raise --max-length to {total} or shorten the feedback",
-                    "num_tokens": total,
-                }
-            )
-        else:
-            row["num_tokens"] = total
-            row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
-            rows.append(row)
-            seen_tokens.update(ids)
-    excluded.sort(key=lambda e: e["id"])
+    rows, too_long, seen_tokens = rows_that_fit(candidates, counter, max_length)
+    excluded = sorted(excluded + too_long, key=lambda e: e["id"])
 
     if not rows:
         reasons = "; ".join(f"{e['id']}: {e['reason']}" for e in excluded[:5])
@@ -506,15 +478,7 @@ def build_dataset(
             f"{'; ...' if len(excluded) > 5 else ''}). The previous dataset, if any, is kept."
         )
 
-    split = split_ids([(r["id"], r["speaker"]) for r in rows], eval_fraction=eval_fraction, seed=seed)
-    too_long = [e["num_tokens"] for e in excluded if "num_tokens" in e]
-    if too_long:
-        split.notes.append(
-            f"{len(too_long)} row(s) are longer than --max-length {max_length}; --max-length {max(too_long)} "
-            "keeps them all (each token costs activation memory: check the memory estimate)."
-        )
-    by_id = {r["id"]: r for r in rows}
-    split_rows = {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
+    split, split_rows = _split_rows(rows, too_long, eval_fraction=eval_fraction, seed=seed, max_length=max_length)
     speakers = {name: sorted({r["speaker"] for r in rs if r["speaker"]}) for name, rs in split_rows.items()}
     report = BuildReport(
         path=str(ws.dataset_dir),
@@ -524,7 +488,7 @@ def build_dataset(
         speakers=speakers,
         split_method=split.method,
         notes=split.notes,
-        model=model_name,
+        model=str(model) if isinstance(model, (str, os.PathLike)) else _processor_name(processor),
         max_length=max_length,
         eval_fraction=float(eval_fraction),
         seed=seed,

@@ -200,7 +200,7 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
 
 
 def best_checkpoint_keeper(paths: dict[str, Path], config: Any, session: Any):
-    """The keep-best callback for a run's `session` (`pipeline.training.train._Session`), or None (with
+    """The keep-best callback for a run's `session` (`pipeline.training.session.Session`), or None (with
     a warning in the log) when the dataset has no eval split to judge on."""
     if session.eval_data is None:
         log.warning("--keep-best needs an eval split to judge on; this dataset has none, so the last step is kept.")

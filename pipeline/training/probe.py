@@ -158,7 +158,8 @@ def probe_synthetic(request: dict) -> dict:
 
     from pipeline.config import TrainConfig
     from pipeline.model.loading import attach_lora, load_model
-    from pipeline.training.train import _answer_loss_trainer_class, training_arguments
+    from pipeline.training.session import training_arguments
+    from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]

@@ -14,6 +14,13 @@ phase of the run (load, preflight, step, eval, save, resume) is recorded with ho
 `run_probe_step(config, workspace)` runs exactly one optimizer step on that worst-case batch with
 the same code and settings and reports the peak memory (used by `pipeline.memory.measure_peak`).
 
+`train` reads as the run's phases, one function each: open the run (`_open_run`: settings, resume
+point, dataset, the folder, train.log, the result skeleton), load (`_load`: `pipeline.training.session`),
+preflight (`_preflight`), fit (`_fit`: the Trainer's loop with its callbacks, progress in
+`pipeline.training.progress`), finish (`_finish`: the adapter and the result), and close (`_close_run`:
+result.json and this machine's calibration records, whatever the outcome). Running out of memory, in
+the preflight or in the loop, has one answer (`_out_of_memory`).
+
 This module does not choose settings (that is `pipeline.config` / the memory estimate) and does not
 spawn processes (that is `pipeline.training.runs`).
 """
@@ -25,13 +32,14 @@ import logging
 import os
 import shlex
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import TrainConfig, refuse_full_finetuning
 from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
-from pipeline.fileio import append_jsonl, atomic_write_json
+from pipeline.fileio import atomic_write_json
 from pipeline.host import distributed
 from pipeline.calibration.this_machine import micro_batch_tokens
 from pipeline.training.step_timer import record_run_step_time, step_timer
@@ -45,7 +53,7 @@ from pipeline.training.peak_memory import (
     reset_peak_memory,
 )
 from pipeline.memory.run_compare import run_estimate
-from pipeline.model.base_identity import run_base_model
+from pipeline.model.base_identity import record_or_check_run_base, run_base_model
 from pipeline.training.checkpoints import check_free_disk, checkpoint_bytes, damaged_text, newest_intact_checkpoint
 from pipeline.training.checkpoints import save_adapter, set_aside, write_result
 from pipeline.training.resume import check_dataset, record_dataset
@@ -54,7 +62,6 @@ from pipeline.training.run_log import close_run_log as _remove_log_file
 from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import (
     last_checkpoint,
-    logged_elapsed_s,
     remove_stale_stop,
     run_paths,
     trim_progress_to_step,
@@ -62,232 +69,420 @@ from pipeline.training.run_folder import (
 from pipeline.training.best_checkpoint import best_checkpoint_keeper
 from pipeline.training.stopping import stop_within_micro_batch
 from pipeline.host.workspace_lock import hold_workspace_lock
-from pipeline.training.trainer_setup import LR_SCHEDULERS, answer_loss, tensorboard_callback
-from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
-from pipeline.training.worst_case import preflight, worst_case, worst_case_batch
+from pipeline.training.progress import progress_callback
+from pipeline.training.session import Session
+from pipeline.training.trainer_setup import answer_loss, tensorboard_callback
+from pipeline.training.worst_case import preflight, worst_case_batch
 from pipeline.workspace import Workspace
-
-OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
-"""`--optimizer` -> `transformers.TrainingArguments.optim`."""
 
 log = logging.getLogger("pipeline.training.train")
 
 
 # --------------------------------------------------------------------------------------------------
-# Progress, STOP and the Trainer
+# The run and its phases
 # --------------------------------------------------------------------------------------------------
 
 
-def _make_callback_class():
-    from transformers import TrainerCallback
+@dataclass
+class _Start:
+    """What a run starts from: its settings, the checkpoint it resumes (None for a new run), the
+    damaged newer checkpoints to set aside, the model its config.json recorded (resumes), and how the
+    dataset changed since the run started (`pipeline.training.resume.check_dataset`; rank 0 only)."""
 
-    class ProgressCallback(TrainerCallback):
-        """Appends progress.jsonl lines and honours the STOP file.
-
-        Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
-        `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
-        `eta_s`, `peak_memory_bytes` (the whole process so far), `phase_peak_bytes` (phase -> peak
-        so far, `pipeline.training.peak_memory.RUN_PHASES`), `peak_phase` (the phase that set the
-        peak), `time` (unix seconds). `elapsed_s` is the run's training time
-        in seconds across resumes (a resumed run continues from the checkpoint's last logged
-        `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
-        time of this process.
-        Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
-        them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
-        """
-
-        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
-            self.paths = paths
-            self.config = config
-            self.memory = memory
-            self.started = time.perf_counter()
-            self.start_step = 0
-            self.elapsed_before_s = 0.0
-            self.stopped = False
-            self.last_loss: float | None = None
-            self.last_eval_loss: float | None = None
-            self.rows_per_step = config.effective_batch_size * distributed.world_size()
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started = time.perf_counter()
-            self.start_step = state.global_step
-            self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
-
-        def on_substep_end(self, args, state, control, **kwargs):
-            self.memory.sample()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.memory.sample()
-            if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
-                log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
-                self.stopped = True
-                control.should_save = True
-                control.should_training_stop = True
-            return control
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = dict(logs or {})
-            if "train_runtime" in logs:  # the end-of-training summary, not a step
-                return
-            elapsed = time.perf_counter() - self.started
-            steps_done = max(0, state.global_step - self.start_step)
-            per_step = elapsed / steps_done if steps_done else None
-            line = {
-                "kind": "eval" if "eval_loss" in logs else "train",
-                "step": state.global_step,
-                "max_steps": state.max_steps,
-                "epoch": round(float(state.epoch or 0.0), 4),
-                "loss": logs.get("loss"),
-                "learning_rate": logs.get("learning_rate"),
-                "grad_norm": logs.get("grad_norm"),
-                "eval_loss": logs.get("eval_loss"),
-                "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
-                "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
-                "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
-                "time": round(time.time(), 3),
-            }
-            memory = self.memory.to_dict()
-            line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
-                        peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
-            if line["loss"] is not None:
-                self.last_loss = float(line["loss"])
-            if line["eval_loss"] is not None:
-                self.last_eval_loss = float(line["eval_loss"])
-            if not distributed.is_main_process():
-                return
-            append_jsonl(self.paths["progress"], line)
-            if line["kind"] == "eval":
-                log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
-            else:
-                log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MiB eta %s s",
-                    state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
-                    line["peak_memory_bytes"] / 1024**2, line["eta_s"],
-                )
-
-    return ProgressCallback
+    config: TrainConfig
+    checkpoint: Path | None = None
+    damaged: list[dict] = field(default_factory=list)
+    recorded_model: str | None = None
+    dataset_change: dict | None = None
 
 
-def training_arguments(config: TrainConfig, output_dir: Path, device: str, *, has_eval: bool):
-    """`transformers.TrainingArguments` for `config` (no autocast: weights are already bf16/fp32,
-    LoRA weights fp32; gradient checkpointing is turned on by `pipeline.model.loading.attach_lora`)."""
-    from transformers import TrainingArguments
+@dataclass
+class _Run:
+    """One process's run of `train`, opened by `_open_run`: where it writes, what it trains, and the
+    result.json dict every phase adds to (`result`, the dict `train` returns)."""
 
-    if config.optimizer == "adamw_8bit":
-        try:
-            import bitsandbytes  # noqa: F401
-        except ImportError as error:
-            raise ConfigError("`--optimizer adamw_8bit` needs bitsandbytes; install it or use `--optimizer adamw`.") from error
-    eval_on = has_eval and config.eval_steps > 0
-    return TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accum,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type=LR_SCHEDULERS[config.lr_schedule],
-        warmup_steps=config.warmup_ratio,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        optim=OPTIMIZERS[config.optimizer],
-        logging_strategy="steps",
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        save_strategy="steps" if config.save_steps > 0 else "no",
-        save_steps=config.save_steps if config.save_steps > 0 else 500,
-        save_total_limit=2,
-        eval_strategy="steps" if eval_on else "no",
-        eval_steps=config.eval_steps if eval_on else None,
-        prediction_loss_only=True,
-        seed=config.seed,
-        data_seed=config.seed,
-        activation_checkpointing=False,
-        remove_unused_columns=False,
-        label_names=["labels"],
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=False,
-        use_cpu=device == "cpu",
-        ddp_find_unused_parameters=False,  # under DDP every LoRA weight gets a gradient (KV-shared layers have no k/v_proj)
-        bf16=False,
-        fp16=False,
-    )
+    ws: Workspace
+    name: str
+    paths: dict[str, Path]
+    """The run folder's files (`pipeline.training.run_folder.run_paths`)."""
+    config: TrainConfig
+    resume: bool
+    dataset_dir: Path | None
+    """A portable Parquet folder to train on (`pipeline.data.portable`), or None for WS/dataset."""
+    device: str
+    """"cuda", "mps" or "cpu" (`pipeline.model.loading.resolve_device`)."""
+    main: bool
+    """True on the process that writes the run folder (rank 0, `pipeline.host.distributed`)."""
+    checkpoint: Path | None
+    recorded_model: str | None
+    result: dict
+    started_at: float
+    """Unix seconds."""
+    log_handler: logging.Handler | None
+    """The run's train.log (rank 0), closed by `_close_run`."""
+    memory: PhaseMemory | None = None
+    """The peak memory of each phase, from the load on (`pipeline.training.peak_memory`)."""
 
 
-def _without_rows(dataset, row_ids: set[str]):
-    """`dataset` without the rows whose `id` is in `row_ids` (an in-memory index, nothing written
-    to the dataset folder); None when no row is left."""
-    keep = [i for i, row_id in enumerate(dataset["id"]) if row_id not in row_ids]
-    return dataset.select(keep) if keep else None
+@dataclass
+class _Fit:
+    """The Trainer after its loop, with the callbacks that tell how the loop ended."""
+
+    trainer: Any
+    """`pipeline.training.trainer_setup.answer_loss_trainer_class()` instance."""
+    progress: Any
+    """`pipeline.training.progress.progress_callback` (STOP after a step, the last losses)."""
+    stop_now: Any
+    """`pipeline.training.stopping.stop_within_micro_batch` (STOP within a step)."""
+    keeper: Any | None
+    """`pipeline.training.best_checkpoint.best_checkpoint_keeper` with --keep-best, else None."""
+    timer: Any
+    """`pipeline.training.step_timer.step_timer` (seconds per micro-batch)."""
+
+    @property
+    def stopped(self) -> bool:
+        """True when a STOP file ended the loop (after a step or within one)."""
+        return self.progress.stopped or self.stop_now.stopped
 
 
-class _Session:
-    """Everything a run needs, loaded once: processor, model with LoRA, datasets (the workspace's, or
-    a portable Parquet folder `dataset_dir`, `pipeline.data.portable`), collator."""
+class _OutOfMemory(Exception):
+    """A phase ran out of memory: raised by `_preflight` (step 0, no checkpoint) and `_fit` (at
+    `step`, with the last checkpoint `kept`, or None), answered by `_out_of_memory`.
 
-    def __init__(self, config: TrainConfig, ws: Workspace, dataset_dir: Path | None = None):
-        from pipeline.training.collate import ChatCollator, check_rows
-        from pipeline.data.dataset import load_built_dataset
-        from pipeline.data.portable import load_portable_dataset
-        from pipeline.model.base_identity import describe_base
-        from pipeline.model.loading import attach_lora, load_model, load_processor, resolve_device
+    Args:
+        where: the words after "Out of memory", e.g. "at step 3".
+        peak_bytes: the peak memory to report (bytes).
+        step: the optimizer step it happened at (0 in the preflight).
+        kept: during training, the last checkpoint a resume continues from (None: there is none).
+        in_training: True when raised by the Trainer's loop (the result then names `checkpoint`).
+    """
 
-        self.config = config
-        self.device = resolve_device(config.device)
-        data = load_portable_dataset(dataset_dir) if dataset_dir is not None else load_built_dataset(ws)
-        if "train" not in data or len(data["train"]) == 0:
-            raise TrainingError(f"The dataset in {dataset_dir or ws.dataset_dir} has no train rows; add samples and rebuild it.")
-        self.train_data = data["train"]
-        self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
-        self.processor = load_processor(config.model)
-        text_columns = [c for c in ("id", "kind", "target_text", "prompt", "feedback", "turns") if c in self.train_data.column_names]
-        rows = list(self.train_data.select_columns(text_columns))
-        if self.eval_data is not None:
-            rows += list(self.eval_data.select_columns(text_columns))
-        problems = check_rows(self.processor, rows, max_length=config.max_length)
-        too_long = {p["id"] for p in problems if p.get("too_long")}
-        problems = [p for p in problems if not p.get("too_long")]
-        if problems:
-            listed = "; ".join(f"{p['id']}: {p['reason']}" for p in problems[:5])
-            raise TrainingError(
-                f"{len(problems)} dataset rows cannot be trained on ({listed}{'; ...' if len(problems) > 5 else ''}). "
-                "Fix or delete those samples and rebuild the dataset."
-            )
-        self.skipped_rows = sorted(too_long)
-        if too_long:  # excluded, never truncated (the memory estimate counts them the same way)
-            self.train_data = _without_rows(self.train_data, too_long)
-            if self.eval_data is not None:
-                self.eval_data = _without_rows(self.eval_data, too_long) or None
-            log.info("Skipping %d row(s) longer than --max-length %d: %s", len(too_long), config.max_length,
-                     ", ".join(self.skipped_rows[:10]) + (" ..." if len(too_long) > 10 else ""))
-            if self.train_data is None:
-                raise TrainingError(
-                    f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
-                    "estimate` for the longest row) or rebuild the dataset.")
-        self.worst = worst_case(self.train_data, config.batch_size, self.processor)
-        model, self.quantization = load_model(config.model, device=self.device, **config.load_options())
-        self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
-        self.model, self.lora = attach_lora(model, config)
-        self.collator = ChatCollator(self.processor, max_length=config.max_length)
+    def __init__(self, where: str, peak_bytes: int, step: int, kept: Path | None = None, *, in_training: bool):
+        super().__init__(f"out of memory {where}")
+        self.where, self.peak_bytes, self.step, self.kept, self.in_training = where, peak_bytes, step, kept, in_training
 
-    def trainer(self, output_dir: Path, callbacks: list, memory: PhaseMemory | None = None) -> Any:
-        from transformers.trainer_callback import PrinterCallback
 
-        args = training_arguments(self.config, output_dir, self.device, has_eval=self.eval_data is not None)
-        trainer = _answer_loss_trainer_class()(
-            model=self.model,
-            args=args,
-            train_dataset=self.train_data,
-            eval_dataset=self.eval_data if args.eval_strategy != "no" else None,
-            data_collator=self.collator,
-            callbacks=callbacks,
+def _checkpoint_step(checkpoint: Path) -> int:
+    """The optimizer step of a Trainer checkpoint folder `checkpoint-N` (N)."""
+    return int(checkpoint.name.split("-", 1)[1])
+
+
+def _resume_start(config: TrainConfig | None, ws: Workspace, paths: dict[str, Path], run_name: str,
+                  dataset_dir: Path | None, allow_dataset_change: bool) -> _Start:
+    """What a resumed run starts from: its recorded settings (`config`, when given, must equal them),
+    its base model (found again where it moved), the newest intact checkpoint and the damaged newer
+    ones, and the dataset change (refused unless `allow_dataset_change`).
+
+    Raises:
+        ConfigError: `config` differs from the run's config.json (`resolve_resume_config`).
+        TrainingError: no intact checkpoint; the run already completed; the dataset changed.
+        ModelLoadError: the recorded base model is nowhere to be found (`run_base_model`).
+    """
+    config = _resolve_resume_config(paths, config)
+    recorded_model = _resolve_resume_config(paths, None).model
+    # another path for the same base is fine (its identity is compared once loaded); a recorded
+    # folder that moved away is named, with the fix (`run_base_model`)
+    config = config.replace(model=run_base_model(paths["dir"], run_name, None if config.model == recorded_model else config.model))
+    # every file a resume reads is checked first; damaged newer checkpoints are set aside by `_open_run`
+    checkpoint, damaged = newest_intact_checkpoint(paths["checkpoints"])
+    if checkpoint is None:
+        raise TrainingError(
+            (damaged_text(damaged, None) + " " if damaged else "")
+            + f"Run `{run_name}` has no intact checkpoint in {paths['checkpoints']} to resume from; start it again "
+            "without --resume under a new name."
         )
-        trainer.remove_callback(PrinterCallback)  # it prints log dicts to stdout; ProgressCallback logs instead
-        trainer.memory = memory
-        return trainer
+    if paths["result"].exists():
+        previous = json.loads(paths["result"].read_text(encoding="utf-8"))
+        if previous.get("status") == "completed":
+            raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
+    dataset_change = check_dataset(paths["dir"], run_name, dataset_identity(ws, dataset_dir), checkpoint=checkpoint.name,
+                                   allow_change=allow_dataset_change) if distributed.is_main_process() else None
+    return _Start(config, checkpoint, damaged, recorded_model, dataset_change)
+
+
+def _new_start(config: TrainConfig | None, paths: dict[str, Path], run_name: str) -> _Start:
+    """What a new run starts from: `config`, for a run folder that holds no run yet.
+
+    Raises:
+        ConfigError: no `config`, or full fine-tuning asked for (`refuse_full_finetuning`).
+        TrainingError: the run already exists (its settings, result, checkpoints or progress).
+    """
+    if config is None:
+        raise ConfigError("No training settings given; pass a TrainConfig.")
+    refuse_full_finetuning(config.finetuning_type)
+    if any(paths[k].exists() for k in ("config", "result", "checkpoints", "progress")):
+        raise TrainingError(
+            f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
+        )
+    return _Start(config)
+
+
+def _check_dataset_there(ws: Workspace, config: TrainConfig, dataset_dir: Path | None, resume: bool) -> None:
+    """Check the dataset a run trains on is there before the run folder exists, so a run that cannot
+    start leaves nothing behind: the portable folder `dataset_dir`, else (new runs) WS/dataset.
+
+    Raises:
+        DatasetError: no built dataset (the `build` command to run), or one that cannot be read.
+    """
+    if dataset_dir is not None:
+        from pipeline.data.portable import check_portable_dataset
+
+        check_portable_dataset(dataset_dir)
+    elif not resume:
+        from pipeline.data.dataset import load_built_dataset
+
+        try:
+            load_built_dataset(ws)
+        except DatasetError as error:
+            if "No built dataset" not in str(error):
+                raise
+            raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with `python -m pipeline build "
+                               f"--workspace {shlex.quote(str(ws.root))} --model {shlex.quote(str(config.model))}`.") from None
+
+
+def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: bool, dataset_dir: Path | None,
+              allow_dataset_change: bool) -> _Run:
+    """Open the run: every check first (settings, resume point, dataset), then every process joins
+    the group, and rank 0 prepares the folder (stale STOP removed, damaged checkpoints set aside, a
+    new run's config.json and dataset record), writes the result skeleton (status "running"), opens
+    train.log and drops progress lines an interrupted process logged after the resumed checkpoint.
+    (The workspace lock is held around all of `train` by `hold_workspace_lock`.)
+
+    Raises:
+        ConfigError / TrainingError / DatasetError / ModelLoadError: the run cannot start (see
+        `_resume_start`, `_new_start`, `_check_dataset_there`); nothing is written then.
+    """
+    from pipeline.model.loading import resolve_device
+    from pipeline.model.tiny_model import is_tiny_random_model
+
+    paths = run_paths(ws, run_name)
+    start = (_resume_start(config, ws, paths, run_name, dataset_dir, allow_dataset_change) if resume
+             else _new_start(config, paths, run_name))
+    config = start.config
+    _check_dataset_there(ws, config, dataset_dir, resume)
+    device = resolve_device(config.device)
+    distributed.join(device)
+    distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
+    main = distributed.is_main_process()
+    if main:
+        paths["dir"].mkdir(parents=True, exist_ok=True)
+        remove_stale_stop(paths["stop"], paths["result"])
+        if start.damaged:  # kept as damaged-checkpoint-N: nothing saved is lost, and Trainer never sees them
+            set_aside(start.damaged)
+        if not resume:
+            atomic_write_json(paths["config"], config.to_dict())
+            record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
+    started_at = time.time()
+    base = {
+        "run": run_name,
+        "status": "running",
+        "reason": None,
+        "pid": os.getpid(),
+        "model": config.model,
+        "resumed_from": str(start.checkpoint) if start.checkpoint else None,
+        "started_at": started_at,
+        "processes": distributed.world_size(),
+        "global_batch_size": config.effective_batch_size * distributed.world_size(),
+    }
+    if main:
+        atomic_write_json(paths["result"], base)
+    handler = _setup_log_file(paths["log"]) if main else None
+    log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
+    if start.damaged:
+        base["damaged_checkpoints"] = start.damaged
+        base["note"] = damaged_text(start.damaged, start.checkpoint)
+        log.warning("%s", base["note"])
+    if start.checkpoint is not None and main:
+        dropped = trim_progress_to_step(paths["progress"], _checkpoint_step(start.checkpoint))
+        if dropped:
+            log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
+                     dropped, start.checkpoint.name)
+    result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=start.dataset_change)
+    return _Run(ws, run_name, paths, config, resume, dataset_dir, device, main, start.checkpoint, start.recorded_model,
+                result, started_at, handler)
+
+
+def _load(run: _Run) -> Session:
+    """Load (memory phase `load`): the session (processor, model with LoRA, datasets, collator);
+    rank 0 records the base model with the run (or checks it is the one recorded); the result gets
+    the device, quantization, LoRA, row counts and the memory estimate for the same settings, after
+    rank 0 checked there is disk room for a checkpoint and the adapter.
+
+    Raises:
+        PipelineError subclasses: the model or the dataset cannot be loaded, bad rows, another base
+        model than the run's, too little free disk (`check_free_disk`).
+    """
+    config, paths, result = run.config, run.paths, run.result
+    run.memory = PhaseMemory(run.device)
+    run.memory.enter("load")
+    session = Session(config, run.ws, run.dataset_dir)
+    if run.main:
+        record_or_check_run_base(paths["dir"], session.base_identity, run.name)
+        if run.resume and config.model != run.recorded_model:  # the same base, found elsewhere: remember where
+            log.info("Run `%s` continues on `%s` (recorded `%s`): the same base model (config and weights).",
+                     run.name, config.model, run.recorded_model)
+            atomic_write_json(paths["config"], config.to_dict())
+    log.info("%s", session.quantization.summary())
+    for warning in session.quantization.warnings:
+        log.warning("%s", warning)
+    log.info("%s", session.lora.summary())
+    result.update(
+        device=session.device,
+        quantization={k: v for k, v in session.quantization.to_dict().items() if k not in ("quantized_modules", "kept_modules")},
+        lora={k: v for k, v in session.lora.to_dict().items() if k != "wrapped_modules"},
+        train_rows=len(session.train_data),
+        eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
+    )
+    if run.main:  # before the run starts: room for a checkpoint and the final adapter (how much is free, how much needed)
+        trainable = int(session.lora.trainable_params)
+        check_free_disk(paths["dir"], checkpoint_bytes(paths["checkpoints"], trainable) + trainable * 4,
+                        f"run `{run.name}` (a checkpoint and the adapter)")
+    result["memory_estimate"] = run_estimate(run.ws, config, session.device, dataset_dir=run.dataset_dir,
+                                             on_error=lambda e: log.warning("No memory estimate: %s", e))
+    if run.main:
+        atomic_write_json(paths["result"], result)  # the app compares the run's memory with it while it runs
+    return session
+
+
+def _preflight(run: _Run, session: Session) -> None:
+    """Preflight (memory phase `preflight`): one forward+backward on the worst-case batch
+    (`pipeline.training.worst_case`), on every process (each holds a whole copy of the model and its
+    own worst-case batch); its figures and peak memory go in `result["preflight"]`.
+
+    Raises:
+        _OutOfMemory: on every process when any ran out of memory (a shared decision,
+            `distributed.any_process`), with the largest peak of the processes.
+    """
+    run.memory.enter("preflight")
+    out_of_memory = False
+    try:
+        run.result["preflight"] = preflight(session.model, session.collator, session.worst, run.config, session.device,
+                                            answer_loss)
+        run.result["preflight"]["peak_memory_bytes"] = run.memory.current()["preflight"]
+        log.info("Preflight on the worst-case batch: %s", json.dumps(run.result["preflight"]))
+    except Exception as error:  # noqa: BLE001
+        if not is_out_of_memory(error):
+            raise
+        out_of_memory = True
+    if distributed.any_process(out_of_memory):
+        peak = max(distributed.gather_ints(run.memory.current()["preflight"]))  # the largest of the processes
+        raise _OutOfMemory("on the longest batch before training", peak, step=0, in_training=False)
+
+
+def _fit(run: _Run, session: Session, callbacks: list | None) -> _Fit:
+    """Fit (memory phase `step`, then `eval`, `save`, `resume` as the Trainer goes): the Trainer's
+    loop from the resumed checkpoint (or the start) with the run's callbacks (progress and STOP,
+    STOP within a micro-batch, TensorBoard on rank 0, keep-best, the step timer) and `callbacks`.
+
+    Raises:
+        _OutOfMemory: the loop ran out of memory (the step, the run's peak, the last checkpoint).
+    """
+    paths, config = run.paths, run.config
+    run.memory.enter("step")
+    progress = progress_callback(paths, config, run.memory)
+    stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
+    board = (tensorboard_callback(paths["tensorboard"], _checkpoint_step(run.checkpoint) + 1 if run.checkpoint else None)
+             if run.main else None)
+    keeper = best_checkpoint_keeper(paths, config, session) if config.keep_best else None
+    timer = step_timer(config.grad_accum)  # seconds per micro-batch: the next run's forecast (pipeline.calibration)
+    trainer = session.trainer(paths["checkpoints"],
+                              [c for c in (progress, stop_now, board, keeper, timer) if c] + list(callbacks or []), run.memory)
+    try:
+        trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+    except Exception as error:  # noqa: BLE001
+        if not is_out_of_memory(error):
+            raise
+        step = trainer.state.global_step
+        raise _OutOfMemory(f"at step {step}", run.memory.to_dict()["peak_bytes"], step, last_checkpoint(paths["dir"]),
+                           in_training=True) from None
+    return _Fit(trainer, progress, stop_now, keeper, timer)
+
+
+def _out_of_memory(run: _Run, oom: _OutOfMemory) -> dict:
+    """The one answer to running out of memory, in the preflight or in training: the result failed,
+    with where it happened, the peak (GiB), what to change (`oom_suggestions`) and, in training, the
+    checkpoint a resume continues from. Logged and returned (not raised)."""
+    suggestions = oom_suggestions(run.config)
+    reason = f"Out of memory {oom.where} (peak {oom.peak_bytes / 2**30:.2f} GiB on {run.device}). Try: {'; '.join(suggestions)}."
+    checkpoint = {}
+    if oom.in_training:
+        reason += " " + (f"The last checkpoint ({oom.kept.name}) is kept; --resume continues from it." if oom.kept else "")
+        checkpoint = {"checkpoint": str(oom.kept) if oom.kept else None}
+    run.result.update(status="failed", reason=reason, peak_memory_bytes=oom.peak_bytes, step=oom.step, **checkpoint,
+                      suggestions=suggestions)
+    log.error("%s", reason)
+    return run.result
+
+
+def _finish(run: _Run, session: Session, fit: _Fit) -> dict:
+    """Finish (memory phase `save`): the best adapter chosen (--keep-best), the adapter saved by rank 0,
+    and the result completed or stopped: steps, epochs, the last losses, the adapter and the last
+    checkpoint, the keep-best summary and the seconds per micro-batch (the calibration's records are
+    written by `_close_run`). Returns the result."""
+    config, paths, result = run.config, run.paths, run.result
+    stopped = fit.stopped
+    best = fit.keeper.finish(fit.trainer, stopped) if fit.keeper is not None else None
+    with run.memory.during("save"):
+        if run.main:
+            save_adapter(session.model, session.processor, session.base_identity, paths["adapter"],
+                         weights_from=paths["best"] if best else None)
+    state = fit.trainer.state
+    best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
+    result.update(
+        status="stopped" if stopped else "completed",
+        reason=("stopped by request (STOP file); --resume continues" if stopped
+                else "stopped early: no improvement in --early-stopping-patience evaluations"
+                if fit.keeper is not None and fit.keeper.early_stopped else None),
+        steps=state.global_step,
+        max_steps=state.max_steps,
+        epochs=round(float(state.epoch or 0.0), 4),
+        final_loss=fit.progress.last_loss,
+        eval_loss=best_eval[-1] if best_eval else None,
+        adapter_dir=str(paths["adapter"]),
+        checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
+    )
+    if fit.keeper is not None:
+        result.update(fit.keeper.summary())
+    step_time = fit.timer.summary()
+    if step_time:
+        result["step_time"] = dict(step_time, quantization=config.quantization, low_memory_heap=config.low_memory_heap,
+                                   tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
+    log.info("Run `%s` %s at step %d.", run.name, result["status"], state.global_step)
+    return result
+
+
+def _record_failure(run: _Run, error: Exception) -> None:
+    """The result of a run that failed with `error` (which `train` re-raises): status "failed", a
+    `PipelineError`'s message as the reason, any other error's type and message with its traceback
+    in train.log and the last checkpoint kept. Called inside the `except` block that caught `error`."""
+    if isinstance(error, PipelineError):
+        run.result.update(status="failed", reason=str(error))
+        log.error("Run failed: %s", error)
+        return
+    run.result.update(status="failed", reason=f"{type(error).__name__}: {error}")
+    log.exception("Run failed")
+    kept = last_checkpoint(run.paths["dir"])
+    if kept is not None:
+        run.result["checkpoint"] = str(kept)
+
+
+def _close_run(run: _Run) -> None:
+    """Close the run, whatever its outcome: the whole run's peak and the phase that set it, its
+    seconds; rank 0 writes result.json and adds the run's evidence to this machine's calibration
+    (peak memory per phase, seconds per micro-batch); train.log is closed."""
+    result = run.result
+    if run.memory is not None:  # the whole run's peak and the phase that set it
+        result["memory"] = run.memory.to_dict()
+        result.update(peak_memory_bytes=result["memory"]["peak_bytes"], memory_kind=result["memory"]["memory_kind"])
+    result["seconds"] = round(time.time() - run.started_at, 3)
+    result["finished_at"] = time.time()
+    result.pop("pid", None)
+    if run.main:
+        write_result(run.paths["result"], result, log)
+        record_run_memory(result, log)  # more evidence for this machine's calibration (pipeline.calibration)
+        record_run_step_time(result, log)
+    if run.log_handler is not None:
+        _remove_log_file(run.log_handler)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -340,241 +535,20 @@ def train(
         result.json (status "failed") and train.log, then re-raised.
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-    paths = run_paths(ws, run_name)
     dataset_dir = Path(dataset_dir).expanduser().resolve() if dataset_dir is not None else None
-    checkpoint = None
-    damaged: list[dict] = []
-    main = distributed.is_main_process()
-    if resume:
-        config = _resolve_resume_config(paths, config)
-        recorded_model = _resolve_resume_config(paths, None).model
-        # another path for the same base is fine (its identity is compared once loaded); a recorded
-        # folder that moved away is named, with the fix (`run_base_model`)
-        config = config.replace(model=run_base_model(paths["dir"], run_name, None if config.model == recorded_model else config.model))
-        # every file a resume reads is checked first; damaged newer checkpoints are set aside below
-        checkpoint, damaged = newest_intact_checkpoint(paths["checkpoints"])
-        if checkpoint is None:
-            raise TrainingError(
-                (damaged_text(damaged, None) + " " if damaged else "")
-                + f"Run `{run_name}` has no intact checkpoint in {paths['checkpoints']} to resume from; start it again "
-                "without --resume under a new name."
-            )
-        if paths["result"].exists():
-            previous = json.loads(paths["result"].read_text(encoding="utf-8"))
-            if previous.get("status") == "completed":
-                raise TrainingError(f"Run `{run_name}` already completed; start a new run to train more.")
-        dataset_change = check_dataset(paths["dir"], run_name, dataset_identity(ws, dataset_dir), checkpoint=checkpoint.name,
-                                       allow_change=allow_dataset_change) if main else None
-    else:
-        if config is None:
-            raise ConfigError("No training settings given; pass a TrainConfig.")
-        refuse_full_finetuning(config.finetuning_type)
-        if any(paths[k].exists() for k in ("config", "result", "checkpoints", "progress")):
-            raise TrainingError(
-                f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
-            )
-    if dataset_dir is not None:
-        from pipeline.data.portable import check_portable_dataset
-
-        check_portable_dataset(dataset_dir)
-    elif not resume:  # checked before the run folder exists: a run that cannot start leaves nothing behind
-        from pipeline.data.dataset import load_built_dataset
-
-        try:
-            load_built_dataset(ws)
-        except DatasetError as error:
-            if "No built dataset" not in str(error):
-                raise
-            raise DatasetError(f"No built dataset in {ws.dataset_dir}; build it first with `python -m pipeline build "
-                               f"--workspace {shlex.quote(str(ws.root))} --model {shlex.quote(str(config.model))}`.") from None
-    from pipeline.model.loading import resolve_device
-
-    resolved_device = resolve_device(config.device)
-    distributed.join(resolved_device)
-    distributed.barrier()  # every process has checked the run folder before rank 0 writes into it
-    if main:
-        paths["dir"].mkdir(parents=True, exist_ok=True)
-        remove_stale_stop(paths["stop"], paths["result"])
-        if damaged:  # kept as damaged-checkpoint-N: nothing saved is lost, and Trainer never sees them
-            set_aside(damaged)
-        if not resume:
-            atomic_write_json(paths["config"], config.to_dict())
-            record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
-    if not resume:
-        dataset_change = None
-    started_at = time.time()
-    base = {
-        "run": run_name,
-        "status": "running",
-        "reason": None,
-        "pid": os.getpid(),
-        "model": config.model,
-        "resumed_from": str(checkpoint) if checkpoint else None,
-        "started_at": started_at,
-        "processes": distributed.world_size(),
-        "global_batch_size": config.effective_batch_size * distributed.world_size(),
-    }
-    if main:
-        atomic_write_json(paths["result"], base)
-    handler = _setup_log_file(paths["log"]) if main else None
-    log.info("%s run `%s` with settings %s", "Resuming" if resume else "Starting", run_name, json.dumps(config.to_dict()))
-    if damaged:
-        base["damaged_checkpoints"] = damaged
-        base["note"] = damaged_text(damaged, checkpoint)
-        log.warning("%s", base["note"])
-    if checkpoint is not None and main:
-        dropped = trim_progress_to_step(paths["progress"], int(checkpoint.name.split("-", 1)[1]))
-        if dropped:
-            log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
-                     dropped, checkpoint.name)
-    from pipeline.model.base_identity import record_or_check_run_base
-    from pipeline.model.tiny_model import is_tiny_random_model
-
-    result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=dataset_change)
-    trainer = None
-    callback = None
-    memory: PhaseMemory | None = None
+    run = _open_run(config, ws, run_name, resume, dataset_dir, allow_dataset_change)
     try:
-        try:
-            memory = PhaseMemory(resolved_device)
-            memory.enter("load")
-            session = _Session(config, ws, dataset_dir)
-        except PipelineError as error:
-            result.update(status="failed", reason=str(error))
-            raise
-        if main:
-            record_or_check_run_base(paths["dir"], session.base_identity, run_name)
-            if resume and config.model != recorded_model:  # the same base, found elsewhere: remember where
-                log.info("Run `%s` continues on `%s` (recorded `%s`): the same base model (config and weights).",
-                         run_name, config.model, recorded_model)
-                atomic_write_json(paths["config"], config.to_dict())
-        log.info("%s", session.quantization.summary())
-        for warning in session.quantization.warnings:
-            log.warning("%s", warning)
-        log.info("%s", session.lora.summary())
-        result.update(
-            device=session.device,
-            quantization={k: v for k, v in session.quantization.to_dict().items() if k not in ("quantized_modules", "kept_modules")},
-            lora={k: v for k, v in session.lora.to_dict().items() if k != "wrapped_modules"},
-            train_rows=len(session.train_data),
-            eval_rows=len(session.eval_data) if session.eval_data is not None else 0,
-        )
-        device = session.device
-        if main:  # before the run starts: room for a checkpoint and the final adapter (how much is free, how much needed)
-            trainable = int(session.lora.trainable_params)
-            check_free_disk(paths["dir"], checkpoint_bytes(paths["checkpoints"], trainable) + trainable * 4,
-                            f"run `{run_name}` (a checkpoint and the adapter)")
-        result["memory_estimate"] = run_estimate(ws, config, device, dataset_dir=dataset_dir,
-                                                 on_error=lambda e: log.warning("No memory estimate: %s", e))
-        if main:
-            atomic_write_json(paths["result"], result)  # the app compares the run's memory with it while it runs
-        out_of_memory = False
-        memory.enter("preflight")
-        try:  # on every process: each holds a whole copy of the model and its own worst-case batch
-            result["preflight"] = preflight(session.model, session.collator, session.worst, config, device, answer_loss)
-            result["preflight"]["peak_memory_bytes"] = memory.current()["preflight"]
-            log.info("Preflight on the worst-case batch: %s", json.dumps(result["preflight"]))
-        except Exception as error:  # noqa: BLE001
-            if not is_out_of_memory(error):
-                raise
-            out_of_memory = True
-        if distributed.any_process(out_of_memory):
-            peak = max(distributed.gather_ints(memory.current()["preflight"]))  # the largest of the processes
-            result.update(
-                status="failed",
-                reason=(
-                    f"Out of memory on the longest batch before training (peak {peak / 2**30:.2f} GiB on {device}). "
-                    f"Try: {'; '.join(oom_suggestions(config))}."
-                ),
-                peak_memory_bytes=peak,
-                step=0,
-                suggestions=oom_suggestions(config),
-            )
-            log.error("%s", result["reason"])
-            return result
-        memory.enter("step")
-        callback = _make_callback_class()(paths, config, memory)
-        stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
-        board = tensorboard_callback(paths["tensorboard"], int(checkpoint.name.split("-", 1)[1]) + 1 if checkpoint else None) if main else None
-        keeper = best_checkpoint_keeper(paths, config, session) if config.keep_best else None
-        timer = step_timer(config.grad_accum)  # seconds per micro-batch: the next run's forecast (pipeline.calibration)
-        trainer = session.trainer(paths["checkpoints"],
-                                  [c for c in (callback, stop_now, board, keeper, timer) if c] + list(callbacks or []), memory)
-        try:
-            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        except Exception as error:  # noqa: BLE001
-            if not is_out_of_memory(error):
-                raise
-            step = trainer.state.global_step
-            peak = memory.to_dict()["peak_bytes"]
-            kept = last_checkpoint(paths["dir"])
-            result.update(
-                status="failed",
-                reason=(
-                    f"Out of memory at step {step} (peak {peak / 2**30:.2f} GiB on {device}). Try: "
-                    f"{'; '.join(oom_suggestions(config))}. "
-                    + (f"The last checkpoint ({kept.name}) is kept; --resume continues from it." if kept else "")
-                ),
-                peak_memory_bytes=peak,
-                step=step,
-                checkpoint=str(kept) if kept else None,
-                suggestions=oom_suggestions(config),
-            )
-            log.error("%s", result["reason"])
-            return result
-        stopped = callback.stopped or stop_now.stopped
-        best = keeper.finish(trainer, stopped) if keeper is not None else None
-        with memory.during("save"):
-            if main:
-                save_adapter(session.model, session.processor, session.base_identity, paths["adapter"],
-                             weights_from=paths["best"] if best else None)
-        state = trainer.state
-        best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
-        result.update(
-            status="stopped" if stopped else "completed",
-            reason=("stopped by request (STOP file); --resume continues" if stopped
-                    else "stopped early: no improvement in --early-stopping-patience evaluations"
-                    if keeper is not None and keeper.early_stopped else None),
-            steps=state.global_step,
-            max_steps=state.max_steps,
-            epochs=round(float(state.epoch or 0.0), 4),
-            final_loss=callback.last_loss,
-            eval_loss=best_eval[-1] if best_eval else None,
-            adapter_dir=str(paths["adapter"]),
-            checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
-        )
-        if keeper is not None:
-            result.update(keeper.summary())
-        step_time = timer.summary()
-        if step_time:
-            result["step_time"] = dict(step_time, quantization=config.quantization, low_memory_heap=config.low_memory_heap,
-                                       tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
-        log.info("Run `%s` %s at step %d.", run_name, result["status"], state.global_step)
-        return result
-    except PipelineError as error:
-        result.update(status="failed", reason=str(error))
-        log.error("Run failed: %s", error)
-        raise
+        session = _load(run)
+        _preflight(run, session)
+        fit = _fit(run, session, callbacks)
+        return _finish(run, session, fit)
+    except _OutOfMemory as oom:  # the preflight's or the loop's: answered with the failed result, not raised
+        return _out_of_memory(run, oom)
     except Exception as error:  # noqa: BLE001 - recorded, then re-raised with its traceback in train.log
-        result.update(status="failed", reason=f"{type(error).__name__}: {error}")
-        log.exception("Run failed")
-        kept = last_checkpoint(paths["dir"])
-        if kept is not None:
-            result["checkpoint"] = str(kept)
+        _record_failure(run, error)
         raise
     finally:
-        if memory is not None:  # the whole run's peak and the phase that set it
-            result["memory"] = memory.to_dict()
-            result.update(peak_memory_bytes=result["memory"]["peak_bytes"], memory_kind=result["memory"]["memory_kind"])
-        result["seconds"] = round(time.time() - started_at, 3)
-        result["finished_at"] = time.time()
-        result.pop("pid", None)
-        if main:
-            write_result(paths["result"], result, log)
-            record_run_memory(result, log)  # more evidence for this machine's calibration (pipeline.calibration)
-            record_run_step_time(result, log)
-        if handler is not None:
-            _remove_log_file(handler)
+        _close_run(run)
 
 
 def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:
@@ -597,7 +571,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
     import tempfile
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
-    session = _Session(config, ws)
+    session = Session(config, ws)
     device = session.device
     out = {
         "device": device,
@@ -632,8 +606,3 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
         out["seconds"] = round(time.perf_counter() - started, 3)
         out["peak_memory_bytes"] = peak_memory_bytes(device)
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------------

@@ -200,10 +200,42 @@ def evaluate_tutor(
         EvaluationError: cancelled through `should_stop` (without `partial`).
         ConfigError / ModelLoadError: from `load_tutor` (unknown run, model cannot be loaded).
     """
-    from pipeline.data.dataset import DEFAULT_MODEL, load_built_dataset
+    from pipeline.data.dataset import DEFAULT_MODEL
     from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS, load_tutor
 
     ws = _ws(workspace)
+    data, rows, key = _split_rows(ws, split, limit)
+    tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    stop = should_stop or (lambda: False)
+    who = f"run `{run}`" if run else f"base model `{model}`"
+    started = time.perf_counter()
+    # With the grounding probes the job is up to 4 answers per clip (its own + 3 probes): the bar counts them all,
+    # so it does not reach 100 % after the clips and fall back when the probes start (exact once they are planned).
+    planned_total = len(rows) * (4 if grounding else 1)
+    if progress is not None:
+        progress(0, planned_total, f"loading {who}")
+    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
+                       quantization=quantization)
+    evaluation = _Evaluation(tutor, run=run, split=split, key=key, max_new_tokens=tokens, rows=len(rows),
+                             started=started)
+    cancelled_at = _answer_rows(evaluation, rows, stop=stop, who=who, partial=partial, progress=progress,
+                                planned_total=planned_total)
+    if cancelled_at is not None:
+        return evaluation.result(cancelled_at, "cancelled")
+    if not grounding:
+        return evaluation.result(len(rows))
+    return _with_grounding(evaluation, data, rows, stop=stop, who=who, partial=partial, progress=progress)
+
+
+def _split_rows(ws: Workspace, split: str, limit: int | None) -> tuple[Any, Any, str]:
+    """The built dataset, the rows of `split` to answer (its first `limit` with `limit`), and the key of
+    the data they are (`split_key`; `-firstN` only when `limit` leaves rows out).
+
+    Raises:
+        DatasetError: no built dataset, `split` not in it, `limit` < 1, no row to answer.
+    """
+    from pipeline.data.dataset import load_built_dataset
+
     data = load_built_dataset(ws)
     if split not in data:
         raise DatasetError(f"Split `{split}` is not in the dataset in {ws.dataset_dir}; it has {sorted(data)}.")
@@ -217,81 +249,128 @@ def evaluate_tutor(
             f"The `{split}` split is empty; rebuild with a larger --eval-fraction or more speakers "
             f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --eval-fraction 0.2`)."
         )
-    key = split_key(ws, split, limit if limit is not None and limit < len(data[split]) else None)
-    tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-    stop = should_stop or (lambda: False)
-    who = f"run `{run}`" if run else f"base model `{model}`"
-    started = time.perf_counter()
-    # With the grounding probes the job is up to 4 answers per clip (its own + 3 probes): the bar counts them all,
-    # so it does not reach 100 % after the clips and fall back when the probes start (exact once they are planned).
-    planned_total = len(rows) * (4 if grounding else 1)
-    if progress is not None:
-        progress(0, planned_total, f"loading {who}")
-    from pipeline.tutor.by_kind import answer_row, metrics_by_kind
+    return data, rows, split_key(ws, split, limit if limit is not None and limit < len(data[split]) else None)
 
-    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
-                       quantization=quantization)
-    items, answers = [], []
 
-    from pipeline.tutor.grounding import learner_table, phone_table
+class _Evaluation:
+    """One evaluation under way: the tutor, what it is evaluated on, the answers given so far, and the
+    result they make (`result`).
 
-    def result(answered: int, reason: str | None = None) -> dict:
+    `answers`: every answer of every kind (`pipeline.tutor.by_kind.answer_row`'s records, one per tutor
+    turn of a dialogue); `items`: the read-aloud clips with their answer and reference, which the
+    expert-score metrics, the per-phone and per-learner tables and the grounding probes read.
+    """
+
+    def __init__(self, tutor: Any, *, run: str | None, split: str, key: str, max_new_tokens: int, rows: int,
+                 started: float):
+        self.tutor, self.run, self.split, self.key = tutor, run, split, key
+        self.max_new_tokens, self.rows, self.started = max_new_tokens, rows, started
+        self.items: list[dict] = []
+        self.answers: list[dict] = []
+
+    def add(self, index: int, row: dict, row_answers: list[dict]) -> None:
+        """Keep `row_answers`, the answers to dataset row `row` (position `index` in the split)."""
+        self.answers += row_answers
+        if (row.get("kind") or DEFAULT_KIND) == "read_aloud":  # the expert-score template metrics
+            self.items.append({"id": row["id"], "kind": "read_aloud", "target_text": row["target_text"],
+                               "answer": row_answers[0]["answer"], "reference": _row_reference(row),
+                               "reference_feedback": row.get("feedback") or "", "speaker": row.get("speaker") or "",
+                               "index": index})
+
+    def result(self, answered: int, reason: str | None = None) -> dict:
+        """The result over the first `answered` rows (`evaluate_tutor`'s Returns); marked `partial`
+        (`{"answered", "of", "reason"?}`) when rows are left; `seconds` counts from the start."""
+        from pipeline.tutor.by_kind import metrics_by_kind
+        from pipeline.tutor.grounding import learner_table, phone_table
+
+        tutor, items = self.tutor, self.items
         metrics = evaluate_answers(items)
         out = {
             "model": tutor.model_id,
-            "run": run,
-            "split": split,
-            "dataset_key": key,
+            "run": self.run,
+            "split": self.split,
+            "dataset_key": self.key,
             "device": tutor.device,
             "quantization": tutor.quantization,
-            "max_new_tokens": tokens,
-            "seconds": round(time.perf_counter() - started, 2),
+            "max_new_tokens": self.max_new_tokens,
+            "seconds": round(time.perf_counter() - self.started, 2),
             "finished_at": round(time.time(), 3),
             "note": TINY_NOTE if tutor.tiny_random_model else None,
             **metrics,
-            "by_kind": metrics_by_kind(answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
-            "answers": answers,
+            "by_kind": metrics_by_kind(self.answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
+            "answers": self.answers,
             "per_phone": phone_table(items),
             "per_learner": learner_table(metrics["per_clip"], {str(i["id"]): i["speaker"] for i in items}),
         }
-        if answered < len(rows):
-            out["partial"] = {"answered": answered, "of": len(rows), **({"reason": reason} if reason else {})}
+        if answered < self.rows:
+            out["partial"] = {"answered": answered, "of": self.rows, **({"reason": reason} if reason else {})}
         return out
+
+
+def _answer_rows(evaluation: _Evaluation, rows: Any, *, stop: Callable[[], bool], who: str,
+                 partial: Callable[[dict], Any] | None, progress: Callable[[int, int, str], Any] | None,
+                 planned_total: int) -> int | None:
+    """Ask the tutor every row of `rows` in turn (any kind, `pipeline.tutor.by_kind.answer_row`) and keep
+    the answers in `evaluation`; `partial(result)` after each row but the last, `progress(done,
+    planned_total, message)` after each row. `stop()` is checked before each row and after every
+    generated token.
+
+    Returns None when every row was answered, or, when `stop()` cancels with `partial` given, how many
+    rows were answered (an answer cut short is not counted).
+
+    Raises:
+        EvaluationError: cancelled without `partial` (nothing is saved).
+    """
+    from pipeline.tutor.by_kind import answer_row
 
     for index, row in enumerate(rows):
         if stop():
-            if partial is not None:
-                return result(index, "cancelled")
-            raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-        row_answers = answer_row(tutor, row, max_new_tokens=tokens, stop=stop)  # every kind; one per tutor turn
+            return _cancelled(index, len(rows), who, partial)
+        row_answers = answer_row(evaluation.tutor, row, max_new_tokens=evaluation.max_new_tokens, stop=stop)
         if stop():
-            if partial is not None:
-                return result(index, "cancelled")
-            raise EvaluationError(f"Evaluation of {who} cancelled after {index} of {len(rows)} clips; nothing was saved.")
-        answers += row_answers
-        if (row.get("kind") or DEFAULT_KIND) == "read_aloud":  # the expert-score template metrics
-            items.append({"id": row["id"], "kind": "read_aloud", "target_text": row["target_text"],
-                          "answer": row_answers[0]["answer"], "reference": _row_reference(row),
-                          "reference_feedback": row.get("feedback") or "", "speaker": row.get("speaker") or "",
-                          "index": index})
+            return _cancelled(index, len(rows), who, partial)
+        evaluation.add(index, row, row_answers)
         if partial is not None and index + 1 < len(rows):  # kept before it is reported as answered
-            partial(result(index + 1))
+            partial(evaluation.result(index + 1))
         if progress is not None:
             progress(index + 1, planned_total, f"{who}: answered {row['id']}")
-    if not grounding:
-        return result(len(rows))
+    return None
+
+
+def _cancelled(answered: int, total: int, who: str, partial: Callable[[dict], Any] | None) -> int:
+    """`answered` when a cancelled evaluation keeps what was answered (`partial` given).
+
+    Raises:
+        EvaluationError: otherwise (nothing was saved).
+    """
+    if partial is None:
+        raise EvaluationError(f"Evaluation of {who} cancelled after {answered} of {total} clips; nothing was saved.")
+    return answered
+
+
+def _with_grounding(evaluation: _Evaluation, data: Any, rows: Any, *, stop: Callable[[], bool], who: str,
+                    partial: Callable[[dict], Any] | None, progress: Callable[[int, int, str], Any] | None) -> dict:
+    """The result of an evaluation whose rows were all answered, with the grounding probes asked
+    (`_ask_grounding_probes`): `grounding` (`grounding_metrics`) and `grounding_clips` (every probe's
+    answer, without the references). `progress` counts on after the rows.
+
+    Raises:
+        EvaluationError: cancelled during the probes without `partial` (with it, the result keeps
+            every answer, without the probes).
+    """
     probe_progress = None if progress is None else (
         lambda done, total, message: progress(len(rows) + done, len(rows) + total, message))
     try:
-        probed = _ask_grounding_probes(tutor, data, split, rows, items, max_new_tokens=tokens, stop=stop,
-                                       progress=probe_progress, who=who)
+        probed = _ask_grounding_probes(evaluation.tutor, data, evaluation.split, rows, evaluation.items,
+                                       max_new_tokens=evaluation.max_new_tokens, stop=stop, progress=probe_progress,
+                                       who=who)
     except EvaluationError:
         if partial is None:
             raise
-        return result(len(rows))  # cancelled during the probes: every answer is kept, without the probes
+        return evaluation.result(len(rows))  # cancelled during the probes: every answer is kept, without the probes
     from pipeline.tutor.grounding import grounding_metrics
 
-    return result(len(rows)) | {
+    return evaluation.result(len(rows)) | {
         "grounding": grounding_metrics(probed),
         "grounding_clips": [{k: v for k, v in r.items() if k != "reference"} | {
             "other_clip": r["other_clip"] and {k: v for k, v in r["other_clip"].items() if k != "reference"}}

@@ -1,0 +1,101 @@
+"""Dataset rows as Gemma 3n sees them: each sample read into a row, its conversation rendered, its
+tokens counted (text tokens + the fixed audio span of every clip, `pipeline.model.tokens`), and kept
+only when it fits `--max-length` with room for the answer.
+
+The rule is the trainer's and the estimate's: a row too long is left out with the `--max-length`
+that keeps it, never cut (`pipeline.data.dataset.build_dataset` reports it). This module does not
+split, save or describe the dataset (`pipeline.data.dataset`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pipeline.errors import PipelineError
+from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
+from pipeline.data.rows import row_messages, sample_row
+
+
+@dataclass
+class Rendered:
+    """A sample's row (`pipeline.data.rows.sample_row`) with its conversation rendered as the
+    tokenizer sees it: `full` (with every answer) and `prompt` (up to the first answer, with the
+    generation prompt)."""
+
+    row: dict
+    full: str
+    prompt: str
+
+
+def render_rows(samples: list, library: Any, counter: TokenCounter,
+                report_progress: Callable[[int, int, str], None]) -> tuple[list[Rendered], list[dict]]:
+    """Read each sample into a row (its clips decoded and checked, at most `MAX_AUDIO_S` seconds each)
+    and render its conversation (`pipeline.conversation.messages`, through `row_messages`).
+
+    Returns `(rendered, excluded)`: the rows in library order, and `[{id, reason}]` for samples that
+    cannot become one (a clip that cannot be used, or a control token in a person's text: the same
+    rule as training and inference, `PipelineError`'s message as the reason).
+    """
+    excluded: list[dict] = []
+    rendered: list[Rendered] = []
+    for index, sample in enumerate(samples):
+        row, reason = sample_row(sample, library, MAX_AUDIO_S)
+        if reason is not None:
+            excluded.append({"id": sample.id, "reason": reason})
+            continue
+        try:  # the same rule as training and inference: no control token in a person's text
+            tokenizer = counter.tokenizer
+            full = counter.render(row_messages(row, tokenizer=tokenizer))
+            prompt = counter.render(row_messages(row, answers=False, tokenizer=tokenizer), add_generation_prompt=True)
+        except PipelineError as error:
+            excluded.append({"id": sample.id, "reason": str(error)})
+            continue
+        rendered.append(Rendered(row, full, prompt))
+        if index % 50 == 0:
+            report_progress(index, len(samples), "reading clips")
+    return rendered, excluded
+
+
+def rows_that_fit(rendered: list[Rendered], counter: TokenCounter,
+                  max_length: int) -> tuple[list[dict], list[dict], set[int]]:
+    """Count each rendered row's tokens (text tokens + audio positions, `TokenCounter`) and keep the
+    rows whose prompt leaves room for the answer within `max_length` and whose whole conversation fits
+    (never cut). A kept row gets `num_tokens` (a column) and `answer_tokens` (the supervised count,
+    for the build report only).
+
+    Returns `(rows, too_long, token_ids)`: the kept rows in order, `[{id, reason, num_tokens}]` for
+    the rows left out (the reason names the `--max-length` that keeps them), and the distinct token
+    ids of the kept rows (per-layer embedding rows read on CPU).
+    """
+    encoded = counter.encode_texts([r.full for r in rendered])
+    prompts = counter.count_texts([r.prompt for r in rendered])
+    rows: list[dict] = []
+    too_long: list[dict] = []
+    seen_tokens: set[int] = set()
+    for row, ids, prompt in zip((r.row for r in rendered), encoded, prompts):
+        total = len(ids)
+        if prompt >= max_length:
+            too_long.append(
+                {
+                    "id": row["id"],
+                    "reason": f"the prompt alone (instructions, audio, target text) is {prompt} tokens, not under "
+                    f"--max-length {max_length}: no room for the answer; raise --max-length to at least {total}",
+                    "num_tokens": total,
+                }
+            )
+        elif total > max_length:
+            too_long.append(
+                {
+                    "id": row["id"],
+                    "reason": f"{total} tokens > --max-length {max_length}: the answer ({total - prompt} tokens) "
+                    f"would be cut; raise --max-length to {total} or shorten the feedback",
+                    "num_tokens": total,
+                }
+            )
+        else:
+            row["num_tokens"] = total
+            row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
+            rows.append(row)
+            seen_tokens.update(ids)
+    return rows, too_long, seen_tokens

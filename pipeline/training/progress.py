@@ -1,0 +1,115 @@
+"""The run's progress as the trainer goes: one `progress.jsonl` line per logging step, the peak
+memory so far, and the STOP file honoured after every optimizer step (`ProgressCallback`).
+
+The lines' fields are the ones `pipeline.training.run_folder` reads back for the app and the CLI. This
+module does not stop within a micro-batch (`pipeline.training.stopping`) and does not time steps for
+the forecast (`pipeline.training.step_timer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from pipeline.config import TrainConfig
+from pipeline.fileio import append_jsonl
+from pipeline.host import distributed
+from pipeline.training.peak_memory import PhaseMemory
+from pipeline.training.run_folder import logged_elapsed_s
+
+log = logging.getLogger("pipeline.training.train")
+"""The trainer's logger: progress lines are the run's own lines in train.log (`pipeline.training.run_log`)."""
+
+
+def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
+    """The run's `ProgressCallback` (a `transformers.TrainerCallback`, below): writes `paths["progress"]`,
+    reads `paths["stop"]` (`pipeline.training.run_folder.run_paths`), samples `memory` after every
+    micro-batch. Its `stopped`, `last_loss` and `last_eval_loss` attributes tell the run how it ended."""
+    from transformers import TrainerCallback  # noqa: PLC0415 - transformers loads only when a run starts
+
+    class ProgressCallback(TrainerCallback):
+        """Appends progress.jsonl lines and honours the STOP file.
+
+        Each line: `kind` ("train" or "eval"), `step`, `max_steps`, `epoch`, `loss`,
+        `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
+        `eta_s`, `peak_memory_bytes` (the whole process so far), `phase_peak_bytes` (phase -> peak
+        so far, `pipeline.training.peak_memory.RUN_PHASES`), `peak_phase` (the phase that set the
+        peak), `time` (unix seconds). `elapsed_s` is the run's training time
+        in seconds across resumes (a resumed run continues from the checkpoint's last logged
+        `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
+        time of this process.
+        Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
+        them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
+        """
+
+        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
+            self.paths = paths
+            self.config = config
+            self.memory = memory
+            self.started = time.perf_counter()
+            self.start_step = 0
+            self.elapsed_before_s = 0.0
+            self.stopped = False
+            self.last_loss: float | None = None
+            self.last_eval_loss: float | None = None
+            self.rows_per_step = config.effective_batch_size * distributed.world_size()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+            self.start_step = state.global_step
+            self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
+
+        def on_substep_end(self, args, state, control, **kwargs):
+            self.memory.sample()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.memory.sample()
+            if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
+                log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
+                self.stopped = True
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = dict(logs or {})
+            if "train_runtime" in logs:  # the end-of-training summary, not a step
+                return
+            elapsed = time.perf_counter() - self.started
+            steps_done = max(0, state.global_step - self.start_step)
+            per_step = elapsed / steps_done if steps_done else None
+            line = {
+                "kind": "eval" if "eval_loss" in logs else "train",
+                "step": state.global_step,
+                "max_steps": state.max_steps,
+                "epoch": round(float(state.epoch or 0.0), 4),
+                "loss": logs.get("loss"),
+                "learning_rate": logs.get("learning_rate"),
+                "grad_norm": logs.get("grad_norm"),
+                "eval_loss": logs.get("eval_loss"),
+                "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
+                "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
+                "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
+                "time": round(time.time(), 3),
+            }
+            memory = self.memory.to_dict()
+            line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
+                        peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
+            if line["loss"] is not None:
+                self.last_loss = float(line["loss"])
+            if line["eval_loss"] is not None:
+                self.last_eval_loss = float(line["eval_loss"])
+            if not distributed.is_main_process():
+                return
+            append_jsonl(self.paths["progress"], line)
+            if line["kind"] == "eval":
+                log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
+            else:
+                log.info(
+                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MiB eta %s s",
+                    state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
+                    line["peak_memory_bytes"] / 1024**2, line["eta_s"],
+                )
+
+    return ProgressCallback(paths, config, memory)
