@@ -189,7 +189,7 @@ def test_the_practice_page_builds_without_heavy_imports(tmp_path):
     import subprocess
     import sys
 
-    from tests.test_e2e import REPO_ROOT
+    from tests.browser import REPO_ROOT
 
     code = ("import sys\nfrom pipeline.workspace import Workspace\nfrom ui.practice_page import build_practice\n"
             f"build_practice(Workspace({str(tmp_path / 'ws')!r}).ensure())\n"
