@@ -19,6 +19,7 @@ from tests.processes import stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD = textwrap.dedent("""
+    # stands in for `python -m pipeline train` (a trainer's command line names pipeline, train, the run)
     import sys, time
     from pipeline.host.workspace_lock import WorkspaceLock
     WorkspaceLock(sys.argv[1], sys.argv[2]).acquire()
