@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from pipeline.tutor import eval_jobs as jobs
 from pipeline.tutor.cli import eval_job_main
 from pipeline.tutor import evaluate as ev
 from pipeline.workspace import Workspace
-from tests.processes import stop_workspace_eval_jobs
+from tests.processes import stop_workspace_eval_jobs, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +40,6 @@ def ws(built_once, tmp_path) -> Workspace:
     shutil.copytree(built_once, root)
     yield Workspace(root)
     stop_workspace_eval_jobs(root)
-
-
-def wait_until(predicate, timeout_s: float = 300.0, poll_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"not reached within {timeout_s} s")
 
 
 def test_a_cancelled_evaluation_can_keep_what_was_answered(ws, tiny_model_dir):

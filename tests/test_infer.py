@@ -7,12 +7,10 @@ import json
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.tutor.infer import compare_feedback, load_tutor
 from pipeline.tutor.cli import infer_main
-from pipeline.training.train import train
-from tests.training_data import real_workspace
+from tests.training_data import real_workspace, trained_run
 
 CLIP = "WAVE/SPEAKER0001/000010011.WAV"
 TARGET = "WE CALL IT BEAR"
@@ -22,13 +20,7 @@ TARGET = "WE CALL IT BEAR"
 def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
     """A workspace with run `tuned`: 3 steps at a high learning rate, so the adapter is far from zero."""
     ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
-    if not (ws / "runs" / "tuned" / "adapter").exists():
-        config = TrainConfig(
-            model=str(tiny_model_dir), device="cpu", quantization="4bit", lora_rank=8, lora_alpha=16, batch_size=1,
-            grad_accum=1, max_steps=3, eval_steps=0, save_steps=0, learning_rate=1e-2, warmup_ratio=0.0, seed=1,
-        )
-        assert train(config, ws, "tuned")["status"] == "completed"
-    return ws
+    return trained_run(ws, tiny_model_dir, "tuned", quantization="4bit", lora_alpha=16, learning_rate=1e-2, seed=1)
 
 
 def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):

@@ -4,7 +4,6 @@ what is held back, the "what can this machine do?" table, and why the default qu
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pipeline.config import DEFAULT_QUANTIZATION_REASON  # noqa: E402
 from ui import common  # noqa: E402
 from ui import formatting as fmt  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
+from tests.studio_app import app_with_built_lengths  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("glibc_heap")  # figures with glibc's retained heap, TCMalloc installed or not
 
@@ -34,12 +34,7 @@ def _bf16_compute(monkeypatch):
 @pytest.fixture()
 def app(tmp_path) -> TutorApp:
     """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""
-    ui = TutorApp(tmp_path / "ws")
-    report = ui.ws.dataset_dir / "build_report.json"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps({"model": E2B, "length_stats": {
-        "max": 389, "row_tokens": [389, 350, 300, 280], "answer_tokens": [80, 70, 60, 60], "max_clip_s": 12.0}}))
-    return ui
+    return app_with_built_lengths(tmp_path / "ws")
 
 
 def _values(**changes) -> dict:

@@ -15,7 +15,7 @@ from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.fileio import atomic_write_json
 from pipeline.training import runs
-from tests.processes import stop_process_group
+from tests.processes import dead_run, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD = textwrap.dedent("""
@@ -87,12 +87,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, lock_holding_proc
 
 def test_a_run_that_died_without_a_checkpoint_does_not_offer_resume(tmp_path):
     ws = tmp_path / "ws"
-    run_dir = ws / "runs" / "orphan"
-    run_dir.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    atomic_write_json(run_dir / runs.PID_FILE, {"pid": dead.pid})
-    atomic_write_json(run_dir / "result.json", {"run": "orphan", "status": "running"})
+    run_dir = dead_run(ws, "orphan", {"run": "orphan", "status": "running"})
     status = runs.run_status(ws, "orphan")
     assert status["state"] == "failed"
     assert "resume" not in status["reason"].lower().replace("cannot be resumed", ""), status["reason"]
