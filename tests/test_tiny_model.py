@@ -102,7 +102,8 @@ def test_model_forward_and_generate(tiny_model_dir, processor):
 
 
 def test_cli_writes_folder(tmp_path, capsys):
-    from pipeline.model.tiny_model import is_tiny_random_model, main
+    from pipeline.model.cli import make_tiny_model_main as main
+    from pipeline.model.tiny_model import is_tiny_random_model
 
     assert main([str(tmp_path / "m"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

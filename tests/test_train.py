@@ -244,7 +244,7 @@ def test_answer_loss_equals_the_models_own_loss_with_fewer_logits(workspace, tin
 
 
 def test_summary_states_peak_memory_in_gib():
-    from pipeline.training.train import summary_text
+    from pipeline.training.run_folder import summary_text
 
     text = summary_text({"run": "r", "status": "completed", "steps": 4, "max_steps": 4, "final_loss": 1.0,
                          "eval_loss": None, "peak_memory_bytes": 3 * 1024**3 // 2})
