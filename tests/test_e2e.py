@@ -23,7 +23,7 @@ from tests.browser import REPO_ROOT, fill_number, no_error_toast, open_tab, shot
 
 SAMPLE_CLIP = REPO_ROOT / "sample_data" / "speechocean762-pack" / "WAVE" / "SPEAKER0005" / "000050083.WAV"
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 _T0 = [time.perf_counter()]
 

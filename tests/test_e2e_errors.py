@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser import calm, open_tab, shot, upload, wait_text, write_voice
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_errors_show_in_calm_panels(studio_page, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from tests.browser import open_tab, shot, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 LINES_OF_WORD = """(word) => {
     const cells = [...document.querySelectorAll('#judge-clips [role=columnheader], #judge-clips th')]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.browser import calm, fill_number, open_tab, shot, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ADVANCED = ("#device", "#set-quantization", "#set-lora-rank", "#set-lora-targets", "#set-optimizer",
             "#set-batch-size", "#set-grad-accum", "#max-length", "#set-gradient-checkpointing")

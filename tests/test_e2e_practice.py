@@ -20,7 +20,7 @@ from pipeline.inbox.store import Inbox
 from tests.browser import VIEWPORT, WAIT_MS, free_port, launch_app, open_tab, shot, wait_text, write_voice
 from tests.training_data import copy_workspace, real_workspace
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXERCISES = ["She sells sea shells.", "The quick brown fox."]
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser import open_tab, shot, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ITEMS = {"000010011": "WE CALL IT BEAR", "000010035": "ZERO THREE FIVE ONE", "000010053": "THREE TWO TWO SEVEN"}
 

@@ -19,7 +19,7 @@ import pytest
 from pipeline.fileio import atomic_write_json
 from tests.browser import calm, fill_number, open_tab, shot, upload, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def _text(page, selector: str) -> str:

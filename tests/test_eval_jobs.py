@@ -42,6 +42,7 @@ def ws(built_once, tmp_path) -> Workspace:
     stop_workspace_eval_jobs(root)
 
 
+@pytest.mark.slow
 def test_a_cancelled_evaluation_can_keep_what_was_answered(ws, tiny_model_dir):
     """`evaluate_tutor(partial=...)`: the result so far after each clip, and on cancel the answered clips
     (marked partial, cancelled) instead of an error; without `partial` a cancel still saves nothing."""
@@ -74,6 +75,7 @@ def test_a_partial_evaluation_never_replaces_more(tmp_path):
     assert jobs.keep_partial(ws, evaluation(3)) is None and "partial" not in json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, capsys):
     code = eval_job_main(["start", "--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "2",
                       "--max-new-tokens", "4", "--json"])
@@ -91,6 +93,7 @@ def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, 
     assert json.loads(capsys.readouterr().out)["state"] == "completed"
 
 
+@pytest.mark.slow
 def test_a_job_survives_an_app_restart_and_a_killed_one_keeps_its_answers(ws, tiny_model_dir):
     from ui.tutor_app import TutorApp
 

@@ -23,6 +23,7 @@ def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
     return trained_run(ws, tiny_model_dir, "tuned", quantization="4bit", lora_alpha=16, learning_rate=1e-2, seed=1)
 
 
+@pytest.mark.slow
 def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):
     from pipeline.data.audio import load_audio
     from pipeline.conversation.messages import build_messages
@@ -47,6 +48,7 @@ def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_
     assert torch.allclose(again, base_logits, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir, capsys):
     base = load_tutor(str(tiny_model_dir), device="cpu", quantization="4bit", use_cache=False)
     answer = base.feedback(speechocean_dir / CLIP, TARGET, max_new_tokens=8)
@@ -66,6 +68,7 @@ def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir,
     assert result["adapter_dir"].endswith("adapter")
 
 
+@pytest.mark.slow
 def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_base(
     tuned, tiny_model_dir, speechocean_dir, monkeypatch
 ):
@@ -92,6 +95,7 @@ def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_ba
         compare_feedback(speechocean_dir / CLIP, TARGET, run="", workspace=tuned)
 
 
+@pytest.mark.slow
 def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"does not exist.*Runs with a trained adapter: tuned\."):
         load_tutor(run="nope", workspace=tuned)

@@ -65,6 +65,7 @@ def test_concurrent_compare_answers_keep_their_labels(tuned_ws, speechocean_dir)
     assert all((run == "loud") == (kind == "tuned") for kind, _, run in answers)
 
 
+@pytest.mark.slow
 def test_concurrent_loads_share_one_model(tuned_ws, monkeypatch):
     """Two first clicks at once load the model once, not twice (memory), and get the same tutor."""
     import pipeline.model.loading as model_module

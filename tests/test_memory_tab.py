@@ -115,6 +115,7 @@ def test_odd_budgets_are_answered_in_the_verdict_panel(app):
     assert device_memory("cpu", 0).source == device_memory("cpu").source  # 0: what the device reports
 
 
+@pytest.mark.slow
 def test_the_plan_table_lists_both_models_and_every_kind(app):
     text = app.plan(8, *[_values(device="cuda")[name] for name in common.CONFIG_FIELDS])
     rows = [line for line in text.splitlines() if line.startswith("| E")]

@@ -138,6 +138,7 @@ def test_stop_timeout_grows_with_the_measured_step_time():
     assert runs.stop_timeout_s(slow) == 3 * 200.0 + 60.0
 
 
+@pytest.mark.slow
 def test_stop_pressed_while_the_run_is_still_starting_stops_it_cleanly(tmp_path_factory, tmp_path, speechocean_dir, tiny_model_dir):
     """Stop at once after Start (the process still importing torch): the trainer cleared the STOP file as
     it began, trained on, and was killed at the stop deadline. The request now stands until the run ends:
@@ -182,6 +183,7 @@ def test_delete_run_removes_an_ended_run_and_refuses_a_training_one(tmp_path):
         live.wait()
 
 
+@pytest.mark.slow
 def test_delete_run_command(tmp_path):
     ws = tmp_path / "ws"
     atomic_write_json(ws / "runs" / "old" / "result.json", {"run": "old", "status": "stopped"})

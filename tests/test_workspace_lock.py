@@ -97,6 +97,7 @@ def test_a_run_that_died_without_a_checkpoint_does_not_offer_resume(tmp_path):
     assert "--resume continues from its last checkpoint (checkpoint-4)" in runs.run_status(ws, "orphan")["reason"]
 
 
+@pytest.mark.slow
 def test_a_failing_test_still_stops_the_runs_it_started(pytester, tmp_path):
     """The e2e fixture's teardown (`stop_workspace_runs`) stops a detached run of the workspace
     even when the test body fails, as a failed browser test did not (its run trained 20 more minutes)."""
