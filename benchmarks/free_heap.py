@@ -16,7 +16,8 @@ Settings: `--model mid` (the ~0.2 B random Gemma 3n of `benchmarks/memory_accura
 rows, ~1 min a run) or `--model e2b` (full-size E2B with random weights, 512-token rows, ~5 min a
 run, 11 GB of disk), both NF4, gradient checkpointing, LoRA rank 16, a 30 s clip per row.
 
-Results (2026-11-30, this machine: 2 cores, 24 GiB, no GPU): see the README's memory section.
+Results (2026-11-30, this machine: 2 cores, 24 GiB, no GPU): see benchmarks/README.md ("Handing the free heap back")
+and docs/memory.md.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ max_memory_allocated and max_memory_reserved since the process started), the err
 against reserved (what the process holds; the runtime constant includes the allocator's slack) and
 against allocated, and the measured load-only peaks.
 
-Status: not run yet. No CUDA machine was available when this was written; the README says the CUDA
+Status: not run yet. No CUDA machine was available when this was written; benchmarks/README.md says the CUDA
 figures are still to be measured. Without a CUDA device the script exits with a message (code 2)
 unless `--dry-run` is given.
 """

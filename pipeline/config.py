@@ -84,7 +84,7 @@ class TrainConfig:
     places the table in host RAM directly (it never reaches the GPU)."""
     quantize_audio_encoder: bool = False
     """With `--quantization 4bit|8bit` and `--lora-targets language`, quantize the frozen audio encoder's
-    Linear layers too (NF4 / int8): 1.27 -> ~0.35 GiB on E2B, at some speed cost (see the README)."""
+    Linear layers too (NF4 / int8): 1.27 -> ~0.35 GiB on E2B, at some speed cost (`benchmarks/audio_nf4_speed.py`)."""
     low_memory_heap: bool = False
     """CPU only: keep the process's memory to its live tensors (glibc's mmap threshold pinned at 64 KiB,
     `pipeline.host.free_heap.pin_mmap_threshold`), so the freed heap glibc would keep resident
@@ -232,7 +232,7 @@ DEFAULT_QUANTIZATION_REASON = {
            "41.7 s per step); in float32 the weights take twice the memory. NF4 peaks lower (6.91 against 9.18 GiB "
            "for the bf16 whole run), so the Memory tab suggests 4-bit first when the default does not fit.",
 }
-"""Why `default_quantization` picks what it picks, per device (shown by the app and the README)."""
+"""Why `default_quantization` picks what it picks, per device (shown by the app and docs/cli.md)."""
 
 
 

@@ -23,7 +23,7 @@ atexit.register(shutil.rmtree, _SESSION_CALIBRATION, ignore_errors=True)
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.browser"]  # tests.browser: the browser tests' app, Chromium and page
 
 
 @pytest.fixture(autouse=True)

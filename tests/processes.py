@@ -6,6 +6,9 @@ once left such a run training for 20 minutes. Tests therefore stop, in their tea
 - every run process of the workspaces they used (`stop_workspace_runs`: the pids in
   `WS/runs/*/pid.json` and the holder of the workspace's training lock), and
 - every process this test process started through `start_run` (conftest's autouse fixture).
+
+Also what the tests of detached processes share: a run folder whose process has died (`dead_run`), and
+waiting for what a process does (`wait_until`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -100,3 +105,31 @@ def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
         if child is not None:
             child.wait(timeout=30)
     return stopped
+
+
+def dead_run(workspace: Path, run: str, result: dict | None = None) -> Path:
+    """`WS/runs/RUN/` as a trainer that died leaves it: `pid.json` names a process that has ended (a
+    real pid, reaped), and `result.json` holds `result` when given; returns the run folder."""
+    from pipeline.fileio import atomic_write_json
+    from pipeline.jobs import PID_FILE
+
+    run_dir = Path(workspace) / "runs" / run
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    atomic_write_json(run_dir / PID_FILE, {"pid": dead.pid})
+    if result is not None:
+        atomic_write_json(run_dir / "result.json", result)
+    return run_dir
+
+
+def wait_until(predicate, timeout_s: float = 300.0, poll_s: float = 0.2):
+    """Call `predicate` every `poll_s` seconds until it returns something true, and return that; raise
+    AssertionError after `timeout_s` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"not reached within {timeout_s} s")

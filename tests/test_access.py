@@ -171,6 +171,7 @@ def _login_and_config(base: str, user: str | None, password: str | None) -> tupl
         return login, client.get(f"{base}/config").status_code
 
 
+@pytest.mark.slow
 def test_served_beyond_loopback_without_login_is_refused(tmp_path, app_process):
     process = app_process("--host", "0.0.0.0", "--port", str(_free_port("127.0.0.1")))
     assert process.wait(timeout=120) == 2
@@ -207,6 +208,7 @@ def users_file(tmp_path) -> Path:
     return tmp_path / "users.json"
 
 
+@pytest.mark.slow
 def test_a_non_loopback_address_needs_the_login(tmp_path, app_process, users_file):
     """Served on every interface (`--host 0.0.0.0`: beyond loopback); the checks connect through
     127.0.0.1 only, so no test traffic leaves the loopback range."""
@@ -216,6 +218,7 @@ def test_a_non_loopback_address_needs_the_login(tmp_path, app_process, users_fil
     _check_pages(tmp_path, process, "127.0.0.1", port, practice_port)
 
 
+@pytest.mark.slow
 def test_shared_on_loopback_needs_the_login(tmp_path, app_process, users_file):
     """`--shared` (behind a proxy or tunnel) on 127.0.0.1: the same login rules; `--auth` adds the teacher."""
     port, practice_port = _free_port("127.0.0.1"), _free_port("127.0.0.1")

@@ -96,6 +96,7 @@ def test_the_estimate_counts_a_retained_heap_only_on_glibc(monkeypatch, name):
     assert any("changes nothing here" in note for note in low_memory.notes) == on_tcmalloc
 
 
+@pytest.mark.slow
 def test_the_memory_probe_runs_on_the_allocator_its_estimate_assumes(tiny_model_dir):
     """`estimate --measure` and the calibration compare the probe's peak with an estimate that counts a
     retained heap or not by `training_allocator`; the probe has to run on that allocator."""

@@ -224,6 +224,7 @@ def test_build_with_an_empty_library_is_refused(tmp_path, tiny_model_dir):
 # ------------------------------------------------------------------------------------------- launch
 
 
+@pytest.mark.slow
 def test_building_the_page_imports_no_torch_transformers_or_datasets(tmp_path):
     """The first page must come up fast: heavy libraries load only inside handlers."""
     import subprocess
@@ -285,6 +286,7 @@ def test_starting_training_without_a_dataset_is_refused(ui, tiny_model_dir):
     assert not (ui.ws.runs_dir / "run-1").exists()
 
 
+@pytest.mark.slow
 def test_second_training_start_while_one_runs_is_refused(tmp_path, tiny_model_dir):
     from pipeline.training.runs import request_stop, run_status
 
@@ -361,6 +363,7 @@ def test_try_without_a_trained_run_is_refused(ui, tmp_path):
                   message_at=1)
 
 
+@pytest.mark.slow
 def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir):
     """The training process fails (missing model folder): polling shows the reason, the timer stops."""
     from pipeline.training.runs import wait_for_run

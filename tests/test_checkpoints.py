@@ -33,6 +33,7 @@ def stopped_at_two(tmp_path_factory, speechocean_dir, tiny_model_dir):
     return ws
 
 
+@pytest.mark.slow
 def test_every_file_a_resume_reads_is_checked(stopped_at_two, tmp_path):
     intact = stopped_at_two / "runs" / "r" / "checkpoints" / "checkpoint-1"
     assert checkpoint_problems(intact) == []

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, _fill_number, _shot, _tab, _wait_text, running_app  # noqa: F401
+from tests.browser import calm, fill_number, open_tab, shot, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ADVANCED = ("#device", "#set-quantization", "#set-lora-rank", "#set-lora-targets", "#set-optimizer",
             "#set-batch-size", "#set-grad-accum", "#max-length", "#set-gradient-checkpointing")
@@ -30,11 +30,6 @@ def _pick(page, elem_id: str, choice: str) -> None:
     page.get_by_role("option", name=choice, exact=True).click()
 
 
-def _calm(page) -> None:
-    assert page.locator(".toast-body").count() == 0, page.locator(".toast-body").all_inner_texts()
-    assert page.locator(".error").count() == 0, "a component is marked errored"
-
-
 def _lines(page, selector: str) -> list[tuple[str, int]]:
     """(text, number of rendered lines) of each element matching `selector`."""
     return page.eval_on_selector_all(selector, """els => els.map(el => {
@@ -43,86 +38,77 @@ def _lines(page, selector: str) -> list[tuple[str, int]]:
         return [el.innerText, tops.size]; })""")
 
 
-def test_memory_tab_simple_first_presets_and_verdict(running_app):  # noqa: F811
-    from playwright.sync_api import sync_playwright
+def test_memory_tab_simple_first_presets_and_verdict(studio_page):
+    page = studio_page
+    open_tab(page, "3 · Memory")
 
-    url, _workspace, _first_page_s, _log = running_app
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        page.wait_for_selector("#load-pack")
-        _tab(page, "3 · Memory")
+    # Simple first: the question, the machine, Estimate, Calibrate; the ML settings are behind Advanced.
+    assert page.locator("#memory-question").inner_text().startswith("Will gemma-3n-E2B-it fit on this computer?")
+    for selector in ("#machine", "#estimate", "#measure"):
+        assert page.locator(selector).is_visible(), selector
+    assert page.locator("#measure").inner_text().strip() == "Calibrate this machine"
+    for selector in ADVANCED:
+        assert not page.locator(selector).is_visible(), f"{selector} shows before Advanced settings is opened"
+    shot(page, "memory-1-simple")
 
-        # Simple first: the question, the machine, Estimate, Calibrate; the ML settings are behind Advanced.
-        assert page.locator("#memory-question").inner_text().startswith("Will gemma-3n-E2B-it fit on this computer?")
-        for selector in ("#machine", "#estimate", "#measure"):
-            assert page.locator(selector).is_visible(), selector
-        assert page.locator("#measure").inner_text().strip() == "Calibrate this machine"
-        for selector in ADVANCED:
-            assert not page.locator(selector).is_visible(), f"{selector} shows before Advanced settings is opened"
-        _shot(page, "memory-1-simple")
+    # A preset answers for that machine: its device, its default precision, the model named.
+    _pick(page, "machine", "NVIDIA GPU, 8 GB")
+    text = wait_text(page, "#verdict", r"Will gemma-3n-E2B-it fit on an NVIDIA GPU with 8 GB\?", timeout_s=120)
+    assert "4-bit (NF4) weights" in text and "`" not in text and "Not calibrated" in text, text
+    assert re.search(r"Estimated peak \d+\.\d\d GiB", text), text
+    assert "an NVIDIA GPU with 8 GB" in page.locator("#memory-question").inner_text()
+    assert page.locator("#machine input").first.input_value() == "NVIDIA GPU, 8 GB", "the pick stays"
+    calm(page)
+    shot(page, "memory-2-nvidia-8")
+    _pick(page, "machine", "Mac, 48 GB unified memory")
+    text = wait_text(page, "#verdict", r"a Mac with 48 GB of unified memory", timeout_s=120)
+    assert "NVIDIA" not in text and "bf16 weights" in text, "the previous machine's answer is gone"
 
-        # A preset answers for that machine: its device, its default precision, the model named.
-        _pick(page, "machine", "NVIDIA GPU, 8 GB")
-        text = _wait_text(page, "#verdict", r"Will gemma-3n-E2B-it fit on an NVIDIA GPU with 8 GB\?", timeout_s=120)
-        assert "4-bit (NF4) weights" in text and "`" not in text and "Not calibrated" in text, text
-        assert re.search(r"Estimated peak \d+\.\d\d GiB", text), text
-        assert "an NVIDIA GPU with 8 GB" in page.locator("#memory-question").inner_text()
-        assert page.locator("#machine input").first.input_value() == "NVIDIA GPU, 8 GB", "the pick stays"
-        _calm(page)
-        _shot(page, "memory-2-nvidia-8")
-        _pick(page, "machine", "Mac, 48 GB unified memory")
-        text = _wait_text(page, "#verdict", r"a Mac with 48 GB of unified memory", timeout_s=120)
-        assert "NVIDIA" not in text and "bf16 weights" in text, "the previous machine's answer is gone"
+    # Advanced settings: each setting with its sentence; the machine set the device and its default.
+    page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
+    time.sleep(0.8)
+    for selector in ADVANCED:
+        assert page.locator(selector).is_visible(), f"{selector} hidden after opening Advanced settings"
+    assert page.locator("#device input").first.input_value() == "mps"
+    assert page.locator("#set-quantization input[value='none']").is_checked()
+    assert "a quarter of the memory" in page.locator("#set-quantization").inner_text()
+    assert "more memory and time" in page.locator("#set-lora-rank").inner_text()
 
-        # Advanced settings: each setting with its sentence; the machine set the device and its default.
-        page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
-        time.sleep(0.8)
-        for selector in ADVANCED:
-            assert page.locator(selector).is_visible(), f"{selector} hidden after opening Advanced settings"
-        assert page.locator("#device input").first.input_value() == "mps"
-        assert page.locator("#set-quantization input[value='none']").is_checked()
-        assert "a quarter of the memory" in page.locator("#set-quantization").inner_text()
-        assert "more memory and time" in page.locator("#set-lora-rank").inner_text()
+    # An out-of-range number: a message under its field, nothing red over the page; fixed, it goes.
+    fill_number(page, "set-lora-rank", "-5")
+    message = wait_text(page, "#lora-rank-message", r"✗", timeout_s=30)
+    assert "LoRA rank r" in message and "-5" in message and ">= 1" in message, message
+    calm(page)
+    shot(page, "memory-3-advanced-field-message")
+    fill_number(page, "set-lora-rank", "16")
+    wait_text(page, "#lora-rank-message", r"^$", timeout_s=30)
 
-        # An out-of-range number: a message under its field, nothing red over the page; fixed, it goes.
-        _fill_number(page, "set-lora-rank", "-5")
-        message = _wait_text(page, "#lora-rank-message", r"✗", timeout_s=30)
-        assert "LoRA rank r" in message and "-5" in message and ">= 1" in message, message
-        _calm(page)
-        _shot(page, "memory-3-advanced-field-message")
-        _fill_number(page, "set-lora-rank", "16")
-        _wait_text(page, "#lora-rank-message", r"^$", timeout_s=30)
+    # The plan table: a sign of work, then columns that read at 1280 px.
+    page.get_by_text("What else fits this machine?").click()
+    page.evaluate("""() => { window.sawWorking = false; const table = document.querySelector('#plan-table');
+        new MutationObserver(() => { if (table.innerText.includes('Working out what fits')) window.sawWorking = true; })
+            .observe(table, {subtree: true, childList: true, characterData: true}); }""")
+    page.click("#estimate")
+    deadline = time.time() + 120
+    while not (page.evaluate("window.sawWorking") and "fine-tune" in page.locator("#plan-table").inner_text()):
+        assert time.time() < deadline, "the plan table never showed its sign of work, then the table"
+        time.sleep(0.3)
+    time.sleep(0.5)
+    headers = _lines(page, "#plan-table th")
+    assert [text for text, _ in headers][:3] == ["model", "fine-tune", "peak"], headers
+    squeezed = [(text, lines) for text, lines in headers + _lines(page, "#plan-table td:nth-child(-n+4)")
+                if lines > 1]
+    assert not squeezed, f"cells broken over lines at 1280 px: {squeezed}"
+    table = page.locator("#plan-table table").bounding_box()
+    assert table["x"] + table["width"] <= 1280, "the table fits the page"
+    shot(page, "memory-4-plan-table")
 
-        # The plan table: a sign of work, then columns that read at 1280 px.
-        page.get_by_text("What else fits this machine?").click()
-        page.evaluate("""() => { window.sawWorking = false; const table = document.querySelector('#plan-table');
-            new MutationObserver(() => { if (table.innerText.includes('Working out what fits')) window.sawWorking = true; })
-                .observe(table, {subtree: true, childList: true, characterData: true}); }""")
-        page.click("#estimate")
-        deadline = time.time() + 120
-        while not (page.evaluate("window.sawWorking") and "fine-tune" in page.locator("#plan-table").inner_text()):
-            assert time.time() < deadline, "the plan table never showed its sign of work, then the table"
-            time.sleep(0.3)
-        time.sleep(0.5)
-        headers = _lines(page, "#plan-table th")
-        assert [text for text, _ in headers][:3] == ["model", "fine-tune", "peak"], headers
-        squeezed = [(text, lines) for text, lines in headers + _lines(page, "#plan-table td:nth-child(-n+4)")
-                    if lines > 1]
-        assert not squeezed, f"cells broken over lines at 1280 px: {squeezed}"
-        table = page.locator("#plan-table table").bounding_box()
-        assert table["x"] + table["width"] <= 1280, "the table fits the page"
-        _shot(page, "memory-4-plan-table")
-
-        # Detect device's note does not stay beside a newer estimate.
-        _pick(page, "machine", "This computer")
-        _wait_text(page, "#verdict", r"fit on this computer \(CPU\)\?", timeout_s=120)
-        page.get_by_role("button", name="Detect device").click()
-        _wait_text(page, "#device-note", r"usable for training", timeout_s=60)
-        page.click("#estimate")
-        _wait_text(page, "#device-note", r"^$", timeout_s=120)
-        _calm(page)
-        browser.close()
+    # Detect device's note does not stay beside a newer estimate.
+    _pick(page, "machine", "This computer")
+    wait_text(page, "#verdict", r"fit on this computer \(CPU\)\?", timeout_s=120)
+    page.get_by_role("button", name="Detect device").click()
+    wait_text(page, "#device-note", r"usable for training", timeout_s=60)
+    page.click("#estimate")
+    wait_text(page, "#device-note", r"^$", timeout_s=120)
+    calm(page)
 

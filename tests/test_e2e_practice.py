@@ -10,10 +10,6 @@ the next attempt; the accepted one is then a sample of the library with the stud
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,25 +17,12 @@ import pytest
 from pipeline.access.accounts import Accounts
 from pipeline.data.samples import SampleLibrary
 from pipeline.inbox.store import Inbox
-from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, _free_port, _shot, _tab, _wait_text
+from tests.browser import VIEWPORT, WAIT_MS, free_port, launch_app, open_tab, shot, wait_text, write_voice
 from tests.training_data import copy_workspace, real_workspace
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXERCISES = ["She sells sea shells.", "The quick brown fox."]
-
-
-def _clip(path: Path, pitch_hz: float) -> Path:
-    """A 2 s voiced-sounding clip at `pitch_hz` (harmonics, syllable-rate envelope, light noise), 16 kHz WAV."""
-    import numpy as np
-    import soundfile
-
-    rate = 16000
-    t = np.arange(2 * rate) / rate
-    voice = sum(np.sin(2 * np.pi * pitch_hz * k * t) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
-    signal = voice + 0.05 * np.random.default_rng(int(pitch_hz)).standard_normal(t.size)
-    soundfile.write(str(path), (0.4 * signal / np.abs(signal).max()).astype(np.float32), rate, subtype="PCM_16")
-    return path
 
 
 @pytest.fixture()
@@ -48,10 +31,7 @@ def practice_app(tmp_path, tmp_path_factory, speechocean_dir, tiny_model_dir):
     offered for practice; yields (studio URL, practice URL, workspace). Stopped at teardown."""
     from pipeline.config import TrainConfig
     from pipeline.training.train import train
-    from tests.processes import stop_process_group, stop_workspace_runs
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} not found; install Debian's chromium (`apt-get install chromium`).")
     ws = copy_workspace(real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34),
                         tmp_path / "ws")
     config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8,
@@ -62,28 +42,13 @@ def practice_app(tmp_path, tmp_path_factory, speechocean_dir, tiny_model_dir):
     accounts.add("kim", "kim-pw", role="student")
     accounts.save(tmp_path / "users.json")
     (tmp_path / "week3.txt").write_text("\n".join(EXERCISES) + "\n", encoding="utf-8")
-    port, practice_port = _free_port(), _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    port, practice_port = free_port(), free_port()
     log_path = tmp_path / "app.log"
-    log = open(log_path, "w", encoding="utf-8")
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(ws), "--port", str(port), "--practice-port",
-         str(practice_port), "--shared", "--auth-file", str(tmp_path / "users.json"), "--practice-run", "r1",
-         "--practice-list", str(tmp_path / "week3.txt")],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 90
-        while "Students' practice page" not in log_path.read_text():
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"the app did not come up:\n{log_path.read_text()}")
-            time.sleep(0.3)
+    with launch_app(ws, log_path, "--port", str(port), "--practice-port", str(practice_port), "--shared",
+                    "--auth-file", str(tmp_path / "users.json"), "--practice-run", "r1",
+                    "--practice-list", str(tmp_path / "week3.txt"),
+                    ready=lambda: "Students' practice page" in log_path.read_text(), timeout_s=90):
         yield f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{practice_port}/", ws
-    finally:
-        stop_process_group(proc.pid, grace_s=15)
-        proc.wait(timeout=30)
-        stop_workspace_runs(ws)
-        log.close()
 
 
 def _login(page, url: str, user: str, password: str) -> None:
@@ -103,52 +68,48 @@ def _attempt(page, clip: Path, number: int) -> str:
     page.locator("#practice-audio input[type=file]").set_input_files(str(clip))
     page.wait_for_selector("#practice-audio audio, #practice-audio .waveform-container", state="attached")
     page.click("#practice-submit")
-    _wait_text(page, "#practice-status", r"Kept for your teacher", timeout_s=240)
+    wait_text(page, "#practice-status", r"Kept for your teacher", timeout_s=240)
     return page.locator("#practice-feedback textarea").first.input_value()
 
 
-def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, browser, tmp_path):
     studio_url, practice_url, ws = practice_app
-    clips = [_clip(tmp_path / "one.wav", 140.0), _clip(tmp_path / "two.wav", 190.0)]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        student = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
-        student.set_default_timeout(60_000)
-        _login(student, practice_url, "kim", "kim-pw")
-        _wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
-        _wait_text(student, "#practice-name", r"kim")  # the login is the name
-        assert not student.locator("#practice-name input, #practice-name textarea").first.is_editable()
-        assert not student.locator("#tab-samples, #load-pack").count()  # nothing of the studio here
-        student.locator("#practice-consent input").check()
-        answers = [_attempt(student, clip, number) for number, clip in enumerate(clips, start=1)]
-        assert all(answers)
-        _shot(student, "practice-student")
-        student.reload()  # consent is given once: the reopened page remembers it
-        _wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
-        assert student.locator("#practice-consent input").is_checked()
+    clips = [write_voice(tmp_path / f"{name}.wav", pitch_hz=pitch, seed=int(pitch))
+             for name, pitch in (("one", 140.0), ("two", 190.0))]
+    student = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    student.set_default_timeout(WAIT_MS)
+    _login(student, practice_url, "kim", "kim-pw")
+    wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+    wait_text(student, "#practice-name", r"kim")  # the login is the name
+    assert not student.locator("#practice-name input, #practice-name textarea").first.is_editable()
+    assert not student.locator("#tab-samples, #load-pack").count()  # nothing of the studio here
+    student.locator("#practice-consent input").check()
+    answers = [_attempt(student, clip, number) for number, clip in enumerate(clips, start=1)]
+    assert all(answers)
+    shot(student, "practice-student")
+    student.reload()  # consent is given once: the reopened page remembers it
+    wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+    assert student.locator("#practice-consent input").is_checked()
 
-        # a student's account does not open the studio
-        intruder = browser.new_context().new_page()
-        _login(intruder, studio_url, "kim", "kim-pw")
-        intruder.wait_for_selector("text=Incorrect Credentials", timeout=30_000)
-        assert not intruder.locator("#load-pack").count()
+    # a student's account does not open the studio
+    intruder = browser.new_context().new_page()
+    _login(intruder, studio_url, "kim", "kim-pw")
+    intruder.wait_for_selector("text=Incorrect Credentials", timeout=30_000)
+    assert not intruder.locator("#load-pack").count()
 
-        teacher = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        teacher.set_default_timeout(60_000)
-        _login(teacher, studio_url, "ms-lee", "teach-pw")
-        teacher.wait_for_selector("#load-pack")
-        _tab(teacher, "7 · Inbox")
-        _wait_text(teacher, "#inbox-about", r"1 of 2 waiting.*kim.*She sells sea shells", timeout_s=60)
-        box = teacher.locator("#inbox-feedback textarea").first
-        assert box.input_value() == answers[0]  # the tutor's answer is the draft
-        box.fill("Clear S sounds; stress SHELLS.")
-        box.press("Shift+Enter")  # accept and go to the next
-        _wait_text(teacher, "#inbox-status", r"Accepted: sample", timeout_s=60)
-        _wait_text(teacher, "#inbox-about", r"1 of 1 waiting.*The quick brown fox")
-        _shot(teacher, "practice-inbox")
-        browser.close()
+    teacher = browser.new_context(viewport=VIEWPORT).new_page()
+    teacher.set_default_timeout(WAIT_MS)
+    _login(teacher, studio_url, "ms-lee", "teach-pw")
+    teacher.wait_for_selector("#load-pack")
+    open_tab(teacher, "7 · Inbox")
+    wait_text(teacher, "#inbox-about", r"1 of 2 waiting.*kim.*She sells sea shells", timeout_s=60)
+    box = teacher.locator("#inbox-feedback textarea").first
+    assert box.input_value() == answers[0]  # the tutor's answer is the draft
+    box.fill("Clear S sounds; stress SHELLS.")
+    box.press("Shift+Enter")  # accept and go to the next
+    wait_text(teacher, "#inbox-status", r"Accepted: sample", timeout_s=60)
+    wait_text(teacher, "#inbox-about", r"1 of 1 waiting.*The quick brown fox")
+    shot(teacher, "practice-inbox")
 
     accepted = Inbox(ws).list("accepted")
     assert len(accepted) == 1 and len(Inbox(ws).list("pending")) == 1

@@ -13,60 +13,52 @@ import shutil
 
 import pytest
 
-from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, _shot, _tab, _wait_text, running_app  # noqa: F401
+from tests.browser import open_tab, shot, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ITEMS = {"000010011": "WE CALL IT BEAR", "000010035": "ZERO THREE FIVE ONE", "000010053": "THREE TWO TWO SEVEN"}
 
 
-def test_recording_session_of_three_items_then_build(running_app, speechocean_dir):
-    from playwright.sync_api import sync_playwright
-
-    url, workspace, _, _ = running_app
+def test_recording_session_of_three_items_then_build(running_app, studio_page, speechocean_dir):
+    page = studio_page
+    _, workspace, _, _ = running_app
     clips = {}
     for utt in ITEMS:
         clips[utt] = workspace.parent / f"{utt}.wav"
         shutil.copyfile(speechocean_dir / "WAVE" / "SPEAKER0001" / f"{utt}.WAV", clips[utt])
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        page.wait_for_selector("#load-pack")
-        page.click("#make-tiny")
-        _wait_text(page, "#model-note", r"random weights", timeout_s=180)
+    page.click("#make-tiny")
+    wait_text(page, "#model-note", r"random weights", timeout_s=180)
 
-        page.get_by_text("Recording session: a list, one clip after another").click()
-        page.locator("#session-items textarea").first.fill("\n".join(ITEMS.values()))
-        page.locator("#session-speaker input, #session-speaker textarea").first.fill("0001")
-        page.click("#session-start")
-        _wait_text(page, "#session-progress", r"1 of 3")
-        for number, (utt, sentence) in enumerate(ITEMS.items(), start=1):
-            _wait_text(page, "#session-item", sentence)
-            page.locator("#session-audio button[aria-label='Upload file']").click()
-            page.locator("#session-audio input[type=file]").set_input_files(str(clips[utt]))
-            _wait_text(page, "#session-checks", r"duration", timeout_s=60)
-            page.locator("#session-feedback textarea").first.fill(f"Feedback {number}.")
-            page.wait_for_selector("#session-audio audio, #session-audio .waveform-container", state="attached")
-            page.click("#session-save")
-            expected = rf"{number + 1} of 3 · {number} saved" if number < 3 else r"done: 3 saved of 3"
-            _wait_text(page, "#session-progress", expected, timeout_s=60)
-            _wait_text(page, "#session-status", r"Saved")
-        _wait_text(page, "#samples-table", r"THREE TWO TWO SEVEN")
-        table = page.locator("#samples-table").inner_text()
-        assert all(sentence in table for sentence in ITEMS.values())
-        _shot(page, "1-samples-session")
+    page.get_by_text("Recording session: a list, one clip after another").click()
+    page.locator("#session-items textarea").first.fill("\n".join(ITEMS.values()))
+    page.locator("#session-speaker input, #session-speaker textarea").first.fill("0001")
+    page.click("#session-start")
+    wait_text(page, "#session-progress", r"1 of 3")
+    for number, (utt, sentence) in enumerate(ITEMS.items(), start=1):
+        wait_text(page, "#session-item", sentence)
+        page.locator("#session-audio button[aria-label='Upload file']").click()
+        page.locator("#session-audio input[type=file]").set_input_files(str(clips[utt]))
+        wait_text(page, "#session-checks", r"duration", timeout_s=60)
+        page.locator("#session-feedback textarea").first.fill(f"Feedback {number}.")
+        page.wait_for_selector("#session-audio audio, #session-audio .waveform-container", state="attached")
+        page.click("#session-save")
+        expected = rf"{number + 1} of 3 · {number} saved" if number < 3 else r"done: 3 saved of 3"
+        wait_text(page, "#session-progress", expected, timeout_s=60)
+        wait_text(page, "#session-status", r"Saved")
+    wait_text(page, "#samples-table", r"THREE TWO TWO SEVEN")
+    table = page.locator("#samples-table").inner_text()
+    assert all(sentence in table for sentence in ITEMS.values())
+    shot(page, "1-samples-session")
 
-        page.reload()  # closing the tab keeps the session where it was
-        page.wait_for_selector("#load-pack")
-        page.get_by_text("Recording session: a list, one clip after another").click()
-        _wait_text(page, "#session-progress", r"done: 3 saved of 3", timeout_s=30)
+    page.reload()  # closing the tab keeps the session where it was
+    page.wait_for_selector("#load-pack")
+    page.get_by_text("Recording session: a list, one clip after another").click()
+    wait_text(page, "#session-progress", r"done: 3 saved of 3", timeout_s=30)
 
-        _tab(page, "2 · Dataset")
-        page.click("#build-dataset")
-        _wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
-        browser.close()
+    open_tab(page, "2 · Dataset")
+    page.click("#build-dataset")
+    wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
     assert (workspace / "dataset" / "dataset_dict.json").exists()
     report = json.loads((workspace / "dataset" / "build_report.json").read_text())
     assert report["kinds"]["read_aloud"]["rows"] == 3 and sum(report["splits"].values()) == 3

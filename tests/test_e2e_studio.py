@@ -17,123 +17,119 @@ import time
 import pytest
 
 from pipeline.fileio import atomic_write_json
-from tests.test_e2e import CHROMIUM, CHROMIUM_ARGS, _fill_number, _shot, _tab, _wait_text, running_app  # noqa: F401
-from tests.test_e2e_errors import _calm, _upload
+from tests.browser import calm, fill_number, open_tab, shot, upload, wait_text
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def _text(page, selector: str) -> str:
     return page.locator(selector).first.inner_text()
 
 
-def test_the_studio_as_a_teacher_meets_it(running_app, speechocean_dir):
-    from playwright.sync_api import sync_playwright
+@pytest.fixture()
+def old_run(running_app):
+    """A stopped run `old-try` in the app's workspace before the page opens (its Past runs table lists it)."""
+    atomic_write_json(running_app[1] / "runs" / "old-try" / "result.json", {"run": "old-try", "status": "stopped"})
 
-    url, workspace, _, _ = running_app
+
+def test_the_studio_as_a_teacher_meets_it(running_app, old_run, studio_page, speechocean_dir):
+    page = studio_page
+    _, workspace, _, _ = running_app
     own = workspace.parent / "000010011.wav"
     shutil.copyfile(speechocean_dir / "WAVE" / "SPEAKER0001" / "000010011.WAV", own)
-    atomic_write_json(workspace / "runs" / "old-try" / "result.json", {"run": "old-try", "status": "stopped"})
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(url)
-        page.wait_for_selector("#load-pack")
 
-        # A double-clicked Save sample: "Saved", one sample, no "✗ ... not added twice".
-        _upload(page, "sample-audio", own)
-        _wait_text(page, "#checks", r"duration", timeout_s=60)
-        page.locator("#sample-target textarea, #sample-target input").first.fill("WE CALL IT BEAR")
-        page.locator("#sample-feedback textarea").first.fill("Open the EH in BEAR.")
-        page.locator("#sample-speaker textarea, #sample-speaker input").first.fill("kate")
-        page.wait_for_selector("#sample-audio audio, #sample-audio .waveform-container", state="attached")
-        page.dblclick("#save-sample")
-        _wait_text(page, "#checks", r"Saved sample", timeout_s=60)
-        time.sleep(3)  # both clicks answered
-        text = _wait_text(page, "#checks", r"Saved sample", timeout_s=30)
-        assert "✗" not in text and "not added twice" not in text, text
-        _wait_text(page, "#library-summary", r"1 recording from 1 learner", timeout_s=30)
-        _calm(page, "#checks")
-        _shot(page, "studio-1-double-save")
+    # A double-clicked Save sample: "Saved", one sample, no "✗ ... not added twice".
+    upload(page, "sample-audio", own)
+    wait_text(page, "#checks", r"duration", timeout_s=60)
+    page.locator("#sample-target textarea, #sample-target input").first.fill("WE CALL IT BEAR")
+    page.locator("#sample-feedback textarea").first.fill("Open the EH in BEAR.")
+    page.locator("#sample-speaker textarea, #sample-speaker input").first.fill("kate")
+    page.wait_for_selector("#sample-audio audio, #sample-audio .waveform-container", state="attached")
+    page.dblclick("#save-sample")
+    wait_text(page, "#checks", r"Saved sample", timeout_s=60)
+    time.sleep(3)  # both clicks answered
+    text = wait_text(page, "#checks", r"Saved sample", timeout_s=30)
+    assert "✗" not in text and "not added twice" not in text, text
+    wait_text(page, "#library-summary", r"1 recording from 1 learner", timeout_s=30)
+    calm(page, "#checks")
+    shot(page, "studio-1-double-save")
 
-        # The pack, then a failed import: the message stands alone, the pack's per-file report is gone.
-        page.click("#load-pack")
-        _wait_text(page, "#import-summary", r"Imported \*?\*?7.*skipped \*?\*?1", timeout_s=120)  # our clip is in it
-        assert page.locator("#import-report").is_visible()
-        page.get_by_text("Import a folder").first.click()
-        page.locator("#import-folder textarea, #import-folder input").first.fill(str(workspace.parent / "no-such-folder"))
-        page.click("#import-button")
-        _wait_text(page, "#import-summary", r"✗", timeout_s=60)
-        assert not page.locator("#import-report").is_visible(), "the last import's per-file report is hidden"
-        _wait_text(page, "#library-summary", r"8 recordings from 4 learners", timeout_s=30)
+    # The pack, then a failed import: the message stands alone, the pack's per-file report is gone.
+    page.click("#load-pack")
+    wait_text(page, "#import-summary", r"Imported \*?\*?7.*skipped \*?\*?1", timeout_s=120)  # our clip is in it
+    assert page.locator("#import-report").is_visible()
+    page.get_by_text("Import a folder").first.click()
+    page.locator("#import-folder textarea, #import-folder input").first.fill(str(workspace.parent / "no-such-folder"))
+    page.click("#import-button")
+    wait_text(page, "#import-summary", r"✗", timeout_s=60)
+    assert not page.locator("#import-report").is_visible(), "the last import's per-file report is hidden"
+    wait_text(page, "#library-summary", r"8 recordings from 4 learners", timeout_s=30)
 
-        # "Saved changes to X" goes when another sample is selected.
-        page.locator("#samples-table").get_by_text("WE CALL IT BEAR").first.click()
-        _wait_text(page, "#edit-id", r"s-[0-9a-f]+", timeout_s=30)
-        page.locator("#edit-feedback textarea").first.fill("Open the EH in BEAR, as in AIR.")
-        page.click("#update-sample")
-        _wait_text(page, "#edit-status", r"Saved changes to", timeout_s=30)
-        page.locator("#samples-table").get_by_text("KATE'S GOT SOME GREY").first.click()
-        _wait_text(page, "#edit-target", r"KATE'S GOT SOME GREY", timeout_s=30)
-        assert _text(page, "#edit-status").strip() == "", _text(page, "#edit-status")
+    # "Saved changes to X" goes when another sample is selected.
+    page.locator("#samples-table").get_by_text("WE CALL IT BEAR").first.click()
+    wait_text(page, "#edit-id", r"s-[0-9a-f]+", timeout_s=30)
+    page.locator("#edit-feedback textarea").first.fill("Open the EH in BEAR, as in AIR.")
+    page.click("#update-sample")
+    wait_text(page, "#edit-status", r"Saved changes to", timeout_s=30)
+    page.locator("#samples-table").get_by_text("KATE'S GOT SOME GREY").first.click()
+    wait_text(page, "#edit-target", r"KATE'S GOT SOME GREY", timeout_s=30)
+    assert _text(page, "#edit-status").strip() == "", _text(page, "#edit-status")
 
-        # Recording session: Skip clears the checks of the clip recorded for the item left behind.
-        page.get_by_text("Recording session: a list, one clip after another").click()
-        page.locator("#session-items textarea").first.fill("WE CALL IT BEAR\nZERO THREE FIVE ONE")
-        page.click("#session-start")
-        _wait_text(page, "#session-progress", r"1 of 2")
-        _upload(page, "session-audio", own)
-        _wait_text(page, "#session-checks", r"duration", timeout_s=60)
-        page.click("#session-skip")
-        _wait_text(page, "#session-progress", r"2 of 2", timeout_s=30)
-        assert "duration" not in _text(page, "#session-checks"), _text(page, "#session-checks")
-        _shot(page, "studio-2-samples")
+    # Recording session: Skip clears the checks of the clip recorded for the item left behind.
+    page.get_by_text("Recording session: a list, one clip after another").click()
+    page.locator("#session-items textarea").first.fill("WE CALL IT BEAR\nZERO THREE FIVE ONE")
+    page.click("#session-start")
+    wait_text(page, "#session-progress", r"1 of 2")
+    upload(page, "session-audio", own)
+    wait_text(page, "#session-checks", r"duration", timeout_s=60)
+    page.click("#session-skip")
+    wait_text(page, "#session-progress", r"2 of 2", timeout_s=30)
+    assert "duration" not in _text(page, "#session-checks"), _text(page, "#session-checks")
+    shot(page, "studio-2-samples")
 
-        # Train: the teacher's choices first, the machine-learning settings behind "Advanced settings".
-        _tab(page, "4 · Train")
-        _wait_text(page, "#train-headline", r"No dataset yet", timeout_s=30)
-        assert page.locator("#epochs").is_visible() and "Passes over your recordings" in _text(page, "#epochs")
-        for hidden in ("#learning-rate", "#max-steps", "#lora-alpha", "#eval-steps", "#save-steps"):
-            assert not page.locator(hidden).is_visible(), f"{hidden} shows before Advanced settings is opened"
-        page.locator("#train-advanced").get_by_text("Advanced settings").click()
-        page.wait_for_selector("#learning-rate", state="visible")
-        for shown, sentence in (("#learning-rate", "How big each learning step is"),
-                                ("#lora-alpha", "How strongly the learned change"),
-                                ("#save-steps", "How often progress is saved")):
-            assert page.locator(shown).is_visible() and sentence in _text(page, shown), shown
-        _shot(page, "studio-3-train")
+    # Train: the teacher's choices first, the machine-learning settings behind "Advanced settings".
+    open_tab(page, "4 · Train")
+    wait_text(page, "#train-headline", r"No dataset yet", timeout_s=30)
+    assert page.locator("#epochs").is_visible() and "Passes over your recordings" in _text(page, "#epochs")
+    for hidden in ("#learning-rate", "#max-steps", "#lora-alpha", "#eval-steps", "#save-steps"):
+        assert not page.locator(hidden).is_visible(), f"{hidden} shows before Advanced settings is opened"
+    page.locator("#train-advanced").get_by_text("Advanced settings").click()
+    page.wait_for_selector("#learning-rate", state="visible")
+    for shown, sentence in (("#learning-rate", "How big each learning step is"),
+                            ("#lora-alpha", "How strongly the learned change"),
+                            ("#save-steps", "How often progress is saved")):
+        assert page.locator(shown).is_visible() and sentence in _text(page, shown), shown
+    shot(page, "studio-3-train")
 
-        # Delete a run: pick it, confirm, it is gone from the table.
-        _wait_text(page, "#runs-table", r"old-try", timeout_s=30)
-        picker = page.locator("#delete-run-choice input").first
-        picker.click()
-        page.get_by_role("option", name="old-try").click()
-        _wait_text(page, "#delete-run-choice", r"old-try", timeout_s=30)
-        page.once("dialog", lambda dialog: dialog.accept())
-        page.click("#delete-run")
-        _wait_text(page, "#delete-run-status", r"Deleted old-try", timeout_s=30)
-        deadline = time.time() + 30
-        while "old-try" in _text(page, "#runs-table") and time.time() < deadline:
-            time.sleep(0.5)
-        assert "old-try" not in _text(page, "#runs-table") and not (workspace / "runs" / "old-try").exists()
+    # Delete a run: pick it, confirm, it is gone from the table.
+    wait_text(page, "#runs-table", r"old-try", timeout_s=30)
+    picker = page.locator("#delete-run-choice input").first
+    picker.click()
+    page.get_by_role("option", name="old-try").click()
+    wait_text(page, "#delete-run-choice", r"old-try", timeout_s=30)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-run")
+    wait_text(page, "#delete-run-status", r"Deleted old-try", timeout_s=30)
+    deadline = time.time() + 30
+    while "old-try" in _text(page, "#runs-table") and time.time() < deadline:
+        time.sleep(0.5)
+    assert "old-try" not in _text(page, "#runs-table") and not (workspace / "runs" / "old-try").exists()
 
-        # Try: a number out of range is answered under its box; another kind clears the last answer's note.
-        _tab(page, "5 · Try")
-        _wait_text(page, "#try-headline", r"No tuned tutor yet", timeout_s=30)
-        assert not page.locator("#try-max-tokens").is_visible(), "the answer length is an advanced setting"
-        page.locator("#try-advanced").get_by_text("Advanced settings").click()
-        _fill_number(page, "try-max-tokens", "-5")
-        _wait_text(page, "#try-max-tokens-note", r"from 16 to 1024, got -5", timeout_s=30)
-        _calm(page, "#try-max-tokens-note")
-        _fill_number(page, "try-max-tokens", "64")
-        page.click("#try-button")
-        _wait_text(page, "#try-note", r"✗", timeout_s=60)
-        page.locator("#try-kind").get_by_label("Free speech").check()
-        deadline = time.time() + 30
-        while "✗" in _text(page, "#try-note") and time.time() < deadline:
-            time.sleep(0.5)
-        assert "✗" not in _text(page, "#try-note"), "the last answer's note went with the kind"
-        _wait_text(page, "#try-audio", r"Answer the prompt in your own words", timeout_s=30)
-        _shot(page, "studio-4-try")
-        browser.close()
+    # Try: a number out of range is answered under its box; another kind clears the last answer's note.
+    open_tab(page, "5 · Try")
+    wait_text(page, "#try-headline", r"No tuned tutor yet", timeout_s=30)
+    assert not page.locator("#try-max-tokens").is_visible(), "the answer length is an advanced setting"
+    page.locator("#try-advanced").get_by_text("Advanced settings").click()
+    fill_number(page, "try-max-tokens", "-5")
+    wait_text(page, "#try-max-tokens-note", r"from 16 to 1024, got -5", timeout_s=30)
+    calm(page, "#try-max-tokens-note")
+    fill_number(page, "try-max-tokens", "64")
+    page.click("#try-button")
+    wait_text(page, "#try-note", r"✗", timeout_s=60)
+    page.locator("#try-kind").get_by_label("Free speech").check()
+    deadline = time.time() + 30
+    while "✗" in _text(page, "#try-note") and time.time() < deadline:
+        time.sleep(0.5)
+    assert "✗" not in _text(page, "#try-note"), "the last answer's note went with the kind"
+    wait_text(page, "#try-audio", r"Answer the prompt in your own words", timeout_s=30)
+    shot(page, "studio-4-try")

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from pipeline.tutor import eval_jobs as jobs
 from pipeline.tutor.cli import eval_job_main
 from pipeline.tutor import evaluate as ev
 from pipeline.workspace import Workspace
-from tests.processes import stop_workspace_eval_jobs
+from tests.processes import stop_workspace_eval_jobs, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +43,7 @@ def ws(built_once, tmp_path) -> Workspace:
     stop_workspace_eval_jobs(root)
 
 
-def wait_until(predicate, timeout_s: float = 300.0, poll_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"not reached within {timeout_s} s")
-
-
+@pytest.mark.slow
 def test_a_cancelled_evaluation_can_keep_what_was_answered(ws, tiny_model_dir):
     """`evaluate_tutor(partial=...)`: the result so far after each clip, and on cancel the answered clips
     (marked partial, cancelled) instead of an error; without `partial` a cancel still saves nothing."""
@@ -86,6 +76,7 @@ def test_a_partial_evaluation_never_replaces_more(tmp_path):
     assert jobs.keep_partial(ws, evaluation(3)) is None and "partial" not in json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, capsys):
     code = eval_job_main(["start", "--workspace", str(ws.root), "--model", str(tiny_model_dir), "--limit", "2",
                       "--max-new-tokens", "4", "--json"])
@@ -103,6 +94,7 @@ def test_a_job_runs_in_its_own_process_and_saves_each_model(ws, tiny_model_dir, 
     assert json.loads(capsys.readouterr().out)["state"] == "completed"
 
 
+@pytest.mark.slow
 def test_a_job_survives_an_app_restart_and_a_killed_one_keeps_its_answers(ws, tiny_model_dir):
     from ui.tutor_app import TutorApp
 

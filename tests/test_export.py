@@ -53,6 +53,7 @@ def _clip_inputs(tiny_model_dir, speechocean_dir):
                                          tokenize=True, return_dict=True, return_tensors="pt")
 
 
+@pytest.mark.slow
 def test_adapter_zip_loads_with_peft_from_pretrained(tuned, tiny_model_dir, speechocean_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
@@ -83,6 +84,7 @@ def test_adapter_zip_loads_with_peft_from_pretrained(tuned, tiny_model_dir, spee
     assert (tuned_logits - base_logits).abs().max() > 1e-2  # the trained LoRA weights were loaded and act
 
 
+@pytest.mark.slow
 def test_merged_export_gives_the_logits_of_base_plus_adapter(tuned, tiny_model_dir, speechocean_dir, capsys):
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
@@ -132,6 +134,7 @@ def test_merged_export_gives_the_logits_of_base_plus_adapter(tuned, tiny_model_d
     assert error < moved / 4, (error, moved)
 
 
+@pytest.mark.slow
 def test_a_failed_export_leaves_nothing_and_keeps_the_previous_one(tuned, tmp_path, monkeypatch):
     out = tmp_path / "out"
     first = export_adapter(tuned, "exported", out)
@@ -165,6 +168,7 @@ def test_staged_folder_publishes_whole_or_not_at_all(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["a.bin"]
 
 
+@pytest.mark.slow
 def test_export_errors_name_the_fix(tuned, tmp_path):
     with pytest.raises(ExportError, match="does not exist.*exported"):
         export_adapter(tuned, "nope")
@@ -183,6 +187,7 @@ def _copy_run(tuned, tmp_path, name="remote"):
     return source
 
 
+@pytest.mark.slow
 def test_import_run_checks_model_and_dataset_then_copies(tuned, tiny_model_dir, tmp_path):
     from pipeline.training.runs import list_runs
     from pipeline.tutor.infer import usable_runs
@@ -230,6 +235,7 @@ def test_import_run_checks_model_and_dataset_then_copies(tuned, tiny_model_dir, 
         import_run(tuned, bare)
 
 
+@pytest.mark.slow
 def test_app_export_and_import_handlers(tuned, tmp_path):
     from ui.tutor_app import TutorApp
 

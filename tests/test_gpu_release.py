@@ -45,6 +45,7 @@ def test_only_tutors_on_the_gpu_the_work_uses_are_released_and_it_is_said(app_tu
     assert infer.release_for("cuda") is None  # nothing left on the GPU
 
 
+@pytest.mark.slow
 def test_starting_a_run_releases_the_gpu_tutor(app_tutors, tmp_path):
     from pipeline.training import runs
 

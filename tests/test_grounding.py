@@ -266,6 +266,7 @@ def test_evaluate_asks_every_probe_and_tells_a_listening_tutor_from_a_deaf_one(p
     assert result["per_phone"] is not None and {r["speaker"] for r in result["per_learner"]} <= {"0001", "0003"}
 
 
+@pytest.mark.slow
 def test_evaluate_grounding_end_to_end_on_the_tiny_model(paired_workspace, tiny_model_dir, capsys):
     """The real tutor path (tiny random Gemma 3n, CPU): `evaluate --grounding --json` has every figure."""
     code = evaluate_main(["--workspace", str(paired_workspace.root), "--model", str(tiny_model_dir), "--device", "cpu",

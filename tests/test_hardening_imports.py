@@ -321,6 +321,7 @@ KEPT_BYTES_BOUND = 20 * 2**20
 
 
 @pytest.mark.parametrize("by_pyav", [False, True], ids=["soundfile", "pyav"])
+@pytest.mark.slow
 def test_a_long_mp3_is_refused_from_its_container_without_decoding_it_all(long_mp3, tmp_path, by_pyav):
     assert long_mp3.stat().st_size < 3 * 2**20
     path = long_mp3
@@ -335,6 +336,7 @@ def test_a_long_mp3_is_refused_from_its_container_without_decoding_it_all(long_m
 
 
 @pytest.mark.parametrize("source", ["mp3", "mp3-by-pyav", "wav"])
+@pytest.mark.slow
 def test_trim_decodes_only_what_it_keeps(long_mp3, tmp_path, source):
     path = long_mp3
     if source == "mp3-by-pyav":  # an .m4a name goes to FFmpeg first, which reads the MP3 inside

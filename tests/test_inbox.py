@@ -39,6 +39,7 @@ def inbox_ws(tmp_path):
     return tmp_path / "ws"
 
 
+@pytest.mark.slow
 def test_consent_decides_what_is_kept(trained, speechocean_dir):
     save_setup(trained, "r1", ITEMS)
     inbox = Inbox(trained)
@@ -58,6 +59,7 @@ def test_consent_decides_what_is_kept(trained, speechocean_dir):
         answer_attempt(trained, speechocean_dir / CLIPS[0], 8, student="kim", consent=True)
 
 
+@pytest.mark.slow
 def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_dir):
     from ui.practice_page import PracticeHandlers
 
@@ -74,6 +76,22 @@ def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_
     assert Inbox(trained).list()[-1].answer == text and len(Inbox(trained).list()) == count + 1
     _text, status = handlers.answer(None, 2, "lee", True)
     assert "Record yourself first" in status and len(Inbox(trained).list()) == count + 1
+
+
+def test_the_practice_page_before_its_setup_says_so_and_asks_for_a_clip_and_an_exercise(inbox_ws):
+    """The page builds without a run; until the teacher sets the practice it says so, and an attempt
+    without a clip or without an exercise is answered with what to do, nothing kept."""
+    from pipeline.workspace import Workspace
+    from ui.practice_page import build_practice
+
+    built = build_practice(Workspace(inbox_ws).ensure())
+    _name, exercises, note, consent = built.handlers.on_load(None, None)
+    assert exercises["choices"] == [] and "has not set up the practice yet" in note and consent["value"] is False
+    _text, status = built.handlers.answer(None, 0, "lee", True)
+    assert "Record yourself first" in status
+    _text, status = built.handlers.answer("take.wav", None, "lee", True)
+    assert "Pick an exercise first" in status
+    assert Inbox(inbox_ws).list() == []
 
 
 def test_accept_makes_a_sample_of_its_kind_with_the_student_as_speaker(inbox_ws, speechocean_dir):
@@ -109,6 +127,7 @@ def test_accept_makes_a_sample_of_its_kind_with_the_student_as_speaker(inbox_ws,
     assert len(inbox.list()) == 3
 
 
+@pytest.mark.slow
 def test_setup_from_the_session_list_or_a_file_and_its_errors(trained, tmp_path):
     with pytest.raises(ConfigError, match="no trained adapter.*r1"):
         save_setup(trained, "nope", ITEMS)
@@ -157,6 +176,7 @@ def test_the_inbox_tab_accepts_and_moves_to_the_next(inbox_ws, speechocean_dir):
     assert current is None and "No attempts waiting" in status
 
 
+@pytest.mark.slow
 def test_the_studio_sets_the_practice(trained):
     from ui.tutor_app import TutorApp
 
@@ -184,12 +204,13 @@ def test_attempts_arriving_together_are_all_kept(inbox_ws, speechocean_dir):
     assert sorted(a.id for a in inbox.list()) == sorted(ids) and len(set(ids)) == 8
 
 
+@pytest.mark.slow
 def test_the_practice_page_builds_without_heavy_imports(tmp_path):
     """Like the studio, the students' page comes up without torch / transformers / datasets."""
     import subprocess
     import sys
 
-    from tests.test_e2e import REPO_ROOT
+    from tests.browser import REPO_ROOT
 
     code = ("import sys\nfrom pipeline.workspace import Workspace\nfrom ui.practice_page import build_practice\n"
             f"build_practice(Workspace({str(tmp_path / 'ws')!r}).ensure())\n"

@@ -7,12 +7,10 @@ import json
 import pytest
 import torch
 
-from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.tutor.infer import compare_feedback, load_tutor
 from pipeline.tutor.cli import infer_main
-from pipeline.training.train import train
-from tests.training_data import real_workspace
+from tests.training_data import real_workspace, trained_run
 
 CLIP = "WAVE/SPEAKER0001/000010011.WAV"
 TARGET = "WE CALL IT BEAR"
@@ -22,15 +20,10 @@ TARGET = "WE CALL IT BEAR"
 def tuned(tmp_path_factory, speechocean_dir, tiny_model_dir):
     """A workspace with run `tuned`: 3 steps at a high learning rate, so the adapter is far from zero."""
     ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
-    if not (ws / "runs" / "tuned" / "adapter").exists():
-        config = TrainConfig(
-            model=str(tiny_model_dir), device="cpu", quantization="4bit", lora_rank=8, lora_alpha=16, batch_size=1,
-            grad_accum=1, max_steps=3, eval_steps=0, save_steps=0, learning_rate=1e-2, warmup_ratio=0.0, seed=1,
-        )
-        assert train(config, ws, "tuned")["status"] == "completed"
-    return ws
+    return trained_run(ws, tiny_model_dir, "tuned", quantization="4bit", lora_alpha=16, learning_rate=1e-2, seed=1)
 
 
+@pytest.mark.slow
 def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_dir):
     from pipeline.data.audio import load_audio
     from pipeline.conversation.messages import build_messages
@@ -55,6 +48,7 @@ def test_reloaded_adapter_changes_the_logits(tuned, tiny_model_dir, speechocean_
     assert torch.allclose(again, base_logits, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir, capsys):
     base = load_tutor(str(tiny_model_dir), device="cpu", quantization="4bit", use_cache=False)
     answer = base.feedback(speechocean_dir / CLIP, TARGET, max_new_tokens=8)
@@ -74,6 +68,7 @@ def test_base_and_tuned_feedback_and_cli(tuned, tiny_model_dir, speechocean_dir,
     assert result["adapter_dir"].endswith("adapter")
 
 
+@pytest.mark.slow
 def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_base(
     tuned, tiny_model_dir, speechocean_dir, monkeypatch
 ):
@@ -100,6 +95,7 @@ def test_compare_loads_the_model_once_and_the_disabled_adapter_answers_as_the_ba
         compare_feedback(speechocean_dir / CLIP, TARGET, run="", workspace=tuned)
 
 
+@pytest.mark.slow
 def test_run_errors_name_the_fix(tuned, tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"does not exist.*Runs with a trained adapter: tuned\."):
         load_tutor(run="nope", workspace=tuned)

@@ -11,9 +11,7 @@ import threading
 
 import pytest
 
-from pipeline.config import TrainConfig
-from pipeline.training.train import train
-from tests.training_data import real_workspace
+from tests.training_data import real_workspace, trained_run
 
 CLIP = "WAVE/SPEAKER0001/000010011.WAV"
 TARGET = "WE CALL IT BEAR"
@@ -23,13 +21,7 @@ NEW_TOKENS = 8
 @pytest.fixture(scope="module")
 def tuned_ws(tmp_path_factory, speechocean_dir, tiny_model_dir):
     ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
-    if not (ws / "runs" / "loud" / "adapter").exists():
-        config = TrainConfig(
-            model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=8, lora_alpha=32, batch_size=1,
-            grad_accum=1, max_steps=3, eval_steps=0, save_steps=0, learning_rate=5e-2, warmup_ratio=0.0, seed=5,
-        )
-        assert train(config, ws, "loud")["status"] == "completed"
-    return ws
+    return trained_run(ws, tiny_model_dir, "loud", quantization="none", lora_alpha=32, learning_rate=5e-2, seed=5)
 
 
 @pytest.mark.slow
@@ -73,6 +65,7 @@ def test_concurrent_compare_answers_keep_their_labels(tuned_ws, speechocean_dir)
     assert all((run == "loud") == (kind == "tuned") for kind, _, run in answers)
 
 
+@pytest.mark.slow
 def test_concurrent_loads_share_one_model(tuned_ws, monkeypatch):
     """Two first clicks at once load the model once, not twice (memory), and get the same tutor."""
     import pipeline.model.loading as model_module

@@ -62,6 +62,7 @@ def stop_jobs(built):
     stop_workspace_eval_jobs(built.ws.root)
 
 
+@pytest.mark.slow
 def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir, stop_jobs):
     model = str(tiny_model_dir)
     choices = built.judge_candidates(model)
@@ -115,6 +116,7 @@ def fresh(built, tmp_path):
     stop_workspace_eval_jobs(tmp_path / "ws")
 
 
+@pytest.mark.slow
 def test_cancel_keeps_what_was_answered_marked_partial(fresh, tiny_model_dir):
     import time
 

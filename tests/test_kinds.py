@@ -126,6 +126,7 @@ def test_supervised_tokens_of_a_three_turn_dialogue_are_exactly_the_tutor_turns(
     assert tokens.answer_spans(rendered, tok) == tokens.all_answer_spans(rendered, tok)[-1]
 
 
+@pytest.mark.slow
 def test_the_processor_takes_several_clips_and_each_lines_up_with_its_own_audio_span(processor, tiny_model_dir, speechocean_dir):
     """Several clips in one conversation: each clip's audio embeddings land on its own 188 positions, in order."""
     import torch

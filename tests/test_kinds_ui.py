@@ -4,29 +4,20 @@ recording session (start, save and next, skip, back to re-record, reopened after
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import gradio as gr
 import numpy as np
 import pytest
+
+from tests.studio_app import fresh_app
+from tests.studio_app import learner_clip as clip
 
 RATE = 16000
 
 
 @pytest.fixture()
 def ui(tmp_path):
-    from ui.tutor_app import TutorApp
-
-    return TutorApp(tmp_path / "ws")
-
-
-def clip(speechocean_dir: Path, utt: str, folder: Path) -> str:
-    """A real learner clip copied to `folder` (as an upload would be), as a file path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{utt}.wav"
-    shutil.copyfile(speechocean_dir / "WAVE" / f"SPEAKER{utt[1:5]}" / f"{utt}.WAV", path)
-    return str(path)
+    return fresh_app(tmp_path / "ws")
 
 
 def test_saving_a_clip_clears_the_form_for_the_next_one(ui, tmp_path, speechocean_dir):

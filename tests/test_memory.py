@@ -525,6 +525,7 @@ def test_cli_dispatch_reports_bad_model(tmp_path, capsys):
     assert "config.json" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_measure_peak_runs_one_real_step_on_the_tiny_model(tiny_model_dir):
     """The probe (child process, training code's loading/LoRA/Trainer step) against the estimate."""
     config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=8, lora_alpha=16,

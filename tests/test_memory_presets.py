@@ -26,6 +26,7 @@ from pipeline.units import format_bytes  # noqa: E402
 from ui import memory_view  # noqa: E402
 from ui.memory_tab import CUSTOM_MACHINE, MACHINE_PRESETS, THIS_COMPUTER  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
+from tests.studio_app import app_with_built_lengths  # noqa: E402
 
 E2B = "google/gemma-3n-E2B-it"
 N_OUTPUTS = 8 + 4  # estimate's outputs: plot, verdict, table, hint, suggestions, 4 buttons, notes, device note, measured
@@ -34,12 +35,7 @@ N_OUTPUTS = 8 + 4  # estimate's outputs: plot, verdict, table, hint, suggestions
 @pytest.fixture()
 def app(tmp_path) -> TutorApp:
     """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""
-    ui = TutorApp(tmp_path / "ws")
-    report = ui.ws.dataset_dir / "build_report.json"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps({"model": E2B, "length_stats": {
-        "max": 389, "row_tokens": [389, 350, 300, 280], "answer_tokens": [80, 70, 60, 60], "max_clip_s": 12.0}}))
-    return ui
+    return app_with_built_lengths(tmp_path / "ws")
 
 
 def _page_values(**changes) -> dict:

@@ -4,7 +4,6 @@ what is held back, the "what can this machine do?" table, and why the default qu
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pipeline.config import DEFAULT_QUANTIZATION_REASON  # noqa: E402
 from ui import common  # noqa: E402
 from ui import memory_view  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
+from tests.studio_app import app_with_built_lengths  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("glibc_heap")  # figures with glibc's retained heap, TCMalloc installed or not
 
@@ -34,12 +34,7 @@ def _bf16_compute(monkeypatch):
 @pytest.fixture()
 def app(tmp_path) -> TutorApp:
     """An app on a workspace whose built dataset has rows up to 389 tokens (as the sample pack's build)."""
-    ui = TutorApp(tmp_path / "ws")
-    report = ui.ws.dataset_dir / "build_report.json"
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(json.dumps({"model": E2B, "length_stats": {
-        "max": 389, "row_tokens": [389, 350, 300, 280], "answer_tokens": [80, 70, 60, 60], "max_clip_s": 12.0}}))
-    return ui
+    return app_with_built_lengths(tmp_path / "ws")
 
 
 def _values(**changes) -> dict:
@@ -120,6 +115,7 @@ def test_odd_budgets_are_answered_in_the_verdict_panel(app):
     assert device_memory("cpu", 0).source == device_memory("cpu").source  # 0: what the device reports
 
 
+@pytest.mark.slow
 def test_the_plan_table_lists_both_models_and_every_kind(app):
     text = app.plan(8, *[_values(device="cuda")[name] for name in common.CONFIG_FIELDS])
     rows = [line for line in text.splitlines() if line.startswith("| E")]

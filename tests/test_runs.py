@@ -14,6 +14,7 @@ from pipeline.training import run_folder, runs
 from pipeline.config import TrainConfig, add_train_arguments
 from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
+from tests.processes import dead_run, wait_until
 from tests.training_data import copy_workspace, real_workspace
 
 
@@ -26,12 +27,7 @@ def test_config_flags_reproduce_the_config():
 
 def test_a_process_that_died_without_a_result_is_failed(tmp_path):
     ws = tmp_path / "ws"
-    run_dir = ws / "runs" / "crashed"
-    run_dir.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
-    atomic_write_json(run_dir / "result.json", {"run": "crashed", "status": "running"})
+    dead_run(ws, "crashed", {"run": "crashed", "status": "running"})
     status = runs.run_status(ws, "crashed")
     assert status["state"] == "failed" and not status["alive"]
     assert "ended without writing its result" in status["reason"]
@@ -89,16 +85,6 @@ def test_start_without_a_built_dataset_is_refused_before_any_run_folder(tmp_path
     assert not (ws / "runs").exists()
 
 
-def _wait(predicate, timeout_s=240.0, poll_s=0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.slow
 def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speechocean_dir, tiny_model_dir):
     shared = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34)
@@ -129,7 +115,7 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
     with pytest.raises(TrainingError, match=r"busy: run `first`"):
         train(config, ws, "from-cli")
     assert not (ws / "runs" / "from-cli").exists()
-    _wait(lambda: runs.run_status(ws, "first")["progress_lines"] >= 1)
+    wait_until(lambda: runs.run_status(ws, "first")["progress_lines"] >= 1, timeout_s=240)
     status = runs.request_stop(ws, "first", timeout_s=180, wait=True)
     assert status["state"] == "stopped" and not status["alive"], status
     assert (ws / "runs" / "first" / "adapter" / "adapter_config.json").exists()
@@ -139,7 +125,7 @@ def test_start_stop_and_resume_a_detached_run(tmp_path_factory, tmp_path, speech
     runs.start_run(ws, "first", None, resume=True)
     # A resumed run keeps its settings; stop it again after it has moved on, then check it continued.
     before = status["result"]["steps"]
-    _wait(lambda: (runs.run_status(ws, "first")["step"] or 0) > before)
+    wait_until(lambda: (runs.run_status(ws, "first")["step"] or 0) > before, timeout_s=240)
     final = runs.request_stop(ws, "first", timeout_s=180, wait=True)
     assert final["state"] == "stopped" and final["result"]["steps"] > before
     assert final["result"]["resumed_from"].endswith(f"checkpoint-{before}")
@@ -153,6 +139,7 @@ def test_stop_timeout_grows_with_the_measured_step_time():
     assert runs.stop_timeout_s(slow) == 3 * 200.0 + 60.0
 
 
+@pytest.mark.slow
 def test_stop_pressed_while_the_run_is_still_starting_stops_it_cleanly(tmp_path_factory, tmp_path, speechocean_dir, tiny_model_dir):
     """Stop at once after Start (the process still importing torch): the trainer cleared the STOP file as
     it began, trained on, and was killed at the stop deadline. The request now stands until the run ends:
@@ -197,6 +184,7 @@ def test_delete_run_removes_an_ended_run_and_refuses_a_training_one(tmp_path):
         live.wait()
 
 
+@pytest.mark.slow
 def test_delete_run_command(tmp_path):
     ws = tmp_path / "ws"
     atomic_write_json(ws / "runs" / "old" / "result.json", {"run": "old", "status": "stopped"})
@@ -213,11 +201,7 @@ def test_a_process_that_printed_an_error_is_failed_with_that_error(tmp_path):
     """A run refused before training (e.g. Device: mps on a machine without it) names the error
     it printed, not "killed, or out of memory", and does not point to a train.log that was never written."""
     ws = tmp_path / "ws"
-    run_dir = ws / "runs" / "refused"
-    run_dir.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
+    run_dir = dead_run(ws, "refused")
     (run_dir / jobs.PROCESS_LOG).write_text(
         "error: `--device mps` was asked for but Apple MPS is not available; use `--device auto` or `cpu`.\n")
     status = runs.run_status(ws, "refused")

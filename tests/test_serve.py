@@ -27,6 +27,8 @@ from tests.training_data import real_workspace
 
 openai = pytest.importorskip("openai")
 
+pytestmark = pytest.mark.slow  # every test asks the served runs (two trained, a server started): ~45 s
+
 CLIP = "WAVE/SPEAKER0001/000010011.WAV"
 OTHER_CLIP = "WAVE/SPEAKER0001/000010035.WAV"
 TARGET = "WE CALL IT BEAR"

@@ -169,6 +169,7 @@ def test_the_train_tab_resumes_on_a_changed_dataset_only_with_its_box_ticked(tmp
     assert result["status"] == "completed" and result["dataset_change"]["summary"]
 
 
+@pytest.mark.slow
 def test_a_stop_written_while_the_run_starts_is_honoured_and_an_old_one_is_not(tmp_path_factory, speechocean_dir,
                                                                               tiny_model_dir):
     """A new user's pass (issue 11): `touch WS/runs/NAME/STOP` while the model loads was deleted by the

@@ -4,28 +4,17 @@ numbers out of range answered beside their box."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import gradio as gr
 import pytest
 
 from pipeline.fileio import atomic_write_json
+from tests.studio_app import fresh_app
+from tests.studio_app import learner_clip as clip
 
 
 @pytest.fixture()
 def ui(tmp_path):
-    from ui.tutor_app import TutorApp
-
-    return TutorApp(tmp_path / "ws")
-
-
-def clip(speechocean_dir: Path, utt: str, folder: Path) -> str:
-    """A real learner clip copied to `folder` (as an upload would be), as a file path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{utt}.wav"
-    shutil.copyfile(speechocean_dir / "WAVE" / f"SPEAKER{utt[1:5]}" / f"{utt}.WAV", path)
-    return str(path)
+    return fresh_app(tmp_path / "ws")
 
 
 def test_a_double_clicked_save_says_saved_once_and_another_text_on_the_same_clip_is_still_refused(

@@ -167,6 +167,7 @@ def test_resume_needs_a_checkpoint_and_rows_must_fit(workspace, tiny_model_dir):
     assert result["status"] == "failed" and "--max-length" in result["reason"]
 
 
+@pytest.mark.slow
 def test_rows_over_max_length_are_skipped_as_the_estimate_assumes(workspace, tiny_model_dir):
     """The memory search may suggest a lower --max-length "excluding N rows": applied to train as is,
     those rows are skipped (never truncated) and the rest trains."""
@@ -185,6 +186,7 @@ def test_rows_over_max_length_are_skipped_as_the_estimate_assumes(workspace, tin
     assert stats.kept_longest(cut) <= cut and stats.excluded(cut) >= dropped
 
 
+@pytest.mark.slow
 def test_a_dataset_without_eval_rows_trains_on_every_row_with_eval_off(tmp_path_factory, speechocean_dir, tiny_model_dir):
     ws = real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=3, eval_fraction=0.0)
     result = train(_config(tiny_model_dir, max_steps=2, grad_accum=1, eval_steps=1, save_steps=0), ws, "no-eval")
@@ -205,6 +207,7 @@ def test_out_of_memory_fails_with_step_memory_advice_and_keeps_the_checkpoint(wo
     assert json.loads((workspace / "runs" / "oom" / "result.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_probe_step_reports_peak_memory_of_the_worst_batch(workspace, tiny_model_dir):
     from datasets import load_from_disk
 
@@ -260,6 +263,7 @@ def test_train_without_a_dataset_leaves_nothing_behind_and_names_the_model(tmp_p
     assert not (ws / "runs" / "first").exists()
 
 
+@pytest.mark.slow
 def test_every_micro_batch_and_optimizer_step_start_from_a_released_free_heap(workspace, tiny_model_dir, monkeypatch):
     """On CPU each micro-batch (2 steps x 2 accumulated) hands the C heap's free memory back before its
     forward and after its backward, so the optimizer step never runs beside backward's freed heap,

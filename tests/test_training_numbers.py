@@ -66,6 +66,7 @@ def test_accumulating_two_rows_equals_one_batch_of_two(two_row_workspace, tiny_m
     assert accumulated["grad_norm"] == pytest.approx(batched["grad_norm"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_answer_loss_sums_to_the_window_mean_over_micro_batches(two_row_workspace, tiny_model_dir):
     """`answer_loss` with the window's token count: the micro-batch losses add up to the window's token mean."""
     from transformers import Gemma3nForConditionalGeneration

@@ -14,13 +14,12 @@ import pytest
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.fileio import atomic_write_json
-from pipeline import jobs
 from pipeline.training import run_folder, runs
-from tests.processes import stop_process_group
+from tests.processes import dead_run, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOLD = textwrap.dedent("""
-    # holds the lock as `python -m pipeline train` does
+    # stands in for `python -m pipeline train` (a trainer's command line names pipeline, train, the run)
     import sys, time
     from pipeline.host.workspace_lock import WorkspaceLock
     WorkspaceLock(sys.argv[1], sys.argv[2]).acquire()
@@ -91,12 +90,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, lock_holding_proc
 
 def test_a_run_that_died_without_a_checkpoint_does_not_offer_resume(tmp_path):
     ws = tmp_path / "ws"
-    run_dir = ws / "runs" / "orphan"
-    run_dir.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    atomic_write_json(run_dir / jobs.PID_FILE, {"pid": dead.pid})
-    atomic_write_json(run_dir / "result.json", {"run": "orphan", "status": "running"})
+    run_dir = dead_run(ws, "orphan", {"run": "orphan", "status": "running"})
     status = runs.run_status(ws, "orphan")
     assert status["state"] == "failed"
     assert "resume" not in status["reason"].lower().replace("cannot be resumed", ""), status["reason"]
@@ -106,6 +100,7 @@ def test_a_run_that_died_without_a_checkpoint_does_not_offer_resume(tmp_path):
     assert "--resume continues from its last checkpoint (checkpoint-4)" in runs.run_status(ws, "orphan")["reason"]
 
 
+@pytest.mark.slow
 def test_a_failing_test_still_stops_the_runs_it_started(pytester, tmp_path):
     """The e2e fixture's teardown (`stop_workspace_runs`) stops a detached run of the workspace
     even when the test body fails, as a failed browser test did not (its run trained 20 more minutes)."""

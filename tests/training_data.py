@@ -1,7 +1,8 @@
 """Workspaces with a dataset built from the real speechocean762 subset, shared by the training tests.
 
 `real_workspace(...)` imports the 60 real clips (Kaldi layout, expert-score feedback) and builds the
-dataset with the tiny model's processor, once per test session per variant; tests only add runs.
+dataset with the tiny model's processor, once per test session per variant; tests only add runs
+(`trained_run`: a short run trained once in such a workspace).
 """
 
 from __future__ import annotations
@@ -34,6 +35,22 @@ def real_workspace(tmp_path_factory, speechocean_dir: Path, tiny_model_dir: Path
     build_dataset(root, str(tiny_model_dir), eval_fraction=eval_fraction, seed=0, max_length=512)
     _BUILT[key] = root
     return root
+
+
+
+def trained_run(ws: Path, tiny_model_dir: Path, run: str, **settings) -> Path:
+    """`ws` with run `run` trained in this process, once (kept when its adapter exists): the tiny model on
+    CPU, LoRA rank 8, 3 optimizer steps of one row, no evaluation, no checkpoints, no warm-up; `settings`
+    override any `TrainConfig` field. Returns `ws`; asserts that the run completed."""
+    from pipeline.config import TrainConfig
+    from pipeline.training.train import train
+
+    if not (ws / "runs" / run / "adapter").exists():
+        config = TrainConfig(**{"model": str(tiny_model_dir), "device": "cpu", "lora_rank": 8, "batch_size": 1,
+                                "grad_accum": 1, "max_steps": 3, "eval_steps": 0, "save_steps": 0, "warmup_ratio": 0.0,
+                                **settings})
+        assert train(config, ws, run)["status"] == "completed"
+    return ws
 
 
 def copy_workspace(source: Path, dest: Path) -> Path:

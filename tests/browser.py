@@ -1,0 +1,219 @@
+"""The browser tests' one start: the app in its own process, headless Chromium through Playwright, and
+the page helpers every `tests/test_e2e*.py` shares.
+
+Registered as a pytest plugin by `tests/conftest.py`, so a test asks for the fixtures by name:
+- `running_app`: `python app.py` on a free localhost port with a temporary workspace; yields
+  `(url, workspace, seconds to first page, log path)`;
+- `browser`: headless Chromium (Debian's `chromium`, `$CHROMIUM_PATH` to use another; never runs
+  `playwright install`), for tests that open several contexts (tests/test_e2e_practice.py);
+- `studio_page`: a 1280 x 900 page of the running app, loaded (the Samples tab's `#load-pack` shown),
+  each wait at most 60 s.
+Teardown, whatever the outcome: the browser closes and Playwright stops, then the app stops with every
+training run and evaluation job it started (detached on purpose, so nothing else would stop them;
+`tests/processes.py`). `launch_app` is the same start for an app with other arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = REPO_ROOT / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+VIEWPORT = {"width": 1280, "height": 900}
+"""The studio's window in every browser test (px): the width the layout checks are made at."""
+WAIT_MS = 60_000
+"""Playwright's default wait per action and selector in the browser tests (ms)."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _require_chromium() -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found; install Debian's chromium (`apt-get install chromium`).")
+
+
+@contextlib.contextmanager
+def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60):
+    """Run `python app.py --workspace WORKSPACE ARGS` offline in its own session, its output in
+    `log_path`; yields the process once `ready()` is true (checked every 0.1 s), and stops it, then the
+    training runs and evaluation jobs of `workspace`, on exit whatever the outcome.
+
+    Raises AssertionError with the app's log when the process ends or `timeout_s` passes before ready.
+    """
+    from tests.processes import stop_process_group, stop_workspace_eval_jobs, stop_workspace_runs
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(workspace), *args],
+            cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            deadline = time.time() + timeout_s
+            while not (ready is None or ready()):
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError(f"the app did not come up:\n{log_path.read_text()}")
+                time.sleep(0.1)
+            yield proc
+        finally:  # the app, then the runs and jobs it started (detached on purpose)
+            stop_process_group(proc.pid, grace_s=15)
+            proc.wait(timeout=30)
+            stopped = stop_workspace_runs(workspace)
+            if stopped:
+                print(f"[e2e] teardown stopped training process(es) {stopped}", flush=True)
+            stopped = stop_workspace_eval_jobs(workspace)
+            if stopped:
+                print(f"[e2e] teardown stopped evaluation job process(es) {stopped}", flush=True)
+
+
+def page_served(url: str):
+    """A `ready` check for `launch_app`: `url` answers 200."""
+    import urllib.request
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    return ready
+
+
+@pytest.fixture()
+def running_app(tmp_path):
+    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page, log path)."""
+    _require_chromium()
+    workspace = tmp_path / "ws"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    started = time.perf_counter()
+    with launch_app(workspace, tmp_path / "app.log", "--port", str(port), ready=page_served(url)):
+        yield url, workspace, time.perf_counter() - started, tmp_path / "app.log"
+
+
+@pytest.fixture()
+def browser():
+    """Headless Chromium through Playwright; closed, and Playwright stopped, at teardown whatever the outcome."""
+    _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    try:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture()
+def studio_page(running_app, browser):
+    """A page of the running app at `VIEWPORT`, loaded (`#load-pack` shown), waits of `WAIT_MS`."""
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(WAIT_MS)
+    page.goto(running_app[0])
+    page.wait_for_selector("#load-pack")
+    return page
+
+
+def no_error_toast(page) -> None:
+    """Raise AssertionError with the toasts' text when the app shows an error toast."""
+    errors = page.locator(".toast-body.error")
+    if errors.count():
+        raise AssertionError("error shown in the app: " + " | ".join(errors.all_inner_texts()))
+
+
+def wait_text(page, selector: str, pattern: str, timeout_s: float = 120) -> str:
+    """Wait until the element's text (and its fields' values) matches `pattern` (regex); returns it.
+    Fails early on an error toast, and with the last text seen after `timeout_s`."""
+    deadline = time.time() + timeout_s
+    text = ""
+    while time.time() < deadline:
+        no_error_toast(page)
+        locator = page.locator(selector)
+        if locator.count():
+            fields = locator.first.locator("textarea, input")
+            values = [fields.nth(i).input_value() for i in range(fields.count())]
+            text = "\n".join([locator.first.inner_text(), *values])
+            if re.search(pattern, text):
+                return text
+        time.sleep(0.5)
+    raise AssertionError(f"{selector} never matched {pattern!r}; last text: {text!r}")
+
+
+def calm(page, panel: str | None = None) -> str:
+    """Check that no toast shows, no component is marked errored and, given a `panel` selector, that
+    its text holds no literal backtick (Markdown rendered); returns that text ("" without a panel)."""
+    assert page.locator(".toast-body").count() == 0, page.locator(".toast-body").all_inner_texts()
+    assert page.locator(".error").count() == 0, "a component is marked errored"
+    if panel is None:
+        return ""
+    text = page.locator(panel).inner_text()
+    assert "`" not in text, f"Markdown not rendered: {text!r}"
+    return text
+
+
+def open_tab(page, name: str) -> None:
+    """Click the tab named `name` ("4 · Train") and give it 0.8 s to draw."""
+    page.get_by_role("tab", name=name).click()
+    time.sleep(0.8)
+
+
+def shot(page, name: str) -> None:
+    """A full-page screenshot to `artifacts/screenshots/NAME.png` (not committed)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def fill_number(page, elem_id: str, value: str) -> None:
+    """Type `value` into the number box `#elem_id` and leave it (Tab), as a person does."""
+    box = page.locator(f"#{elem_id} input").first
+    box.fill(value)
+    box.press("Tab")
+
+
+def upload(page, elem_id: str, path: Path) -> None:
+    """Upload `path` into the audio widget `#elem_id`, clearing what it holds first."""
+    clear = page.locator(f"#{elem_id} button[aria-label='Clear']")
+    if clear.count():
+        clear.first.click()
+        time.sleep(0.5)
+    page.locator(f"#{elem_id} button[aria-label='Upload file']").click()
+    page.locator(f"#{elem_id} input[type=file]").set_input_files(str(path))
+
+
+def write_voice(path: Path, seconds: float = 2.0, pitch_hz: float = 150.0, noise: float = 0.05, seed: int = 0) -> Path:
+    """A voiced-sounding test clip, 16 kHz 16-bit WAV at `path`: harmonics 1-5 of `pitch_hz` under a
+    3 Hz syllable-rate envelope, plus white noise of std `noise` (seeded), peak-normalised to 0.4."""
+    import numpy as np
+    import soundfile
+
+    rate = 16000
+    t = np.arange(int(seconds * rate)) / rate
+    voice = sum(np.sin(2 * np.pi * pitch_hz * k * t) / k for k in range(1, 6)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    signal = voice + noise * np.random.default_rng(seed).standard_normal(t.size) if noise else voice
+    soundfile.write(str(path), (0.4 * signal / np.abs(signal).max()).astype(np.float32), rate, subtype="PCM_16")
+    return path
