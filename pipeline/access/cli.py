@@ -1,4 +1,4 @@
-"""The access stage's command line."""
+"""Accounts on the command line: `python -m pipeline users` (an `--auth-file` of teachers and students)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python -m pipeline inbox`: list students' attempts, accept (optionally with edited feedback) or reject them.
+"""The inbox stage's command line: `python -m pipeline practice` (what the practice page offers) and `inbox`:
 
     python -m pipeline inbox --workspace WS [--status pending|accepted|rejected] [--json]
     python -m pipeline inbox --workspace WS --accept ID [--feedback TEXT]

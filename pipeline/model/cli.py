@@ -1,4 +1,4 @@
-"""The model stage's command line."""
+"""The model stage's command line: `python -m pipeline make-tiny-model`."""
 
 from __future__ import annotations
 

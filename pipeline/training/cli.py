@@ -1,4 +1,7 @@
-"""The training stage's command line."""
+"""The training stage's command line: `python -m pipeline train` and `delete-run`.
+
+`train` runs in this process (the app starts it as a job, `pipeline.training.runs`); the trainer and
+torch are imported only when it does, so `delete-run` starts at once."""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from pipeline.host.cpu_threads import apply_threads, trainer_threads
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_folder import run_paths, summary_text
 from pipeline.training.runs import delete_run
-from pipeline.training.train import log, train
 from pipeline.workspace import DEFAULT_WORKSPACE
 
 
@@ -27,6 +29,8 @@ def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def train_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline train --workspace WS --run NAME [--resume] [--json] <TrainConfig flags>`."""
+    from pipeline.training.train import log, train  # torch: only when a run trains
+
     parser = argparse.ArgumentParser(prog="python -m pipeline train", description="LoRA fine-tune Gemma 3n on the built dataset.")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
     parser.add_argument("--run", "--run-name", dest="run", required=True,

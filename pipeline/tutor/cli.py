@@ -1,4 +1,4 @@
-"""The tutor stage's command line."""
+"""The tutor stage's command line: `python -m pipeline infer`, `evaluate` and `eval-job`."""
 
 from __future__ import annotations
 
