@@ -41,6 +41,7 @@ import gradio as gr  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: E402
 from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
 from ui.dataset_tab import dataset_tab  # noqa: E402
+from ui.get_model import get_model_panel  # noqa: E402
 from ui.inbox_tab import inbox_tab  # noqa: E402
 from ui.judge_tab import judge_tab  # noqa: E402
 from ui.memory_tab import memory_tab, wire_memory_tab  # noqa: E402
@@ -64,7 +65,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
     """
     with gr.Blocks(title="Pronunciation Tutor Studio", analytics_enabled=False) as demo:
         gr.HTML(_header_html(app.ws.root), elem_id="header", padding=False)
-        model, _model_note = model_picker(app.state)
+        model, model_note = model_picker(app.state)
+        get_model = get_model_panel(app.get_model, model, model_note)  # is it here? get it (token, bar, cancel)
         with gr.Tabs(elem_id="tabs"):
             samples = samples_tab(app.samples)
             dataset = dataset_tab(app.dataset)
@@ -121,6 +123,7 @@ def build_ui(app: TutorApp) -> gr.Blocks:
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(
             app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices)
+        demo.load(app.get_model.on_load, inputs=model, outputs=get_model.outputs)  # a download still going shows
         demo.load(app.inbox.show, outputs=inbox.outputs)  # students' attempts waiting
         demo.load(app.inbox.setup_fields, outputs=inbox.setup_outputs)
     return demo

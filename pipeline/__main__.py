@@ -18,6 +18,7 @@ COMMANDS = {
     "samples": ("pipeline.data.cli", "samples_main", "list the sample library with check results"),
     "build": ("pipeline.data.cli", "build_main", "build the train/eval dataset from the sample library"),
     "make-tiny-model": ("pipeline.model.cli", "make_tiny_model_main", "write a tiny random Gemma 3n + processor for offline use"),
+    "get-model": ("pipeline.model.cli", "get_model_main", "download a model from Hugging Face (token, progress, resume, hashes)"),
     "estimate": ("pipeline.memory.cli", "estimate_main", "estimate (and optionally measure) fine-tuning peak memory"),
     "plan": ("pipeline.memory.cli", "plan_main", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.cli", "train_main", "LoRA fine-tune Gemma 3n on the built dataset"),

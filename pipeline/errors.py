@@ -60,6 +60,16 @@ class ModelLoadError(PipelineError):
     """The model or processor cannot be loaded (not logged in, gated, offline, missing timm, disk)."""
 
 
+class ModelAccessError(ModelLoadError):
+    """Hugging Face refused a model's files to this person: no token for a gated model, a token it does not
+    accept, or an account that has not accepted the model's licence. The fix is on the person's account,
+    not in a file; `python -m pipeline get-model` exits with code 2 for it."""
+
+
+class DownloadCancelled(ModelLoadError):
+    """A model download was cancelled (Cancel, or its job's `CANCEL` file); what was fetched is kept."""
+
+
 class BaseModelMismatchError(ModelLoadError):
     """An adapter (or a resumed run) meets a base model other than the one it was trained on; the message
     says what differs (config values, weight fingerprint) and what to do."""

@@ -52,17 +52,19 @@ def _require_chromium() -> None:
 
 
 @contextlib.contextmanager
-def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60):
+def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60,
+               env: dict[str, str] | None = None):
     """Run `python app.py --workspace WORKSPACE ARGS` offline in its own session, its output in
     `log_path`; yields the process once `ready()` is true (checked every 0.1 s), and stops it, then the
-    training runs and evaluation jobs of `workspace`, on exit whatever the outcome.
+    training runs, evaluation jobs and model downloads of `workspace`, on exit whatever the outcome.
+    `env` is laid over the app's environment (e.g. a local hub: `tests.hub_server.FakeHub.env`).
 
     Raises AssertionError with the app's log when the process ends or `timeout_s` passes before ready.
     """
-    from tests.processes import stop_process_group, stop_workspace_eval_jobs, stop_workspace_runs
+    from tests.processes import stop_process_group, stop_workspace_downloads, stop_workspace_eval_jobs, stop_workspace_runs
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(workspace), *args],
@@ -84,6 +86,9 @@ def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_
             stopped = stop_workspace_eval_jobs(workspace)
             if stopped:
                 print(f"[e2e] teardown stopped evaluation job process(es) {stopped}", flush=True)
+            stopped = stop_workspace_downloads(workspace)
+            if stopped:
+                print(f"[e2e] teardown stopped model download process(es) {stopped}", flush=True)
 
 
 def page_served(url: str):

@@ -107,6 +107,26 @@ def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
     return stopped
 
 
+def stop_workspace_downloads(workspace: Path) -> list[int]:
+    """Stop every model download process of `workspace` (`pipeline.model.download_job`: detached like a run; their
+    pids are in `WS/downloads/OWNER/NAME/pid.json`) and reap those this process started; returns the pids stopped."""
+    from pipeline import jobs
+    from pipeline.model.download_job import GET_MODEL
+
+    stopped = []
+    for pid_file in sorted((Path(workspace) / "downloads").glob("**/pid.json")):
+        try:
+            pid = json.loads(pid_file.read_text(encoding="utf-8"))["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if GET_MODEL.alive(pid, pid_file.parent.name) and stop_process_group(pid):
+            stopped.append(pid)
+        child = jobs._CHILDREN.pop(pid, None)
+        if child is not None:
+            child.wait(timeout=30)
+    return stopped
+
+
 def dead_run(workspace: Path, run: str, result: dict | None = None) -> Path:
     """`WS/runs/RUN/` as a trainer that died leaves it: `pid.json` names a process that has ended (a
     real pid, reaped), and `result.json` holds `result` when given; returns the run folder."""

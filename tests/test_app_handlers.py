@@ -239,10 +239,14 @@ def test_building_the_page_imports_no_torch_transformers_or_datasets(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_hub_login_advice_names_the_current_hf_cli(tmp_path):
-    """huggingface_hub 1.x+ ships `hf` (`hf auth login`); the old `huggingface-cli` is gone."""
+def test_the_model_note_points_to_get_the_model_not_to_a_terminal(tmp_path, monkeypatch):
+    """Getting the real model is a step of the app (issue 33): the note under the picker points to its Get the
+    model panel, never to `hf auth login` in a terminal; the old `huggingface-cli` is named nowhere."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
-    assert "`hf auth login`" in note
+    assert "not on this computer yet" in note and "**Get the model**" in note and "hf auth login" not in note
     for path in [REPO_ROOT / "app.py", *sorted((REPO_ROOT / "ui").glob("*.py")),
                  *sorted((REPO_ROOT / "pipeline").rglob("*.py"))]:
         assert "huggingface-cli" not in path.read_text(encoding="utf-8"), path
@@ -254,11 +258,8 @@ def test_the_model_note_says_when_offline_mode_cannot_download(tmp_path, monkeyp
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
-    assert "not downloaded" in note and "HF_HUB_OFFLINE=1" in note and "Create offline tiny test model" in note
+    assert "not on this computer" in note and "HF_HUB_OFFLINE=1" in note and "Create offline tiny test model" in note
     assert "on first use" not in note
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    assert "on first use" in TutorApp(tmp_path / "ws2").describe_model("google/gemma-3n-E2B-it")
 
 
 def test_launch_flags_default_to_localhost_only():

@@ -207,9 +207,10 @@ def test_train_reads_as_its_phases():
 
 def test_every_tab_is_a_pair_and_its_view_is_pure():
     """Every tab is `ui/X_tab.py` (widgets and handlers) with `ui/X_view.py` (its text, tables and figures), the
-    practice page `ui/practice_page.py` with `ui/practice_view.py`. A view imports no gradio, not even through
-    another module of `ui/`, so it can be tested as plain functions."""
-    tabs = {path.name[: -len("_tab.py")] for path in (ROOT / "ui").glob("*_tab.py")} | {"practice"}
+    practice page `ui/practice_page.py` with `ui/practice_view.py`, the Get-the-model panel above the tabs
+    `ui/get_model.py` with `ui/get_model_view.py`. A view imports no gradio, not even through another module of
+    `ui/`, so it can be tested as plain functions."""
+    tabs = {path.name[: -len("_tab.py")] for path in (ROOT / "ui").glob("*_tab.py")} | {"practice", "get_model"}
     views = {path.name[: -len("_view.py")] for path in (ROOT / "ui").glob("*_view.py")}
     assert tabs <= views, f"tabs without a view: {sorted(tabs - views)}"
     assert views <= tabs, f"views without a tab: {sorted(views - tabs)}"

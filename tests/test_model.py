@@ -116,7 +116,7 @@ def test_local_folder_errors_name_the_fix(tmp_path):
 
 def test_offline_and_not_cached_says_what_to_download(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="hf download google/gemma-3n-E2B-it"):
+    with pytest.raises(ModelLoadError, match="get-model --model google/gemma-3n-E2B-it"):
         gm.load_processor("google/gemma-3n-E2B-it")
 
 
@@ -133,7 +133,7 @@ def test_offline_with_an_empty_cache_fails_in_seconds(monkeypatch, tmp_path):
     _empty_hub_cache(monkeypatch, tmp_path)
     for load in (gm.load_processor, lambda m: gm.load_model(m, device="cpu")):
         start = time.perf_counter()
-        with pytest.raises(ModelLoadError, match=r"offline mode.*hf auth login.*hf download google/gemma-3n-E2B-it"):
+        with pytest.raises(ModelLoadError, match=r"offline mode.*get-model --model google/gemma-3n-E2B-it"):
             load("google/gemma-3n-E2B-it")
         assert time.perf_counter() - start < 5
 
@@ -159,7 +159,7 @@ def test_an_unreachable_hub_fails_after_one_short_request(monkeypatch, tmp_path)
 
     monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
     monkeypatch.setattr(AutoProcessor, "from_pretrained", must_not_download)
-    with pytest.raises(ModelLoadError, match=r"hub cannot be reached \(ConnectError.*hf download google/gemma-3n-E2B-it"):
+    with pytest.raises(ModelLoadError, match=r"hub cannot be reached \(ConnectError.*get-model --model google/gemma-3n-E2B-it"):
         gm.load_processor("google/gemma-3n-E2B-it")
     assert calls == [hub.HUB_PROBE_TIMEOUT_S]
 

@@ -8,7 +8,8 @@
                       `try_kinds`, `try_export`
 
 The tabs, in the page's order: samples, dataset, memory, train, try, judge, inbox; the students' practice
-page (its own page and port) is `practice_page.py` with `practice_view.py`. What the tabs share:
+page (its own page and port) is `practice_page.py` with `practice_view.py`, and the Get-the-model panel
+under the model picker (above the tabs) `get_model.py` with `get_model_view.py`. What the tabs share:
 `common.py` (errors -> messages, widgets -> `TrainConfig`), `state.py` (the workspace, remembered settings,
 the model picker), `wording.py` (the command line's words -> the app's); what the views share: `counts.py`,
 `fields.py`, `figures.py`, `memory_counters.py` and `pipeline.units` (bytes and seconds). `tutor_app.TutorApp` binds

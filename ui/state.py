@@ -84,24 +84,16 @@ class AppState:
         if not model:
             return "Pick a model."
         if is_tiny_random_model(model):
+            from pipeline.model.hub import is_local_model
+
+            if not is_local_model(model):  # a stand-in served under a hub id (its cached files carry the marker)
+                return (f"⚠ **The `{model}` on this computer is a tiny test model with random weights.** Everything "
+                        "runs end to end, but its feedback is meaningless text.")
             return (
                 "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
                 f"but its feedback is meaningless text. Pick `{DEFAULT_MODEL}` for a real tutor."
             )
-        from pipeline.model.hub import (_hub_offline, _is_cached, foreign_path_message, foreign_path_reason,
-                                           is_local_model)
-
-        if model in KNOWN_MODELS:
-            if _hub_offline() and not _is_cached(model):  # "downloaded on first use" cannot happen offline
-                return (
-                    f"⚠ `{model}` is not downloaded and offline mode (HF_HUB_OFFLINE=1) is on, so it cannot be "
-                    "downloaded: Build, Train and Try will stop with this message. Click **Create offline tiny test "
-                    f"model** to try the whole flow now, or, online, `hf auth login` then `hf download {model}`."
-                )
-            return (
-                f"`{model}`: downloaded from Hugging Face on first use (needs a token with the Gemma "
-                "license accepted: `hf auth login`)."
-            )
+        from pipeline.model.hub import _hub_offline, foreign_path_message, foreign_path_reason, is_local_model
 
         reason = foreign_path_reason(model)  # a path typed for another system is never taken for a hub id
         if reason is not None:
@@ -109,8 +101,18 @@ class AppState:
         if is_local_model(model):
             found = "" if Path(model).expanduser().is_dir() else " (no such folder yet: check the path)"
             return f"Local model folder `{model}`{found}."
-        return (f"`{model}`: a model on the Hugging Face hub, downloaded on first use (without internet it must "
-                "already be in the Hugging Face cache).")
+        from pipeline.model.local_copy import local_copy
+
+        if local_copy(model).complete:  # the Get-the-model panel says where and how big
+            return f"`{model}`: a model from Hugging Face, on this computer."
+        if _hub_offline():  # it cannot be fetched now
+            return (
+                f"⚠ `{model}` is not on this computer and offline mode (HF_HUB_OFFLINE=1) is on, so it cannot be "
+                "downloaded: Build, Train and Try will stop with this message. Click **Create offline tiny test "
+                "model** to try the whole flow now, or, online, unset HF_HUB_OFFLINE and use **Get the model** below."
+            )
+        return (f"`{model}`: a model from Hugging Face, not on this computer yet; **Get the model** below fetches it "
+                "(training needs it here first).")
 
     # ------------------------------------------------------------------ remembered settings
 

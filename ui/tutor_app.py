@@ -12,6 +12,7 @@ import os
 
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.dataset_tab import DatasetHandlers
+from ui.get_model import GetModelHandlers
 from ui.inbox_tab import InboxHandlers
 from ui.judge_tab import JudgeHandlers
 from ui.memory_tab import MemoryHandlers
@@ -48,6 +49,7 @@ class TutorApp:
         self.export = ExportHandlers(self.state)
         self.judge = JudgeHandlers(self.state)
         self.inbox = InboxHandlers(self.state, practice_url)
+        self.get_model = GetModelHandlers(self.state)  # the panel under the model picker
 
     @property
     def ws(self) -> Workspace:

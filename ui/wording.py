@@ -66,6 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build": ("Build dataset", "Dataset tab"),
     "estimate": ("Estimate", "Memory tab"),
     "make-tiny-model": ("Create offline tiny test model", "top of the page"),
+    "get-model": ("Get the model", "top of the page"),
     "samples": ("Sample library", "Samples tab"),
     "import": ("Import a folder", "Samples tab"),
     "train": ("Start training", "Train tab"),
@@ -82,6 +83,9 @@ _BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)
 _BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
 _BARE_FLAG = re.compile(r"(?<![\w`-])--(no-)?([a-z][a-z0-9-]*)(?: (" + _VALUE + r")(?![\w+]))?")
 _PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
+_COMMAND_LINE_ONLY = re.compile(r" \(on the command line: [^()]*\)")
+"""A message's aside for the command line only, "(on the command line: `--token-stdin`)": dropped in the app,
+whose own widget the same sentence names."""
 _NEXT_SETTING = re.compile(r"(\((?:top of the page|[A-Z][a-z]+ tab[^)]*)\)) (\*\*)")
 
 
@@ -148,7 +152,8 @@ def app_wording(text: str | None, *, markdown: bool = True,
 
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
     "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
-    "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)". Flags and commands with no
+    "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)"; an aside "(on the command line: ...)"
+    is dropped (the sentence names the app's widget already). Flags and commands with no
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
@@ -159,6 +164,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
     if not markdown:
         return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
+    text = _COMMAND_LINE_ONLY.sub("", str(text))
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
     text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -142,7 +143,12 @@ def train_flags(bundle_dir: str | os.PathLike, device: str) -> list[str]:
     return config_flags(config.replace(device=device))
 
 
-def _train_sh(run: str) -> str:
+def _train_sh(run: str, hub_model: str | None = None) -> str:
+    """train.sh; for a base model on the hub (`hub_model`), it is fetched first with `python -m pipeline get-model`
+    (a run never downloads its model: `pipeline.model.local_copy.require_model_here`)."""
+    get_model = "" if hub_model is None else (
+        f'"$PYTHON" -m pipeline get-model --model {shlex.quote(hub_model)}  # the base model, once: resumable, '
+        "checked against the hub's hashes (a gated model needs HF_TOKEN)\n")
     return f"""#!/usr/bin/env bash
 # Train run `{run}` from this bundle: one process per visible NVIDIA GPU (accelerate launch, DDP).
 #
@@ -199,7 +205,7 @@ if [[ $RESUME == 1 ]]; then
 else
   mapfile -t FLAGS < <("$PYTHON" -m pipeline.export.bundle flags "$HERE" "$DEVICE")
 fi
-mkdir -p "$OUTPUT/runs/$RUN"
+{get_model}mkdir -p "$OUTPUT/runs/$RUN"
 cp "$HERE/bundle.json" "$OUTPUT/runs/$RUN/bundle.json"
 echo "train.sh: $PROCESSES process(es) on $DEVICE; run folder $OUTPUT/runs/$RUN" >&2
 exec "$PYTHON" "${{LAUNCH[@]}}" -m pipeline train --workspace "$OUTPUT" --run-name "$RUN" --dataset "$HERE/dataset" \\
@@ -355,7 +361,7 @@ def export_bundle(workspace, run: str, out_dir: str | os.PathLike | None = None)
         }
         atomic_write_json(staging / "bundle.json", meta)
         atomic_write_text(staging / "requirements.txt", training_requirements())
-        atomic_write_text(staging / "train.sh", _train_sh(run))
+        atomic_write_text(staging / "train.sh", _train_sh(run, None if local_model else model_id))
         atomic_write_text(staging / "vertex_job.yaml", _vertex_yaml(run, hub_model=not local_model))
         atomic_write_text(staging / "README.md", _readme(run, meta, config.to_dict(), local_model))
         (staging / "train.sh").chmod(0o755)

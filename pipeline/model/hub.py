@@ -1,7 +1,8 @@
 """Finding a Gemma 3n checkpoint: a local folder, the Hugging Face cache, or the hub, with every
 failure a person can fix turned into a `ModelLoadError` that says how (not logged in, gated
 license not accepted, offline with nothing cached, missing `timm`, not enough disk, a folder
-without a checkpoint). `pipeline.model.loading` loads through `from_pretrained_cached_first`.
+without a checkpoint), each pointing to `python -m pipeline get-model` (`pipeline.model.download`)
+where the fix is to get the model. `pipeline.model.loading` loads through `from_pretrained_cached_first`.
 
 Torch-free.
 """
@@ -23,8 +24,9 @@ MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-
 """Approximate download sizes in bytes (bf16 safetensors on the hub) used for the free-disk check."""
 
 _GATED_HINT = (
-    "Gemma 3n is a gated model: log in with `hf auth login` (a token from "
-    "https://huggingface.co/settings/tokens) and accept the license at https://huggingface.co/{model}."
+    "`{model}` is a gated model: get it once with `python -m pipeline get-model --model {model} --token-stdin`, "
+    "which takes a Read token (https://huggingface.co/settings/tokens) of an account that accepted the licence at "
+    "https://huggingface.co/{model}."
 )
 
 
@@ -228,10 +230,9 @@ def _hub_offline() -> bool:
 
 def _not_cached_message(model_id: str, where: str) -> str:
     return (
-        f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. On a machine with "
-        f"internet: `hf auth login`, accept the license at https://huggingface.co/{model_id}, then "
-        f"`hf download {model_id}` (~10 GiB for E2B) into that cache, or "
-        f"`hf download {model_id} --local-dir DIR` and pass `--model DIR`."
+        f"`{model_id}` is not in the Hugging Face cache ({_hub_cache_dir()}) and {where}. With internet, get it "
+        f"into that cache with `python -m pipeline get-model --model {model_id}`, or copy a downloaded model folder "
+        "to this computer and pass `--model DIR`."
     )
 
 

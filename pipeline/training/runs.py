@@ -140,6 +140,8 @@ def start_run(
     Raises:
         TrainingError: another run is alive in this workspace, the run exists (without `resume`),
             or `config` is missing.
+        ModelLoadError: the model is not (all) on this computer (`pipeline.model.local_copy.require_model_here`:
+            the message points to Get the model / `python -m pipeline get-model`).
         DatasetError: no dataset with training rows is built (`require_built_dataset`); checked
             before the run folder is created.
     """
@@ -160,6 +162,10 @@ def start_run(
     elif not config_file.exists():
         raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
     require_built_dataset(ws)
+    from pipeline.model.local_copy import require_model_here
+
+    # A run never downloads its model (gigabytes hidden in its "loading" phase): refused here, in a moment.
+    require_model_here(config.model if config is not None else (jobs.read_json(config_file) or {}).get("model", ""))
     if resume and not allow_dataset_change:  # refused here, with the reason, not in a process nobody watches
         from pipeline.data.dataset import build_identity
         from pipeline.training.resume import check_dataset, read_dataset_record

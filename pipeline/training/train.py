@@ -250,7 +250,8 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
 
     Raises:
         ConfigError / TrainingError / DatasetError / ModelLoadError: the run cannot start (see
-        `_resume_start`, `_new_start`, `_check_dataset_there`); nothing is written then.
+        `_resume_start`, `_new_start`, `_check_dataset_there`, and a model not on this computer:
+        `pipeline.model.local_copy.require_model_here`); nothing is written then.
     """
     from pipeline.model.loading import resolve_device
     from pipeline.model.tiny_model import is_tiny_random_model
@@ -260,6 +261,9 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
              else _new_start(config, paths, run_name))
     config = start.config
     _check_dataset_there(ws, config, dataset_dir, resume)
+    from pipeline.model.local_copy import require_model_here
+
+    require_model_here(config.model)  # a run never downloads its model: refused in a moment, with the pointer
     device = resolve_device(config.device)
     distributed.join(device)
     distributed.barrier()  # every process has checked the run folder before rank 0 writes into it

@@ -1,0 +1,291 @@
+"""A Hugging Face hub on 127.0.0.1, for the download tests: the tiny model served in the hub's protocol,
+gated by a token, with the faults a real download meets.
+
+What huggingface_hub 2.4.0 asks for (read in its source, and checked in `FakeHub.requests` by the tests):
+- `GET /api/whoami-v2` (`login`): 200 with the account for a known token, else 401;
+- `GET /api/models/ID[/revision/REV]` (`model_info`, `?blobs=true` for sizes and hashes): `sha`, `gated`,
+  `siblings` with `size`, `blobId` and `lfs` {`sha256`, `size`, `pointerSize`};
+- `GET /api/models/ID/tree/REV?recursive=...` (`list_repo_tree`, in `snapshot_download`): one entry per
+  file, `oid` (the git blob id), `size`, `lfs` {`oid` = sha256, `size`, `pointerSize`};
+- `HEAD` and `GET /ID/resolve/REV/FILE` (`get_hf_file_metadata`, `http_get`): `X-Repo-Commit`, `ETag` (the
+  sha256 of an LFS file, else the git blob id), `X-Linked-Etag` and `X-Linked-Size` for LFS files,
+  `Content-Length`, and `Range: bytes=N-` answered 206 with `Content-Range`.
+A gated repo answers `resolve` 401 without a known token and 403 to a token whose account has not
+accepted the licence, both with `X-Error-Code: GatedRepo` and the hub's own `X-Error-Message` wording; its
+model info and file list stay public, as on the hub.
+
+Faults a test sets on the server (each applies to the next GET of that file, then clears):
+`truncate_once` (the connection closes halfway through the body), `corrupt_once` (the body of the right
+length with one byte flipped; `corrupt_always`: every time); `throttle_bytes_per_s` slows every body, and
+`hold` stops one halfway until the test lets it go, so a download can be watched, cancelled and resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+GOOD_TOKEN = "hf_teacher_accepted_licence_0123456789"
+"""A token whose account accepted the licence of every gated repo served."""
+NO_LICENCE_TOKEN = "hf_teacher_without_licence_0123456789"
+"""A valid token whose account has not accepted any licence."""
+SERVED_MODEL = "google/gemma-3n-E2B-it"
+"""The id the tiny model is served under: the app's default model, gated like the real one."""
+OPEN_MODEL = "tutor-tests/tiny-open"
+"""The same tiny model served under an id that is not gated (no token needed)."""
+LFS_SUFFIXES = (".safetensors", ".bin", ".model", ".gguf")
+"""Files stored with Git LFS on the hub (sha256 ETag, `lfs` metadata); the rest are plain git blobs."""
+
+
+def git_blob_id(data: bytes) -> str:
+    """The git object id of a file's bytes: sha1 of `blob <size>\\0` + the bytes (what the hub lists as `oid`)."""
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()
+
+
+@dataclass
+class ServedFile:
+    path: str
+    data: bytes
+    lfs: bool
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def etag(self) -> str:
+        return self.sha256 if self.lfs else git_blob_id(self.data)
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    gated: bool
+    files: dict[str, ServedFile]
+    commit: str = ""
+
+    def __post_init__(self):
+        digest = hashlib.sha1("".join(f"{p}:{f.etag}" for p, f in sorted(self.files.items())).encode())
+        self.commit = digest.hexdigest()
+
+
+@dataclass
+class FakeHub:
+    """The server's state: its repos, tokens, faults and the log of what was asked (see the module docstring)."""
+
+    repos: dict[str, Repo]
+    tokens: dict[str, bool] = field(default_factory=lambda: {GOOD_TOKEN: True, NO_LICENCE_TOKEN: False})
+    """token -> whether its account accepted the licences of the gated repos."""
+    throttle_bytes_per_s: float | None = None
+    hold: dict[str, threading.Event] = field(default_factory=dict)
+    """file name -> an event: a GET of that file sends half its body, then waits for the event (at most 120 s)."""
+    truncate_once: set[str] = field(default_factory=set)
+    corrupt_once: set[str] = field(default_factory=set)
+    corrupt_always: set[str] = field(default_factory=set)
+    requests: list[dict] = field(default_factory=list)
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def gets(self, filename: str) -> list[dict]:
+        """The logged GETs of `resolve` for `filename`, in order (each with its `range` header or None)."""
+        return [r for r in self.requests if r["method"] == "GET" and r["path"].endswith("/" + filename)
+                and "/resolve/" in r["path"]]
+
+    def env(self, hf_home: Path) -> dict[str, str]:
+        """Environment variables that point huggingface_hub (in a child process) at this server, online, with
+        its token and cache in `hf_home`."""
+        return {"HF_ENDPOINT": self.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0", "HF_HOME": str(hf_home),
+                "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+
+
+def repo_from_folder(repo_id: str, folder: Path, *, gated: bool) -> Repo:
+    """A repo serving every file of `folder` (its top level, as `make-tiny-model` writes it)."""
+    files = {p.name: ServedFile(p.name, p.read_bytes(), p.suffix in LFS_SUFFIXES)
+             for p in sorted(Path(folder).iterdir()) if p.is_file()}
+    return Repo(repo_id, gated, files)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hub: FakeHub  # set on the subclass made per server
+
+    def log_message(self, *args) -> None:  # the tests read `FakeHub.requests` instead of stderr
+        pass
+
+    def _token(self) -> str | None:
+        auth = self.headers.get("Authorization") or ""
+        return auth[7:] if auth.lower().startswith("bearer ") else None
+
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, content_type: str = "application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj, headers: dict | None = None):
+        self._send(status, json.dumps(obj).encode(), headers)
+
+    def _error(self, status: int, code: str, message: str):
+        self._json(status, {"error": message}, {"X-Error-Code": code, "X-Error-Message": message})
+
+    def do_HEAD(self):
+        self._route()
+
+    def do_GET(self):
+        self._route()
+
+    def _route(self):
+        hub = self.hub
+        path = unquote(urlsplit(self.path).path)
+        with hub.lock:
+            hub.requests.append({"method": self.command, "path": path, "range": self.headers.get("Range"),
+                                 "auth": self._token() is not None})
+        try:
+            if path == "/api/whoami-v2":
+                return self._whoami()
+            match = re.fullmatch(r"/api/models/(.+?)/tree/([^/]+)(?:/.*)?", path)
+            if match:
+                return self._tree(match.group(1))
+            match = re.fullmatch(r"/api/models/(.+?)(?:/revision/([^/]+))?", path)
+            if match:
+                return self._info(match.group(1))
+            match = re.fullmatch(r"/(.+?)/resolve/([^/]+)/(.+)", path)
+            if match:
+                return self._resolve(match.group(1), match.group(3))
+            self._error(404, "NotFound", f"no route {path}")
+        except (BrokenPipeError, ConnectionResetError):  # the client went away (a cancelled download)
+            self.close_connection = True
+
+    def _repo(self, repo_id: str) -> Repo | None:
+        repo = self.hub.repos.get(repo_id)
+        if repo is None:
+            self._error(404, "RepoNotFound", "Repository not found")
+        return repo
+
+    def _whoami(self):
+        token = self._token()
+        if token not in self.hub.tokens:
+            return self._error(401, "Unauthorized", "Invalid credentials in Authorization header")
+        self._json(200, {"type": "user", "id": "1", "name": "teacher", "fullname": "A Teacher",
+                         "auth": {"type": "access_token", "accessToken": {"displayName": "tutor-test", "role": "read"}}})
+
+    def _info(self, repo_id: str):
+        repo = self._repo(repo_id)
+        if repo is None:
+            return
+        siblings = [{"rfilename": f.path, "size": len(f.data), "blobId": git_blob_id(f.data),
+                     **({"lfs": {"sha256": f.sha256, "size": len(f.data), "pointerSize": 134}} if f.lfs else {})}
+                    for f in repo.files.values()]
+        self._json(200, {"_id": "0", "id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit, "private": False,
+                         "gated": "manual" if repo.gated else False, "disabled": False, "downloads": 0, "likes": 0,
+                         "tags": [], "library_name": "transformers", "siblings": siblings,
+                         "usedStorage": sum(len(f.data) for f in repo.files.values())})
+
+    def _tree(self, repo_id: str):
+        repo = self._repo(repo_id)
+        if repo is None:
+            return
+        self._json(200, [{"type": "file", "oid": git_blob_id(f.data), "size": len(f.data), "path": f.path,
+                          **({"lfs": {"oid": f.sha256, "size": len(f.data), "pointerSize": 134}} if f.lfs else {})}
+                         for f in repo.files.values()])
+
+    def _resolve(self, repo_id: str, filename: str):
+        hub = self.hub
+        repo = self._repo(repo_id)
+        if repo is None:
+            return
+        if repo.gated:
+            token = self._token()
+            if token not in hub.tokens:
+                return self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
+                                   "to it and be authenticated to access it. Please log in.")
+            if not hub.tokens[token]:
+                return self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in the "
+                                   f"authorized list. Visit https://huggingface.co/{repo_id} to ask for access.")
+        served = repo.files.get(filename)
+        if served is None:
+            return self._error(404, "EntryNotFound", f"{filename} does not exist on main")
+        data, size = served.data, len(served.data)
+        headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{served.etag}"', "Accept-Ranges": "bytes"}
+        if served.lfs:
+            headers.update({"X-Linked-Etag": f'"{served.sha256}"', "X-Linked-Size": str(size)})
+        if self.command == "HEAD":
+            return self._head(headers, size)
+        start = 0
+        wanted = self.headers.get("Range")
+        if wanted:
+            start = int(re.fullmatch(r"bytes=(\d+)-", wanted.strip()).group(1))
+        with hub.lock:
+            truncate = filename in hub.truncate_once
+            corrupt = filename in hub.corrupt_once or filename in hub.corrupt_always
+            hub.truncate_once.discard(filename)
+            hub.corrupt_once.discard(filename)
+        body = data[start:]
+        if corrupt and body:
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Type", "application/octet-stream")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if truncate:  # half the body, then the connection closes: the client sees a short read
+            body = body[: len(body) // 2]
+            self.close_connection = True
+        self._write_slowly(body, hub.hold.get(filename))
+
+    def _head(self, headers: dict, size: int):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+
+    def _write_slowly(self, body: bytes, hold: threading.Event | None = None):
+        rate = self.hub.throttle_bytes_per_s
+        piece = 64 * 1024
+        for offset in range(0, len(body), piece):
+            if hold is not None and offset >= len(body) // 2:
+                self.wfile.flush()
+                hold.wait(timeout=120)
+                hold = None
+            self.wfile.write(body[offset:offset + piece])
+            if rate:
+                time.sleep(piece / rate)
+        self.wfile.flush()
+
+
+@pytest.fixture()
+def fake_hub(tiny_model_dir):
+    """A `FakeHub` serving the tiny model as the gated `SERVED_MODEL` and the open `OPEN_MODEL` on a free
+    port of 127.0.0.1; its `url` is set. Stopped at teardown whatever the outcome."""
+    hub = FakeHub({SERVED_MODEL: repo_from_folder(SERVED_MODEL, tiny_model_dir, gated=True),
+                   OPEN_MODEL: repo_from_folder(OPEN_MODEL, tiny_model_dir, gated=False)})
+    handler = type("Handler", (_Handler,), {"hub": hub})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
