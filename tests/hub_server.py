@@ -16,8 +16,8 @@ model info and file list stay public, as on the hub.
 
 Faults a test sets on the server (each applies to the next GET of that file, then clears):
 `truncate_once` (the connection closes halfway through the body), `corrupt_once` (the body of the right
-length with one byte flipped; `corrupt_always`: every time); `throttle_bytes_per_s` slows every body, and
-`hold` stops one halfway until the test lets it go, so a download can be watched, cancelled and resumed.
+length with one byte flipped; `corrupt_always`: every time); `throttle_bytes_per_s` slows every body (read
+at each piece, so a test may change it mid-body), so a download can be watched, cancelled and resumed.
 """
 
 from __future__ import annotations
@@ -86,8 +86,6 @@ class FakeHub:
     tokens: dict[str, bool] = field(default_factory=lambda: {GOOD_TOKEN: True, NO_LICENCE_TOKEN: False})
     """token -> whether its account accepted the licences of the gated repos."""
     throttle_bytes_per_s: float | None = None
-    hold: dict[str, threading.Event] = field(default_factory=dict)
-    """file name -> an event: a GET of that file sends half its body, then waits for the event (at most 120 s)."""
     truncate_once: set[str] = field(default_factory=set)
     corrupt_once: set[str] = field(default_factory=set)
     corrupt_always: set[str] = field(default_factory=set)
@@ -247,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         if truncate:  # half the body, then the connection closes: the client sees a short read
             body = body[: len(body) // 2]
             self.close_connection = True
-        self._write_slowly(body, hub.hold.get(filename))
+        self._write_slowly(body)
 
     def _head(self, headers: dict, size: int):
         self.send_response(200)
@@ -257,15 +255,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(size))
         self.end_headers()
 
-    def _write_slowly(self, body: bytes, hold: threading.Event | None = None):
-        rate = self.hub.throttle_bytes_per_s
+    def _write_slowly(self, body: bytes):
         piece = 64 * 1024
         for offset in range(0, len(body), piece):
-            if hold is not None and offset >= len(body) // 2:
-                self.wfile.flush()
-                hold.wait(timeout=120)
-                hold = None
             self.wfile.write(body[offset:offset + piece])
+            rate = self.hub.throttle_bytes_per_s  # read each time: a test may change it mid-body
             if rate:
                 time.sleep(piece / rate)
         self.wfile.flush()

@@ -1,6 +1,7 @@
 """End-to-end (issue 33): a teacher gets the gated model in the app, through the token box and the button,
 watches the progress bar (bytes of total, speed, time left, file), reopens the page while it downloads and
-finds it still going, reads "ready: MODEL (SIZE) in FOLDER", then trains on it.
+finds it still going, cancels it and continues it with a second click, reads "ready: MODEL (SIZE) in
+FOLDER", then trains on it.
 
 The app talks to the hub on 127.0.0.1 of `tests/hub_server.py` (the tiny model served as the gated
 google/gemma-3n-E2B-it, slowed so the download can be watched) through huggingface_hub's real download code
@@ -9,8 +10,6 @@ its download (`tests/browser.py`).
 """
 
 from __future__ import annotations
-
-import threading
 
 import pytest
 
@@ -21,8 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_get_the_model_with_the_token_box_and_the_button_then_train_on_it(fake_hub, browser, tmp_path):
-    fake_hub.throttle_bytes_per_s = 2**20  # a speed to show
-    halfway = fake_hub.hold["model.safetensors"] = threading.Event()  # the weights wait halfway for the reload
+    fake_hub.throttle_bytes_per_s = 192 * 2**10  # the 8 MiB of weights take 45 s: long enough to reload and cancel
     workspace, hf_home = tmp_path / "ws", tmp_path / "hf-home"
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -51,17 +49,25 @@ def test_get_the_model_with_the_token_box_and_the_button_then_train_on_it(fake_h
                         timeout_s=60)
         assert "Fetching model.safetensors" in bar, bar
         assert page.locator("#get-model-progress progress").count() == 1
-        assert page.locator("#hf-token input").input_value() == "", "the token leaves the page"
+        assert not page.locator("#hf-token input").is_visible(), "the token box leaves the page while it downloads"
         shot(page, "0-get-model-running")
 
         # Closing the tab does not stop it: a reopened page shows it still going.
         page.reload()
         page.wait_for_selector("#load-pack")
         wait_text(page, "#get-model-progress", r"MiB of 8 MiB.*\n.*Fetching model\.safetensors", timeout_s=60)
-        halfway.set()
+
+        # Cancel keeps what arrived; a second click continues from there (a `Range` request).
+        page.click("#cancel-get-model")
+        wait_text(page, "#get-model-progress", r"■ Cancelled: \d+ MiB of 8 MiB", timeout_s=60)
+        fake_hub.throttle_bytes_per_s = None
+        fake_hub.requests.clear()
+        page.click("#get-model")
         ready = wait_text(page, "#get-model-progress", r"ready: google/gemma-3n-E2B-it \(8 MiB\) in \S+snapshots",
                           timeout_s=180)
         assert str(hf_home) in ready
+        resumed = fake_hub.gets("model.safetensors")
+        assert len(resumed) == 1 and resumed[0]["range"] not in (None, "bytes=0-"), resumed
         wait_text(page, "#get-model-status", r"On this computer", timeout_s=30)
         wait_text(page, "#model-note", r"random weights", timeout_s=30)  # the served stand-in says what it is
         shot(page, "0-get-model-ready")
