@@ -283,6 +283,25 @@ def test_the_panel_says_what_getting_the_model_takes(online, tmp_path, monkeypat
     assert not panel.show(SERVED_MODEL)[2].visible and not panel.show(SERVED_MODEL)[7].visible
 
 
+def test_the_panel_says_what_is_here_the_room_and_the_licence():
+    from ui.get_model_view import needs_token, status_text
+
+    gib = 2**30
+    facts = {"model": SERVED_MODEL, "hub_id": True, "cache_dir": "/c/hub", "free_bytes": 5 * gib,
+             "needed_bytes": int(7 * gib * 1.1), "licence_url": "https://huggingface.co/google/gemma-3n-E2B-it",
+             "local": {"complete": False, "size_bytes": 3 * gib, "partial_bytes": 0}, "token_saved": True,
+             "hub": {"gated": True, "total_bytes": 10 * gib}, "download": {"state": "cancelled"}}
+    text = status_text(facts)
+    assert "10.00 GiB from Hugging Face, of which 3.00 GiB is here already (the download continues from there)" in text
+    assert "has 5.00 GiB free" in text and "not enough room: free 2.70 GiB first" in text
+    assert "[accept the licence with your Hugging Face account](https://huggingface.co/google/gemma-3n-E2B-it)" in text
+    assert "saved on this computer already" in text and needs_token(facts)
+    running = {**facts, "download": {"state": "running"}}
+    assert "accept the licence" not in status_text(running), "no token talk while it downloads"
+    offline = {**facts, "hub": {"error": "Offline mode is on."}, "family_gated": True}
+    assert "⚠ Offline mode is on." in status_text(offline) and needs_token(offline)
+
+
 def test_the_bar_says_bytes_speed_time_left_and_file():
     from ui.get_model_view import progress_html
 

@@ -33,9 +33,10 @@ def status_text(facts: dict) -> str:
         if here:
             size += f", of which {format_bytes(here)} is here already (the download continues from there)"
         lines.append(f"{size}; the disk that keeps it (`{cache}`) has {format_bytes(free)} free.")
-        if free is not None and free < (total - here) * 1.1:
-            lines.append(f"⚠ That is not enough room: free {format_bytes((total - here) * 1.1 - free)} first, or set "
-                         "HF_HOME to a folder on a larger disk and restart the app.")
+        needed = int(facts.get("needed_bytes") or 0)
+        if free is not None and free < needed:
+            lines.append(f"⚠ That is not enough room: free {format_bytes(needed - free)} first, or set HF_HOME to a "
+                         "folder on a larger disk and restart the app.")
     elif cache:
         lines.append(f"It goes to `{cache}` ({format_bytes(free)} free there).")
     if needs_token(facts) and (facts.get("download") or {}).get("state") not in ("running", "cancelling"):

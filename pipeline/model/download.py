@@ -499,6 +499,9 @@ def _fetch(file: HubFile, listing: HubModel, storage: Path, token, endpoint: str
     lock = storage.parent / ".locks" / storage.name / f"{etag}.lock"  # huggingface_hub's own lock for this blob
     lock.parent.mkdir(parents=True, exist_ok=True)
     with WeakFileLock(lock):
+        if blob.is_file() and matches_hub(blob, file, progress.check_stop):  # another download finished it meanwhile
+            progress.current = file.size
+            return
         for attempt in range(1, ATTEMPTS + 1):
             resume = partial.stat().st_size if partial.exists() else 0
             if resume > size:

@@ -213,10 +213,10 @@ def model_facts(workspace: Workspace | str | os.PathLike, model_id: str, *, hub_
     Returns:
         {"model", "hub_id" (False for a local folder: nothing else is filled), "local" (`LocalCopy.to_dict()`),
         "hub" ({"gated", "total_bytes", "files", "commit"} or {"error": message} or None when not asked),
-        "cache_dir", "free_bytes", "licence_url", "family_gated" (the family lists a licence page),
+        "cache_dir", "free_bytes", "needed_bytes" (free disk the rest wants, `disk_room`'s margin), "licence_url", "family_gated" (the family lists a licence page),
         "token_saved", "download" (`download_status`)}.
     """
-    from pipeline.fileio import free_bytes
+    from pipeline.fileio import disk_room, free_bytes
     from pipeline.model.catalog import FAMILIES
     from pipeline.model.download import check_hub_id, licence_url, saved_token
     from pipeline.model.hub import is_local_model
@@ -233,7 +233,9 @@ def model_facts(workspace: Workspace | str | os.PathLike, model_id: str, *, hub_
     download = download_status(workspace, model_id)
     hub = None if local.complete else _hub_answer(model_id, hub_timeout_s)
     cache = cache_dir()
+    missing = max(0, int((hub or {}).get("total_bytes") or 0) - local.size_bytes - local.partial_bytes)
     return {"model": model_id, "hub_id": True, "local": local.to_dict(), "hub": hub, "cache_dir": str(cache),
-            "free_bytes": free_bytes(cache), "licence_url": licence_url(model_id),
+            "free_bytes": free_bytes(cache), "needed_bytes": disk_room(cache, missing)[1] if missing else 0,
+            "licence_url": licence_url(model_id),
             "family_gated": any(model_id in f.models and f.licence_url for f in FAMILIES.values()),
             "token_saved": saved_token() is not None, "download": download}
