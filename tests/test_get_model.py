@@ -251,6 +251,19 @@ def test_a_run_on_a_model_not_here_is_refused_in_a_moment(online, tmp_path):
                                              r"google/gemma-3n-E2B-it"):
         start_run(ws, "r1", TrainConfig(model=SERVED_MODEL))
     assert time.monotonic() - began < 5 and not ws.run_dir("r1").exists()
+    # `python -m pipeline train` (and a cloud bundle's train.sh) calls `train`: refused the same way, after the
+    # dataset check (an empty build, read by the real loader) and before the run folder or the model's load.
+    from datasets import Dataset, DatasetDict
+
+    from pipeline.data.rows import COLUMNS, features
+    from pipeline.training.train import train
+
+    empty = Dataset.from_dict({c: [] for c in COLUMNS}, features=features())
+    DatasetDict({"train": empty, "eval": empty}).save_to_disk(str(ws.dataset_dir))
+    began = time.monotonic()
+    with pytest.raises(ModelLoadError, match=r"not on this computer yet.*get-model --model google/gemma-3n-E2B-it"):
+        train(TrainConfig(model=SERVED_MODEL, device="cpu"), ws, "r3")
+    assert time.monotonic() - began < 5 and not ws.run_dir("r3").exists()
     app = TutorApp(ws.root)
     values = [getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS]
     values[common.CONFIG_FIELDS.index("model")] = SERVED_MODEL
