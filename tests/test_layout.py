@@ -245,22 +245,46 @@ def test_only_the_model_room_names_gemma3n():
     assert not offenders, offenders
 
 
+def fenced_tree_paths(text: str) -> list[str]:
+    """The paths a file-tree block lists: the first column of each line of every fenced block."""
+    return [
+        line.split()[0]
+        for block in re.findall(r"```\n(.*?)```", text, re.S)
+        for line in block.splitlines()
+        if line.strip() and not line.startswith(" ")
+    ]
+
+
 def readme_tree_paths() -> list[str]:
     """The paths listed in the README's file-tree block (the first column of each line)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"## Files\n(?:(?!```).)*?\n```\n(.*?)```", text, re.S)
+    block = re.search(r"## Files\n(?:(?!```).)*?\n```\n.*?```", text, re.S)
     assert block, "README.md has no '## Files' section with a fenced file tree"
-    return [line.split()[0] for line in block.group(1).splitlines() if line.strip() and not line.startswith(" ")]
+    return fenced_tree_paths(block.group(0)[block.group(0).index("```"):])
 
 
-def test_readme_file_tree_matches_the_repository():
+def test_readme_file_tree_names_every_room():
     listed = readme_tree_paths()
     missing = [p for p in listed if not (ROOT / p).exists()]
     assert not missing, f"README lists paths that do not exist: {missing}"
-    # Every module of the project has its own line, so a reader finds any behaviour from the tree.
+    # One line per room (a folder of pipeline/, ui/, a module beside them), in floor order from the top.
+    rooms = {room_of(name) for name in project_modules()} - {"pipeline"}
+    named = {p.rstrip("/").removesuffix(".py").replace("/", ".") for p in listed}
+    unnamed = sorted(room for room in rooms if room not in named)
+    assert not unnamed, f"rooms missing from the README's file tree: {unnamed}"
+    floors = [floor_of(p.rstrip("/").removesuffix(".py").replace("/", ".")) for p in listed
+              if p.rstrip("/").removesuffix(".py").replace("/", ".") in rooms]
+    assert floors == sorted(floors, reverse=True), "the README's rooms are listed from the top floor down"
+
+
+def test_docs_files_lists_every_module():
+    listed = fenced_tree_paths((ROOT / "docs" / "files.md").read_text(encoding="utf-8"))
+    missing = [p for p in listed if not (ROOT / p).exists()]
+    assert not missing, f"docs/files.md lists paths that do not exist: {missing}"
+    # Every module of the project has its own line, so a reader finds any behaviour from the list.
     unlisted = [
         str(path.relative_to(ROOT))
         for path in project_modules().values()
         if path.name != "__init__.py" and str(path.relative_to(ROOT)) not in listed
     ]
-    assert not unlisted, f"modules missing from the README's file tree: {unlisted}"
+    assert not unlisted, f"modules missing from docs/files.md: {unlisted}"
