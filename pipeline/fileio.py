@@ -65,9 +65,10 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
-LOCK_TIMEOUT_S = 120.0
+LOCK_TIMEOUT_S = 900.0
 """How long `locked` waits for a lock (seconds). A change under a lock takes milliseconds (one accept
-writes a WAV and a manifest); two minutes is a holder that hangs, not a queue of teachers."""
+writes a WAV and a manifest); the longest holder is an import of a large folder into the library (clip by
+clip, about 20 clips/s here: `benchmarks/import_build.py`), so 15 minutes is a holder that hangs."""
 _FILE_LOCKS: dict[str, filelock.FileLock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
 

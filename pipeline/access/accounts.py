@@ -302,7 +302,7 @@ def check_sharing(host: str | None, share: bool, accounts: Accounts, *, forced: 
         where = "a public --share link" if share else f"--host {host}" if not is_loopback(host) else "--shared"
         raise ConfigError(
             f"Serving on {where} publishes the studio beyond this computer, so a login is required. Add "
-            "`--auth USER:PASSWORD` (the teacher's account), or `--auth-file FILE` with at least one teacher "
+            f"`--auth USER` (the teacher's account, the password in ${AUTH_PASSWORD_ENV}), or `--auth-file FILE` with at least one teacher "
             "(create it with `python -m pipeline users --file FILE add NAME --role teacher`; add students with "
             "`--role student`). Or serve on this computer only with `--host 127.0.0.1`."
         )

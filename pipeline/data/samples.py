@@ -225,6 +225,32 @@ def _check_texts(name: str, **texts: str | None) -> None:
         check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
 
 
+PREDECODE_ITEMS = 8
+"""`add_many` decodes up to this many clips before it takes the manifest's lock (an app's save, an inbox
+accept: the lock is then held for milliseconds); a larger import decodes clip by clip under the lock, so
+its memory stays one clip's, and other writers wait for it (`pipeline.fileio.LOCK_TIMEOUT_S`)."""
+
+
+def _predecoded(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` with its clip decoded (`load_audio`), named as `add_many` would name it; a clip that fails to
+    decode is left as it was, for `add_many` to refuse with its message. Dialogues are left as they are."""
+    from pipeline.data.audio import load_audio
+
+    item = dict(item)
+    audio = item.get("audio")
+    if audio is None or item.get("turns") is not None or item.get("kind") == "dialogue":
+        return item
+    if isinstance(audio, (str, Path)):
+        item["file"] = Path(audio).name if item.get("file") is None else item["file"]
+        item["source"] = str(audio) if item.get("source") is None else item["source"]
+    try:
+        item["audio"] = load_audio(audio, name=None if item.get("file") is None else str(item["file"]),
+                                   trim=bool(item.get("trim", False)))
+    except PipelineError:
+        pass
+    return item
+
+
 class SampleLibrary:
     """Add, edit, delete and list the samples of one workspace.
 
@@ -528,6 +554,8 @@ class SampleLibrary:
         and the manifest is unchanged. When nothing is added the manifest is not rewritten.
         """
         items = list(items)
+        if len(items) <= PREDECODE_ITEMS:  # decoded before the lock: other writers wait only for the writes
+            items = [_predecoded(item) for item in items]
         added: list[Sample] = []
         skipped: list[dict[str, str]] = []
         written: list[Path] = []

@@ -218,8 +218,14 @@ class Inbox:
                 message names it).
             AudioError: the stored clip fails a check.
         """
+        from pipeline.data.audio import load_audio
         from pipeline.data.samples import SampleLibrary
+        from pipeline.errors import PipelineError
 
+        try:  # decoded before the locks are taken: the other accepts wait only for the writes
+            clip = load_audio(self.root / "audio" / f"{self._path(attempt_id).stem}.wav")
+        except PipelineError:
+            clip = None  # refused below with the attempt's own message
         with self.locked():
             attempt = self.get(attempt_id)
             self._check_seen(attempt, expected_status, "accepted again")
@@ -236,7 +242,7 @@ class Inbox:
                 else:
                     texts = (dict(target_text=attempt.exercise) if attempt.kind == "read_aloud"
                              else dict(prompt=attempt.exercise))
-                    sample = library.add(self.audio_path(attempt), feedback=text, speaker=attempt.student,
+                    sample = library.add(clip or self.audio_path(attempt), feedback=text, speaker=attempt.student,
                                          kind=attempt.kind, source=source, require_feedback=True, **texts)
             attempt.status, attempt.feedback, attempt.sample_id = "accepted", text, sample.id
             attempt.decided_at, attempt.decided_by = round(time.time(), 3), by
