@@ -173,9 +173,9 @@ class LoginGuard:
         if not token:
             return None, None, False
         user = self.gate.sessions.still_valid(token)
-        if user is None:
-            ended = gradio.tokens.pop(token, None) is not None
-            return token, None, ended
+        if user is None:  # expired, revoked, or issued before a restart: Gradio must not honour it either
+            gradio.tokens.pop(token, None)
+            return token, None, True
         return token, user, False
 
     async def _login(self, scope, receive, gradio):
