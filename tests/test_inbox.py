@@ -218,3 +218,75 @@ def test_the_practice_page_builds_without_heavy_imports(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_two_teachers_deciding_one_attempt_are_told_not_overwritten(inbox_ws, speechocean_dir):
+    """Issue 31 #5: both teachers were told "Accepted" and the last feedback silently won."""
+    inbox = Inbox(inbox_ws)
+    attempt = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft")
+    inbox.accept(attempt.id, "First teacher's words.", expected_status="pending", by="ms-lee")
+    with pytest.raises(SampleError, match=r"was accepted by ms-lee at \d\d:\d\d with the feedback .First teacher's "
+                                          r"words.* while you had it open, so it was not accepted again"):
+        inbox.accept(attempt.id, "Second teacher's words.", expected_status="pending", by="mr-park")
+    with pytest.raises(SampleError, match="accepted by ms-lee"):
+        inbox.reject(attempt.id, expected_status="pending", by="mr-park")
+    (sample,) = SampleLibrary(inbox_ws).list()
+    assert sample.feedback == "First teacher's words." and inbox.get(attempt.id).decided_by == "ms-lee"
+
+
+def test_attempts_are_deleted_by_their_student_or_a_teacher_with_their_sample(inbox_ws, speechocean_dir, capsys):
+    """Issue 31 #2: consent could not be withdrawn. A student deletes their own attempts (not another's); a
+    teacher any; an accepted one takes its library sample with it."""
+    inbox = Inbox(inbox_ws)
+    kims = [inbox.add(speechocean_dir / clip, student="kim", kind="read_aloud", exercise=item, answer="x")
+            for clip, item in zip(CLIPS[:2], ITEMS[:2])]
+    lees = inbox.add(speechocean_dir / CLIPS[2], student="lee", kind="read_aloud", exercise=ITEMS[2], answer="y")
+    inbox.accept(kims[0].id)
+    assert [a.id for a in inbox.list(student="kim")] == [a.id for a in kims]
+    with pytest.raises(SampleError, match="not yours"):
+        inbox.delete(lees.id, student="kim")
+    inbox.delete(kims[0].id, student="kim")
+    assert SampleLibrary(inbox_ws).list() == [] and not inbox.audio_path(kims[0]).exists()
+    assert inbox_main(["--workspace", str(inbox_ws), "--delete", lees.id]) == 0
+    assert "Deleted" in capsys.readouterr().out
+    assert [a.id for a in inbox.list()] == [kims[1].id]
+    with pytest.raises(SampleError, match="No attempt"):
+        inbox.delete(lees.id)
+
+
+def test_a_full_disk_keeps_no_orphan_clip_and_the_student_still_reads_the_answer(inbox_ws, speechocean_dir, monkeypatch):
+    """Issue 31 #5: on a full disk `Inbox.add` could leave a clip without its record, and the student got a raw
+    error after the tutor had answered."""
+    import errno
+
+    import pipeline.inbox.store as store
+
+    inbox = Inbox(inbox_ws)
+    real_write = store.atomic_write_json
+
+    def full_disk(path, obj):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "atomic_write_json", full_disk)
+    with pytest.raises(SampleError, match="not kept: writing it into .* failed .No space left on device.*Nothing of it was stored"):
+        inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="x")
+    assert not list((inbox_ws / "inbox").rglob("*.wav"))  # the clip written first went too
+    monkeypatch.setattr(store, "atomic_write_json", real_write)
+    monkeypatch.setattr(store, "disk_room", lambda folder, wanted: (1000, int(wanted)))
+    with pytest.raises(SampleError, match="has 1000 B free"):
+        inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="x")
+    assert inbox.list() == []
+
+
+def test_the_attempt_rate_is_checked_before_any_work():
+    from pipeline.inbox.practice import AttemptRate
+
+    rate = AttemptRate(3)
+    for _ in range(3):
+        rate.take("kim")
+    with pytest.raises(ConfigError, match=r"You have sent 3 attempts in the last hour, the most this page takes; "
+                                          r"try again in \d+ min \d+ s"):
+        rate.take("kim")
+    rate.take("lee")  # another student is not held up
+    with pytest.raises(ConfigError, match="at least 1"):
+        AttemptRate(0)
