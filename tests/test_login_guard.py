@@ -21,7 +21,6 @@ from pipeline.access.accounts import Accounts, AccountBook
 from tests.browser import free_port
 
 TEACHER, STUDENT = ("ms-lee", "teacher-pass"), ("kim", "kim-pass-1")
-pytestmark = pytest.mark.slow  # two real servers
 
 
 def _accounts(users: Path) -> None:
@@ -86,6 +85,7 @@ def _login(base: str, user: str, password: str) -> tuple[httpx.Client, httpx.Res
     return client, client.post("/login", data={"username": user, "password": password})
 
 
+@pytest.mark.slow  # two real servers
 def test_a_login_opens_a_session_and_logging_out_ends_it(pages):
     anonymous = httpx.get(pages.practice + "/config", timeout=30)
     assert anonymous.status_code == 401
@@ -97,6 +97,7 @@ def test_a_login_opens_a_session_and_logging_out_ends_it(pages):
     assert client.get("/config").status_code == 401
 
 
+@pytest.mark.slow  # two real servers
 def test_a_student_at_the_studio_is_told_where_the_practice_page_is(pages):
     client, answer = _login(pages.studio, *STUDENT)
     assert answer.status_code == 403
@@ -107,6 +108,7 @@ def test_a_student_at_the_studio_is_told_where_the_practice_page_is(pages):
     assert _login(pages.studio, *TEACHER)[1].status_code == 200
 
 
+@pytest.mark.slow  # two real servers
 def test_wrong_passwords_are_throttled_per_name_before_any_hash(pages, monkeypatch):
     checked = []
     real_role = AccountBook.role
@@ -128,11 +130,13 @@ def test_wrong_passwords_are_throttled_per_name_before_any_hash(pages, monkeypat
     assert _login(pages.studio, *TEACHER)[1].status_code == 200  # another name is not held up
 
 
+@pytest.mark.slow  # two real servers
 def test_many_wrong_logins_from_one_address_are_throttled(pages):
     codes = [_login(pages.practice, f"guess-{n}", "whatever-1")[1].status_code for n in range(22)]
     assert codes[:20] == [400] * 20 and codes[20:] == [429, 429]
 
 
+@pytest.mark.slow  # two real servers
 def test_removing_a_user_or_changing_a_password_counts_at_once(pages):
     kim, _ = _login(pages.practice, *STUDENT)
     teacher, _ = _login(pages.studio, *TEACHER)
@@ -145,6 +149,7 @@ def test_removing_a_user_or_changing_a_password_counts_at_once(pages):
     assert _login(pages.studio, "ms-lee", "a-new-password")[1].status_code == 200
 
 
+@pytest.mark.slow  # two real servers
 def test_sessions_expire(pages):
     import time
 
@@ -169,6 +174,7 @@ def _upload(client: httpx.Client, name: str, data: bytes) -> httpx.Response:
     return client.post("/gradio_api/upload", files={"files": (name, data, "audio/wav")})
 
 
+@pytest.mark.slow  # two real servers
 def test_the_practice_page_serves_a_file_only_to_its_uploader(pages):
     kim, _ = _login(pages.practice, *STUDENT)
     teacher_here, _ = _login(pages.practice, *TEACHER)
@@ -183,9 +189,33 @@ def test_the_practice_page_serves_a_file_only_to_its_uploader(pages):
     assert teacher_studio.get(f"/gradio_api/file={studio_file}").status_code == 200  # the studio: its own rules
 
 
+@pytest.mark.slow  # two real servers
 def test_uploads_above_the_cap_are_refused_and_not_kept(pages):
     kim, _ = _login(pages.practice, *STUDENT)
     refused = _upload(kim, "huge.wav", b"\0" * 2_000_000)
     assert refused.status_code == 413 and "maximum allowed size of 1000000 bytes" in refused.text
     kept = [p for p in pages.upload_dir.rglob("*") if p.is_file()]
     assert not kept, kept
+
+
+def test_the_login_page_and_the_throttle_and_file_owners_alone():
+    """The guard's parts without a server: the page escapes what it shows, the throttle counts per name and
+    per address and forgets a name on success, and files belong to their uploader only."""
+    from pipeline.access.logins import LoginThrottle
+    from ui.login_guard import OwnFiles, login_page_html
+
+    page = login_page_html("practice", "Students: <log in>", "Your session ended; log in again.")
+    assert "Students: &lt;log in&gt;" in page and "Your session ended" in page and 'for="username"' in page
+    throttle = LoginThrottle(name_failures=2, address_failures=3, window_s=60)
+    assert throttle.refusal("kim", "10.0.0.1") is None
+    assert throttle.failed("kim", "10.0.0.1") == 1 and throttle.failed("kim", "10.0.0.1") == 0
+    assert "Too many wrong passwords for kim (2 within 1 min)" in throttle.refusal("kim", "10.0.0.2")
+    throttle.succeeded("kim")
+    assert throttle.refusal("kim", "10.0.0.2") is None
+    throttle.failed("lee", "10.0.0.1")  # the third failure from this address, another name
+    assert "this computer's address" in throttle.refusal("ann", "10.0.0.1")
+    files = OwnFiles()
+    files.add("kim", ["/tmp/gradio/abc/take.wav"])
+    assert files.owns("kim", "/tmp/gradio/abc/../abc/take.wav") and not files.owns("lee", "/tmp/gradio/abc/take.wav")
+    files.forget("/tmp/gradio/abc/take.wav")
+    assert not files.owns("kim", "/tmp/gradio/abc/take.wav")
