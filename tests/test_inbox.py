@@ -290,3 +290,71 @@ def test_the_attempt_rate_is_checked_before_any_work():
     rate.take("lee")  # another student is not held up
     with pytest.raises(ConfigError, match="at least 1"):
         AttemptRate(0)
+
+
+def test_a_student_sees_and_deletes_their_own_kept_attempts_on_the_page(inbox_ws, speechocean_dir):
+    """Issue 31 #2: under My kept attempts a student lists and deletes their own attempts (never another's)."""
+    from pipeline.workspace import Workspace
+    from ui.practice_page import build_practice
+
+    inbox = Inbox(inbox_ws)
+    kims = [inbox.add(speechocean_dir / clip, student="kim", kind="read_aloud", exercise=item, answer="Good.")
+            for clip, item in zip(CLIPS[:2], ITEMS[:2])]
+    inbox.add(speechocean_dir / CLIPS[2], student="lee", kind="read_aloud", exercise=ITEMS[2], answer="Fine.")
+    handlers = build_practice(Workspace(inbox_ws)).handlers
+    table, choices, status = handlers.my_attempts("kim", None)
+    assert [row[1] for row in table["value"]] == ITEMS[:2] and status == "2 attempts kept for your teacher."
+    assert [value for _label, value in choices["choices"]] == [a.id for a in kims]
+    _table, choices, status = handlers.delete_mine(kims[0].id, "kim", None)
+    assert "Deleted your attempt at *WE CALL IT BEAR*" in status
+    assert [value for _label, value in choices["choices"]] == [kims[1].id]
+    lees = inbox.list(student="lee")[0].id
+    *_rest, status = handlers.delete_mine(lees, "kim", None)
+    assert "not yours" in status and len(inbox.list()) == 2
+    *_rest, status = handlers.my_attempts("  ", None)
+    assert "Type your name first" in status
+
+
+def test_an_upload_is_discarded_with_its_copies_and_nothing_else(tmp_path, monkeypatch):
+    """Issue 31 #2: what Gradio stored on upload (and a converted copy beside it) goes once answered; a path
+    outside Gradio's upload folder (a test's clip, a script's file) is never touched."""
+    from ui.practice_page import discard_upload
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    upload = tmp_path / "gradio" / "3f2a" / "take.webm"
+    upload.parent.mkdir(parents=True)
+    upload.write_bytes(b"webm")
+    upload.with_suffix(".wav").write_bytes(b"wav")
+    other = tmp_path / "gradio" / "77aa" / "someone-else.wav"
+    other.parent.mkdir()
+    other.write_bytes(b"x")
+    outside = tmp_path / "mine.wav"
+    outside.write_bytes(b"keep")
+    discard_upload(str(upload.with_suffix(".wav")))
+    assert not upload.parent.exists() and other.is_file()
+    discard_upload(str(outside))
+    discard_upload(None)
+    assert outside.read_bytes() == b"keep"
+
+
+def test_the_page_says_why_a_consented_attempt_was_not_kept():
+    from ui.practice_view import answer_status
+
+    assert answer_status(True, False) == "✓ Kept for your teacher."
+    assert answer_status(False, False).startswith("Not stored: your recording was deleted once answered")
+    assert answer_status(False, False, "the disk is full").startswith("✗ Not kept for your teacher: the disk is full")
+
+
+def test_the_inbox_tab_deletes_the_shown_attempt_and_refuses_a_stale_decision(inbox_ws, speechocean_dir):
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(inbox_ws)
+    inbox = Inbox(app.ws)
+    first = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft 1")
+    second = inbox.add(speechocean_dir / CLIPS[1], student="lee", kind="read_aloud", exercise=ITEMS[1], answer="Draft 2")
+    _table, current, *_rest, status = app.inbox.delete(first.id)
+    assert current == second.id and "Deleted kim's attempt" in status and [a.id for a in inbox.list()] == [second.id]
+    inbox.accept(second.id, "Another teacher's words.", expected_status="pending", by="mr-park")
+    *_rest, status = app.inbox.accept(second.id, "Mine.")  # the tab still showed it waiting
+    assert "accepted by mr-park" in status and "was not accepted again" in status
+    assert SampleLibrary(app.ws).list()[0].feedback == "Another teacher's words."
