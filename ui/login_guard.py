@@ -4,9 +4,9 @@ An ASGI middleware (`LoginGuard`) in front of a Gradio page, given to `launch` t
 (`guard_kwargs`). Gradio keeps doing what it does (its `auth` check on every route, its session
 tokens, `/logout`); the guard adds what a classroom needs (`pipeline.access.logins`):
 
-- `POST /login` is answered here: the throttle first (a refused login costs no hash), then the scrypt
-  check in a worker thread (`anyio.to_thread`, at most `HASHING_THREADS` at once), never on the event
-  loop; a right password opens the session as Gradio's own login does (its token and cookies) and
+- `POST /login` is answered here: each login waits its turn to hash (`HASHING_THREADS` at once), then
+  the throttle (a refused login costs no hash; logins sent together meet the failures before them),
+  then the scrypt check in a worker thread (`anyio.to_thread`), never on the event loop; a right password opens the session as Gradio's own login does (its token and cookies) and
   records it in `Sessions`. A student's right password at the studio is answered with where their
   practice page is (403), not "incorrect credentials".
 - Every request's session is checked: an expired one, or one whose account was removed or given a new
@@ -35,13 +35,21 @@ from typing import Any, Callable
 from pipeline.access.accounts import PRACTICE, STUDIO, AccountBook, role_opens
 from pipeline.access.logins import LoginThrottle, Sessions
 
-HASHING_THREADS = 2
+HASHING_THREADS = 1
 """scrypt checks running at once (worker threads); more logins wait their turn without holding the event
-loop or the threads Gradio's handlers run in. One check is ~50 ms and 16 MiB (`pipeline.access.accounts`)."""
+loop or the threads Gradio's handlers run in, and leave the other cores to the tutor's answers. One check
+is ~50 ms and 16 MiB (`pipeline.access.accounts`): a class of 30 logging in at once waits ~1.5 s at most."""
 FILE_ROUTES = ("/gradio_api/file=", "/gradio_api/file/", "/file=", "/file/")
 """Gradio's routes that serve a file by its path."""
 UPLOAD_ROUTES = ("/gradio_api/upload", "/upload")
 """Gradio's upload route (its answer lists the stored paths)."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A login refused by the throttle before its password was checked; `message` says why and how long to wait."""
+
+    message: str
 
 
 class OwnFiles:
@@ -104,13 +112,19 @@ class PageGate:
         """Whether this page asks for a login (there are accounts)."""
         return bool(self.book)
 
-    async def check_password(self, name: str, password: str) -> str | None:
-        """The role of `name` when `password` is right (scrypt in a worker thread, `HASHING_THREADS` at once)."""
+    async def check_password(self, name: str, password: str, address: str | None = None) -> str | None | Refused:
+        """The role of `name` when `password` is right, else None (scrypt in a worker thread, `HASHING_THREADS`
+        at once). With `address`, the throttle is asked once this login's turn to hash has come, so logins
+        sent together are refused as soon as the failures before them add up: `Refused(message)`."""
         import anyio
 
         if self.hashing is None:
             self.hashing = anyio.CapacityLimiter(HASHING_THREADS)
-        return await anyio.to_thread.run_sync(self.book.role, name, password, limiter=self.hashing)
+        async with self.hashing:
+            refusal = self.throttle.refusal(name, address) if address is not None else None
+            if refusal:
+                return Refused(refusal)
+            return await anyio.to_thread.run_sync(self.book.role, name, password)
 
     async def gradio_auth(self, name: str, password: str) -> bool:
         """Gradio's `auth=` callable (async: Gradio awaits it off its own thread). The guard answers `/login`
@@ -187,10 +201,9 @@ class LoginGuard:
         name, password = str(form.get("username") or "").strip(), str(form.get("password") or "")
         address = request.client.host if request.client else "unknown"
         throttle = self.gate.throttle
-        refusal = throttle.refusal(name, address)
-        if refusal:
-            return _json({"detail": refusal}, 429, [("Retry-After", "60")])
-        role = await self.gate.check_password(name, password)
+        role = await self.gate.check_password(name, password, address)
+        if isinstance(role, Refused):
+            return _json({"detail": role.message}, 429, [("Retry-After", "60")])
         if role_opens(role, self.gate.page):
             throttle.succeeded(name)
             return self._open_session(gradio, name)
