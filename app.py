@@ -199,8 +199,6 @@ def _launch_kwargs(args: argparse.Namespace, gate, max_upload_mb: float) -> dict
     """What both pages' `launch` share: address, share link, upload cap, and the login guard (`ui.login_guard`)."""
     from ui.login_guard import guard_kwargs
 
-    if not max_upload_mb > 0:
-        raise SystemExit(f"error: an upload cap must be above 0 MB, got {max_upload_mb:g}.")
     return dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
                 ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"],
                 max_file_size=int(max_upload_mb * 1e6), **guard_kwargs(gate))
@@ -219,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         book = AccountBook(args.auth_file, auth_teacher(args.auth))
         check_sharing(args.host, args.share, book.current(), forced=args.shared)
         rate = AttemptRate(args.attempts_per_hour)
+        gates = page_gates(book, practice_url=lambda: app.inbox.practice_url, session_hours=args.session_hours)
+        for flag, cap in (("--max-upload-mb", args.max_upload_mb), ("--practice-max-upload-mb", args.practice_max_upload_mb)):
+            if not cap > 0:
+                raise ConfigError(f"`{flag}` must be above 0, got {cap:g}; e.g. 10 MB takes a 30 s recording.")
         if args.auth and ":" in args.auth:
             print("warning: `--auth USER:PASSWORD` shows the password to every user of this computer (`ps`); "
                   "give `--auth USER` with the password in $TUTOR_AUTH_PASSWORD, or use --auth-file.", file=sys.stderr)
@@ -233,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     app = TutorApp(args.workspace, shared=shared)
-    gates = page_gates(book, practice_url=lambda: app.inbox.practice_url, session_hours=args.session_hours)
     demo = build_ui(app, logins=bool(book))
     demo.queue(default_concurrency_limit=4)
     try:

@@ -147,7 +147,7 @@ class AttemptRate:
         from limits import RateLimitItemPerHour, storage, strategies
 
         if int(per_hour) < 1:
-            raise ConfigError(f"Attempts per hour must be at least 1, got {per_hour}; "
+            raise ConfigError(f"`--attempts-per-hour` must be at least 1, got {per_hour}; "
                               f"{DEFAULT_ATTEMPTS_PER_HOUR} is the default.")
         self.per_hour = int(per_hour)
         self._item = RateLimitItemPerHour(self.per_hour)
