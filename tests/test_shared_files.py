@@ -160,3 +160,30 @@ def test_the_recording_session_and_the_practice_settings_lose_no_change(tmp_path
     assert sorted(m["n"] for m in entry["measurements"]) == list(range(8))
     leftovers = [p.name for p in (ws / "inbox").iterdir() if p.name.endswith(".tmp")]
     assert not leftovers
+
+
+@pytest.mark.slow
+def test_the_run_list_deletes_each_run_once_when_many_processes_delete_at_once(tmp_path):
+    """The app's Delete and `delete-run` pressed together for the same runs: each run is deleted once, every
+    other process is told it was deleted (a clear error, no traceback), and nothing is left half-deleted."""
+    from pipeline.fileio import atomic_write_json
+
+    ws = tmp_path / "ws"
+    names = [f"run-{n}" for n in range(4)]
+    for name in names:
+        (ws / "runs" / name / "adapter").mkdir(parents=True)
+        (ws / "runs" / name / "adapter" / "adapter_model.safetensors").write_bytes(b"x" * 1000)
+        atomic_write_json(ws / "runs" / name / "result.json", {"run": name, "status": "completed"})
+    delete = ("from pipeline.errors import TrainingError\n"
+              "try:\n    pipeline.training.runs.delete_run(sys.argv[1], sys.argv[2]); print('deleted')\n"
+              "except TrainingError as error:\n    print('refused:', error)\n")
+    results = _together([[sys.executable, "-c", WAIT_THEN.format(module="pipeline.training.runs") + "\n" + delete,
+                          str(ws), name] for name in names for _ in range(3)])
+    _ok(results)
+    outcomes: dict[str, list[str]] = {}
+    for result in results:
+        outcomes.setdefault(result.args[-1], []).append(result.stdout.strip())
+    for name in names:
+        assert sorted(o.split(":")[0] for o in outcomes[name]) == ["deleted", "refused", "refused"], outcomes[name]
+        assert all(f"`{name}`" in o for o in outcomes[name] if o.startswith("refused"))
+    assert list((ws / "runs").iterdir()) == []  # no run left, no half-deleted `.deleting-*` folder

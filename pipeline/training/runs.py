@@ -280,6 +280,8 @@ def delete_run(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
                             "a run cannot be deleted while its process is alive. Stop it first "
                             f"(create {run_dir / TRAINING_RUN.stop_file}, or Stop in the app), then delete it.")
     with locked(ws.runs_dir):  # not while a start of the same run is between its checks and its process
+        if not run_dir.is_dir():  # another process deleted it meanwhile
+            raise TrainingError(f"Run `{run_name}` was deleted meanwhile (by another window or command); nothing to do.")
         if active_run(ws) == run_name or run_status(ws, run_name)["alive"]:
             raise TrainingError(f"Run `{run_name}` started training meanwhile; stop it first, then delete it.")
         size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink())
