@@ -107,6 +107,7 @@ def test_no_byte_of_a_clip_sent_without_consent_is_kept(practice, tmp_path):
     folders = [ws, uploads, Path(tempfile.gettempdir())]
     assert _holding(marker, folders, started, elsewhere) == []
     assert Inbox(ws).list() == []
+    assert not [p for p in uploads.rglob("*") if p.is_file()]  # no copy in another format either
 
     marker = _recording(elsewhere / "kept.wav", seed=32)
     _text, status = _ask(url, elsewhere / "kept.wav", consent=True)

@@ -3,8 +3,8 @@
 The audit's repro: 20 `python -m pipeline inbox --accept` processes started together, one per attempt,
 left 1 sample in the library while all 20 attempts read "accepted". Here the same commands (and the
 other read-change-write paths: adding samples, the practice settings, the recording session, the auth
-file, the remembered settings, the calibration file) run in real processes released at the same moment,
-and the test counts: nothing lost, nothing doubled.
+file, the calibration file, deleting runs; one evaluation job at a time is in tests/test_eval_jobs.py) run
+in real processes released at the same moment, and the test counts: nothing lost, nothing doubled.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def test_the_auth_file_keeps_every_account_added_at_once(tmp_path):
 @pytest.mark.slow
 def test_the_recording_session_and_the_practice_settings_lose_no_change(tmp_path):
     """Skip from many processes: every step counts. The practice settings written from many processes at once:
-    one complete setup wins (never a mix), and the settings file, the remembered settings and the
-    calibration file each keep every change."""
+    one complete setup wins (never a mix). The calibration file (shared by every workspace) keeps every
+    measurement added at once."""
     from pipeline.data.session import SessionStore
     from pipeline.inbox.practice import load_setup
 
