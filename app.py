@@ -38,6 +38,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
+from pipeline.access.logins import SESSION_HOURS  # noqa: E402
+from pipeline.inbox.practice import DEFAULT_ATTEMPTS_PER_HOUR  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: E402
 from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
 from ui.dataset_tab import dataset_tab  # noqa: E402
@@ -56,15 +58,16 @@ ASSETS_DIR = REPO_ROOT / "assets"
 __all__ = ["TutorApp", "build_ui", "main", "parse_args"]
 
 
-def build_ui(app: TutorApp) -> gr.Blocks:
-    """Build the `gr.Blocks` page for `app`'s workspace (no heavy imports happen here).
+def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
+    """Build the `gr.Blocks` page for `app`'s workspace (no heavy imports happen here); `logins`: the page has
+    accounts (a Log out link in the header).
 
     Each tab lays out its widgets and wires the events that stay inside it; the events that cross
     tabs (the settings spread over Memory and Train, the run lists shared by Train and Try, and what
     a page (re)load restores) are wired here.
     """
     with gr.Blocks(title="Pronunciation Tutor Studio", analytics_enabled=False) as demo:
-        gr.HTML(_header_html(app.ws.root), elem_id="header", padding=False)
+        gr.HTML(_header_html(app.ws.root, logins), elem_id="header", padding=False)
         model, model_note = model_picker(app.state)
         get_model = get_model_panel(app.get_model, model, model_note)  # is it here? get it (token, bar, cancel)
         with gr.Tabs(elem_id="tabs"):
@@ -129,8 +132,8 @@ def build_ui(app: TutorApp) -> gr.Blocks:
     return demo
 
 
-def _header_html(workspace: Path) -> str:
-    """Logo, title, the workflow in one line, and the workspace folder."""
+def _header_html(workspace: Path, logins: bool = False) -> str:
+    """Logo, title, the workflow in one line, the workspace folder, and Log out when there are accounts."""
     import html
 
     logo = ASSETS_DIR / "logo.svg"
@@ -141,7 +144,7 @@ def _header_html(workspace: Path) -> str:
         "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
         "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge → 7 Inbox</b>. Everything is saved in the "
         f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
-        "</div></div>"
+        + ('<p><a href="logout" id="studio-logout">Log out</a></p>' if logins else "") + "</div></div>"
     )
 
 
@@ -166,12 +169,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--share", action="store_true",
                         help="also create a public gradio.live link (off by default: anyone with the link can "
                              "use the app)")
-    parser.add_argument("--auth", metavar="USER:PASSWORD",
-                        help="the teacher's login (required beyond this computer: --host other than 127.0.0.1, "
-                             "or --share)")
+    parser.add_argument("--auth", metavar="USER",
+                        help="the teacher's login, the password in $TUTOR_AUTH_PASSWORD (required beyond this "
+                             "computer: --host other than 127.0.0.1, or --share); USER:PASSWORD also works, but "
+                             "every user of this computer sees it in `ps`")
     parser.add_argument("--auth-file", metavar="FILE",
                         help="accounts, one per person (teachers: the studio and the practice page; students: the "
-                             "practice page only); made with `python -m pipeline users --file FILE add NAME`")
+                             "practice page only); made with `python -m pipeline users --file FILE add NAME`; "
+                             "changes count at once")
+    parser.add_argument("--session-hours", type=float, default=SESSION_HOURS,
+                        help=f"how long a login lasts (default {SESSION_HOURS:g} h)")
+    parser.add_argument("--max-upload-mb", type=float, default=200.0,
+                        help="largest file the studio takes in one upload, in MB (default 200)")
+    parser.add_argument("--practice-max-upload-mb", type=float, default=10.0,
+                        help="largest recording a student may upload, in MB (default 10: a 30 s clip is under 6 MB)")
+    parser.add_argument("--attempts-per-hour", type=int, default=DEFAULT_ATTEMPTS_PER_HOUR,
+                        help=f"practice attempts one student may send per hour (default {DEFAULT_ATTEMPTS_PER_HOUR})")
     parser.add_argument("--shared", action="store_true",
                         help="treat the address as shared even on 127.0.0.1 (e.g. behind a reverse proxy or a "
                              "tunnel): login required, typed paths limited to the workspace")
@@ -185,29 +198,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _launch_kwargs(args: argparse.Namespace, accounts, page: str) -> dict:
-    """What both pages' `launch` share: address, share link, and the login when there are accounts."""
-    from pipeline.access.accounts import PRACTICE
+def _launch_kwargs(args: argparse.Namespace, gate, max_upload_mb: float) -> dict:
+    """What both pages' `launch` share: address, share link, upload cap, and the login guard (`ui.login_guard`)."""
+    from ui.login_guard import guard_kwargs
 
-    kwargs = dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
-                  ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"])
-    if accounts:
-        kwargs["auth"] = functools.partial(accounts.can_open, page)
-        kwargs["auth_message"] = ("Students: log in with the account your teacher gave you." if page == PRACTICE
-                                  else "The studio is for teachers: log in with a teacher's account.")
-    return kwargs
+    return dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
+                ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"],
+                max_file_size=int(max_upload_mb * 1e6), **guard_kwargs(gate))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build the page and serve it until Ctrl+C; prints the URL."""
-    from pipeline.access.accounts import STUDIO, accounts_from_args, check_sharing, needs_login
+    from pipeline.access.accounts import AccountBook, auth_teacher, check_sharing, needs_login
     from pipeline.errors import ConfigError, PipelineError
+    from pipeline.inbox.practice import AttemptRate
+    from ui.login_guard import page_gates
 
     args = parse_args(argv)
     shared = args.shared or needs_login(args.host, args.share)
     try:
-        accounts = accounts_from_args(args.auth, args.auth_file)
-        check_sharing(args.host, args.share, accounts, forced=args.shared)
+        book = AccountBook(args.auth_file, auth_teacher(args.auth))
+        check_sharing(args.host, args.share, book.current(), forced=args.shared)
+        rate = AttemptRate(args.attempts_per_hour)
+        gates = page_gates(book, practice_url=lambda: app.inbox.practice_url, session_hours=args.session_hours)
+        for flag, cap in (("--max-upload-mb", args.max_upload_mb), ("--practice-max-upload-mb", args.practice_max_upload_mb)):
+            if not cap > 0:
+                raise ConfigError(f"`{flag}` must be above 0, got {cap:g}; e.g. 10 MB takes a 30 s recording.")
+        if args.auth and ":" in args.auth:
+            print("warning: `--auth USER:PASSWORD` shows the password to every user of this computer (`ps`); "
+                  "give `--auth USER` with the password in $TUTOR_AUTH_PASSWORD, or use --auth-file.", file=sys.stderr)
         if args.practice_run or args.practice_list:
             from pipeline.inbox.practice import setup_from_list
 
@@ -219,22 +238,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     app = TutorApp(args.workspace, shared=shared)
-    demo = build_ui(app)
+    demo = build_ui(app, logins=bool(book))
     demo.queue(default_concurrency_limit=4)
     try:
         _, local_url, share_url = demo.launch(server_port=args.port, allowed_paths=[str(app.ws.root)],
-                                              **_launch_kwargs(args, accounts, STUDIO))
+                                              **_launch_kwargs(args, gates.studio, args.max_upload_mb))
     except OSError as error:
         print(f"error: cannot serve on {args.host}:{args.port} ({error}). Is the app already running? "
               f"Open it at http://{args.host}:{args.port}/ or start another copy with --port {args.port + 1}.",
               file=sys.stderr)
         return 1
     # the studio first (its first page is not delayed), then the students' page; the Inbox tab shows its URL
-    from pipeline.access.accounts import PRACTICE
     from ui.practice_page import serve_practice
 
-    practice, practice_url, practice_share = serve_practice(app.ws, args.practice_port or args.port + 1,
-                                                            _launch_kwargs(args, accounts, PRACTICE))
+    practice, practice_url, practice_share = serve_practice(
+        app.ws, args.practice_port or args.port + 1, _launch_kwargs(args, gates.practice, args.practice_max_upload_mb),
+        rate=rate, own_files=gates.practice.own_files, logins=bool(book))
     app.inbox.practice_url = practice_share or practice_url
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"Listening on {args.host}: other computers on your network can open this app.", flush=True)
@@ -244,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Public link (anyone with it can use the app): {share_url}", flush=True)
     if practice_url:
         print(f"Students' practice page: {practice_share or practice_url}", flush=True)
-    if accounts:
+    if book:
         print("Login required: teachers' accounts open the studio and the practice page, students' the practice "
               "page only.", flush=True)
     print("Press Ctrl+C to stop.", flush=True)

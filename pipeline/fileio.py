@@ -7,6 +7,10 @@ wants (one margin, `DISK_MARGIN`). JSON Lines: a log appended line by line (`app
 `read_jsonl`) and a child process's result line (`last_json_line`). Also how a text file a person made
 (an import's metadata, a recording session's list) is decoded: `read_text`, and `read_person_text`
 with the caller's typed error.
+A file that is read, changed and written back (the sample manifest, an inbox attempt, the practice
+settings, an auth file, a job list) is changed under `locked(path)`: a lock held across threads and
+processes (`filelock`, an advisory `flock` on `.NAME.lock` beside the file), so the app, the command
+line and a second app never lose each other's changes.
 
 What it deliberately does not do: raise the typed error of a full disk (each caller names its own
 write and its own fix) or decide whether an existing target may be replaced (callers check first).
@@ -20,9 +24,12 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+import filelock
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -56,6 +63,53 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write `obj` as indented UTF-8 JSON (non-ASCII kept) to `path` atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+LOCK_TIMEOUT_S = 900.0
+"""How long `locked` waits for a lock (seconds). A change under a lock takes milliseconds (one accept
+writes a WAV and a manifest); the longest holder is an import of a large folder into the library (clip by
+clip, about 20 clips/s here: `benchmarks/import_build.py`), so 15 minutes is a holder that hangs."""
+_FILE_LOCKS: dict[str, filelock.FileLock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def lock_file(path: str | os.PathLike) -> Path:
+    """The lock file that `locked(path)` holds: `.NAME.lock` beside `path` (hidden: no listing shows it)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the lock of `path` (a file, or a folder standing for a set of files) for the block: one
+    holder at a time across the threads of this process and across processes (the app, the command line,
+    a second app on the same workspace).
+
+    The lock is `filelock.FileLock` on `lock_file(path)`: an advisory `flock` on POSIX (`LockFileEx`
+    on Windows), which the system drops when its holder dies, so a crashed process never leaves the
+    file locked. One lock object per path in a process, thread-local, so the same thread may nest
+    `locked(path)` (re-entrant) while another thread waits. Read the file inside the block, change it,
+    write it with `atomic_write_*`: no other holder's change is lost between the read and the write.
+
+    Raises:
+        TimeoutError: another holder kept the lock more than `timeout_s` seconds (names the lock file).
+    """
+    target = lock_file(path)
+    key = os.path.abspath(target)
+    with _FILE_LOCKS_GUARD:
+        lock = _FILE_LOCKS.get(key)
+        if lock is None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            lock = _FILE_LOCKS[key] = filelock.FileLock(key)
+    try:
+        lock.acquire(timeout=timeout_s)
+    except filelock.Timeout:
+        raise TimeoutError(f"{target} was held by another process for more than {timeout_s:.0f} s; if none is "
+                           "working on this workspace, delete that lock file and try again.") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 STALE_STAGING_S = 3600.0

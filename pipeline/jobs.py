@@ -225,10 +225,17 @@ def list_statuses(parent: Path, status: Callable[[str], dict]) -> list[dict]:
     raises (a strange name, a file that is not the kind's) is left out, so it cannot hide the others."""
     if not Path(parent).is_dir():
         return []
-    folders = [p for p in Path(parent).iterdir() if p.is_dir() and not p.name.startswith(".")]
-    folders.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    folders = []
+    for path in Path(parent).iterdir():
+        if path.name.startswith("."):
+            continue
+        try:  # another process may delete or rename a folder between the listing and here
+            if path.is_dir():
+                folders.append((path.stat().st_mtime, path))
+        except FileNotFoundError:
+            continue
     out = []
-    for folder in folders:
+    for _, folder in sorted(folders, key=lambda pair: pair[0], reverse=True):
         try:
             out.append(status(folder.name))
         except Exception:  # noqa: BLE001 - one strange folder must not hide the others

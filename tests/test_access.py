@@ -43,32 +43,34 @@ def test_passwords_are_hashed_and_checked():
 
 def test_roles_decide_which_page_opens(tmp_path):
     accounts = Accounts()
-    accounts.add("ms-lee", "teach-pw", role="teacher")
-    accounts.add("kim", "kim-pw", role="student")
+    accounts.add("ms-lee", "teach-pass", role="teacher")
+    accounts.add("kim", "kim-pass1", role="student")
     accounts.save(tmp_path / "users.json")
-    assert "kim-pw" not in (tmp_path / "users.json").read_text()
+    assert "kim-pass1" not in (tmp_path / "users.json").read_text()
     loaded = Accounts.load(tmp_path / "users.json")
-    assert loaded.can_open("studio", "ms-lee", "teach-pw") and loaded.can_open("practice", "ms-lee", "teach-pw")
-    assert loaded.can_open("practice", "kim", "kim-pw")
-    assert not loaded.can_open("studio", "kim", "kim-pw")
-    assert not loaded.can_open("practice", "kim", "wrong") and not loaded.can_open("practice", "nobody", "kim-pw")
+    assert loaded.can_open("studio", "ms-lee", "teach-pass") and loaded.can_open("practice", "ms-lee", "teach-pass")
+    assert loaded.can_open("practice", "kim", "kim-pass1")
+    assert not loaded.can_open("studio", "kim", "kim-pass1")
+    assert not loaded.can_open("practice", "kim", "wrong") and not loaded.can_open("practice", "nobody", "kim-pass1")
 
 
 def test_sharing_is_refused_without_a_teacher_login(tmp_path):
-    with pytest.raises(ConfigError, match=r"--host 0\.0\.0\.0.*--auth USER:PASSWORD.*--auth-file"):
+    with pytest.raises(ConfigError, match=r"--host 0\.0\.0\.0.*--auth USER.*TUTOR_AUTH_PASSWORD.*--auth-file"):
         check_sharing("0.0.0.0", False, Accounts())
     with pytest.raises(ConfigError, match="--share"):
         check_sharing("127.0.0.1", True, Accounts())
     with pytest.raises(ConfigError, match="--shared"):
         check_sharing("127.0.0.1", False, Accounts(), forced=True)
     students_only = Accounts()
-    students_only.add("kim", "pw", role="student")
+    students_only.add("kim", "kim-pass1", role="student")
     with pytest.raises(ConfigError, match="teacher"):
         check_sharing("0.0.0.0", False, students_only)
     check_sharing("127.0.0.1", False, Accounts())  # this computer only: no login needed
-    check_sharing("0.0.0.0", False, accounts_from_args("ms-lee:pw"))
-    with pytest.raises(ConfigError, match="USER:PASSWORD"):
-        accounts_from_args("no-colon")
+    check_sharing("0.0.0.0", False, accounts_from_args("ms-lee:teach-pass"))
+    with pytest.raises(ConfigError, match="TUTOR_AUTH_PASSWORD"):
+        accounts_from_args("no-password-given")
+    with pytest.raises(ConfigError, match="has 2 characters; a password needs at least 8"):
+        accounts_from_args("ms-lee:pw")
     (tmp_path / "bad.json").write_text('{"users": {"kim": {"role": "student", "password": "plain"}}}')
     with pytest.raises(ConfigError, match="kim.*scrypt"):
         accounts_from_args(auth_file=tmp_path / "bad.json")
@@ -103,13 +105,18 @@ def test_shared_studio_path_boxes_stay_in_the_workspace(tmp_path, speechocean_di
     assert "outside the workspace" not in summary and "60" in summary
 
 
-def test_users_command_manages_the_auth_file(tmp_path, capsys):
+def test_users_command_manages_the_auth_file(tmp_path, capsys, monkeypatch):
+    import io
+
     path = tmp_path / "users.json"
-    assert users_main(["--file", str(path), "add", "kim", "--password", "pw"]) == 0
-    assert users_main(["--file", str(path), "add", "ms-lee", "--role", "teacher", "--password", "tpw"]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("kim-pass1\n"))
+    assert users_main(["--file", str(path), "add", "kim", "--password-stdin"]) == 0
+    monkeypatch.setenv("TUTOR_PASSWORD", "teacher-pass")
+    assert users_main(["--file", str(path), "add", "ms-lee", "--role", "teacher"]) == 0
     assert users_main(["--file", str(path), "list"]) == 0
     assert "kim\tstudent" in capsys.readouterr().out
-    assert Accounts.load(path).can_open("studio", "ms-lee", "tpw")
+    assert Accounts.load(path).can_open("studio", "ms-lee", "teacher-pass")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # the hashes are for this user only
     assert users_main(["--file", str(path), "remove", "kim"]) == 0
     assert "kim" not in json.loads(path.read_text())["users"]
 
@@ -176,7 +183,7 @@ def test_served_beyond_loopback_without_login_is_refused(tmp_path, app_process):
     process = app_process("--host", "0.0.0.0", "--port", str(_free_port("127.0.0.1")))
     assert process.wait(timeout=120) == 2
     log = (tmp_path / "app.log").read_text()
-    assert "a login is required" in log and "--auth USER:PASSWORD" in log and "--auth-file" in log
+    assert "a login is required" in log and "--auth USER" in log and "--auth-file" in log
 
 
 def _check_pages(tmp_path, process, host: str, port: int, practice_port: int) -> None:
@@ -193,17 +200,17 @@ def _check_pages(tmp_path, process, host: str, port: int, practice_port: int) ->
     assert httpx.get(f"{studio}/gradio_api/file={manifest}", timeout=10).status_code in (401, 403)
     # wrong password, and a student on the studio: refused; the teacher: both pages; the student: practice
     assert _login_and_config(studio, "ms-lee", "wrong") == (400, 401)
-    assert _login_and_config(studio, "kim", "kim-pw") == (400, 401)
-    assert _login_and_config(studio, "ms-lee", "teach-pw") == (200, 200)
-    assert _login_and_config(practice, "ms-lee", "teach-pw") == (200, 200)
-    assert _login_and_config(practice, "kim", "kim-pw") == (200, 200)
+    assert _login_and_config(studio, "kim", "kim-pass1") == (403, 401)
+    assert _login_and_config(studio, "ms-lee", "teach-pass") == (200, 200)
+    assert _login_and_config(practice, "ms-lee", "teach-pass") == (200, 200)
+    assert _login_and_config(practice, "kim", "kim-pass1") == (200, 200)
 
 
 @pytest.fixture()
 def users_file(tmp_path) -> Path:
     accounts = Accounts()
-    accounts.add("ms-lee", "teach-pw", role="teacher")
-    accounts.add("kim", "kim-pw", role="student")
+    accounts.add("ms-lee", "teach-pass", role="teacher")
+    accounts.add("kim", "kim-pass1", role="student")
     accounts.save(tmp_path / "users.json")
     return tmp_path / "users.json"
 

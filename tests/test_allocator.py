@@ -35,12 +35,19 @@ def asked(monkeypatch):
     allocator.tcmalloc_library.cache_clear()
 
 
+def _fake_tcmalloc(path: Path) -> Path:
+    """A file shaped like a TCMalloc shared library as far as the check reads it: an ELF header of a shared
+    object (e_type 3, little-endian) and `tc_malloc` in its strings."""
+    header = b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (3).to_bytes(2, "little") + b"\x00" * 46
+    path.write_bytes(header + b"\x00tc_malloc\x00tc_free\x00")
+    return path
+
+
 def test_the_allocator_setting_is_read_and_a_wrong_path_is_named(asked, tmp_path):
     asked("glibc")
     assert allocator.tcmalloc_library() is None
     assert allocator.training_allocator() == "glibc"
-    library = tmp_path / "libtcmalloc_minimal.so.4"
-    library.write_bytes(b"")
+    library = _fake_tcmalloc(tmp_path / "libtcmalloc_minimal.so.4")
     asked(str(library))
     expected = str(library) if sys.platform.startswith("linux") else None
     assert allocator.tcmalloc_library() == expected
@@ -51,9 +58,27 @@ def test_the_allocator_setting_is_read_and_a_wrong_path_is_named(asked, tmp_path
         assert allocator.training_allocator() == "glibc"  # the estimate never raises for it
 
 
+@pytest.mark.parametrize("content, says", [
+    (b"", "no ELF header"),
+    (b"root:x:0:0:root:/root:/bin/bash\n", "no ELF header"),
+    (b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (2).to_bytes(2, "little") + b"\x00tc_malloc\x00", "not a shared library"),
+    (b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (3).to_bytes(2, "little") + b"\x00malloc\x00", "not TCMalloc"),
+])
+def test_only_a_real_tcmalloc_is_preloaded(asked, tmp_path, content, says):
+    """Issue 31 #5: `TUTOR_ALLOCATOR` preloaded any existing file into every training process."""
+    path = tmp_path / "libtcmalloc_minimal.so.4"
+    path.write_bytes(content)
+    assert says in allocator.tcmalloc_problem(str(path))
+    asked(str(path))
+    if sys.platform.startswith("linux"):
+        with pytest.raises(ConfigError, match=says):
+            allocator.tcmalloc_library()
+    assert "folder" in allocator.tcmalloc_problem(str(tmp_path))
+
+
 def test_the_library_is_found_in_the_active_conda_environment(asked, monkeypatch, tmp_path):
     (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "libtcmalloc.so.4").write_bytes(b"")
+    _fake_tcmalloc(tmp_path / "lib" / "libtcmalloc.so.4")
     monkeypatch.setenv("CONDA_PREFIX", str(tmp_path))
     asked(None)
     expected = str(tmp_path / "lib" / "libtcmalloc.so.4") if sys.platform.startswith("linux") else None

@@ -147,3 +147,25 @@ def test_evaluations_of_an_earlier_build_stay_listed_marked(ws):
     assert "on another dataset build (`eval-0123456789ab`)" in status and "3 clips" in status
     assert "on the first 3 clips of this build" in status
     assert headline.value["headers"] == ["figure", "what it means"] and verdict == ""  # not compared with this build
+
+
+@pytest.mark.slow
+def test_two_jobs_started_at_once_from_two_processes_give_one(ws, tiny_model_dir):
+    """Issue 31 #5: one from the command line and one from the app could both start (the check was a lock
+    of one process). Two `eval-job start` commands released together: one job runs, the other is refused."""
+    import subprocess
+    import sys
+    import time
+
+    start_at = time.time() + 6.0
+    code = ("import os, sys, time; from pipeline.__main__ import main; "
+            f"time.sleep(max(0.0, {start_at!r} - time.time())); "
+            f"sys.exit(main(['eval-job', 'start', '--workspace', {str(ws.root)!r}, '--model', {str(tiny_model_dir)!r}, "
+            "'--max-new-tokens', '512']))")
+    processes = [subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=300) for process in processes]
+    codes = sorted(process.returncode for process in processes)
+    assert codes == [0, 1], outputs
+    assert any("is still running in this workspace; one at a time" in err for _out, err in outputs), outputs
+    assert len(list(jobs.jobs_dir(ws).glob("*/pid.json"))) == 1

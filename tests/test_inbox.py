@@ -218,3 +218,143 @@ def test_the_practice_page_builds_without_heavy_imports(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_two_teachers_deciding_one_attempt_are_told_not_overwritten(inbox_ws, speechocean_dir):
+    """Issue 31 #5: both teachers were told "Accepted" and the last feedback silently won."""
+    inbox = Inbox(inbox_ws)
+    attempt = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft")
+    inbox.accept(attempt.id, "First teacher's words.", expected_status="pending", by="ms-lee")
+    with pytest.raises(SampleError, match=r"was accepted by ms-lee at \d\d:\d\d with the feedback .First teacher's "
+                                          r"words.* while you had it open, so it was not accepted again"):
+        inbox.accept(attempt.id, "Second teacher's words.", expected_status="pending", by="mr-park")
+    with pytest.raises(SampleError, match="accepted by ms-lee"):
+        inbox.reject(attempt.id, expected_status="pending", by="mr-park")
+    (sample,) = SampleLibrary(inbox_ws).list()
+    assert sample.feedback == "First teacher's words." and inbox.get(attempt.id).decided_by == "ms-lee"
+
+
+def test_attempts_are_deleted_by_their_student_or_a_teacher_with_their_sample(inbox_ws, speechocean_dir, capsys):
+    """Issue 31 #2: consent could not be withdrawn. A student deletes their own attempts (not another's); a
+    teacher any; an accepted one takes its library sample with it."""
+    inbox = Inbox(inbox_ws)
+    kims = [inbox.add(speechocean_dir / clip, student="kim", kind="read_aloud", exercise=item, answer="x")
+            for clip, item in zip(CLIPS[:2], ITEMS[:2])]
+    lees = inbox.add(speechocean_dir / CLIPS[2], student="lee", kind="read_aloud", exercise=ITEMS[2], answer="y")
+    inbox.accept(kims[0].id)
+    assert [a.id for a in inbox.list(student="kim")] == [a.id for a in kims]
+    with pytest.raises(SampleError, match="not yours"):
+        inbox.delete(lees.id, student="kim")
+    inbox.delete(kims[0].id, student="kim")
+    assert SampleLibrary(inbox_ws).list() == [] and not inbox.audio_path(kims[0]).exists()
+    assert inbox_main(["--workspace", str(inbox_ws), "--delete", lees.id]) == 0
+    assert "Deleted" in capsys.readouterr().out
+    assert [a.id for a in inbox.list()] == [kims[1].id]
+    with pytest.raises(SampleError, match="No attempt"):
+        inbox.delete(lees.id)
+
+
+def test_a_full_disk_keeps_no_orphan_clip_and_the_student_still_reads_the_answer(inbox_ws, speechocean_dir, monkeypatch):
+    """Issue 31 #5: on a full disk `Inbox.add` could leave a clip without its record, and the student got a raw
+    error after the tutor had answered."""
+    import errno
+
+    import pipeline.inbox.store as store
+
+    inbox = Inbox(inbox_ws)
+    real_write = store.atomic_write_json
+
+    def full_disk(path, obj):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store, "atomic_write_json", full_disk)
+    with pytest.raises(SampleError, match="not kept: writing it into .* failed .No space left on device.*Nothing of it was stored"):
+        inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="x")
+    assert not list((inbox_ws / "inbox").rglob("*.wav"))  # the clip written first went too
+    monkeypatch.setattr(store, "atomic_write_json", real_write)
+    monkeypatch.setattr(store, "disk_room", lambda folder, wanted: (1000, int(wanted)))
+    with pytest.raises(SampleError, match="has 1000 B free"):
+        inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="x")
+    assert inbox.list() == []
+
+
+def test_the_attempt_rate_is_checked_before_any_work():
+    from pipeline.inbox.practice import AttemptRate
+
+    rate = AttemptRate(3)
+    for _ in range(3):
+        rate.take("kim")
+    with pytest.raises(ConfigError, match=r"You have sent 3 attempts in the last hour, the most this page takes; "
+                                          r"try again in \d+ min \d+ s"):
+        rate.take("kim")
+    rate.take("lee")  # another student is not held up
+    with pytest.raises(ConfigError, match="at least 1"):
+        AttemptRate(0)
+
+
+def test_a_student_sees_and_deletes_their_own_kept_attempts_on_the_page(inbox_ws, speechocean_dir):
+    """Issue 31 #2: under My kept attempts a student lists and deletes their own attempts (never another's)."""
+    from pipeline.workspace import Workspace
+    from ui.practice_page import build_practice
+
+    inbox = Inbox(inbox_ws)
+    kims = [inbox.add(speechocean_dir / clip, student="kim", kind="read_aloud", exercise=item, answer="Good.")
+            for clip, item in zip(CLIPS[:2], ITEMS[:2])]
+    inbox.add(speechocean_dir / CLIPS[2], student="lee", kind="read_aloud", exercise=ITEMS[2], answer="Fine.")
+    handlers = build_practice(Workspace(inbox_ws)).handlers
+    table, choices, status = handlers.my_attempts("kim", None)
+    assert [row[1] for row in table["value"]] == ITEMS[:2] and status == "2 attempts kept for your teacher."
+    assert [value for _label, value in choices["choices"]] == [a.id for a in kims]
+    _table, choices, status = handlers.delete_mine(kims[0].id, "kim", None)
+    assert "Deleted your attempt at *WE CALL IT BEAR*" in status
+    assert [value for _label, value in choices["choices"]] == [kims[1].id]
+    lees = inbox.list(student="lee")[0].id
+    *_rest, status = handlers.delete_mine(lees, "kim", None)
+    assert "not yours" in status and len(inbox.list()) == 2
+    *_rest, status = handlers.my_attempts("  ", None)
+    assert "Type your name first" in status
+
+
+def test_an_upload_is_discarded_with_its_copies_and_nothing_else(tmp_path, monkeypatch):
+    """Issue 31 #2: what Gradio stored on upload (and a converted copy beside it) goes once answered; a path
+    outside Gradio's upload folder (a test's clip, a script's file) is never touched."""
+    from ui.practice_page import discard_upload
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    upload = tmp_path / "gradio" / "3f2a" / "take.webm"
+    upload.parent.mkdir(parents=True)
+    upload.write_bytes(b"webm")
+    upload.with_suffix(".wav").write_bytes(b"wav")
+    other = tmp_path / "gradio" / "77aa" / "someone-else.wav"
+    other.parent.mkdir()
+    other.write_bytes(b"x")
+    outside = tmp_path / "mine.wav"
+    outside.write_bytes(b"keep")
+    discard_upload(str(upload.with_suffix(".wav")))
+    assert not upload.parent.exists() and other.is_file()
+    discard_upload(str(outside))
+    discard_upload(None)
+    assert outside.read_bytes() == b"keep"
+
+
+def test_the_page_says_why_a_consented_attempt_was_not_kept():
+    from ui.practice_view import answer_status
+
+    assert answer_status(True, False) == "✓ Kept for your teacher."
+    assert answer_status(False, False).startswith("Not stored: your recording was deleted once answered")
+    assert answer_status(False, False, "the disk is full").startswith("✗ Not kept for your teacher: the disk is full")
+
+
+def test_the_inbox_tab_deletes_the_shown_attempt_and_refuses_a_stale_decision(inbox_ws, speechocean_dir):
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(inbox_ws)
+    inbox = Inbox(app.ws)
+    first = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft 1")
+    second = inbox.add(speechocean_dir / CLIPS[1], student="lee", kind="read_aloud", exercise=ITEMS[1], answer="Draft 2")
+    _table, current, *_rest, status = app.inbox.delete(first.id)
+    assert current == second.id and "Deleted kim's attempt" in status and [a.id for a in inbox.list()] == [second.id]
+    inbox.accept(second.id, "Another teacher's words.", expected_status="pending", by="mr-park")
+    *_rest, status = app.inbox.accept(second.id, "Mine.")  # the tab still showed it waiting
+    assert "accepted by mr-park" in status and "was not accepted again" in status
+    assert SampleLibrary(app.ws).list()[0].feedback == "Another teacher's words."

@@ -54,11 +54,11 @@ def served_ws(tmp_path_factory, speechocean_dir, tiny_model_dir):
 def server(served_ws, tmp_path_factory):
     """The server process and its ready line (`url`, `models`, `api_key`); stopped at teardown."""
     log = tmp_path_factory.mktemp("serve") / "stderr.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TUTOR_INFER_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TUTOR_INFER_THREADS": "1", "TUTOR_API_KEY": KEY}  # not in `ps`
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "pipeline", "serve", "--workspace", str(served_ws), "--run", RUNS[0], "--run", RUNS[1],
-             "--port", "0", "--api-key", KEY, "--max-body-mb", "2", "--json"],
+             "--port", "0", "--max-body-mb", "2", "--json"],
             stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, env=env,
         )
     timer = threading.Timer(READY_TIMEOUT_S, lambda: stop_process_group(process.pid))
@@ -68,6 +68,7 @@ def server(served_ws, tmp_path_factory):
         timer.cancel()
         assert line, f"the server exited before it was ready:\n{log.read_text(errors='replace')[-3000:]}"
         ready = json.loads(line)
+        assert ready["api_key"] is None and ready["api_key_from"] == "$TUTOR_API_KEY"  # a key given is not printed
         yield ready
     finally:
         timer.cancel()

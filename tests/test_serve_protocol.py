@@ -131,7 +131,7 @@ def test_several_loaded_models_share_the_inference_threads(monkeypatch):
     (["--run", "nope"], "Run `nope` does not exist"),
     (["--run", "a", "--run", "a"], "given twice"),
     (["--run", "base"], "`base` is the name of the base model"),
-    (["--run", "a", "--api-key", "short"], "at least 8 characters"),
+    (["--run", "a", "--api-key", "short"], "has 5 characters; it must be at least 8"),
     (["--run", "a", "--queue-size", "0"], "`--queue-size` must be >= 1"),
     (["--run", "a", "--port", "70000"], "`--port` must be 0-65535"),
 ])
@@ -153,3 +153,43 @@ def test_serve_says_when_the_port_is_taken():
     finally:
         taken.close()
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+
+
+def test_a_key_given_is_taken_from_a_file_or_the_environment_and_never_echoed(tmp_path, capsys):
+    """Issue 31 #5: a key on the command line shows in `ps`; the file and the variable keep it out."""
+    from pipeline.serving.cli import given_api_key
+
+    (tmp_path / "key").write_text("file-key-123456\nignored\n")
+    assert given_api_key(tmp_path / "key", "argv-key-123456", {"TUTOR_API_KEY": "env-key-123456"}) == (
+        "file-key-123456", f"the file {tmp_path / 'key'}")
+    assert given_api_key(None, "argv-key-123456", {"TUTOR_API_KEY": "env-key-123456"}) == (
+        "env-key-123456", "$TUTOR_API_KEY")
+    assert given_api_key(None, None, {}) == (None, "generated")
+    assert given_api_key(None, "argv-key-123456", {})[0] == "argv-key-123456"
+    err = capsys.readouterr().err
+    assert "`ps`" in err and "argv-key-123456" not in err
+
+
+def test_json_nested_deep_is_a_400_not_a_500():
+    """Issue 31 #5: JSON 1,000 deep gave a 500 and a traceback; it is refused as invalid JSON, naming the limit."""
+    from pipeline.serving.app import MAX_JSON_DEPTH, parse_json_body
+
+    for body in (b"[" * 1000 + b"]" * 1000, b'{"a":' * 1000 + b"1" + b"}" * 1000, b"[" * 100_000):
+        with pytest.raises(ApiError) as refused:
+            parse_json_body(body)
+        assert refused.value.status == 400 and f"more than {MAX_JSON_DEPTH} deep" in str(refused.value)
+    # brackets inside strings are text, not nesting; a real request parses
+    assert parse_json_body(b'{"messages": [{"role": "user", "content": "' + b"[[[{" * 50 + b'\\" ]]"}]}')["messages"]
+    with pytest.raises(ApiError, match="not valid JSON"):
+        parse_json_body(b'{"messages": [}')
+
+
+def test_models_are_named_without_the_servers_folders(tmp_path):
+    """Issue 31 #5: `/v1/models` disclosed the model folder; a local folder is named by its last part only."""
+    from pipeline.serving.models import public_model_name
+
+    folder = tmp_path / "private" / "gemma-3n-E2B-it"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert public_model_name(str(folder)) == "gemma-3n-E2B-it"
+    assert public_model_name("google/gemma-3n-E2B-it") == "google/gemma-3n-E2B-it"

@@ -1,8 +1,9 @@
 """Tab 7, Inbox: what students practised, with the tutor's answer as draft feedback; and the practice page's setup.
 
 The teacher goes through the pending attempts one at a time: listen, edit the draft if needed, then
-**Accept and next** (or Shift+Enter in the feedback box) or **Reject and next**. An accepted attempt
-becomes a sample of its kind (`pipeline.inbox.store.Inbox.accept`), ready for the next build. Above
+**Accept and next** (or Shift+Enter in the feedback box) or **Reject and next**, or **Delete** it. An
+accepted attempt becomes a sample of its kind (`pipeline.inbox.store.Inbox.accept`), ready for the next
+build; an attempt another teacher decided meanwhile is refused with who decided what. Above
 it, *Practice page for students* picks the run and the exercise list the page offers
 (`pipeline.inbox.practice.save_setup`). The tab's text is `ui/inbox_view.py`.
 """
@@ -19,6 +20,11 @@ from pipeline.inbox.store import Inbox
 from ui import inbox_view as view
 from ui.common import ui_errors
 from ui.state import AppState
+
+def _login(request: gr.Request | None) -> str | None:
+    """The teacher's login name, or None when the studio has no accounts."""
+    return getattr(request, "username", None) or None
+
 
 KINDS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
 
@@ -51,21 +57,30 @@ class InboxHandlers:
         return self._inbox_outputs()
 
     @ui_errors(message_at=5, outputs=6)
-    def accept(self, attempt_id: str | None, feedback: str) -> tuple:
-        """Accept the shown attempt with the feedback as edited, then show the next."""
+    def accept(self, attempt_id: str | None, feedback: str, request: gr.Request = None) -> tuple:
+        """Accept the shown attempt with the feedback as edited, then show the next. The tab shows waiting
+        attempts, so one another teacher decided meanwhile is refused, saying who decided what."""
         if not attempt_id:
             return self._inbox_outputs(message="Nothing to accept.")
-        attempt, sample = self.inbox.accept(attempt_id, feedback)
+        attempt, sample = self.inbox.accept(attempt_id, feedback, expected_status="pending", by=_login(request))
         return self._inbox_outputs(after=attempt_id,
                                    message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
 
     @ui_errors(message_at=5, outputs=6)
-    def reject(self, attempt_id: str | None) -> tuple:
+    def reject(self, attempt_id: str | None, request: gr.Request = None) -> tuple:
         """Reject the shown attempt (it is kept, marked rejected), then show the next."""
         if not attempt_id:
             return self._inbox_outputs(message="Nothing to reject.")
-        self.inbox.reject(attempt_id)
+        self.inbox.reject(attempt_id, expected_status="pending", by=_login(request))
         return self._inbox_outputs(after=attempt_id, message="Rejected (kept in the inbox folder).")
+
+    @ui_errors(message_at=5, outputs=6)
+    def delete(self, attempt_id: str | None) -> tuple:
+        """Delete the shown attempt: its recording, its record and any sample made from it."""
+        if not attempt_id:
+            return self._inbox_outputs(message="Nothing to delete.")
+        deleted = self.inbox.delete(attempt_id)
+        return self._inbox_outputs(after=attempt_id, message=f"Deleted {deleted.student}'s attempt and its recording.")
 
     def skip(self, attempt_id: str | None) -> tuple:
         """Leave the shown attempt waiting and show the next."""
@@ -141,6 +156,7 @@ def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:
             accept = gr.Button("Accept and next", variant="primary", elem_id="inbox-accept")
             reject = gr.Button("Reject and next", variant="stop", elem_id="inbox-reject")
             skip = gr.Button("Skip", elem_id="inbox-skip")
+            delete = gr.Button("Delete", elem_id="inbox-delete")
             refresh = gr.Button("Refresh", elem_id="inbox-refresh")
         status = gr.Markdown(elem_id="inbox-status")
         table = gr.Dataframe(headers=view.TABLE_HEADERS, interactive=False, label="Waiting", elem_id="inbox-table")
@@ -150,6 +166,7 @@ def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:
     feedback.submit(handlers.accept, inputs=[current, feedback], outputs=outputs)
     reject.click(handlers.reject, inputs=current, outputs=outputs)
     skip.click(handlers.skip, inputs=current, outputs=outputs)
+    delete.click(handlers.delete, inputs=current, outputs=outputs)
     for event in (refresh.click, tab.select):
         event(handlers.show, outputs=outputs)
     from_session.click(handlers.session_items, outputs=[items, kind, setup_status])

@@ -6,7 +6,13 @@ one run and exercise list the teacher set (`pipeline.inbox.practice`, read again
 load), asks the tutor through `pipeline.inbox.practice.answer_attempt`, and keeps an attempt in the
 workspace's inbox only when the student ticked consent. When the page has accounts, the student's
 name is their login name (the name box is then locked, and the server uses the login, not the box).
-The page's text is `ui/practice_view.py`.
+
+Consent means nothing kept: once an attempt is answered, the clip Gradio stored on upload (and any copy
+it converted) is deleted, with or without consent (`discard_upload`); with consent the inbox's copy is
+the only one. An upload never sent is deleted by Gradio's own cache sweep (`UNSENT_UPLOAD_S`). Under
+*My kept attempts* a student sees and deletes their own attempts (consent withdrawn). An attempt rate
+per student (`pipeline.inbox.practice.AttemptRate`) is checked before any work. The page's text is
+`ui/practice_view.py`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from pipeline.workspace import Workspace
 from ui import practice_view as view
 from ui.common import ui_errors
 
+UNSENT_UPLOAD_S = 900
+"""An uploaded recording never sent is deleted this many seconds after upload at most (Gradio's
+`delete_cache` sweep runs every `UNSENT_UPLOAD_S // 3` seconds and removes uploads older than this)."""
 CONSENT_LABEL = ("Keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and the time). "
                  "Untick: nothing is stored.")
 
@@ -30,11 +39,39 @@ def _login(request: gr.Request | None) -> str | None:
     return getattr(request, "username", None) or None
 
 
-class PracticeHandlers:
-    """The practice page's handlers, bound to one workspace."""
+def discard_upload(path: Any) -> None:
+    """Delete a recording Gradio stored on upload, with every copy Gradio made of it (a converted format sits
+    beside it, in the upload's own folder `UPLOAD_DIR/<sha256>/`). Nothing outside Gradio's upload folder
+    (`GRADIO_TEMP_DIR`, default `TMP/gradio`) is ever touched: a path given by a test or a script stays."""
+    import shutil
+    from pathlib import Path
 
-    def __init__(self, workspace: Workspace):
+    from gradio.utils import get_upload_folder
+
+    if not isinstance(path, (str, Path)) or not str(path):
+        return
+    root, file = Path(get_upload_folder()).resolve(), Path(path).resolve()
+    folder = file.parent
+    if root not in folder.parents:  # not an upload: leave it
+        return
+    if folder.parent == root:  # the upload's own folder (named by its content's hash)
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        file.unlink(missing_ok=True)
+
+
+class PracticeHandlers:
+    """The practice page's handlers, bound to one workspace.
+
+    Args:
+        rate: the attempts a student may send (`AttemptRate`; None: no bound).
+        own_files: the page's uploads by owner (`ui.login_guard.OwnFiles`), told when one is deleted.
+    """
+
+    def __init__(self, workspace: Workspace, rate: Any = None, own_files: Any = None):
         self.ws = workspace
+        self.rate = rate
+        self.own_files = own_files
 
     def _stand_in(self, run: str) -> bool:
         from pipeline.model.tiny_model import is_tiny_random_model
@@ -72,14 +109,52 @@ class PracticeHandlers:
         if exercise is None or exercise == "":
             raise ConfigError("Pick an exercise first.")
         student = _login(request) or (name or "").strip()
-        result = answer_attempt(self.ws, audio, int(exercise), student=student, consent=bool(consent))
-        return result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]))
+        try:
+            result = answer_attempt(self.ws, audio, int(exercise), student=student, consent=bool(consent),
+                                    rate=self.rate)
+        finally:  # answered or refused: Gradio's copy goes (with consent the inbox holds the only one)
+            discard_upload(audio)
+            if self.own_files is not None and isinstance(audio, str):
+                self.own_files.forget(audio)
+        return result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]),
+                                                  result.get("not_kept"))
+
+    def _student(self, name: str, request: gr.Request | None) -> str:
+        student = _login(request) or (name or "").strip()
+        if not student:
+            raise ConfigError("Type your name first: your kept attempts are listed under it.")
+        return student
+
+    @ui_errors(message_at=2, outputs=3)
+    def my_attempts(self, name: str, request: gr.Request = None) -> tuple[Any, Any, str]:
+        """The student's own kept attempts: (table, choices to delete, status line)."""
+        from pipeline.inbox.store import Inbox
+
+        mine = Inbox(self.ws).list(student=self._student(name, request))
+        choices = view.mine_choices(mine)
+        return (gr.update(value=view.mine_rows(mine) or None, headers=view.MINE_HEADERS),
+                gr.update(choices=choices, value=choices[-1][1] if choices else None), view.mine_status(len(mine)))
+
+    @ui_errors(message_at=2, outputs=3)
+    def delete_mine(self, attempt_id: str | None, name: str, request: gr.Request = None) -> tuple[Any, Any, str]:
+        """Delete one of the student's own attempts (its clip, record and any sample made from it)."""
+        from pipeline.inbox.store import Inbox
+
+        if not attempt_id:
+            raise ConfigError("Pick the attempt to delete first.")
+        deleted = Inbox(self.ws).delete(attempt_id, student=self._student(name, request))
+        table, choices, _status = self.my_attempts(name, request)
+        return table, choices, view.deleted_status(deleted.exercise)
 
 
-def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
-    """The practice page's `gr.Blocks` (no heavy imports while building it)."""
-    with gr.Blocks(title="Pronunciation practice", analytics_enabled=False) as page:
+def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks:
+    """The practice page's `gr.Blocks` (no heavy imports while building it); `logins`: it has accounts (a
+    Log out link)."""
+    with gr.Blocks(title="Pronunciation practice", analytics_enabled=False,
+                   delete_cache=(UNSENT_UPLOAD_S // 3, UNSENT_UPLOAD_S)) as page:
         gr.Markdown("# Pronunciation practice\nPick an exercise, record yourself, and read your tutor's feedback.")
+        if logins:
+            gr.HTML('<a href="logout" id="practice-logout">Log out</a>', elem_id="practice-logout-row")
         with gr.Row():
             name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2)
             consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3)
@@ -98,19 +173,34 @@ def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
         for widget in (name, consent):
             widget.input(lambda who, agreed: {"name": (who or "").strip(), "consent": bool(agreed)},
                          inputs=[name, consent], outputs=remembered, show_progress="hidden")
+        with gr.Accordion("My kept attempts", open=False, elem_id="practice-mine"):
+            gr.Markdown("What your teacher can see. Delete any of them: its recording, the exercise and the "
+                        "tutor's answer are removed, also from the teacher's library.")
+            mine_table = gr.Dataframe(headers=view.MINE_HEADERS, interactive=False, elem_id="practice-mine-table")
+            with gr.Row():
+                mine_choice = gr.Dropdown([], label="Attempt", elem_id="practice-mine-choice", scale=3)
+                show = gr.Button("Show my attempts", size="sm", elem_id="practice-mine-show", scale=1)
+                delete = gr.Button("Delete this attempt", variant="stop", size="sm", elem_id="practice-mine-delete",
+                                   scale=1)
+            mine_status = gr.Markdown(elem_id="practice-mine-status")
+        mine = [mine_table, mine_choice, mine_status]
+        show.click(handlers.my_attempts, inputs=name, outputs=mine)
+        delete.click(handlers.delete_mine, inputs=[mine_choice, name], outputs=mine)
         page.load(handlers.on_load, inputs=remembered, outputs=[name, exercise, note, consent])
     return page
 
 
-def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict) -> tuple[gr.Blocks | None, str | None, str | None]:
+def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict, *, rate: Any = None, own_files: Any = None,
+                   logins: bool = False) -> tuple[gr.Blocks | None, str | None, str | None]:
     """Serve the practice page for `workspace` on `port` (else on a free port the system picks), with
-    `launch_kwargs` (address, share, auth: `app.py` gives the same as the studio's, with the practice
-    page's login rule). Returns (page, local URL, share URL), or (None, None, None) when no port could
-    be had (the studio goes on without it; a warning says why)."""
+    `launch_kwargs` (address, share, the login guard: `app.py` gives the same as the studio's, with the
+    practice page's rules), `rate`, `own_files` and `logins` as `PracticeHandlers` and `practice_page` take
+    them. Returns (page, local URL, share URL), or (None, None, None) when no port could be had (the studio
+    goes on without it; a warning says why)."""
     import socket
     import sys
 
-    page = build_practice(workspace).page
+    page = build_practice(workspace, rate=rate, own_files=own_files, logins=logins).page
     page.queue(default_concurrency_limit=2)
     for candidate in (port, 0):
         if candidate == 0:
@@ -125,7 +215,8 @@ def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict) -> tupl
     return None, None, None
 
 
-def build_practice(workspace: Workspace) -> SimpleNamespace:
-    """The page and its handlers for `workspace`."""
-    handlers = PracticeHandlers(workspace)
-    return SimpleNamespace(page=practice_page(handlers), handlers=handlers)
+def build_practice(workspace: Workspace, *, rate: Any = None, own_files: Any = None,
+                   logins: bool = False) -> SimpleNamespace:
+    """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`)."""
+    handlers = PracticeHandlers(workspace, rate=rate, own_files=own_files)
+    return SimpleNamespace(page=practice_page(handlers, logins=logins), handlers=handlers)

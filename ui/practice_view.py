@@ -7,7 +7,8 @@ call; `ui/practice_page.py` reads the setup and lays these out.
 
 from __future__ import annotations
 
-from typing import Sequence
+import time
+from typing import Any, Sequence
 
 STAND_IN_NOTE = ("⚠ **This practice tutor is a random stand-in model** (the offline test model): its feedback is "
                  "meaningless text. Your teacher has not trained the real tutor yet.")
@@ -28,10 +29,39 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
     return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
 
 
-def answer_status(kept: bool, stand_in: bool) -> str:
-    """The line under the feedback: whether the attempt was `kept` for the teacher (the student's consent), and
-    a warning when the answer comes from the random stand-in model."""
-    status = "✓ Kept for your teacher." if kept else "Not stored (you did not tick the box)."
+MINE_HEADERS = ["when", "exercise", "tutor's answer", "teacher"]
+"""The columns of a student's own kept attempts."""
+_DECISIONS = {"pending": "not seen yet", "accepted": "kept as a sample", "rejected": "set aside"}
+
+
+def mine_rows(attempts: Sequence[Any]) -> list[list[str]]:
+    """One row per kept attempt (`MINE_HEADERS`): when (local `YYYY-MM-DD HH:MM`), the exercise, the first 60
+    characters of the tutor's answer, and what the teacher did with it."""
+    return [[time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at)), a.exercise, a.answer[:60],
+             _DECISIONS.get(a.status, a.status)] for a in attempts]
+
+
+def mine_choices(attempts: Sequence[Any]) -> list[tuple[str, str]]:
+    """The delete dropdown's choices: ("2026-12-02 14:03 · She sells sea shells.", attempt id)."""
+    return [(f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(a.created_at))} · {a.exercise}", a.id) for a in attempts]
+
+
+def mine_status(count: int) -> str:
+    """How many attempts are kept for the teacher."""
+    return {0: "Nothing of yours is kept."}.get(count, f"{count} attempt{'s' if count != 1 else ''} kept for your teacher.")
+
+
+def deleted_status(exercise: str) -> str:
+    """After a student deleted one of their attempts."""
+    return f"✓ Deleted your attempt at *{exercise}*: its recording and the tutor's answer are gone."
+
+
+def answer_status(kept: bool, stand_in: bool, not_kept: str | None = None) -> str:
+    """The line under the feedback: whether the attempt was `kept` for the teacher (the student's consent), why
+    it could not be kept when consent was given (`not_kept`, e.g. a full disk), and a warning when the answer
+    comes from the random stand-in model."""
+    status = ("✓ Kept for your teacher." if kept else f"✗ Not kept for your teacher: {not_kept}" if not_kept else
+              "Not stored: your recording was deleted once answered (you did not tick the box).")
     if stand_in:
         status += " ⚠ The answer comes from a random stand-in model: it is meaningless text."
     return status

@@ -127,10 +127,11 @@ class AppState:
     def remember_settings(self, config: TrainConfig) -> None:
         """Write `config` to `WS/settings.json` atomically (skipped when unchanged), so a reload and the
         next run use it."""
-        from pipeline.fileio import atomic_write_json
+        from pipeline.fileio import atomic_write_json, locked
 
-        if self.saved_settings() != config.to_dict():
-            atomic_write_json(self.settings_path, config.to_dict())
+        with locked(self.settings_path):
+            if self.saved_settings() != config.to_dict():
+                atomic_write_json(self.settings_path, config.to_dict())
 
     def restore_settings(self):
         """Page (re)opened: the remembered settings (`WS/settings.json`), else those of the newest run,

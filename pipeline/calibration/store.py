@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline.errors import ConfigError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, locked
 from pipeline.host.allocator import training_allocator
 
 CALIBRATION_DIR_ENV = "TUTOR_CALIBRATION_DIR"
@@ -175,19 +175,21 @@ def entry_for(device: str, store: dict | None = None) -> dict | None:
 
 def update_entry(key: dict, change, path: Path | None = None) -> dict:
     """Read the file, apply `change(entry)` to the entry of `key` (created empty if absent), stamp it and
-    write the file atomically. Returns the updated entry."""
+    write the file atomically, all under the file's lock (`pipeline.fileio.locked`, across processes).
+    Returns the updated entry."""
     path = path or calibration_path()
-    store = load_store(path)
-    name = key_id(key)
-    entry = store["devices"].setdefault(name, {"key": key, "measurements": [], "speed": None, "step_seconds": []})
-    entry["key"] = key
-    change(entry)
-    entry["measurements"] = entry["measurements"][-MAX_MEASUREMENTS:]
-    entry["step_seconds"] = entry.get("step_seconds", [])[-MAX_MEASUREMENTS:]
-    entry["updated"] = now_iso()
-    store["version"] = STORE_VERSION
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, store)
+    with locked(path):  # two workspaces' runs finishing at once both keep their figures
+        store = load_store(path)
+        name = key_id(key)
+        entry = store["devices"].setdefault(name, {"key": key, "measurements": [], "speed": None, "step_seconds": []})
+        entry["key"] = key
+        change(entry)
+        entry["measurements"] = entry["measurements"][-MAX_MEASUREMENTS:]
+        entry["step_seconds"] = entry.get("step_seconds", [])[-MAX_MEASUREMENTS:]
+        entry["updated"] = now_iso()
+        store["version"] = STORE_VERSION
+        atomic_write_json(path, store)
     return entry
 
 

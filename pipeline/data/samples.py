@@ -20,8 +20,9 @@ A sentence, prompt, feedback, transcript or dialogue turn that spells a control 
 (`pipeline.conversation.messages.check_user_text`): the model would read it as a command, not as text.
 
 It deliberately does not build datasets (`pipeline.data.dataset`) or parse folders (`pipeline.data.importers`).
-Writers in one process are serialized by a lock; two processes writing the same workspace at the
-same moment are not coordinated (the last manifest written wins, and it is always complete).
+Every change is made under the manifest's lock (`pipeline.fileio.locked`: held across threads and
+processes), so the app, `inbox --accept`, an import from the command line and a second app adding at
+the same moment each find the others' samples: nothing is lost, nothing is added twice.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,15 +39,13 @@ import numpy as np
 
 from pipeline.conversation.messages import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError
-from pipeline.fileio import atomic_write_bytes, atomic_write_json
+from pipeline.fileio import atomic_write_bytes, atomic_write_json, locked
 from pipeline.workspace import Workspace
 
 MANIFEST_VERSION = 1
 EDITABLE_FIELDS = ("target_text", "prompt", "feedback", "transcript", "speaker", "scores", "source")
 """Fields `SampleLibrary.update` may change; audio is replaced by deleting and adding again."""
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
-_LOCKS: dict[Path, threading.RLock] = {}
-_LOCKS_GUARD = threading.Lock()
 
 
 def nfc(text: str | None) -> str | None:
@@ -227,9 +225,30 @@ def _check_texts(name: str, **texts: str | None) -> None:
         check_user_text(text, f"{_USER_TEXTS[key]} of `{name}`", error=SampleError)
 
 
-def _lock_for(path: Path) -> threading.RLock:
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(path, threading.RLock())
+PREDECODE_ITEMS = 8
+"""`add_many` decodes up to this many clips before it takes the manifest's lock (an app's save, an inbox
+accept: the lock is then held for milliseconds); a larger import decodes clip by clip under the lock, so
+its memory stays one clip's, and other writers wait for it (`pipeline.fileio.LOCK_TIMEOUT_S`)."""
+
+
+def _predecoded(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` with its clip decoded (`load_audio`), named as `add_many` would name it; a clip that fails to
+    decode is left as it was, for `add_many` to refuse with its message. Dialogues are left as they are."""
+    from pipeline.data.audio import load_audio
+
+    item = dict(item)
+    audio = item.get("audio")
+    if audio is None or item.get("turns") is not None or item.get("kind") == "dialogue":
+        return item
+    if isinstance(audio, (str, Path)):
+        item["file"] = Path(audio).name if item.get("file") is None else item["file"]
+        item["source"] = str(audio) if item.get("source") is None else item["source"]
+    try:
+        item["audio"] = load_audio(audio, name=None if item.get("file") is None else str(item["file"]),
+                                   trim=bool(item.get("trim", False)))
+    except PipelineError:
+        pass
+    return item
 
 
 class SampleLibrary:
@@ -241,9 +260,13 @@ class SampleLibrary:
 
     def __init__(self, workspace: Workspace | str | Path):
         self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-        self._lock = _lock_for(self.workspace.manifest_path)
 
     # ----------------------------------------------------------------- manifest
+    def locked(self):
+        """`with library.locked():` holds the manifest's lock (across processes, re-entrant in a thread)
+        for a read-check-change sequence of several calls (e.g. `Inbox.accept`)."""
+        return locked(self.workspace.manifest_path)
+
     def _read(self) -> list[Sample]:
         path = self.workspace.manifest_path
         if not path.exists():
@@ -531,10 +554,12 @@ class SampleLibrary:
         and the manifest is unchanged. When nothing is added the manifest is not rewritten.
         """
         items = list(items)
+        if len(items) <= PREDECODE_ITEMS:  # decoded before the lock: other writers wait only for the writes
+            items = [_predecoded(item) for item in items]
         added: list[Sample] = []
         skipped: list[dict[str, str]] = []
         written: list[Path] = []
-        with self._lock:
+        with self.locked():
             existing = self._read()
             taken = {sample.id for sample in existing}
             hashes = {_duplicate_key(s.kind, s.audio_sha256): s.id for s in existing if s.audio_sha256}
@@ -617,7 +642,7 @@ class SampleLibrary:
                 fields[key] = None
         if "scores" in fields and fields["scores"] is not None and not isinstance(fields["scores"], dict):
             raise SampleError(f"`scores` must be a dict, got {type(fields['scores']).__name__}.")
-        with self._lock:
+        with self.locked():
             samples = self._read()
             for index, sample in enumerate(samples):
                 if sample.id == sample_id:
@@ -635,7 +660,7 @@ class SampleLibrary:
 
     def delete(self, sample_id: str) -> Sample:
         """Remove a sample and its audio file; returns the removed Sample. Raises `SampleError` on unknown id."""
-        with self._lock:
+        with self.locked():
             samples = self._read()
             keep = [sample for sample in samples if sample.id != sample_id]
             if len(keep) == len(samples):

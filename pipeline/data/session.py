@@ -13,6 +13,7 @@ sample (re-record). It deliberately does not check audio itself: the library doe
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_json, read_person_text
+from pipeline.fileio import atomic_write_json, locked, read_person_text
 from pipeline.workspace import Workspace
 
 SESSION_FILE = "session.json"
@@ -117,6 +118,17 @@ def _same_audio(library: Any, sample_id: str, audio: Any, trim: bool) -> bool:
         return False
 
 
+def _under_lock(method):
+    """Run a `SessionStore` method that reads, changes and writes the session under the session file's lock
+    (`pipeline.fileio.locked`: across threads and processes), so two pages on one session lose no step."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with locked(self.path):
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class SessionStore:
     """The recording session of one workspace (`WS/samples/session.json`)."""
 
@@ -138,6 +150,7 @@ class SessionStore:
         atomic_write_json(self.path, session.to_dict())
         return session
 
+    @_under_lock
     def start(self, items: list[str], kind: str = "read_aloud", speaker: str | None = None) -> RecordingSession:
         """A new session over `items` (replacing any previous one; saved samples stay in the library).
 
@@ -168,6 +181,7 @@ class SessionStore:
             raise SampleError("No recording session: paste a list of sentences or prompts and start one.")
         return session
 
+    @_under_lock
     def save_current(self, audio: Any, feedback: str | None = "", *, trim: bool = False) -> tuple[RecordingSession, Any]:
         """Save `audio` as the sample of the current item and move to the next unsaved item.
 
@@ -205,6 +219,7 @@ class SessionStore:
         session.position = self._next_open(session, session.position + 1)
         return self._save(session), sample
 
+    @_under_lock
     def skip(self) -> RecordingSession:
         """Move to the next item without saving (the skipped item can be recorded later with Back)."""
         session = self._current()
@@ -214,6 +229,7 @@ class SessionStore:
             session.position += 1
         return self._save(session)
 
+    @_under_lock
     def back(self) -> RecordingSession:
         """Go to the previous item (to re-record it: saving again replaces its sample)."""
         session = self._current()

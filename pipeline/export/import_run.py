@@ -144,7 +144,7 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
         ExportError: no run at `source`, no adapter, a run of that name exists here, the base model
             differs (without `force`), or not enough free disk.
     """
-    from pipeline.fileio import atomic_write_json
+    from pipeline.fileio import atomic_write_json, locked
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     source = Path(source).expanduser().resolve()
@@ -159,24 +159,25 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
                               "it ran (`train.sh --resume`) or stop it (a stopped run saves its adapter), then import it.")
         name = name or run_dir.name
         target = ws.run_dir(name)
-        if target.exists():
-            raise ExportError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name with "
-                              "--name NEW.")
-        report = check_run(ws, run_dir, model)
-        if report["model_differences"] and not force:
-            raise ExportError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the right "
-                              "model back, or import anyway with --force.")
-        check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
-        with staged_folder(target) as staging:
-            shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
-            config = _read_json(staging / RUN_FILES["config"])
-            if config.get("model") != report["model"]:
-                config["model"] = report["model"]
-                atomic_write_json(staging / RUN_FILES["config"], config)
-            atomic_write_json(staging / "imported.json", {
-                "source": str(source), "source_run": run_dir.name, "imported_at": round(time.time(), 3),
-                "forced": bool(force and report["model_differences"]), **report,
-            })
+        with locked(ws.runs_dir):  # the run list: no start or other import of this name meanwhile
+            if target.exists():
+                raise ExportError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name with "
+                                  "--name NEW.")
+            report = check_run(ws, run_dir, model)
+            if report["model_differences"] and not force:
+                raise ExportError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the right "
+                                  "model back, or import anyway with --force.")
+            check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
+            with staged_folder(target) as staging:
+                shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
+                config = _read_json(staging / RUN_FILES["config"])
+                if config.get("model") != report["model"]:
+                    config["model"] = report["model"]
+                    atomic_write_json(staging / RUN_FILES["config"], config)
+                atomic_write_json(staging / "imported.json", {
+                    "source": str(source), "source_run": run_dir.name, "imported_at": round(time.time(), 3),
+                    "forced": bool(force and report["model_differences"]), **report,
+                })
     return dict(report, run=name, path=str(target), source=str(source), imported=True)
 
 

@@ -20,7 +20,8 @@ allocator those processes will have and counts no retained heap under TCMalloc
 (`pipeline.host.free_heap.heap_follows_live_tensors`).
 
 `TUTOR_ALLOCATOR=glibc` keeps glibc's malloc; `TUTOR_ALLOCATOR=/path/to/libtcmalloc_minimal.so.4`
-names the library where it is not in a standard folder.
+names the library where it is not in a standard folder; it is preloaded only when it is a TCMalloc
+shared library (`tcmalloc_problem`), never any other file.
 """
 
 from __future__ import annotations
@@ -69,15 +70,46 @@ def tcmalloc_library() -> str | None:
     if not sys.platform.startswith("linux") or asked.lower() == "glibc":
         return None
     if asked and asked.lower() != "tcmalloc":
-        if not Path(asked).is_file():
-            raise ConfigError(f"{ALLOCATOR_ENV}={asked!r} is not a file: expected 'glibc', 'tcmalloc' or the path "
-                              "of a TCMalloc library such as /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+        why = tcmalloc_problem(asked)
+        if why:
+            raise ConfigError(f"{ALLOCATOR_ENV}={asked!r} {why}: expected 'glibc', 'tcmalloc' or the path of a "
+                              "TCMalloc library such as /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 (nothing is "
+                              "preloaded until it is fixed; unset it to use the one installed).")
         return asked
     folders = [str(Path(os.environ["CONDA_PREFIX"]) / "lib")] if os.environ.get("CONDA_PREFIX") else []
     for folder in folders + list(TCMALLOC_LIBRARY_FOLDERS):
         for name in TCMALLOC_LIBRARY_NAMES:
-            if (Path(folder) / name).is_file():
+            if (Path(folder) / name).is_file() and tcmalloc_problem(str(Path(folder) / name)) is None:
                 return str(Path(folder) / name)
+    return None
+
+
+ELF_MAGIC = b"\x7fELF"
+"""The first 4 bytes of an ELF file (the System V ABI's `e_ident`), which every Linux shared library is."""
+TCMALLOC_SYMBOL = b"\x00tc_malloc\x00"
+"""`tc_malloc`, as the dynamic string table of every gperftools TCMalloc library holds it (NUL-delimited)."""
+
+
+def tcmalloc_problem(path: str) -> str | None:
+    """Why the file at `path` is not a TCMalloc shared library to preload, in words (None when it is one): not a
+    file, unreadable, not an ELF shared object (`e_type` ET_DYN, bytes 16-17 of the header), or no exported
+    `tc_malloc` (`TCMALLOC_SYMBOL`). Preloading anything else would load an arbitrary file into every
+    training process, or make the dynamic loader print an error in each of them."""
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        return "is a folder, not a file"
+    except FileNotFoundError:
+        return "is not a file"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    if not data.startswith(ELF_MAGIC) or len(data) < 18:
+        return "is not a shared library (no ELF header)"
+    e_type = int.from_bytes(data[16:18], "little" if data[5] == 1 else "big")
+    if e_type != 3:  # ET_DYN
+        return "is an ELF file but not a shared library"
+    if TCMALLOC_SYMBOL not in data:
+        return "is a shared library but not TCMalloc (it exports no `tc_malloc`)"
     return None
 
 

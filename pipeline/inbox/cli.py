@@ -3,6 +3,7 @@
     python -m pipeline inbox --workspace WS [--status pending|accepted|rejected] [--json]
     python -m pipeline inbox --workspace WS --accept ID [--feedback TEXT]
     python -m pipeline inbox --workspace WS --reject ID
+    python -m pipeline inbox --workspace WS --delete ID   (the attempt, its clip and any sample made from it)
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def inbox_main(argv: list[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--accept", metavar="ID", help="make the attempt a sample (the student as speaker)")
     action.add_argument("--reject", metavar="ID", help="mark the attempt rejected (it is kept)")
+    action.add_argument("--delete", metavar="ID",
+                        help="delete the attempt, its recording and the sample made from it (consent withdrawn)")
     parser.add_argument("--feedback", help="with --accept: the feedback to keep (default: the tutor's answer)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -31,6 +34,9 @@ def inbox_main(argv: list[str] | None = None) -> int:
         attempt, sample = inbox.accept(args.accept, args.feedback)
         result = {"attempt": attempt.to_dict(), "sample": sample.id}
         text = f"Accepted {attempt.id}: sample {sample.id} ({attempt.kind}, speaker {attempt.student})."
+    elif args.delete:
+        attempt = inbox.delete(args.delete)
+        result, text = {"attempt": attempt.to_dict()}, f"Deleted {attempt.id} ({attempt.student}), its recording and any sample made from it."
     elif args.reject:
         attempt = inbox.reject(args.reject)
         result, text = {"attempt": attempt.to_dict()}, f"Rejected {attempt.id} (kept in the inbox)."

@@ -4,10 +4,11 @@
 
 The teacher picks the run that answers and the exercises (the recording session's list,
 `pipeline.data.session`, or a `.txt`/`.csv` list read by `parse_items`); the setup is kept in
-`WS/inbox/practice.json` (atomic), so the page, the studio and the command line share it and a
-change shows on the page's next load. `answer_attempt` asks the run's tutor (`pipeline.tutor.infer`,
+`WS/inbox/practice.json` (atomic, written under its lock: `pipeline.fileio.locked`), so the page,
+the studio and the command line share it and a change shows on the page's next load. `answer_attempt` asks the run's tutor (`pipeline.tutor.infer`,
 the same conversation as training) and, only when the student consented, keeps the attempt in the
-inbox (`pipeline.inbox.store.Inbox`). Without consent nothing is written.
+inbox (`pipeline.inbox.store.Inbox`). Without consent nothing is written. An `AttemptRate` bounds how
+often one student may ask (checked before the clip is decoded or the model runs).
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError
-from pipeline.fileio import atomic_write_json
+from pipeline.errors import ConfigError, SampleError
+from pipeline.fileio import atomic_write_json, locked
 from pipeline.inbox.store import INBOX_DIR, Inbox
 from pipeline.workspace import Workspace
 
 SETUP_FILE = "practice.json"
 SESSION_LIST = "session"
+DEFAULT_ATTEMPTS_PER_HOUR = 60
+"""Practice attempts one student may send per hour (a moving window) by default: one a minute on average,
+well above a student's pace (record, read, try again) and far below a script's."""
 """`--list session`: the exercises are the workspace's recording-session list (`WS/samples/session.json`)."""
 
 
@@ -91,7 +95,8 @@ def save_setup(workspace: Workspace | str | Path, run: str, items: list[str], ki
     if not items:
         raise ConfigError("The exercise list is empty: paste the sentences (or prompts), one per line.")
     setup = PracticeSetup(run=run, kind=kind, items=items, source=source, set_at=round(time.time(), 3))
-    atomic_write_json(setup_path(ws), setup.to_dict())
+    with locked(setup_path(ws)):
+        atomic_write_json(setup_path(ws), setup.to_dict())
     return setup
 
 
@@ -112,7 +117,6 @@ def setup_from_list(workspace: Workspace | str | Path, run: str, list_ref: str, 
     Raises `ConfigError` as `save_setup`, for no session, or for a list file that does not exist.
     """
     from pipeline.data.session import parse_items
-    from pipeline.errors import SampleError
 
     if list_ref == SESSION_LIST:
         items, session_kind = session_list(workspace)
@@ -128,8 +132,43 @@ def setup_from_list(workspace: Workspace | str | Path, run: str, list_ref: str, 
     return save_setup(workspace, run, items, kind or "read_aloud", source=path.name)
 
 
+class AttemptRate:
+    """How many practice attempts one student may send: `per_hour` in any moving hour (the `limits`
+    library's moving window, kept in this process's memory: the practice page is one process).
+
+    Args:
+        per_hour: attempts per student per hour (>= 1; `DEFAULT_ATTEMPTS_PER_HOUR` by default).
+
+    Raises:
+        ConfigError: `per_hour` below 1.
+    """
+
+    def __init__(self, per_hour: int = DEFAULT_ATTEMPTS_PER_HOUR):
+        from limits import RateLimitItemPerHour, storage, strategies
+
+        if int(per_hour) < 1:
+            raise ConfigError(f"`--attempts-per-hour` must be at least 1, got {per_hour}; "
+                              f"{DEFAULT_ATTEMPTS_PER_HOUR} is the default.")
+        self.per_hour = int(per_hour)
+        self._item = RateLimitItemPerHour(self.per_hour)
+        self._limiter = strategies.MovingWindowRateLimiter(storage.MemoryStorage())
+
+    def take(self, student: str) -> None:
+        """Count one attempt of `student`, or refuse it.
+
+        Raises:
+            ConfigError: the student sent `per_hour` attempts in the last hour; says the limit and when the
+                next attempt is possible (seconds).
+        """
+        if self._limiter.hit(self._item, "attempts", student):
+            return
+        wait_s = max(1, int(self._limiter.get_window_stats(self._item, "attempts", student).reset_time - time.time()))
+        raise ConfigError(f"You have sent {self.per_hour} attempts in the last hour, the most this page takes; "
+                          f"try again in {wait_s // 60} min {wait_s % 60} s (your teacher sets this limit).")
+
+
 def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int, *, student: str, consent: bool,
-                   max_new_tokens: int = 256) -> dict[str, Any]:
+                   max_new_tokens: int = 256, rate: AttemptRate | None = None) -> dict[str, Any]:
     """The tutor's answer to one student attempt, kept in the inbox when `consent` is True.
 
     Args:
@@ -137,13 +176,15 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
         exercise: index of the exercise in the setup's list (0-based).
         student: the student's name (required when `consent`).
         consent: keep the clip, exercise, answer and time in the inbox; False stores nothing.
+        rate: the attempts a student may send (`AttemptRate`), counted before the clip is decoded; None: no bound.
 
     Returns:
         `{"text": the answer, "note": str | None (says when the model is the random stand-in),
-        "tiny_random_model": bool, "attempt": attempt id or None, "exercise": the sentence or prompt}`.
+        "tiny_random_model": bool, "attempt": attempt id or None, "exercise": the sentence or prompt,
+        "not_kept": None, or why a consented attempt could not be kept (a full disk): the answer is still given}`.
 
     Raises:
-        ConfigError: no practice setup, or an exercise index out of range.
+        ConfigError: no practice setup, an exercise index out of range, or the student's attempt rate is spent.
         AudioError: the clip fails a check (nothing is stored, nothing is asked).
         ModelLoadError: the run's model cannot load.
     """
@@ -160,13 +201,18 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
     if consent and not (student or "").strip():
         raise ConfigError("Type your name first: it is kept with your recordings for your teacher.")
     text = setup.items[int(exercise)]
+    if rate is not None:
+        rate.take((student or "").strip() or "(no name)")
     clip = load_audio(audio)  # a bad clip is refused before the model loads
     tutor = load_tutor(None, run=setup.run, workspace=ws)
     ask = tutor.feedback if setup.kind == "read_aloud" else tutor.free_speech_feedback
     answer = ask(clip, text, max_new_tokens=int(max_new_tokens))
-    attempt = None
+    attempt, not_kept = None, None
     if consent:
-        attempt = Inbox(ws).add(clip, student=student, kind=setup.kind, exercise=text, answer=answer.text,
-                                run=setup.run, model=answer.model, tiny_random_model=answer.tiny_random_model).id
+        try:
+            attempt = Inbox(ws).add(clip, student=student, kind=setup.kind, exercise=text, answer=answer.text,
+                                    run=setup.run, model=answer.model, tiny_random_model=answer.tiny_random_model).id
+        except SampleError as error:  # the disk is full: the student still reads the answer
+            not_kept = str(error)
     return {"text": answer.text, "note": answer.note, "tiny_random_model": answer.tiny_random_model,
-            "attempt": attempt, "exercise": text}
+            "attempt": attempt, "exercise": text, "not_kept": not_kept}

@@ -1,12 +1,14 @@
 """`python -m pipeline serve`: the tuned tutor behind an OpenAI-compatible API.
 
     python -m pipeline serve --workspace WS --run NAME [--run NAME2] [--model BASE] [--host 127.0.0.1]
-        [--port 8000] [--api-key KEY] [--queue-size 8] [--max-body-mb 25] [--device ...] [--quantization ...] [--json]
+        [--port 8000] [--api-key-file FILE] [--queue-size 8] [--max-body-mb 25] [--device ...] [--quantization ...] [--json]
 
 Binds the address first (a port in use fails at once, not after loading), loads the runs
-(`pipeline.serving.models.load_served`), prints the address, the served names and the API key (one
-JSON line with `--json`), and serves until Ctrl+C / SIGTERM. The key is `--api-key`, or generated
-(`secrets.token_urlsafe`, 32 characters) and printed. It listens on this computer only
+(`pipeline.serving.models.load_served`), prints the address and the served names (one JSON line with
+`--json`), and serves until Ctrl+C / SIGTERM. The key is the first line of `--api-key-file`, or
+`$TUTOR_API_KEY`, or `--api-key KEY` (taken, with a warning: every user of the computer sees a command
+line in `ps`); a key given is never printed. Without one a key is generated (`secrets.token_urlsafe`,
+32 characters) and printed, once. It listens on this computer only
 (127.0.0.1) unless `--host` says otherwise; beyond loopback every request still needs the key, but
 the traffic is plain HTTP: put an HTTPS proxy in front of it.
 """
@@ -59,6 +61,43 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+API_KEY_ENV = "TUTOR_API_KEY"
+"""The API key from the environment (kept out of the command line, which `ps` shows)."""
+MIN_API_KEY_CHARS = 8
+"""The shortest key taken (characters): a generated key has 32."""
+
+
+def given_api_key(key_file: Path | None, argument: str | None, environ: dict | None = None) -> tuple[str | None, str]:
+    """(key, where it came from) of the key a person gave: `--api-key-file` (its first line), else
+    `$TUTOR_API_KEY`, else `--api-key` (a warning on stderr: `ps` shows it); (None, "generated") when none.
+
+    Raises:
+        ConfigError: the file cannot be read or is empty, or a key shorter than `MIN_API_KEY_CHARS`.
+    """
+    import os
+    import sys
+
+    environ = os.environ if environ is None else environ
+    if key_file is not None:
+        try:
+            key, source = key_file.read_text(encoding="utf-8").split("\n", 1)[0].strip(), f"the file {key_file}"
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"`--api-key-file {key_file}` cannot be read ({error}); give a text file whose first "
+                              "line is the key.") from None
+    elif environ.get(API_KEY_ENV):
+        key, source = environ[API_KEY_ENV].strip(), f"${API_KEY_ENV}"
+    elif argument is not None:
+        print(f"warning: `--api-key` shows the key to every user of this computer (`ps`); put it in ${API_KEY_ENV} "
+              "or a file given with --api-key-file.", file=sys.stderr)
+        key, source = argument.strip(), "--api-key"
+    else:
+        return None, "generated"
+    if len(key) < MIN_API_KEY_CHARS:
+        raise ConfigError(f"The API key from {source} has {len(key)} characters; it must be at least "
+                          f"{MIN_API_KEY_CHARS} (leave it out to have a random one generated).")
+    return key, source
+
+
 def serve_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline serve ...` (see the module docstring); returns 0 when stopped."""
     parser = argparse.ArgumentParser(prog="python -m pipeline serve",
@@ -71,8 +110,10 @@ def serve_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: each run's own")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    parser.add_argument("--api-key", default=None, help="the key clients send as `Authorization: Bearer KEY` "
-                                                        "(default: a new random key, printed at start)")
+    parser.add_argument("--api-key-file", type=Path, default=None,
+                        help="a file whose first line is the key clients send as `Authorization: Bearer KEY` "
+                             f"(or ${API_KEY_ENV}; default: a new random key, printed at start)")
+    parser.add_argument("--api-key", default=None, help=argparse.SUPPRESS)  # taken, with a warning (`ps` shows it)
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help=f"answers that may wait per loaded model; more get HTTP 429 (default {DEFAULT_QUEUE_SIZE})")
     parser.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB,
@@ -85,9 +126,9 @@ def serve_main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"`--queue-size` must be >= 1, got {args.queue_size}.")
     if not args.max_body_mb > 0:
         raise ConfigError(f"`--max-body-mb` must be above 0, got {args.max_body_mb}; {DEFAULT_MAX_BODY_MB:g} is the default.")
-    if args.api_key is not None and len(args.api_key.strip()) < 8:
-        raise ConfigError("`--api-key` must be at least 8 characters (leave it out to have a random one generated).")
-    api_key = args.api_key.strip() if args.api_key else secrets.token_urlsafe(24)
+    api_key, source = given_api_key(args.api_key_file, args.api_key)
+    generated = api_key is None
+    api_key = secrets.token_urlsafe(24) if generated else api_key
 
     import uvicorn
 
@@ -105,13 +146,14 @@ def serve_main(argv: list[str] | None = None) -> int:
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}/v1"
-        ready = {"url": url, "models": list(served), "api_key": api_key,
+        ready = {"url": url, "models": list(served), "api_key": api_key if generated else None, "api_key_from": source,
                  "loopback_only": is_loopback(args.host), "threads_per_model": threads}
         if args.json:
             print(json.dumps(ready), flush=True)
         else:
             print(f"Serving {', '.join(served)} at {url} (OpenAI-compatible: POST /v1/chat/completions, GET /v1/models)")
-            print(f"API key: {api_key}   (clients send `Authorization: Bearer {api_key}`)")
+            print(f"API key: {api_key}   (clients send `Authorization: Bearer {api_key}`)" if generated else
+                  f"API key: the one from {source} (not printed; clients send `Authorization: Bearer KEY`)")
             if not ready["loopback_only"]:
                 print(f"note: listening on {args.host}, beyond this computer: every request needs the key, but "
                       "the traffic is plain HTTP; put an HTTPS proxy in front of it.")

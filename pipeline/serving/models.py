@@ -26,6 +26,7 @@ import concurrent.futures
 import hashlib
 import os
 import queue
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +137,17 @@ class ServedModel:
     def card(self) -> dict[str, Any]:
         """This model as `GET /v1/models` lists it (OpenAI's model object plus `run` and `base_model`)."""
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "pronunciation-tutor",
-                "run": self.run, "base_model": self.base_model, "adapter_sha256": self.adapter_sha256}
+                "run": self.run, "base_model": public_model_name(self.base_model), "adapter_sha256": self.adapter_sha256}
+
+
+def public_model_name(model: str | None) -> str | None:
+    """How the API names a base model to clients: a hub id as it is (`google/gemma-3n-E2B-it`), a model folder
+    by its last part only (`gemma-3n-E2B-it`), so no answer discloses where the server keeps its files."""
+    from pipeline.model.hub import is_local_model
+
+    if not model:
+        return model
+    return re.split(r"[\\/]", str(model).rstrip("/\\"))[-1] if is_local_model(model) else str(model)
 
 
 def adapter_sha256(adapter_dir: str | os.PathLike) -> str | None:

@@ -28,7 +28,7 @@ from typing import Any
 from pipeline import jobs
 from pipeline.config import TrainConfig
 from pipeline.errors import DatasetError, TrainingError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, locked
 from pipeline.host.cpu_threads import thread_env, trainer_threads
 from pipeline.host.workspace_lock import LOCK_FD_ENV, WorkspaceLock, lock_holder
 from pipeline.training.run_folder import RUN_FILES, TRAINING_RUN, ended_without_result, read_run
@@ -148,57 +148,58 @@ def start_run(
     ws = jobs.as_workspace(workspace)
     run_dir = ws.run_dir(run_name)
     config_file, result_file = run_dir / RUN_FILES["config"], run_dir / RUN_FILES["result"]
-    active = active_run(ws)
-    if active is not None:
-        raise TrainingError(
-            f"Run `{active}` is still training in this workspace; one run at a time. Wait for it, or stop it first."
-        )
-    lock = WorkspaceLock(ws, run_name)
-    if not resume:
-        if config is None:
-            raise TrainingError("No training settings given for the new run.")
-        if config_file.exists() or result_file.exists():
-            raise TrainingError(f"Run `{run_name}` already exists; resume it or choose another name.")
-    elif not config_file.exists():
-        raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
-    require_built_dataset(ws)
-    from pipeline.model.local_copy import require_model_here
+    with locked(ws.runs_dir):  # the run list: no other start, import or delete between the checks and the start
+        active = active_run(ws)
+        if active is not None:
+            raise TrainingError(
+                f"Run `{active}` is still training in this workspace; one run at a time. Wait for it, or stop it first."
+            )
+        lock = WorkspaceLock(ws, run_name)
+        if not resume:
+            if config is None:
+                raise TrainingError("No training settings given for the new run.")
+            if config_file.exists() or result_file.exists():
+                raise TrainingError(f"Run `{run_name}` already exists; resume it or choose another name.")
+        elif not config_file.exists():
+            raise TrainingError(f"Run `{run_name}` has no config.json in {run_dir}; there is nothing to resume.")
+        require_built_dataset(ws)
+        from pipeline.model.local_copy import require_model_here
 
-    # A run never downloads its model (gigabytes hidden in its "loading" phase): refused here, in a moment.
-    require_model_here(config.model if config is not None else (jobs.read_json(config_file) or {}).get("model", ""))
-    if resume and not allow_dataset_change:  # refused here, with the reason, not in a process nobody watches
-        from pipeline.data.dataset import build_identity
-        from pipeline.training.resume import check_dataset, read_dataset_record
+        # A run never downloads its model (gigabytes hidden in its "loading" phase): refused here, in a moment.
+        require_model_here(config.model if config is not None else (jobs.read_json(config_file) or {}).get("model", ""))
+        if resume and not allow_dataset_change:  # refused here, with the reason, not in a process nobody watches
+            from pipeline.data.dataset import build_identity
+            from pipeline.training.resume import check_dataset, read_dataset_record
 
-        if read_dataset_record(run_dir) is not None:
-            check_dataset(run_dir, run_name, build_identity(ws))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # The GPU this process's Try/Judge tutor sits on is handed to the run (issue 21 #10)
-    from pipeline.tutor.infer import release_for
+            if read_dataset_record(run_dir) is not None:
+                check_dataset(run_dir, run_name, build_identity(ws))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # The GPU this process's Try/Judge tutor sits on is handed to the run (issue 21 #10)
+        from pipeline.tutor.infer import release_for
 
-    device = config.device if config is not None else (jobs.read_json(config_file) or {}).get("device")
-    released = release_for(device, what=f"run `{run_name}`")
-    command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
-    if resume:
-        command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
-    else:
-        command += config_flags(config)
-    env = jobs.job_env({
-        # On Apple silicon let a run that does not fit fail instead of swapping (FIELD_NOTES "Memory").
-        "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.0",
-        **thread_env(trainer_threads()),  # cores - 1: one stays for the app (cpu_threads)
-    }, extra_env)
-    (run_dir / TRAINING_RUN.stop_file).unlink(missing_ok=True)
-    lock.acquire()  # held from here until the training process has it: no other run can start in between
-    env[LOCK_FD_ENV] = str(lock.fd) if lock.fd is not None else ""
-    try:
-        process = jobs.start(run_dir, command, env=env, pass_fds=(lock.fd,) if lock.fd is not None else ())
-    except BaseException:
-        lock.release()
-        raise
-    lock.record({"pid": process.pid, "run": run_name, "started_at": time.time(), "command": " ".join(command)[:500]})
-    lock.handed_over()
-    return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir), "released": released}
+        device = config.device if config is not None else (jobs.read_json(config_file) or {}).get("device")
+        released = release_for(device, what=f"run `{run_name}`")
+        command = [python or sys.executable, "-m", "pipeline", "train", "--workspace", str(ws.root), "--run", run_name]
+        if resume:
+            command += ["--resume"] + (["--allow-dataset-change"] if allow_dataset_change else [])
+        else:
+            command += config_flags(config)
+        env = jobs.job_env({
+            # On Apple silicon let a run that does not fit fail instead of swapping (FIELD_NOTES "Memory").
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "1.0",
+            **thread_env(trainer_threads()),  # cores - 1: one stays for the app (cpu_threads)
+        }, extra_env)
+        (run_dir / TRAINING_RUN.stop_file).unlink(missing_ok=True)
+        lock.acquire()  # held from here until the training process has it: no other run can start in between
+        env[LOCK_FD_ENV] = str(lock.fd) if lock.fd is not None else ""
+        try:
+            process = jobs.start(run_dir, command, env=env, pass_fds=(lock.fd,) if lock.fd is not None else ())
+        except BaseException:
+            lock.release()
+            raise
+        lock.record({"pid": process.pid, "run": run_name, "started_at": time.time(), "command": " ".join(command)[:500]})
+        lock.handed_over()
+        return {"run": run_name, "pid": process.pid, "command": command, "run_dir": str(run_dir), "released": released}
 
 
 def _record_kill(run_dir, run_name: str, timeout_s: float) -> None:
@@ -284,8 +285,13 @@ def delete_run(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
         raise TrainingError(f"Run `{run_name}` is {status['state'].replace('_', ' ')} (pid {status['pid']}); "
                             "a run cannot be deleted while its process is alive. Stop it first "
                             f"(create {run_dir / TRAINING_RUN.stop_file}, or Stop in the app), then delete it.")
-    size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    trash = ws.runs_dir / f".deleting-{run_name}-{os.getpid()}-{time.time_ns()}"
-    os.replace(run_dir, trash)
+    with locked(ws.runs_dir):  # not while a start of the same run is between its checks and its process
+        if not run_dir.is_dir():  # another process deleted it meanwhile
+            raise TrainingError(f"Run `{run_name}` was deleted meanwhile (by another window or command); nothing to do.")
+        if active_run(ws) == run_name or run_status(ws, run_name)["alive"]:
+            raise TrainingError(f"Run `{run_name}` started training meanwhile; stop it first, then delete it.")
+        size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file() and not p.is_symlink())
+        trash = ws.runs_dir / f".deleting-{run_name}-{os.getpid()}-{time.time_ns()}"
+        os.replace(run_dir, trash)
     shutil.rmtree(trash, ignore_errors=True)
     return {"run": run_name, "state": status["state"], "bytes": size}

@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -47,7 +46,7 @@ from typing import Any
 
 from pipeline import jobs
 from pipeline.errors import EvaluationError, PipelineError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, locked
 from pipeline.workspace import Workspace
 
 JOBS_DIR = "eval_jobs"
@@ -63,7 +62,6 @@ EVALUATION_JOB = jobs.JobKind(words=("eval-job",), stop_file=JOB_FILES["cancel"]
 """An evaluation as a background job: its process's command line holds `eval-job` (and the job's id);
 `CANCEL` asks it to stop at the next generated token."""
 
-_START_LOCK = threading.Lock()
 
 
 def jobs_dir(workspace: Workspace | str | os.PathLike) -> Path:
@@ -184,7 +182,7 @@ def start_job(
     if limit is not None and limit < 1:
         raise EvaluationError(f"`--limit` must be >= 1, got {limit}; leave it out to evaluate every clip.")
     key = split_key(ws, "eval")  # DatasetError with the fix when nothing is built
-    with _START_LOCK:
+    with locked(jobs_dir(ws)):  # held across processes until the job's pid is recorded: one job at a time
         running = active_job(ws)
         if running is not None:
             raise EvaluationError(f"Evaluation job `{running}` is still running in this workspace; one at a time. "
@@ -244,12 +242,13 @@ def keep_partial(workspace: Workspace | str | os.PathLike, result: dict) -> Path
     from pipeline.tutor.evaluate import evaluation_path, save_evaluation
 
     path = evaluation_path(workspace, result["dataset_key"], run=result.get("run"), model=result.get("model"))
-    existing = jobs.read_json(path)
-    if isinstance(existing, dict) and existing.get("dataset_key") == result["dataset_key"]:
-        had = existing.get("partial")
-        if not had or int(had.get("answered", 0)) > int(result["partial"]["answered"]):
-            return None
-    return save_evaluation(workspace, result)
+    with locked(path):  # a complete evaluation saved meanwhile by another process is never replaced
+        existing = jobs.read_json(path)
+        if isinstance(existing, dict) and existing.get("dataset_key") == result["dataset_key"]:
+            had = existing.get("partial")
+            if not had or int(had.get("answered", 0)) > int(result["partial"]["answered"]):
+                return None
+        return save_evaluation(workspace, result)
 
 
 def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, Any]:

@@ -100,11 +100,13 @@ def evaluation_path(workspace: Workspace | str | os.PathLike, key: str, *, run: 
 
 
 def save_evaluation(workspace: Workspace | str | os.PathLike, result: dict) -> Path:
-    """Write `result` (from `evaluate_tutor`) atomically to its place (`evaluation_path`); returns the path."""
-    from pipeline.fileio import atomic_write_json
+    """Write `result` (from `evaluate_tutor`) atomically to its place (`evaluation_path`), under that file's
+    lock (`pipeline.fileio.locked`: `keep_partial` reads and decides under it); returns the path."""
+    from pipeline.fileio import atomic_write_json, locked
 
     path = evaluation_path(workspace, result["dataset_key"], run=result.get("run"), model=result.get("model"))
-    atomic_write_json(path, result)
+    with locked(path):
+        atomic_write_json(path, result)
     return path
 
 
