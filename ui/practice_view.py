@@ -28,6 +28,10 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
     return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
 
 
+ANSWERING = "The tutor is answering…"
+"""The line under the feedback while the answer is being generated (it grows above)."""
+
+
 def answer_status(kept: bool, stand_in: bool) -> str:
     """The line under the feedback: whether the attempt was `kept` for the teacher (the student's consent), and
     a warning when the answer comes from the random stand-in model."""

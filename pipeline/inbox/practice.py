@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.errors import ConfigError
 from pipeline.fileio import atomic_write_json
@@ -129,7 +129,7 @@ def setup_from_list(workspace: Workspace | str | Path, run: str, list_ref: str, 
 
 
 def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int, *, student: str, consent: bool,
-                   max_new_tokens: int = 256) -> dict[str, Any]:
+                   max_new_tokens: int = 256, on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The tutor's answer to one student attempt, kept in the inbox when `consent` is True.
 
     Args:
@@ -137,6 +137,8 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
         exercise: index of the exercise in the setup's list (0-based).
         student: the student's name (required when `consent`).
         consent: keep the clip, exercise, answer and time in the inbox; False stores nothing.
+        on_text: optional `(answer so far) -> None`, called as the tutor's answer is generated (the page
+            shows it growing); the attempt is kept, with consent, once the answer is whole.
 
     Returns:
         `{"text": the answer, "note": str | None (says when the model is the random stand-in),
@@ -163,7 +165,7 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
     clip = load_audio(audio)  # a bad clip is refused before the model loads
     tutor = load_tutor(None, run=setup.run, workspace=ws)
     ask = tutor.feedback if setup.kind == "read_aloud" else tutor.free_speech_feedback
-    answer = ask(clip, text, max_new_tokens=int(max_new_tokens))
+    answer = ask(clip, text, max_new_tokens=int(max_new_tokens), on_text=on_text)
     attempt = None
     if consent:
         attempt = Inbox(ws).add(clip, student=student, kind=setup.kind, exercise=text, answer=answer.text,

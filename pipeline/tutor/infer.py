@@ -367,12 +367,17 @@ class PendingFeedback:
     def feedback(self, on_text: Callable[[str], None] | None = None) -> Feedback:
         """Wait for the whole answer (calling `on_text(text so far)` as it grows); returns its `Feedback`.
 
-        Raises what the question raised (e.g. `DatasetError` for a text that spells a control token)."""
+        Raises what the question raised (e.g. `DatasetError` for a text that spells a control token), or
+        what `on_text` raised: the answer is then cancelled (its caller has gone)."""
         if on_text is not None:
             text = ""
-            for piece in self.answer:
-                text += piece
-                on_text(text)
+            try:
+                for piece in self.answer:
+                    text += piece
+                    on_text(text)
+            except BaseException:
+                self.cancel()
+                raise
         return self.as_feedback(self.answer.result())
 
     def as_feedback(self, generated: Any) -> Feedback:
