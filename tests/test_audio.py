@@ -237,6 +237,33 @@ def test_trim_keeps_first_30_s():
     assert any("low sample rate" in w for w in audio.report.warnings)
 
 
+def test_a_file_that_states_no_length_is_decoded_no_further_than_the_cap():
+    """A browser's recording (WebM written live: no duration in the container) of 2 minutes: refused as
+    longer than 30 s after decoding about 30 s of it, not all of it; with a lower cap, that cap."""
+    import av
+
+    from pipeline.errors import ClipTooLongError
+
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="webm", options={"live": "1"}) as out:
+        stream = out.add_stream("libopus", rate=48000)
+        stream.layout = "mono"
+        frame = av.AudioFrame.from_ndarray(to_int16(speech_like(120.0, 48000)[:, 0])[None, :], format="s16", layout="mono")
+        frame.sample_rate = 48000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    data = buffer.getvalue()
+    with av.open(io.BytesIO(data)) as container:
+        assert container.duration is None and container.streams.audio[0].duration is None
+    with pytest.raises(ClipTooLongError, match="longer than 30 s") as caught:
+        load_audio(data)
+    assert 30.0 < caught.value.duration_s < 30.5  # a lower bound: decoding stopped past the cap
+    with pytest.raises(ClipTooLongError, match="longer than 5 s") as caught:
+        load_audio(data, max_duration_s=5.0)
+    assert 5.0 < caught.value.duration_s < 5.5
+    assert load_audio(data, trim=True).report.source_duration_s == pytest.approx(120.0, abs=0.1)  # trim counts it all
+
+
 def test_quiet_and_slightly_clipped_pass_with_warnings():
     quiet = load_audio((16000, speech_like(1.0, 16000, amplitude=0.02)))
     assert any("quiet" in w for w in quiet.report.warnings)

@@ -71,10 +71,12 @@ def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_
     name, _exercises, _note, consent = handlers.on_load({"name": "lee", "consent": True}, None)
     assert name["value"] == "lee" and consent["value"] is True  # given once, remembered by this browser
     count = len(Inbox(trained).list())
-    text, status = handlers.answer(str(speechocean_dir / CLIPS[2]), 2, "lee", True)
+    updates = list(handlers.answer(str(speechocean_dir / CLIPS[2]), 2, "lee", True))  # the answer as it grows
+    text, status = updates[-1]
+    assert all(update[1] == "The tutor is answering…" and text.startswith(update[0]) for update in updates[:-1])
     assert "Kept for your teacher" in status and "stand-in" in status
     assert Inbox(trained).list()[-1].answer == text and len(Inbox(trained).list()) == count + 1
-    _text, status = handlers.answer(None, 2, "lee", True)
+    [(_text, status)] = handlers.answer(None, 2, "lee", True)
     assert "Record yourself first" in status and len(Inbox(trained).list()) == count + 1
 
 
@@ -87,9 +89,9 @@ def test_the_practice_page_before_its_setup_says_so_and_asks_for_a_clip_and_an_e
     built = build_practice(Workspace(inbox_ws).ensure())
     _name, exercises, note, consent = built.handlers.on_load(None, None)
     assert exercises["choices"] == [] and "has not set up the practice yet" in note and consent["value"] is False
-    _text, status = built.handlers.answer(None, 0, "lee", True)
+    [(_text, status)] = built.handlers.answer(None, 0, "lee", True)
     assert "Record yourself first" in status
-    _text, status = built.handlers.answer("take.wav", None, "lee", True)
+    [(_text, status)] = built.handlers.answer("take.wav", None, "lee", True)
     assert "Pick an exercise first" in status
     assert Inbox(inbox_ws).list() == []
 

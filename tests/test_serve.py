@@ -198,6 +198,24 @@ def test_two_runs_served_at_once_each_answer_as_itself(client, speechocean_dir, 
     assert results["base"]["tutor"]["adapter_sha256"] is None
 
 
+def test_the_openai_client_streams_an_answer(client, speechocean_dir):
+    messages = [{"role": "user", "content": [audio_part(clip_bytes(speechocean_dir)), {"type": "text", "text": TARGET}]}]
+    whole = client.chat.completions.create(model="serve-b", messages=messages, max_tokens=8)
+    pieces, finish, usage = [], None, None
+    for chunk in client.chat.completions.create(model="serve-b", messages=messages, max_tokens=8, stream=True,
+                                                stream_options={"include_usage": True}):
+        assert chunk.object == "chat.completion.chunk" and chunk.model == "serve-b"
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                pieces.append(choice.delta.content)
+            finish = choice.finish_reason or finish
+    assert "".join(pieces) == whole.choices[0].message.content and len(pieces) >= 1  # greedy: the same answer
+    assert finish == whole.choices[0].finish_reason
+    assert (usage.prompt_tokens, usage.completion_tokens) == (whole.usage.prompt_tokens, whole.usage.completion_tokens)
+
+
 def _sine_wav(seconds: float) -> bytes:
     from pipeline.data.audio import wav_bytes
 
@@ -222,7 +240,7 @@ ERRORS = [
         {"type": "input_audio", "input_audio": {"data": "A" * 3_000_000, "format": "wav"}}, {"type": "text", "text": TARGET}]}]),
      413, "invalid_request_error", "request_too_large"),
     ("an unknown model", dict(model="no-such-run"), 404, "invalid_request_error", "model_not_found"),
-    ("streaming", dict(stream=False, extra_body={"stream": True}), 400, "invalid_request_error", "unsupported_parameter"),
+    ("stream that is not true or false", dict(extra_body={"stream": "yes"}), 400, "invalid_request_error", "invalid_value"),
     ("an unknown kind", dict(extra_body={"kind": "poetry"}), 400, "invalid_request_error", "invalid_value"),
     ("a read-aloud request without its sentence", dict(messages=[{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]),

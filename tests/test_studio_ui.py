@@ -212,3 +212,57 @@ def test_the_train_tabs_numbers_are_answered_under_their_own_box(ui):
     for name in ("epochs", "learning-rate", "max-steps", "lora-alpha", "lora-dropout", "eval-steps", "save-steps",
                  "judge-clips", "early-stopping-patience"):
         assert f"{name.replace('-', '-')}-message" in blocks, name
+
+
+def test_an_answer_shown_as_it_grows_ends_with_its_result_and_stops_when_the_page_leaves():
+    """`ui.common.as_it_grows`, what the practice page and the Try tab stream through: each text the answer
+    reports is an update (when the page keeps up), then the result; an error is raised in the page's
+    thread; a page that leaves (the generator closed) makes the answer's next report raise, ending it."""
+    import threading
+    import time
+
+    from pipeline.errors import ConfigError
+    from ui.common import as_it_grows
+
+    shown = threading.Semaphore(0)
+
+    def answer(first: str, *, on_text):
+        text = first
+        for word in (" two", " three"):
+            on_text(text)
+            assert shown.acquire(timeout=30)  # the next piece once the page has shown this one
+            text += word
+        on_text(text)
+        assert shown.acquire(timeout=30)
+        return text.upper()
+
+    seen = []
+    for text, result in as_it_grows(answer, "one"):
+        seen.append((text, result))
+        if result is None:
+            shown.release()
+    assert seen == [("one", None), ("one two", None), ("one two three", None), (None, "ONE TWO THREE")]
+
+    def refused(*, on_text):
+        raise ConfigError("Record yourself first.")
+
+    with pytest.raises(ConfigError, match="Record yourself first"):
+        list(as_it_grows(refused))
+
+    ended, raised = threading.Event(), []
+
+    def endless(*, on_text):
+        try:
+            for count in range(100_000):
+                on_text(str(count))
+                time.sleep(0.005)
+        except Exception as error:
+            raised.append(error)
+            raise
+        finally:
+            ended.set()
+
+    updates = as_it_grows(endless)
+    assert next(updates)[1] is None
+    updates.close()  # the page went away
+    assert ended.wait(30) and len(raised) == 1  # the answer stopped at its next report instead of running on

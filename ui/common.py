@@ -1,5 +1,5 @@
 """What every tab shares: the settings widgets' order, `ui_errors`, widget values -> `TrainConfig`, progress,
-a dialogue's turns as chat messages (Samples and Try).
+a dialogue's turns as chat messages (Samples and Try), an answer shown as it is generated (`as_it_grows`).
 
 `ui_errors` is the one place a `PipelineError` becomes a "✗ message" in a tab's status panel (or, where
 no panel fits, a `gr.Error`).
@@ -10,6 +10,7 @@ inside the functions that call them.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable
@@ -109,23 +110,37 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
 
     Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
     such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
-    logs the traceback.
+    logs the traceback. A generator handler (an answer shown as it is generated) stays one: what it
+    yielded stays shown, and the error is its last update.
     """
 
+    def refusal(error: PipelineError) -> Any:
+        hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
+        if message_at is None:
+            raise gr.Error(app_wording(str(error), widgets=widgets), title=_error_title(error), duration=None,
+                           print_exception=False) from error
+        text = error_panel(error, hint, widgets)
+        if outputs == 1:
+            return text
+        return tuple(text if index == message_at else gr.skip() for index in range(outputs))
+
     def decorate(handler: Callable) -> Callable:
+        if inspect.isgeneratorfunction(handler):  # Gradio streams a generator's updates
+            @functools.wraps(handler)
+            def updates(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    yield from handler(*args, **kwargs)
+                except PipelineError as error:
+                    yield refusal(error)
+
+            return updates
+
         @functools.wraps(handler)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 return handler(*args, **kwargs)
             except PipelineError as error:
-                hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
-                if message_at is None:
-                    raise gr.Error(app_wording(str(error), widgets=widgets), title=_error_title(error), duration=None,
-                                   print_exception=False) from error
-                text = error_panel(error, hint, widgets)
-                if outputs == 1:
-                    return text
-                return tuple(text if index == message_at else gr.skip() for index in range(outputs))
+                return refusal(error)
 
         return wrapper
 
@@ -340,3 +355,48 @@ def setting_message(name: str, value: Any) -> str:
     except PipelineError as error:  # where the box is goes without saying right under it
         return "✗ " + re.sub(r" \((?:Memory|Train) tab[^)]*\)", "", app_wording(str(error)), count=1)
     return ""
+
+
+def as_it_grows(call: Callable[..., Any], *args: Any, **kwargs: Any):
+    """Run `call(*args, on_text=..., **kwargs)` (a pipeline function that reports its answer as it grows,
+    e.g. `pipeline.inbox.practice.answer_attempt`) in a thread of its own and yield `(text, None)` each
+    time the answer grows (`text`: what `on_text` was called with; several arguments come as a tuple),
+    then `(None, result)`. Updates that arrive faster than they are shown are merged (the latest wins).
+    Raises what `call` raised. A Gradio generator handler turns each into an update of the page. Closed
+    before the end (the page went away), the next `on_text` raises in `call`'s thread, which cancels
+    the answer (`pipeline.tutor.infer.PendingFeedback.feedback`) and so ends `call` without a result."""
+    import queue
+    import threading
+
+    updates: queue.Queue = queue.Queue()
+    left = threading.Event()
+
+    def heard(*texts: Any) -> None:
+        if left.is_set():
+            raise _Left("the page stopped listening")
+        updates.put(("text", texts[0] if len(texts) == 1 else texts))
+
+    def run() -> None:
+        try:
+            updates.put(("done", call(*args, on_text=heard, **kwargs)))
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            updates.put(("error", error))
+
+    threading.Thread(target=run, name="answer", daemon=True).start()
+    try:
+        while True:
+            kind, value = updates.get()
+            while kind == "text" and not updates.empty():  # show only the latest text
+                kind, value = updates.get()
+            if kind == "error":
+                raise value
+            if kind == "done":
+                yield None, value
+                return
+            yield value, None
+    finally:
+        left.set()
+
+
+class _Left(Exception):
+    """Raised in an answer's thread when the page no longer listens (`as_it_grows` was closed)."""

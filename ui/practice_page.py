@@ -30,6 +30,10 @@ from ui.common import ui_errors
 UNSENT_UPLOAD_S = 900
 """An uploaded recording never sent is deleted this many seconds after upload at most (Gradio's
 `delete_cache` sweep runs every `UNSENT_UPLOAD_S // 3` seconds and removes uploads older than this)."""
+ANSWERS_AT_ONCE = 16
+"""Students answered at the same time: the tutor generates up to 8 answers together
+(`pipeline.tutor.batching.DEFAULT_MAX_BATCH`) and the next ones wait there, read as soon as a row frees,
+instead of in the page's queue."""
 CONSENT_LABEL = ("Keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and the time). "
                  "Untick: nothing is stored.")
 
@@ -99,10 +103,11 @@ class PracticeHandlers:
         return name, gr.update(choices=view.exercise_choices(setup.items), value=0), note, consent
 
     @ui_errors(message_at=1, outputs=2)
-    def answer(self, audio: Any, exercise: Any, name: str, consent: bool,
-               request: gr.Request = None) -> tuple[str, str]:
-        """The tutor's feedback on one attempt; returns (feedback text, status line)."""
+    def answer(self, audio: Any, exercise: Any, name: str, consent: bool, request: gr.Request = None):
+        """The tutor's feedback on one attempt, shown as it is generated: yields (feedback text, status
+        line) updates, the last with what became of the attempt."""
         from pipeline.inbox.practice import answer_attempt
+        from ui.common import as_it_grows
 
         if audio is None:
             raise ConfigError("Record yourself first (or upload a clip), then click Get feedback.")
@@ -110,14 +115,17 @@ class PracticeHandlers:
             raise ConfigError("Pick an exercise first.")
         student = _login(request) or (name or "").strip()
         try:
-            result = answer_attempt(self.ws, audio, int(exercise), student=student, consent=bool(consent),
-                                    rate=self.rate)
-        finally:  # answered or refused: Gradio's copy goes (with consent the inbox holds the only one)
+            for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
+                                            consent=bool(consent), rate=self.rate):
+                if result is None:
+                    yield text, view.ANSWERING
+                else:
+                    yield result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]),
+                                                             result.get("not_kept"))
+        finally:  # answered, refused or left: Gradio's copy goes (with consent the inbox holds the only one)
             discard_upload(audio)
             if self.own_files is not None and isinstance(audio, str):
                 self.own_files.forget(audio)
-        return result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]),
-                                                  result.get("not_kept"))
 
     def _student(self, name: str, request: gr.Request | None) -> str:
         student = _login(request) or (name or "").strip()
@@ -165,7 +173,8 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         submit = gr.Button("Get feedback", variant="primary", elem_id="practice-submit")
         status = gr.Markdown(elem_id="practice-status")
         feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
-        submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status])
+        submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status],
+                     concurrency_limit=ANSWERS_AT_ONCE)
         # another exercise starts with a fresh recording and no earlier feedback
         exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
         # the name and the consent are given once: this browser remembers them (encrypted local storage)

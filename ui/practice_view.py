@@ -29,6 +29,10 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
     return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
 
 
+ANSWERING = "The tutor is answering…"
+"""The line under the feedback while the answer is being generated (it grows above)."""
+
+
 MINE_HEADERS = ["when", "exercise", "tutor's answer", "teacher"]
 """The columns of a student's own kept attempts."""
 _DECISIONS = {"pending": "not seen yet", "accepted": "kept as a sample", "rejected": "set aside"}

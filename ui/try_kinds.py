@@ -47,9 +47,11 @@ class DialogueTryHandlers:
 
     @ui_errors(message_at=4, outputs=5)
     def send(self, audio: Any, text: str, history: list[dict], run_name: str, max_new_tokens: float = 128):
-        """The learner's turn and the tutor's reply; returns (history, chat, cleared audio, cleared text,
-        note). What went wrong shows in the note; the conversation stays as it was."""
+        """The learner's turn and the tutor's reply, shown as it is generated: yields (history, chat,
+        audio, text, note) updates, the last with the reply kept in the history and the inputs cleared.
+        What went wrong shows in the note; the conversation stays as it was."""
         from pipeline.tutor.infer import load_tutor
+        from ui.common import as_it_grows
 
         if not run_name:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
@@ -62,9 +64,12 @@ class DialogueTryHandlers:
                 "text": (text or "").strip() or None}
         turns = list(history or []) + [turn]
         tutor = load_tutor(None, run=run_name, workspace=self.state.ws)
-        reply = tutor.dialogue_reply(turns, max_new_tokens=tokens)
+        for partial, reply in as_it_grows(tutor.dialogue_reply, turns, max_new_tokens=tokens):
+            if reply is None:
+                growing = chat_messages(turns + [{"role": "tutor", "text": partial or "…"}])
+                yield gr.skip(), growing, gr.skip(), gr.skip(), "The tutor is answering…"
         turns.append({"role": "tutor", "text": reply.text or "…"})
-        return turns, chat_messages(turns), None, "", self.state.describe_model(tutor.model_id)
+        yield turns, chat_messages(turns), None, "", self.state.describe_model(tutor.model_id)
 
     def start_over(self):
         """A new conversation: (history, chat, note)."""

@@ -41,22 +41,28 @@ class TryHandlers:
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
-                     max_new_tokens: float = 256, kind_label: str = "Read aloud") -> tuple[str, str, str]:
+                     max_new_tokens: float = 256, kind_label: str = "Read aloud"):
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
-        answer with the adapter disabled); returns (tuned text, note on the model, base text).
+        answer with the adapter disabled), both generated together and shown as they grow: yields
+        (tuned text, note on the model, base text) updates.
 
         What went wrong (no run picked, a clip that fails a check, a model that cannot load) shows in
         the note panel under the button, in plain words; the answer boxes keep what they showed."""
         from pipeline.tutor.infer import compare_feedback
+        from ui.common import as_it_grows
 
         if not run_name:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
                               "(the Train tab makes one; a stopped run has an adapter too).")
         tokens = whole_number_in_range(256 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
                                        MAX_TOKENS_LABEL)
-        result = compare_feedback(audio, target_text or "", run=run_name, workspace=self.state.ws,
-                                  max_new_tokens=tokens, kind=TRY_KINDS.get(kind_label, "read_aloud"))
-        return result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
+        for texts, result in as_it_grows(compare_feedback, audio, target_text or "", run=run_name,
+                                         workspace=self.state.ws, max_new_tokens=tokens,
+                                         kind=TRY_KINDS.get(kind_label, "read_aloud")):
+            if result is None:
+                yield texts[0], view.ANSWERING, texts[1]
+            else:
+                yield result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
 
 
 def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:

@@ -14,6 +14,10 @@ from typing import Any, Mapping, Sequence
 from ui.counts import plural
 
 
+ANSWERING = "The tutors are answering… (both answers grow as they are generated)"
+"""The note under the button while the answers are being generated."""
+
+
 def headline_markdown(tutors: Sequence[str]) -> str:
     """The tab's first line, about the teacher's tutors (`tutors`: the runs that saved an adapter, newest
     first): how many there are to try and the newest, or where to make one (Markdown)."""

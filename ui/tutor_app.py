@@ -31,11 +31,32 @@ def _handler(part: str, name: str) -> property:
     return property(lambda self: getattr(functools.reduce(getattr, part.split("."), self), name), doc=f"`{part}.{name}`")
 
 
+def _last_update(part: str, name: str) -> property:
+    """As `_handler`, for a handler that yields its updates (an answer shown as it is generated): the flat
+    API returns the last update, what the page ends with."""
+    import functools
+
+    def final(self):
+        handler = getattr(functools.reduce(getattr, part.split("."), self), name)
+
+        @functools.wraps(handler)
+        def last(*args, **kwargs):
+            update = None
+            for update in handler(*args, **kwargs):
+                pass
+            return update
+
+        return last
+
+    return property(final, doc=f"`{part}.{name}`, its last update")
+
+
 class TutorApp:
     """The handlers of the app, bound to one workspace folder. Each calls one `pipeline/` function.
 
     Handlers are plain methods (testable without a browser): they take widget values and return
-    widget values; bad input raises `gr.Error` through `ui_errors`.
+    widget values (a handler that shows an answer as it is generated yields them; here it returns the
+    last); bad input raises `gr.Error` through `ui_errors`.
     """
 
     def __init__(self, workspace: str | os.PathLike | Workspace = DEFAULT_WORKSPACE, shared: bool = False,
@@ -110,8 +131,8 @@ class TutorApp:
     refresh_run_lists = _handler("train", "refresh_run_lists")
 
     # 5 Try
-    try_feedback = _handler("tryout", "try_feedback")
-    try_dialogue_send = _handler("tryout.dialogue", "send")
+    try_feedback = _last_update("tryout", "try_feedback")
+    try_dialogue_send = _last_update("tryout.dialogue", "send")
     try_dialogue_start_over = _handler("tryout.dialogue", "start_over")
     export_run = _handler("export", "export")
     import_run = _handler("export", "import_run")

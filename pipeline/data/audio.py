@@ -148,32 +148,35 @@ def _describe(source: Any, name: str | None) -> str:
 @dataclass
 class _Decoded:
     """What a decoder read: `frames` float32 (n, channels) at `rate_hz`, at most the frames asked for,
-    and `source_frames`, the length of the whole file in frames (from the container, or counted)."""
+    and `source_frames`, the file's length in frames (from the container, or counted; a lower bound
+    when not `length_known`: decoding stopped at the cap of a file not stating its length)."""
 
     frames: np.ndarray
     rate_hz: int
     source_frames: int
+    length_known: bool = True
 
 
-def _keep_frames(rate_hz: int) -> int:
-    """Frames decoded at most: 30 s (`MAX_DURATION_S`, the most any clip keeps) and one more, which
-    tells a longer file from one of exactly 30 s."""
-    return int(math.ceil(MAX_DURATION_S * rate_hz)) + 1
+def _keep_frames(rate_hz: int, max_s: float = MAX_DURATION_S) -> int:
+    """Frames decoded at most: `max_s` seconds (at most 30 s) and one more, which tells a longer file."""
+    return int(math.ceil(max_s * rate_hz)) + 1
 
 
-def _decode_soundfile(data: Any, trim: bool) -> _Decoded:
-    """Decode with libsndfile, at most `_keep_frames`; a file the header says is longer than 30 s
-    is not decoded at all without `trim` (its frame count is what `load_audio` refuses)."""
+def _decode_soundfile(data: Any, trim: bool, max_s: float = MAX_DURATION_S) -> _Decoded:
+    """Decode with libsndfile, at most `_keep_frames`; a file the header says is longer than `max_s` is not
+    decoded without `trim` (its frame count is what `load_audio` refuses), nor counted to its end."""
     import soundfile as sf
 
     with sf.SoundFile(data) as handle:
         rate, total = int(handle.samplerate), int(handle.frames)
-        keep = _keep_frames(rate)
+        keep = _keep_frames(rate, max_s)
         if total > keep and not trim:
             return _Decoded(np.zeros((0, handle.channels), np.float32), rate, total)
         samples = handle.read(frames=min(total, keep) if total > 0 else keep, dtype="float32", always_2d=True)
         counted = len(samples)
-        if total <= 0 and counted == keep:  # the header gives no length: count the rest, keeping none
+        if total <= 0 and counted == keep:  # the header gives no length: only `trim` counts the rest
+            if not trim:
+                return _Decoded(samples, rate, counted, length_known=False)
             while len(block := handle.read(frames=rate, dtype="float32", always_2d=True)):
                 counted += len(block)
     return _Decoded(samples, rate, max(total, counted))
@@ -188,10 +191,11 @@ def _pyav_duration_s(container: Any, stream: Any) -> float | None:
     return None
 
 
-def _decode_pyav(data: Any, trim: bool) -> _Decoded:
+def _decode_pyav(data: Any, trim: bool, max_s: float = MAX_DURATION_S) -> _Decoded:
     """Decode the first audio stream with FFmpeg (PyAV), at most `_keep_frames`: a stream the
-    container says is longer than 30 s is not decoded at all without `trim`; past the kept frames
-    decoding stops (or, when the container gives no duration, goes on counting frames, keeping none)."""
+    container says is longer than `max_s` is not decoded at all without `trim`; past the kept frames
+    decoding stops, also when the container states no duration (a browser's WebM) unless `trim`
+    asks to count the frames to the end, keeping none."""
     import av
 
     with av.open(data, mode="r") as container:
@@ -200,7 +204,7 @@ def _decode_pyav(data: Any, trim: bool) -> _Decoded:
         stream = container.streams.audio[0]
         duration_s = _pyav_duration_s(container, stream)
         rate = int(stream.rate or stream.codec_context.sample_rate or 0)
-        if duration_s is not None and rate and not trim and duration_s * rate > _keep_frames(rate):
+        if duration_s is not None and rate and not trim and duration_s * rate > _keep_frames(rate, max_s):
             return _Decoded(np.zeros((0, stream.channels or 1), np.float32), rate, int(round(duration_s * rate)))
         chunks = []
         kept = counted = 0
@@ -208,9 +212,9 @@ def _decode_pyav(data: Any, trim: bool) -> _Decoded:
         stopped = False
         for frame in container.decode(stream):
             rate, channels = frame.sample_rate, len(frame.layout.channels)
-            keep = _keep_frames(rate)
-            if kept >= keep and duration_s is not None:
-                stopped = True  # the container says how long the rest is
+            keep = _keep_frames(rate, max_s)
+            if kept >= keep and (duration_s is not None or not trim):
+                stopped = True  # the container says how long the rest is, or the rest is not wanted
                 break
             counted += frame.samples
             if kept >= keep:
@@ -231,8 +235,8 @@ def _decode_pyav(data: Any, trim: bool) -> _Decoded:
         if not chunks or channels is None:
             return _Decoded(np.zeros((0, 1), np.float32), rate or TARGET_SAMPLE_RATE_HZ, 0)
     merged = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
-    total = max(counted, int(round(duration_s * rate))) if stopped else counted
-    return _Decoded(np.ascontiguousarray(merged.T), int(rate), int(total))
+    total = max(counted, int(round(duration_s * rate))) if stopped and duration_s is not None else counted
+    return _Decoded(np.ascontiguousarray(merged.T), int(rate), int(total), length_known=not (stopped and duration_s is None))
 
 
 ACCEPTED_FORMATS = "wav, flac, ogg, mp3, m4a/aac, webm/opus"
@@ -317,11 +321,11 @@ def _not_decodable(label: str, head: bytes, problems: list[str]) -> AudioError:
                       f"kind of file renamed). {accepted} Re-export the clip as WAV or FLAC.")
 
 
-def _decode_file_or_bytes(source: Any, label: str, trim: bool = False) -> _Decoded:
+def _decode_file_or_bytes(source: Any, label: str, trim: bool = False, max_s: float = MAX_DURATION_S) -> _Decoded:
     """Decode a path or bytes: libsndfile first (PyAV first for m4a/aac/webm), then the other.
 
     A decoder that fails, or finds no samples (a header that says its data is empty while audio
-    follows it: a recorder cut off before rewriting it), hands over to the other one. At most 30 s
+    follows it: a recorder cut off before rewriting it), hands over to the other one. At most `max_s`
     (and one frame) is decoded; a file whose container says it is longer is not decoded without
     `trim` (see `_decode_soundfile`, `_decode_pyav`).
 
@@ -348,7 +352,7 @@ def _decode_file_or_bytes(source: Any, label: str, trim: bool = False) -> _Decod
     for decoder in order:
         data = str(source) if is_path else io.BytesIO(bytes(source))
         try:
-            decoded = (_decode_soundfile if decoder == "soundfile" else _decode_pyav)(data, trim)
+            decoded = (_decode_soundfile if decoder == "soundfile" else _decode_pyav)(data, trim, max_s)
         except ImportError:
             raise  # this Python lacks the package: not a fault of the file
         except Exception as error:  # noqa: BLE001 - any decoder failure means "try the next one"
@@ -487,7 +491,7 @@ def _resample(mono: np.ndarray, rate: int) -> np.ndarray:
     return soxr.resample(mono, rate, TARGET_SAMPLE_RATE_HZ, quality="HQ").astype(np.float32, copy=False)
 
 
-def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> Audio:
+def load_audio(source: Any, *, name: str | None = None, trim: bool = False, max_duration_s: float = MAX_DURATION_S) -> Audio:
     """Decode, downmix, resample and check one clip.
 
     Args:
@@ -496,7 +500,9 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
             axis order), a Gradio file dict with a `"path"` key, an `Audio` (returned as is), or
             `None` (nothing recorded).
         name: how to call the clip in messages (defaults to the file name).
-        trim: when the clip is longer than 30 s, keep its first 30 s instead of refusing it.
+        trim: when the clip is longer than `max_duration_s`, keep its start instead of refusing it.
+        max_duration_s: the longest clip taken, seconds (default and at most 30 s, a larger value counts
+            as 30 s); no more is ever decoded, so a server bounds audio without decoding what it refuses.
 
     Returns:
         `Audio` with `samples` float32 of shape (n,), in [-1, 1], at 16 kHz, and its `AudioReport`.
@@ -505,25 +511,26 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
         AudioError: no audio, unreadable/corrupt (the message says what the file holds instead and
             lists `ACCEPTED_FORMATS`), NaN/inf, shorter than 0.3 s, clipped, or silent; the message
             gives the measured value and a fix.
-        ClipTooLongError: (an `AudioError`) longer than 30 s without `trim`.
+        ClipTooLongError: (an `AudioError`) longer than `max_duration_s` without `trim` (its
+            `duration_s` a lower bound when the file does not state its length).
     """
+    max_duration_s = min(float(max_duration_s), MAX_DURATION_S)
     if isinstance(source, Audio):
         return source
     if isinstance(source, dict) and "path" in source:
         source = source["path"]
     label = _describe(source, name)
-    frames, rate, n_source = _source_frames(source, label, trim)
+    frames, rate, n_source, length_known = _source_frames(source, label, trim, max_duration_s)
     channels = frames.shape[1]
-    source_duration_s = _check_source(frames, rate, n_source, label, trim)
+    source_duration_s = _check_source(frames, rate, n_source, label, trim, max_duration_s, length_known)
     warnings: list[str] = []
-    trimmed = source_duration_s > MAX_DURATION_S  # only with `trim`: `_check_source` refuses it otherwise
+    trimmed = source_duration_s > max_duration_s  # only with `trim`: `_check_source` refuses it otherwise
     if trimmed:
-        frames = frames[: int(MAX_DURATION_S * rate)]
-        warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {MAX_DURATION_S:.0f} s")
+        frames = frames[: int(max_duration_s * rate)]
+        warnings.append(f"trimmed from {source_duration_s:.1f} s to the first {max_duration_s:g} s")
     clipped_fraction = _check_clipping(frames, label, warnings)
     mono, level_dbfs = _downmix(frames, rate, warnings)
     _check_level(mono, level_dbfs, rate, label, warnings)
-
     samples = _resample(mono, rate)
     warnings.extend(_over_full_scale_warnings(frames, samples))
     np.clip(samples, -1.0, 1.0, out=samples)
@@ -542,10 +549,10 @@ def load_audio(source: Any, *, name: str | None = None, trim: bool = False) -> A
     return Audio(samples=samples, report=report)
 
 
-def _source_frames(source: Any, label: str, trim: bool) -> tuple[np.ndarray, int, int]:
+def _source_frames(source: Any, label: str, trim: bool, max_s: float = MAX_DURATION_S) -> tuple[np.ndarray, int, int, bool]:
     """Decode `source` (a path, file bytes, or a microphone value `(rate, samples)` in either order) into
-    `(frames, rate_hz, source_frames)`: float32 (n, channels), the source's rate, and the frames the
-    source holds (more than n for a file over `MAX_DURATION_S`, decoded in part or not at all).
+    `(frames, rate_hz, source_frames, length_known)` (see `_Decoded`): float32 (n, channels), the
+    source's rate, the frames the source holds (more than n for a file over `max_s`).
     Raises `AudioError`: nothing received, an unsupported value, a file that cannot be decoded."""
     if source is None:
         raise AudioError(
@@ -553,8 +560,8 @@ def _source_frames(source: Any, label: str, trim: bool) -> tuple[np.ndarray, int
             "Record or upload the clip, wait until it shows, then try again."
         )
     if isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)):
-        decoded = _decode_file_or_bytes(source, label, trim)
-        return decoded.frames, decoded.rate_hz, decoded.source_frames
+        decoded = _decode_file_or_bytes(source, label, trim, max_s)
+        return decoded.frames, decoded.rate_hz, decoded.source_frames, decoded.length_known
     if isinstance(source, (tuple, list)) and len(source) == 2:
         first, second = source
         if isinstance(first, np.ndarray) and not isinstance(second, np.ndarray):
@@ -562,26 +569,25 @@ def _source_frames(source: Any, label: str, trim: bool) -> tuple[np.ndarray, int
         if second is None:
             raise AudioError("No audio received: the recording is empty. Record the clip again.")
         frames, rate = _from_array(first, second, label)
-        return frames, rate, len(frames)
+        return frames, rate, len(frames), True
     raise AudioError(
         f"{label}: unsupported audio value of type {type(source).__name__}; expected a file path, "
         "file bytes or a microphone value (sample_rate_hz, samples)."
     )
 
 
-def _check_source(frames: np.ndarray, rate: int, n_source: int, label: str, trim: bool) -> float:
+def _check_source(frames: np.ndarray, rate: int, n_source: int, label: str, trim: bool,
+                  max_s: float = MAX_DURATION_S, length_known: bool = True) -> float:
     """The source's duration in seconds (`n_source / rate`), once it is checked: samples there, not over
-    `MAX_DURATION_S` unless `trim` (else `ClipTooLongError`), finite, floats within `FLOAT_SCALE_MAX`,
+    `max_s` unless `trim` (else `ClipTooLongError`), finite, floats within `FLOAT_SCALE_MAX`,
     at least `MIN_DURATION_S` (else `AudioError`, with the measured value and a fix)."""
     if n_source == 0 or frames.shape[1] == 0:
         raise AudioError(f"`{label}` contains no audio samples; record or export it again.")
     source_duration_s = n_source / rate
-    if source_duration_s > MAX_DURATION_S and not trim:  # from the container: nothing was decoded
-        raise ClipTooLongError(
-            f"`{label}` is {source_duration_s:.1f} s; Gemma 3n hears at most {MAX_DURATION_S:.0f} s. "
-            "Trim it or split it into shorter clips.",
-            source_duration_s,
-        )
+    if source_duration_s > max_s and not trim:  # from the container: nothing was decoded (or up to the cap)
+        length = f"{source_duration_s:.1f} s" if length_known else f"longer than {max_s:g} s (it does not state its length)"
+        limit = f"Gemma 3n hears at most {MAX_DURATION_S:.0f} s" if max_s >= MAX_DURATION_S else f"at most {max_s:g} s is taken here"
+        raise ClipTooLongError(f"`{label}` is {length}; {limit}. Trim it or split it into shorter clips.", source_duration_s)
     bad = int(np.count_nonzero(~np.isfinite(frames)))
     if bad:
         raise AudioError(

@@ -17,7 +17,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.errors import ConfigError, SampleError
 from pipeline.fileio import atomic_write_json, locked
@@ -168,7 +168,8 @@ class AttemptRate:
 
 
 def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int, *, student: str, consent: bool,
-                   max_new_tokens: int = 256, rate: AttemptRate | None = None) -> dict[str, Any]:
+                   max_new_tokens: int = 256, rate: AttemptRate | None = None,
+                   on_text: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The tutor's answer to one student attempt, kept in the inbox when `consent` is True.
 
     Args:
@@ -177,6 +178,8 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
         student: the student's name (required when `consent`).
         consent: keep the clip, exercise, answer and time in the inbox; False stores nothing.
         rate: the attempts a student may send (`AttemptRate`), counted before the clip is decoded; None: no bound.
+        on_text: optional `(answer so far) -> None`, called as the tutor's answer is generated (the page
+            shows it growing); the attempt is kept, with consent, once the answer is whole.
 
     Returns:
         `{"text": the answer, "note": str | None (says when the model is the random stand-in),
@@ -206,7 +209,7 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
     clip = load_audio(audio)  # a bad clip is refused before the model loads
     tutor = load_tutor(None, run=setup.run, workspace=ws)
     ask = tutor.feedback if setup.kind == "read_aloud" else tutor.free_speech_feedback
-    answer = ask(clip, text, max_new_tokens=int(max_new_tokens))
+    answer = ask(clip, text, max_new_tokens=int(max_new_tokens), on_text=on_text)
     attempt, not_kept = None, None
     if consent:
         try:

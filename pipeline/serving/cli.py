@@ -1,7 +1,8 @@
 """`python -m pipeline serve`: the tuned tutor behind an OpenAI-compatible API.
 
     python -m pipeline serve --workspace WS --run NAME [--run NAME2] [--model BASE] [--host 127.0.0.1]
-        [--port 8000] [--api-key-file FILE] [--queue-size 8] [--max-body-mb 25] [--device ...] [--quantization ...] [--json]
+        [--port 8000] [--api-key-file FILE] [--queue-size 8] [--max-batch 8] [--max-body-mb 25] [--max-clips 8]
+        [--max-audio-seconds 120] [--max-text-chars 8000] [--device ...] [--quantization ...] [--json]
 
 Binds the address first (a port in use fails at once, not after loading), loads the runs
 (`pipeline.serving.models.load_served`), prints the address and the served names (one JSON line with
@@ -11,6 +12,11 @@ line in `ps`); a key given is never printed. Without one a key is generated (`se
 32 characters) and printed, once. It listens on this computer only
 (127.0.0.1) unless `--host` says otherwise; beyond loopback every request still needs the key, but
 the traffic is plain HTTP: put an HTTPS proxy in front of it.
+
+Bounds, each a setting with a safe default: `--max-batch` answers generated together per loaded model
+(1: one at a time), `--queue-size` requests waiting beyond them (more: 429), `--max-body-mb` per
+request body (413), and per request `--max-clips`, `--max-audio-seconds` and `--max-text-chars`
+(400; `pipeline.serving.protocol.RequestLimits`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError
 from pipeline.serving.models import DEFAULT_QUEUE_SIZE
+from pipeline.serving.protocol import DEFAULT_MAX_AUDIO_S, DEFAULT_MAX_CLIPS, DEFAULT_MAX_TEXT_CHARS
 from pipeline.workspace import DEFAULT_WORKSPACE
 
 DEFAULT_MAX_BODY_MB = 25.0
@@ -116,14 +123,28 @@ def serve_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=None, help=argparse.SUPPRESS)  # taken, with a warning (`ps` shows it)
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help=f"answers that may wait per loaded model; more get HTTP 429 (default {DEFAULT_QUEUE_SIZE})")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="answers generated together per loaded model (default 8, or TUTOR_MAX_BATCH; 1: one at a time)")
     parser.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_MB,
                         help=f"largest request body in MB; larger get HTTP 413 (default {DEFAULT_MAX_BODY_MB:g})")
+    parser.add_argument("--max-clips", type=int, default=DEFAULT_MAX_CLIPS,
+                        help=f"clips one request may hold; more get HTTP 400 (default {DEFAULT_MAX_CLIPS})")
+    parser.add_argument("--max-audio-seconds", type=float, default=DEFAULT_MAX_AUDIO_S,
+                        help=f"seconds of audio one request may hold in all; more get HTTP 400 (default {DEFAULT_MAX_AUDIO_S:g})")
+    parser.add_argument("--max-text-chars", type=int, default=DEFAULT_MAX_TEXT_CHARS,
+                        help=f"characters of text one request may hold; more get HTTP 400 (default {DEFAULT_MAX_TEXT_CHARS})")
     parser.add_argument("--json", action="store_true", help="print the ready line as one JSON object")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"`--port` must be 0-65535, got {args.port}; 8000 is the usual choice (0 picks a free one).")
     if args.queue_size < 1:
         raise ConfigError(f"`--queue-size` must be >= 1, got {args.queue_size}.")
+    if args.max_batch is not None and args.max_batch < 1:
+        raise ConfigError(f"`--max-batch` must be >= 1 (1 answers one request at a time), got {args.max_batch}.")
+    from pipeline.serving.protocol import RequestLimits
+
+    limits = RequestLimits(max_clips=args.max_clips, max_audio_s=args.max_audio_seconds,
+                           max_text_chars=args.max_text_chars)
     if not args.max_body_mb > 0:
         raise ConfigError(f"`--max-body-mb` must be above 0, got {args.max_body_mb}; {DEFAULT_MAX_BODY_MB:g} is the default.")
     api_key, source = given_api_key(args.api_key_file, args.api_key)
@@ -139,15 +160,16 @@ def serve_main(argv: list[str] | None = None) -> int:
     workers = []
     try:
         served = load_served(args.workspace, args.run, model=args.model, device=args.device,
-                             quantization=args.quantization, queue_size=args.queue_size)
+                             quantization=args.quantization, queue_size=args.queue_size, max_batch=args.max_batch)
         workers = loaded_workers(served)
         threads = share_threads(len(workers))
-        app = create_app(served, api_key=api_key, max_body_bytes=int(args.max_body_mb * 1e6))
+        app = create_app(served, api_key=api_key, max_body_bytes=int(args.max_body_mb * 1e6), limits=limits)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         url = f"http://{shown}:{port}/v1"
         ready = {"url": url, "models": list(served), "api_key": api_key if generated else None, "api_key_from": source,
-                 "loopback_only": is_loopback(args.host), "threads_per_model": threads}
+                 "loopback_only": is_loopback(args.host), "threads_per_model": threads,
+                 "max_batch": workers[0].max_batch if workers else None}
         if args.json:
             print(json.dumps(ready), flush=True)
         else:

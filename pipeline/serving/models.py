@@ -8,24 +8,26 @@ layer skipped, so it is the base model's answer) and shares its worker; otherwis
 on its own. Each run holds its own copy of the base weights (two runs of E2B in 4-bit: two ~7 GiB
 models), so serve only the runs you need.
 
-One worker thread per loaded model answers its queue in arrival order (a model generates one answer
-at a time anyway: `Tutor` holds its lock from tokenizing to decoding). The queue is bounded: when
-`queue_size` answers already wait, `ModelWorker.submit` refuses at once with a 429 `ApiError` instead
-of letting waits grow without limit. Nothing here blocks the web server's event loop: it awaits the
-worker's future (`pipeline.serving.app`), so `GET /v1/models` answers while a model generates.
+Each loaded model answers through its tutor's batch engine (`pipeline.tutor.batching`): up to
+`max_batch` answers are generated together, each new question read alone and then joining the
+others, so concurrent requests share the forwards instead of waiting for each other; `max_batch` 1
+answers one at a time. Admission is bounded: a `ModelWorker` admits at most `max_batch + queue_size`
+requests at a time and refuses the next at once with a 429 `ApiError` (`admit`), before anything of
+it is decoded, instead of letting waits (and decoding) grow without limit. Nothing here blocks the
+web server's event loop: it awaits the answer's events (`pipeline.serving.app`), so `GET /v1/models`
+answers while a model generates.
 
-CPU threads (`pipeline.host.cpu_threads`): one loaded model follows the inference rule per answer
-(`cores - 1`, or 1 while a run trains in the workspace). Several loaded models may generate at the
-same time, each in its own thread with its own OpenMP team, so `share_threads` gives each
-`(cores - 1) // models` threads (at least 1) through `TUTOR_INFER_THREADS`, unless it is already set.
+CPU threads (`pipeline.host.cpu_threads`): one loaded model follows the inference rule per round of
+its engine (`cores - 1`, or 1 while a run trains in the workspace). Several loaded models may
+generate at the same time, each engine in its own thread with its own OpenMP team, so `share_threads`
+gives each `(cores - 1) // models` threads (at least 1) through `TUTOR_INFER_THREADS`, unless it is
+already set.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import os
-import queue
 import re
 import threading
 from dataclasses import dataclass
@@ -38,90 +40,124 @@ from pipeline.serving.protocol import ApiError, TutorRequest
 BASE_NAME = "base"
 """The served name of the base model (no adapter)."""
 DEFAULT_QUEUE_SIZE = 8
-"""Answers that may wait per loaded model beyond the one generating; more get 429."""
+"""Requests that may wait per loaded model beyond the `max_batch` being answered; more get 429."""
+
+
+class Ticket:
+    """A place taken in a `ModelWorker` by one request, from admission to the end of its answer;
+    `release()` gives it back (once, however often it is called)."""
+
+    def __init__(self, worker: "ModelWorker"):
+        self._worker = worker
+        self._released = False
+
+    def release(self) -> None:
+        with self._worker._lock:
+            if not self._released:
+                self._released = True
+                self._worker._in_flight -= 1
 
 
 class ModelWorker:
-    """One loaded `Tutor` and the thread that answers its queue, one job at a time.
+    """One loaded `Tutor`, its batch engine (`pipeline.tutor.batching.BatchEngine`, `max_batch` answers
+    generated together) and its admission: at most `max_batch + queue_size` requests at a time, from
+    the moment they are admitted (before their audio is decoded) to the end of their answer.
 
-    A job is a callable `job(tutor) -> result`; `submit` returns a `concurrent.futures.Future` of its
-    result (or of the exception it raised).
+    Raises:
+        ConfigError: `queue_size` or `max_batch` below 1.
     """
 
-    def __init__(self, tutor: Any, *, queue_size: int = DEFAULT_QUEUE_SIZE, label: str = "tutor"):
+    def __init__(self, tutor: Any, *, queue_size: int = DEFAULT_QUEUE_SIZE, max_batch: int | None = None,
+                 label: str = "tutor"):
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ConfigError(f"`--queue-size` must be a whole number >= 1, got {queue_size!r}.")
+        from pipeline.tutor.batching import default_max_batch
+
         self.tutor = tutor
         self.label = label
         self.queue_size = queue_size
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
-        self._busy = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"serve-{label}", daemon=True)
-        self._thread.start()
+        tutor.engine.set_max_batch(default_max_batch() if max_batch is None else max_batch)
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._closed = False
+        self._answers: set = set()
 
     @property
-    def waiting(self) -> int:
-        """Jobs queued and not yet started."""
-        return self._queue.qsize()
+    def max_batch(self) -> int:
+        """Answers generated together."""
+        return self.tutor.engine.max_batch
 
     @property
-    def busy(self) -> bool:
-        """True while a job runs."""
-        return self._busy.is_set()
+    def capacity(self) -> int:
+        """Requests admitted at most at a time: `max_batch` generating and `queue_size` waiting."""
+        return self.max_batch + self.queue_size
 
-    def submit(self, job: Callable[[Any], Any]) -> concurrent.futures.Future:
-        """Queue `job` for this model.
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and not finished (decoding their audio, waiting or being answered)."""
+        return self._in_flight
+
+    def admit(self) -> Ticket:
+        """Take a place for one request, before anything of it is decoded.
 
         Raises:
-            ApiError: 429 `queue_full` when `queue_size` jobs already wait (the message says how many
-                and to retry), 503 when the worker has stopped.
+            ApiError: 429 `queue_full` when `capacity` requests are already admitted (the message says
+                how many and to retry), 503 `shutting_down` when the server stops.
         """
-        if not self._thread.is_alive():
-            raise ApiError(f"The model `{self.label}` is shutting down; try again when the server is back.",
-                           status=503, type="server_error", code="shutting_down")
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self._queue.put_nowait((job, future))
-        except queue.Full:
-            raise ApiError(f"The model `{self.label}` is busy: {self.queue_size} answers already wait for it. "
-                           "Retry in a few seconds (or start the server with a larger `--queue-size`).",
-                           status=429, type="rate_limit_error", code="queue_full") from None
-        return future
+        with self._lock:
+            if self._closed:
+                raise ApiError(f"The model `{self.label}` is shutting down; try again when the server is back.",
+                               status=503, type="server_error", code="shutting_down")
+            if self._in_flight >= self.capacity:
+                raise ApiError(f"The model `{self.label}` is busy: {self.max_batch} answers are being generated and "
+                               f"{self.queue_size} wait. Retry in a few seconds (or start the server with a larger "
+                               "`--queue-size`).", status=429, type="rate_limit_error", code="queue_full")
+            self._in_flight += 1
+            return Ticket(self)
 
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            job, future = item
-            if not future.set_running_or_notify_cancel():
-                continue  # the caller gave up before it started
-            self._busy.set()
-            try:
-                result = job(self.tutor)
-            except BaseException as error:  # noqa: BLE001 - handed to the caller, who turns it into a reply
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-            finally:
-                self._busy.clear()
+    def ask(self, ticket: Ticket, request: TutorRequest, *, use_adapter: bool,
+            notify: Callable[[tuple[str, Any]], None] | None = None) -> Any:
+        """Submit the admitted `request` (its clips decoded) to the batch engine; returns its
+        `pipeline.tutor.infer.PendingFeedback`. The `ticket` is released when the answer ends (or here,
+        when it cannot be asked); `notify` hears the answer's events (`pipeline.tutor.batching.Answer`)."""
+        def events(event: tuple[str, Any]) -> None:
+            if event[0] in ("done", "error"):
+                ticket.release()
+                if pending is not None:
+                    with self._lock:
+                        self._answers.discard(pending.answer)
+            if notify is not None:
+                notify(event)
+
+        pending = None
+        try:
+            pending = ask(self.tutor, request, use_adapter=use_adapter, notify=events)
+        except BaseException:
+            ticket.release()
+            raise
+        with self._lock:
+            if not pending.answer._done.is_set():
+                self._answers.add(pending.answer)
+        return pending
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Refuse queued jobs not yet started, let the running one finish, stop the thread (waits up to `timeout_s`)."""
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[1].cancel()
-        self._queue.put(None)
-        self._thread.join(timeout_s)
+        """Refuse new requests (503) and end the answers being generated at their next token; waits up to
+        `timeout_s` seconds for them to end."""
+        import time
+
+        with self._lock:
+            self._closed = True
+            answers = list(self._answers)
+        for answer in answers:
+            answer.cancel()
+        deadline = time.monotonic() + timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 @dataclass
 class ServedModel:
-    """A name this server answers as: `worker` (its loaded model), whether the run's adapter is used
+    """A name this server answers as: `worker` (its loaded model and admission), whether the run's adapter is used
     (`use_adapter`; False for `base` sharing a run's model), the run (None for `base`), the base
     model id, the adapter file's SHA-256 (None for `base`) and `created` (Unix time of the adapter
     file, or of loading)."""
@@ -164,7 +200,8 @@ def adapter_sha256(adapter_dir: str | os.PathLike) -> str | None:
 
 
 def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | None = None, device: str | None = None,
-                quantization: str | None = None, queue_size: int = DEFAULT_QUEUE_SIZE) -> dict[str, ServedModel]:
+                quantization: str | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
+                max_batch: int | None = None) -> dict[str, ServedModel]:
     """Load every run (and the base) to serve, each loaded model with its worker.
 
     Args:
@@ -173,7 +210,9 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
         model: the base model served as `base`; default the first run's base. Every run must have
             been trained on it (`load_tutor` refuses otherwise).
         device, quantization: override the runs' own settings (`load_tutor`).
-        queue_size: answers that may wait per loaded model.
+        queue_size: requests that may wait per loaded model beyond those being answered.
+        max_batch: answers generated together per loaded model (None: `TUTOR_MAX_BATCH`, else 8; 1
+            answers one at a time).
 
     Returns:
         `{name: ServedModel}`: the runs in the order given, then `base`.
@@ -201,7 +240,7 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
                            use_cache=False)
         adapter_file = Path(tutor.adapter_dir) / "adapter_model.safetensors"
         served[run] = ServedModel(
-            name=run, worker=ModelWorker(tutor, queue_size=queue_size, label=run), use_adapter=True, run=run,
+            name=run, worker=ModelWorker(tutor, queue_size=queue_size, max_batch=max_batch, label=run), use_adapter=True, run=run,
             base_model=tutor.model_id, adapter_sha256=adapter_sha256(tutor.adapter_dir),
             created=int(adapter_file.stat().st_mtime) if adapter_file.exists() else int(time.time()),
         )
@@ -211,7 +250,7 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
         worker = sharing.worker
     else:
         worker = ModelWorker(load_tutor(base_id, device=device, quantization=quantization, use_cache=False),
-                             queue_size=queue_size, label=BASE_NAME)
+                             queue_size=queue_size, max_batch=max_batch, label=BASE_NAME)
     served[BASE_NAME] = ServedModel(name=BASE_NAME, worker=worker, use_adapter=False, run=None, base_model=base_id,
                                     adapter_sha256=None, created=int(time.time()))
     return served
@@ -239,29 +278,16 @@ def share_threads(models: int) -> int | None:
     return threads
 
 
-def answer(tutor: Any, request: TutorRequest, *, use_adapter: bool) -> tuple[Any, int]:
-    """Ask `tutor` the question of `request` as it was trained (`Tutor.feedback`,
-    `free_speech_feedback` or `dialogue_reply`), greedy decoding.
+def ask(tutor: Any, request: TutorRequest, *, use_adapter: bool,
+        notify: Callable[[tuple[str, Any]], None] | None = None) -> Any:
+    """Ask `tutor` the question of `request` (its clips decoded) as it was trained (`Tutor.ask`: read
+    aloud, free speech or the dialogue's next turn), greedy decoding, beside the other answers being
+    generated; returns the `pipeline.tutor.infer.PendingFeedback` at once.
 
-    Returns:
-        `(Feedback, prompt_tokens)`: the answer and the prompt's length in tokens as the model read it
-        (`pipeline.model.tokens.TokenCounter`, each clip ~192 positions).
-
-    Raises:
-        DatasetError: a text spells a control token (`pipeline.conversation.messages.check_user_text`).
-        AudioError: a clip fails a check.
-    """
-    from pipeline.conversation.messages import conversation_messages
-    from pipeline.model.tokens import TokenCounter
-
-    options = dict(max_new_tokens=request.max_new_tokens, use_adapter=use_adapter)
-    if request.kind == "read_aloud":
-        feedback = tutor.feedback(request.clips[0], request.text, **options)
-    elif request.kind == "free_speech":
-        feedback = tutor.free_speech_feedback(request.clips[0], request.text, **options)
-    else:
-        feedback = tutor.dialogue_reply(request.dialogue_turns(), **options)
-    messages = conversation_messages(request.kind, target_text=request.text, prompt=request.text,
-                                     turns=request.turns, tokenizer=tutor.processor.tokenizer)
-    prompt_tokens = TokenCounter(tutor.processor).count([messages], add_generation_prompt=True)[0]
-    return feedback, prompt_tokens
+    The answer's `prompt_tokens` is the prompt's length as the model read it (each Gemma 3n clip 188
+    audio positions). Its errors (a text that spells one of the tokenizer's special tokens:
+    `DatasetError`) come with the answer."""
+    options = dict(max_new_tokens=request.max_new_tokens, use_adapter=use_adapter, notify=notify)
+    if request.kind == "dialogue":
+        return tutor.ask("dialogue", turns=request.dialogue_turns(), **options)
+    return tutor.ask(request.kind, audio=request.clips[0], text=request.text, **options)

@@ -22,11 +22,14 @@ quantization) within a process, so the app does not reload the model on every cl
 runs inside peft's `disable_adapter()` context, which skips every LoRA layer (identical to the base
 model without the adapter).
 
-Concurrency (the app serves several clicks at once): switching the adapter off changes the shared
-model for every thread, so each `Tutor` lets one answer generate at a time (`Tutor.feedback` holds
-the tutor's lock from tokenizing to decoding, the adapter switch included), and `load_tutor` loads a
-model once however many first clicks arrive together. An answer is always from the model it is
-labelled with; concurrent clicks wait for each other instead of mixing models.
+Concurrency (the app, the practice page and the API ask one loaded model at once): every greedy
+answer is a question for the tutor's batch engine (`pipeline.tutor.batching.BatchEngine`), which
+reads each question alone and then generates the answers together, one token per row per forward,
+and gives each answer's text as it grows (`on_text`, `Tutor.ask`). Answers with the adapter and
+answers as the base model (peft's `disable_adapter()`, a switch global to the model) are generated
+in separate batches, so an answer is always from the model it is labelled with. A sampled answer
+(`do_sample=True`) runs alone through `generate`, holding the tutor's lock, which every step of the
+engine takes too. `load_tutor` loads a model once however many first clicks arrive together.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.host.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
@@ -51,7 +54,8 @@ DEFAULT_MAX_NEW_TOKENS = 256
 
 @dataclass
 class Feedback:
-    """One answer: `text` (the tutor's words only), the model used and timing."""
+    """One answer: `text` (the tutor's words only), the model used and timing (`seconds`: from asking to
+    the last token, waiting for a place in the batch included)."""
 
     text: str
     model: str
@@ -64,6 +68,12 @@ class Feedback:
     seconds: float
     audio_duration_s: float
     note: str | None = None
+    prompt_tokens: int = 0
+    """The prompt's length in tokens as the model read it (each Gemma 3n clip 188 audio positions)."""
+    finish_reason: str = "stop"
+    """"stop" (end of turn, or `stop()`), "length" (`max_new_tokens` reached)."""
+    first_token_s: float | None = None
+    """Seconds from asking to the first token (None for a sampled answer)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,7 +98,10 @@ class Tutor:
         self.device = device
         self.quantization = quantization
         self._lock = threading.Lock()
-        """Held by `feedback` from tokenizing to decoding: the adapter switch is global to the model."""
+        """Held around every forward (the batch engine's steps, a sampled answer's `generate`) and every
+        tokenization: the adapter switch is global to the model, and a fast tokenizer is not safe to share."""
+        self._engine = None
+        self._engine_lock = threading.Lock()
         from pipeline.model.tiny_model import is_tiny_random_model
 
         self.tiny_random_model = is_tiny_random_model(model_id)
@@ -102,6 +115,7 @@ class Tutor:
         do_sample: bool = False,
         use_adapter: bool = True,
         stop: Any = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> Feedback:
         """Answer for one clip.
 
@@ -110,44 +124,40 @@ class Tutor:
                 tuple `(rate, ndarray)`, `Audio`).
             target_text: the sentence the learner was asked to read.
             max_new_tokens: longest answer in tokens.
-            do_sample: sample instead of greedy decoding.
+            do_sample: sample instead of greedy decoding (one answer at a time, through `generate`).
             use_adapter: False answers as the base model: generation runs inside peft's
                 `disable_adapter()` context (no effect when no adapter is loaded). The returned
                 `Feedback` then has `run=None`, `adapter_dir=None`.
             stop: optional `() -> bool`, checked after every generated token; True ends the answer
                 there (used to cancel an evaluation mid-answer).
+            on_text: optional `(text so far) -> None`, called from this thread each time the answer
+                grows (greedy answers; a sampled one is given once, whole).
 
         Raises:
             AudioError: the clip fails a check (too short/long, silent, clipped, unreadable).
             DatasetError: the target text is empty or spells a control token such as `<end_of_turn>`
                 (`pipeline.conversation.messages.check_user_text`, the rule training uses).
         """
-        from pipeline.conversation.messages import build_messages
-        from pipeline.data.audio import load_audio
-
-        clip = load_audio(audio)
-        return self._generate(lambda tokenizer: build_messages(target_text, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
-                              use_adapter=use_adapter, stop=stop)
+        return self._generate(*self._conversation("read_aloud", audio=audio, text=target_text),
+                              max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop,
+                              on_text=on_text)
 
     def free_speech_feedback(self, audio: Any, prompt: str, *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                             do_sample: bool = False, use_adapter: bool = True, stop: Any = None) -> Feedback:
+                             do_sample: bool = False, use_adapter: bool = True, stop: Any = None,
+                             on_text: Callable[[str], None] | None = None) -> Feedback:
         """Feedback on one free-speech clip: the learner answering `prompt` (e.g. "Describe your last
         holiday."), asked as training asked it (`pipeline.conversation.messages.build_free_speech_messages`).
 
         Arguments and errors as `feedback`, with `prompt` in place of the target sentence
         (`DatasetError` when it is empty or spells a control token).
         """
-        from pipeline.conversation.messages import build_free_speech_messages
-        from pipeline.data.audio import load_audio
-
-        clip = load_audio(audio)
-        return self._generate(lambda tokenizer: build_free_speech_messages(prompt, None, clip.samples, tokenizer=tokenizer),
-                              clip.duration_s, [clip.samples], max_new_tokens=max_new_tokens, do_sample=do_sample,
-                              use_adapter=use_adapter, stop=stop)
+        return self._generate(*self._conversation("free_speech", audio=audio, text=prompt),
+                              max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop,
+                              on_text=on_text)
 
     def dialogue_reply(self, turns: list[dict], *, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                       do_sample: bool = False, use_adapter: bool = True, stop: Any = None) -> Feedback:
+                       do_sample: bool = False, use_adapter: bool = True, stop: Any = None,
+                       on_text: Callable[[str], None] | None = None) -> Feedback:
         """The tutor's next turn in a dialogue.
 
         Args:
@@ -155,7 +165,7 @@ class Tutor:
                 is anything `load_audio` accepts) and `{"role": "tutor", "text": str}`; it starts and
                 ends with the learner. Every clip is heard again, as in training
                 (`pipeline.conversation.messages.build_dialogue_messages`).
-            max_new_tokens, do_sample, use_adapter, stop: as `feedback`.
+            max_new_tokens, do_sample, use_adapter, stop, on_text: as `feedback`.
 
         Returns:
             `Feedback` whose `text` is the reply and `audio_duration_s` the clips' total.
@@ -164,10 +174,70 @@ class Tutor:
             DatasetError: no turns, a tutor turn first or last, an empty turn, a control token in a text.
             AudioError: a clip fails a check (the message names its turn).
         """
-        from pipeline.conversation.messages import LEARNER, build_dialogue_messages
+        return self._generate(*self._conversation("dialogue", turns=turns), max_new_tokens=max_new_tokens,
+                              do_sample=do_sample, use_adapter=use_adapter, stop=stop, on_text=on_text)
+
+    def ask(self, kind: str, *, audio: Any = None, text: str | None = None, turns: list[dict] | None = None,
+            max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, use_adapter: bool = True, stop: Any = None,
+            notify: Callable[[tuple[str, Any]], None] | None = None) -> "PendingFeedback":
+        """Submit one greedy question and return at once; the answer is generated beside the others being
+        answered (`pipeline.tutor.batching.BatchEngine`).
+
+        Args:
+            kind: `read_aloud` (`audio` + `text`: the sentence), `free_speech` (`audio` + `text`: the
+                prompt) or `dialogue` (`turns`, as `dialogue_reply`).
+            max_new_tokens, use_adapter, stop: as `feedback`.
+            notify: optional callback for every event of the answer, from the engine's thread
+                (`pipeline.tutor.batching.Answer`).
+
+        Returns:
+            `PendingFeedback`: iterate it for the text's pieces, `feedback()` for the whole `Feedback`.
+
+        Raises:
+            AudioError: a clip fails a check (decoded here, before anything is queued).
+            DatasetError: a dialogue without a last learner turn (other text faults are raised by
+                `feedback()` or the iteration, when the prompt is built).
+            ConfigError: an unknown kind.
+        """
+        return self._start(*self._conversation(kind, audio=audio, text=text, turns=turns),
+                           max_new_tokens=max_new_tokens, use_adapter=use_adapter, stop=stop, notify=notify)
+
+    def _start(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, use_adapter: bool,
+               stop: Any = None, notify: Callable[[tuple[str, Any]], None] | None = None) -> "PendingFeedback":
+        """Submit the greedy question `make_messages(tokenizer)` (with `clips`) to the batch engine."""
+        from pipeline.tutor.batching import Question
+
+        bypass = not use_adapter and self.adapter_dir is not None
+        question = Question(inputs=lambda: self._inputs(make_messages, clips), max_new_tokens=int(max_new_tokens),
+                            bypass_adapter=bypass, stop=stop)
+        return PendingFeedback(self, self.engine.submit(question, notify), bypass=bypass, audio_s=audio_s)
+
+    @property
+    def engine(self):
+        """The `pipeline.tutor.batching.BatchEngine` that answers this tutor's greedy questions (made on first use)."""
+        with self._engine_lock:
+            if self._engine is None:
+                from pipeline.tutor.batching import BatchEngine
+
+                self._engine = BatchEngine(self.model, self.processor.tokenizer, lock=self._lock, device=self.device,
+                                           eos_ids=self._eos_ids(), before_step=self._prepare_threads)
+            return self._engine
+
+    def _conversation(self, kind: str, *, audio: Any = None, text: str | None = None,
+                      turns: list[dict] | None = None) -> tuple[Callable[[Any], list], float, list]:
+        """`(make_messages(tokenizer), audio seconds, clips)` for a question of `kind`: the clips decoded and
+        checked (`load_audio`), the conversation built as training built it when the tokenizer is at hand."""
+        from pipeline.conversation.messages import (LEARNER, build_dialogue_messages, build_free_speech_messages,
+                                                    build_messages)
         from pipeline.data.audio import load_audio
         from pipeline.errors import DatasetError, PipelineError
 
+        if kind in ("read_aloud", "free_speech"):
+            clip = load_audio(audio)
+            build = build_messages if kind == "read_aloud" else build_free_speech_messages
+            return (lambda tokenizer: build(text, None, clip.samples, tokenizer=tokenizer)), clip.duration_s, [clip.samples]
+        if kind != "dialogue":
+            raise ConfigError(f"The kind of question must be read_aloud, free_speech or dialogue, not `{kind}`.")
         if not turns or str(turns[-1].get("role", "")).lower() != LEARNER:
             raise DatasetError("The dialogue must end with a learner turn (a recording or text) for the tutor to answer.")
         audios, shaped = [], []
@@ -182,21 +252,50 @@ class Tutor:
                 turn["clip"] = len(audios) - 1
             shaped.append(turn)
         seconds = sum(a.size for a in audios) / 16000
-        return self._generate(lambda tokenizer: build_dialogue_messages(shaped, audios, tokenizer=tokenizer), seconds,
-                              audios, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=use_adapter, stop=stop)
+        return (lambda tokenizer: build_dialogue_messages(shaped, audios, tokenizer=tokenizer)), seconds, audios
 
-    def _generate(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, do_sample: bool,
-                  use_adapter: bool, stop: Any = None) -> Feedback:
-        """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
-        turn, whose clips are `clips` in order): greedy by default, stopping at `<end_of_turn>` or when
-        `stop()` says so; only the new text is returned. Several clips (a dialogue) are aligned as the
-        training collator aligns them (`pipeline.model.audio_alignment.align_audio_masks`), so each clip is
-        heard as in training."""
-        import torch
-
+    def _inputs(self, make_messages: Any, clips: list) -> dict:
+        """The processor's inputs for the conversation `make_messages(tokenizer)` (ending with a user turn,
+        whose clips are `clips` in order) with the generation prompt: `input_ids` (1, L) and the audio
+        features. Several clips (a dialogue) are aligned as the training collator aligns them
+        (`pipeline.model.audio_alignment.align_audio_masks`), so each clip is heard as in training.
+        Called under the tutor's lock (the tokenizer is not shared between threads)."""
         from pipeline.model.audio_alignment import align_audio_masks
 
+        inputs = self.processor.apply_chat_template(
+            make_messages(self.processor.tokenizer), add_generation_prompt=True, tokenize=True, return_dict=True,
+            return_tensors="pt")
+        if "input_features_mask" in inputs:
+            align_audio_masks(inputs, clips, self.processor.feature_extractor)
+        return dict(inputs)
+
+    def _eos_ids(self) -> list[int]:
         tokenizer = self.processor.tokenizer
+        return [e for e in (tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id) if e is not None]
+
+    def _prepare_threads(self) -> None:
+        if self.device == "cpu":
+            apply_threads(inference_threads(training_active=self._training_active()))
+
+    def _generate(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, do_sample: bool,
+                  use_adapter: bool, stop: Any = None, on_text: Callable[[str], None] | None = None) -> Feedback:
+        """Generate the answer that follows `make_messages(tokenizer)`: greedy answers through the batch
+        engine (`ask`), a sampled one alone through `generate` (`_sample`); only the new text is returned."""
+        if not do_sample:
+            return self._start(make_messages, audio_s, clips, max_new_tokens=max_new_tokens, use_adapter=use_adapter,
+                               stop=stop).feedback(on_text)
+        feedback = self._sample(make_messages, audio_s, clips, max_new_tokens=max_new_tokens, use_adapter=use_adapter,
+                                stop=stop)
+        if on_text is not None:
+            on_text(feedback.text)
+        return feedback
+
+    def _sample(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, use_adapter: bool,
+                stop: Any = None) -> Feedback:
+        """A sampled answer, alone, through transformers' `generate` (stopping at `<end_of_turn>` or when
+        `stop()` says so), holding the tutor's lock from tokenizing to decoding."""
+        import torch
+
         bypass = not use_adapter and self.adapter_dir is not None
         extra = {}
         if stop is not None:
@@ -207,50 +306,36 @@ class Tutor:
                     return torch.full((input_ids.shape[0],), bool(stop()), dtype=torch.bool, device=input_ids.device)
 
             extra["stopping_criteria"] = StoppingCriteriaList([_Stop()])
-        # One answer at a time per loaded model: `disable_adapter()` switches the LoRA layers off for
-        # every thread, and a fast tokenizer is not safe to share between threads either.
+        started = time.perf_counter()
         with self._lock:
-            messages = make_messages(tokenizer)
-            inputs = self.processor.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-            )
-            if "input_features_mask" in inputs:
-                align_audio_masks(inputs, clips, self.processor.feature_extractor)
-            inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+            inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in self._inputs(make_messages, clips).items()}
             prompt_len = inputs["input_ids"].shape[1]
-            eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
-            started = time.perf_counter()
-            if self.device == "cpu":
-                apply_threads(inference_threads(training_active=self._training_active()))
+            self._prepare_threads()
             self.model.eval()
             with torch.inference_mode(), (self.model.disable_adapter() if bypass else contextlib.nullcontext()):
-                output = self.model.generate(
-                    **inputs,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=do_sample,
-                    eos_token_id=[e for e in eos if e is not None],
-                    pad_token_id=tokenizer.pad_token_id,
-                    **extra,
-                )
+                output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=True,
+                                             eos_token_id=self._eos_ids(),
+                                             pad_token_id=self.processor.tokenizer.pad_token_id, **extra)
             new_tokens = output[0, prompt_len:]
-            text = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
-        note = (
-            "The model is the tiny random stand-in made by make-tiny-model: this text is meaningless."
-            if self.tiny_random_model
-            else None
-        )
+            text = self.processor.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+        from pipeline.tutor.batching import Generated
+
+        generated = Generated(text=text, new_tokens=int(new_tokens.numel()), prompt_tokens=int(prompt_len),
+                              finish_reason="length" if new_tokens.numel() >= max_new_tokens else "stop",
+                              seconds=round(time.perf_counter() - started, 3), first_token_s=None)
+        return self._as_feedback(generated, bypass=bypass, audio_s=audio_s)
+
+    def _as_feedback(self, generated: Any, *, bypass: bool, audio_s: float) -> Feedback:
+        """A `Feedback` for `generated` (`pipeline.tutor.batching.Generated`) from this tutor."""
+        note = ("The model is the tiny random stand-in made by make-tiny-model: this text is meaningless."
+                if self.tiny_random_model else None)
         return Feedback(
-            text=text,
-            model=self.model_id,
-            run=None if bypass else self.run,
-            adapter_dir=None if bypass else self.adapter_dir,
-            tiny_random_model=self.tiny_random_model,
-            device=self.device,
-            quantization=self.quantization,
-            new_tokens=int(new_tokens.numel()),
-            seconds=round(time.perf_counter() - started, 3),
-            audio_duration_s=round(audio_s, 3),
-            note=note,
+            text=generated.text, model=self.model_id, run=None if bypass else self.run,
+            adapter_dir=None if bypass else self.adapter_dir, tiny_random_model=self.tiny_random_model,
+            device=self.device, quantization=self.quantization, new_tokens=generated.new_tokens,
+            seconds=generated.seconds, audio_duration_s=round(audio_s, 3), note=note,
+            prompt_tokens=generated.prompt_tokens, finish_reason=generated.finish_reason,
+            first_token_s=generated.first_token_s,
         )
 
     def _training_active(self) -> bool:
@@ -260,6 +345,44 @@ class Tutor:
         from pipeline.host.workspace_lock import lock_holder
 
         return lock_holder(self.workspace) is not None
+
+
+class PendingFeedback:
+    """A greedy answer being generated (`Tutor.ask`): iterate it for the text's pieces as they come,
+    `feedback()` for the whole `Feedback`, `cancel()` to stop it (its caller left)."""
+
+    def __init__(self, tutor: Tutor, answer: Any, *, bypass: bool, audio_s: float):
+        self.tutor = tutor
+        self.answer = answer
+        """The engine's `pipeline.tutor.batching.Answer`."""
+        self.bypass = bypass
+        self.audio_s = audio_s
+
+    def __iter__(self):
+        return iter(self.answer)
+
+    def cancel(self) -> None:
+        self.answer.cancel()
+
+    def feedback(self, on_text: Callable[[str], None] | None = None) -> Feedback:
+        """Wait for the whole answer (calling `on_text(text so far)` as it grows); returns its `Feedback`.
+
+        Raises what the question raised (e.g. `DatasetError` for a text that spells a control token), or
+        what `on_text` raised: the answer is then cancelled (its caller has gone)."""
+        if on_text is not None:
+            text = ""
+            try:
+                for piece in self.answer:
+                    text += piece
+                    on_text(text)
+            except BaseException:
+                self.cancel()
+                raise
+        return self.as_feedback(self.answer.result())
+
+    def as_feedback(self, generated: Any) -> Feedback:
+        """The `Feedback` of this answer once `generated` (`pipeline.tutor.batching.Generated`)."""
+        return self.tutor._as_feedback(generated, bypass=self.bypass, audio_s=self.audio_s)
 
 
 _CACHE: dict[tuple, Tutor] = {}
@@ -439,6 +562,7 @@ def compare_feedback(
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     do_sample: bool = False,
     kind: str = "read_aloud",
+    on_text: Callable[[str, str], None] | None = None,
 ) -> dict[str, Any]:
     """The tuned and the base tutor's answers for one clip, from one loaded model.
 
@@ -457,6 +581,9 @@ def compare_feedback(
         max_new_tokens: longest answer in tokens, per answer.
         do_sample: sample instead of greedy decoding.
         kind: `read_aloud` (`Tutor.feedback`) or `free_speech` (`Tutor.free_speech_feedback`).
+        on_text: optional `(tuned text so far, base text so far) -> None`, called from this thread each
+            time either answer grows. Greedy answers are generated together (the batch engine, tuned and
+            base rows in turn); sampled ones one after the other, each given whole.
 
     Returns:
         `{"tuned": Feedback dict, "base": Feedback dict, "model", "run", "device", "quantization",
@@ -477,9 +604,12 @@ def compare_feedback(
     if kind not in ("read_aloud", "free_speech"):
         raise ConfigError(f"Comparing answers works for read_aloud or free_speech clips, not `{kind}`; "
                           "a dialogue is tried turn by turn (`Tutor.dialogue_reply`).")
-    answer = tutor.feedback if kind == "read_aloud" else tutor.free_speech_feedback
-    tuned = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample)
-    base = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=do_sample, use_adapter=False)
+    if do_sample:
+        answer = tutor.feedback if kind == "read_aloud" else tutor.free_speech_feedback
+        tuned = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=True)
+        base = answer(clip, target_text, max_new_tokens=max_new_tokens, do_sample=True, use_adapter=False)
+    else:
+        tuned, base = _tuned_and_base(tutor, kind, clip, target_text, max_new_tokens, on_text)
     return {
         "tuned": tuned.to_dict(),
         "base": base.to_dict(),
@@ -491,3 +621,32 @@ def compare_feedback(
         "note": tuned.note,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+def _tuned_and_base(tutor: Tutor, kind: str, clip: Any, text: str, max_new_tokens: int,
+                    on_text: Callable[[str, str], None] | None) -> tuple[Feedback, Feedback]:
+    """The tuned and the base greedy answers to one question, generated together; `on_text(tuned, base)`
+    hears each as it grows. Raises what either question raised (the other is then cancelled)."""
+    import queue
+
+    events: queue.Queue = queue.Queue()
+    pending = {name: tutor.ask(kind, audio=clip, text=text, max_new_tokens=max_new_tokens, use_adapter=name == "tuned",
+                               notify=lambda event, name=name: events.put((name, event)))
+               for name in ("tuned", "base")}
+    texts = {"tuned": "", "base": ""}
+    open_answers = set(pending)
+    try:
+        while open_answers:
+            name, (kind_, value) = events.get()
+            if kind_ == "text":
+                texts[name] += value
+                if on_text is not None:
+                    on_text(texts["tuned"], texts["base"])
+            else:
+                open_answers.discard(name)
+                if kind_ == "error":
+                    raise value
+    finally:
+        for answer in pending.values():
+            answer.cancel()
+    return pending["tuned"].feedback(), pending["base"].feedback()

@@ -1,0 +1,416 @@
+"""Answering many questions at once: one loaded model, a batch that questions join and leave.
+
+A `BatchEngine` belongs to one loaded `Tutor` (`pipeline.tutor.infer`). Every greedy answer of that
+tutor (Try, the practice page, the API, Judge) is a `Question` submitted to it, and each question gets
+an `Answer`: the text as it is generated (`for delta in answer`), then the whole (`answer.result()`).
+One thread generates, while there is work:
+
+1. Questions waiting are admitted while the batch has room (`max_batch` rows in all): each is read
+   alone (its prefill: the processor's inputs for one conversation, audio encoder included), which
+   gives its first token at once (the time to first token does not wait for other answers to end),
+   and its key/value cache joins the running rows' (`pipeline.model.batch_cache`: left padding,
+   masked).
+2. Every running row then advances one token in one forward of the whole batch (continuous
+   batching, as Orca (OSDI 2022) and vLLM schedule it). A row leaves the batch at its end-of-turn
+   token, at its `max_new_tokens`, when its `stop()` says so, or when its caller cancels it.
+
+Rows answered with the run's adapter and rows answered as the base model (inside peft's
+`disable_adapter()`, which switches every LoRA layer off for the whole model) are two batches, each
+advancing one token in turn. Each forward holds the tutor's lock, so a sampled answer (`generate`,
+`do_sample=True`) never runs in the middle of a step.
+
+Decoding is greedy (the argmax of the float32 logits, as `generate` with `do_sample=False`), each
+row's positions counting its own tokens (`attention_mask.cumsum(-1) - 1`, as `generate`), so a row
+answered in a batch gives the text it gives alone (`tests/test_batching.py` checks it against
+`generate`). With `max_batch` 1 questions are answered one at a time, in order of arrival.
+
+The text comes out as pieces (`TextDeltas`): their concatenation is the final text (the tokens
+decoded without special tokens, stripped); a piece is held back while it ends in whitespace or in
+an incomplete UTF-8 character.
+
+It deliberately does not decide who may ask (the API's admission, `pipeline.serving.models`) and
+holds no queue limit of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from pipeline.errors import ConfigError
+
+DEFAULT_MAX_BATCH = 8
+"""Rows generated together per loaded model. What it buys is measured by benchmarks/classroom.py
+(benchmarks/README.md, "A class at once": on 2 loaded CPU cores little, since each question's own
+reading, its prefill, is most of the work there; on a GPU the forward of 8 rows costs about what one
+costs). Memory grows by each row's key/value cache only (E2B: ~30 KiB per position)."""
+MAX_BATCH_ENV = "TUTOR_MAX_BATCH"
+"""Overrides `DEFAULT_MAX_BATCH` for a process (1 answers one question at a time)."""
+
+
+def default_max_batch() -> int:
+    """`TUTOR_MAX_BATCH` when set, else `DEFAULT_MAX_BATCH`.
+
+    Raises ConfigError when `TUTOR_MAX_BATCH` is not a whole number >= 1."""
+    value = os.environ.get(MAX_BATCH_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_BATCH
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"`{MAX_BATCH_ENV}` must be a whole number of answers >= 1, got {value!r}; "
+                          f"unset it for the default ({DEFAULT_MAX_BATCH}), or 1 to answer one question at a time.")
+    return number
+
+
+@dataclass
+class Question:
+    """One question for the engine.
+
+    Attributes:
+        inputs: `() -> mapping` of the processor's inputs for ONE conversation ending with the
+            generation prompt (`input_ids` (1, L) long, `attention_mask` (1, L), the audio features);
+            called in the engine's thread under the model's lock (a fast tokenizer is not safe to share
+            between threads). What it raises is the answer's error.
+        max_new_tokens: the most tokens generated (the end-of-turn token counts as one).
+        bypass_adapter: answer as the base model (peft's `disable_adapter()`).
+        stop: optional `() -> bool`, asked after every token; True ends the answer there.
+    """
+
+    inputs: Callable[[], Mapping[str, Any]]
+    max_new_tokens: int
+    bypass_adapter: bool = False
+    stop: Callable[[], bool] | None = None
+
+
+@dataclass
+class Generated:
+    """A finished answer: `text` (special tokens dropped, stripped), `new_tokens` (generated, the
+    end-of-turn token included), `prompt_tokens` (the prompt's length as the model read it),
+    `finish_reason` ("stop": end of turn or `stop()`; "length": `max_new_tokens` reached), `seconds`
+    (from submitting to the last token) and `first_token_s` (from submitting to the first token)."""
+
+    text: str
+    new_tokens: int
+    prompt_tokens: int
+    finish_reason: str
+    seconds: float
+    first_token_s: float
+
+
+class Answer:
+    """The answer to one submitted question, as it is generated.
+
+    Iterate it for the text's pieces (`str`) as they come; the iteration ends with the answer and
+    raises what the question raised. `result()` waits for the whole answer. `cancel()` ends it at the
+    next token (the rows beside it go on). `notify`, when given to `BatchEngine.submit`, is called from
+    the engine's thread with each event: `("text", str)`, `("done", Generated)`, `("error", exception)`.
+    """
+
+    def __init__(self, notify: Callable[[tuple[str, Any]], None] | None = None):
+        self.submitted = time.perf_counter()
+        self._events: queue.Queue = queue.Queue()
+        self._notify = notify
+        self._done = threading.Event()
+        self._cancelled = threading.Event()
+        self._result: Generated | None = None
+        self._error: BaseException | None = None
+
+    def _emit(self, kind: str, value: Any) -> None:
+        if kind == "done":
+            self._result = value
+        elif kind == "error":
+            self._error = value
+        self._events.put((kind, value))
+        if kind in ("done", "error"):
+            self._done.set()
+        if self._notify is not None:
+            self._notify((kind, value))
+
+    def cancel(self) -> None:
+        """Stop generating this answer (its caller left); it ends with the text so far."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            kind, value = self._events.get()
+            if kind == "text":
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                return
+
+    def result(self, timeout: float | None = None) -> Generated:
+        """The whole answer, once generated (waits up to `timeout` seconds; None: as long as it takes).
+
+        Raises what the question raised (e.g. `DatasetError` from its inputs), or `TimeoutError`."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"The answer was not ready within {timeout} s.")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class TextDeltas:
+    """The text of a growing answer, in pieces whose concatenation is `tokenizer.decode(tokens,
+    skip_special_tokens=True).strip()`: leading whitespace is dropped, trailing whitespace and an
+    incomplete UTF-8 character (decoded as U+FFFD) wait for the next token."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.sent = ""
+
+    def push(self, token: int) -> str:
+        """Add a token; returns the new piece of text ("" when nothing can be shown yet)."""
+        self.tokens.append(int(token))
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True).strip()
+        if text.endswith("\ufffd") or not text.startswith(self.sent):
+            return ""
+        piece, self.sent = text[len(self.sent):], text
+        return piece
+
+    def finish(self) -> tuple[str, str]:
+        """The whole text and the last piece not yet sent (empty when a decode changed text already sent:
+        the whole text is then still right, the pieces are not)."""
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True).strip()
+        piece = text[len(self.sent):] if text.startswith(self.sent) else ""
+        self.sent = text
+        return text, piece
+
+
+class _Row:
+    """One answer being generated: its question, its tokens and text."""
+
+    def __init__(self, question: Question, answer: Answer, tokenizer: Any, prompt_tokens: int):
+        self.question = question
+        self.answer = answer
+        self.text = TextDeltas(tokenizer)
+        self.prompt_tokens = prompt_tokens
+        self.first_token_s: float | None = None
+        self.finished = False
+
+
+class _Batch:
+    """The rows answered with one adapter state, their cache and its 2-D mask (rows, positions)."""
+
+    def __init__(self):
+        self.rows: list[_Row] = []
+        self.cache: Any = None
+        self.mask: Any = None
+
+
+class BatchEngine:
+    """Continuous batching for one loaded model (see the module docstring).
+
+    Args:
+        model: the loaded model (a peft `PeftModel` when an adapter is loaded), in eval mode.
+        tokenizer: its tokenizer (decodes the answers).
+        lock: held around every forward and every `Question.inputs` call: the lock `generate` takes for
+            the same model.
+        device: where the inputs go ("cpu", "cuda", "mps").
+        eos_ids: token ids that end an answer (`<end_of_turn>`, the tokenizer's end of sequence).
+        before_step: optional `() -> None` called before each round of work (the CPU thread rule).
+        max_batch: rows generated together; None: `default_max_batch()`.
+
+    Raises:
+        ConfigError: `max_batch` below 1.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, lock: Any, device: str, eos_ids: list[int],
+                 before_step: Callable[[], None] | None = None, max_batch: int | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.lock = lock
+        self.device = device
+        self.eos_ids = frozenset(int(i) for i in eos_ids if i is not None)
+        self.before_step = before_step
+        self.max_batch = default_max_batch() if max_batch is None else max_batch
+        self._check_max_batch(self.max_batch)
+        self._cond = threading.Condition()
+        self._waiting: deque[tuple[Question, Answer]] = deque()
+        self._batches: dict[bool, _Batch] = {}
+        self._thread: threading.Thread | None = None
+        self._batchable: bool | None = None
+        """Whether this model's cache can be joined (`pipeline.model.batch_cache.batchable`); known after the first prefill."""
+
+    @staticmethod
+    def _check_max_batch(value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"The batch size must be a whole number of answers >= 1, got {value!r}; "
+                              "1 answers one question at a time.")
+
+    def set_max_batch(self, value: int) -> None:
+        """Change how many rows are generated together (from the next admission on).
+
+        Raises ConfigError for a value below 1."""
+        self._check_max_batch(value)
+        with self._cond:
+            self.max_batch = value
+
+    @property
+    def running(self) -> int:
+        """Answers being generated now."""
+        return sum(len(batch.rows) for batch in self._batches.values())
+
+    @property
+    def waiting(self) -> int:
+        """Questions submitted and not yet admitted."""
+        return len(self._waiting)
+
+    def submit(self, question: Question, notify: Callable[[tuple[str, Any]], None] | None = None) -> Answer:
+        """Queue `question`; returns its `Answer` at once (generation happens in the engine's thread)."""
+        answer = Answer(notify)
+        with self._cond:
+            self._waiting.append((question, answer))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tutor-batch", daemon=True)
+                self._thread.start()
+        return answer
+
+    # -- the engine's thread -------------------------------------------------------------------------
+
+    def _admit(self) -> list[tuple[Question, Answer]] | None:
+        """The questions to read now, or None when there is nothing left to do (the thread then ends)."""
+        with self._cond:
+            while self._waiting and self._waiting[0][1].cancelled:
+                _, answer = self._waiting.popleft()
+                answer._emit("error", _cancelled_error())
+            room = self.max_batch - self.running
+            if self._batchable is not True:  # one row at a time until the cache is known to join
+                room = min(room, 1 - self.running)
+            admitted = [self._waiting.popleft() for _ in range(max(0, min(room, len(self._waiting))))]
+            if not admitted and self.running == 0 and not self._waiting:
+                self._thread = None
+                return None
+            return admitted
+
+    def _run(self) -> None:
+        import torch
+
+        try:
+            with torch.inference_mode():
+                while (admitted := self._admit()) is not None:
+                    if self.before_step is not None:
+                        self.before_step()
+                    for question, answer in admitted:
+                        self._prefill(question, answer)
+                    for batch in list(self._batches.values()):
+                        if batch.rows:
+                            self._step(batch)
+        except BaseException as error:  # noqa: BLE001 - every caller waiting hears of it
+            with self._cond:
+                rows = [row for batch in self._batches.values() for row in batch.rows]
+                waiting = list(self._waiting)
+                self._batches.clear()
+                self._waiting.clear()
+                self._thread = None
+            for row in rows:
+                row.answer._emit("error", error)
+            for _, answer in waiting:
+                answer._emit("error", error)
+
+    def _context(self, bypass: bool):
+        return self.model.disable_adapter() if bypass else contextlib.nullcontext()
+
+    def _prefill(self, question: Question, answer: Answer) -> None:
+        """Read one question alone; its first token; its cache joins the running rows' (or it ends)."""
+        from pipeline.model.batch_cache import batchable, cache_argument, join, returned_cache
+
+        if answer.cancelled:
+            answer._emit("error", _cancelled_error())
+            return
+        try:
+            with self.lock:
+                inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in question.inputs().items()}
+                with self._context(question.bypass_adapter):
+                    output = self.model(**inputs, use_cache=True, logits_to_keep=1)
+        except BaseException as error:  # noqa: BLE001 - the question's own fault (bad text) or the model's
+            answer._emit("error", error)
+            return
+        cache = returned_cache(output)
+        if self._batchable is None:
+            self._batchable = batchable(cache)
+            self._cache_kw = cache_argument(self.model)
+        row = _Row(question, answer, self.tokenizer, int(inputs["input_ids"].shape[1]))
+        self._advance(row, int(output.logits[0, -1].float().argmax()))
+        if row.finished:
+            return
+        batch = self._batches.setdefault(question.bypass_adapter, _Batch())
+        mask = inputs["attention_mask"].to(self.device)
+        if not batch.rows:
+            batch.cache, batch.mask = cache, mask
+        else:
+            batch.mask = join(batch.cache, batch.mask, cache, mask)
+        batch.rows.append(row)
+
+    def _step(self, batch: _Batch) -> None:
+        """One token for every row of `batch` in one forward; rows that end leave it."""
+        import torch
+
+        from pipeline.model.batch_cache import keep_rows
+
+        ids = torch.tensor([[row.text.tokens[-1]] for row in batch.rows], dtype=torch.long, device=self.device)
+        positions = batch.mask.sum(dim=-1, keepdim=True).to(torch.long)  # each row's own tokens so far
+        mask = torch.cat([batch.mask, batch.mask.new_ones((batch.mask.shape[0], 1))], dim=1)
+        with self.lock, self._context(batch.rows[0].question.bypass_adapter):
+            output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                logits_to_keep=1, **{self._cache_kw: batch.cache})
+        batch.mask = mask
+        tokens = output.logits[:, -1].float().argmax(dim=-1).tolist()
+        for row, token in zip(batch.rows, tokens):
+            self._advance(row, int(token))
+        keep = [i for i, row in enumerate(batch.rows) if not row.finished]
+        if len(keep) == len(batch.rows):
+            return
+        if keep:
+            batch.mask = keep_rows(batch.cache, batch.mask, keep)
+            batch.rows = [batch.rows[i] for i in keep]
+        else:
+            batch.rows, batch.cache, batch.mask = [], None, None
+
+    def _advance(self, row: _Row, token: int) -> None:
+        """Give `row` its next token: send the new text, and end the row when its answer ends."""
+        now = time.perf_counter()
+        if row.first_token_s is None:
+            row.first_token_s = now - row.answer.submitted
+        if row.answer.cancelled:
+            return self._finish(row, "stop")
+        piece = row.text.push(token)
+        if piece:
+            row.answer._emit("text", piece)
+        question = row.question
+        if token in self.eos_ids:
+            self._finish(row, "stop")
+        elif len(row.text.tokens) >= question.max_new_tokens:
+            self._finish(row, "length")
+        elif question.stop is not None and question.stop():
+            self._finish(row, "stop")
+
+    def _finish(self, row: _Row, reason: str) -> None:
+        text, piece = row.text.finish()
+        if piece:
+            row.answer._emit("text", piece)
+        row.finished = True
+        row.answer._emit("done", Generated(
+            text=text, new_tokens=len(row.text.tokens), prompt_tokens=row.prompt_tokens, finish_reason=reason,
+            seconds=round(time.perf_counter() - row.answer.submitted, 3), first_token_s=round(row.first_token_s, 3)))
+
+
+def _cancelled_error() -> Exception:
+    from pipeline.errors import PipelineError
+
+    return PipelineError("The question was withdrawn before it was answered.")

@@ -1,0 +1,184 @@
+"""Answers generated together equal the answers generated alone (greedy), and stream as they grow.
+
+The reference is transformers' own `generate` on one conversation at a time (no padding); the batch
+engine (`pipeline.tutor.batching`) reads each question alone and then generates the rows together,
+joining their key/value caches with left padding (`pipeline.model.batch_cache`). The questions differ
+in sentence, clip and kind (a dialogue with two clips), they join while others are mid-answer, and
+they leave at different lengths, so the padding, the joins and the rows leaving are all exercised,
+and every prompt is longer than the tiny model's sliding window (128 positions). Real learner clips
+(speechocean762). Both the bf16/fp32 weights and the 4-bit ones (bitsandbytes' CPU kernels) are
+checked: a batch changes the shapes of the matrix products. The other tests use one unquantized tutor.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipeline.conversation.messages import build_dialogue_messages, build_messages
+
+CLIPS = ["WAVE/SPEAKER0001/000010011.WAV", "WAVE/SPEAKER0001/000010035.WAV", "WAVE/SPEAKER0003/000030012.WAV",
+         "WAVE/SPEAKER0005/000050005.WAV"]
+SENTENCES = ["WE CALL IT BEAR", "I LIKE TO READ BOOKS IN THE MORNING", "YES", "THE WEATHER IS NICE TODAY"]
+
+
+def load(tiny_model_dir, quantization: str):
+    from pipeline.host.cpu_threads import apply_threads
+    from pipeline.tutor.infer import load_tutor
+
+    apply_threads(1)  # the reference and the engine run the same thread count (TUTOR_INFER_THREADS below)
+    return load_tutor(str(tiny_model_dir), device="cpu", quantization=quantization, use_cache=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    from pipeline.host.cpu_threads import INFER_THREADS_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(INFER_THREADS_ENV, "1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def tutor(tiny_model_dir, one_thread):
+    return load(tiny_model_dir, "none")
+
+
+def clips(speechocean_dir):
+    from pipeline.data.audio import load_audio
+
+    paths = sorted(speechocean_dir.glob("WAVE/*/*.WAV"))
+    chosen = [speechocean_dir / c if (speechocean_dir / c).exists() else paths[i * 7] for i, c in enumerate(CLIPS)]
+    return [load_audio(path) for path in chosen]
+
+
+def alone(tutor, make_messages, samples, max_new_tokens):
+    """The reference: `generate` on this one conversation, greedy; (text, generated tokens)."""
+    import torch
+
+    with tutor._lock, torch.inference_mode():
+        inputs = tutor._inputs(make_messages, samples)
+        output = tutor.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                      eos_token_id=tutor._eos_ids(), pad_token_id=tutor.processor.tokenizer.pad_token_id)
+    new = output[0, inputs["input_ids"].shape[1]:]
+    return tutor.processor.tokenizer.decode(new, skip_special_tokens=True).strip(), int(new.numel())
+
+
+@pytest.mark.slow  # two models, 5 answers each alone and together: ~45 s
+@pytest.mark.parametrize("quantization", ["none", "4bit"])
+def test_answers_generated_together_equal_answers_generated_alone(tiny_model_dir, speechocean_dir, quantization):
+    tutor = load(tiny_model_dir, quantization)
+    audio = clips(speechocean_dir)
+    turns = [{"role": "learner", "clip": 0}, {"role": "tutor", "text": "Say BEAR again, slowly."},
+             {"role": "learner", "clip": 1, "text": "Like this?"}]
+    questions = [  # (kind, what the tutor is asked, max_new_tokens): each leaves the batch at its own time
+        ("read_aloud", dict(audio=audio[0], text=SENTENCES[0]), 40),
+        ("read_aloud", dict(audio=audio[1], text=SENTENCES[1]), 12),
+        ("free_speech", dict(audio=audio[2], text="Describe your last holiday."), 30),
+        ("dialogue", dict(turns=[{**t, "audio": audio[2 + t["clip"]]} if "clip" in t else t for t in turns]), 20),
+        ("read_aloud", dict(audio=audio[3], text=SENTENCES[3]), 25),
+    ]
+    expected = []
+    for kind, asked, tokens in questions:
+        make_messages, _, samples = tutor._conversation(kind, **asked)
+        expected.append(alone(tutor, make_messages, samples, tokens))
+
+    tutor.engine.set_max_batch(8)
+    started: list[threading.Event] = []
+    pending = []
+
+    def ask(index: int) -> None:
+        kind, asked, tokens = questions[index]
+        first = threading.Event()
+        started.append(first)
+        pending.append(tutor.ask(kind, max_new_tokens=tokens, notify=lambda event: first.set(), **asked))
+
+    ask(0)
+    ask(1)
+    assert started[0].wait(600) and started[1].wait(600)  # two rows generating: the others join them
+    ask(2)
+    ask(3)
+    assert started[3].wait(600)
+    ask(4)
+    answers = [p.feedback() for p in pending]
+    assert [(a.text, a.new_tokens) for a in answers] == expected
+    assert [a.finish_reason for a in answers] == ["length" if n == q[2] else "stop" for (_, n), q in zip(expected, questions)]
+    assert all(a.prompt_tokens > 128 for a in answers)  # past the sliding window
+    assert tutor.engine.running == 0 and tutor.engine.waiting == 0
+
+
+def test_the_text_streams_in_pieces_that_make_the_answer(tutor, speechocean_dir):
+    audio = clips(speechocean_dir)
+    seen: list[str] = []
+    answer = tutor.feedback(audio[0], SENTENCES[0], max_new_tokens=12, on_text=seen.append)
+    assert seen and seen[-1] == answer.text
+    assert all(later.startswith(earlier) for earlier, later in zip(seen, seen[1:]))
+    assert answer.first_token_s is not None and answer.first_token_s <= answer.seconds
+
+    pieces = list(tutor.ask("read_aloud", audio=audio[1], text=SENTENCES[1], max_new_tokens=10))
+    whole = tutor.feedback(audio[1], SENTENCES[1], max_new_tokens=10).text
+    assert "".join(pieces) == whole
+
+
+def test_one_at_a_time_and_a_withdrawn_question(tutor, speechocean_dir):
+    audio = clips(speechocean_dir)
+    tutor.engine.set_max_batch(1)
+    try:
+        first = tutor.ask("read_aloud", audio=audio[0], text=SENTENCES[0], max_new_tokens=20)
+        second = tutor.ask("read_aloud", audio=audio[1], text=SENTENCES[1], max_new_tokens=6)
+        done, later = first.answer.result(600), second.answer.result(600)
+        # With one row the second question is read only once the first answer has ended.
+        assert first.answer.submitted + done.seconds <= second.answer.submitted + later.first_token_s
+    finally:
+        tutor.engine.set_max_batch(8)
+    started = threading.Event()
+    withdrawn = tutor.ask("read_aloud", audio=audio[2], text=SENTENCES[2], max_new_tokens=200,
+                          notify=lambda event: started.set())
+    assert started.wait(600)
+    withdrawn.cancel()
+    result = withdrawn.answer.result(600)
+    assert result.finish_reason == "stop" and result.new_tokens < 200
+
+
+def test_a_control_token_is_refused_when_the_prompt_is_built(tutor, speechocean_dir):
+    from pipeline.errors import DatasetError
+
+    audio = clips(speechocean_dir)
+    special = tutor.processor.tokenizer.convert_ids_to_tokens(tutor.processor.tokenizer.audio_token_id)
+    with pytest.raises(DatasetError):
+        tutor.feedback(audio[0], f"BEAR {special}", max_new_tokens=4)
+    assert tutor.feedback(audio[0], SENTENCES[0], max_new_tokens=4).new_tokens >= 1  # the engine goes on
+
+
+def test_joined_caches_keep_each_row(tiny_model_dir):
+    """`batch_cache.join` and `keep_rows` on real caches: the rows' keys are the ones each had alone,
+    right-aligned, and columns that are padding in every kept row are dropped."""
+    import torch
+
+    from pipeline.model.batch_cache import batchable, join, keep_rows
+    from pipeline.model.loading import load_model
+
+    model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    caches, masks = [], []
+    for length in (20, 150, 60):
+        ids = torch.randint(10, 200, (1, length))
+        with torch.inference_mode():
+            caches.append(model(input_ids=ids, use_cache=True).past_key_values)
+        masks.append(torch.ones(1, length, dtype=torch.long))
+    assert batchable(caches[0])
+    alone = [[None if layer.keys is None else layer.keys.clone() for layer in cache.layers] for cache in caches]
+    mask = join(caches[0], masks[0], caches[1], masks[1])
+    mask = join(caches[0], mask, caches[2], masks[2])
+    assert mask.shape == (3, 150) and mask.sum(-1).tolist() == [20, 150, 60]
+    for index, layer in enumerate(caches[0].layers):
+        if layer.keys is None:
+            continue
+        for row in range(3):
+            own = alone[row][index]
+            assert torch.equal(layer.keys[row, :, -own.shape[-2]:], own[0]) or own.shape[-2] > layer.keys.shape[-2]
+    mask = keep_rows(caches[0], mask, [2, 0])
+    assert mask.shape == (2, 60) and mask.sum(-1).tolist() == [60, 20]
+    for index, layer in enumerate(caches[0].layers):
+        if layer.keys is not None and type(layer).__name__ == "DynamicLayer":
+            assert layer.keys.shape[-2] == 60 and torch.equal(layer.keys[0], alone[2][index][0])
