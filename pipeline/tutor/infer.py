@@ -188,13 +188,15 @@ class Tutor:
     def _generate(self, make_messages: Any, audio_s: float, clips: list, *, max_new_tokens: int, do_sample: bool,
                   use_adapter: bool, stop: Any = None) -> Feedback:
         """Generate the answer that follows `make_messages(tokenizer)` (a conversation ending with a user
-        turn, whose clips are `clips` in order): greedy by default, stopping at `<end_of_turn>` or when
+        turn, whose clips are `clips` in order): greedy by default, stopping at the turn's end (Gemma 3n's
+        `<end_of_turn>`, Gemma 4's `<turn|>`) or when
         `stop()` says so; only the new text is returned. Several clips (a dialogue) are aligned as the
         training collator aligns them (`pipeline.model.audio_alignment.align_audio_masks`), so each clip is
         heard as in training."""
         import torch
 
         from pipeline.model.audio_alignment import align_audio_masks
+        from pipeline.model.tokens import family_of_tokenizer
 
         tokenizer = self.processor.tokenizer
         bypass = not use_adapter and self.adapter_dir is not None
@@ -218,7 +220,7 @@ class Tutor:
                 align_audio_masks(inputs, clips, self.processor.feature_extractor)
             inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in inputs.items()}
             prompt_len = inputs["input_ids"].shape[1]
-            eos = [tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id]
+            eos = [tokenizer.convert_tokens_to_ids(family_of_tokenizer(tokenizer).turn_end), tokenizer.eos_token_id]
             started = time.perf_counter()
             if self.device == "cpu":
                 apply_threads(inference_threads(training_active=self._training_active()))
