@@ -203,3 +203,18 @@ def test_a_layers_saved_activations_match_autograds_saved_tensors(tiny_gemma4_di
                                                                                      compute_dtype="float32"), layer, seq) * seq
         assert abs(estimate - measured) <= 0.15 * measured, (layer, estimate, measured)
         del out
+
+
+def test_plan_lists_gemma4_e2b_and_e4b_rows_for_every_method(tmp_path, capsys):
+    """`plan` prices Gemma 4 E2B (and E4B) from the shipped configs, no weights: full, LoRA, int8 and QLoRA."""
+    import json
+
+    from pipeline.__main__ import main as dispatch
+
+    assert dispatch(["plan", "--workspace", str(tmp_path), "--device", "cuda", "--memory-gb", "16", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    for model in ("google/gemma-4-E2B-it", "google/gemma-4-E4B-it"):
+        methods = {(r["finetuning_type"], r["quantization"]) for r in rows if r["model"] == model}
+        assert methods == {("full", "none"), ("lora", "none"), ("lora", "8bit"), ("lora", "4bit")}, model
+    lora = {r["model"]: r["total_bytes"] for r in rows if r["finetuning_type"] == "lora" and r["quantization"] == "none"}
+    assert 0 < lora["google/gemma-4-E2B-it"] < lora["google/gemma-4-E4B-it"]

@@ -90,6 +90,53 @@ def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tutor_chat_template(template: str, system_prompt: str) -> str:
+    """The chat template the GGUF carries: the base's own Gemma 4 template (`template`, Jinja) with two
+    defaults of the tutor in front: thinking off (the tutor was trained and is asked without a thought
+    channel, as `pipeline.tutor.infer` renders it: the generation prompt ends with the empty
+    `<|channel>thought\n<channel|>`), and `system_prompt` as the system turn when a request has none.
+    llama.cpp renders it itself (`--jinja`), so `llama-mtmd-cli -p TEXT --audio CLIP` and a plain
+    `llama-server` request build the prompt the tutor knows; a request's own system message still wins.
+
+    llama.cpp always passes `enable_thinking` (true unless told otherwise), so it is set, not defaulted.
+    """
+    import json
+
+    return ("{#- The pronunciation tutor's defaults: no thinking; its system prompt unless one is given. -#}\n"
+            "{%- set enable_thinking = false -%}\n"
+            "{%- if messages and messages[0]['role'] not in ['system', 'developer'] -%}\n"
+            "{%- set messages = [{'role': 'system', 'content': " + json.dumps(system_prompt, ensure_ascii=False)
+            + "}] + messages -%}\n{%- endif -%}\n" + template)
+
+
+def keep_special_tokens(folder: Path) -> list[str]:
+    """Mark every added token that `tokenizer.json` calls special as special in `tokenizer_config.json`
+    again, and return the ones added back.
+
+    `AutoProcessor` of a Gemma 4 checkpoint loads its tokenizer with only the processor's named tokens
+    (`<|audio>`, `<|image|>`, ...) as extra special tokens, so the folder it saves lists `<|turn>`,
+    `<turn|>`, `<|think|>`, ... as plain added tokens. llama.cpp's converter types tokens by the
+    tokenizer's `all_special_ids` (`gguf-py` `LlamaHfVocab`): without this, `<|turn>` is a NORMAL
+    token in the GGUF and llama.cpp spells it out letter by letter in every prompt.
+    """
+    import json
+
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    have = list(config.get("extra_special_tokens") or [])
+    if isinstance(config.get("extra_special_tokens"), dict):
+        return []  # a named mapping: leave it as transformers wrote it
+    named = set((config.get("model_specific_special_tokens") or {}).values())
+    named |= {config.get(k) for k in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
+    added = [t["content"] for t in data.get("added_tokens", [])
+             if t.get("special") and t["content"] not in have and t["content"] not in named]
+    if added:
+        config["extra_special_tokens"] = have + added
+        atomic_write_json(config_path, config)
+    return added
+
+
 def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str]) -> str:
     from pipeline.conversation.messages import user_prompt
 
@@ -105,11 +152,14 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
         "Build llama.cpp (https://github.com/ggml-org/llama.cpp) or install a release, then, in this folder:", "",
         "```bash",
         (f"llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --temp 0 \\\n"
-         f"  -sys \"$(cat system_prompt.txt)\" --audio learner.wav -p '{example}'" if projector else
-         f"llama-cli -m {run}.gguf --jinja --temp 0 -sys \"$(cat system_prompt.txt)\" -p '{example}'"),
+         f"  --audio learner.wav -p '{example}'" if projector else
+         f"llama-cli -m {run}.gguf --jinja --temp 0 -p '{example}'"),
         (f"llama-server -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --port 8080" if projector else
          f"llama-server -m {run}.gguf --jinja --port 8080"),
         "```", "",
+        "The GGUF's chat template is the base's with the tutor's defaults: thinking off and the tutor's system "
+        "prompt (`system_prompt.txt`) when a request has none, so the commands above need no `-sys` "
+        "(llama-mtmd-cli's `-sys` would also add a blank line between the turns the tutor never saw).", "",
         "`llama-server` answers OpenAI-style chat completions; send the clip as a user content part "
         "`{\"type\": \"input_audio\", \"input_audio\": {\"data\": BASE64_WAV, \"format\": \"wav\"}}` followed by the "
         "text part, with `system_prompt.txt` as the system message.", "",
@@ -207,6 +257,11 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     try:
         done["model"].save_pretrained(str(merged_dir))
         done["processor"].save_pretrained(str(merged_dir))
+        keep_special_tokens(merged_dir)
+        template_path = merged_dir / "chat_template.jinja"
+        template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
+                    else done["processor"].tokenizer.chat_template)
+        atomic_write_text(template_path, tutor_chat_template(template, SYSTEM_PROMPT))
         del done
         with staged_folder(target) as staging:
             gguf = staging / f"{run}.gguf"
