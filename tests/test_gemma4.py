@@ -218,3 +218,17 @@ def test_plan_lists_gemma4_e2b_and_e4b_rows_for_every_method(tmp_path, capsys):
         assert methods == {("full", "none"), ("lora", "none"), ("lora", "8bit"), ("lora", "4bit")}, model
     lora = {r["model"]: r["total_bytes"] for r in rows if r["finetuning_type"] == "lora" and r["quantization"] == "none"}
     assert 0 < lora["google/gemma-4-E2B-it"] < lora["google/gemma-4-E4B-it"]
+
+
+def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):
+    """The model picker's second tiny-model button writes the tiny Gemma 4 into the workspace and selects it;
+    the export section offers the GGUF. (The browser walk of a Gemma 4 run is not written yet.)"""
+    from pipeline.model.catalog import family_for
+    from ui.try_export import FORMAT_CHOICES
+    from ui.tutor_app import TutorApp
+
+    ui = TutorApp(tmp_path / "ws")
+    picker, note = ui.make_tiny_gemma4(progress=None)
+    assert family_for(picker.value).name == "gemma4" and "random weights" in note
+    assert picker.value in picker.choices or picker.value in [c[0] if isinstance(c, tuple) else c for c in picker.choices]
+    assert "gguf" in [value for _, value in FORMAT_CHOICES]
