@@ -232,3 +232,20 @@ def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):
     assert family_for(picker.value).name == "gemma4" and "random weights" in note
     assert picker.value in picker.choices or picker.value in [c[0] if isinstance(c, tuple) else c for c in picker.choices]
     assert "gguf" in [value for _, value in FORMAT_CHOICES]
+
+
+def test_a_gemma3n_run_is_refused_a_gguf_with_the_reason_and_the_name_to_ask_for(tiny_model_dir, tmp_path):
+    """Gemma 3n's audio does not run in llama.cpp/Ollama: `--format gguf` says so before any work, and names
+    `gguf-text-only`, the only GGUF it writes for such a run."""
+    import json
+
+    from pipeline.errors import ExportError
+    from pipeline.export.cli import export_run
+
+    run_dir = tmp_path / "ws" / "runs" / "r3n"
+    (run_dir / "adapter").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"model": str(tiny_model_dir)}), encoding="utf-8")
+    (run_dir / "adapter" / "adapter_config.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(ExportError, match=r"(?s)cannot run Gemma 3n's audio.*--format gguf-text-only"):
+        export_run(tmp_path / "ws", "r3n", "gguf", tmp_path / "out")
+    assert not (tmp_path / "out" / "r3n-gguf").exists()
