@@ -1,4 +1,4 @@
-"""Shared fixtures: offline mode, the real speechocean762 subset, and one tiny Gemma 3n per session."""
+"""Shared fixtures: offline mode, the real speechocean762 subset, and one tiny Gemma 3n (and Gemma 4) per session."""
 
 from __future__ import annotations
 
@@ -97,6 +97,16 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("tiny-gemma3n")
     make_tiny_model(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma4_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 4 + processor (`make-tiny-model --family gemma4`), built once per test session."""
+    from pipeline.model.tiny_gemma4 import make_tiny_gemma4
+
+    out = tmp_path_factory.mktemp("tiny-gemma4")
+    make_tiny_gemma4(out)
     return out
 
 

@@ -73,6 +73,18 @@ class AppState:
         path = make_tiny_model(self.tiny_model_dir)
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 
+    @ui_errors(message_at=1, outputs=2)
+    def make_tiny_gemma4(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
+        """Write the offline tiny random Gemma 4 (`make-tiny-model --family gemma4`) into
+        `WS/models/tiny-gemma4` and select it."""
+        from pipeline.model.catalog import FAMILIES
+
+        family = FAMILIES["gemma4"]
+        if progress is not None:
+            progress(None, desc="Writing the tiny random Gemma 4 (a few seconds)…")
+        path = family.make_tiny(self.ws.root / "models" / family.tiny_dir_name)
+        return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
+
     def describe_model(self, model: str | None) -> str:
         """One line under the model picker: what the chosen model is and what it needs."""
         from pipeline.model.tiny_model import is_tiny_random_model
@@ -171,12 +183,14 @@ def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:
     with gr.Row(equal_height=True):
         model = gr.Dropdown(
             state.model_choices(), value=DEFAULTS.model, allow_custom_value=True, label="Model",
-            info="A Gemma 3n checkpoint from Hugging Face, or the path of a local model folder.",
+            info="A Gemma 3n or Gemma 4 checkpoint from Hugging Face, or the path of a local model folder.",
             elem_id="model", scale=3,
         )
         tiny_button = gr.Button("Create offline tiny test model", elem_id="make-tiny", scale=0, min_width=280)
+        tiny4_button = gr.Button("Tiny test model: Gemma 4", elem_id="make-tiny-gemma4", scale=0, min_width=200)
     model_note = gr.Markdown(state.describe_model(DEFAULTS.model), elem_id="model-note")
     tiny_button.click(state.make_tiny_model, outputs=[model, model_note])
+    tiny4_button.click(state.make_tiny_gemma4, outputs=[model, model_note])
     model.change(state.describe_model, inputs=model, outputs=model_note)
     # a pasted path keeps no surrounding spaces or quotes in the box (`ui.common.model_text`)
     model.blur(_tidy_model_box, inputs=model, outputs=model, show_progress="hidden")

@@ -1,5 +1,5 @@
 """The Try tab's "Take the tutor out" section: export a run (adapter zip, merged model, cloud job
-bundle) and bring back a run trained elsewhere.
+bundle, GGUF for llama.cpp / Ollama) and bring back a run trained elsewhere.
 
 Each handler calls one `pipeline/` function (`pipeline.export.cli.export_run`,
 `pipeline.export.import_run.import_run`); both import torch only when the merged export needs it.
@@ -21,6 +21,7 @@ FORMAT_CHOICES = [
     ("Adapter zip: small, to send (needs the base model to load)", "adapter"),
     ("Merged model: the LoRA folded into a bf16 copy of the base (plain transformers, ~11 GB for E2B)", "merged"),
     ("Cloud job bundle: train these settings on any GPU machine or Vertex AI", "bundle"),
+    ("For llama.cpp and Ollama on students' laptops (GGUF with its hearing, Q8_0; Gemma 4 tutors only)", "gguf"),
 ]
 
 
@@ -32,7 +33,7 @@ class ExportHandlers:
 
     @ui_errors(message_at=0, outputs=2)
     def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:
-        """Export `run_name` as `fmt` (adapter / merged / bundle); returns (markdown, file to download
+        """Export `run_name` as `fmt` (adapter / merged / bundle / gguf); returns (markdown, file to download
         or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve). What went
         wrong shows in the export note, in the app's words; the download keeps what it showed."""
         from pipeline.export.cli import export_run

@@ -35,6 +35,11 @@ def export_markdown(run_name: str, result: Mapping[str, Any]) -> str:
              f"({result['bytes'] / 1024**2:.1f} MiB)."]
     if result.get("archive"):
         lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
+    if result.get("format") == "gguf":
+        files = ", ".join(f"`{name}` ({size / 1024**2:.1f} MiB)" for name, size in result.get("files", {}).items()
+                          if name.endswith(".gguf") or name == "Modelfile")
+        lines.append(f"Copy the folder to the student's computer: {files}. Its README.md has the llama.cpp "
+                     f"(`llama-mtmd-cli`, `llama-server`) and Ollama (`ollama create {html.escape(run_name)} -f Modelfile`) commands.")
     lines += [f"- {html.escape(note)}" for note in result.get("notes", [])]
     return "\n\n".join(lines)
 

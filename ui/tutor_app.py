@@ -82,6 +82,7 @@ class TutorApp:
     settings_path = _handler("state", "settings_path")
     model_choices = _handler("state", "model_choices")
     make_tiny_model = _handler("state", "make_tiny_model")
+    make_tiny_gemma4 = _handler("state", "make_tiny_gemma4")
     describe_model = _handler("state", "describe_model")
     saved_settings = _handler("state", "saved_settings")
     remember_settings = _handler("state", "remember_settings")

@@ -65,7 +65,8 @@ class LengthDistribution:
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
     count (answer + `<end_of_turn>`, as `pipeline.training.collate.build_labels` labels it) of the row of
     `row_tokens[i]`; `max_answer_tokens` its maximum. `row_clips[i]` is the number of clips of that
-    row (the audio encoder runs on each; a dialogue has several), `max_clips` its maximum. `eval_*`
+    row (the audio encoder runs on each; a dialogue has several), `max_clips` its maximum;
+    `row_audio_tokens[i]` its clips' audio positions (Gemma 4's grow with the clip). `eval_*`
     are the same for the eval split (evaluation's worst case); `distinct_tokens` (in the report) the
     distinct token ids of every kept row. Reports written before these fields existed load with them
     empty / 0.
@@ -84,6 +85,7 @@ class LengthDistribution:
     max_answer_tokens: int = 0
     row_clips: list[int] = field(default_factory=list)
     max_clips: int = 0
+    row_audio_tokens: list[int] = field(default_factory=list)
     eval_row_tokens: list[int] = field(default_factory=list)
     eval_answer_tokens: list[int] = field(default_factory=list)
     eval_max_clip_s: float = 0.0
@@ -358,10 +360,11 @@ def build_identity(workspace: Workspace | str | os.PathLike) -> dict:
 
 def _length_stats(rows: list[dict], train_rows: list[dict], eval_rows: list[dict]) -> LengthDistribution:
     stats = LengthDistribution.from_lengths(r["num_tokens"] for r in rows)
-    triples = sorted((r["num_tokens"], r["answer_tokens"], r["clips"]) for r in train_rows)
-    stats.row_tokens = [n for n, _, _ in triples]
-    stats.answer_tokens = [a for _, a, _ in triples]
-    stats.row_clips = [c for _, _, c in triples]
+    quads = sorted((r["num_tokens"], r["answer_tokens"], r["clips"], r.get("audio_tokens", 0)) for r in train_rows)
+    stats.row_tokens = [n for n, _, _, _ in quads]
+    stats.answer_tokens = [a for _, a, _, _ in quads]
+    stats.row_clips = [c for _, _, c, _ in quads]
+    stats.row_audio_tokens = [t for _, _, _, t in quads]
     stats.max_answer_tokens = max(stats.answer_tokens, default=0)
     stats.max_clips = max(stats.row_clips, default=0)
     stats.max_clip_s = max((r["longest_clip_s"] for r in train_rows), default=0.0)

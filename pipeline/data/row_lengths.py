@@ -1,6 +1,6 @@
-"""Dataset rows as Gemma 3n sees them: each sample read into a row, its conversation rendered, its
-tokens counted (text tokens + the fixed audio span of every clip, `pipeline.model.tokens`), and kept
-only when it fits `--max-length` with room for the answer.
+"""Dataset rows as the model sees them: each sample read into a row, its conversation rendered, its
+tokens counted (text tokens + the audio span of every clip, `pipeline.model.tokens`: fixed for Gemma 3n,
+by clip length for Gemma 4), and kept only when it fits `--max-length` with room for the answer.
 
 The rule is the trainer's and the estimate's: a row too long is left out with the `--max-length`
 that keeps it, never cut (`pipeline.data.dataset.build_dataset` reports it). This module does not
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from pipeline.errors import PipelineError
 from pipeline.model.tokens import MAX_AUDIO_S, TokenCounter
-from pipeline.data.rows import row_messages, sample_row
+from pipeline.data.rows import row_clip_lengths, row_messages, sample_row
 
 
 @dataclass
@@ -46,8 +46,9 @@ def render_rows(samples: list, library: Any, counter: TokenCounter,
             continue
         try:  # the same rule as training and inference: no control token in a person's text
             tokenizer = counter.tokenizer
-            full = counter.render(row_messages(row, tokenizer=tokenizer))
-            prompt = counter.render(row_messages(row, answers=False, tokenizer=tokenizer), add_generation_prompt=True)
+            lengths = row_clip_lengths(row)
+            full = counter.render(row_messages(row, lengths, tokenizer=tokenizer))
+            prompt = counter.render(row_messages(row, lengths, answers=False, tokenizer=tokenizer), add_generation_prompt=True)
         except PipelineError as error:
             excluded.append({"id": sample.id, "reason": str(error)})
             continue
@@ -96,6 +97,7 @@ def rows_that_fit(rendered: list[Rendered], counter: TokenCounter,
         else:
             row["num_tokens"] = total
             row["answer_tokens"] = counter.supervised_tokens(ids)  # build report only, not a column
+            row["audio_tokens"] = sum(counter.audio_tokens(x) for x in row.get("clip_seconds") or [])
             rows.append(row)
             seen_tokens.update(ids)
     return rows, too_long, seen_tokens

@@ -81,6 +81,25 @@ def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: 
     return conversation_messages(kind, **fields) if answers else prompt_messages(kind, **fields)
 
 
+def row_clip_lengths(row: dict) -> list:
+    """Each clip's length (`pipeline.model.tokens.ClipLength`, in clip order) without decoding the audio:
+    from `clip_seconds` when the row has it (a row being built), else from each WAV's header. What the
+    token count of a family whose audio cost grows with the clip (Gemma 4) needs
+    (`row_messages(row, row_clip_lengths(row))`)."""
+    import io
+
+    import soundfile
+
+    from pipeline.model.tokens import ClipLength
+
+    if row.get("clip_seconds"):
+        return [ClipLength(float(s)) for s in row["clip_seconds"]]
+    if row.get("audio") is not None:
+        return [ClipLength(len(a) / 16000) for a in row_clips(row)]
+    wavs = [row.get("audio_wav")] + list(row.get("extra_audio_wavs") or [])
+    return [ClipLength(float(soundfile.info(io.BytesIO(w)).duration)) for w in wavs if w]
+
+
 def row_clips(row: dict) -> list[np.ndarray]:
     """The row's clips as 16 kHz mono float32 arrays of shape (n,), in order.
 
@@ -142,7 +161,7 @@ def sample_row(sample: Any, library: Any, max_clip_s: float) -> tuple[dict | Non
         except (OSError, RuntimeError) as error:
             return None, f"audio file {path} cannot be read ({error}); re-add the clip"
         if duration_s > max_clip_s + 1e-3:
-            return None, (f"clip `{path.name}` is {duration_s:.1f} s; Gemma 3n hears at most {max_clip_s:.0f} s: "
+            return None, (f"clip `{path.name}` is {duration_s:.1f} s; Gemma hears at most {max_clip_s:.0f} s (3n and 4 alike): "
                           "trim or split it")
         wavs.append(wav)
         seconds.append(duration_s)
@@ -161,6 +180,7 @@ def sample_row(sample: Any, library: Any, max_clip_s: float) -> tuple[dict | Non
         "extra_audio_wavs": wavs[1:],
         "clips": len(wavs),
         "longest_clip_s": round(max(seconds), 3),
+        "clip_seconds": [round(x, 4) for x in seconds],
     }
     return row, None
 

@@ -1,9 +1,15 @@
-"""`python -m pipeline export --workspace WS --run NAME --format adapter|merged|bundle [--out DIR] [--json]`.
+"""`python -m pipeline export --workspace WS --run NAME --format adapter|merged|bundle|gguf [--out DIR] [--json]`,
+and `python -m pipeline llama-cpp [--build] [--json]`.
 
 - `adapter`: `NAME-adapter.zip` (PEFT adapter + processor + README), `pipeline.export.tutor`.
 - `merged`: `NAME-merged/` (LoRA merged into a bf16 copy of the base; plain transformers loads it).
 - `bundle`: `NAME-bundle/` + `NAME-bundle.tar.gz`, a cloud job that trains the run's settings on
   any GPU machine (`pipeline.export.bundle`).
+- `gguf` (`--quant q8_0|q4_k_m|f16|bf16|f32`): `NAME-gguf/` for llama.cpp and Ollama, the model and its
+  audio projector (`pipeline.export.gguf`); Gemma 4 runs only. `gguf-text-only`: the same without the
+  projector, the one GGUF a Gemma 3n run can have (it cannot hear).
+- `llama-cpp`: where llama.cpp's source, converter and tools are (`pipeline.export.llama_cpp`); `--build`
+  fetches the source and builds `llama-mtmd-cli` and `llama-quantize`.
 
 Default output folder: `WS/exports/runs/NAME/`.
 """
@@ -18,15 +24,24 @@ from pipeline.export.import_run import import_run
 from pipeline.export.import_run import summary_text as import_summary_text
 from pipeline.workspace import DEFAULT_WORKSPACE
 
-FORMATS = ("adapter", "merged", "bundle")
+FORMATS = ("adapter", "merged", "bundle", "gguf", "gguf-text-only")
 
 
-def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cpu", model: str | None = None) -> dict:
+def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cpu", model: str | None = None,
+               quant: str | None = None, progress=None) -> dict:
     """Export `run` in format `fmt` (one of `FORMATS`); returns that exporter's result dict
     (`format`, `run`, `path`, `bytes`, `base_model`, `notes`, ...). Raises `ConfigError` for an
     unknown format and whatever the exporter raises (`ExportError`, `DatasetError`, `ModelLoadError`).
-    `model` (merged only): where the run's base is now, when its folder moved (checked by identity)."""
+    `model` (merged, gguf): where the run's base is now, when its folder moved (checked by identity);
+    `quant` (gguf): the language model's weight type (`pipeline.export.gguf.QUANTS`); `progress` (gguf):
+    called with a line per stage."""
     from pipeline.errors import ConfigError
+
+    if fmt in ("gguf", "gguf-text-only"):
+        from pipeline.export.gguf import DEFAULT_QUANT, export_gguf
+
+        return export_gguf(workspace, run, out_dir, quant=quant or DEFAULT_QUANT, text_only=fmt == "gguf-text-only",
+                           device=device, model=model, progress=progress)
 
     if fmt == "adapter":
         from pipeline.export.tutor import export_adapter
@@ -50,6 +65,10 @@ def summary_text(result: dict) -> str:
     if result.get("archive"):
         lines.append(f"  archive to upload: {result['archive']}")
     lines.append(f"  base model: {result.get('base_model')}")
+    if result.get("format") == "gguf":
+        from pipeline.export.gguf import gguf_summary
+
+        lines += gguf_summary(result)
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
 
@@ -57,20 +76,63 @@ def summary_text(result: dict) -> str:
 def export_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline export ...` (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m pipeline export",
-                                     description="Export a run: adapter zip, merged model, or cloud job bundle.")
+                                     description="Export a run: adapter zip, merged model, cloud job bundle, or GGUF "
+                                                 "for llama.cpp / Ollama.")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
     parser.add_argument("--run", required=True, help="the run to export (WS/runs/NAME)")
     parser.add_argument("--format", required=True, choices=FORMATS, dest="fmt",
-                        help="adapter: a zip to send; merged: a bf16 model with the LoRA merged in; bundle: a cloud training job")
+                        help="adapter: a zip to send; merged: a bf16 model with the LoRA merged in; bundle: a cloud "
+                             "training job; gguf: llama.cpp / Ollama files with the audio projector (Gemma 4 runs); "
+                             "gguf-text-only: without it (cannot hear; the only GGUF of a Gemma 3n run)")
+    parser.add_argument("--quant", default=None, choices=("q8_0", "q4_k_m", "f16", "bf16", "f32"),
+                        help="gguf only: the model's weight type (default q8_0; the audio projector stays BF16, "
+                             "F32 with f32)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: WS/exports/runs/NAME)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"),
-                        help="where the merge runs (merged only; default cpu: it needs the bf16 model in memory)")
+                        help="where the merge runs (merged, gguf; default cpu: it needs the bf16 model in memory)")
     parser.add_argument("--model", default=None,
-                        help="merged only: where the run's base model is now, if its folder moved (checked by its weights)")
+                        help="merged, gguf: where the run's base model is now, if its folder moved (checked by its weights)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
-    result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device, model=args.model)
+    if args.quant and not args.fmt.startswith("gguf"):
+        parser.error(f"--quant applies to --format gguf only, not {args.fmt}")
+    say = None if args.json else (lambda line: print(line, flush=True))
+    result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device, model=args.model,
+                        quant=args.quant, progress=say)
     print(json.dumps(result, ensure_ascii=False) if args.json else summary_text(result))
+    return 0
+
+
+def llama_cpp_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline llama-cpp [--build] [--json]`: where llama.cpp's source, converter and tools are
+    on this computer; `--build` fetches the source (the llama-cpp-python sdist, from the package index)
+    and builds `llama-mtmd-cli` and `llama-quantize` (minutes; cached, `pipeline.export.llama_cpp`)."""
+    from pipeline.export import llama_cpp
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline llama-cpp",
+                                     description="llama.cpp for the GGUF export: its source, converter and tools.")
+    parser.add_argument("--build", action="store_true",
+                        help="fetch the source if needed and build llama-mtmd-cli and llama-quantize (minutes, cached)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    args = parser.parse_args(argv)
+    built = None
+    if args.build:
+        say = None if args.json else (lambda line: print(line, flush=True))
+        llama_cpp.source_dir(say=say)
+        if len(llama_cpp.built_tools()) < len(llama_cpp.TOOLS):
+            built = llama_cpp.build_tools(say=say)
+    state = dict(llama_cpp.status(), built_now=built)
+    if args.json:
+        print(json.dumps(state, ensure_ascii=False))
+        return 0
+    print(f"llama.cpp from llama-cpp-python {state['llama_cpp_python']}'s sdist, kept in {state['cache_dir']}")
+    print(f"  source:    {state['source'] or 'not fetched yet (--build fetches it)'}")
+    print(f"  converter: {state['converter'] or '-'}")
+    for name, path in state["tools"].items():
+        print(f"  {name}: {path or 'not built (--build)'}")
+    for record in state["builds"][-3:]:
+        print(f"  built {', '.join(record['targets'])} in {record['seconds']:.0f} s on {record['cpus']} CPUs "
+              f"({record['jobs']} jobs, load average {record.get('load_average_at_start')}) at {record['built_at']}")
     return 0
 
 

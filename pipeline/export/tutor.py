@@ -95,8 +95,9 @@ def _provenance(info: dict, fmt: str) -> dict[str, Any]:
         "dataset": result.get("dataset"),
         "system_prompt": SYSTEM_PROMPT,
         "user_prompt_example": user_prompt("The cat sat on the mat."),
-        "conversation": "system prompt (folded into the user turn by Gemma 3n's chat template), then one user turn with "
-                        "the 16 kHz mono audio followed by the user prompt; the answer is the model turn",
+        "conversation": "system prompt (Gemma 3n's chat template folds it into the user turn; Gemma 4's gives it a turn "
+                        "of its own), then one user turn with the 16 kHz mono audio followed by the user prompt; the "
+                        "answer is the model turn",
     }
 
 
@@ -183,6 +184,51 @@ def merged_size_bytes(model_id: str) -> int:
     return 2 * sum(part.total for part in part_params(model_shape(load_model_config(model_id))).values())
 
 
+def merged_tutor(workspace, run: str, *, device: str = "cpu", model: str | None = None, dtype: str = "bfloat16",
+                 out_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The run's LoRA merged into an unquantized copy of its base, in memory: what the merged and the GGUF
+    exports save. Never into a 4-bit base (peft #2321): the base is loaded unquantized in `dtype`.
+
+    Args:
+        device: where the merge runs (see `export_merged`).
+        model: the run's base where it is now (see `export_merged`).
+        dtype: "bfloat16" (the merged export) or "float32" (a GGUF export checked against transformers).
+        out_dir: the folder the export goes to, whose free disk is checked from the config first.
+
+    Returns:
+        `{"info" (`read_run`), "base_id", "model" (merged, no peft), "processor", "notes", "exact_bytes"}`.
+
+    Raises:
+        ExportError, ModelLoadError, BaseModelMismatchError: as `export_merged`.
+    """
+    import torch
+
+    from pipeline.model.base_identity import run_base_model
+    from pipeline.model.loading import load_adapter, load_model, load_processor
+
+    info = read_run(workspace, run)
+    base_id = run_base_model(info["dir"], run, model)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
+    check_free_space(out, merged_size_bytes(base_id), f"the merged model of run `{run}` (bf16)")
+    notes = []
+    method = info["settings"].get("quantization")
+    if method in ("4bit", "8bit"):
+        notes.append(QUANTIZED_MERGE_NOTE.format(method=method))
+    processor = load_processor(base_id)
+    base, _ = load_model(base_id, device=device, quantization="none", vision_tower=True)
+    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
+    if base.dtype != torch_dtype:
+        base = base.to(torch_dtype)
+    merged = load_adapter(base, info["adapter_dir"], model_id=base_id).merge_and_unload()
+    seen, exact = set(), 0
+    for tensor in merged.state_dict().values():
+        if tensor.data_ptr() not in seen:  # tied weights (lm_head = token embedding) are saved once
+            seen.add(tensor.data_ptr())
+            exact += tensor.numel() * tensor.element_size()
+    return {"info": info, "base_id": base_id, "model": merged, "processor": processor, "notes": notes,
+            "exact_bytes": exact}
+
+
 def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None, *, device: str = "cpu",
                   model: str | None = None) -> dict[str, Any]:
     """Merge the run's LoRA into a bf16 copy of its base and save it (`save_pretrained`) with the
@@ -203,35 +249,15 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
         ModelLoadError: the base model cannot be loaded, or its folder moved and no `model` was given.
         BaseModelMismatchError: `model` holds another base than the run was trained on.
     """
-    import torch
-
-    from pipeline.model.base_identity import run_base_model
-    from pipeline.model.loading import load_adapter, load_model, load_processor
-
-    info = read_run(workspace, run)
-    base_id = run_base_model(info["dir"], run, model)
     out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
     target = out / f"{run}-merged"
-    check_free_space(out, merged_size_bytes(base_id), f"the merged model of run `{run}` (bf16)")
-    notes = []
-    method = info["settings"].get("quantization")
-    if method in ("4bit", "8bit"):
-        notes.append(QUANTIZED_MERGE_NOTE.format(method=method))
-    processor = load_processor(base_id)
-    base, _ = load_model(base_id, device=device, quantization="none", vision_tower=True)
-    if base.dtype != torch.bfloat16:
-        base = base.to(torch.bfloat16)
-    merged = load_adapter(base, info["adapter_dir"], model_id=base_id).merge_and_unload()
-    seen, exact = set(), 0
-    for tensor in merged.state_dict().values():
-        if tensor.data_ptr() not in seen:  # tied weights (lm_head = token embedding) are saved once
-            seen.add(tensor.data_ptr())
-            exact += tensor.numel() * tensor.element_size()
+    done = merged_tutor(workspace, run, device=device, model=model, out_dir=out)
+    info, notes, exact = done["info"], done["notes"], done["exact_bytes"]
     check_free_space(out, exact, f"the merged model of run `{run}` ({exact / 1024**3:.2f} GiB in bf16)")
     with staged_folder(target) as staging:
-        merged.save_pretrained(str(staging))
-        processor.save_pretrained(str(staging))
+        done["model"].save_pretrained(str(staging))
+        done["processor"].save_pretrained(str(staging))
         atomic_write_text(staging / "README.md", _readme(info, "merged", target.name, notes))
         atomic_write_json(staging / "export.json", dict(_provenance(info, "merged"), notes=notes, dtype="bfloat16"))
     return {"format": "merged", "run": run, "path": str(target), "bytes": folder_bytes(target),
-            "base_model": base_id, "dtype": "bfloat16", "notes": notes}
+            "base_model": done["base_id"], "dtype": "bfloat16", "notes": notes}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from pipeline.errors import DatasetError
 from pipeline.host.free_heap import heap_follows_live_tensors
@@ -52,6 +53,10 @@ class LengthStats:
         eval_longest_clip_s: the eval split's longest clip in seconds (0.0: unknown).
         distinct_tokens: distinct token ids over the dataset's rows (0: unknown): on CPU only the
             per-layer embedding rows of these tokens are ever read (`pipeline.memory.terms.weights`).
+        row_audio_tokens: audio positions of each train row's clips (`row_audio_tokens[i]` for the row
+            of `row_tokens[i]`): a family whose audio cost grows with the clip (Gemma 4) makes the
+            worst case longer when the longest clip replaces a row's own (`kept_worst_case`); empty
+            when unknown.
     """
 
     longest_tokens: int
@@ -67,6 +72,21 @@ class LengthStats:
     eval_answer_tokens: list[int] = field(default_factory=list)
     eval_longest_clip_s: float = 0.0
     distinct_tokens: int = 0
+    row_audio_tokens: list[int] = field(default_factory=list)
+
+    def kept_worst_case(self, max_length: int, audio_tokens: Callable[[float], int] | None = None) -> tuple[int, float]:
+        """`(tokens, clip_s)` of the worst-case row the preflight runs (`pipeline.training.worst_case`):
+        the longest row `max_length` keeps, each of its clips the longest clip, as long as fits
+        (`worst_case_clip`). With `audio_tokens` None, or without `row_audio_tokens`, the row's own
+        length and the longest clip (exact for Gemma 3n, whose clips all cost 188 positions)."""
+        seq = self.kept_longest(max_length)
+        if seq <= 0 or audio_tokens is None or len(self.row_audio_tokens) != len(self.row_tokens) or not self.row_tokens:
+            return seq, self.longest_clip_s
+        clips = self.row_clips if len(self.row_clips) == len(self.row_tokens) else [1] * len(self.row_tokens)
+        kept = [i for i, n in enumerate(self.row_tokens) if n <= max_length]
+        row = max(kept, key=lambda i: (self.row_tokens[i], clips[i]))
+        return worst_case_clip(self.row_tokens[row], self.row_audio_tokens[row], max(1, clips[row]),
+                               self.longest_clip_s, max_length, audio_tokens)
 
     def kept_max_clips(self, max_length: int) -> int:
         """The most clips of a row among the rows `max_length` keeps (at least 1: the estimate's
@@ -110,6 +130,21 @@ class LengthStats:
         return min(seq_len, DEFAULT_ANSWER_TOKENS)
 
 
+def worst_case_clip(row_tokens: int, own_audio_tokens: int, clips: int, longest_clip_s: float, max_length: int,
+                    audio_tokens: Callable[[float], int]) -> tuple[int, float]:
+    """The worst case's `(tokens, clip_s)`: a row of `row_tokens` tokens, `own_audio_tokens` of them its
+    `clips` clips' audio positions, with each clip replaced by the longest clip (`longest_clip_s`) cut
+    to what keeps the row within `max_length` (the collator never cuts a row; 40 ms steps, one audio
+    token of Gemma 4). The one rule for the estimate (`LengthStats.kept_worst_case`) and the preflight
+    batch (`pipeline.training.worst_case.worst_case`). For a family whose clips all cost the same
+    (Gemma 3n), `(row_tokens, longest_clip_s)`."""
+    text = row_tokens - own_audio_tokens
+    seconds = max(0.0, float(longest_clip_s))
+    while seconds > 0 and text + clips * audio_tokens(seconds) > max(max_length, row_tokens):
+        seconds = max(0.0, round(seconds - 0.04, 3))
+    return text + clips * audio_tokens(seconds), seconds
+
+
 def length_stats_from_workspace(workspace, max_length: int, dataset_dir=None) -> LengthStats:
     """Length statistics of the dataset built in `workspace`.
 
@@ -146,7 +181,8 @@ def length_stats_from_workspace(workspace, max_length: int, dataset_dir=None) ->
                            eval_row_tokens=[int(n) for n in stats.get("eval_row_tokens") or []],
                            eval_answer_tokens=[int(n) for n in stats.get("eval_answer_tokens") or []],
                            eval_longest_clip_s=float(stats.get("eval_max_clip_s") or 0.0),
-                           distinct_tokens=int(stats.get("distinct_tokens") or 0))
+                           distinct_tokens=int(stats.get("distinct_tokens") or 0),
+                           row_audio_tokens=[int(n) for n in stats.get("row_audio_tokens") or []])
     if folder.exists() and dataset_dir is None:
         try:
             from pipeline.data.dataset import load_built_dataset  # noqa: PLC0415

@@ -14,6 +14,7 @@ from pipeline import jobs
 from pipeline.config import TrainConfig
 from pipeline.errors import TrainingError
 from pipeline.memory.inputs import EstimateOptions, LengthStats
+from pipeline.model.catalog import family_for
 
 PROBE_RUN_NAME = "(memory probe)"
 """What the workspace's training lock names while a probe holds it (not a valid run name)."""
@@ -69,13 +70,14 @@ def measure_peak(
     Raises `TrainingError` with the child's last output on failure, or when a run trains in `workspace`.
     """
     options = options or EstimateOptions()
-    seq_len = lengths.kept_longest(config.max_length)
+    family = family_for(model) if model else None  # Gemma 4's worst case is longer with the longest clip
+    seq_len, clip_s = lengths.kept_worst_case(config.max_length, family.audio_tokens if family else None)
     request = {
         "model": model,
         "config": config.to_dict(),
         "seq_len": seq_len,
         "answer_tokens": lengths.kept_longest_answer(config.max_length),
-        "clip_s": lengths.longest_clip_s,
+        "clip_s": clip_s,
         "clips_per_row": lengths.kept_max_clips(config.max_length),
         "device": device,
         "options": options.to_dict(),

@@ -31,7 +31,7 @@ from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.inputs import DEFAULT_ANSWER_TOKENS, EstimateOptions, LengthStats
 from pipeline.memory.run_phases import LOAD_STATIC_PREFIXES, STEP_MOMENTS, whole_run
-from pipeline.model.catalog import model_shape, part_params
+from pipeline.model.catalog import family_of, model_shape, part_params
 from pipeline.model.shape import VISION_TOWER_PARAMS
 from pipeline.memory.cpu_heap import allocator_retention
 from pipeline.memory.terms import (
@@ -142,8 +142,8 @@ def estimate_memory(
     options: EstimateOptions | None = None,
     calibration: DeviceCalibration | None = None,
 ) -> MemoryEstimate:
-    """Peak memory in bytes, per component, of one fine-tuning step of Gemma 3n (LoRA, or a full
-    fine-tune with `config.finetuning_type` full), and of loading it.
+    """Peak memory in bytes, per component, of one fine-tuning step of a Gemma 3n or Gemma 4 model (LoRA,
+    or a full fine-tune with `config.finetuning_type` full), and of loading it.
 
     Args:
         model_config: the model's config.json as a dict (`load_model_config`).
@@ -164,7 +164,7 @@ def estimate_memory(
         moment + runtime overhead; `total_bytes` = the largest phase of the whole run
         (`pipeline.memory.run_phases.whole_run`).
     Raises:
-        ConfigError: unknown device. ModelLoadError: not a Gemma 3n config.
+        ConfigError: unknown device. ModelLoadError: not a config of a known family.
     """
     if device not in device_defaults().runtime_overhead_bytes:
         raise ConfigError(f"`--device` for the estimate must be cpu, cuda or mps, got {device!r}.")
@@ -173,7 +173,8 @@ def estimate_memory(
     dtype = compute_dtype_name(device)
     if device == "cpu" and options.weights_mapped and dtype != options.checkpoint_dtype:
         options.weights_mapped = False  # the loader casts every weight into anonymous memory
-    seq_len = lengths.kept_longest(config.max_length)
+    family = family_of(model_config)
+    seq_len, clip_s = lengths.kept_worst_case(config.max_length, family.audio_tokens)
     notes: list[str] = []
     if seq_len <= 0:
         seq_len = 0
@@ -188,12 +189,12 @@ def estimate_memory(
         notes.append(f"answer length unknown (no dataset with answer lengths): the logits assume {answer} supervised "
                      f"tokens per row (min(row, {DEFAULT_ANSWER_TOKENS})); build the dataset for its real answers.")
     comps["logits_loss"] = logits_loss(shape, config, device, options, answer)
-    comps.update(audio_encoder_bytes(shape, config, device, options, lengths.longest_clip_s,
+    comps.update(audio_encoder_bytes(shape, config, device, options, clip_s,
                                      lengths.kept_max_clips(config.max_length)))
     comps["dequant_workspace"] = dequant_workspace(shape, config, device)
     comps["load_transient"] = load_transient(shape, config, device)
     comps["load_checkpoint_pages"] = load_checkpoint_pages(shape, config, device, options)
-    audio_seconds = lengths.longest_clip_s * max(1, lengths.kept_max_clips(config.max_length)) if seq_len > 0 else 0.0
+    audio_seconds = clip_s * max(1, lengths.kept_max_clips(config.max_length)) if seq_len > 0 else 0.0
     comps["allocator_retention"] = allocator_retention(shape, config, device, seq_len, options, audio_seconds)
     comps["optimizer_step"] = optimizer_step_bytes(state, config)
     comps["runtime_overhead"] = runtime_overhead(device, calibration.runtime_overhead_bytes if calibration else None)
@@ -211,7 +212,7 @@ def estimate_memory(
     comps.update(extra)
     run_peak = max(run, key=run.get)
     total = run[run_peak]
-    if shape.vision_architecture not in VISION_TOWER_PARAMS and config.vision_tower:
+    if shape.vision_architecture not in VISION_TOWER_PARAMS and not shape.vision_params and config.vision_tower:
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
         table = part_params(shape)["per_layer_embedding"].total * 2

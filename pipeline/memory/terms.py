@@ -1,4 +1,7 @@
-"""The formulas: bytes of each component of a LoRA fine-tuning step of Gemma 3n, one function per term.
+"""The formulas: bytes of each component of a LoRA fine-tuning step of Gemma 3n or Gemma 4, one function
+per term. What differs between the families is read from the model's `ModelShape` (its family fills it
+in, `pipeline.model.catalog.model_shape`): per-layer head sizes and KV heads, MLP widths, the hidden-width
+norms per layer, AltUp's residual streams (Gemma 3n: 4; Gemma 4 has none), LAuReL's rank.
 
 Each function's docstring gives its formula and its source (the transformers / peft / bitsandbytes /
 PyTorch code it follows, or our own measurement of the model's tensors, with the constants it uses
@@ -192,16 +195,19 @@ def lora_targets(shape: ModelShape, targets: str) -> list[tuple[int, int]]:
     """(in_features, out_features) of every Linear LoRA wraps.
 
     `language`: q/k/v/o and gate/up/down of every text decoder layer (k/v only where the layer owns
-    them). `language+audio` adds the conformer's q/k/v/post, both feed-forwards' two Linears and the
-    light-conv's linear_start/linear_end. (Regex in pipeline.model.loading; FIELD_NOTES "LoRA targets".)
+    them; each layer's own head size and MLP width). `language+audio` adds the conformer's
+    q/k/v/post, both feed-forwards' two Linears and the light-conv's linear_start/linear_end (the same
+    matrices in Gemma 3n and Gemma 4, whose are the `.linear` inside each clippable wrapper). (Regexes:
+    the family's `language_lora_regex` / `audio_lora_regex`; FIELD_NOTES "LoRA targets".)
     """
-    h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
+    h = shape.hidden_size
     mats: list[tuple[int, int]] = []
     for i in range(shape.num_layers):
+        q, kv = shape.layer_q_dim(i), shape.layer_kv_dim(i)
         inter = shape.intermediate_sizes[i]
         mats += [(h, q), (q, h), (h, inter), (h, inter), (inter, h)]
         if i < shape.kv_owner_layers:
-            mats += [(h, kv), (h, kv)]
+            mats += [(h, kv)] * (1 if shape.layer_kv_equals_value(i) else 2)
     if targets == "language+audio":
         ha = shape.audio_hidden
         for _ in range(shape.audio_layers):
@@ -347,9 +353,13 @@ def layer_saved_bytes_per_token(
     """Bytes per token saved for backward by decoder layer `layer` without checkpointing.
 
     Read off `Gemma3nTextDecoderLayer.forward` (transformers 5.24) and checked tensor by tensor with
-    `torch.autograd.graph.saved_tensors_hooks` (within 0.5 % on hidden 256/512 configs):
-      * 8 RMSNorms on the hidden width (input, laurel, post-attention, pre/post feed-forward,
-        post per-layer-input, AltUp router twice) upcast to fp32 and save it: 8 (4h + 8);
+    `torch.autograd.graph.saved_tensors_hooks` (within 0.5 % on hidden 256/512 configs); Gemma 4's
+    `Gemma4TextDecoderLayer.forward` is the same without AltUp and LAuReL (`shape.altup_num_inputs` and
+    `laurel_rank` 0), with 5 hidden norms, and each layer's own head size (`benchmarks/memory_accuracy.py`
+    checks it with the same hooks):
+      * `shape.hidden_norms` RMSNorms on the hidden width (Gemma 3n: input, laurel, post-attention,
+        pre/post feed-forward, post per-layer-input, AltUp router twice; Gemma 4: input,
+        post-attention, pre/post feed-forward, post per-layer-input) upcast to fp32 and save it: (4h + 8) each;
         q_norm/k_norm/v_norm on the heads: 4 q + 8 heads, 4 kv + 8 kv_heads each (owners only);
       * AltUp predict/correct keep the n-stream stack twice: 2 n h c (+ tiny coefficient tensors);
       * LoRA on each wrapped Linear (fp32 adapters, peft `Linear.forward` casts x to fp32):
@@ -365,17 +375,18 @@ def layer_saved_bytes_per_token(
       * per-layer input gate: p c.
     c = compute dtype bytes (bf16: 2).
     """
-    h, q, kv, p, n = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.hidden_size_per_layer_input, shape.altup_num_inputs
+    h, p, n = shape.hidden_size, shape.hidden_size_per_layer_input, shape.altup_num_inputs
+    q, kv, kv_heads = shape.layer_q_dim(layer), shape.layer_kv_dim(layer), shape.layer_kv_heads_of(layer)
     inter = shape.intermediate_sizes[layer]
     c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
     a = dtype_bytes(options.adapter_dtype)
     m = dropout_mask_bytes(config, device, options)
     r = config.lora_rank
     owner = layer < shape.kv_owner_layers
-    total = 8 * (4 * h + 8) + (4 * q + 8 * shape.num_heads)
+    total = shape.hidden_norms * (4 * h + 8) + (4 * q + 8 * shape.num_heads)
     if owner:
-        total += 2 * (4 * kv + 8 * shape.num_kv_heads)
-    total += 2 * n * h * c + 8 * n + n * n * c + n * c
+        total += 2 * (4 * kv + 8 * kv_heads)
+    total += 2 * n * h * c + 8 * n + n * n * c + n * c  # AltUp (Gemma 3n; n = 0 for Gemma 4)
     if config.finetuning_type == "full":
         # every Linear is trainable and saves its input for its weight gradient (in the compute
         # dtype; q/k/v share one input, as do gate/up and laurel's left): q/k/v (h), o (q), gate/up
@@ -401,10 +412,12 @@ def activations(
 
     * `activations_decoder`: without checkpointing, the sum of `layer_saved_bytes_per_token` over
       the layers; with gradient checkpointing (use_reentrant=False) each layer keeps only its input,
-      the n-stream AltUp stack, n h c per token (measured 2,048 B/token at h=256: exact).
-      Plus, once: the per-layer inputs (L p c), the rotary tables and attention masks (2 masks of
-      seq x seq x c per row, full and sliding), the final AltUp un-embedding + norm (~12 h c; with
-      enable_input_require_grads under checkpointing, ~9 h c more for the embedding side).
+      the n-stream AltUp stack, n h c per token (measured 2,048 B/token at h=256: exact; Gemma 4 has
+      one stream, h c). Plus, once: the per-layer inputs (L p c), the rotary tables (cos and sin per
+      head size) and attention masks (2 masks of seq x seq x c per row, full and sliding), the final
+      AltUp un-embedding + norm (~12 h c; with enable_input_require_grads under checkpointing, ~9 h c
+      more for the embedding side); Gemma 4: the final norm's fp32 input (4 h + 8), and with input
+      grads the per-layer projection's norm, (4 p + 8) L (`Gemma4TextModel.project_per_layer_inputs`).
     * `activations_recompute`: with checkpointing, backward re-runs one layer, whose saved tensors
       (the largest layer's `layer_saved_bytes_per_token`) are alive next to the checkpoints.
     * `backward_workspace`: gradients of one layer's largest intermediates while it runs backward,
@@ -415,11 +428,17 @@ def activations(
     """
     tokens = config.batch_size * seq_len
     c = dtype_bytes(compute_dtype_name(device, options.compute_dtype))
-    h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.altup_num_inputs
+    h, L, p, n = shape.hidden_size, shape.num_layers, shape.hidden_size_per_layer_input, shape.residual_streams
     per_layer = [layer_saved_bytes_per_token(shape, config, device, options, i, seq_len) for i in range(L)]
-    once = L * p * c + FINAL_SAVED_H_ELEMS * h * c + 2 * seq_len * c + 2 * 2 * shape.head_dim * c
+    dims = [shape.layer_head_dim(i) for i in range(L)] or [shape.head_dim]
+    rotary = 2 * (min(dims) + max(dims))  # cos + sin of the sliding and the full layers' rotary tables
+    if shape.altup_num_inputs:
+        final, input_grad = FINAL_SAVED_H_ELEMS * h * c, INPUT_GRAD_SAVED_H_ELEMS * h * c
+    else:  # Gemma 4: the final RMSNorm's fp32 input; with input grads, the per-layer projection's norm
+        final, input_grad = 4 * h + 8, (4 * p + 8) * L
+    once = L * p * c + final + 2 * seq_len * c + rotary * c
     if config.gradient_checkpointing:
-        once += INPUT_GRAD_SAVED_H_ELEMS * h * c
+        once += input_grad
         decoder = L * n * h * c + once
         recompute = max(per_layer)
     else:

@@ -17,12 +17,13 @@ from pathlib import Path
 from pipeline.errors import ModelLoadError
 from pipeline.model.family import ModelFamily
 from pipeline.model.gemma3n import GEMMA3N
+from pipeline.model.gemma4 import GEMMA4
 from pipeline.model.shape import ModelShape, PartParams
 
 ASSETS_DIR = Path(__file__).resolve().parents[2] / "assets"
 """Shipped copies of the hub checkpoints' `config.json` (`ModelFamily.shipped_configs` names them)."""
 
-FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (GEMMA3N,)}
+FAMILIES: dict[str, ModelFamily] = {family.name: family for family in (GEMMA3N, GEMMA4)}
 """Every family this pipeline knows, by `ModelFamily.name`."""
 
 DEFAULT_FAMILY = FAMILIES["gemma3n"]

@@ -52,6 +52,11 @@ class ModelFamily:
         part_params(shape) -> parameters per part (`pipeline.model.shape.PartParams`).
         make_tiny(out_dir, seed) -> Path: writes the family's tiny random stand-in with its processor.
         model_class() -> the transformers class `load_model` loads.
+        audio_span(processor, seconds) -> str: the text one clip of that length becomes in the rendered
+            conversation (markers and audio placeholders; `pipeline.model.tokens.TokenCounter`).
+    Export:
+        gguf_audio: whether llama.cpp / Ollama run the family's audio (its GGUF export keeps the audio
+            projector, `pipeline.export.gguf`); False: a GGUF of it is text only.
     """
 
     name: str
@@ -80,6 +85,8 @@ class ModelFamily:
     part_params: Callable[[Any], dict]
     make_tiny: Callable[..., Path]
     model_class: Callable[[], type]
+    audio_span: Callable[[Any, float], str]
+    gguf_audio: bool
 
     @property
     def default_model(self) -> str:

@@ -83,8 +83,22 @@ def audio_tokens(seconds: float) -> int:
     return AUDIO_SOFT_TOKENS
 
 
+def audio_span(processor: Any, seconds: float) -> str:
+    """The text one clip becomes in the rendered conversation, whatever its length
+    (`processor.full_audio_sequence`: blank line, `<start_of_audio>`, `AUDIO_SOFT_TOKENS` audio soft
+    tokens, `<end_of_audio>`, blank line; transformers `models/gemma3n/processing_gemma3n.py`); a
+    processor without it (an older save) gets the same span from its tokenizer's tokens."""
+    span = getattr(processor, "full_audio_sequence", None)
+    if span is None:
+        tok = processor.tokenizer
+        n = int(getattr(processor, "audio_seq_length", AUDIO_SOFT_TOKENS))
+        span = f"\n\n{tok.boa_token}{tok.audio_token * n}{tok.eoa_token}\n\n"
+    return span
+
+
 def inner(model: Any) -> Any:
-    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one).
+    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one; the
+    same holds for Gemma 4's `Gemma4Model`, whose family uses this function too).
 
     Raises:
         ModelLoadError: `model` has no `language_model` (not a Gemma 3n model).
@@ -92,7 +106,7 @@ def inner(model: Any) -> Any:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base = getattr(base, "model", base)
     if not hasattr(base, "language_model"):
-        raise ModelLoadError(f"Expected a Gemma 3n model with a `language_model`, got {type(model).__name__}.")
+        raise ModelLoadError(f"Expected a Gemma model with a `language_model`, got {type(model).__name__}.")
     return base
 
 
@@ -258,5 +272,7 @@ GEMMA3N = ModelFamily(
     part_params=part_params,
     make_tiny=make_tiny,
     model_class=model_class,
+    audio_span=audio_span,
+    gguf_audio=False,
 )
 """Gemma 3n E2B / E4B (`google/gemma-3n-E2B-it`, gated: accept the licence on the hub)."""

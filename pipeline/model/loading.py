@@ -1,4 +1,5 @@
-"""Load Gemma 3n (processor, quantized base model, LoRA adapters): the one module naming its classes.
+"""Load a Gemma 3n or Gemma 4 model (processor, quantized base model, LoRA adapters): the one loader; the
+classes and module paths are the family's (`pipeline.model.catalog.family_for`).
 
 Public functions:
 - `resolve_device(name)`: "auto" -> "cuda", then "mps", then "cpu".
@@ -125,7 +126,8 @@ def compute_dtype(device: str) -> torch.dtype:
 
 
 def load_processor(model_id: str):
-    """Load the `Gemma3nProcessor` (tokenizer + chat template + audio feature extractor) of `model_id`:
+    """Load the processor (`Gemma3nProcessor` / `Gemma4Processor`: tokenizer + chat template + audio feature
+    extractor) of `model_id`:
     the one loader of processors (the dataset build, the trainer, inference and export all call it).
 
     Args:
@@ -144,13 +146,13 @@ def load_processor(model_id: str):
         processor = from_pretrained_cached_first(AutoProcessor.from_pretrained, model_id)
     if not hasattr(processor, "feature_extractor") or not hasattr(processor.tokenizer, "audio_token_id"):
         raise ModelLoadError(
-            f"`{model_id}` has no Gemma 3n audio processor (got {type(processor).__name__}); use a Gemma 3n "
-            "checkpoint such as google/gemma-3n-E2B-it."
+            f"`{model_id}` has no Gemma audio processor (got {type(processor).__name__}); use a Gemma 3n or "
+            "Gemma 4 checkpoint such as google/gemma-3n-E2B-it or google/gemma-4-E2B-it."
         )
     if getattr(processor, "chat_template", None) is None:
         raise DatasetError(
-            f"The processor of `{model_id}` has no chat template; use an instruction-tuned Gemma 3n "
-            "such as google/gemma-3n-E2B-it."
+            f"The processor of `{model_id}` has no chat template; use an instruction-tuned checkpoint "
+            "such as google/gemma-3n-E2B-it or google/gemma-4-E2B-it."
         )
     return processor
 
@@ -274,7 +276,8 @@ def load_model(
     model_id: str, *, device: str = "auto", quantization: str = "4bit", vision_tower: bool = True,
     ple_on_cpu: bool = False, quantize_audio_encoder: bool = False, low_memory_heap: bool = False,
 ) -> tuple[torch.nn.Module, QuantizationReport]:
-    """Load `Gemma3nForConditionalGeneration` on `device`, quantized as asked, with eager attention.
+    """Load the family's model class (`Gemma3nForConditionalGeneration`, `Gemma4ForConditionalGeneration`) on
+    `device`, quantized as asked, with eager attention.
 
     Args:
         model_id: hub id or local folder.

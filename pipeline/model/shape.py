@@ -47,6 +47,22 @@ class ModelShape:
     tie_word_embeddings: bool
     dtype: str
     family: str = "gemma3n"
+    layer_head_dims: tuple[int, ...] = ()
+    """Head size of each decoder layer (Gemma 4: `global_head_dim` on full-attention layers); empty:
+    `head_dim` everywhere (Gemma 3n)."""
+    layer_kv_heads: tuple[int, ...] = ()
+    """KV heads of each decoder layer; empty: `num_kv_heads` everywhere."""
+    hidden_norms: int = 8
+    """RMSNorms on the hidden width per decoder layer, each saving its fp32 input for backward
+    (Gemma 3n: 8 with AltUp's router norm and LAuReL's; Gemma 4: 5)."""
+    audio_output_dims: int = 0
+    """Width of the audio encoder's output projection (Gemma 4's `output_proj_dims`; 0: none, Gemma 3n)."""
+    vision_params: int = 0
+    """Parameters of a vision tower counted from the config (Gemma 4); Gemma 3n's timm tower is looked
+    up by `vision_architecture` instead."""
+    kv_equals_value: tuple[bool, ...] = ()
+    """Per layer, True where the key projection is reused as the value (Gemma 4 `attention_k_eq_v` on
+    full-attention layers); empty: never."""
 
     @property
     def q_dim(self) -> int:
@@ -55,6 +71,32 @@ class ModelShape:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    def layer_head_dim(self, layer: int) -> int:
+        """Head size of decoder layer `layer`."""
+        return self.layer_head_dims[layer] if self.layer_head_dims else self.head_dim
+
+    def layer_q_dim(self, layer: int) -> int:
+        """Width of layer `layer`'s queries (heads x its head size)."""
+        return self.num_heads * self.layer_head_dim(layer)
+
+    def layer_kv_dim(self, layer: int) -> int:
+        """Width of layer `layer`'s keys (and values): its KV heads x its head size."""
+        heads = self.layer_kv_heads[layer] if self.layer_kv_heads else self.num_kv_heads
+        return heads * self.layer_head_dim(layer)
+
+    def layer_kv_heads_of(self, layer: int) -> int:
+        """KV heads of layer `layer`."""
+        return self.layer_kv_heads[layer] if self.layer_kv_heads else self.num_kv_heads
+
+    def layer_kv_equals_value(self, layer: int) -> bool:
+        """Whether layer `layer` has no v_proj (its keys are its values)."""
+        return bool(self.kv_equals_value and self.kv_equals_value[layer])
+
+    @property
+    def residual_streams(self) -> int:
+        """Copies of the hidden state each layer carries: AltUp's `altup_num_inputs` (Gemma 3n: 4), else 1."""
+        return max(1, self.altup_num_inputs)
 
     @property
     def kv_owner_layers(self) -> int:

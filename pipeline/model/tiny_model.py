@@ -158,17 +158,20 @@ def _corpus() -> list[str]:
     return lines
 
 
-def _build_tokenizer(extra_special_tokens: dict[str, str]):
-    """Train the BPE vocabulary and wrap it in a real `GemmaTokenizer`.
+def train_bpe_vocab(specials: list[str], text_vocab: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Train a byte-fallback BPE vocabulary of exactly `text_vocab` ids on `_corpus()`, SentencePiece
+    style (spaces as "▁", merges within "▁word" pieces, never across a newline).
 
-    Returns `(tokenizer, text_vocab_size T)`. Ids: the Gemma specials first (pad 0, eos 1, bos 2,
-    unk 3, mask 4, turn/image/audio starts), 256 byte-fallback tokens `<0x00>`..`<0xFF>`, the learned
-    tokens, fillers up to T, then the vision block and the audio block of `_MULTIMODAL_VOCAB` ids each.
+    Ids: `specials` first (in order), 256 byte-fallback tokens `<0x00>`..`<0xFF>`, the learned tokens,
+    then `<unusedN>` fillers up to `text_vocab`. Returns `(vocab, merges)` for `GemmaTokenizer`.
+    Shared by the tiny stand-ins of every family (`make_tiny_model`, `pipeline.model.tiny_gemma4`).
+
+    Raises:
+        RuntimeError: the trainer learned more tokens than `text_vocab` holds.
     """
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
     from tokenizers.models import BPE
     from tokenizers.trainers import BpeTrainer
-    from transformers import GemmaTokenizer
 
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
     trainer_model = Tokenizer(BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -182,8 +185,8 @@ def _build_tokenizer(extra_special_tokens: dict[str, str]):
         ]
     )
     trainer = BpeTrainer(
-        vocab_size=_TARGET_TEXT_VOCAB,
-        special_tokens=_BASE_SPECIALS + byte_tokens,
+        vocab_size=text_vocab,
+        special_tokens=specials + byte_tokens,
         show_progress=False,
         min_frequency=1,
     )
@@ -192,12 +195,25 @@ def _build_tokenizer(extra_special_tokens: dict[str, str]):
     vocab: dict[str, int] = dict(trained["vocab"])
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
     # Pad the text block to exactly T ids so the layout is fixed whatever the trainer learned.
-    text_vocab = _TARGET_TEXT_VOCAB
     next_id = max(vocab.values()) + 1
     if next_id > text_vocab:
         raise RuntimeError(f"tiny tokenizer learned {next_id} tokens, more than the text block {text_vocab}")
     for i in range(next_id, text_vocab):
         vocab[f"<unused{i}>"] = i
+    return vocab, merges
+
+
+def _build_tokenizer(extra_special_tokens: dict[str, str]):
+    """Train the BPE vocabulary (`train_bpe_vocab`) and wrap it in a real `GemmaTokenizer`.
+
+    Returns `(tokenizer, text_vocab_size T)`. Ids: the Gemma specials first (pad 0, eos 1, bos 2,
+    unk 3, mask 4, turn/image/audio starts), 256 byte-fallback tokens `<0x00>`..`<0xFF>`, the learned
+    tokens, fillers up to T, then the vision block and the audio block of `_MULTIMODAL_VOCAB` ids each.
+    """
+    from transformers import GemmaTokenizer
+
+    text_vocab = _TARGET_TEXT_VOCAB
+    vocab, merges = train_bpe_vocab(_BASE_SPECIALS, text_vocab)
     multimodal = []
     for block, first_tokens in (("image", ["<end_of_image>", "<image_soft_token>"]), ("audio", ["<end_of_audio>", "<audio_soft_token>"])):
         tokens = first_tokens + [f"<{block}_reserved{k}>" for k in range(_MULTIMODAL_VOCAB - len(first_tokens))]

@@ -1,8 +1,11 @@
 """Token lengths and supervised spans as the model family's processor sees them.
 
-- `TokenCounter`: a conversation's length in tokens exactly as Gemma 3n's processor counts it.
+- `TokenCounter`: a conversation's length in tokens exactly as the family's processor counts it
+  (Gemma 3n: a fixed audio span per clip; Gemma 4: one that grows with the clip, `ModelFamily.audio_span`).
+- `ClipLength`: a clip's length without its samples, for counting (`pipeline.data.row_lengths`).
 - `answer_spans`, `all_answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise
-  (every tutor answer and its `<end_of_turn>`, FIELD_NOTES "Train only on the answer").
+  (every tutor answer and its closing turn token: Gemma 3n's `<end_of_turn>`, Gemma 4's `<turn|>`;
+  FIELD_NOTES "Train only on the answer"). The turn markers are the family's (`family_of_tokenizer`).
 
 Torch-free: importing this module loads no model library; callers pass the processor or tokenizer
 (`pipeline.model.loading.load_processor`).
@@ -10,10 +13,45 @@ Torch-free: importing this module loads no model library; callers pass the proce
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from pipeline.errors import DatasetError
-from pipeline.model.gemma3n import AUDIO_SOFT_TOKENS, MAX_AUDIO_S, MODEL_TURN_HEADER  # noqa: F401 - MAX_AUDIO_S: this module's API
+from pipeline.model.catalog import FAMILIES, DEFAULT_FAMILY
+from pipeline.model.family import ModelFamily
+from pipeline.model.gemma3n import AUDIO_SOFT_TOKENS, MAX_AUDIO_S  # noqa: F401 - this module's API (Gemma 3n's figures)
+
+SAMPLE_RATE_HZ = 16_000
+"""Samples per second of every clip the pipeline hands a processor (`pipeline.data.audio`)."""
+
+
+@dataclass(frozen=True)
+class ClipLength:
+    """A clip's length in seconds, standing in for its samples in a conversation's audio block when
+    only its token count is needed (`TokenCounter.render`)."""
+
+    seconds: float
+
+
+def family_of_tokenizer(tokenizer: Any) -> ModelFamily:
+    """The family whose chat turns `tokenizer` knows: the first family whose `turn_start` token is in its
+    vocabulary (Gemma 4's `<|turn>`, Gemma 3n's `<start_of_turn>`); the default family otherwise (its
+    turn check then names what is missing)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    for family in FAMILIES.values():
+        token_id = tokenizer.convert_tokens_to_ids(family.turn_start)
+        if token_id is not None and token_id != unk:
+            return family
+    return DEFAULT_FAMILY
+
+
+def clip_seconds(audio: Any) -> float | None:
+    """Seconds of an audio block's `audio`: a `ClipLength`, or samples at 16 kHz; None when absent."""
+    if audio is None:
+        return None
+    if isinstance(audio, ClipLength):
+        return audio.seconds
+    return len(audio) / SAMPLE_RATE_HZ
 
 IGNORE_INDEX = -100
 """Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
@@ -26,41 +64,54 @@ IGNORE_INDEX = -100
 class TokenCounter:
     """Counts a conversation's tokens exactly as `processor.apply_chat_template(tokenize=True)` would.
 
-    The processor renders the chat template, replaces each audio placeholder with its fixed audio
-    span (`processor.full_audio_sequence`: blank line, `<start_of_audio>`, 188 audio soft tokens,
-    `<end_of_audio>`, blank line; see transformers `models/gemma3n/processing_gemma3n.py`) and
-    tokenizes the result without adding a second `<bos>`. This class does the same text work but
-    skips the mel feature extraction (the span does not depend on the clip), and tokenizes many rows
-    in one batched call: about 100x faster than the full processor. `tests/test_dataset.py` checks
-    that both give the same count.
+    The processor renders the chat template, replaces each audio placeholder with the clip's audio
+    span and tokenizes the result without adding a second `<bos>`. The span is the family's
+    (`ModelFamily.audio_span`): Gemma 3n's is fixed (`processor.full_audio_sequence`: blank line,
+    `<start_of_audio>`, 188 audio soft tokens, `<end_of_audio>`, blank line), Gemma 4's grows with the
+    clip (`<|audio>`, 25 placeholders a second, `<audio|>`). This class does the same text work but
+    skips the mel feature extraction, and tokenizes many rows in one batched call: about 100x faster
+    than the full processor. `tests/test_dataset.py` and `tests/test_gemma4.py` check that both give
+    the same count.
     """
 
     def __init__(self, processor: Any):
         self.processor = processor
         self.tokenizer = processor.tokenizer
-        self.audio_token = getattr(processor, "audio_token", None)
-        span = getattr(processor, "full_audio_sequence", None)
-        if self.audio_token is None or span is None:
-            tok = self.tokenizer
-            try:
-                n = int(getattr(processor, "audio_seq_length", AUDIO_SOFT_TOKENS))
-                self.audio_token = self.audio_token or tok.audio_token
-                span = f"\n\n{tok.boa_token}{tok.audio_token * n}{tok.eoa_token}\n\n"
-            except AttributeError as error:
-                raise DatasetError(
-                    f"The processor {type(processor).__name__} has no audio tokens ({error}); "
-                    "use a Gemma 3n processor (e.g. google/gemma-3n-E2B-it)."
-                ) from error
-        self.audio_span = span
+        self.family = family_of_tokenizer(self.tokenizer)
+        self.audio_token = getattr(processor, "audio_token", None) or getattr(self.tokenizer, "audio_token", None)
+        try:
+            self.audio_span = self.family.audio_span(processor, 1.0)  # the span of a 1 s clip (Gemma 3n: of any)
+        except AttributeError as error:
+            raise DatasetError(
+                f"The processor {type(processor).__name__} has no audio tokens ({error}); "
+                f"use a processor of {', '.join(m for f in FAMILIES.values() for m in f.models[:1])}."
+            ) from error
+        if self.audio_token is None:
+            raise DatasetError(f"The processor {type(processor).__name__} has no audio token; use a Gemma audio processor.")
         self.bos = getattr(self.tokenizer, "bos_token", None)
 
+    def audio_tokens(self, seconds: float) -> int:
+        """Audio positions of one clip of `seconds` (the family's `audio_tokens`)."""
+        return self.family.audio_tokens(seconds)
+
     def render(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str:
-        """Chat template text with each audio placeholder expanded to the audio span."""
+        """Chat template text with each audio placeholder expanded to its clip's audio span.
+
+        Each audio block's `audio` (samples at 16 kHz, or a `ClipLength`) gives its clip's length, in
+        the order the blocks appear; a block without one is a 1 s clip (exact for Gemma 3n, whose span
+        does not depend on the length)."""
+        seconds = [clip_seconds(block.get("audio")) for m in messages if isinstance(m.get("content"), list)
+                   for block in m["content"] if block.get("type") == "audio"]
         plain = [_strip_audio_arrays(m) for m in messages]
         text = self.processor.apply_chat_template(
             plain, tokenize=False, add_generation_prompt=add_generation_prompt
         )
-        return text.replace(self.audio_token, self.audio_span)
+        pieces = text.split(self.audio_token)
+        out = [pieces[0]]
+        for index, piece in enumerate(pieces[1:]):
+            length = seconds[index] if index < len(seconds) and seconds[index] is not None else 1.0
+            out += [self.family.audio_span(self.processor, length), piece]
+        return "".join(out)
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Token count of each rendered text (batched; `<bos>` added only if the text lacks it)."""
@@ -110,59 +161,59 @@ def _strip_audio_arrays(message: dict) -> dict:
 
 
 
-def _model_header_end(ids: list[int], s: int, tokenizer: Any) -> int | None:
-    """Index just past `model\\n` when the turn starting at `ids[s]` is a model turn, else None.
+def _model_header_end(ids: list[int], s: int, tokenizer: Any, header: str) -> int | None:
+    """Index just past `header` (`model\\n`) when the turn starting at `ids[s]` is a model turn, else None.
 
     When the last header token straddles "\\n" and the answer, that token is supervised (index j-1).
     """
     for j in range(s + 1, min(len(ids), s + 8) + 1):
         text = tokenizer.decode(ids[s:j])
-        if text == MODEL_TURN_HEADER:
+        if text == header:
             return j
-        if text.startswith(MODEL_TURN_HEADER):  # the last token straddles "\n" and the answer: supervise it
+        if text.startswith(header):  # the last token straddles "\n" and the answer: supervise it
             return j - 1
-        if not MODEL_TURN_HEADER.startswith(text):
+        if not header.startswith(text):
             return None
     return None
 
 
-def _unknown_turn(ids: list[int], s: int, tokenizer: Any) -> DatasetError:
-    head = tokenizer.decode(ids[s : s + 4])
+def _not_a_known_template(head: str, family: ModelFamily, what: str) -> DatasetError:
     return DatasetError(
-        f"A turn starts with {head!r}, not {MODEL_TURN_HEADER!r} or 'user': the processor's chat template is not "
-        "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
+        f"{what} starts with {head!r}, not {family.model_turn_header!r} or 'user': the processor's chat template is not "
+        f"{family.label}'s. Use a {family.label} checkpoint (e.g. {family.default_model})."
     )
+
+
+def _turn_ids(tokenizer: Any) -> tuple[ModelFamily, int, int]:
+    family = family_of_tokenizer(tokenizer)
+    return family, tokenizer.convert_tokens_to_ids(family.turn_start), tokenizer.convert_tokens_to_ids(family.turn_end)
 
 
 def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | None:
     """Half-open span `[start, end)` of the LAST answer's tokens in one tokenized conversation.
 
-    The answer starts after the last `<start_of_turn>` + `model\\n` and ends after the first
-    `<end_of_turn>` that follows (included, so the model learns to stop). Returns None when there
-    is no model turn or its `<end_of_turn>` is missing (answer cut off). A read-aloud or
-    free-speech row has exactly this one answer; `all_answer_spans` gives every tutor turn of a
-    dialogue (what training supervises).
+    The answer starts after the last turn start (`<start_of_turn>` for Gemma 3n, `<|turn>` for Gemma 4)
+    + `model\\n` and ends after the first turn end (`<end_of_turn>`, `<turn|>`) that follows (included,
+    so the model learns to stop). Returns None when there is no model turn or its turn end is missing
+    (answer cut off). A read-aloud or free-speech row has exactly this one answer; `all_answer_spans`
+    gives every tutor turn of a dialogue (what training supervises).
 
     Raises:
-        DatasetError: the tokens after the last `<start_of_turn>` do not spell `model\\n` on a
-            token boundary (a chat template this code does not know).
+        DatasetError: the tokens after the last turn start do not spell `model\\n` on a token
+            boundary (a chat template this code does not know).
     """
     ids = list(input_ids)
-    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
-    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    family, start_turn, end_turn = _turn_ids(tokenizer)
     positions = [i for i, t in enumerate(ids) if t == start_turn]
     if not positions:
         return None
     s = positions[-1] + 1
-    header_end = _model_header_end(ids, s, tokenizer)
+    header_end = _model_header_end(ids, s, tokenizer, family.model_turn_header)
     if header_end is None:
-        head = tokenizer.decode(ids[s : s + 4])
-        if head.startswith("user"):
+        head = tokenizer.decode(ids[s : s + 8])
+        if head.startswith(("user", "system")):
             return None  # the conversation ends with a user turn: nothing to supervise
-        raise DatasetError(
-            f"The last turn starts with {head!r}, not {MODEL_TURN_HEADER!r}: the processor's chat template is not "
-            "Gemma 3n's. Use a Gemma 3n checkpoint (e.g. google/gemma-3n-E2B-it)."
-        )
+        raise _not_a_known_template(head[:12], family, "The last turn")
     for k in range(header_end, len(ids)):
         if ids[k] == end_turn:
             return header_end, k + 1
@@ -172,27 +223,27 @@ def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | 
 def all_answer_spans(input_ids: Sequence[int], tokenizer: Any) -> list[tuple[int, int]]:
     """Half-open spans `[start, end)` of EVERY answer in one tokenized conversation, in order.
 
-    Each model turn's answer starts after its `<start_of_turn>` + `model\\n` and ends after the
-    `<end_of_turn>` that follows (included). User turns (audio, prompts, learner text, the system
-    text folded into the first one) are never in a span. A model turn whose `<end_of_turn>` is
+    Each model turn's answer starts after its turn start + `model\\n` and ends after the turn end that
+    follows (included). User turns (audio, prompts, learner text, Gemma 3n's system text folded into
+    the first one) and Gemma 4's system turn are never in a span. A model turn whose turn end is
     missing (cut off) gives no span. For a conversation with one answer this is
     `[answer_spans(...)]`; for a tutoring dialogue, one span per tutor turn.
 
     Raises:
-        DatasetError: a turn starts with neither `model\\n` nor `user` (a chat template this code
-            does not know).
+        DatasetError: a turn starts with neither `model\\n`, `user` nor `system` (a chat template this
+            code does not know).
     """
     ids = list(input_ids)
-    start_turn = tokenizer.convert_tokens_to_ids("<start_of_turn>")
-    end_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    family, start_turn, end_turn = _turn_ids(tokenizer)
     spans: list[tuple[int, int]] = []
     for position in [i for i, t in enumerate(ids) if t == start_turn]:
         s = position + 1
-        header_end = _model_header_end(ids, s, tokenizer)
+        header_end = _model_header_end(ids, s, tokenizer, family.model_turn_header)
         if header_end is None:
-            if tokenizer.decode(ids[s : s + 4]).startswith("user"):
+            head = tokenizer.decode(ids[s : s + 8])
+            if head.startswith(("user", "system")):
                 continue
-            raise _unknown_turn(ids, s, tokenizer)
+            raise _not_a_known_template(head[:12], family, "A turn")
         end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
         if end is not None:
             spans.append((header_end, end))

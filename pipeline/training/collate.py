@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, all_answer_spans
-from pipeline.data.rows import row_clips, row_messages
+from pipeline.data.rows import row_clip_lengths, row_clips, row_messages
 from pipeline.errors import DatasetError
 from pipeline.model.audio_alignment import align_audio_masks
 
@@ -126,7 +126,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     for row in rows:
         row_id = row.get("id", "?")
         try:
-            text = counter.render(row_messages(row, tokenizer=tokenizer))
+            text = counter.render(row_messages(row, row_clip_lengths(row), tokenizer=tokenizer))
         except DatasetError as error:
             problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue

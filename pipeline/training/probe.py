@@ -90,11 +90,12 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
                     answer_tokens: int = DEFAULT_PROBE_ANSWER_TOKENS, clips_per_row: int = 1) -> dict:
     """A worst-case micro-batch shaped like `pipeline.training.collate.ChatCollator`'s output.
 
-    input_ids (B, T) int64: `<bos>`, text, `<start_of_audio>`, the 188 audio soft tokens,
-    `<end_of_audio>`, text; `labels` (B, T) are -100 except the last `answer_tokens` positions of
+    input_ids (B, T) int64: `<bos>`, text, the audio start token, the clip's audio soft tokens (Gemma
+    3n: always 188; Gemma 4: by the clip's length, `ModelFamily.audio_tokens`), the audio end token, text; `labels` (B, T) are -100 except the last `answer_tokens` positions of
     each row (the answer and its `<end_of_turn>`, as `pipeline.training.collate.build_labels` supervises;
     clamped to 1..seq_len-1 so position 0 is never a target); input_features
-    (B x clips_per_row, F, 128) float32 with F = 100 x clip_s frames, input_features_mask
+    (B x clips_per_row, F, 128) float32 with F = 100 x clip_s frames (Gemma 4: its valid mel frames,
+    `pipeline.model.gemma4.mel_frames`, which the encoder turns into exactly that many tokens), input_features_mask
     (B x clips_per_row, F) bool, each row holding `clips_per_row` audio spans one after the other (a
     tutoring dialogue's clips); without a clip (clip_s = 0) a text-only batch. Text ids come from
     `PROBE_VOCAB` ids spread evenly over the text vocabulary.
@@ -109,15 +110,21 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
     ids[:, 0] = int(text.bos_token_id if isinstance(text.bos_token_id, int) else 2)
     batch: dict = {}
     if clip_s > 0:
-        n_audio = int(model_config.audio_soft_tokens_per_image)
+        from pipeline.model.catalog import family_of
+        from pipeline.model.gemma4 import mel_frames
+
+        family = family_of({"model_type": getattr(model_config, "model_type", None)})
+        clip_s = min(clip_s, family.max_audio_s)
+        n_audio = int(getattr(model_config, "audio_soft_tokens_per_image", 0) or family.audio_tokens(clip_s))
+        eoa = getattr(model_config, "eoa_token_id", None) or getattr(model_config, "eoa_token_index")
         clips = max(1, int(clips_per_row))
         for k in range(clips):
             start = 8 + k * (n_audio + 4)
             ids[:, start] = int(model_config.boa_token_id)
             ids[:, start + 1 : start + 1 + n_audio] = int(model_config.audio_token_id)
-            ids[:, start + 1 + n_audio] = int(model_config.eoa_token_id)
-        frames = max(1, int(round(min(clip_s, 30.0) * 100)))
-        feat = int(model_config.audio_config.input_feat_size)
+            ids[:, start + 1 + n_audio] = int(eoa)
+        frames = max(1, mel_frames(clip_s) if family.name == "gemma4" else int(round(clip_s * 100)))
+        feat = int(getattr(model_config.audio_config, "input_feat_size", 128))
         batch["input_features"] = torch.randn(batch_size * clips, frames, feat, generator=g)
         batch["input_features_mask"] = torch.ones(batch_size * clips, frames, dtype=torch.bool)
     labels = torch.full_like(ids, -100)
@@ -128,7 +135,7 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
 
 
 def random_model(config_path: str, device: str, quantization: str):
-    """A random-weight Gemma 3n built from a config.json on `device` in the training dtype, with
+    """A random-weight Gemma 3n or Gemma 4 built from a config.json on `device` in the training dtype, with
     eager attention, as `pipeline.model.loading.load_model` would load it (bf16 only: quantizing needs a
     checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
@@ -140,7 +147,7 @@ def random_model(config_path: str, device: str, quantization: str):
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
     path = Path(config_path)
     data = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf-8"))
-    # The Auto classes resolve `model_type` "gemma3n" to the same config and model classes that
+    # The Auto classes resolve `model_type` ("gemma3n", "gemma4") to the same config and model classes that
     # `load_model` uses (only pipeline.model.loading names them).
     cfg = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})
     dtype = compute_dtype(device)

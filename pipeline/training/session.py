@@ -128,7 +128,7 @@ class Session:
                 raise TrainingError(
                     f"`--max-length {config.max_length}` excludes every train row; raise it (see `python -m pipeline "
                     "estimate` for the longest row) or rebuild the dataset.")
-        self.worst = worst_case(self.train_data, config.batch_size, self.processor)
+        self.worst = worst_case(self.train_data, config.batch_size, self.processor, config.max_length)
         model, self.quantization = load_model(config.model, device=self.device, **config.load_options())
         self.base_identity = describe_base(model, config.model)  # recorded with the run and its adapter
         self.model, self.lora = attach_lora(model, config)

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from pipeline.config import TrainConfig
-from pipeline.model.tokens import IGNORE_INDEX, TokenCounter
+from pipeline.memory.inputs import worst_case_clip
+from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, family_of_tokenizer
 from pipeline.data.rows import TEXT_COLUMNS, row_messages
 from pipeline.errors import TrainingError
 
@@ -82,13 +83,15 @@ def _wav_seconds(wav: bytes) -> float:
     return float(soundfile.info(io.BytesIO(wav)).duration)
 
 
-def worst_case(dataset, batch_size: int, processor: Any) -> WorstCase:
+def worst_case(dataset, batch_size: int, processor: Any, max_length: int | None = None) -> WorstCase:
     """The worst case of a `datasets.Dataset` split (columns of `pipeline.data.rows.COLUMNS`; datasets
     built before sample kinds, without `clips`/`extra_audio_wavs`, read as one clip per row): see
     the module docstring. The longest row keeps its kind and conversation, and each of its clips
     carries the longest clip's audio, as the estimate prices `clips` clips of the longest clip's
     length (`pipeline.memory.inputs.LengthStats.kept_max_clips`). Only the rows whose text and audio
-    are used are read in full. Raises `TrainingError` for an empty split."""
+    are used are read in full. For a family whose clips cost positions by length (Gemma 4), the longest
+    clip lengthens the row: it is cut to what keeps the row within `max_length` (the estimate's rule,
+    `pipeline.memory.inputs.worst_case_clip`). Raises `TrainingError` for an empty split."""
     if len(dataset) == 0:
         raise TrainingError("The split has no rows to build a worst-case batch from; rebuild the dataset.")
     columns = set(dataset.column_names)
@@ -106,12 +109,26 @@ def worst_case(dataset, batch_size: int, processor: Any) -> WorstCase:
     by_answer = max(range(len(ids)), key=lambda i: (answers[i], tokens[i]))
     row = dict(dataset[by_tokens])
     clip_wav = _longest_clip_wav(row if by_clip == by_tokens else dataset[by_clip])
+    row_tokens, clip_s = tokens[by_tokens], seconds[by_clip]
+    family = family_of_tokenizer(processor.tokenizer)
+    own = sum(family.audio_tokens(_wav_seconds(w)) for w in [row["audio_wav"]] + list(row.get("extra_audio_wavs") or []))
+    worst_tokens, fit_s = worst_case_clip(row_tokens, own, clip_counts[by_tokens], clip_s, max_length or row_tokens,
+                                          family.audio_tokens)
+    if fit_s < clip_s:  # the longest clip, cut so the row still fits (it never does for Gemma 3n)
+        clip_wav = _cut_wav(clip_wav, fit_s)
     row["audio_wav"] = clip_wav
     if row.get("extra_audio_wavs"):
         row["extra_audio_wavs"] = [clip_wav] * len(row["extra_audio_wavs"])
-    return WorstCase(rows=[dict(row) for _ in range(batch_size)], longest_row=ids[by_tokens], tokens=tokens[by_tokens],
-                     longest_clip=ids[by_clip], clip_s=round(seconds[by_clip], 3), longest_answer=ids[by_answer],
+    return WorstCase(rows=[dict(row) for _ in range(batch_size)], longest_row=ids[by_tokens], tokens=worst_tokens,
+                     longest_clip=ids[by_clip], clip_s=round(fit_s, 3), longest_answer=ids[by_answer],
                      answer_tokens=answers[by_answer], clips=clip_counts[by_tokens])
+
+
+def _cut_wav(wav: bytes, seconds: float) -> bytes:
+    """WAV bytes of the first `seconds` of a 16 kHz mono clip."""
+    from pipeline.data.audio import decode_wav, wav_bytes
+
+    return wav_bytes(decode_wav(wav)[: int(round(seconds * 16000))])
 
 
 def worst_case_batch(collator, case: WorstCase) -> dict[str, torch.Tensor]:

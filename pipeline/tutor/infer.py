@@ -270,8 +270,13 @@ class Tutor:
         return dict(inputs)
 
     def _eos_ids(self) -> list[int]:
+        """The token ids an answer ends at: the family's end of turn (Gemma 3n's `<end_of_turn>`, Gemma 4's
+        `<turn|>`) and the tokenizer's end of sequence."""
+        from pipeline.model.tokens import family_of_tokenizer
+
         tokenizer = self.processor.tokenizer
-        return [e for e in (tokenizer.convert_tokens_to_ids("<end_of_turn>"), tokenizer.eos_token_id) if e is not None]
+        turn_end = tokenizer.convert_tokens_to_ids(family_of_tokenizer(tokenizer).turn_end)
+        return [e for e in (turn_end, tokenizer.eos_token_id) if e is not None]
 
     def _prepare_threads(self) -> None:
         if self.device == "cpu":

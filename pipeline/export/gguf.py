@@ -1,0 +1,300 @@
+"""`export --format gguf`: the tuned tutor for llama.cpp and Ollama, with its ears.
+
+`export_gguf(ws, run, quant=...)` writes `OUT/NAME-gguf/`:
+- `NAME.gguf`: the run's LoRA merged into an unquantized copy of its base (`pipeline.export.tutor.merged_tutor`:
+  bf16, or fp32 for `--quant f32`; never a 4-bit base), converted by llama.cpp's own
+  `convert_hf_to_gguf.py` (`pipeline.export.llama_cpp`; no tensor mapping of ours) to `--quant`;
+  `q4_k_m` converts to f16 and then runs llama.cpp's `llama-quantize`.
+- `mmproj-NAME.gguf`: the audio (and vision) projector, the converter's `--mmproj`, kept in BF16 (F32 with
+  `--quant f32`): quantized projectors degrade audio (FIELD_NOTES "Gemma 4 E2B and llama.cpp").
+- `Modelfile`: Ollama's recipe: both files, the tutor's chat template and system prompt, greedy decoding.
+- `README.md`: the `llama-mtmd-cli`, `llama-server` and `ollama create` commands, and the prompt it was
+  trained on; `system_prompt.txt` (for `-sys`); `export.json` (where it came from).
+
+Only a family whose audio llama.cpp runs gets this (`ModelFamily.gguf_audio`: Gemma 4). A Gemma 3n run is
+refused with the reason (llama.cpp's `tools/mtmd/clip.cpp` skips Gemma 3n's audio, so its GGUF would be deaf);
+its text-only GGUF is written only when asked for by name (`text_only=True`, `--format gguf-text-only`), and
+then holds no projector.
+
+The folder is written through `pipeline.export.staging` (whole or not at all); the merged transformers
+folder the converter reads lives in a temporary folder beside it and is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.errors import ExportError
+from pipeline.export import llama_cpp
+from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
+from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
+from pipeline.fileio import atomic_write_json, atomic_write_text
+
+QUANTS = ("q8_0", "q4_k_m", "f16", "bf16", "f32")
+"""`--quant` values: llama.cpp's weight types of the language model. q8_0 (the default) keeps answers
+close to the unquantized model at about half the size of bf16; q4_k_m is smallest; f16/bf16/f32 are
+unquantized (f32: the merge is done in fp32 too, for comparing with transformers)."""
+
+DEFAULT_QUANT = "q8_0"
+
+STOP_TOKEN = "<turn|>"
+"""Where Gemma 4's answer ends (its chat template's turn end); Ollama's `PARAMETER stop`."""
+
+GEMMA3N_DEAF = (
+    "Run `{run}` is a Gemma 3n tutor: llama.cpp and Ollama cannot run Gemma 3n's audio today (llama.cpp's "
+    "tools/mtmd/clip.cpp skips it: \"we don't support audio for Gemma 3N\"), so its GGUF would not hear the "
+    "learner. Keep it in the studio or behind `python -m pipeline serve`, export it `--format merged` for "
+    "transformers, or train the tutor on google/gemma-4-E2B-it, whose GGUF hears. A text-only GGUF (no audio "
+    "at all) is written only when you ask for it by name: `--format gguf-text-only`."
+)
+
+
+def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
+    return progress or (lambda _: None)
+
+
+def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
+    """Ollama's Modelfile for the exported tutor: `FROM` the model (and its projector), Gemma 4's chat
+    turns as a Go template, the tutor's system prompt, greedy decoding that stops at `<turn|>`.
+
+    The template renders what the tutor was trained on, as Gemma 4's chat template does (llama.cpp's
+    `google-gemma-4-31B-it.jinja`; `tests/test_gguf.py` compares it with the prompt llama.cpp builds):
+    a system turn, the user turn, then the model turn with the empty thought channel (thinking off).
+    It uses Ollama's `.System` / `.Prompt` / `.Response` (one exchange per turn); Ollama puts the clip
+    where its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
+    """
+    lines = [f"# Pronunciation tutor `{run}` for Ollama: `ollama create {run} -f Modelfile` in this folder.",
+             f"FROM ./{run}.gguf"]
+    if projector:
+        lines.append(f"FROM ./mmproj-{run}.gguf")
+    lines += [
+        'TEMPLATE """{{ if .System }}<|turn>system',
+        '{{ .System }}<turn|>',
+        '{{ end }}{{ if .Prompt }}<|turn>user',
+        '{{ .Prompt }}<turn|>',
+        '{{ end }}<|turn>model',
+        '<|channel>thought',
+        '<channel|>{{ .Response }}<turn|>',
+        '"""',
+        f'SYSTEM """{system_prompt}"""',
+        f'PARAMETER stop "{STOP_TOKEN}"',
+        "PARAMETER temperature 0",
+        "PARAMETER num_predict 256",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def tutor_chat_template(template: str, system_prompt: str) -> str:
+    """The chat template the GGUF carries: the base's own Gemma 4 template (`template`, Jinja) with two
+    defaults of the tutor in front: thinking off (the tutor was trained and is asked without a thought
+    channel, as `pipeline.tutor.infer` renders it: the generation prompt ends with the empty
+    `<|channel>thought\n<channel|>`), and `system_prompt` as the system turn when a request has none.
+    llama.cpp renders it itself (`--jinja`), so `llama-mtmd-cli -p TEXT --audio CLIP` and a plain
+    `llama-server` request build the prompt the tutor knows; a request's own system message still wins.
+
+    llama.cpp always passes `enable_thinking` (true unless told otherwise), so it is set, not defaulted.
+    """
+    import json
+
+    return ("{#- The pronunciation tutor's defaults: no thinking; its system prompt unless one is given. -#}\n"
+            "{%- set enable_thinking = false -%}\n"
+            "{%- if messages and messages[0]['role'] not in ['system', 'developer'] -%}\n"
+            "{%- set messages = [{'role': 'system', 'content': " + json.dumps(system_prompt, ensure_ascii=False)
+            + "}] + messages -%}\n{%- endif -%}\n" + template)
+
+
+def keep_special_tokens(folder: Path) -> list[str]:
+    """Mark every added token that `tokenizer.json` calls special as special in `tokenizer_config.json`
+    again, and return the ones added back.
+
+    `AutoProcessor` of a Gemma 4 checkpoint loads its tokenizer with only the processor's named tokens
+    (`<|audio>`, `<|image|>`, ...) as extra special tokens, so the folder it saves lists `<|turn>`,
+    `<turn|>`, `<|think|>`, ... as plain added tokens. llama.cpp's converter types tokens by the
+    tokenizer's `all_special_ids` (`gguf-py` `LlamaHfVocab`): without this, `<|turn>` is a NORMAL
+    token in the GGUF and llama.cpp spells it out letter by letter in every prompt.
+    """
+    import json
+
+    data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    have = list(config.get("extra_special_tokens") or [])
+    if isinstance(config.get("extra_special_tokens"), dict):
+        return []  # a named mapping: leave it as transformers wrote it
+    named = set((config.get("model_specific_special_tokens") or {}).values())
+    named |= {config.get(k) for k in ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")}
+    added = [t["content"] for t in data.get("added_tokens", [])
+             if t.get("special") and t["content"] not in have and t["content"] not in named]
+    if added:
+        config["extra_special_tokens"] = have + added
+        atomic_write_json(config_path, config)
+    return added
+
+
+def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str]) -> str:
+    from pipeline.conversation.messages import user_prompt
+
+    base = info["settings"].get("model")
+    example = user_prompt("The cat sat on the mat.")
+    lines = [
+        f"# Pronunciation tutor `{run}` as GGUF ({quant})", "",
+        f"The LoRA of run `{run}` merged into `{base}` and converted with llama.cpp's own "
+        f"`convert_hf_to_gguf.py` (llama.cpp from llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON}'s source). "
+        + (f"`mmproj-{run}.gguf` is its audio projector (kept unquantized): pass it with every command." if projector
+           else "**Text only**: this model cannot hear audio (no projector)."), "",
+        "## llama.cpp", "",
+        "Build llama.cpp (https://github.com/ggml-org/llama.cpp) or install a release, then, in this folder:", "",
+        "```bash",
+        (f"llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --temp 0 \\\n"
+         f"  --audio learner.wav -p '{example}'" if projector else
+         f"llama-cli -m {run}.gguf --jinja --temp 0 -p '{example}'"),
+        (f"llama-server -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --port 8080" if projector else
+         f"llama-server -m {run}.gguf --jinja --port 8080"),
+        "```", "",
+        "The GGUF's chat template is the base's with the tutor's defaults: thinking off and the tutor's system "
+        "prompt (`system_prompt.txt`) when a request has none, so the commands above need no `-sys` "
+        "(llama-mtmd-cli's `-sys` would also add a blank line between the turns the tutor never saw).", "",
+        "`llama-server` answers OpenAI-style chat completions; send the clip as a user content part "
+        "`{\"type\": \"input_audio\", \"input_audio\": {\"data\": BASE64_WAV, \"format\": \"wav\"}}` followed by the "
+        "text part, with `system_prompt.txt` as the system message.", "",
+        "## Ollama", "",
+        "```bash",
+        f"ollama create {run} -f Modelfile",
+        f"ollama run {run}",
+        "```", "",
+        "The Modelfile names both files, the tutor's chat template and system prompt. It was written and checked "
+        "against llama.cpp's chat template handling, but `ollama create` was not run where it was made. "
+        + ("If your Ollama does not attach a separate projector to an imported model, import the merged model "
+           "instead (`python -m pipeline export --format merged`, then `FROM ./NAME-merged` in the Modelfile): "
+           "Ollama's own converter keeps Gemma 4's audio tower." if projector else ""), "",
+        "## The prompt it was trained on", "",
+        "A system message (`system_prompt.txt`), then one user turn: the clip (16 kHz mono) followed by "
+        f"`{example}` with the learner's sentence. Free-speech and dialogue tutors were trained with their own "
+        "system prompts; `export.json` holds the settings.",
+    ]
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _convert(model_dir: Path, outfile: Path, outtype: str, *, mmproj: bool, say: Callable[[str], None]) -> None:
+    command = llama_cpp.converter_command(model_dir, outfile, outtype, mmproj=mmproj)
+    say(f"Converting {'the audio projector' if mmproj else 'the model'} to GGUF ({outtype}) with llama.cpp's converter…")
+    done = subprocess.run(command, env=llama_cpp.converter_env(), capture_output=True, text=True)
+    if done.returncode != 0 or not outfile.is_file():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
+        raise ExportError(f"llama.cpp's converter failed on {model_dir.name} (exit {done.returncode}):\n{tail}")
+
+
+def _quantize(source: Path, target: Path, quant: str, say: Callable[[str], None]) -> None:
+    binary = llama_cpp.tool("llama-quantize", say=say)
+    say(f"Quantizing to {quant.upper()} with llama.cpp's llama-quantize…")
+    done = subprocess.run([str(binary), str(source), str(target), quant.upper()], capture_output=True, text=True)
+    if done.returncode != 0 or not target.is_file():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
+        raise ExportError(f"llama-quantize failed (exit {done.returncode}):\n{tail}")
+
+
+def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *, quant: str = DEFAULT_QUANT,
+                text_only: bool = False, device: str = "cpu", model: str | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Write `OUT/NAME-gguf/` (see the module docstring) and return what it holds.
+
+    Args:
+        workspace, run: the run to export (its adapter and base).
+        out_dir: the folder `NAME-gguf/` goes into (default `WS/exports/runs/NAME/`).
+        quant: one of `QUANTS` for the language model (the projector stays BF16, F32 with f32).
+        text_only: a GGUF without the projector; the only GGUF a Gemma 3n run gets, and only when asked.
+        device: where the merge runs (`pipeline.export.tutor.export_merged`).
+        model: the run's base where it is now, if its folder moved.
+        progress: called with a line at each stage (download/build of llama.cpp, merge, convert, quantize).
+
+    Returns:
+        `{"format": "gguf", "run", "path", "bytes", "base_model", "quant", "projector" (its dtype or None),
+        "files": {name: bytes}, "seconds", "llama_cpp": the converter's source, "notes"}`.
+
+    Raises:
+        ExportError: unknown `quant`; a Gemma 3n run without `text_only` (the reason, and the name to ask for);
+            no such run or adapter; not enough disk; llama.cpp's source cannot be fetched or the converter /
+            quantizer fails (their last lines).
+        ModelLoadError, BaseModelMismatchError: the base cannot be loaded, or is another model.
+    """
+    from pipeline.conversation.messages import SYSTEM_PROMPT
+    from pipeline.model.base_identity import run_base_model
+    from pipeline.model.catalog import family_for
+
+    say = _say(progress)
+    if quant not in QUANTS:
+        raise ExportError(f"`--quant` must be one of {', '.join(QUANTS)}, got {quant!r}.")
+    info = read_run(workspace, run)
+    family = family_for(run_base_model(info["dir"], run, model))
+    if not family.gguf_audio and not text_only:
+        raise ExportError(GEMMA3N_DEAF.format(run=run))
+    projector = None if text_only else ("f32" if quant == "f32" else "bf16")
+    out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
+    target = out / f"{run}-gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    llama_cpp.source_dir(say=say)  # fetched before the long merge, so a network problem shows at once
+    base_bytes = merged_size_bytes(run_base_model(info["dir"], run, model))
+    check_free_space(out, 2 * base_bytes * (2 if quant == "f32" else 1), f"the GGUF export of run `{run}` "
+                     "(the merged model and its GGUF side by side)")
+    say("Merging the adapter into the base model…")
+    done = merged_tutor(workspace, run, device=device, model=model, out_dir=out,
+                        dtype="float32" if quant == "f32" else "bfloat16")
+    notes = list(done["notes"])
+    if text_only and family.gguf_audio:
+        notes.append("Text only, as asked: no audio projector was written, so this GGUF cannot hear the learner.")
+    elif text_only:
+        notes.append(GEMMA3N_DEAF.split(" A text-only")[0].format(run=run) + " This is the text-only GGUF you asked for.")
+    merged_dir = Path(tempfile.mkdtemp(prefix=f".{run}-merged-for-gguf-", dir=out))
+    try:
+        done["model"].save_pretrained(str(merged_dir))
+        done["processor"].save_pretrained(str(merged_dir))
+        keep_special_tokens(merged_dir)
+        template_path = merged_dir / "chat_template.jinja"
+        template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
+                    else done["processor"].tokenizer.chat_template)
+        atomic_write_text(template_path, tutor_chat_template(template, SYSTEM_PROMPT))
+        del done
+        with staged_folder(target) as staging:
+            gguf = staging / f"{run}.gguf"
+            if quant == "q4_k_m":
+                unquantized = merged_dir / f"{run}-f16.gguf"
+                _convert(merged_dir, unquantized, "f16", mmproj=False, say=say)
+                _quantize(unquantized, gguf, quant, say)
+                unquantized.unlink()
+            else:
+                _convert(merged_dir, gguf, quant, mmproj=False, say=say)
+            if projector:
+                _convert(merged_dir, staging / f"mmproj-{run}.gguf", projector, mmproj=True, say=say)
+            atomic_write_text(staging / "Modelfile", modelfile(run, SYSTEM_PROMPT, projector=bool(projector)))
+            atomic_write_text(staging / "system_prompt.txt", SYSTEM_PROMPT + "\n")
+            atomic_write_text(staging / "README.md", _readme(info, run, quant, bool(projector), notes))
+            atomic_write_json(staging / "export.json", dict(_provenance(info, "gguf"), quant=quant, projector=projector,
+                                                            llama_cpp_python=llama_cpp.LLAMA_CPP_PYTHON, notes=notes))
+    finally:
+        shutil.rmtree(merged_dir, ignore_errors=True)
+    files = {p.name: p.stat().st_size for p in sorted(target.iterdir()) if p.is_file()}
+    return {"format": "gguf", "run": run, "path": str(target), "bytes": folder_bytes(target),
+            "base_model": info["settings"].get("model"), "quant": quant, "projector": projector, "files": files,
+            "seconds": round(time.monotonic() - started, 1),
+            "llama_cpp": f"llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON} sdist ({llama_cpp.cache_dir() / 'src'})",
+            "notes": notes}
+
+
+def gguf_summary(result: dict) -> list[str]:
+    """Lines about a GGUF export for the CLI and the app: its files and the two commands to run it."""
+    lines = [f"  {name}: {size / 1024**2:.1f} MiB" for name, size in result.get("files", {}).items()
+             if name.endswith(".gguf")]
+    run = result["run"]
+    if result.get("projector"):
+        lines.append(f"  llama.cpp: llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --audio CLIP.wav -p TEXT")
+    lines.append(f"  Ollama:    ollama create {run} -f Modelfile   (in {result['path']})")
+    return lines
