@@ -7,7 +7,9 @@ Registered as a pytest plugin by `tests/conftest.py`, so a test asks for the fix
 - `browser`: headless Chromium (Debian's `chromium`, `$CHROMIUM_PATH` to use another; never runs
   `playwright install`), for tests that open several contexts (tests/test_e2e_practice.py);
 - `studio_page`: a 1280 x 900 page of the running app, loaded (the Samples tab's `#load-pack` shown),
-  each wait at most 60 s.
+  each wait at most 60 s;
+- `module_app`, `module_browser`, `module_page`: the same, started once for all the tests of a module
+  (tests/test_e2e_truth.py: one app for several checks), the app with its own calibration folder.
 Teardown, whatever the outcome: the browser closes and Playwright stops, then the app stops with every
 training run and evaluation job it started (detached on purpose, so nothing else would stop them;
 `tests/processes.py`). `launch_app` is the same start for an app with other arguments.
@@ -52,17 +54,19 @@ def _require_chromium() -> None:
 
 
 @contextlib.contextmanager
-def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60):
+def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60,
+               env: dict[str, str] | None = None):
     """Run `python app.py --workspace WORKSPACE ARGS` offline in its own session, its output in
-    `log_path`; yields the process once `ready()` is true (checked every 0.1 s), and stops it, then the
-    training runs and evaluation jobs of `workspace`, on exit whatever the outcome.
+    `log_path` (with `env` over this process's environment); yields the process once `ready()` is true
+    (checked every 0.1 s), and stops it, then the training runs and evaluation jobs of `workspace`, on
+    exit whatever the outcome.
 
     Raises AssertionError with the app's log when the process ends or `timeout_s` passes before ready.
     """
     from tests.processes import stop_process_group, stop_workspace_eval_jobs, stop_workspace_runs
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "app.py"), "--workspace", str(workspace), *args],
@@ -100,21 +104,22 @@ def page_served(url: str):
     return ready
 
 
-@pytest.fixture()
-def running_app(tmp_path):
-    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page, log path)."""
+@contextlib.contextmanager
+def _served_app(folder: Path, env: dict[str, str] | None = None):
+    """`python app.py` on a free port with the workspace `folder/ws`; yields (url, workspace, seconds to
+    first page, log path)."""
     _require_chromium()
-    workspace = tmp_path / "ws"
+    workspace = folder / "ws"
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     started = time.perf_counter()
-    with launch_app(workspace, tmp_path / "app.log", "--port", str(port), ready=page_served(url)):
-        yield url, workspace, time.perf_counter() - started, tmp_path / "app.log"
+    with launch_app(workspace, folder / "app.log", "--port", str(port), ready=page_served(url), env=env):
+        yield url, workspace, time.perf_counter() - started, folder / "app.log"
 
 
-@pytest.fixture()
-def browser():
-    """Headless Chromium through Playwright; closed, and Playwright stopped, at teardown whatever the outcome."""
+@contextlib.contextmanager
+def _chromium():
+    """Headless Chromium through Playwright; closed, and Playwright stopped, on exit whatever the outcome."""
     _require_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -129,14 +134,55 @@ def browser():
         playwright.stop()
 
 
+def _loaded_page(browser, url: str):
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(WAIT_MS)
+    page.goto(url)
+    page.wait_for_selector("#load-pack")
+    return page
+
+
+@pytest.fixture()
+def running_app(tmp_path):
+    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page, log path)."""
+    with _served_app(tmp_path) as app:
+        yield app
+
+
+@pytest.fixture()
+def browser():
+    """Headless Chromium through Playwright; closed, and Playwright stopped, at teardown whatever the outcome."""
+    with _chromium() as chromium:
+        yield chromium
+
+
 @pytest.fixture()
 def studio_page(running_app, browser):
     """A page of the running app at `VIEWPORT`, loaded (`#load-pack` shown), waits of `WAIT_MS`."""
-    page = browser.new_page(viewport=VIEWPORT)
-    page.set_default_timeout(WAIT_MS)
-    page.goto(running_app[0])
-    page.wait_for_selector("#load-pack")
-    return page
+    return _loaded_page(browser, running_app[0])
+
+
+@pytest.fixture(scope="module")
+def module_app(tmp_path_factory):
+    """`running_app` shared by the tests of one module (one start for several checks of the same state), with
+    a calibration folder of its own (`TUTOR_CALIBRATION_DIR`: what it calibrates stays out of other tests)."""
+    folder = tmp_path_factory.mktemp("module-app")
+    with _served_app(folder, env={"TUTOR_CALIBRATION_DIR": str(folder / "calibration")}) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def module_browser():
+    """`browser` shared by the tests of one module."""
+    with _chromium() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="module")
+def module_page(module_app, module_browser):
+    """One page of `module_app` at `VIEWPORT`, loaded, shared by the tests of one module (each test leaves
+    it on a tab of its choosing; the next opens the one it needs)."""
+    return _loaded_page(module_browser, module_app[0])
 
 
 def no_error_toast(page) -> None:

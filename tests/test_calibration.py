@@ -368,7 +368,7 @@ def test_the_time_a_run_will_take_comes_from_a_step_measured_here_and_the_train_
 
 
 def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp_path, monkeypatch):
-    from pipeline.calibration import record_step_time
+    from pipeline.calibration import record_load_time, record_step_time
     from pipeline.config import TrainConfig
     from ui import train_tab
     from ui.tutor_app import TutorApp
@@ -378,6 +378,14 @@ def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp
     app = TutorApp(tmp_path / "ws")
     config = TrainConfig(model="some/model", device="cpu", quantization="none", grad_accum=1, max_steps=30)
     text = app.train.forecast(config)
-    assert "in full precision (float32)" in text and "30 steps" in text and "Calibrate this machine" in text
+    assert "full precision (float32)" in text.split("<details>")[1] and "30 steps" in text
+    assert "Calibrate this machine" in text
     record_step_time("cpu", "some/model", "none", 400, 2.0)
-    assert "**About 1 min" in app.train.forecast(config) and "measured on this machine on" in app.train.forecast(config)
+    text = app.train.forecast(config)
+    assert "the 30 steps take about **1 min 00 s**, plus loading, which has not been timed here yet" in text
+    assert "from one earlier run of this model here" in text and "the step measured here on" in text
+    record_load_time("cpu", "some/model", "none", 40.0)  # a run's start to its first step
+    text = app.train.forecast(config)
+    assert "about **1 min 40 s** from Start to the last of its 30 steps (loading about 40 s" in text, text
+    lead = text.split("<details>")[0]
+    assert "float32" not in lead and "bf16" not in lead, "the precision's terms behind Why?"

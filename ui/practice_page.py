@@ -80,9 +80,9 @@ def practice_page(handlers: PracticeHandlers) -> gr.Blocks:
     """The practice page's `gr.Blocks` (no heavy imports while building it)."""
     with gr.Blocks(title="Pronunciation practice", analytics_enabled=False) as page:
         gr.Markdown("# Pronunciation practice\nPick an exercise, record yourself, and read your tutor's feedback.")
-        with gr.Row():
-            name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2)
-            consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3)
+        with gr.Row(elem_id="practice-who"):  # side by side on a wide screen, one above the other on a phone (app.css)
+            name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2, min_width=240)
+            consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3, min_width=300)
         note = gr.Markdown(elem_id="practice-note")
         exercise = gr.Dropdown([], label="Exercise", elem_id="practice-exercise")
         audio = gr.Audio(sources=["microphone", "upload"], type="filepath", label="Your recording",

@@ -16,7 +16,8 @@ Checks (constants below; levels are dBFS, 0 dBFS = full scale):
   (|x| >= `CLIP_LEVEL`); between `CLIPPED_FRACTION_WARN` (0.05 %) and that, a warning;
 - over full scale: float input with samples beyond [-1, 1] (e.g. 1.5 or -2.0 in a float WAV) is
   clipped to [-1, 1] with a "too loud" warning naming how many samples and the peak; samples that
-  only resampling pushed past full scale are clipped with a warning too. Nothing is clipped silently;
+  only resampling pushed past full scale are clipped, with a warning when there are as many as make a
+  source "slightly clipped" (a few, from a loud microphone clip, are inaudible: no warning);
 - levels are measured without DC (mean removed, high-pass at 40 Hz): a constant offset is no sound.
   The mix is compared with each channel: when it measures more than `PHASE_CANCEL_DB` below its
   loudest channel, the channels cancel (out of phase) and that channel is kept alone, with a warning;
@@ -464,7 +465,9 @@ def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[s
 
     Returns one "too loud" warning when the input itself has samples with |x| > 1 (only float
     input can: integer input is scaled into [-1, 1)), else one warning when resampling alone pushed
-    samples past full scale, else none.
+    more than `CLIPPED_FRACTION_WARN` of the samples past full scale (the same share that makes a
+    source "slightly clipped"), else none: resampling a loud microphone clip overshoots full scale by
+    a few samples, and clipping those is inaudible, nothing a person could act on.
     """
     over = int(np.count_nonzero(np.abs(frames) > 1.0))
     if over:
@@ -474,7 +477,7 @@ def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[s
             "were clipped to [-1, 1]; lower the level to at most 0 dBFS and export again"
         ]
     overshoot = int(np.count_nonzero(np.abs(samples) > 1.0))
-    if overshoot:
+    if overshoot > CLIPPED_FRACTION_WARN * max(1, samples.size):
         return [f"near full scale: resampling to 16 kHz pushed {overshoot} sample(s) past full scale; they were clipped to [-1, 1]"]
     return []
 
