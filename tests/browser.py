@@ -222,6 +222,19 @@ def calm(page, panel: str | None = None) -> str:
     return text
 
 
+def pick(page, elem_id: str, choice: str) -> None:
+    """Pick `choice` in the Gradio dropdown `#elem_id` as a person does: open it, click the option."""
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=choice, exact=True).click()
+
+
+def open_accordion(page, title: str, inside: str) -> None:
+    """Open the accordion titled `title` unless `inside` (a selector within it) already shows."""
+    if not page.locator(inside).is_visible():
+        page.get_by_text(title).click()
+        page.wait_for_selector(inside, state="visible")
+
+
 def open_tab(page, name: str) -> None:
     """Click the tab named `name` ("4 · Train") and give it 0.8 s to draw."""
     page.get_by_role("tab", name=name).click()

@@ -383,7 +383,7 @@ def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp
     record_step_time("cpu", "some/model", "none", 400, 2.0)
     text = app.train.forecast(config)
     assert "the 30 steps take about **1 min 00 s**, plus loading, which has not been timed here yet" in text
-    assert "from one earlier run of this model here" in text and "the step measured here on" in text
+    assert "measured once here, in an earlier run of this model" in text and "the step measured here on" in text
     record_load_time("cpu", "some/model", "none", 40.0)  # a run's start to its first step
     text = app.train.forecast(config)
     assert "about **1 min 40 s** from Start to the last of its 30 steps (loading about 40 s" in text, text

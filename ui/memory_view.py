@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pipeline.units import GIB, format_bytes
+from pipeline.units import GIB, format_bytes, format_gib
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -45,11 +45,9 @@ VERDICT_HEADLINES = {"fits": "### ✓ Yes, it fits", "tight": "### ⚠ Yes, but 
 
 def gib(n: float | int | None) -> str:
     """A memory figure as the Memory tab shows every one that could be compared with another: GiB with two
-    decimals (1 GiB = 1024**3 bytes), whatever its size, so one quantity reads the same wherever it shows
+    decimals whatever its size (`pipeline.units.format_gib`), so one quantity reads the same wherever it shows
     and two can be compared at a glance ("1021 MiB" beside "1.00 GiB" could not); None -> "–"."""
-    if n is None:
-        return "–"
-    return f"{float(n) / GIB:.2f} GiB"
+    return format_gib(n)
 
 
 def model_words(model: str) -> str:

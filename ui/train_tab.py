@@ -171,18 +171,19 @@ class TrainHandlers:
         row = evt.row_value if evt is not None and evt.row_value else None
         return (gr.update(value=str(row[0])) if row else gr.skip()), ""
 
-    def poll(self, run_name: str, seen: int | None):
+    def poll(self, run_name: str, seen: int | None, restored: bool = False, *values: Any):
         """Timer tick: read the run folder once (`read_run`); returns (progress, curves, memory, log, failure,
-        seen, timer, runs table, resume choice, Try's run, headline): the headline is read again once the run
-        has ended (it named the run as training)."""
+        seen, timer, runs table, resume choice, Try's run, headline, next run's line): once the run has ended,
+        the headline (it named the run as training) and the "Next run" line (its forecast now has this run's
+        measured times; `page_settings_summary` of the page's settings `values`, once `restored`) again."""
         from pipeline.training.run_folder import read_run
 
         if not run_name:
-            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 4
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 4
+            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         rows, alive = run.rows, run.alive
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
@@ -198,6 +199,7 @@ class TrainHandlers:
               else self._run_lists(selected=run_name)),
             # The headline counts the tutors and names the one training: again once the run has ended.
             self.headline() if not alive else gr.skip(),
+            self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
         )
 
     def _expected_load(self, run) -> float | None:

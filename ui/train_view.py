@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_bytes, format_seconds
+from pipeline.units import format_bytes, format_gib, format_seconds
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -103,10 +103,10 @@ def sureness_words(step: Mapping[str, Any] | None) -> str:
                 "will measure it")
     count = int(step.get("measurements") or 1)
     if count == 1:
-        return "from one earlier run of this model here; a busier computer takes longer"
+        return "measured once here, in an earlier run of this model; a busier computer takes longer"
     spread = step.get("spread_percent")
-    return (f"from {count} earlier runs of this model here" + (f", which varied by up to ±{spread} %" if spread else "")
-            + "; a busier computer takes longer")
+    return (f"measured {count} times here, in earlier runs of this model"
+            + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
 
 
 def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
@@ -221,18 +221,55 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     return fig
 
 
+PHASE_WORDS = {"load": "loading", "preflight": "the trial step on the longest batch", "step": "a training step",
+               "eval": "testing on the eval recordings", "save": "saving a checkpoint", "resume": "resuming"}
+"""The phases of a run (`pipeline.memory.run_phases.RUN_PHASES`) in a teacher's words."""
+
+
 def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
                           running: bool = False) -> str:
-    """A run's measured memory against the estimate for its settings, like with like: the whole
-    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
-    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
-    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
-    from pipeline.memory.run_compare import compare, comparison_text
+    """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
+    the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
+    with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
+    estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
+    figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
+    finished, so the measured peak covers only the phases reached so far."""
+    from pipeline.memory.run_compare import compare
 
-    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
+    comparison = compare(memory, estimate)
+    measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
+    if not measured and not total:
+        return ""
+    label = "**Memory so far:**" if running else "**Memory:**"
+    text = f"{label} {'it peaked at ' + format_gib(measured) if measured else 'not measured yet'}"
+    if measured and comparison.get("measured_phase"):
+        text += f" ({PHASE_WORDS.get(comparison['measured_phase'], comparison['measured_phase'])})"
+    if total:
+        text += f"; the estimate for the whole run was {format_gib(total)}"
+        if comparison.get("estimate_phase"):
+            text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
+        if comparison.get("percent"):
+            text += f": measured is {comparison['percent']:.0f} % of it"
+    lines = [text + "."]
+    step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
+    if step_measured or step_estimate:
+        step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
+        if step_estimate:
+            step += f" against {format_gib(step_estimate)} estimated"
+            if comparison.get("step_percent"):
+                step += f" ({comparison['step_percent']:.0f} %)"
+        lines.append(step + ".")
+    why = []
     kind = (memory or {}).get("memory_kind")
-    if text and kind:
-        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
+    if kind:
+        why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
+    if comparison.get("calibration_text"):
+        why.append(f"The estimate: {comparison['calibration_text']}.")
+    if comparison.get("compute_dtype"):
+        why.append(f"Precision: {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''}).")
+    text = "  \n".join(lines)
+    if why:
+        text += "\n\n<details><summary>Why? (how it was measured)</summary>\n\n" + " ".join(why) + "\n\n</details>"
     return text
 
 
