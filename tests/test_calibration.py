@@ -273,6 +273,35 @@ def test_the_time_a_run_will_take_comes_from_step_times_measured_here():
     assert cal.expected_run_seconds(config, 512, 10, "cpu") == pytest.approx(3.0 * 4 * 10)
 
 
+def test_a_forecast_counts_loading_prefers_runs_to_the_probe_and_says_how_sure():
+    """Issue 32 item 7: the first forecast (from the calibration's cold probe step) was 2.6x too long and left
+    out the ~40 s of loading. A run's times replace the probe's once there are any; loading is the median of
+    those measured; with two or more runs the spread is given."""
+    from pipeline.calibration import forecast_run
+
+    config = TrainConfig(model="m", device="cpu", quantization="none", batch_size=1, grad_accum=1, max_steps=10)
+    lengths = {"row_tokens": [400]}
+    cal.record_step_time("cpu", "m", "none", 400, 5.0, source="probe")
+    cal.record_load_time("cpu", "m", "none", 50.0, source="probe")
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["source"] == "probe" and plan["total_seconds"] == pytest.approx(50 + 5 * 10)
+    cal.record_step_time("cpu", "m", "none", 400, 2.0)  # a run's: the probe's no longer counts
+    cal.record_load_time("cpu", "m", "none", 40.0)
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["source"] == "run" and plan["step"]["measurements"] == 1 and plan["step"]["spread_percent"] is None
+    assert plan["load_seconds"] == 40.0 and plan["total_seconds"] == pytest.approx(40 + 2 * 10)
+    cal.record_step_time("cpu", "m", "none", 800, 6.0)  # 7.5 ms per token against 5 ms: their median 6.25 ms
+    cal.record_load_time("cpu", "m", "none", 60.0)
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["measurements"] == 2 and plan["step"]["spread_percent"] == 20
+    assert plan["load_seconds"] == 50.0, "the median of the runs' loading"
+    from ui.train_view import forecast_markdown
+
+    text = forecast_markdown(plan, "cpu")
+    assert "from Start to the last of its 10 steps (loading about 50 s" in text
+    assert "measured 2 times here, in earlier runs of this model, varying by up to ±20 %" in text
+
+
 # --------------------------------------------------------------------------------------------------
 # Runs are evidence
 

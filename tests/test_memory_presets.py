@@ -226,3 +226,44 @@ def test_number_fields_have_no_gradio_minimum(tmp_path):
         assert numbers[elem_id].minimum is None, elem_id
         message = elem_id.removeprefix("set-").replace("max-length", "max-length") + "-message"
         assert any(getattr(block, "elem_id", None) == message for block in demo.blocks.values()), message
+
+
+def test_calibrate_this_machine_measures_this_computer_whatever_machine_is_picked(app):
+    """Issue 32 item 2: with a Mac or NVIDIA preset picked, calibrating failed looking for that device. The
+    first part of the click makes the machine this computer (its device, no budget, its default precision
+    unless chosen), clears the other machine's answer and names it for the measured panel."""
+    machine, device, budget, quantization, question, before, verdict, hint, measured, note, *buttons = (
+        app.memory.calibrate_here("NVIDIA GPU, 8 GB", "4bit", False, E2B))
+    assert machine["value"] == THIS_COMPUTER and device["value"] == "auto" and budget == {"value": 0, "visible": False,
+                                                                                          "__type__": "update"}
+    here = default_quantization(likely_device())
+    assert (quantization == gr.skip()) if here == "4bit" else quantization["value"] == here
+    assert before == "an NVIDIA GPU with 8 GB" and "this computer?" in question
+    assert "Calibrating **this computer**" in verdict and (hint, measured, note) == ("", "", "")
+    assert all(button["visible"] is False for button in buttons)
+    chosen = app.memory.calibrate_here("Mac, 16 GB unified memory", "8bit", True, E2B)
+    assert chosen[3] == gr.skip() and chosen[5] == "a Mac with 16 GB of unified memory", "a chosen precision stays"
+    assert app.memory.calibrate_here(THIS_COMPUTER, "none", False, E2B)[5] == "", "nothing to say when it was this computer"
+    text = memory_view.measured_markdown(2**30, 2**30 - 2**20, {}, elsewhere="an NVIDIA GPU with 8 GB")
+    assert "measures this computer" in text and "not for an NVIDIA GPU with 8 GB" in text
+    assert "peaked at **1.00 GiB**" in text and "the estimate for one step is 1.00 GiB (-0.1 %)" in text
+
+
+def test_the_plan_row_of_the_answers_settings_is_the_answer(app):
+    """Issue 32 item 6: "What else fits" said "E2B-it · LoRA, bf16 · 22.46 GiB" beside a verdict of 22.17 GiB
+    in fp32, and a usable figure read a moment apart. The plan reuses the answer's reading of the device's memory,
+    its calibration, and names no number format; its row of the answer's settings shows the answer's figure."""
+    values = _page_values(device="cpu", quantization="none")
+    outputs = _ask_app(app, 0, values)
+    verdict, reading = outputs[1], outputs[-1]
+    plan = app.memory.plan(reading, 0, *[values[name] for name in common.CONFIG_FIELDS])
+    usable = gib(reading["usable_bytes"])
+    assert f"with **{usable}** usable" in plan and f"of **{usable}** usable" in verdict
+    own = [line for line in plan.splitlines() if "your settings" in line]
+    assert len(own) == 1 and "LoRA, full-size weights" in own[0]
+    peak = verdict.split("needs about **")[1].split("**")[0]
+    assert f"| {peak} |" in own[0], (peak, own[0])
+    assert "bf16" not in plan and "fp32" not in plan
+    moved = dict(reading, free_bytes=reading["free_bytes"] + 2**30, usable_bytes=reading["usable_bytes"] + 2**30)
+    assert gib(moved["usable_bytes"]) in app.memory.plan(moved, 0, *[values[name] for name in common.CONFIG_FIELDS]), \
+        "the reading given is the one shown, not a new one"

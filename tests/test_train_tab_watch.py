@@ -266,3 +266,16 @@ def test_watching_a_real_run_clock_log_and_memory(tmp_path, tiny_model_dir):
     assert not any(raw in logs[-1] for raw in ("INFO", "{", "cpu_max_rss"))
     assert "peak resident memory (RAM)" in memory and "cpu_max_rss" not in memory
     assert isinstance(timer, gr.Timer)
+
+
+def test_the_run_summary_names_its_settings_in_words():
+    """Issue 32 item 4: "tiny-gemma3n · none · auto · LoRA r 16 (alpha 32) on language · batch 1 x 4 accumulation
+    · adamw · lr 0.0002 linear", where "none" meant no quantization."""
+    config = common.config_from_values(_settings("/ws/models/tiny-gemma3n", quantization="none", grad_accum=4,
+                                                 device="auto"))
+    words = view.settings_words(config.to_dict())
+    for raw in (" · none · ", " · auto · ", "LoRA r ", "accumulation", " · adamw · ", " linear"):
+        assert raw not in words, (raw, words)
+    for said in ("full-size weights (no compression)", "on the best device here (auto)", "adapter rank 16, strength 32",
+                 "1 recording per step, 4 steps per update", "standard updates (AdamW)", "lowered steadily to 0"):
+        assert said in words, (said, words)

@@ -297,10 +297,9 @@ class MemoryHandlers:
                 before = view.machine_words(device, device, gb)
             else:
                 before = "the machine you described"
-        wanted = gr.skip() if quantization_chosen else default_quantization(_resolved("auto"))
         waiting = "Calibrating **this computer**: the answer for it follows when the measurement is done."
         return (gr.update(value=THIS_COMPUTER), gr.update(value="auto"), gr.update(value=0, visible=False),
-                wanted if wanted == gr.skip() or wanted != quantization else gr.skip(),
+                self.device_defaults("auto", quantization, quantization_chosen),
                 self.question(model, THIS_COMPUTER), before, waiting, "", "", "",
                 *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
 
