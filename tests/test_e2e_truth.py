@@ -119,13 +119,13 @@ def _figures_agree(page, machine_words: str) -> dict:
     Why?, the plan's header), each suggestion's figure (its button, the list). The lead (before "Why?") has no
     engineer's term. Returns the figures read."""
     answer = _answer(page)
-    lead, why = answer.split("Why?", 1)
+    lead, _, why = answer.partition("Why?")
+    for word in ENGINEER_WORDS:
+        assert word not in lead, f"{word!r} in the answer's lead: {lead!r}"
+    assert "How sure" in lead and why, answer
     peak = re.search(rf"needs about {GIB} at its peak", lead).group(1)
     usable = re.search(rf"of {GIB} usable", lead).group(1)
     assert re.search(rf"Usable {GIB} =", why).group(1) == usable, "usable: the answer and its Why?"
-    for word in ENGINEER_WORDS:
-        assert word not in lead, f"{word!r} in the answer's lead: {lead!r}"
-    assert "How sure" in lead
     plan = page.locator("#plan-table").inner_text()
     assert machine_words in plan.split("\n")[0], plan[:200]
     assert re.search(rf"with {GIB} usable", plan).group(1) == usable, "usable: the answer and the plan"
@@ -165,12 +165,13 @@ def test_the_memory_tab_shows_one_figure_per_quantity_through_the_presets(built)
     seen_own_row = False
     for preset, words in PRESETS:
         pick(page, "machine", preset)
-        wait_text(page, "#verdict", rf"gemma-3n-E2B-it on {re.escape(words)}", timeout_s=180)
+        wait_text(page, "#verdict", rf"gemma-3n-E2B-it.*{re.escape(words)}", timeout_s=180)
+        if preset != "This computer":  # an answer about another machine says nothing of this one
+            answer = _answer(page)
+            assert "on this machine" not in answer and "this computer" not in answer, answer
         _wait_plan(page, words)
         figures = _figures_agree(page, words)
         seen_own_row = seen_own_row or figures["own_row"]
-        if preset != "This computer":
-            assert "this machine" not in figures["why"] and "this computer" not in figures["why"], figures["why"]
         shot(page, f"truth-3-memory-{preset.split(',')[0].replace(' ', '-').lower()}")
     assert seen_own_row, "the plan marked the answer's own row on no machine"
 
@@ -200,10 +201,10 @@ def test_calibrate_measures_this_computer_and_the_answer_follows(built):
     pick(page, "model", str(tiny))
     open_tab(page, "3 · Memory")
     pick(page, "machine", "NVIDIA GPU, 8 GB")
-    wait_text(page, "#verdict", r"tiny-gemma3n on an NVIDIA GPU with 8 GB", timeout_s=180)
+    wait_text(page, "#verdict", r"tiny-gemma3n.*an NVIDIA GPU with 8 GB", timeout_s=180)
     page.evaluate(PHASES_SEEN)
     page.click("#measure")
-    measured = wait_text(page, "#measured", r"Measured here|✗", timeout_s=1200)
+    measured = wait_text(page, "#measured", r"Measured|✗", timeout_s=1200)
     assert "Measured here" in measured, measured
     assert "measures this computer" in measured and "not for an NVIDIA GPU with 8 GB" in measured, measured
     assert page.locator("#machine input").first.input_value() == "This computer"

@@ -166,7 +166,8 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     if total:
         peak = f"- **When the peak comes.** {PEAK_PHASE_WORDS.get(phase, phase)[:1].upper()}{PEAK_PHASE_WORDS.get(phase, phase)[1:]}."
         if step and step != total:
-            peak += (f" One training step alone needs {gib(step)} (what **Calibrate this machine** measures)")
+            peak += f" One training step alone needs {gib(step)}"
+            peak += " (what **Calibrate this machine** measures)" if data.get("this_machine", True) else ""
             peak += (f"; over a whole run, what stays from step to step adds {gib(total - step)} (technically: kernel "
                      "caches for every row length and the largest batch's memory)." if phase == "step" and total > step
                      else ".")

@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_bytes, format_gib, format_seconds
+from pipeline.units import format_gib, format_seconds
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -329,7 +329,7 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
                 "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
                 "final loss": _round(result.get("final_loss")),
                 "eval loss": _round(result.get("eval_loss")),
-                "peak memory": format_bytes(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
+                "peak memory": format_gib(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
                 "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
                 "note": _note(run.get("reason")),
             }
