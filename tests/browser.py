@@ -90,11 +90,16 @@ def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_
                 print(f"[e2e] teardown stopped evaluation job process(es) {stopped}", flush=True)
 
 
-def page_served(url: str):
-    """A `ready` check for `launch_app`: `url` answers 200."""
+def page_served(url: str, log_path: Path | None = None):
+    """A `ready` check for `launch_app`: `url` answers 200, asked only once the app's log (`log_path`, when
+    given) says it is running. Asking earlier, ten times a second, slowed the app's own start-up check of
+    its page (Gradio's `launch` gives up after one 3 s answer: "When localhost is not accessible...") on a
+    busy computer."""
     import urllib.request
 
     def ready() -> bool:
+        if log_path is not None and "is running at" not in log_path.read_text(encoding="utf-8", errors="replace"):
+            return False
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 return response.status == 200
@@ -113,7 +118,8 @@ def _served_app(folder: Path, env: dict[str, str] | None = None):
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     started = time.perf_counter()
-    with launch_app(workspace, folder / "app.log", "--port", str(port), ready=page_served(url), env=env):
+    with launch_app(workspace, folder / "app.log", "--port", str(port), ready=page_served(url, folder / "app.log"),
+                    env=env):
         yield url, workspace, time.perf_counter() - started, folder / "app.log"
 
 
