@@ -226,6 +226,10 @@ def test_number_fields_have_no_gradio_minimum(tmp_path):
         assert numbers[elem_id].minimum is None, elem_id
         message = elem_id.removeprefix("set-").replace("max-length", "max-length") + "-message"
         assert any(getattr(block, "elem_id", None) == message for block in demo.blocks.values()), message
+    # The page's tabs hold only tabs: a component made beside them (a gr.State after a tab's `with` block)
+    # is a child of gr.Tabs, shifts the tabs' order in the browser, and a tab's button became another's.
+    tabs = next(block for block in demo.blocks.values() if isinstance(block, gr.Tabs))
+    assert all(isinstance(child, gr.Tab) for child in tabs.children), [type(c).__name__ for c in tabs.children]
 
 
 def test_calibrate_this_machine_measures_this_computer_whatever_machine_is_picked(app):

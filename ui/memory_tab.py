@@ -444,6 +444,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                           open=False, elem_id="plan-accordion"):
             plan_out = gr.Markdown(elem_id="plan-table", min_height=80)
         quantization_chosen = gr.State(False)
+        # Inside the tab: a component made outside it is a child of gr.Tabs and shifts the tabs' order (the
+        # Judge tab's button became a second "4 · Train").
+        reading = gr.State(None)  # the device memory the answer used; the plan table reuses it (one usable figure)
+        elsewhere = gr.State("")  # the machine picked before Calibrate this machine switched to this computer
 
     messages = {"lora_rank": lora_rank_message, "batch_size": batch_size_message,
                 "grad_accum": grad_accum_message, "max_length": max_length_message}
@@ -467,8 +471,6 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     # by hand only (`.input`): a preset sets the device and the budget together, restored settings keep theirs
     device.input(handlers.device_picked, inputs=[device, memory_gb, quantization, quantization_chosen],
                  outputs=[machine, memory_gb, quantization], show_progress="hidden")
-    reading = gr.State(None)  # the device memory the answer used; the plan table reuses it (one usable figure)
-    elsewhere = gr.State("")  # the machine picked before Calibrate this machine switched to this computer
     return SimpleNamespace(
         tab=tab, detect_button=detect_button, plan_out=plan_out, machine=machine, question=question,
         memory_gb=memory_gb, estimate_button=estimate_button, measure_button=measure_button,
