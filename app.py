@@ -104,10 +104,11 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
 
         # The run lists: the Past runs table, the run to resume, and the Try tab's run.
         run_lists = [train.runs_df, train.resume_choice, tryout.run]
-        poll_outputs = [*train.poll_outputs, *run_lists]
+        poll_outputs = [*train.poll_outputs, *run_lists, train.headline, train.settings_note]
         train.start_button.click(app.train.start_training, inputs=[train.run_name, *setting_widgets],
-                                 outputs=train.started)
-        poll_inputs = [train.current_run, train.seen_rows]
+                                 outputs=train.started).then(app.train.headline, outputs=train.headline,
+                                                             show_progress="hidden")
+        poll_inputs = [train.current_run, train.seen_rows, restored, *setting_widgets]
         train.timer.tick(app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
         train.refresh_runs.click(app.train.refresh_run_lists, outputs=run_lists)
         tryout.refresh.click(app.train.refresh_run_lists, outputs=run_lists)

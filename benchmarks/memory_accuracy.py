@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         from pipeline.memory.calibrate import calibrate
 
-        done = calibrate("cpu", progress=lambda text: print(text, flush=True))
+        done = calibrate("cpu", progress=lambda step: step["phase"] is None and print(step["text"], flush=True))
         print(f"{done['calibration_text']} ({done['path']}); precision {done['speed']['compute_dtype']}: {done['speed']['reason']}")
     from pipeline.calibration.this_machine import load_calibration
 

@@ -248,6 +248,20 @@ def first_alive(statuses: Iterable[dict], key: str) -> str | None:
     return next((status[key] for status in statuses if status["alive"]), None)
 
 
+PHASE_LINE = "[phase] "
+"""How a blocking child announces a phase on its stderr (`say_phase`), for `run_child(on_phase=...)`."""
+PHASE_POLL_S = 0.5
+"""How often `run_child` passes the phases a child announced on to its `on_phase` (seconds)."""
+
+
+def say_phase(name: str) -> None:
+    """In a blocking child: announce that phase `name` begins (one line on stderr, flushed at once), so the
+    parent's `run_child(on_phase=...)` hears it while the child runs."""
+    import sys  # noqa: PLC0415
+
+    print(PHASE_LINE + name, file=sys.stderr, flush=True)
+
+
 class ChildTimedOut(Exception):
     """A blocking child (`run_child`) ran past its timeout and was killed; `timeout_s` says how long it had."""
 
@@ -269,21 +283,57 @@ class ChildRun:
 
 
 def run_child(command: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
-              cwd: Path = REPO_ROOT) -> ChildRun:
+              cwd: Path = REPO_ROOT, on_phase: Callable[[str], None] | None = None) -> ChildRun:
     """Run `command` to its end in a child process (this process's session: an interrupt reaches it too),
     stdout and stderr captured as text; `alive(pid)` answers for it while it runs. Like `subprocess.run`
     with a timeout, but stopped by this module's `kill`.
 
+    `on_phase`: called with the phase's name each time the child announces one (`say_phase`: a line
+    `PHASE_LINE` + name on its stderr), within `PHASE_POLL_S` of it, in the calling thread (where a
+    progress display of the caller's lives): how a blocking child (the memory probe) says what it is
+    doing while it runs.
+
     Raises:
         ChildTimedOut: it ran more than `timeout_s` seconds; it was killed (its output is dropped).
-        OSError: the program cannot be started. Anything raised while waiting (an interrupt) kills it first.
+        OSError: the program cannot be started. Anything raised while waiting (an interrupt, or by
+            `on_phase`) kills it first.
     """
+    import queue  # noqa: PLC0415
+
     began = time.monotonic()
     process = subprocess.Popen(list(command), cwd=str(cwd), env=None if env is None else dict(env),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _CHILDREN[process.pid] = process
+    out: list[str] = []
+    err: list[str] = []
+    phases: queue.Queue[str] = queue.Queue()
+
+    def read(stream, into: list[str], announce: bool) -> None:
+        for line in iter(stream.readline, ""):
+            into.append(line)
+            if announce and line.startswith(PHASE_LINE):
+                phases.put(line[len(PHASE_LINE):].strip())
+        stream.close()
+
+    readers = [threading.Thread(target=read, args=(process.stdout, out, False), daemon=True),
+               threading.Thread(target=read, args=(process.stderr, err, on_phase is not None), daemon=True)]
+    for reader in readers:
+        reader.start()
+
+    def tell() -> None:
+        while on_phase is not None and not phases.empty():
+            on_phase(phases.get_nowait())
+
     try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
+        deadline = began + timeout_s
+        while True:
+            try:
+                process.wait(timeout=max(0.0, min(PHASE_POLL_S, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+            tell()
     except subprocess.TimeoutExpired:
         kill(process.pid)
         process.wait()
@@ -294,5 +344,8 @@ def run_child(command: Sequence[str], *, timeout_s: float, env: Mapping[str, str
     finally:
         if process.poll() is not None:
             _CHILDREN.pop(process.pid, None)
-    return ChildRun(pid=process.pid, returncode=process.returncode, stdout=stdout, stderr=stderr,
+    for reader in readers:  # the pipes close when the child (and anything holding them) has exited
+        reader.join(timeout=30)
+    tell()
+    return ChildRun(pid=process.pid, returncode=process.returncode, stdout="".join(out), stderr="".join(err),
                     seconds=time.monotonic() - began)

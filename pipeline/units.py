@@ -29,6 +29,16 @@ def format_bytes(n: float | int | None) -> str:
     return f"{value:.0f} B"
 
 
+def format_gib(n: float | int | None) -> str:
+    """`n` bytes in GiB with two decimals whatever its size (`300 * MIB` -> "0.29 GiB"), for figures a
+    person compares with one another on one screen (a measured peak beside its estimate, a peak beside the
+    usable memory): one unit and one rounding, where `format_bytes` would show "1021 MiB" beside
+    "1.00 GiB"; None -> "–"."""
+    if n is None:
+        return "–"
+    return f"{float(n) / GIB:.2f} GiB"
+
+
 def format_seconds(seconds: float | int | None) -> str:
     """Seconds as people read them: `3725` -> `"1 h 02 min"`, `95` -> `"1 min 35 s"`, `4.2` -> `"4 s"`;
     None or NaN -> `"–"`."""

@@ -7,7 +7,9 @@ Registered as a pytest plugin by `tests/conftest.py`, so a test asks for the fix
 - `browser`: headless Chromium (Debian's `chromium`, `$CHROMIUM_PATH` to use another; never runs
   `playwright install`), for tests that open several contexts (tests/test_e2e_practice.py);
 - `studio_page`: a 1280 x 900 page of the running app, loaded (the Samples tab's `#load-pack` shown),
-  each wait at most 60 s.
+  each wait at most 60 s;
+- `module_app`, `module_browser`, `module_page`: the same, started once for all the tests of a module
+  (tests/test_e2e_truth.py: one app for several checks), the app with its own calibration folder.
 Teardown, whatever the outcome: the browser closes and Playwright stops, then the app stops with every
 training run and evaluation job it started (detached on purpose, so nothing else would stop them;
 `tests/processes.py`). `launch_app` is the same start for an app with other arguments.
@@ -55,9 +57,9 @@ def _require_chromium() -> None:
 def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_s: float = 60,
                env: dict[str, str] | None = None):
     """Run `python app.py --workspace WORKSPACE ARGS` offline in its own session, its output in
-    `log_path`; yields the process once `ready()` is true (checked every 0.1 s), and stops it, then the
-    training runs, evaluation jobs and model downloads of `workspace`, on exit whatever the outcome.
-    `env` is laid over the app's environment (e.g. a local hub: `tests.hub_server.FakeHub.env`).
+    `log_path` (with `env` over this process's environment, e.g. a local hub: `tests.hub_server.FakeHub.env`);
+    yields the process once `ready()` is true (checked every 0.1 s), and stops it, then the training runs,
+    evaluation jobs and model downloads of `workspace`, on exit whatever the outcome.
 
     Raises AssertionError with the app's log when the process ends or `timeout_s` passes before ready.
     """
@@ -91,11 +93,16 @@ def launch_app(workspace: Path, log_path: Path, *args: str, ready=None, timeout_
                 print(f"[e2e] teardown stopped model download process(es) {stopped}", flush=True)
 
 
-def page_served(url: str):
-    """A `ready` check for `launch_app`: `url` answers 200."""
+def page_served(url: str, log_path: Path | None = None):
+    """A `ready` check for `launch_app`: `url` answers 200, asked only once the app's log (`log_path`, when
+    given) says it is running. Asking earlier, ten times a second, slowed the app's own start-up check of
+    its page (Gradio's `launch` gives up after one 3 s answer: "When localhost is not accessible...") on a
+    busy computer."""
     import urllib.request
 
     def ready() -> bool:
+        if log_path is not None and "is running at" not in log_path.read_text(encoding="utf-8", errors="replace"):
+            return False
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 return response.status == 200
@@ -105,21 +112,23 @@ def page_served(url: str):
     return ready
 
 
-@pytest.fixture()
-def running_app(tmp_path):
-    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page, log path)."""
+@contextlib.contextmanager
+def _served_app(folder: Path, env: dict[str, str] | None = None):
+    """`python app.py` on a free port with the workspace `folder/ws`; yields (url, workspace, seconds to
+    first page, log path)."""
     _require_chromium()
-    workspace = tmp_path / "ws"
+    workspace = folder / "ws"
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     started = time.perf_counter()
-    with launch_app(workspace, tmp_path / "app.log", "--port", str(port), ready=page_served(url)):
-        yield url, workspace, time.perf_counter() - started, tmp_path / "app.log"
+    with launch_app(workspace, folder / "app.log", "--port", str(port), ready=page_served(url, folder / "app.log"),
+                    env=env):
+        yield url, workspace, time.perf_counter() - started, folder / "app.log"
 
 
-@pytest.fixture()
-def browser():
-    """Headless Chromium through Playwright; closed, and Playwright stopped, at teardown whatever the outcome."""
+@contextlib.contextmanager
+def _chromium():
+    """Headless Chromium through Playwright; closed, and Playwright stopped, on exit whatever the outcome."""
     _require_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -134,14 +143,55 @@ def browser():
         playwright.stop()
 
 
+def _loaded_page(browser, url: str):
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(WAIT_MS)
+    page.goto(url)
+    page.wait_for_selector("#load-pack")
+    return page
+
+
+@pytest.fixture()
+def running_app(tmp_path):
+    """`python app.py` on a free port with a temp workspace; yields (url, workspace, seconds to first page, log path)."""
+    with _served_app(tmp_path) as app:
+        yield app
+
+
+@pytest.fixture()
+def browser():
+    """Headless Chromium through Playwright; closed, and Playwright stopped, at teardown whatever the outcome."""
+    with _chromium() as chromium:
+        yield chromium
+
+
 @pytest.fixture()
 def studio_page(running_app, browser):
     """A page of the running app at `VIEWPORT`, loaded (`#load-pack` shown), waits of `WAIT_MS`."""
-    page = browser.new_page(viewport=VIEWPORT)
-    page.set_default_timeout(WAIT_MS)
-    page.goto(running_app[0])
-    page.wait_for_selector("#load-pack")
-    return page
+    return _loaded_page(browser, running_app[0])
+
+
+@pytest.fixture(scope="module")
+def module_app(tmp_path_factory):
+    """`running_app` shared by the tests of one module (one start for several checks of the same state), with
+    a calibration folder of its own (`TUTOR_CALIBRATION_DIR`: what it calibrates stays out of other tests)."""
+    folder = tmp_path_factory.mktemp("module-app")
+    with _served_app(folder, env={"TUTOR_CALIBRATION_DIR": str(folder / "calibration")}) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def module_browser():
+    """`browser` shared by the tests of one module."""
+    with _chromium() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="module")
+def module_page(module_app, module_browser):
+    """One page of `module_app` at `VIEWPORT`, loaded, shared by the tests of one module (each test leaves
+    it on a tab of its choosing; the next opens the one it needs)."""
+    return _loaded_page(module_browser, module_app[0])
 
 
 def no_error_toast(page) -> None:
@@ -179,6 +229,19 @@ def calm(page, panel: str | None = None) -> str:
     text = page.locator(panel).inner_text()
     assert "`" not in text, f"Markdown not rendered: {text!r}"
     return text
+
+
+def pick(page, elem_id: str, choice: str) -> None:
+    """Pick `choice` in the Gradio dropdown `#elem_id` as a person does: open it, click the option."""
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=choice, exact=True).click()
+
+
+def open_accordion(page, title: str, inside: str) -> None:
+    """Open the accordion titled `title` unless `inside` (a selector within it) already shows."""
+    if not page.locator(inside).is_visible():
+        page.get_by_text(title).click()
+        page.wait_for_selector(inside, state="visible")
 
 
 def open_tab(page, name: str) -> None:

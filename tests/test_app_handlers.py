@@ -334,7 +334,7 @@ def test_estimate_and_one_click_suggestion(tmp_path, monkeypatch):
                   max_length=512)
     figure, verdict, table, hint, suggestions, *buttons = ui.estimate(
         16, *[values[name] for name in common.CONFIG_FIELDS])
-    assert "Does not fit" in verdict and suggestions and "Make it fit" in hint
+    assert "No, it does not fit" in verdict and suggestions and "Make it fit" in hint
     assert figure.axes[0].patches, "the stacked bar is drawn"
     assert buttons[0].visible and buttons[0].value.startswith("Apply:")
     updates = ui.apply_suggestion(0, suggestions)
@@ -342,7 +342,7 @@ def test_estimate_and_one_click_suggestion(tmp_path, monkeypatch):
     assert changed == {k: v for k, v in suggestions[0]["changes"].items() if k in common.CONFIG_FIELDS}
     values.update(changed)
     verdict = ui.estimate(16, *[values[name] for name in common.CONFIG_FIELDS])[1]
-    assert "Fits" in verdict
+    assert verdict.startswith(("### ✓ Yes, it fits", "### ⚠ Yes, but only just"))
 
 
 def test_clicking_a_saved_sample_loads_it_for_playback_and_editing(ui):
@@ -375,7 +375,7 @@ def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir
     missing = str(tmp_path / "no-such-model")
     ui.start_training("broken", *_settings(missing))
     assert wait_for_run(ui.ws, "broken", timeout_s=180)["state"] == "failed"
-    progress, curves, memory, log, failure, seen, timer, table, resume, try_run = ui.poll("broken", -1)
+    progress, curves, memory, log, failure, seen, timer, table, resume, try_run, headline, next_run = ui.poll("broken", -1)
     assert "failed" in progress and "Training failed" in failure and "no-such-model" in failure
     assert timer.active is False and list(table["run"]) == ["broken"] and "failed" in list(table["state"])[0]
 
@@ -424,8 +424,8 @@ def test_cosmetics_eta_note_headers():
     from ui import train_view as fmt
 
     stopped = fmt.progress_html(5, 10, 12.0, None, "stopped")
-    assert "ETA" not in stopped and "stopped" in stopped
-    assert "ETA" in fmt.progress_html(5, 10, 12.0, 30.0, "running")
+    assert "left" not in stopped and "stopped" in stopped
+    assert "about 30 s left (from this run's steps so far)" in fmt.progress_html(5, 10, 12.0, 30.0, "running")
     table = fmt.runs_frame([{"run": "r", "state": "stopped", "reason": "stopped by request (STOP file); --resume continues"}])
     assert "--resume" not in table.iloc[0]["note"] and "Resume continues" in table.iloc[0]["note"]
 

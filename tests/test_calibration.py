@@ -273,6 +273,35 @@ def test_the_time_a_run_will_take_comes_from_step_times_measured_here():
     assert cal.expected_run_seconds(config, 512, 10, "cpu") == pytest.approx(3.0 * 4 * 10)
 
 
+def test_a_forecast_counts_loading_prefers_runs_to_the_probe_and_says_how_sure():
+    """Issue 32 item 7: the first forecast (from the calibration's cold probe step) was 2.6x too long and left
+    out the ~40 s of loading. A run's times replace the probe's once there are any; loading is the median of
+    those measured; with two or more runs the spread is given."""
+    from pipeline.calibration import forecast_run
+
+    config = TrainConfig(model="m", device="cpu", quantization="none", batch_size=1, grad_accum=1, max_steps=10)
+    lengths = {"row_tokens": [400]}
+    cal.record_step_time("cpu", "m", "none", 400, 5.0, source="probe")
+    cal.record_load_time("cpu", "m", "none", 50.0, source="probe")
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["source"] == "probe" and plan["total_seconds"] == pytest.approx(50 + 5 * 10)
+    cal.record_step_time("cpu", "m", "none", 400, 2.0)  # a run's: the probe's no longer counts
+    cal.record_load_time("cpu", "m", "none", 40.0)
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["source"] == "run" and plan["step"]["measurements"] == 1 and plan["step"]["spread_percent"] is None
+    assert plan["load_seconds"] == 40.0 and plan["total_seconds"] == pytest.approx(40 + 2 * 10)
+    cal.record_step_time("cpu", "m", "none", 800, 6.0)  # 7.5 ms per token against 5 ms: their median 6.25 ms
+    cal.record_load_time("cpu", "m", "none", 60.0)
+    plan = forecast_run(config, lengths, "cpu")
+    assert plan["step"]["measurements"] == 2 and plan["step"]["spread_percent"] == 20
+    assert plan["load_seconds"] == 50.0, "the median of the runs' loading"
+    from ui.train_view import forecast_markdown
+
+    text = forecast_markdown(plan, "cpu")
+    assert "from Start to the last of its 10 steps (loading about 50 s" in text
+    assert "measured 2 times here, in earlier runs of this model, varying by up to ±20 %" in text
+
+
 # --------------------------------------------------------------------------------------------------
 # Runs are evidence
 
@@ -368,7 +397,7 @@ def test_the_time_a_run_will_take_comes_from_a_step_measured_here_and_the_train_
 
 
 def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp_path, monkeypatch):
-    from pipeline.calibration import record_step_time
+    from pipeline.calibration import record_load_time, record_step_time
     from pipeline.config import TrainConfig
     from ui import train_tab
     from ui.tutor_app import TutorApp
@@ -378,6 +407,14 @@ def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp
     app = TutorApp(tmp_path / "ws")
     config = TrainConfig(model="some/model", device="cpu", quantization="none", grad_accum=1, max_steps=30)
     text = app.train.forecast(config)
-    assert "in full precision (float32)" in text and "30 steps" in text and "Calibrate this machine" in text
+    assert "full precision (float32)" in text.split("<details>")[1] and "30 steps" in text
+    assert "Calibrate this machine" in text
     record_step_time("cpu", "some/model", "none", 400, 2.0)
-    assert "**About 1 min" in app.train.forecast(config) and "measured on this machine on" in app.train.forecast(config)
+    text = app.train.forecast(config)
+    assert "the 30 steps take about **1 min 00 s**, plus loading, which has not been timed here yet" in text
+    assert "measured once here, in an earlier run of this model" in text and "the step measured here on" in text
+    record_load_time("cpu", "some/model", "none", 40.0)  # a run's start to its first step
+    text = app.train.forecast(config)
+    assert "about **1 min 40 s** from Start to the last of its 30 steps (loading about 40 s" in text, text
+    lead = text.split("<details>")[0]
+    assert "float32" not in lead and "bf16" not in lead, "the precision's terms behind Why?"

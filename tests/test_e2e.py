@@ -15,6 +15,7 @@ Needs `/usr/bin/chromium` (`apt-get install chromium`; `.ci/run` installs it). N
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -33,6 +34,13 @@ def _step(name: str) -> None:
     now = time.perf_counter()
     print(f"[e2e] {name} (+{now - _T0[0]:.1f} s)", flush=True)
     _T0[0] = now
+
+
+def _elapsed_s(progress: str) -> int:
+    """The seconds of a progress line's "elapsed 1 min 02 s" (`pipeline.units.format_seconds`); 0 without one."""
+    found = re.search(r"elapsed ((?:\d+ h )?(?:\d+ min )?(?:\d+ s)?)", progress)
+    parts = dict((unit, int(value)) for value, unit in re.findall(r"(\d+) (h|min|s)\b", found.group(1) if found else ""))
+    return parts.get("h", 0) * 3600 + parts.get("min", 0) * 60 + parts.get("s", 0)
 
 
 def test_full_flow_in_the_browser(running_app, studio_page):
@@ -107,9 +115,10 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     open_tab(page, "3 · Memory")
     # the device note and Gradient accumulation are under Advanced settings
     page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
+    page.get_by_role("button", name="Detect device").click()
     wait_text(page, "#device-note", r"usable for training", timeout_s=120)
     page.click("#estimate")
-    wait_text(page, "#verdict", r"Fits|Tight|Does not fit", timeout_s=120)
+    wait_text(page, "#verdict", r"Yes, it fits|Yes, but only just|No, it does not fit", timeout_s=120)
     page.wait_for_selector("#memory-plot img")
     shot(page, "3-memory")
     _step("memory estimated")
@@ -126,6 +135,23 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     page.click("#start-training")
     wait_text(page, "#train-status", r"Started")
     _step("training started")
+    # Issue 32 item 5: the headline names the run training now; item 7: while it loads the clock never goes
+    # back (it went from the loading seconds back to "1 s" when the trainer wrote its start).
+    wait_text(page, "#train-headline", r"e2e-run is training now", timeout_s=30)
+    elapsed, loading = [], []
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        line = page.locator("#train-progress").inner_text()
+        elapsed.append(_elapsed_s(line))
+        loaded = re.search(r"longest batch: ([^)]*?)(?: of about|\))", line)
+        if loaded:
+            loading.append(_elapsed_s(f"elapsed {loaded.group(1)}"))
+        if re.search(r"step [1-9]\d* of 60", line):
+            break
+        time.sleep(0.5)
+    assert loading == sorted(loading), f"the loading counter went back: {loading}"
+    assert elapsed == sorted(elapsed), f"the clock went back: {elapsed}"
+    assert loading and elapsed[-1] >= loading[-1], f"the clock leaves out the loading: {elapsed} after {loading}"
     wait_text(page, "#train-progress", r"step \d+ of 60", timeout_s=240)
     wait_text(page, "#log-tail", r"step \d+/60 loss", timeout_s=60)
     page.wait_for_selector("#loss-plot img")
@@ -138,12 +164,14 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     wait_text(page, "#train-progress", r"e2e-run · step \d+ of 60", timeout_s=60)
     # The settings (grad accumulation 1 typed on the Memory tab; the Train tab's summary of the next run)
     # and the tiny model survive the reload.
-    wait_text(page, "#settings-summary", r"× 1 accumulation", timeout_s=30)
+    wait_text(page, "#settings-summary", r"1 step per update", timeout_s=30)
     assert "tiny-gemma3n" in page.locator("#model input").first.input_value()
     _step("re-attached after reload")
     page.click("#stop-training")
     wait_text(page, "#train-status", r"Asked .*e2e-run.* to stop")
     wait_text(page, "#train-progress", r"status: stopped", timeout_s=240)
+    headline = wait_text(page, "#train-headline", r"1 tutor trained so far\.", timeout_s=10)  # with the same tick
+    assert "training now" not in headline, headline
     _step("stopped")
     run_dir = workspace / "runs" / "e2e-run"
     assert any((run_dir / "checkpoints").glob("checkpoint-*")), "a stopped run keeps a checkpoint"
@@ -151,8 +179,15 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     assert page.locator("#resume-choice input").first.input_value() == "e2e-run"
     page.click("#resume-training")
     wait_text(page, "#train-status", r"Resumed")
+    wait_text(page, "#train-headline", r"e2e-run is training now", timeout_s=30)
     wait_text(page, "#train-progress", r"step 60 of 60 .*status: completed", timeout_s=420)
     wait_text(page, "#runs-table", r"completed")
+    headline = wait_text(page, "#train-headline", r"1 tutor trained so far\.", timeout_s=10)
+    assert "training now" not in headline, headline
+    # Item 7: the next run's forecast counts the loading, from this run's measured times, and says how sure.
+    forecast = wait_text(page, "#settings-summary", r"from Start to the last of its \d+ steps \(loading about",
+                         timeout_s=30)
+    assert re.search(r"How sure: measured (once|\d+ times) here, in (an )?earlier runs? of this model", forecast), forecast
     shot(page, "4-train-done")
     _step("resumed and completed")
 

@@ -1,14 +1,17 @@
-"""End-to-end (issue 20 #2, #3, #7): an evaluation survives a page reload, in the browser.
+"""End-to-end (issue 20 #2, #3, #7; issue 32 item 3): an evaluation survives a page reload, in the browser.
 
 A teacher loads the sample pack, builds the dataset, ticks the base model in the Judge tab and presses
 Evaluate; the page is reloaded while the evaluation runs (it is a background job: its own process). The
-reopened page re-attaches to it, shows its progress, and it finishes with the results shown: the
+reopened page re-attaches to it, shows its progress and the answers kept so far as in progress (not as a cancelled
+evaluation to run again), and it finishes with the results shown: the
 headline table with each figure's meaning, and the clips table, whose header words stay whole at
 1280 px (it read "disag/reeme/nt"). Uses `tests/test_e2e.py`'s app fixture (a real `python app.py` on a
 free port, torn down afterwards with every job process it started).
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -66,6 +69,12 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
     assert eval_jobs.job_status(workspace, job)["alive"], "the job ended before the page came back"
     wait_text(page, "#judge-progress", r"of (\?|\d+) answers .*(starting|loading|answered|waiting)", timeout_s=60)
     shot(page, "6-judge-reattached")
+    # Issue 32 item 3: the answers kept so far, while the job still runs, are not "cancelled or stopped".
+    status = wait_text(page, "#judge-status", r"Being evaluated now|Partial|1 saved evaluation", timeout_s=300)
+    if eval_jobs.job_status(workspace, job)["alive"]:
+        assert "Being evaluated now" in status and "answered so far" in status, status
+        assert "Partial" not in status and "cancelled" not in status and "Evaluate again" not in status, status
+        assert not re.search(r"⚠[^\n]*(Partial|answered so far)", status), status  # the stand-in's own ⚠ may stay
     wait_text(page, "#judge-progress", r"(\d+) of \1 answers .* done", timeout_s=600)
     wait_text(page, "#judge-headline", r"base · tiny-gemma3n[\s\S]*what it means", timeout_s=60)
     wait_text(page, "#judge-headline", r"rise and fall with the experts")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -169,3 +170,20 @@ def test_a_blocking_child_returns_its_output_or_is_killed_after_its_timeout():
     assert caught.value.timeout_s == 1.0 and time.monotonic() - began < 60
     assert not [pid for pid, child in jobs._CHILDREN.items() if child.poll() is None and "sleep(120)" in str(child.args)]
     # It shared this process's group: killing it did not kill the group (this test is still running).
+
+
+def test_a_blocking_child_reports_its_stderr_lines_while_it_runs():
+    """`on_phase` hears each phase a child announces (`say_phase`: the memory probe's loading, longest batch,
+    step) as it is announced, not when the child ends; other stderr lines are not phases."""
+    heard: list[tuple[str, float]] = []
+    threads: list[int] = []
+    script = ("import sys, time; from pipeline.jobs import say_phase; say_phase('load'); "
+              "print('a warning', file=sys.stderr, flush=True); time.sleep(1.5); say_phase('step'); "
+              "print('{\"done\": 1}')")
+    done = jobs.run_child([sys.executable, "-c", script], timeout_s=60, env=jobs.job_env(),
+                          on_phase=lambda name: (heard.append((name, time.monotonic())), threads.append(threading.get_ident())))
+    ended = time.monotonic()
+    assert [name for name, _ in heard] == ["load", "step"]
+    assert ended - heard[0][1] > 1.0, "the first phase was heard only when the child ended"
+    assert {thread for thread in threads} == {threading.get_ident()}, "heard in the calling thread (gr.Progress lives there)"
+    assert done.stdout == '{"done": 1}\n' and "a warning" in done.stderr and done.returncode == 0

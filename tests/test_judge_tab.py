@@ -225,3 +225,20 @@ def test_loss_curves_of_several_runs_overlay_in_one_figure():
     labels = [line.get_label() for line in figure.axes[0].get_lines()]
     assert labels == ["r1: train", "r1: eval", "r2: train"]
     assert not train_view.compare_loss_curves({}).axes[0].axison
+
+
+def test_a_running_jobs_answers_so_far_are_in_progress_not_cancelled():
+    """Issue 32 item 3: Judge reopened during a job said "⚠ Partial (the evaluation was cancelled or stopped ...)
+    Evaluate again" under a moving bar. The running job's partial evaluation is its answers so far; one that was
+    cancelled, or whose job ended without finishing it, gets the warning."""
+    from ui.judge_view import saved_status_markdown
+
+    growing = {"model": "m", "partial": {"answered": 3, "of": 4}, "clips": 3}
+    cancelled = {"run": "r1", "partial": {"answered": 1, "of": 4, "reason": "cancelled"}, "clips": 1}
+    text = saved_status_markdown([growing], "k", [], job_running=True, running_targets=[{"model": "m"}])
+    assert "Being evaluated now" in text and "3 of 4 answered so far" in text
+    assert "⚠" not in text and "cancelled" not in text and "Evaluate again" not in text
+    text = saved_status_markdown([growing, cancelled], "k", [], job_running=True, running_targets=[{"model": "m"}])
+    assert "Being evaluated now" in text and "⚠ Partial: run · r1 · partial 1 of 4 (cancelled)" in text
+    text = saved_status_markdown([growing], "k", [], job_running=False)  # its job ended without finishing it
+    assert "⚠ Partial" in text and "stopped before the end" in text and "Evaluate again" in text

@@ -22,14 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import default_quantization, likely_device  # noqa: E402
 from ui import common  # noqa: E402
-from pipeline.units import format_bytes  # noqa: E402
 from ui import memory_view  # noqa: E402
+from ui.memory_view import gib  # noqa: E402
 from ui.memory_tab import CUSTOM_MACHINE, MACHINE_PRESETS, THIS_COMPUTER  # noqa: E402
 from ui.tutor_app import TutorApp  # noqa: E402
 from tests.studio_app import app_with_built_lengths  # noqa: E402
 
 E2B = "google/gemma-3n-E2B-it"
-N_OUTPUTS = 8 + 4  # estimate's outputs: plot, verdict, table, hint, suggestions, 4 buttons, notes, device note, measured
+N_OUTPUTS = 9 + 4  # estimate's outputs: plot, verdict, table, hint, suggestions, 4 buttons, notes, device note, measured, reading
 
 
 @pytest.fixture()
@@ -87,11 +87,11 @@ def test_the_app_and_the_command_line_give_the_same_figures(app, capsys, machine
     cli = _ask_cli(app.ws, capsys, *flags, *(["--ple-on-cpu"] if ple_on_cpu else []))
     assert values["quantization"] == cli["settings"]["quantization"], "the device's default, as the CLI's"
     assert dict(zip(table["component"], table["bytes"])) == cli["components"], "every term, to the byte"
-    assert f"Estimated peak **{format_bytes(cli['total_bytes'])}**" in verdict
+    assert f"needs about **{gib(cli['total_bytes'])}** at its peak" in verdict
     if memory_gb:  # a preset's budget is fixed; this computer's free memory moves between the two calls
-        assert f"against **{format_bytes(cli['usable_bytes'])}** usable" in verdict
-        label = {"fits": "✓ Fits", "tight": "⚠ Fits, tightly", "does not fit": "✗ Does not fit"}[cli["verdict"]]
-        assert f"### {label}\n" in verdict
+        assert f"of **{gib(cli['usable_bytes'])}** usable" in verdict
+        label = {"fits": "✓ Yes, it fits", "tight": "⚠ Yes, but only just", "does not fit": "✗ No, it does not fit"}[cli["verdict"]]
+        assert verdict.startswith(f"### {label}\n")
 
 
 def test_the_issue_example_cuda_8_gb_is_4_bit_in_the_app_too(app, capsys):
@@ -101,7 +101,7 @@ def test_the_issue_example_cuda_8_gb_is_4_bit_in_the_app_too(app, capsys):
     assert (values["device"], values["quantization"], memory_gb) == ("cuda", "4bit", 8)
     cli = _ask_cli(app.ws, capsys, "--device", "cuda", "--memory-gb", "8")
     verdict = _ask_app(app, memory_gb, values)[1]
-    assert format_bytes(cli["total_bytes"]) in verdict and "4-bit (NF4) weights" in verdict
+    assert gib(cli["total_bytes"]) in verdict and "compressed to 4 bits" in verdict and "4-bit (NF4) weights" in verdict
 
 
 def test_a_chosen_precision_is_kept_and_a_default_follows_the_device(app):
@@ -137,13 +137,17 @@ def test_the_presets_are_the_machines_people_have(app):
 
 
 def test_the_verdict_names_model_machine_precision_and_calibration(app):
+    """A teacher's decision first (fits or not, how sure, what to click), the technical terms behind "Why?"."""
     values = _page_values()
     memory_gb = _pick_machine(app, "Mac, 16 GB unified memory", values)
     verdict = _ask_app(app, memory_gb, values)[1]
-    first = verdict.split("\n\n")[0]
-    assert first.startswith("**Will gemma-3n-E2B-it fit on a Mac with 16 GB of unified memory? ")
-    assert "bf16 weights, computing in bf16" in first and "`mps`" in first
-    assert "Not calibrated" in first and "Calibrate this machine" not in first, "no offer for a machine not here"
+    lead, why = verdict.split("<details>")
+    assert "**gemma-3n-E2B-it on a Mac with 16 GB of unified memory** needs about" in lead
+    assert "a machine this app has not measured" in lead and "Calibrate this machine" not in lead, "no offer for a machine not here"
+    for term in ("bf16", "fp32", "NF4", "mps", "allocator", "kernel", "±"):
+        assert term not in lead, f"{term!r} before Why?"
+    assert "bf16 weights, computing in bf16" in why and "shorter number format" in why
+    assert "this machine" not in why, "the question is about another machine"
     values = _page_values(device="cpu")
     verdict = _ask_app(app, 0, values)[1]
     assert "this computer (CPU)" in verdict and "**Calibrate this machine** (below)" in verdict
@@ -152,13 +156,17 @@ def test_the_verdict_names_model_machine_precision_and_calibration(app):
 def test_a_calibrated_estimate_says_so(app, capsys):
     """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
-    assert "Not calibrated" in memory_view.memory_answer_markdown(data, "this computer (CPU)")
+    assert "not measured" in memory_view.memory_answer_markdown(data, "this computer (CPU)")
     data.update(calibration={"date": "2026-12-01", "device_key": "cpu|EPYC", "n_measurements": 3},
                 calibration_text="calibrated on this machine on 2026-12-01 (3 measurements)",  # DeviceCalibration.text
-                compute_dtype="float32", compute_dtype_reason="this CPU has no native bf16 (AVX2).")
+                uncertainty_percent=2, this_machine=True,
+                compute_dtype="float32", compute_dtype_reason="fp32: this CPU has no native bf16 (AVX2).")
     text = memory_view.memory_answer_markdown(data, "this computer (CPU)", offer_calibration=True)
-    assert "Calibrated on this machine on 2026-12-01 (3 measurements)." in text and "Not calibrated" not in text
-    assert "computing in fp32" in text and "no native bf16 (AVX2)" in text
+    lead, why = text.split("<details>")
+    assert "calibrated on this computer on 2026-12-01 (3 measurements, each within 2 %" in lead
+    assert "not measured" not in text and "Calibrate this machine** (below)" not in lead
+    assert "twice the memory" in why and "this computer's processor cannot compute the shorter one quickly" in why
+    assert "computing in fp32" in why and "no native bf16 (AVX2)" in why, "the technical reason, behind Why?"
 
 
 def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
@@ -168,12 +176,11 @@ def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
     import re
 
     bold = re.findall(r"\*\*([\d.]+ [KMG]i?B)\*\*", text)
-    assert bold == [format_bytes(data["total_bytes"]), format_bytes(data["usable_bytes"])], "one headline"
-    assert text.count(format_bytes(data["step_bytes"])) == 1, "the step's figure once, under the headline"
-    assert f"Estimated peak **{format_bytes(data['total_bytes'])}**" in text
-    under = text.split("<small>")[1]
-    assert "whole run's peak" in under and f"peaks at {format_bytes(data['step_bytes'])}" in under
-    assert format_bytes(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
+    assert bold == [gib(data["total_bytes"]), gib(data["usable_bytes"])], "one headline"
+    assert text.count(gib(data["step_bytes"])) == 1, "the step's figure once, under the headline"
+    under = text.split("<details>")[1]
+    assert "When the peak comes" in under and f"One training step alone needs {gib(data['step_bytes'])}" in under
+    assert gib(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu", "mps"])
@@ -185,16 +192,17 @@ def test_notes_about_the_per_layer_embeddings_agree(app, capsys, device):
 
 def test_a_new_estimate_clears_what_was_about_earlier_settings(app):
     values = _page_values(device="cpu")
-    *_head, notes, device_note, measured = _ask_app(app, 16, values)
+    *_head, notes, device_note, measured, reading = _ask_app(app, 16, values)
     assert (device_note, measured) == ("", ""), "the Detect device note and an old measurement go"
+    assert reading["usable_bytes"] and reading["device"] == "cpu", "the reading the plan table reuses"
     assert "runtime overhead" in notes, "the notes sit in the details, not beside the verdict"
     device, budget, quantization, verdict, hint, measured, device_note, *buttons = app.memory.choose_machine(
         "NVIDIA GPU, 24 GB", "none", False)
     assert (verdict, hint, measured, device_note) == ("", "", "", "")
     assert all(button["visible"] is False for button in buttons)
-    verdict, hint, measured, plot, *buttons = app.memory.settings_changed()  # a setting changed by hand
+    verdict, hint, measured, plot, *buttons, plan = app.memory.settings_changed()  # a setting changed by hand
     assert "click **Estimate**" in verdict and (hint, measured, plot) == ("", "", None)
-    assert all(button["visible"] is False for button in buttons)
+    assert all(button["visible"] is False for button in buttons) and "Estimate" in plan, "the plan table goes too"
 
 
 def test_out_of_range_numbers_get_a_message_next_to_the_field(app):
@@ -218,3 +226,48 @@ def test_number_fields_have_no_gradio_minimum(tmp_path):
         assert numbers[elem_id].minimum is None, elem_id
         message = elem_id.removeprefix("set-").replace("max-length", "max-length") + "-message"
         assert any(getattr(block, "elem_id", None) == message for block in demo.blocks.values()), message
+    # The page's tabs hold only tabs: a component made beside them (a gr.State after a tab's `with` block)
+    # is a child of gr.Tabs, shifts the tabs' order in the browser, and a tab's button became another's.
+    tabs = next(block for block in demo.blocks.values() if isinstance(block, gr.Tabs))
+    assert all(isinstance(child, gr.Tab) for child in tabs.children), [type(c).__name__ for c in tabs.children]
+
+
+def test_calibrate_this_machine_measures_this_computer_whatever_machine_is_picked(app):
+    """Issue 32 item 2: with a Mac or NVIDIA preset picked, calibrating failed looking for that device. The
+    first part of the click makes the machine this computer (its device, no budget, its default precision
+    unless chosen), clears the other machine's answer and names it for the measured panel."""
+    machine, device, budget, quantization, question, before, verdict, hint, measured, note, *buttons = (
+        app.memory.calibrate_here("NVIDIA GPU, 8 GB", "4bit", False, E2B))
+    assert machine["value"] == THIS_COMPUTER and device["value"] == "auto" and budget == {"value": 0, "visible": False,
+                                                                                          "__type__": "update"}
+    here = default_quantization(likely_device())
+    assert (quantization == gr.skip()) if here == "4bit" else quantization["value"] == here
+    assert before == "an NVIDIA GPU with 8 GB" and "this computer?" in question
+    assert "Calibrating **this computer**" in verdict and (hint, measured, note) == ("", "", "")
+    assert all(button["visible"] is False for button in buttons)
+    chosen = app.memory.calibrate_here("Mac, 16 GB unified memory", "8bit", True, E2B)
+    assert chosen[3] == gr.skip() and chosen[5] == "a Mac with 16 GB of unified memory", "a chosen precision stays"
+    assert app.memory.calibrate_here(THIS_COMPUTER, "none", False, E2B)[5] == "", "nothing to say when it was this computer"
+    text = memory_view.measured_markdown(2**30, 2**30 - 2**20, {}, elsewhere="an NVIDIA GPU with 8 GB")
+    assert "measures this computer" in text and "not for an NVIDIA GPU with 8 GB" in text
+    assert "peaked at **1.00 GiB**" in text and "the estimate for one step is 1.00 GiB (-0.1 %)" in text
+
+
+def test_the_plan_row_of_the_answers_settings_is_the_answer(app):
+    """Issue 32 item 6: "What else fits" said "E2B-it · LoRA, bf16 · 22.46 GiB" beside a verdict of 22.17 GiB
+    in fp32, and a usable figure read a moment apart. The plan reuses the answer's reading of the device's memory,
+    its calibration, and names no number format; its row of the answer's settings shows the answer's figure."""
+    values = _page_values(device="cpu", quantization="none")
+    outputs = _ask_app(app, 0, values)
+    verdict, reading = outputs[1], outputs[-1]
+    plan = app.memory.plan(reading, 0, *[values[name] for name in common.CONFIG_FIELDS])
+    usable = gib(reading["usable_bytes"])
+    assert f"with **{usable}** usable" in plan and f"of **{usable}** usable" in verdict
+    own = [line for line in plan.splitlines() if "your settings" in line]
+    assert len(own) == 1 and "LoRA, full-size weights" in own[0]
+    peak = verdict.split("needs about **")[1].split("**")[0]
+    assert f"| {peak} |" in own[0], (peak, own[0])
+    assert "bf16" not in plan and "fp32" not in plan
+    moved = dict(reading, free_bytes=reading["free_bytes"] + 2**30, usable_bytes=reading["usable_bytes"] + 2**30)
+    assert gib(moved["usable_bytes"]) in app.memory.plan(moved, 0, *[values[name] for name in common.CONFIG_FIELDS]), \
+        "the reading given is the one shown, not a new one"

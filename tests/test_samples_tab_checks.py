@@ -23,10 +23,16 @@ import soundfile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.conversation.messages import is_blank  # noqa: E402
-from pipeline.data.audio import ACCEPTED_FORMATS, load_audio  # noqa: E402
+from pipeline.data.audio import load_audio  # noqa: E402
+from pipeline.data.audio_decode import ACCEPTED_FORMATS  # noqa: E402
 from pipeline.data.samples import SampleLibrary  # noqa: E402
 from pipeline.errors import AudioError, ClipTooLongError  # noqa: E402
-from tests.test_app_handlers import assert_failed, manifest_bytes, speech_like, write_wav  # noqa: E402
+from tests.test_app_handlers import (  # noqa: E402
+    assert_failed,
+    manifest_bytes,
+    speech_like,
+    write_wav,
+)
 from ui.tutor_app import TutorApp  # noqa: E402
 
 RATE = 16000

@@ -47,24 +47,26 @@ def _elapsed_s(progress_html: str) -> int:
 
 
 def test_the_clock_never_goes_back_from_loading_to_the_first_step():
-    """The new user's case: 1 min 37 s shown while loading, then 1 min 02 s at step 1."""
+    """The new user's case: 1 min 37 s shown while loading, then 1 min 02 s at step 1; later (issue 32)
+    the loading counter went back to 1 s when the trainer wrote its start. The clock is the time since
+    Start, loading included (the trainer's `elapsed_s` counts from its process's start too)."""
     t0 = 1_000_000.0
     elapsed, loading = run_clock([], t0, True, t0 + 97)
-    assert (elapsed, loading) == (0.0, 97.0), "while loading: no training time yet, the loading time apart"
-    step1 = [{"step": 1, "elapsed_s": 62.0, "time": t0 + 98}]  # the trainer's clock: training time only
+    assert (elapsed, loading) == (97.0, 97.0), "while loading: the loading time is the elapsed time"
+    step1 = [{"step": 1, "elapsed_s": 98.0, "time": t0 + 98}]  # the trainer's clock: since its process started
     shown = [run_clock(step1, t0, True, now)[0] for now in (t0 + 98, t0 + 99, t0 + 130)]
-    assert shown == sorted(shown) and shown[0] == 62.0 and run_clock(step1, t0, True, t0 + 99)[1] is None
-    step2 = step1 + [{"step": 2, "elapsed_s": 95.0, "time": t0 + 131}]
+    assert shown == sorted(shown) and shown[0] == 98.0 and run_clock(step1, t0, True, t0 + 99)[1] is None
+    step2 = step1 + [{"step": 2, "elapsed_s": 131.0, "time": t0 + 131}]
     assert run_clock(step2, t0, True, t0 + 131)[0] >= shown[-1]
     # The last step is logged: the clock stops there while the adapter is saved, so the ended run's
     # figure (its last line) is not below what was shown while it saved.
     saving = [run_clock(step2, t0, True, t0 + 140, max_steps=2)[0], run_clock(step2, t0, False, t0 + 150)[0]]
-    assert saving == [95.0, 95.0]
+    assert saving == [131.0, 131.0]
     # The same when Stop ends a run early: the step finished after STOP was written is the last.
-    assert run_clock(step2, t0, True, t0 + 140, max_steps=10, stop_requested_at=t0 + 120)[0] == 95.0
-    assert run_clock(step2, t0, True, t0 + 140, max_steps=10)[0] == 104.0, "no STOP: it ticks on"
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10, stop_requested_at=t0 + 120)[0] == 131.0
+    assert run_clock(step2, t0, True, t0 + 140, max_steps=10)[0] == 140.0, "no STOP: it ticks on"
     # A failure counts the time up to the failure.
-    assert run_clock(step2, t0, False, t0 + 500, failed_at=t0 + 141) == (105.0, None)
+    assert run_clock(step2, t0, False, t0 + 500, failed_at=t0 + 141) == (141.0, None)
 
 
 def test_a_judging_line_does_not_send_the_clock_back_to_loading():
@@ -83,9 +85,9 @@ def test_a_resumed_run_keeps_its_clock_while_it_loads_again():
     t0 = 2_000_000.0
     before = [{"step": 3, "elapsed_s": 40.0, "time": t0 - 600}]  # logged by the first process
     elapsed, loading = run_clock(before, t0, True, t0 + 25)  # the resumed process is loading
-    assert elapsed == 40.0 and loading == 25.0
-    after = before + [{"step": 4, "elapsed_s": 52.0, "time": t0 + 30}]
-    assert run_clock(after, t0, True, t0 + 31) == (53.0, None)
+    assert elapsed == 65.0 and loading == 25.0
+    after = before + [{"step": 4, "elapsed_s": 70.0, "time": t0 + 30}]  # its loading counted in its clock
+    assert run_clock(after, t0, True, t0 + 31) == (71.0, None)
 
 
 def test_right_after_resume_the_clock_starts_from_the_new_process(tmp_path):
@@ -98,7 +100,7 @@ def test_right_after_resume_the_clock_starts_from_the_new_process(tmp_path):
     previous = {"status": "stopped", "started_at": t0 - 900}
     assert process_started_at(previous, tmp_path) == t0
     before = [{"step": 3, "elapsed_s": 40.0, "time": t0 - 600}]
-    assert run_clock(before, process_started_at(previous, tmp_path), True, t0 + 5) == (40.0, 5.0)
+    assert run_clock(before, process_started_at(previous, tmp_path), True, t0 + 5) == (45.0, 5.0)
     assert process_started_at({"status": "running", "started_at": t0 + 2}, tmp_path) == t0 + 2
     assert process_started_at({"status": "stopped", "started_at": t0 - 900}, tmp_path / "gone") == t0 - 900
 
@@ -158,7 +160,7 @@ def test_memory_counter_in_plain_words():
 def test_next_run_names_the_vision_tower_and_the_watched_run_shows_its_own_settings(tmp_path):
     ui = TutorApp(tmp_path / "ws")
     summary = ui.settings_summary(*_settings("google/gemma-3n-E2B-it", vision_tower=False, optimizer="adafactor"))
-    assert "vision tower not loaded" in summary and "adafactor" in summary
+    assert "image part not loaded (vision tower)" in summary and "lightest updates (Adafactor)" in summary
     # A reload restores what the summary said (WS/settings.json), whatever the defaults are.
     restored = dict(zip(common.CONFIG_FIELDS, TutorApp(tmp_path / "ws").restore_settings()))
     assert restored["optimizer"]["value"] == "adafactor" and restored["vision_tower"]["value"] is False
@@ -170,7 +172,7 @@ def test_next_run_names_the_vision_tower_and_the_watched_run_shows_its_own_setti
     (run_dir / "result.json").write_text(json.dumps({"status": "stopped", "reason": "stopped by request"}))
     ui.settings_summary(*_settings("google/gemma-3n-E2B-it", optimizer="adamw"))  # the next run differs
     progress = ui.poll("r1", -1)[0]
-    assert "This run: google/gemma-3n-E2B-it" in progress and "adafactor" in progress and "adamw" not in progress
+    assert "This run: google/gemma-3n-E2B-it" in progress and "Adafactor" in progress and "AdamW" not in progress
 
 
 def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
@@ -185,7 +187,7 @@ def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_
     restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
     values = [restored[name].value if name == "model" else restored[name]["value"] for name in common.CONFIG_FIELDS]
     summary = ui.page_settings_summary(True, *values)
-    assert "adafactor" in summary and "vision tower not loaded" in summary
+    assert "Adafactor" in summary and "image part not loaded" in summary
     # The page wires every settings event through the restored flag.
     demo = app_module.build_ui(TutorApp(tmp_path / "ws2"))
     handlers = [getattr(fn, "__name__", "") for dep in demo.fns.values() for fn in [dep.fn]]
@@ -264,3 +266,16 @@ def test_watching_a_real_run_clock_log_and_memory(tmp_path, tiny_model_dir):
     assert not any(raw in logs[-1] for raw in ("INFO", "{", "cpu_max_rss"))
     assert "peak resident memory (RAM)" in memory and "cpu_max_rss" not in memory
     assert isinstance(timer, gr.Timer)
+
+
+def test_the_run_summary_names_its_settings_in_words():
+    """Issue 32 item 4: "tiny-gemma3n · none · auto · LoRA r 16 (alpha 32) on language · batch 1 x 4 accumulation
+    · adamw · lr 0.0002 linear", where "none" meant no quantization."""
+    config = common.config_from_values(_settings("/ws/models/tiny-gemma3n", quantization="none", grad_accum=4,
+                                                 device="auto"))
+    words = view.settings_words(config.to_dict())
+    for raw in (" · none · ", " · auto · ", "LoRA r ", "accumulation", " · adamw · ", " linear"):
+        assert raw not in words, (raw, words)
+    for said in ("full-size weights (no compression)", "on the best device here (auto)", "adapter rank 16, strength 32",
+                 "1 recording per step, 4 steps per update", "standard updates (AdamW)", "lowered steadily to 0"):
+        assert said in words, (said, words)

@@ -75,7 +75,7 @@ class JudgeHandlers:
         """The saved evaluations of the current dataset build: (status, verdict, headline, scatter, clips table,
         clip rows, audio, clip details). The status also lists, marked, the evaluations made on other data
         (an earlier dataset build, or the first N clips of this one)."""
-        from pipeline.tutor.eval_jobs import active_job
+        from pipeline.tutor.eval_jobs import active_job, job_status
         from pipeline.tutor.evaluate import saved_evaluations, split_key
 
         try:
@@ -88,8 +88,10 @@ class JudgeHandlers:
         order = sorted(results, key=lambda r: (r.get("run") is not None, str(r.get("run") or r.get("model"))))
         rows = view.clip_rows(order)
         labels = [view.model_label(r) for r in order]
+        running = active_job(self.ws)
+        targets = (job_status(self.ws, running).get("targets") or []) if running else []
         status = view.saved_status_markdown(order, key, [r for r in every if r.get("dataset_key") != key],
-                                            job_running=bool(active_job(self.ws)))
+                                            job_running=bool(running), running_targets=targets)
         first = rows[0] if rows else None
         verdict = "\n\n".join(part for part in (view.verdict_markdown(order), view.hearing_markdown(order)) if part)
         return (status, verdict, self._headline_table(order), view.scatter_figure(order),

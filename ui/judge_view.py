@@ -279,20 +279,39 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
             "(their test recordings differ; evaluate again to compare):\n\n" + "\n".join(lines))
 
 
+def _same_target(result: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+    """Whether a saved evaluation `result` is of the job's `target` ({"run": NAME} or {"model": MODEL})."""
+    if target.get("run"):
+        return result.get("run") == target["run"]
+    return not result.get("run") and str(result.get("model")) == str(target.get("model"))
+
+
 def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: Sequence[Mapping[str, Any]], *,
-                          job_running: bool = False) -> str:
+                          job_running: bool = False, running_targets: Sequence[Mapping[str, Any]] = ()) -> str:
     """The status above the saved evaluations: how many of the current build's eval split `key` are `shown`
     (or, with none, what to do: tick models and press Evaluate, or wait for the `job_running`), which are
-    partial, the first note among them, then the `others` made on other data (`other_builds_markdown`)."""
+    partial, the first note among them, then the `others` made on other data (`other_builds_markdown`).
+
+    A partial evaluation of a model the running job still evaluates (`running_targets`, the job's targets)
+    is its answers so far: said as such, with no warning and no invitation to evaluate again (a second job
+    would only wait). One that was cancelled, or whose job ended without finishing it, gets the warning."""
     # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
     waiting = ("one is running (progress above): each model's results appear here when it is done."
                if job_running else "tick models and press Evaluate.")
     status = (f"{len(shown)} saved evaluation(s) of this dataset's eval split (`{key}`)." if shown else
               f"No evaluation of this dataset's eval split (`{key}`) yet: {waiting}")
-    partial = [model_label(r) for r in shown if r.get("partial")]
-    if partial:
-        status += (f"\n\n⚠ Partial (the evaluation was cancelled or stopped; what was answered is kept): "
-                   f"{', '.join(partial)}. Evaluate again for the whole split.")
+    growing = [r for r in shown if r.get("partial") and not r["partial"].get("reason") and job_running
+               and any(_same_target(r, target) for target in running_targets)]
+    if growing:
+        status += ("\n\nBeing evaluated now (progress above): " + ", ".join(
+            f"{model_label(dict(r, partial=None))}, {r['partial']['answered']} of {r['partial']['of']} answered so far"
+            for r in growing) + ". Its figures below grow as it goes; they are final when it is done.")
+    ended = [r for r in shown if r.get("partial") and r not in growing]
+    if ended:
+        how = {"cancelled": "cancelled"}
+        status += ("\n\n⚠ Partial: " + ", ".join(
+            f"{model_label(r)} ({how.get(r['partial'].get('reason'), 'its evaluation stopped before the end')})"
+            for r in ended) + ". What was answered is kept; Evaluate again for the whole split.")
     if any(r.get("note") for r in shown):
         status += "\n\n⚠ " + next(r["note"] for r in shown if r.get("note"))
     other_data = other_builds_markdown(others, key)

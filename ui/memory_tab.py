@@ -31,7 +31,7 @@ from pipeline.errors import PipelineError
 from pipeline.host.allocator import training_allocator
 from pipeline.workspace import Workspace
 from ui import memory_view as view
-from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, setting_message, ui_errors
+from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, error_panel, setting_message, ui_errors
 from ui.state import AppState
 from ui.wording import app_wording
 
@@ -49,6 +49,10 @@ i.e. GiB (`pipeline.memory.budget.device_memory`). "This computer" is `--device 
 device reports; `CUSTOM_MACHINE` keeps the device and shows the budget field."""
 MACHINE_CHOICES = (*MACHINE_PRESETS, CUSTOM_MACHINE)
 
+N_ESTIMATE_OUTPUTS = 9 + MAX_SUGGESTIONS
+"""`MemoryHandlers.estimate`'s outputs: plot, verdict, components, suggestions note, suggestions, the buttons,
+notes, device note, measured, reading."""
+
 NUMBER_FIELDS = ("lora_rank", "batch_size", "grad_accum", "max_length")
 """The Memory tab's number settings; each gets its own message under it when its value is out of range."""
 
@@ -56,9 +60,18 @@ PLAN_WORKING = ("⏳ Working out what fits this machine: E2B and E4B, four ways 
                 "(5-10 seconds)…")
 """What the plan table shows while it is computed (issue 20 item 7: no more 5-10 s of nothing)."""
 
-CALIBRATE_NOTE = ("**Calibrate this machine** runs one real training step of these settings on this computer "
-                  "(a minute or two with the offline tiny test model, several minutes for Gemma 3n E2B on a CPU) "
-                  "and compares it with the estimate.")
+CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatever machine is picked above: a check "
+                  "of its number formats, two short trials with the offline test model, then one real training step "
+                  "of your settings, compared with the estimate. It takes a few minutes (about 3 on a 2-core computer "
+                  "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the bar shows each part.")
+CALIBRATION_PART_WORDS = {"speed": "checking which number format this computer computes fastest",
+                          "stand-in": "a short trial with the offline test model",
+                          "yours": "one training step of your settings"}
+"""What each part of a calibration does (`pipeline.memory.calibrate.CALIBRATION_PARTS`), for its progress bar."""
+PROBE_PHASE_WORDS = {None: "starting", "load": "loading the model", "batch": "the longest batch",
+                     "step": "one measured step", "shapes": "batches of other lengths"}
+"""The probe's phases (`pipeline.training.probe`), for the progress bar, with how far into its part each begins."""
+PROBE_PHASE_SHARE = {None: 0.0, "load": 0.05, "batch": 0.6, "step": 0.8, "shapes": 0.9}
 
 SETTING_INFO = {
     "device": "Where training runs. The machine above sets it; pick one here to ask about another device.",
@@ -172,9 +185,10 @@ class MemoryHandlers:
 
     def settings_changed(self):
         """A setting of the run changed by hand: the answer shown was about the earlier settings, so it goes
-        (verdict, suggestions note, measured, plot, *suggestion buttons) and the verdict says to estimate again."""
+        (verdict, suggestions note, measured, plot, *suggestion buttons, plan table) and says to estimate again."""
         return ("Settings changed: click **Estimate** for the answer with these settings.", "", "", None,
-                *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
+                *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)),
+                "Settings changed: the table follows the next **Estimate**.")
 
     def plan_working(self) -> str:
         """What the plan table shows while it is being computed."""
@@ -191,20 +205,25 @@ class MemoryHandlers:
         return text + f"  \nDefault quantization here: **{default_quantization(resolved)}**. {DEFAULT_QUANTIZATION_REASON[resolved]}"
 
     @ui_errors
-    def plan(self, memory_gb: float | None, *values: Any) -> str:
+    def plan(self, reading: dict | None, memory_gb: float | None, *values: Any) -> str:
         """What can this machine do? The plan table (E2B/E4B x full / LoRA / int8 / QLoRA) for the settings'
-        device and budget, each row starting from the other settings shown."""
+        device and budget, each row starting from the other settings shown, from the same reading of the
+        device's memory as the answer (`reading`, the estimate's `device_memory`) and calibrated as it is, so
+        the row with the answer's settings shows the answer's figure."""
         from pipeline.memory.plan import plan_for_workspace
 
         config = config_from_values(values)
-        result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None)
-        return view.plan_markdown(result)
+        result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None,
+                                    reading=reading or None)
+        machine = view.machine_words(config.device, result["device"], memory_gb)
+        return view.plan_markdown(result, machine=machine, current=config.to_dict())
 
-    @ui_errors(message_at=1, outputs=8 + MAX_SUGGESTIONS)
+    @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS)
     def estimate(self, memory_gb: float | None, *values: Any):
         """Estimate peak memory of the run the settings describe; returns (plot, verdict, per-component
-        table, suggestions note, suggestions, *suggestion buttons, notes, device note, measured): the
-        Detect device note and an earlier measurement are cleared (they were about earlier settings)."""
+        table, suggestions note, suggestions, *suggestion buttons, notes, device note, measured, reading):
+        the Detect device note and an earlier measurement are cleared (they were about earlier settings);
+        `reading` is the device memory the answer used, which the plan table reuses (one usable figure)."""
         config = config_from_values(values)
         return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb)
 
@@ -212,8 +231,22 @@ class MemoryHandlers:
         """`estimate` after a preset machine was picked (its answer at once); nothing for the custom machine,
         whose budget is still to be typed."""
         if machine not in MACHINE_PRESETS:
-            return tuple(gr.skip() for _ in range(8 + MAX_SUGGESTIONS))
+            return tuple(gr.skip() for _ in range(N_ESTIMATE_OUTPUTS))
         return self.estimate(memory_gb, *values)
+
+    def detect_and_estimate(self, machine: str, memory_gb: float | None, *values: Any):
+        """Detect device: the answer again (`estimate_for_machine`) with the device note from the same reading
+        of the device's memory, so the note and the answer show one usable figure."""
+        outputs = list(self.estimate_for_machine(machine, memory_gb, *values))
+        reading = outputs[-1]
+        if isinstance(reading, dict) and reading.get("device"):
+            from pipeline.memory.budget import DeviceMemory  # noqa: PLC0415
+
+            device = reading["device"]
+            outputs[-3] = (view.device_markdown(DeviceMemory(**reading).to_dict())
+                           + f"  \nDefault quantization here: **{default_quantization(device)}**. "
+                           f"{DEFAULT_QUANTIZATION_REASON.get(device, '')}")
+        return tuple(outputs)
 
     def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None):
         at_peak = data["components_at_peak"]
@@ -240,7 +273,7 @@ class MemoryHandlers:
                 buttons.append(gr.Button(visible=False))
         hint = view.suggestions_markdown(suggestions, data["verdict"])
         return (figure, verdict, view.components_frame(data["components"]), hint, suggestions, *buttons,
-                notes, "", "")
+                notes, "", "", data["device_memory"])
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of
@@ -251,34 +284,77 @@ class MemoryHandlers:
         changes = suggestions[index].get("changes") or {}
         return tuple(gr.update(value=changes[name]) if name in changes else gr.skip() for name in CONFIG_FIELDS)
 
-    @ui_errors(message_at=0, outputs=2)
-    def measure(self, memory_gb: float | None, *values: Any, progress: gr.Progress = gr.Progress()):
-        """"Calibrate this machine": `pipeline.calibration.calibrate` (a precision check and probes on the
-        stand-in, stored per user for every later estimate), then the real one-step probe of these settings
-        in a child process, itself more evidence (`estimate_for_workspace(measure=True)`); returns (markdown,
-        plot with the measured peak). The verdict then says it is calibrated."""
-        config = config_from_values(values)
-        if progress is not None:
-            progress(None, desc="Calibrating this machine: a speed check, two short steps of the offline stand-in, "
-                                "then one real step of your settings on the longest batch (1-3 minutes)…")
-        data = _memory_result(self.ws, config, memory_gb, measure=True)
+    def calibrate_here(self, machine: str, quantization: str, quantization_chosen: bool, model: str | None):
+        """First part of **Calibrate this machine**: it always measures this computer, so the machine becomes
+        "This computer" (its device and budget, its default quantization unless the teacher chose one) and the
+        answers about the machine picked before are cleared. Returns (machine, device, memory budget,
+        quantization, question, the machine picked before in words or "" (`measure` says it), verdict,
+        suggestions note, measured, device note, *suggestion buttons)."""
+        before = ""
+        if machine != THIS_COMPUTER:
+            if machine in MACHINE_PRESETS:
+                device, gb = MACHINE_PRESETS[machine]
+                before = view.machine_words(device, device, gb)
+            else:
+                before = "the machine you described"
+        waiting = "Calibrating **this computer**: the answer for it follows when the measurement is done."
+        return (gr.update(value=THIS_COMPUTER), gr.update(value="auto"), gr.update(value=0, visible=False),
+                self.device_defaults("auto", quantization, quantization_chosen),
+                self.question(model, THIS_COMPUTER), before, waiting, "", "", "",
+                *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
+
+    def measure(self, elsewhere: str | None, memory_gb: float | None, *values: Any,
+                progress: gr.Progress = gr.Progress()):
+        """"Calibrate this machine", after `calibrate_here` made the machine this computer:
+        `pipeline.calibration.calibrate` (a precision check and probes on the stand-in, stored per user for
+        every later estimate), then the real one-step probe of these settings in a child process, itself more
+        evidence (`estimate_for_workspace(measure=True)`), with each part and phase on the progress bar.
+        Returns `estimate`'s outputs from the calibrated estimate (the answer, its plot and suggestions), with
+        what was measured in the measured panel (`elsewhere`: the machine picked before, said there). When
+        the calibration fails, the answer for this computer as it stands, and why in the measured panel."""
+        try:
+            return self._measure(elsewhere, values, progress)
+        except PipelineError as error:
+            outputs = list(self.estimate(None, *values))
+            outputs[-2] = error_panel(error)
+            return tuple(outputs)
+
+    def _measure(self, elsewhere: str | None, values: tuple, progress) -> tuple:
+        config = config_from_values(values).replace(device="auto")
+
+        def show(step: dict) -> None:
+            if progress is None:
+                return
+            share = PROBE_PHASE_SHARE.get(step.get("phase"), 0.0)
+            part = CALIBRATION_PART_WORDS.get(step.get("part"), step.get("text", ""))
+            phase = f" · {PROBE_PHASE_WORDS[step['phase']]}" if step.get("phase") in PROBE_PHASE_WORDS and step.get("phase") else ""
+            progress(min(0.99, (step["index"] - 1 + share) / step["of"]),
+                     desc=f"Calibrating this computer · part {step['index']} of {step['of']}: {part}{phase}")
+
+        show({"part": "speed", "index": 1, "of": 4, "phase": None})
+        data = _memory_result(self.ws, config, None, measure=True, progress=show)
         measured = data["measured"]
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
-        text = view.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured)  # step vs step
+        text = view.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured,
+                                      elsewhere=elsewhere or None)  # step vs step
         if measured.get("released"):  # a Try/Judge tutor let go of the GPU first (pipeline.tutor.infer.release_for)
             text = f"{measured['released']}\n\n{text}"
-        return text, self._estimate_outputs(data, measured=peak, memory_gb=memory_gb)[0]
+        outputs = list(self._estimate_outputs(data, measured=peak, memory_gb=None))
+        outputs[-2] = text
+        return tuple(outputs)
 
 
-def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False) -> dict:
+def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False,
+                   progress=None) -> dict:
     """The estimate of `python -m pipeline estimate --json` for the app: one call to
     `pipeline.memory.estimate_for_workspace`, the same function the command line prints, so the two
     cannot drift. `memory_gb` is the "Memory budget (GiB)" field: 0 or empty means the real device.
+    `progress` hears a calibration's parts and phases (`measure`).
     """
     from pipeline import memory
 
     return memory.estimate_for_workspace(ws, config, memory_gb=float(memory_gb) if memory_gb else None,
-                                         measure=measure)
+                                         measure=measure, progress=progress)
 
 
 def _number(field: str, label: str, **kwargs: Any) -> tuple[gr.Number, gr.Markdown]:
@@ -368,6 +444,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                           open=False, elem_id="plan-accordion"):
             plan_out = gr.Markdown(elem_id="plan-table", min_height=80)
         quantization_chosen = gr.State(False)
+        # Inside the tab: a component made outside it is a child of gr.Tabs and shifts the tabs' order (the
+        # Judge tab's button became a second "4 · Train").
+        reading = gr.State(None)  # the device memory the answer used; the plan table reuses it (one usable figure)
+        elsewhere = gr.State("")  # the machine picked before Calibrate this machine switched to this computer
 
     messages = {"lora_rank": lora_rank_message, "batch_size": batch_size_message,
                 "grad_accum": grad_accum_message, "max_length": max_length_message}
@@ -381,7 +461,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                 "vision_tower": vision_tower, "ple_on_cpu": ple_on_cpu,
                 "quantize_audio_encoder": quantize_audio_encoder, "low_memory_heap": low_memory_heap,
                 "optimizer": optimizer}
-    stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons]
+    stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons, plan_out]
     for widget in (memory_gb, *settings.values()):
         widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
     memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
@@ -391,17 +471,15 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     # by hand only (`.input`): a preset sets the device and the budget together, restored settings keep theirs
     device.input(handlers.device_picked, inputs=[device, memory_gb, quantization, quantization_chosen],
                  outputs=[machine, memory_gb, quantization], show_progress="hidden")
-    detect_button.click(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
-    tab.select(handlers.detect_device, inputs=[device, memory_gb], outputs=device_note)
     return SimpleNamespace(
         tab=tab, detect_button=detect_button, plan_out=plan_out, machine=machine, question=question,
         memory_gb=memory_gb, estimate_button=estimate_button, measure_button=measure_button,
         suggestion_buttons=suggestion_buttons, suggestions_state=suggestions_state, measured_out=measured_out,
         memory_plot=memory_plot, verdict_out=verdict_out, device_note=device_note, suggestions_note=suggestions_note,
-        quantization_chosen=quantization_chosen, stale=stale,
+        quantization_chosen=quantization_chosen, stale=stale, reading=reading, elsewhere=elsewhere,
         # The outputs of `estimate`, in order.
         estimate_outputs=[memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
-                          *suggestion_buttons, notes_out, device_note, measured_out],
+                          *suggestion_buttons, notes_out, device_note, measured_out, reading],
         settings=settings,  # this tab's setting widgets, by `TrainConfig` field name
     )
 
@@ -409,28 +487,40 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
 def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr.components.Component,
                     setting_widgets: list) -> None:
     """Wire the Memory tab's events that read every setting (`setting_widgets`, in `CONFIG_FIELDS` order):
-    a picked machine (its defaults, then its answer), Estimate, the plan table (a sign of work first),
-    Calibrate this machine and the suggestion buttons; the question follows the Model picker."""
+    a picked machine (its defaults, then its answer), Estimate, Detect device, opening the tab, Calibrate
+    this machine and the suggestion buttons each give the answer, then the plan table (a sign of work
+    first) from the same reading of the device's memory; the question follows the Model picker."""
     import functools
 
     settings = dict(zip(CONFIG_FIELDS, setting_widgets))
     estimate_inputs = [memory.memory_gb, *setting_widgets]
+
+    def then_plan(event) -> None:
+        event.then(handlers.plan_working, outputs=memory.plan_out, show_progress="hidden").then(
+            handlers.plan, inputs=[memory.reading, *estimate_inputs], outputs=memory.plan_out)
+
     model.change(handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden")
     model.input(handlers.settings_changed, outputs=memory.stale, show_progress="hidden")
-    memory.machine.input(
+    then_plan(memory.machine.input(
         handlers.choose_machine, inputs=[memory.machine, settings["quantization"], memory.quantization_chosen],
         outputs=[settings["device"], memory.memory_gb, settings["quantization"], memory.verdict_out,
                  memory.suggestions_note, memory.measured_out, memory.device_note, *memory.suggestion_buttons],
         show_progress="hidden").then(
         handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden").then(
-        handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs], outputs=memory.estimate_outputs)
-    memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
-    for event in (memory.estimate_button.click, memory.detect_button.click, memory.tab.select):
-        event(handlers.plan_working, outputs=memory.plan_out, show_progress="hidden").then(
-            handlers.plan, inputs=estimate_inputs, outputs=memory.plan_out)
+        handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs], outputs=memory.estimate_outputs))
+    then_plan(memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
+    then_plan(memory.detect_button.click(handlers.detect_and_estimate, inputs=[memory.machine, *estimate_inputs],
+                                         outputs=memory.estimate_outputs))
+    then_plan(memory.tab.select(handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs],
+                                outputs=memory.estimate_outputs))
     for index, button in enumerate(memory.suggestion_buttons):
-        button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
-                     outputs=setting_widgets).then(
-            handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs)
-    memory.measure_button.click(handlers.measure, inputs=estimate_inputs,
-                                outputs=[memory.measured_out, memory.memory_plot])
+        then_plan(button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
+                               outputs=setting_widgets).then(
+            handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
+    then_plan(memory.measure_button.click(
+        handlers.calibrate_here, inputs=[memory.machine, settings["quantization"], memory.quantization_chosen, model],
+        outputs=[memory.machine, settings["device"], memory.memory_gb, settings["quantization"], memory.question,
+                 memory.elsewhere, memory.verdict_out, memory.suggestions_note, memory.measured_out, memory.device_note,
+                 *memory.suggestion_buttons], show_progress="hidden").then(
+        handlers.measure, inputs=[memory.elsewhere, *estimate_inputs], outputs=memory.estimate_outputs,
+        show_progress_on=[memory.measured_out]))

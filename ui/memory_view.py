@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pipeline.units import GIB, format_bytes
+from pipeline.units import GIB, format_bytes, format_gib
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
 PRECISION_WORDS = {"4bit": "4-bit (NF4) weights", "8bit": "8-bit (int8) weights"}
-"""How each `--quantization` stores the weights, in words; `none` keeps them in the compute dtype."""
+"""How each `--quantization` stores the weights, technically; `none` keeps them in the compute dtype."""
+WEIGHTS_EFFECT = {
+    "4bit": "The model's weights are compressed to 4 bits, about a quarter of their full size: that is what lets "
+            "it fit a smaller machine, with answers close to the full model's",
+    "8bit": "The model's weights are compressed to 8 bits, about half their full size",
+    "none": "The model's weights are kept at full size (nothing compressed)",
+}
+"""What each `--quantization` does for the teacher, in a sentence (the Why? of the Memory tab's answer)."""
 DTYPE_WORDS = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "torch.bfloat16": "bf16",
                "torch.float32": "fp32", "torch.float16": "fp16"}
 PEAK_PHASE_WORDS = {
@@ -31,6 +38,16 @@ PEAK_PHASE_WORDS = {
     "resume": "when a stopped run resumes",
 }
 """When the whole run reaches its peak, per phase of `pipeline.memory.run_phases.RUN_PHASES`."""
+VERDICT_HEADLINES = {"fits": "### ✓ Yes, it fits", "tight": "### ⚠ Yes, but only just",
+                     "does not fit": "### ✗ No, it does not fit"}
+"""The answer's first line, per verdict (`pipeline.memory.budget.verdict`)."""
+
+
+def gib(n: float | int | None) -> str:
+    """A memory figure as the Memory tab shows every one that could be compared with another: GiB with two
+    decimals whatever its size (`pipeline.units.format_gib`), so one quantity reads the same wherever it shows
+    and two can be compared at a glance ("1021 MiB" beside "1.00 GiB" could not); None -> "–"."""
+    return format_gib(n)
 
 
 def model_words(model: str) -> str:
@@ -55,66 +72,116 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None) -> st
 
 
 def precision_words(settings: Mapping[str, Any], compute_dtype: str | None = None) -> str:
-    """The run's precision in words: "4-bit (NF4) weights, computing in bf16", "bf16 weights, computing in
+    """The run's precision, technically: "4-bit (NF4) weights, computing in bf16", "bf16 weights, computing in
     bf16". `compute_dtype` is the estimate's `compute_dtype` (bf16 when absent: the training code's default)."""
     compute = DTYPE_WORDS.get(str(compute_dtype), str(compute_dtype)) if compute_dtype else "bf16"
     weights = PRECISION_WORDS.get(str(settings.get("quantization")), f"{compute} weights")
     return f"{weights}, computing in {compute}"
 
 
-def _sentence(text: str | None) -> str:
-    """`text` as a sentence on its own: a capital first letter and a full stop ("" stays "")."""
-    text = (text or "").strip()
-    return text[:1].upper() + text[1:].rstrip(".") + "." if text else ""
+def _processor_words(device: str, this_machine: bool) -> str:
+    """Whose processor decides the number format, in words: "this computer's processor", "an NVIDIA GPU"."""
+    if device == "cuda":
+        return "an NVIDIA GPU (from the 2020 models on)" if not this_machine else "this computer's NVIDIA GPU"
+    if device == "mps":
+        return "a Mac on macOS 14 or newer" if not this_machine else "this Mac"
+    return "this computer's processor"
+
+
+def precision_why(data: Mapping[str, Any]) -> str:
+    """Why the estimate's memory is what it is, precision-wise, in a teacher's words first (what it does to the
+    memory and why), the technical terms after: the weights (`settings.quantization`) and the number format
+    the device computes in (`compute_dtype`, `compute_dtype_reason`, `device`, `this_machine`)."""
+    settings = data.get("settings") or {}
+    quantization = str(settings.get("quantization") or "none")
+    weights = WEIGHTS_EFFECT.get(quantization, WEIGHTS_EFFECT["none"])
+    dtype = str(data.get("compute_dtype") or "bfloat16")
+    who = _processor_words(str(data.get("device") or "cpu"), bool(data.get("this_machine", True)))
+    reason = str(data.get("compute_dtype_reason") or "").split(": ", 1)[-1].rstrip(".")
+    if dtype == "float32":
+        work = (f"The training itself uses the longer number format, which takes twice the memory of the shorter one, "
+                f"because {who} cannot compute the shorter one quickly")
+    else:
+        work = (f"The training itself uses the shorter number format, half the memory of the longer one, because "
+                f"{who} computes it quickly")
+    technical = precision_words(settings, dtype) + (f"; {reason}" if reason else "")
+    return f"{weights}. {work} (technically: {technical})."
+
+
+def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
+    """How far the answer's figure may be off, in a teacher's words: calibrated on this computer (when, how
+    many measurements, within how much), or not measured there (up to the estimate's `uncertainty_percent`),
+    for this computer or another machine. `offer`: the machine is this computer, so an uncalibrated answer
+    offers **Calibrate this machine**."""
+    calibration = data.get("calibration")
+    percent = data.get("uncertainty_percent")
+    if calibration:
+        count = calibration.get("n_measurements", "?")
+        return (f"**How sure:** calibrated on this computer on {str(calibration.get('date', '?'))[:10]} "
+                f"({count} measurement{'s' if count != 1 else ''}, each within {percent or 1} % of its estimate).")
+    off = f"it may be off by up to {percent} %" if percent else "how far it may be off is not known"
+    if not data.get("this_machine", True):
+        return f"**How sure:** an estimate for a machine this app has not measured: {off}."
+    text = f"**How sure:** not measured on this computer yet: {off}."
+    if offer:
+        text += " **Calibrate this machine** (below) measures it in a few minutes."
+    return text
 
 
 def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
-    """Whether the estimate's figure is calibrated, from its `calibration` ({date, device_key,
-    n_measurements} or None) and `calibration_text` when the estimate has them. `offer`: the machine is
-    this computer, so an uncalibrated answer offers **Calibrate this machine**."""
-    calibration = data.get("calibration")
-    text = data.get("calibration_text")
-    if calibration:
-        return _sentence(text) or (f"Calibrated on this machine on {calibration.get('date', '?')} "
-                                   f"({calibration.get('n_measurements', '?')} measurements).")
-    text = _sentence(text) or ("Not calibrated: the part of the figure that depends on the device (its runtime and "
-                               "memory allocator) is assumed, not measured.")
-    if offer:
+    """The estimate's own sentence about its calibration (`calibration_text`: "calibrated on this machine on
+    DATE (N measurements)" or "not calibrated: the device's share is assumed, expect up to ±N %"), as a
+    sentence; the technical account under Why? (`how_sure` says it in a teacher's words)."""
+    text = str(data.get("calibration_text") or "").strip()
+    if not text and data.get("calibration"):
+        calibration = data["calibration"]
+        text = (f"calibrated on this machine on {calibration.get('date', '?')} "
+                f"({calibration.get('n_measurements', '?')} measurements)")
+    text = text[:1].upper() + text[1:].rstrip(".") + "." if text else ""
+    if offer and not data.get("calibration"):
         text += " **Calibrate this machine** (below) measures it here."
     return text
 
 
 def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calibration: bool = False,
                            budget_words: str | None = None) -> str:
-    """The Memory tab's answer to "Will MODEL fit on MACHINE?" from an `estimate_for_workspace` dict: the
-    verdict naming the model, the machine (`machine`, in words), the precision and whether the figure is
-    calibrated; one headline number (the whole run's peak, `total_bytes`) against the usable memory
-    (`verdict_markdown`, `budget_words` naming a preset's memory), then the training step's figure
-    (`step_bytes`) explained under it."""
-    settings = data.get("settings") or {}
-    name = str(data.get("verdict", "")).replace("_", " ")
-    answer = {"fits": "Yes", "tight": "Yes, tightly", "does not fit": "No"}.get(name, name)
+    """The Memory tab's answer to "Will MODEL fit on MACHINE?" from an `estimate_for_workspace` dict, a
+    teacher's decision first: fits or not (`verdict_markdown`: the model, the machine in words (`machine`),
+    the whole run's peak against the usable memory), how sure (`how_sure`) and what to click; then, behind
+    "Why?", the precision (`precision_why`), when the peak comes and the training step's figure
+    (`step_bytes`), where the usable memory comes from (`budget_words` naming a preset's memory) and the
+    calibration in the estimate's own words. Every memory figure is `gib`."""
     model = model_words(str(data.get("model", "")))
-    parts = [f"**Will {model} fit on {machine}? {answer}.** Fine-tuning with "
-             f"{precision_words(settings, data.get('compute_dtype'))} on `{data.get('device', '?')}`. "
-             + calibration_words(data, offer=offer_calibration),
-             verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"),
-                              data.get("device_memory"), budget_words=budget_words)]
+    name = str(data.get("verdict", "")).replace("_", " ")
+    parts = [verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"),
+                              who=f"{model} on {machine}")]
+    parts.append(how_sure(data, offer=offer_calibration))
+    if name == "does not fit":
+        parts.append("**What to do:** click a suggestion below to make it fit, or pick a machine with more memory.")
+    elif name == "tight":
+        parts.append("**What to do:** train as it is, or click a suggestion below to leave more room.")
+    why = [f"- **Precision.** {precision_why(data)}"]
     total, step = data.get("total_bytes"), data.get("step_bytes")
     phase = data.get("run_peak_phase") or "step"
     if total:
-        why = f"<small>The headline figure is the whole run's peak, reached {PEAK_PHASE_WORDS.get(phase, phase)}."
+        peak = f"- **When the peak comes.** {PEAK_PHASE_WORDS.get(phase, phase)[:1].upper()}{PEAK_PHASE_WORDS.get(phase, phase)[1:]}."
         if step and step != total:
-            why += (f" One training step measured alone (what **Calibrate this machine** compares) peaks at "
-                    f"{format_bytes(step)}")
-            why += (f"; over a whole run, what stays from step to step (kernel caches for every row length, the "
-                    f"largest batch's memory) adds {format_bytes(total - step)}." if phase == "step" and total > step
-                    else ".")
+            peak += f" One training step alone needs {gib(step)}"
+            peak += " (what **Calibrate this machine** measures)" if data.get("this_machine", True) else ""
+            peak += (f"; over a whole run, what stays from step to step adds {gib(total - step)} (technically: kernel "
+                     "caches for every row length and the largest batch's memory)." if phase == "step" and total > step
+                     else ".")
         elif step:
-            why += " Loading, testing and saving need less."
-        if data.get("compute_dtype_reason"):
-            why += f" Precision: {data['compute_dtype_reason']}"
-        parts.append(why + "</small>")
+            peak += " Loading, testing and saving need less."
+        why.append(peak)
+    usable = usable_words(data.get("usable_bytes"), data.get("device_memory"), budget_words=budget_words)
+    if usable:
+        why.append(f"- **Usable memory.** {usable}")
+    technical = calibration_words(data)
+    if technical:
+        why.append(f"- **How sure, technically.** {technical}")
+    parts.append("<details><summary>Why? (precision, when the peak comes, usable memory)</summary>\n\n"
+                 + "\n".join(why) + "\n\n</details>")
     return "\n\n".join(parts)
 
 
@@ -164,15 +231,15 @@ def memory_bar(
     limit = total
     if usable_bytes:
         ax.axvline(usable_bytes / GIB, color="#d62728", linestyle="--", linewidth=2,
-                   label=f"usable: {format_bytes(usable_bytes)}")
+                   label=f"usable: {gib(usable_bytes)}")
         limit = max(limit, usable_bytes / GIB)
     if device_total_bytes:
         ax.axvline(device_total_bytes / GIB, color="#555555", linestyle=":", linewidth=1.5,
-                   label=f"device total: {format_bytes(device_total_bytes)}")
+                   label=f"device total: {gib(device_total_bytes)}")
         limit = max(limit, device_total_bytes / GIB)
     if measured_bytes:
         ax.plot([measured_bytes / GIB], [0.36], marker="D", markersize=9, color="black", linestyle="none",
-                label=f"measured peak: {format_bytes(measured_bytes)}")
+                label=f"measured peak: {gib(measured_bytes)}")
         limit = max(limit, measured_bytes / GIB)
     ax.set_xlim(0, limit * 1.05 if limit > 0 else 1)
     for start, width, label in segments:
@@ -181,7 +248,7 @@ def memory_bar(
     ax.set_ylim(-0.5, 0.5)
     ax.set_yticks([])
     ax.set_xlabel("GiB")
-    ax.set_title(f"{title}: {format_bytes(total * GIB)}")
+    ax.set_title(f"{title}: {gib(sum(value for _, value in parts))}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     return fig
 
@@ -195,39 +262,48 @@ def pretty_name(name: str) -> str:
 
 
 def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | None,
-                     device: Mapping[str, Any] | None = None, *, budget_words: str | None = None) -> str:
-    """Verdict line: fits / tight / does not fit, with the margin in bytes and percent. With `device`
-    (a `DeviceMemory` dict), it also says where the usable budget comes from: the memory the device
-    has (or the budget typed in; `budget_words` names it otherwise, e.g. "the machine's memory" for a
-    preset) and what is held back for the OS and other apps, and why."""
-    name = str(get_field(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict)
+                     device: Mapping[str, Any] | None = None, *, budget_words: str | None = None,
+                     who: str | None = None) -> str:
+    """The answer's first lines: "✓ Yes, it fits" / "⚠ Yes, but only just" / "✗ No, it does not fit", then
+    what it needs (`total_bytes`, the whole run's peak) against what is usable, with the margin in GiB and
+    percent (`who`: "MODEL on MACHINE", named in that line). With `device` (a `DeviceMemory` dict) a line
+    says where the usable figure comes from (`usable_words`)."""
+    name = str(get_field(verdict, "verdict", verdict) if not isinstance(verdict, str) else verdict).replace("_", " ")
     margin = get_field(verdict, "margin_bytes") if not isinstance(verdict, str) else None
     if margin is None and total_bytes is not None and usable_bytes:
         margin = usable_bytes - total_bytes
-    label = {"fits": "Fits", "tight": "Fits, tightly", "does not fit": "Does not fit"}.get(
-        name.replace("_", " "), name.replace("_", " ").capitalize())
-    icon = {"fits": "✓", "tight": "⚠", "does not fit": "✗"}.get(name.replace("_", " "), "")
-    parts = [f"### {icon} {label}"]
+    parts = [VERDICT_HEADLINES.get(name, f"### {name.capitalize()}")]
+    subject = f"**{who}** needs" if who else "It needs"
     if total_bytes is not None and usable_bytes is not None and usable_bytes <= 0:
-        parts.append(f"Estimated peak **{format_bytes(total_bytes)}** against **nothing usable**: the headroom "
-                     "held back for the OS and other apps takes the whole budget.")
+        parts.append(f"{subject} about **{gib(total_bytes)}** at its peak, and **nothing is usable**: the memory kept "
+                     "free for the system and other apps takes the whole budget.")
     elif total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
-            tail = f"{format_bytes(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of the budget)."
+            tail = f"{gib(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
             if name == "tight":
                 tail += " Under 10 % to spare is within the estimate's error: it should fit, with little room."
         else:
-            tail = f"{format_bytes(-margin)} too much ({total_bytes / usable_bytes:.1f}× the budget)."
-        parts.append(
-            f"Estimated peak **{format_bytes(total_bytes)}** against **{format_bytes(usable_bytes)}** usable: {tail}"
-        )
-    if device and usable_bytes is not None and device.get("free_bytes"):
-        held = int(device["free_bytes"]) - int(usable_bytes)
-        what = "budget you typed" if str(device.get("source", "")).startswith("--memory-gb") else "free now"
-        what = budget_words if budget_words and what == "budget you typed" else what
-        parts.append(f"Usable {format_bytes(usable_bytes)} = {format_bytes(device['free_bytes'])} ({what}) minus "
-                     f"{format_bytes(held)} held back (the headroom rule: {device.get('headroom_note', '')}).")
+            tail = f"{gib(-margin)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
+        parts.append(f"{subject} about **{gib(total_bytes)}** at its peak, of **{gib(usable_bytes)}** usable: {tail}")
+    usable = usable_words(usable_bytes, device, budget_words=budget_words) if device else ""
+    if usable:
+        parts.append(usable)
     return "\n\n".join(parts)
+
+
+def usable_words(usable_bytes: int | None, device: Mapping[str, Any] | None, *, budget_words: str | None = None) -> str:
+    """Where the usable memory comes from, a teacher's words first: "Usable X = Y free now minus Z kept free
+    for the system and other apps (technically: the headroom rule: ...)" from a `DeviceMemory` dict (free:
+    what the device has now, or the budget typed in; `budget_words` names a preset's memory); "" without it."""
+    if not device or usable_bytes is None or not device.get("free_bytes"):
+        return ""
+    held = int(device["free_bytes"]) - int(usable_bytes)
+    what = "free now"
+    if str(device.get("source", "")).startswith("--memory-gb"):
+        what = budget_words or "the budget you typed"
+    note = str(device.get("headroom_note") or "").strip()
+    return (f"Usable {gib(usable_bytes)} = {gib(device['free_bytes'])} ({what}) minus {gib(held)} kept free for the "
+            f"system and other apps" + (f" (technically, the headroom rule: {note})." if note else "."))
 
 
 def components_frame(components: Mapping[str, int], measured: Mapping[str, int] | None = None):
@@ -239,19 +315,20 @@ def components_frame(components: Mapping[str, int], measured: Mapping[str, int] 
 
 
 def device_markdown(info: Mapping[str, Any]) -> str:
-    """Detected device and its memory (a `DeviceMemory` dict): total, free now, usable budget, headroom."""
-    name = info.get("device", "?")
-    parts = [f"**Device:** `{name}`"]
+    """The detected device and its memory (a `DeviceMemory` dict, the same reading as the answer's): total,
+    free now and usable for training in `gib`, then where the usable figure comes from (`usable_words`)."""
+    name = {"cpu": "this computer's processor (CPU)", "cuda": "an NVIDIA GPU (CUDA)", "mps": "the Mac's GPU (MPS)"}.get(
+        str(info.get("device")), str(info.get("device", "?")))
+    parts = [f"**Training runs on** {name}"]
     if info.get("total_bytes"):
-        parts.append(f"total {format_bytes(info['total_bytes'])}")
+        parts.append(f"total {gib(info['total_bytes'])}")
     if info.get("free_bytes"):
-        parts.append(f"free now {format_bytes(info['free_bytes'])}")
+        parts.append(f"free now {gib(info['free_bytes'])}")
     if info.get("usable_bytes") is not None:
-        parts.append(f"**usable for training {format_bytes(info['usable_bytes'])}**")
+        parts.append(f"**usable for training {gib(info['usable_bytes'])}**")
     text = " · ".join(parts)
-    if info.get("headroom_note"):
-        text += f"  \nHeadroom: {info['headroom_note']}. Source: {info.get('source', '?')}."
-    return text
+    usable = usable_words(info.get("usable_bytes"), info)
+    return text + (f"  \n{usable}" if usable else "")
 
 
 def suggestion_steps(suggestion: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -279,7 +356,7 @@ def suggestion_label(suggestion: Mapping[str, Any]) -> str:
     """Button text of one "make it fit" suggestion: its changes (each once) and the new estimate."""
     what = " + ".join(str(step["what"]) for step in suggestion_steps(suggestion))
     total = suggestion.get("total_bytes")
-    return f"Apply: {what}" + (f" → {format_bytes(total)}" if total else "")
+    return f"Apply: {what}" + (f" → {gib(total)}" if total else "")
 
 
 def _setting_value(value: Any) -> str:
@@ -306,24 +383,36 @@ def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any)
     lines = [f"{intro} (click a button below to apply one; only the settings it names change, then the estimate reruns):"]
     for index, item in enumerate(suggestions, 1):
         verdict_words = "fits, tightly: under 10 % to spare" if item.get("verdict") == "tight" else "fits"
-        lines.append(f"{index}. **{format_bytes(item.get('total_bytes'))}**, {verdict_words}:")
+        lines.append(f"{index}. **{gib(item.get('total_bytes'))}**, {verdict_words}:")
         for step in suggestion_steps(item):
             cost = step.get("cost")
             lines.append(f"    - {step['what']}" + (f" (cost: {cost})" if cost else ""))
     return "\n".join(lines)
 
 
-def plan_markdown(result: Mapping[str, Any]) -> str:
+PLAN_KIND_WORDS = {("full", "none"): "full fine-tune", ("lora", "none"): "LoRA, full-size weights",
+                   ("lora", "8bit"): "LoRA, 8-bit weights", ("lora", "4bit"): "QLoRA, 4-bit weights"}
+"""A plan row's kind of fine-tune by (finetuning_type, quantization), without a number format: the format is
+the machine's (the answer's Why? says which), so a row never names another one than the answer."""
+
+
+def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, current: Mapping[str, Any] | None = None) -> str:
     """The "what can this machine do?" table of `pipeline.memory.plan.plan_for_workspace`: one row per
-    model and kind of fine-tune, with its peak, verdict and the changes it needs (each with its cost)."""
+    model and kind of fine-tune, with its peak (`gib`), verdict and the changes it needs (each with its cost).
+    `machine`: the machine in words (`machine_words`); `current`: the answer's settings (`model`,
+    `finetuning_type`, `quantization`), whose row is marked as the answer above (the same estimate)."""
     icons = {"fits": "✓ fits", "tight": "⚠ fits, tightly", "does not fit": "✗ does not fit"}
-    mem = result.get("device_memory") or {}
-    held = int(mem.get("free_bytes") or 0) - int(result["usable_bytes"])
-    lines = [f"On **{result['device']}** with **{format_bytes(result['usable_bytes'])}** usable "
-             f"({format_bytes(held)} held back: {mem.get('headroom_note', '')}):", "",
+    where = machine or f"this computer ({result['device']})"
+    lines = [f"On **{where}**, with **{gib(result['usable_bytes'])}** usable (as in the answer above):", "",
              "| model | fine-tune | peak | verdict | changes it needs |", "|---|---|---|---|---|"]
+    current = current or {}
     for row in result["rows"]:
-        model = str(row["model"]).split("/")[-1].replace("gemma-3n-", "")
+        model = model_words(str(row["model"]))
+        kind = PLAN_KIND_WORDS.get((row.get("finetuning_type"), row.get("quantization")), row["label"])
+        if (model_words(str(current.get("model") or "")) == model
+                and current.get("finetuning_type", "lora") == row.get("finetuning_type")
+                and current.get("quantization") == row.get("quantization")):
+            kind += " (your settings: the answer above)"
         if row["verdict"] == "fits":
             changes = "none"
         elif not row["changes"]:
@@ -331,22 +420,33 @@ def plan_markdown(result: Mapping[str, Any]) -> str:
         else:
             after = row.get("after_changes") or {}
             changes = "; ".join(f"{step['what']} (cost: {step['cost']})" for step in row["changes"])
-            changes += f" → {format_bytes(after.get('total_bytes'))}, {after.get('verdict', '?')}"
-        lines.append(f"| {model} | {row['label']} | {format_bytes(row['total_bytes'])} | "
+            changes += f" → {gib(after.get('total_bytes'))}, {after.get('verdict', '?')}"
+        lines.append(f"| {model} | {kind} | {gib(row['total_bytes'])} | "
                      f"{icons.get(row['verdict'], row['verdict'])} | {changes.replace('|', '/')} |")
-    lines += ["", "Full fine-tunes are estimated only (training here is LoRA): they show whether one would fit."]
+    lines += ["", "Each row keeps your other settings. Full fine-tunes are estimated only (training here is LoRA): "
+                  "they show whether one would fit."]
     return "\n".join(lines)
 
 
-def measured_markdown(measured: int | None, estimated: int | None, data: Mapping[str, Any]) -> str:
-    """Measured peak of one step vs the estimate of one step (`estimated`), with the relative error."""
+def measured_markdown(measured: int | None, estimated: int | None, data: Mapping[str, Any], *,
+                      elsewhere: str | None = None) -> str:
+    """What **Calibrate this machine** found: the measured peak of one training step of these settings on this
+    computer against the estimate of one step (`estimated`, the `step_bytes` the answer's Why? shows), with the
+    difference in %; `data` is the probe's dict (how the peak was measured). `elsewhere`: the machine that was
+    picked before (a preset), which a calibration here cannot measure: said, so the answer's switch to this
+    computer is explained."""
+    lines = []
+    if elsewhere:
+        lines.append(f"**Calibrate this machine measures this computer**, the one running the app: the answer above "
+                     f"is now for this computer, not for {elsewhere} (pick that machine again to ask about it).")
     if not measured:
-        return "The probe returned no measurement."
-    lines = [f"**Measured peak:** {format_bytes(measured)} (one real optimizer step on the worst-case batch)"]
+        return "\n\n".join(lines + ["The measurement returned no figure."])
+    line = f"**Measured here:** one training step of your settings peaked at **{gib(measured)}**"
     if estimated:
         err = 100.0 * (estimated - measured) / measured
-        lines.append(f"**Estimated for one step:** {format_bytes(estimated)} ({err:+.1f} % vs measured)")
+        line += f"; the estimate for one step is {gib(estimated)} ({err:+.1f} %)"
+    lines.append(line + ". The answer above now uses this computer's calibration.")
     kind = data.get("method") or data.get("memory_kind")
     if kind:
-        lines.append(f"Peak {memory_counter_words(kind)}.")
+        lines.append(f"<small>Peak {memory_counter_words(kind)}.</small>")
     return "\n\n".join(lines)

@@ -163,9 +163,9 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         gr.Markdown("# Pronunciation practice\nPick an exercise, record yourself, and read your tutor's feedback.")
         if logins:
             gr.HTML('<a href="logout" id="practice-logout">Log out</a>', elem_id="practice-logout-row")
-        with gr.Row():
-            name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2)
-            consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3)
+        with gr.Row(elem_id="practice-who"):  # side by side on a wide screen, one above the other on a phone (app.css)
+            name = gr.Textbox(label="Your name", elem_id="practice-name", scale=2, min_width=240)
+            consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3, min_width=300)
         note = gr.Markdown(elem_id="practice-note")
         exercise = gr.Dropdown([], label="Exercise", elem_id="practice-exercise")
         audio = gr.Audio(sources=["microphone", "upload"], type="filepath", label="Your recording",

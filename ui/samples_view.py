@@ -27,6 +27,14 @@ def dbfs(amplitude: float | None) -> str:
     return f"{20 * math.log10(amplitude):.1f} dBFS"
 
 
+def clipping_words(fraction: float) -> str:
+    """The share of a clip's samples at full scale, in words: "none at full scale" for 0 (a figure of
+    0.00 % read as a measurement of something), else "0.12 % of samples at full scale"."""
+    if fraction <= 0:
+        return "none at full scale"
+    return f"{fraction * 100:.2f} % of samples at full scale"
+
+
 def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequence[str] = ()) -> str:
     """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
 
@@ -43,8 +51,10 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
     rate = get_field(report, "source_rate_hz")
     channels = get_field(report, "channels")
 
-    def mark(*words: str) -> str:
-        hit = any(word in w.lower() for w in warnings for word in words)
+    def mark(*starts: str) -> str:
+        """⚠ when one of the library's warnings of this check is there (each check's warnings begin with
+        its own words, `pipeline.data.audio`), else ✓: a mark only for something to act on."""
+        hit = any(w.lower().lstrip().startswith(start) for w in warnings for start in starts)
         return "⚠" if hit else "✓"
 
     level_text = f"{level:.1f} dBFS in the loudest 0.25 s" if isinstance(level, (int, float)) else "–"
@@ -53,11 +63,11 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
         "",
         "| check | measured | |",
         "|---|---|---|",
-        f"| duration | {duration:.2f} s (0.3–30 s is heard) | {mark('short', 'long', 'trim')} |"
+        f"| duration | {duration:.2f} s (0.3–30 s is heard) | {mark('trimmed', 'short', 'long')} |"
         if isinstance(duration, (int, float)) else "| duration | – | |",
-        f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'silen', 'soft')} |",
-        f"| clipping | {clipped * 100:.2f} % of samples at full scale | {mark('clip', 'loud')} |",
-        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | ✓ |",
+        f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'dc offset')} |",
+        f"| clipping | {clipping_words(clipped)} | {mark('slightly clipped', 'too loud', 'near full scale')} |",
+        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | {mark('low sample rate', 'the channels')} |",
     ]
     if warnings:
         lines += ["", *[f"- ⚠ {w}" for w in warnings]]

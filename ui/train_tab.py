@@ -171,20 +171,22 @@ class TrainHandlers:
         row = evt.row_value if evt is not None and evt.row_value else None
         return (gr.update(value=str(row[0])) if row else gr.skip()), ""
 
-    def poll(self, run_name: str, seen: int | None):
+    def poll(self, run_name: str, seen: int | None, restored: bool = False, *values: Any):
         """Timer tick: read the run folder once (`read_run`); returns (progress, curves, memory, log, failure,
-        seen, timer, runs)."""
+        seen, timer, runs table, resume choice, Try's run, headline, next run's line): once the run has ended,
+        the headline (it named the run as training) and the "Next run" line (its forecast now has this run's
+        measured times; `page_settings_summary` of the page's settings `values`, once `restored`) again."""
         from pipeline.training.run_folder import read_run
 
         if not run_name:
-            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 3
+            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         rows, alive = run.rows, run.alive
         return (
-            view.run_progress_html(run),
+            view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
             view.run_memory_markdown(run),
             readable_log(run.log_tail, LOG_LINES),
@@ -195,7 +197,24 @@ class TrainHandlers:
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
             *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
               else self._run_lists(selected=run_name)),
+            # The headline counts the tutors and names the one training: again once the run has ended.
+            self.headline() if not alive else gr.skip(),
+            self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
         )
+
+    def _expected_load(self, run) -> float | None:
+        """Seconds loading took here before for the watched run's model and precision
+        (`pipeline.calibration.expected_load_seconds`), or None."""
+        from pipeline.calibration import expected_load_seconds
+        from pipeline.config import likely_device
+
+        settings = run.settings or {}
+        if not settings.get("model"):
+            return None
+        device = likely_device() if settings.get("device", "auto") == "auto" else settings["device"]
+        load = expected_load_seconds(settings["model"], settings.get("quantization", "none"), device,
+                                     bool(settings.get("low_memory_heap")))
+        return load["seconds"] if load else None
 
     def runs_table(self):
         """Past runs with their results (newest first)."""
@@ -399,7 +418,8 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     started = [current_run, train_status, timer, failure_out, seen_rows]
     # A resume starts a new process: the table's note of how the last one ended is no longer true.
     resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change],
-                        outputs=[*started, allow_change]).then(handlers.runs_table, outputs=runs_df)
+                        outputs=[*started, allow_change]).then(handlers.runs_table, outputs=runs_df).then(
+        handlers.headline, outputs=headline, show_progress="hidden")
     runs_df.select(handlers.pick_run, outputs=[delete_choice, delete_status])
     deleted = delete_button.click(handlers.delete_run, inputs=delete_choice, js=confirm_js(DELETE_RUN_QUESTION),
                         outputs=[delete_status, runs_df, resume_choice, delete_choice]).then(

@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_bytes, format_seconds
+from pipeline.units import format_gib, format_seconds
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -29,27 +29,62 @@ COMPUTE_DTYPE_WORDS = {"float32": "full precision (float32)", "bfloat16": "half 
 # before a run: its settings and how long it will take
 
 
+WEIGHTS_WORDS = {"none": "full-size weights (no compression)", "8bit": "weights compressed to 8 bits",
+                 "4bit": "weights compressed to 4 bits"}
+"""`--quantization` in a teacher's words."""
+DEVICE_WORDS = {"auto": "on the best device here (auto)", "cpu": "on the processor (CPU)", "cuda": "on an NVIDIA GPU",
+                "mps": "on the Mac's GPU"}
+"""`--device` in a teacher's words."""
+TARGET_WORDS = {"language": "the language part (how it answers)",
+                "language+audio": "the language and listening parts (how it answers and hears)"}
+"""`--lora-targets` in a teacher's words."""
+OPTIMIZER_WORDS = {"adamw": "standard updates (AdamW)", "adamw_8bit": "lighter updates (8-bit AdamW)",
+                   "adafactor": "lightest updates (Adafactor)"}
+"""`--optimizer` in a teacher's words."""
+SCHEDULE_WORDS = {"linear": "lowered steadily to 0", "cosine": "lowered along a curve to 0", "constant": "kept the same"}
+"""`--lr-schedule` in a teacher's words."""
+
+
+def _plural(count: float, one: str, many: str) -> str:
+    return f"{count:g} {one if count == 1 else many}"
+
+
 def settings_words(config: Mapping[str, Any]) -> str:
-    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`), in the words the widgets use."""
-    length = (f"{config['max_steps']} steps" if config.get("max_steps", -1) > 0
-              else f"{config.get('epochs'):g} epochs")
+    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`), each named in words a teacher
+    reads, the machine-learning term in brackets where the Advanced settings use it: "tiny-gemma3n · 3 passes
+    over the recordings · full-size weights (no compression) · on the best device here (auto) · adapter rank
+    16, strength 32, on the language part (how it answers) · 1 recording per step, 4 steps per update ...".
+    """
+    length = (_plural(config["max_steps"], "step", "steps") if config.get("max_steps", -1) > 0
+              else _plural(config.get("epochs"), "pass over the recordings", "passes over the recordings"))
     model = str(config["model"])
     model = Path(model).name if Path(model).is_dir() else model  # a local folder by its name, hub ids in full
-    extras = " · per-layer embeddings in CPU RAM" if config.get("ple_on_cpu") else ""
-    extras += " · low-memory mode" if config.get("low_memory_heap") else ""
     if config.get("keep_best"):
         patience = config.get("early_stopping_patience") or 0
         length += (f" · keeps the best of its evaluations ({config.get('judge_clips')} test answers every "
                    f"{config.get('eval_steps')} steps" + (f", stops after {patience} without progress" if patience else "")
                    + ")")
-    return (
-        f"{model} · {config['quantization']} · {config['device']} · "
-        f"LoRA r {config['lora_rank']} (alpha {config['lora_alpha']}) on {config['lora_targets']} · "
-        f"batch {config['batch_size']} × {config['grad_accum']} accumulation · max length {config['max_length']} · "
-        f"checkpointing {'on' if config['gradient_checkpointing'] else 'off'} · "
-        f"vision tower {'loaded' if config.get('vision_tower', True) else 'not loaded'}{extras} · "
-        f"{config['optimizer']} · lr {config['learning_rate']:g} {config['lr_schedule']} · {length}"
-    )
+    parts = [
+        model, length,
+        WEIGHTS_WORDS.get(config["quantization"], config["quantization"]),
+        DEVICE_WORDS.get(config["device"], f"on {config['device']}"),
+        f"adapter rank {config['lora_rank']}, strength {config['lora_alpha']}, on "
+        f"{TARGET_WORDS.get(config['lora_targets'], config['lora_targets'])} (LoRA)",
+        f"{_plural(config['batch_size'], 'recording', 'recordings')} per step, "
+        f"{_plural(config['grad_accum'], 'step', 'steps')} per update",
+        f"recordings up to {config['max_length']} tokens",
+        "memory saver on: slower steps (gradient checkpointing)" if config["gradient_checkpointing"]
+        else "memory saver off: faster, more memory (gradient checkpointing)",
+    ]
+    if not config.get("vision_tower", True):
+        parts.append("image part not loaded (vision tower)")
+    if config.get("ple_on_cpu"):
+        parts.append("per-layer embeddings in CPU RAM")
+    if config.get("low_memory_heap"):
+        parts.append("low-memory mode")
+    parts.append(OPTIMIZER_WORDS.get(config["optimizer"], config["optimizer"]))
+    parts.append(f"learning rate {config['learning_rate']:g}, {SCHEDULE_WORDS.get(config['lr_schedule'], config['lr_schedule'])}")
+    return " · ".join(parts)
 
 
 def settings_markdown(config: Mapping[str, Any]) -> str:
@@ -57,20 +92,57 @@ def settings_markdown(config: Mapping[str, Any]) -> str:
     return f"**Next run:** {settings_words(config)}"
 
 
+def sureness_words(step: Mapping[str, Any] | None) -> str:
+    """How sure a forecast from `step` (`pipeline.calibration.expected_step_seconds`'s dict) is, in words:
+    from how many runs of these settings here and how much they varied, or from the calibration's trial
+    step only."""
+    if not step:
+        return ""
+    if step.get("source") == "probe":
+        return ("from the calibration's trial step only, a rough guide: the first run of these settings here "
+                "will measure it")
+    count = int(step.get("measurements") or 1)
+    if count == 1:
+        return "measured once here, in an earlier run of this model; a busier computer takes longer"
+    spread = step.get("spread_percent")
+    return (f"measured {count} times here, in earlier runs of this model"
+            + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
+
+
 def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
-    """Before a run starts: the precision it will compute in on `device` and why, and how long it will take
-    (`plan`: `pipeline.calibration.forecast_run`'s dict: `compute_dtype`, `compute_dtype_reason`, `seconds`
-    (None: not measured here), `steps`, `step` (the measured step's record, with its `date`))."""
-    text = (f"**How it will run:** on this machine's {device.upper() if device != 'cpu' else 'CPU'} in "
-            f"{COMPUTE_DTYPE_WORDS.get(plan['compute_dtype'], plan['compute_dtype'])}, because "
-            f"{plan['compute_dtype_reason'].split(': ', 1)[-1].rstrip('.')}.")
-    if plan["seconds"] is not None:
-        text += (f" **About {format_seconds(plan['seconds'])}** for {plan['steps']} steps (from a step "
-                 f"measured on this machine on {str(plan['step']['date'])[:10]}; evaluations add to it).")
-    elif plan["steps"] is not None:
-        text += (f" {plan['steps']} steps; how long they take is not measured on this machine for these settings "
-                 "yet: **Calibrate this machine** on the Memory tab measures it.")
-    return text
+    """Before a run starts, a teacher's decision first: how long it will take from Start to its last step
+    (loading included) and how sure that is, then behind "Why?" the parts of that time and the precision
+    the run computes in on `device`, and why (`plan`: `pipeline.calibration.forecast_run`'s dict:
+    `compute_dtype`, `compute_dtype_reason`, `seconds` (the steps), `load_seconds`, `total_seconds`,
+    `steps`, `step` (the measured step's record), `load` (the measured loading's))."""
+    steps = plan.get("steps")
+    total, load = plan.get("total_seconds"), plan.get("load_seconds")
+    if plan.get("seconds") is not None and total is not None:
+        text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
+                f"(loading about {format_seconds(load)}, then the steps about {format_seconds(plan['seconds'])}; "
+                f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'))}.")
+    elif plan.get("seconds") is not None:
+        text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
+                f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'))}.")
+    elif steps is not None:
+        text = (f"**How long:** {steps} steps; how long they take has not been measured on this computer for these "
+                "settings yet: **Calibrate this machine** on the Memory tab measures it, and so does a first run.")
+    else:
+        text = "**How long:** known once the dataset is built (Dataset tab)."
+    where = f"this computer's {device.upper() if device != 'cpu' else 'processor (CPU)'}"
+    dtype = plan["compute_dtype"]
+    reason = str(plan.get("compute_dtype_reason") or "").split(": ", 1)[-1].rstrip(".")
+    precision = (f"It computes in the longer number format, which takes twice the memory of the shorter one, because "
+                 f"{where} cannot compute the shorter one quickly (technically: {COMPUTE_DTYPE_WORDS.get(dtype, dtype)}; "
+                 f"{reason})." if dtype == "float32" else
+                 f"It computes in the shorter number format, half the memory of the longer one (technically: "
+                 f"{COMPUTE_DTYPE_WORDS.get(dtype, dtype)}; {reason}).")
+    dated = [f"{what} measured here on {str(record['date'])[:10]}" for what, record in
+             (("the step", plan.get("step")), ("the loading", plan.get("load"))) if record and record.get("date")]
+    why = f"- **Precision.** {precision}"
+    if dated:
+        why += f"\n- **Measurements.** {'; '.join(dated)}."
+    return f"{text}\n\n<details><summary>Why? (how it will run)</summary>\n\n{why}\n\n</details>"
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,14 +151,16 @@ def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
-    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time, ETA, status;
-    with `settings` (the run's config.json), a second line with the settings this run uses."""
+    """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
+    included), the time left (from this run's own steps so far), status; with `settings` (the run's
+    config.json), a second line with the settings this run uses."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
-    eta_text = f" · ETA {format_seconds(eta_s)}" if eta_s else ""  # none once a run has ended or stopped
+    eta_text = (f" · about {format_seconds(eta_s)} left (from this run's steps so far)" if eta_s  # none once ended
+                else "")
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
@@ -99,20 +173,23 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     )
 
 
-def state_words(state: str, loading_s: float | None) -> str:
+def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None) -> str:
     """A run's state for its progress line ("not started", "running"), with the seconds its process has
-    spent loading before the first step while it does (`loading_s`, None once it has logged a step)."""
+    spent loading before the first step while it does (`loading_s`, None once it has logged a step), and
+    how long loading took here before (`expected_load_s`, `pipeline.calibration.expected_load_seconds`)."""
     words = state.replace("_", " ")
     if loading_s is not None:
-        words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)})"
+        expected = f" of about {format_seconds(expected_load_s)} last time" if expected_load_s else ""
+        words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)}{expected})"
     return words
 
 
-def run_progress_html(run: Any) -> str:
+def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
     """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
-    its steps, its training clock, its ETA while it runs, its state and its own settings."""
-    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s, state_words(run.state, run.loading_s),
-                         label=run.run, settings=run.settings)
+    its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
+    it loads) and its own settings."""
+    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s,
+                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
@@ -144,18 +221,55 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     return fig
 
 
+PHASE_WORDS = {"load": "loading", "preflight": "the trial step on the longest batch", "step": "a training step",
+               "eval": "testing on the eval recordings", "save": "saving a checkpoint", "resume": "resuming"}
+"""The phases of a run (`pipeline.memory.run_phases.RUN_PHASES`) in a teacher's words."""
+
+
 def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
                           running: bool = False) -> str:
-    """A run's measured memory against the estimate for its settings, like with like: the whole
-    run's peak against the estimate's whole-run peak, each naming the phase that set it, and one
-    step against one step (`pipeline.memory.run_compare`). `memory`: result.json's `memory` (or the
-    progress figures so far, with `memory_kind`); `estimate`: its `memory_estimate`."""
-    from pipeline.memory.run_compare import compare, comparison_text
+    """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
+    the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
+    with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
+    estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
+    figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
+    finished, so the measured peak covers only the phases reached so far."""
+    from pipeline.memory.run_compare import compare
 
-    text = comparison_text(compare(memory, estimate), running=running, markdown=True)
+    comparison = compare(memory, estimate)
+    measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
+    if not measured and not total:
+        return ""
+    label = "**Memory so far:**" if running else "**Memory:**"
+    text = f"{label} {'it peaked at ' + format_gib(measured) if measured else 'not measured yet'}"
+    if measured and comparison.get("measured_phase"):
+        text += f" ({PHASE_WORDS.get(comparison['measured_phase'], comparison['measured_phase'])})"
+    if total:
+        text += f"; the estimate for the whole run was {format_gib(total)}"
+        if comparison.get("estimate_phase"):
+            text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
+        if comparison.get("percent"):
+            text += f": measured is {comparison['percent']:.0f} % of it"
+    lines = [text + "."]
+    step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
+    if step_measured or step_estimate:
+        step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
+        if step_estimate:
+            step += f" against {format_gib(step_estimate)} estimated"
+            if comparison.get("step_percent"):
+                step += f" ({comparison['step_percent']:.0f} %)"
+        lines.append(step + ".")
+    why = []
     kind = (memory or {}).get("memory_kind")
-    if text and kind:
-        text += f"  \n<small>Peaks {memory_counter_words(kind)}, in each phase of the run.</small>"
+    if kind:
+        why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
+    if comparison.get("calibration_text"):
+        why.append(f"The estimate: {comparison['calibration_text']}.")
+    if comparison.get("compute_dtype"):
+        why.append(f"Precision: {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''}).")
+    text = "  \n".join(lines)
+    if why:
+        text += "\n\n<details><summary>Why? (how it was measured)</summary>\n\n" + " ".join(why) + "\n\n</details>"
     return text
 
 
@@ -215,7 +329,7 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
                 "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
                 "final loss": _round(result.get("final_loss")),
                 "eval loss": _round(result.get("eval_loss")),
-                "peak memory": format_bytes(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
+                "peak memory": format_gib(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
                 "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
                 "note": _note(run.get("reason")),
             }

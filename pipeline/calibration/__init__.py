@@ -29,10 +29,12 @@ from pipeline.calibration.this_machine import (
     calibration_summary,
     calibration_text,
     compute_dtype_for,
+    expected_load_seconds,
     expected_run_seconds,
     expected_step_seconds,
     forecast_run,
     load_calibration,
+    record_load_time,
     record_run,
     record_step_time,
 )
@@ -42,6 +44,6 @@ from pipeline.calibration.store import CALIBRATION_DIR_ENV, calibration_path, de
 
 __all__ = [
     "CALIBRATION_DIR_ENV", "DeviceCalibration", "calibration_path", "calibration_summary", "calibration_text",
-    "choose_compute_dtype", "compute_dtype_for", "device_defaults", "device_key", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
-    "load_calibration", "record_run", "record_step_time",
+    "choose_compute_dtype", "compute_dtype_for", "device_defaults", "device_key", "expected_load_seconds", "expected_run_seconds", "expected_step_seconds", "fit_entry", "forecast_run",
+    "load_calibration", "record_load_time", "record_run", "record_step_time",
 ]

@@ -106,7 +106,8 @@ def choose_compute_dtype(device: str, speed: dict | None = None) -> tuple[str, s
                                f"({speed['bf16_gflops']:.1f} against {speed['fp32_gflops']:.1f} GFLOPS)")
         return "bfloat16", (f"bf16: {why}; confirmed by this machine's check ({speed['bf16_gflops']:.1f} against "
                             f"{speed['fp32_gflops']:.1f} GFLOPS in fp32): half the memory at the same speed")
-    return "bfloat16", f"bf16: {why} (half the memory of fp32; not yet timed on this machine)"
+    here = device == "cpu" or (device == "mps" and platform.system() == "Darwin")  # else it is asked about another machine
+    return "bfloat16", f"bf16: {why} (half the memory of fp32{'; not yet timed on this machine' if here else ''})"
 
 
 def compute_dtype_name(device: str, override: str | None = None) -> str:

@@ -5,7 +5,8 @@ One JSON file per user, `calibration.json` in `calibration_dir()` (`$TUTOR_CALIB
 workspace on the machine. It holds one entry per device key (`device_key`): the device kind and
 name, its total memory, the CPU model and the torch / transformers / bitsandbytes versions, i.e.
 what changes the memory a device adds and the speed it runs at. Each entry keeps its raw evidence
-(`measurements`: probe steps and finished runs; `speed`: the bf16 / fp32 matmul check; `step_seconds`),
+(`measurements`: probe steps and finished runs; `speed`: the bf16 / fp32 matmul check; `step_seconds` and
+`load_seconds`: how long steps and loading took here),
 and `pipeline.calibration.fit` turns the evidence into the device's terms when an estimate asks.
 
 Writes are atomic (`pipeline.fileio.atomic_write_json`): a failed or interrupted write leaves the
@@ -187,6 +188,8 @@ def update_entry(key: dict, change, path: Path | None = None) -> dict:
         change(entry)
         entry["measurements"] = entry["measurements"][-MAX_MEASUREMENTS:]
         entry["step_seconds"] = entry.get("step_seconds", [])[-MAX_MEASUREMENTS:]
+        if "load_seconds" in entry:
+            entry["load_seconds"] = entry["load_seconds"][-MAX_MEASUREMENTS:]
         entry["updated"] = now_iso()
         store["version"] = STORE_VERSION
         atomic_write_json(path, store)

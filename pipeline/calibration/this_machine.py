@@ -1,5 +1,5 @@
 """This machine's calibration: read it back for every estimate, add every finished run's evidence,
-and forecast a run's time from the step times measured here.
+and forecast a run's time from the step and loading times measured here.
 
 Calibrating (the precision check and the memory probes that write the evidence) is
 `pipeline.memory.calibrate.calibrate`. Every completed or stopped run adds its measured phases as
@@ -90,24 +90,66 @@ def record_run(result: dict, device_name: str | None = None, total_memory_bytes:
 # Time
 
 
+TIMING_SOURCES = ("run", "probe")
+"""Where a stored time was measured: a finished run's steps (the median of many warm steps) or the
+calibration's probe (one step on the longest batch). A run's is the better evidence: when both exist, only
+the runs' are read."""
+
+
+def _matching(records: list[dict], model: str, quantization: str, low_memory_heap: bool, device: str) -> list[dict]:
+    """The stored time records of `model` at `quantization` in the current compute dtype on `device`, with
+    the low-memory heap as asked, from runs when any run was recorded, else from probes (a record from before
+    `source` was stored counts as a run's)."""
+    dtype = choose_compute_dtype(device)[0]
+    same = [t for t in records if t.get("model") == str(model) and t.get("quantization") == quantization
+            and t.get("compute_dtype") == dtype and bool(t.get("low_memory_heap", False)) == bool(low_memory_heap)]
+    runs = [t for t in same if t.get("source", "run") == "run"]
+    return runs or same
+
+
 def expected_step_seconds(model: str, quantization: str, tokens: int, device: str,
                           low_memory_heap: bool = False) -> dict | None:
     """Seconds per optimizer micro-batch of `tokens` tokens (batch x padded row) for `model` at
-    `quantization`, from the step times measured on this machine (probes and runs of the same model
-    and quantization in the current compute dtype, with the low-memory heap or without it as asked:
-    its steps are about twice as long, `pipeline.host.free_heap`): the measurement with the
-    nearest token count, scaled linearly by tokens (a step's matmuls are linear in them at these lengths). Returns
-    `{"seconds", "from_tokens", "from_seconds", "date"}`, or None when nothing comparable was measured."""
+    `quantization`, from the step times measured on this machine (runs of the same model and
+    quantization in the current compute dtype, else the calibration's probes of them; with the
+    low-memory heap or without it as asked: its steps are about twice as long, `pipeline.host.free_heap`):
+    the measurement with the nearest token count, scaled linearly by tokens (a step's matmuls are linear in
+    them at these lengths).
+
+    Returns `{"seconds", "from_tokens", "from_seconds", "date", "source" ("run" | "probe"), "measurements"
+    (how many comparable ones there are), "spread_percent" (the largest difference, in %, of one
+    measurement's seconds per token from their median; None with one)}`, or None when nothing comparable
+    was measured."""
+    import statistics  # noqa: PLC0415
+
     entry = entry_for(device)
-    dtype = choose_compute_dtype(device)[0]
-    timings = [t for t in (entry or {}).get("step_seconds", []) if t.get("model") == str(model)
-               and t.get("quantization") == quantization and t.get("compute_dtype") == dtype and t.get("tokens")
-               and bool(t.get("low_memory_heap", False)) == bool(low_memory_heap)]
+    timings = [t for t in _matching((entry or {}).get("step_seconds", []), model, quantization, low_memory_heap, device)
+               if t.get("tokens") and t.get("seconds_per_micro_batch")]
     if not timings or tokens <= 0:
         return None
     best = min(timings, key=lambda t: abs(t["tokens"] - tokens))
+    rates = [t["seconds_per_micro_batch"] / t["tokens"] for t in timings]
+    middle = statistics.median(rates)
+    spread = round(100 * max(abs(rate / middle - 1) for rate in rates)) if len(rates) > 1 and middle > 0 else None
     return {"seconds": best["seconds_per_micro_batch"] * tokens / best["tokens"], "from_tokens": best["tokens"],
-            "from_seconds": best["seconds_per_micro_batch"], "date": best["date"]}
+            "from_seconds": best["seconds_per_micro_batch"], "date": best["date"],
+            "source": best.get("source", "run"), "measurements": len(timings), "spread_percent": spread}
+
+
+def expected_load_seconds(model: str, quantization: str, device: str, low_memory_heap: bool = False) -> dict | None:
+    """Seconds from a run's start to its first training step on this machine (the process starting, the
+    model loading, the preflight step on the longest batch): the median of those measured for `model` at
+    `quantization` (runs first, else the calibration's probe of them; `_matching`). Returns `{"seconds",
+    "source", "measurements", "date"}` (the latest's date), or None when none was measured."""
+    import statistics  # noqa: PLC0415
+
+    entry = entry_for(device)
+    loads = [t for t in _matching((entry or {}).get("load_seconds", []), model, quantization, low_memory_heap, device)
+             if t.get("seconds")]
+    if not loads:
+        return None
+    return {"seconds": statistics.median(t["seconds"] for t in loads), "source": loads[-1].get("source", "run"),
+            "measurements": len(loads), "date": loads[-1].get("date")}
 
 
 def micro_batch_tokens(batch_size: int, row_tokens: list[int]) -> int:
@@ -117,20 +159,31 @@ def micro_batch_tokens(batch_size: int, row_tokens: list[int]) -> int:
 
 
 def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str) -> float | None:
-    """Seconds a run of `optimizer_steps` steps will take before it starts: `expected_step_seconds` x
-    `grad_accum` micro-batches per step x steps (evaluation and saving not counted); None when this
-    machine has no comparable step time."""
+    """Seconds the training steps of a run of `optimizer_steps` steps will take before it starts:
+    `expected_step_seconds` x `grad_accum` micro-batches per step x steps (loading is `expected_load_seconds`;
+    evaluation and saving not counted); None when this machine has no comparable step time."""
     step = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
     return None if step is None else step["seconds"] * config.grad_accum * optimizer_steps
 
 
 def record_step_time(device: str, model: str, quantization: str, tokens: int, seconds_per_micro_batch: float,
-                     low_memory_heap: bool = False) -> None:
-    """Store a step time measured on this machine (a run's mean micro-batch time) for `expected_step_seconds`."""
+                     low_memory_heap: bool = False, *, source: str = "run") -> None:
+    """Store a step time measured on this machine (a run's median micro-batch time, or a probe's step:
+    `source`, one of `TIMING_SOURCES`) for `expected_step_seconds`."""
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
               "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0],
-              "low_memory_heap": bool(low_memory_heap)}
+              "low_memory_heap": bool(low_memory_heap), "source": source}
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
+
+
+def record_load_time(device: str, model: str, quantization: str, seconds: float, low_memory_heap: bool = False, *,
+                     source: str = "run") -> None:
+    """Store the seconds a run (or the calibration's probe: `source`) took from its process's start to its
+    first training step on this machine, for `expected_load_seconds`."""
+    timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "seconds": float(seconds),
+              "compute_dtype": choose_compute_dtype(device)[0], "low_memory_heap": bool(low_memory_heap),
+              "source": source}
+    update_entry(device_key(device), lambda entry: entry.setdefault("load_seconds", []).append(timing))
 
 
 def forecast_run(config, lengths: dict | None, device: str) -> dict:
@@ -143,16 +196,21 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
         device: cpu | cuda | mps (what `--device auto` will pick).
 
     Returns:
-        `{"compute_dtype", "compute_dtype_reason", "steps", "seconds", "step": expected_step_seconds's dict
-        or None}`. `steps` counts optimizer steps the way `transformers.Trainer` does (micro-batches of
-        `batch_size` rows, `grad_accum` per step, `epochs` passes, or `max_steps`) over the rows the run
-        keeps (`max_length`); `seconds` = `expected_run_seconds` for micro-batches of the mean kept row
-        (evaluation and saving not counted); None where the build or a comparable step time is missing.
+        `{"compute_dtype", "compute_dtype_reason", "steps", "seconds", "step", "load_seconds", "load",
+        "total_seconds"}`. `steps` counts optimizer steps the way `transformers.Trainer` does
+        (micro-batches of `batch_size` rows, `grad_accum` per step, `epochs` passes, or `max_steps`) over
+        the rows the run keeps (`max_length`); `seconds` = `expected_run_seconds` for micro-batches of the
+        mean kept row (the training steps; evaluation and saving not counted); `step` its
+        `expected_step_seconds` dict; `load` = `expected_load_seconds`'s dict and `load_seconds` its
+        seconds (from Start to the first step); `total_seconds` = loading + steps, the time from Start to
+        the last step. None where the build or a comparable measurement is missing.
     """
     import math  # noqa: PLC0415
 
     dtype, why = choose_compute_dtype(device)
-    out = {"compute_dtype": dtype, "compute_dtype_reason": why, "steps": None, "seconds": None, "step": None}
+    load = expected_load_seconds(config.model, config.quantization, device, config.low_memory_heap)
+    out = {"compute_dtype": dtype, "compute_dtype_reason": why, "steps": None, "seconds": None, "step": None,
+           "load": load, "load_seconds": load["seconds"] if load else None, "total_seconds": None}
     rows = [t for t in (lengths or {}).get("row_tokens") or [] if t <= config.max_length]
     if not rows:
         return out
@@ -161,4 +219,6 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
     tokens = micro_batch_tokens(config.batch_size, rows)
     out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
     out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device)
+    if out["seconds"] is not None and load is not None:
+        out["total_seconds"] = load["seconds"] + out["seconds"]
     return out

@@ -47,10 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.data.audio import AUDIO_SUFFIXES
+from pipeline.data.audio_decode import AUDIO_SUFFIXES
 from pipeline.data.chat_import import is_chat_metadata, read_chat_source
-from pipeline.data.metadata_table import (COLUMN_ALIASES, cell_text, metadata_row_item, norm_header, pick_column,
-                                          read_table, rel_path)
+from pipeline.data.metadata_table import (
+    COLUMN_ALIASES,
+    cell_text,
+    metadata_row_item,
+    norm_header,
+    pick_column,
+    read_table,
+    rel_path,
+)
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError, shorten
 from pipeline.fileio import read_person_text

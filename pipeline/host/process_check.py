@@ -28,6 +28,20 @@ def command_alive(pid: int | None, *words: str) -> bool:
     return all(word in cmdline for word in words)
 
 
+def process_started_at(pid: int | None = None) -> float:
+    """Unix seconds process `pid` (default: this one) was created, as the system records it (psutil), so
+    a clock started from it counts the process's own start-up (Python's imports, an allocator's re-exec,
+    which keeps the pid and the time); the current time when it cannot be read."""
+    import time  # noqa: PLC0415
+
+    import psutil  # noqa: PLC0415
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, ValueError, OSError):
+        return time.time()
+
+
 def detached_popen_kwargs() -> dict:
     """`subprocess.Popen` keyword arguments for a process that outlives the app and its tab (a training run,
     an evaluation job): its own session on POSIX, a new process group on Windows, so it can be stopped as

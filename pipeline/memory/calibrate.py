@@ -69,8 +69,13 @@ def stand_in_model() -> Path:
     return out
 
 
+CALIBRATION_PARTS = ("speed", "stand-in", "yours")
+"""The parts a calibration announces to its `progress` (`calibrate`): the precision check, a probe of the
+offline stand-in, a probe of the person's own settings."""
+
+
 def calibrate(device: str = "auto", *, model: str | None = None, workspace=None, config=None, lengths=None,
-              speed_check: bool = True, progress: Callable[[str], None] | None = None) -> dict:
+              speed_check: bool = True, progress: Callable[[dict], None] | None = None) -> dict:
     """Calibrate this machine's `device`: the precision check, then probes (see the module docstring).
 
     Args:
@@ -79,7 +84,10 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
             workspace's worst-case batch when its dataset is built, else a synthetic batch of `lengths`)
             instead of the stand-in's `CALIBRATION_PROBES`.
         speed_check: run the precision check first (False: keep the stored one).
-        progress: called with a line of text before each part (the app shows it).
+        progress: called as each part and each probe's phase begins with `{"part"` (one of
+            `CALIBRATION_PARTS`), `"index"`, `"of"` (this part's place among this call's parts, from 1),
+            `"phase"` (None as a part begins, then the probe's `load`, `batch`, `step`, `shapes`:
+            `pipeline.training.probe`), `"text"` (what is done, in words, for a log)`}`.
     Returns:
         `{"calibration": calibration_summary, "calibration_text", "speed", "probes": [{"settings",
         "measured_bytes", "estimate_bytes" (uncalibrated step), "step_seconds", "measured" (the probe's
@@ -95,11 +103,18 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
     from pipeline.memory.phases import STEP_MOMENTS, estimate_memory  # noqa: PLC0415
     from pipeline.memory.phases import PHASE_MEMBERS, static_prefixes  # noqa: PLC0415
     from pipeline.model.catalog import load_model_config  # noqa: PLC0415
+    from pipeline.calibration.this_machine import record_load_time  # noqa: PLC0415
 
-    say = progress or (lambda text: None)
     device = auto_device() if device == "auto" else device
-    if speed_check or entry_for(device) is None:
-        say("Timing bf16 against fp32 on this machine...")
+    timed = speed_check or entry_for(device) is None
+    parts = int(timed) + (1 if model is not None else len(CALIBRATION_PROBES))
+
+    def say(part: str, index: int, text: str, phase: str | None = None) -> None:
+        if progress is not None:
+            progress({"part": part, "index": index, "of": parts, "phase": phase, "text": text})
+
+    if timed:
+        say("speed", 1, "Timing bf16 against fp32 on this machine...")
         speed = _speed_check(device)
         speed["date"] = now_iso()
         key = device_key(device, speed.get("device_name"), speed.get("total_memory_bytes"))
@@ -113,14 +128,17 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
             lengths = length_stats_from_workspace(workspace, base.max_length) if workspace is not None else LengthStats(base.max_length, 30.0)
         runs = [(base.replace(model=str(model), device=device), lengths, workspace)]
     else:
-        say("Writing the offline stand-in model (once)...")
+        say("stand-in", int(timed) + 1, "Writing the offline stand-in model (once)...")
         stand_in = str(stand_in_model())
         runs = [(TrainConfig(model=stand_in, device=device, quantization=p["quantization"], max_length=max(512, p["seq_len"])),
                  LengthStats(p["seq_len"], p["clip_s"], longest_answer_tokens=64), None) for p in CALIBRATION_PROBES]
     probes, records = [], []
     for i, (cfg, lengths, ws) in enumerate(runs, 1):
-        say(f"Measuring one training step ({i} of {len(runs)}): {cfg.quantization}, {lengths.kept_longest(cfg.max_length)} tokens...")
-        measured = measure_peak(cfg.model, cfg, lengths, device, workspace=ws, new_shapes=0 if ws else NEW_SHAPES)
+        part, index = ("yours" if model is not None else "stand-in"), int(timed) + i
+        text = f"Measuring one training step ({i} of {len(runs)}): {cfg.quantization}, {lengths.kept_longest(cfg.max_length)} tokens..."
+        say(part, index, text)
+        measured = measure_peak(cfg.model, cfg, lengths, device, workspace=ws, new_shapes=0 if ws else NEW_SHAPES,
+                                on_phase=lambda phase, part=part, index=index, text=text: say(part, index, text, phase))
         est = estimate_memory(load_model_config(cfg.model), cfg, lengths, device)  # uncalibrated: the structural part
         moment = max(STEP_MOMENTS, key=lambda m: est.phases[m])
         members = [k for k in est.components if k.startswith(static_prefixes(moment))] + list(PHASE_MEMBERS[moment]) + ["runtime_overhead"]
@@ -138,10 +156,14 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
                             "model": cfg.model, "quantization": cfg.quantization})
         probes.append({"settings": cfg.to_dict(), "measured_bytes": measured["peak_bytes"], "estimate_bytes": est.step_bytes,
                        "step_seconds": seconds, "measured": measured})
-        if seconds:
+        if seconds:  # a probe's step, kept apart from runs' (`pipeline.calibration.this_machine.TIMING_SOURCES`)
             timing = {"date": now_iso(), "model": cfg.model, "quantization": cfg.quantization, "tokens": est.seq_len * cfg.batch_size,
-                      "seconds_per_micro_batch": float(seconds), "compute_dtype": speed.get("compute_dtype")}
+                      "seconds_per_micro_batch": float(seconds), "compute_dtype": speed.get("compute_dtype"),
+                      "low_memory_heap": bool(cfg.low_memory_heap), "source": "probe"}
             update_entry(key, lambda entry, t=timing: entry.setdefault("step_seconds", []).append(t))
+        if measured.get("startup_seconds") and ws is not None:  # a run's loading, as this probe went through it
+            record_load_time(device, cfg.model, cfg.quantization, measured["startup_seconds"], cfg.low_memory_heap,
+                             source="probe")
     update_entry(key, lambda entry: entry["measurements"].extend(records))
     calibration = load_calibration(device)
     return {"calibration": calibration_summary(calibration), "calibration_text": calibration.text() if calibration else "",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Callable
 
 from pipeline import jobs
 from pipeline.config import TrainConfig
@@ -51,6 +52,7 @@ def measure_peak(
     workspace=None,
     timeout_s: float = 3600,
     new_shapes: int = 0,
+    on_phase: Callable[[str], None] | None = None,
 ) -> dict:
     """Run one real optimizer step on the worst-case micro-batch in a child process and return
     its measured peaks (bytes): `peak_bytes` and `method`, plus CPU `peak_rss_bytes` (VmHWM after a
@@ -67,6 +69,8 @@ def measure_peak(
     result's `released` says so (None: nothing was).
     `new_shapes` > 0 (synthetic batch, CPU): afterwards run that many batches of new shapes and report
     `kernel_cache_growth_bytes` (`pipeline.training.probe.kernel_cache_growth`; the calibration's kernel-cache evidence).
+    `on_phase(name)` hears the probe's phases as they begin (`load`, `batch`, `step`, `shapes`;
+    `pipeline.training.probe`), for a progress display.
     Raises `TrainingError` with the child's last output on failure, or when a run trains in `workspace`.
     """
     options = options or EstimateOptions()
@@ -92,7 +96,7 @@ def measure_peak(
         from pipeline.tutor.infer import release_for
 
         released = release_for(config.device, what="the memory probe")  # the GPU a Try/Judge tutor holds
-        proc = jobs.run_child(cmd, timeout_s=timeout_s, env=env)  # in this checkout, killed after timeout_s
+        proc = jobs.run_child(cmd, timeout_s=timeout_s, env=env, on_phase=on_phase)  # killed after timeout_s
     except jobs.ChildTimedOut:
         raise TrainingError(f"The memory probe took longer than {timeout_s:.0f} s; try a shorter --max-length.") from None
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.config import TrainConfig
 from pipeline.model.catalog import KNOWN_MODELS
-from pipeline.memory.budget import auto_device, device_memory, verdict
+from pipeline.memory.budget import DeviceMemory, auto_device, device_memory, verdict
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import suggest_fits
@@ -41,7 +41,7 @@ PLAN_ROWS = (
 
 
 def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
-              options: EstimateOptions | None = None) -> list[dict[str, Any]]:
+              options: EstimateOptions | None = None, calibration=None) -> list[dict[str, Any]]:
     """One dict per (model, row of `PLAN_ROWS`): `model`, `finetuning_type`, `quantization`, `label`,
     `total_bytes` (estimated peak, bytes), `peak_phase`, `verdict` (fits / tight / does not fit
     against `usable_bytes`), `changes` (the steps of the cheapest suggestion, each {"changes",
@@ -53,6 +53,9 @@ def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
         lengths: `LengthStats` of the dataset.
         device: cpu, cuda or mps (resolved).
         usable_bytes: the device's usable budget (`device_memory(...).usable_bytes`).
+        calibration: this machine's `DeviceCalibration` (None: the device's terms assumed), applied to every
+            row and its suggestion as `estimate_for_workspace` applies it, so the row with the verdict's
+            settings shows the verdict's figure.
     """
     options = options or EstimateOptions()
     rows = []
@@ -63,13 +66,13 @@ def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
                                   quantization=quantization,
                                   quantize_audio_encoder=base.quantize_audio_encoder and quantization != "none",
                                   lora_targets=base.lora_targets if finetuning_type == "lora" else "language")
-            est = estimate_memory(model_config, config, lengths, device, options)
+            est = estimate_memory(model_config, config, lengths, device, options, calibration=calibration)
             v = verdict(est.total_bytes, usable_bytes)
             changes, after = [], None
             if v.status != "fits":
                 found = suggest_fits(model_config, config, lengths, device, usable_bytes, options, limit=1,
                                      accept_tight=v.status == "does not fit",
-                                     keep=("finetuning_type", "quantization"))
+                                     keep=("finetuning_type", "quantization"), calibration=calibration)
                 if found:
                     changes = found[0].steps
                     after = {"total_bytes": found[0].total_bytes, "verdict": found[0].verdict}
@@ -82,17 +85,22 @@ def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
 
 
 def plan_for_workspace(workspace, base: TrainConfig | None = None, *, device: str | None = None,
-                       memory_gb: float | None = None) -> dict:
+                       memory_gb: float | None = None, reading: dict | None = None) -> dict:
     """The plan for the dataset built in `workspace` (a path or `Workspace`).
 
     Args:
         base: the settings every row starts from (the app's widgets); None: `TrainConfig()` with its
             max length raised to the dataset's longest row, so no row is left out.
         device: cpu, cuda, mps or auto (default: `base.device`); auto picks this machine's.
-        memory_gb: the device's memory in GiB instead of what it reports (see `device_memory`).
+        memory_gb: the device's memory in GiB instead of what it reports (see `device_memory`); without
+            it the figures are this machine's, calibrated when it is (`pipeline.calibration.load_calibration`),
+            as `estimate_for_workspace`'s are.
+        reading: a `DeviceMemory` dict read for the same device and budget (an estimate's `device_memory`),
+            used instead of reading the device's free memory again, so a page that shows both shows one
+            usable figure; None: read now.
     Returns:
         {"rows": `plan_rows`, "usable_bytes", "device", "device_memory" (`DeviceMemory` dict),
-        "lengths_source", "settings" (the base settings)}.
+        "lengths_source", "settings" (the base settings), "calibrated" (this machine's calibration applied)}.
     Raises:
         ConfigError: the device is not available here (without `memory_gb`) or a setting is invalid.
     """
@@ -108,14 +116,18 @@ def plan_for_workspace(workspace, base: TrainConfig | None = None, *, device: st
             base = base.replace(max_length=max(longest))
     base = base.replace(device=device)
     lengths = length_stats_from_workspace(ws, base.max_length)
-    mem = device_memory(device, memory_gb)
+    mem = DeviceMemory(**reading) if reading and reading.get("device") == device else device_memory(device, memory_gb)
+    from pipeline.calibration.this_machine import load_calibration  # noqa: PLC0415
+
+    calibration = None if memory_gb else load_calibration(device)
     return {
-        "rows": plan_rows(base, lengths, device, mem.usable_bytes),
+        "rows": plan_rows(base, lengths, device, mem.usable_bytes, calibration=calibration),
         "usable_bytes": mem.usable_bytes,
         "device": device,
         "device_memory": mem.to_dict(),
         "lengths_source": lengths.source,
         "settings": base.to_dict(),
+        "calibrated": calibration is not None,
     }
 
 

@@ -5,6 +5,9 @@ its human summary.
 
 from __future__ import annotations
 
+import math
+
+from pipeline.calibration.fit import uncalibrated_percent
 from pipeline.config import TrainConfig
 from pipeline.errors import ConfigError
 from pipeline.memory.budget import auto_device, device_memory, verdict
@@ -28,6 +31,7 @@ def estimate_for_workspace(
     measure: bool = False,
     limit: int = SUGGESTION_LIMIT,
     attn: str | None = None,
+    progress=None,
 ) -> dict:
     """The whole estimate for `config` on the dataset built in `workspace` (a path or `Workspace`):
     the dict `python -m pipeline estimate --json` prints and the app shows, so the two cannot drift.
@@ -46,10 +50,15 @@ def estimate_for_workspace(
     `error_percent`), `calibration` (None, or `pipeline.calibration.calibration_summary`: date,
     device_key, n_measurements, ...: this machine's calibration, which the figures use),
     `calibration_text` (the sentence: "calibrated on this machine on DATE (N measurements)" or "not
-    calibrated: the device's share is assumed, expect up to ±N %"), `compute_dtype` (bfloat16 |
-    float32, what the device runs) and `compute_dtype_reason` (why, in words).
+    calibrated: the device's share is assumed, expect up to ±N %"), `uncertainty_percent` (that N, or
+    the calibrated fit's largest error, rounded up to at least 1; how far the figure may be off),
+    `this_machine` (True: the estimate is about this computer, calibrated when it is), `compute_dtype`
+    (bfloat16 | float32, what the device runs) and `compute_dtype_reason` (why, in words). Every
+    suggestion is priced with the same calibration as the verdict.
     `measure` calibrates this machine first (`pipeline.memory.calibrate.calibrate`: the stand-in, ~2.4
-    minutes of CPU time) and then measures these settings' step (added to the calibration).
+    minutes of CPU time) and then measures these settings' step (added to the calibration);
+    `progress` hears its parts and phases (`calibrate`'s `progress`, with `index` and `of` counted over
+    both calls).
     With `memory_gb` (another machine's budget) this machine's calibration is not applied.
     `memory_gb` is GiB (see `device_memory`); `attn` overrides the training code's attention.
     `config.device` "auto" picks cuda, then mps, then cpu; an explicit device is estimated as
@@ -59,9 +68,7 @@ def estimate_for_workspace(
     from pipeline.workspace import Workspace  # noqa: PLC0415
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-    device = config.device
-    if device == "auto":
-        device = auto_device()
+    device = auto_device() if config.device == "auto" else config.device
     model_config = load_model_config(config.model)
     lengths = length_stats_from_workspace(ws, config.max_length)
     options = EstimateOptions()  # its defaults are the training code's (eager attention, fp32 LoRA, ...)
@@ -75,21 +82,10 @@ def estimate_for_workspace(
     if measure and config.finetuning_type != "lora":
         raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
                           "a full fine-tune can be estimated (drop --measure), not measured here.")
-    from pipeline.memory.calibrate import calibrate  # noqa: PLC0415
-    from pipeline.calibration.this_machine import (  # noqa: PLC0415
-        calibration_summary,
-        calibration_text,
-        compute_dtype_for,
-        load_calibration,
-    )
+    from pipeline.calibration.this_machine import calibration_summary, calibration_text  # noqa: PLC0415
+    from pipeline.calibration.this_machine import compute_dtype_for, load_calibration  # noqa: PLC0415
 
-    measured = None
-    if measure:  # calibrate this machine (the stand-in), then measure these settings' step as more evidence
-        built = (ws.dataset_dir / "build_report.json").exists()  # the real longest rows, else a synthetic batch
-        calibrate(device)
-        done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config, speed_check=False,
-                         lengths=lengths)
-        measured = dict(done["probes"][0]["measured"])
+    measured = _calibrate_and_measure(ws, device, config, lengths, progress) if measure else None
     this_machine = not memory_gb  # another machine's budget (--memory-gb) gets no calibration of this one
     calibration = load_calibration(device) if this_machine else None
     est = estimate_memory(model_config, config, lengths, device, options, calibration=calibration)
@@ -101,12 +97,15 @@ def estimate_for_workspace(
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
         model_config, config, lengths, device, mem.usable_bytes, options,
-        accept_tight=v.status == "does not fit", limit=limit)
+        accept_tight=v.status == "does not fit", limit=limit, calibration=calibration)
     at_peak = {name: est.components[name] for name in est.run_members[est.run_peak_phase]}
     if measured is not None:
         # the probe measures one optimizer step: compare it with the step's estimate (like with like)
         measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
     dtype, dtype_reason = compute_dtype_for(device)
+    peak_members = est.run_members[est.run_peak_phase]
+    uncertainty = (max(1, math.ceil(calibration.max_error_percent or 1)) if calibration is not None
+                   else uncalibrated_percent(est.components, peak_members, est.total_bytes, est.device))
     return {
         "model": config.model,
         "device": device,
@@ -136,10 +135,31 @@ def estimate_for_workspace(
         "measured": measured,
         "per_process": True,
         "calibration": calibration_summary(calibration),
-        "calibration_text": calibration_text(calibration, est.components, est.run_members[est.run_peak_phase], est.total_bytes, est.device),
+        "calibration_text": calibration_text(calibration, est.components, peak_members, est.total_bytes, est.device),
+        "uncertainty_percent": uncertainty,
+        "this_machine": this_machine,
         "compute_dtype": dtype,
         "compute_dtype_reason": dtype_reason,
     }
+
+
+def _calibrate_and_measure(ws, device: str, config: TrainConfig, lengths, progress) -> dict:
+    """Calibrate this machine (`pipeline.memory.calibrate.calibrate`: the precision check and the stand-in's
+    probes), then measure these settings' step as more evidence (the workspace's worst-case batch when its
+    dataset is built, else a synthetic one of `lengths`); returns that probe's dict. `progress` hears both
+    calls' parts, counted as one calibration of 1 + `CALIBRATION_PROBES` + 1 parts."""
+    from pipeline.memory.calibrate import CALIBRATION_PROBES, calibrate  # noqa: PLC0415
+
+    built = (ws.dataset_dir / "build_report.json").exists()
+    parts = 1 + len(CALIBRATION_PROBES) + 1  # the precision check, the stand-in's probes, yours
+
+    def counted(offset: int):
+        return None if progress is None else (lambda step: progress(dict(step, index=step["index"] + offset, of=parts)))
+
+    calibrate(device, progress=counted(0))
+    done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config, speed_check=False,
+                     lengths=lengths, progress=counted(parts - 1))
+    return dict(done["probes"][0]["measured"])
 
 
 def render(result: dict) -> str:

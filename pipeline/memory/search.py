@@ -145,6 +145,7 @@ def suggest_fits(
     max_changes: int = 4,
     accept_tight: bool = True,
     keep: tuple[str, ...] = (),
+    calibration=None,
 ) -> list[Suggestion]:
     """The cheapest few setting changes that bring the estimate under the usable budget.
 
@@ -166,6 +167,8 @@ def suggest_fits(
     `pipeline.model.loading.load_model`). `accept_tight=False` offers only changes that fit (for a
     run that is already tight, another tight setting is no help). `keep` names settings the
     suggestions must not change (the plan keeps each row's fine-tuning type and quantization).
+    `calibration`: this machine's `DeviceCalibration` when the estimate being fixed used it, so every
+    suggestion's figure is the same estimate as the verdict's (`estimate_memory`).
     """
     options = options or EstimateOptions()
     moves = [m for m in _candidate_moves(config, lengths, device, options) if not set(m.changes) & set(keep)]
@@ -187,7 +190,7 @@ def suggest_fits(
                 new_config = config.replace(**changes)
             except ConfigError:
                 continue
-            est = estimate_memory(model_config, new_config, lengths, device, options)
+            est = estimate_memory(model_config, new_config, lengths, device, options, calibration=calibration)
             v = verdict(est.total_bytes, usable_bytes)
             if v.status == "does not fit" or (v.status == "tight" and not accept_tight) or est.seq_len <= 0:
                 continue

@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.config import TrainConfig, add_train_arguments, default_quantization, refuse_full_finetuning
 from pipeline.host import distributed
 from pipeline.host.cpu_threads import apply_threads, trainer_threads
+from pipeline.host.process_check import process_started_at
 from pipeline.training.resume import resolve_resume_config as _resolve_resume_config
 from pipeline.training.run_folder import run_paths, summary_text
 from pipeline.training.runs import delete_run
@@ -65,7 +66,7 @@ def train_main(argv: list[str] | None = None) -> int:
     log.setLevel(logging.INFO)
     try:
         result = train(config, args.workspace, args.run, resume=args.resume, dataset_dir=args.dataset,
-                       allow_dataset_change=args.allow_dataset_change)
+                       allow_dataset_change=args.allow_dataset_change, started_at=process_started_at())
     finally:
         log.removeHandler(stream)
     if distributed.is_main_process():

@@ -1,7 +1,9 @@
 """Measured peak memory of one real training step (the torch side of `pipeline.memory`).
 
 Run as a child process by `pipeline.memory.measure.measure_peak` and by `benchmarks/memory_accuracy.py`:
-`python -m pipeline.training.probe '<request JSON>'` prints one JSON line. A fresh process per
+`python -m pipeline.training.probe '<request JSON>'` prints one JSON line, and announces its phases on
+stderr as it goes (`pipeline.jobs.say_phase`: `load`, `batch` (the first step on the longest batch),
+`step` (the measured step), `shapes` (batches of new shapes)), which the Memory tab shows. A fresh process per
 measurement keeps one configuration's allocator state and peak out of the next.
 
 Two modes, both with the training code's own loading, quantization, LoRA, Trainer optimizer and
@@ -38,6 +40,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from pipeline.host.process_check import process_started_at
+from pipeline.jobs import say_phase
 
 DEFAULT_PROBE_ANSWER_TOKENS = 64
 """Supervised tokens per synthetic row when the request gives none: a typical tutor answer of
@@ -171,6 +176,7 @@ def probe_synthetic(request: dict) -> dict:
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]
     out: dict = {"baseline_rss_bytes": rss_bytes()}
+    say_phase("load")
     started = time.perf_counter()
     if request.get("random_init"):
         model, weight_bytes = random_model(request["model"], device, config.quantization)
@@ -201,21 +207,27 @@ def probe_synthetic(request: dict) -> dict:
         # Set by Trainer's training loop before each accumulation window (transformers 5.x).
         trainer.current_gradient_accumulation_steps = config.grad_accum
         model.train()
+        say_phase("batch")  # the first step on the longest batch: one-time work (kernels, allocator) included
         started = time.perf_counter()
         trainer.training_step(model, dict(batch))
         trainer.optimizer.step()  # optimizer states now exist; gradients kept (accumulation)
+        out["first_step_seconds"] = round(time.perf_counter() - started, 2)
+        out["startup_seconds"] = round(time.time() - process_started_at(), 1)
         out["before_step_rss_bytes"] = rss_bytes()
         if device == "cuda":  # loading + the first step (the counters run from the process start)
             out["first_step_max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
             out["first_step_max_memory_reserved"] = int(torch.cuda.max_memory_reserved())
+        say_phase("step")
         _reset(device)
+        started = time.perf_counter()
         loss = trainer.training_step(model, dict(batch))
         trainer.optimizer.step()
         out.update(_peaks(device))
         trainer.optimizer.zero_grad(set_to_none=True)
-        out["step_seconds"] = round((time.perf_counter() - started) / 2, 2)
+        out["step_seconds"] = round(time.perf_counter() - started, 2)  # the steady state, as a run's steps
         out["loss"] = float(loss.item())
         if int(request.get("new_shapes") or 0) > 0 and device == "cpu":
+            say_phase("shapes")
             out.update(kernel_cache_growth(trainer, model, config, request, answer, int(request["new_shapes"])))
     out["mode"] = "synthetic worst-case batch, steady-state second step"
     return out
@@ -258,10 +270,11 @@ def probe_workspace(request: dict) -> dict:
     config = TrainConfig.from_dict(request["config"])
     device = request["device"]
     out: dict = {"baseline_rss_bytes": rss_bytes()}
-    result = run_probe_step(config, request["workspace"])
+    result = run_probe_step(config, request["workspace"], phase=say_phase)
     out.update(_peaks(device))
     out["training_code_peak_bytes"] = result.get("peak_memory_bytes")
-    out.update({k: result.get(k) for k in ("batch_rows", "worst_case", "batch_tokens", "loss", "seconds", "out_of_memory")})
+    out.update({k: result.get(k) for k in ("batch_rows", "worst_case", "batch_tokens", "loss", "seconds",
+                                           "step_seconds", "startup_seconds", "out_of_memory")})
     out["step_error"] = result.get("error")
     out["mode"] = "pipeline.training.train.run_probe_step on the dataset's worst-case batch (one step)"
     return out

@@ -22,10 +22,12 @@ log = logging.getLogger("pipeline.training.train")
 """The trainer's logger: progress lines are the run's own lines in train.log (`pipeline.training.run_log`)."""
 
 
-def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
+def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory, started_at: float | None = None):
     """The run's `ProgressCallback` (a `transformers.TrainerCallback`, below): writes `paths["progress"]`,
     reads `paths["stop"]` (`pipeline.training.run_folder.run_paths`), samples `memory` after every
-    micro-batch. Its `stopped`, `last_loss` and `last_eval_loss` attributes tell the run how it ended."""
+    micro-batch. Its `stopped`, `last_loss` and `last_eval_loss` attributes tell the run how it ended.
+    `started_at`: unix seconds this process's run started (its loading counts in `elapsed_s`); None: when
+    the Trainer's loop begins."""
     from transformers import TrainerCallback  # noqa: PLC0415 - transformers loads only when a run starts
 
     class ProgressCallback(TrainerCallback):
@@ -35,16 +37,18 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
         `learning_rate`, `grad_norm`, `eval_loss` (eval lines), `samples_per_s`, `elapsed_s`,
         `eta_s`, `peak_memory_bytes` (the whole process so far), `phase_peak_bytes` (phase -> peak
         so far, `pipeline.training.peak_memory.RUN_PHASES`), `peak_phase` (the phase that set the
-        peak), `time` (unix seconds). `elapsed_s` is the run's training time
-        in seconds across resumes (a resumed run continues from the checkpoint's last logged
-        `elapsed_s`, see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and
-        time of this process.
+        peak), `time` (unix seconds). `elapsed_s` is the run's time in seconds across resumes, each
+        process's loading included (from `started_at`: the clock the person who pressed Start reads,
+        which never goes back; a resumed run continues from the checkpoint's last logged `elapsed_s`,
+        see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and time of this
+        process's training loop.
         Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
         them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
         """
 
-        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory):
+        def __init__(self, paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory, started_at: float | None):
             self.paths = paths
+            self.started_at = started_at
             self.config = config
             self.memory = memory
             self.started = time.perf_counter()
@@ -59,6 +63,7 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
             self.started = time.perf_counter()
             self.start_step = state.global_step
             self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
+            self.started_at = self.started_at or time.time()
 
         def on_substep_end(self, args, state, control, **kwargs):
             self.memory.sample()
@@ -89,7 +94,7 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 "grad_norm": logs.get("grad_norm"),
                 "eval_loss": logs.get("eval_loss"),
                 "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
-                "elapsed_s": round(self.elapsed_before_s + elapsed, 3),
+                "elapsed_s": round(self.elapsed_before_s + time.time() - self.started_at, 3),
                 "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
                 "time": round(time.time(), 3),
             }
@@ -112,4 +117,4 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                     line["peak_memory_bytes"] / 1024**2, line["eta_s"],
                 )
 
-    return ProgressCallback(paths, config, memory)
+    return ProgressCallback(paths, config, memory, started_at)

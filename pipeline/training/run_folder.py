@@ -249,15 +249,16 @@ def ended_without_result(run_dir: Path, how: str) -> str:
 def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float, *,
               max_steps: int | None = None, stop_requested_at: float | None = None,
               failed_at: float | None = None) -> tuple[float | None, float | None]:
-    """(elapsed training seconds, seconds spent loading) of a run for its progress line.
+    """(elapsed seconds, seconds spent loading) of a run for its progress line.
 
-    `rows`: progress.jsonl lines (each has `elapsed_s`, the run's training time across resumes, and
-    `time`, unix seconds); `started_at`: unix time the current (or last) process started. Elapsed is
-    the training clock, so it never goes back: before this process's first step it stays at what
-    earlier processes trained (0 for a new run) while the loading time is given apart; after it, it
-    ticks on from the last line until the next one, and stops ticking once the last line is the run's
-    final step (`max_steps` reached, or logged after STOP was written at `stop_requested_at`), so the
-    figure a finished or stopped run shows (its last line's) is never below one shown while it ran.
+    `rows`: progress.jsonl lines (each has `elapsed_s`, the run's time across resumes with each
+    process's loading included, and `time`, unix seconds); `started_at`: unix time the current (or
+    last) process started. Elapsed is the clock of the person who pressed Start, so it never goes
+    back: before this process's first step it is what earlier processes took (0 for a new run) plus
+    the loading so far (also given apart); after it, it ticks on from the last line until the next
+    one, and stops ticking once the last line is the run's final step (`max_steps` reached, or logged
+    after STOP was written at `stop_requested_at`), so the figure a finished or stopped run shows (its
+    last line's) is never below one shown while it ran.
     A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
     Loading is None once this process has logged a line. The clock is read from the last line that
     carries one (`elapsed_s`): a --keep-best judging line (`"kind": "judge"`) has none, and after one
@@ -274,7 +275,7 @@ def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: floa
     this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
     if not this_process or logged is None:
         loading = max(0.0, now - float(started_at)) if started_at else None
-        return float(logged or 0.0), loading
+        return float(logged or 0.0) + (loading or 0.0), loading
     final = bool(max_steps and int(last.get("step") or 0) >= int(max_steps)) or bool(
         stop_requested_at and last_time >= float(stop_requested_at))
     return float(logged) + (0.0 if final else max(0.0, now - last_time)), None
@@ -373,7 +374,7 @@ class RunReading:
     """The last logged training step (else result.json's `steps`)."""
     max_steps: int | None
     elapsed_s: float | None
-    """The training clock (`run_clock`): never goes back, counts every process that trained the run."""
+    """The run's clock (`run_clock`): never goes back, counts every process that trained the run, loading included."""
     loading_s: float | None
     """Seconds this process has spent loading before its first step; None once it has logged one."""
     eta_s: float | None

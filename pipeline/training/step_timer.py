@@ -7,7 +7,8 @@ counted). The first step of a process is left out when later ones exist: it pays
 (kernel selection, the allocator growing to its working size). The median of the rest, divided by
 `grad_accum`, is the run's seconds per micro-batch, stored beside the micro-batch's token count with
 `pipeline.calibration.record_step_time`; `pipeline.calibration.forecast_run` reads it back, with the
-same token measure (`batch_size` x the mean train row's tokens), to say how long the next run will take.
+same token measure (`batch_size` x the mean train row's tokens), to say how long the next run will take;
+the run's loading (its `load_seconds`, from its process's start to its first step) is stored beside it.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ def step_timer(grad_accum: int):
 
 def record_run_step_time(result: dict, log) -> bool:
     """Store a finished run's `result["step_time"]` (`{"seconds_per_micro_batch", "tokens", "quantization", ...}`, set by
-    `pipeline.training.train`) in this machine's calibration. Only completed or stopped single-process
+    `pipeline.training.train`) in this machine's calibration, and its `load_seconds` (from its process's start
+    to its first step, `pipeline.calibration.record_load_time`). Only completed or stopped single-process
     runs count (a DDP process's step waits for the others). A calibration file that cannot be written
-    never fails the run: the reason is logged as a warning. Returns whether a time was stored."""
-    from pipeline.calibration.this_machine import record_step_time  # noqa: PLC0415
+    never fails the run: the reason is logged as a warning. Returns whether a step time was stored."""
+    from pipeline.calibration.this_machine import record_load_time, record_step_time  # noqa: PLC0415
     from pipeline.errors import PipelineError  # noqa: PLC0415
 
     timing = result.get("step_time") or {}
@@ -68,6 +70,9 @@ def record_run_step_time(result: dict, log) -> bool:
     try:
         record_step_time(result["device"], result["model"], timing["quantization"], timing["tokens"],
                          timing["seconds_per_micro_batch"], bool(timing.get("low_memory_heap", False)))
+        if result.get("load_seconds"):
+            record_load_time(result["device"], result["model"], timing["quantization"], result["load_seconds"],
+                             bool(timing.get("low_memory_heap", False)))
     except (OSError, PipelineError) as error:
         log.warning("The run's step time was not added to the calibration: %s", error)
         return False

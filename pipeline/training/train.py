@@ -117,7 +117,8 @@ class _Run:
     recorded_model: str | None
     result: dict
     started_at: float
-    """Unix seconds."""
+    """Unix seconds the run's process started (the command line's process start: its imports count, as the
+    person who pressed Start waits for them), else when `train` was called."""
     log_handler: logging.Handler | None
     """The run's train.log (rank 0), closed by `_close_run`."""
     memory: PhaseMemory | None = None
@@ -241,7 +242,7 @@ def _check_dataset_there(ws: Workspace, config: TrainConfig, dataset_dir: Path |
 
 
 def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: bool, dataset_dir: Path | None,
-              allow_dataset_change: bool) -> _Run:
+              allow_dataset_change: bool, started_at: float | None = None) -> _Run:
     """Open the run: every check first (settings, resume point, dataset), then every process joins
     the group, and rank 0 prepares the folder (stale STOP removed, damaged checkpoints set aside, a
     new run's config.json and dataset record), writes the result skeleton (status "running"), opens
@@ -276,7 +277,7 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
         if not resume:
             atomic_write_json(paths["config"], config.to_dict())
             record_dataset(paths["dir"], dataset_identity(ws, dataset_dir))
-    started_at = time.time()
+    started_at = float(started_at) if started_at else time.time()
     base = {
         "run": run_name,
         "status": "running",
@@ -383,7 +384,8 @@ def _fit(run: _Run, session: Session, callbacks: list | None) -> _Fit:
     """
     paths, config = run.paths, run.config
     run.memory.enter("step")
-    progress = progress_callback(paths, config, run.memory)
+    run.result["load_seconds"] = round(time.time() - run.started_at, 1)  # Start to the first step (the forecast's)
+    progress = progress_callback(paths, config, run.memory, run.started_at)
     stop_now = stop_within_micro_batch(paths["stop"])  # STOP between micro-batches, not only steps
     board = (tensorboard_callback(paths["tensorboard"], _checkpoint_step(run.checkpoint) + 1 if run.checkpoint else None)
              if run.main else None)
@@ -504,6 +506,7 @@ def train(
     callbacks: list | None = None,
     dataset_dir: str | os.PathLike | None = None,
     allow_dataset_change: bool = False,
+    started_at: float | None = None,
 ) -> dict:
     """Fine-tune LoRA adapters on `WS/dataset` and write the run folder; returns the result.json dict.
 
@@ -521,6 +524,9 @@ def train(
         dataset_dir: train on this Parquet folder (a cloud job bundle's `dataset/`), not WS/dataset.
         allow_dataset_change: resume although the dataset was rebuilt with other rows since the run
             started (refused otherwise; the change is recorded, see `pipeline.training.resume`).
+        started_at: unix seconds the run's process started (`python -m pipeline train` passes its own
+            process's, `pipeline.host.process_check.process_started_at`); None: now. The run's clock
+            (`elapsed_s`, `seconds`) and its loading time (`load_seconds`: from here to the first step) count from it.
 
     Returns:
         The result dict: `status` (completed / stopped / failed), `reason`, `steps`, `max_steps`,
@@ -540,7 +546,7 @@ def train(
     """
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     dataset_dir = Path(dataset_dir).expanduser().resolve() if dataset_dir is not None else None
-    run = _open_run(config, ws, run_name, resume, dataset_dir, allow_dataset_change)
+    run = _open_run(config, ws, run_name, resume, dataset_dir, allow_dataset_change, started_at)
     try:
         session = _load(run)
         _preflight(run, session)
@@ -555,17 +561,27 @@ def train(
         _close_run(run)
 
 
-def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike) -> dict:
+WARM_STEP_MAX_S = 30.0
+"""`run_probe_step` times a second step when its measured one took less than this (seconds): a first step
+pays one-time work (kernel selection, the allocator growing), which dwarfs a short step and made a
+forecast from it 2.6x too long; a long step is mostly the step itself, and a second one would cost minutes."""
+
+
+def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike, *, phase=None) -> dict:
     """Run exactly ONE optimizer step on the worst-case batch (`pipeline.training.worst_case`: the
     longest row with the longest clip and the longest answer) with the training code's settings and
-    report its peak memory. Writes nothing to the workspace.
+    report its peak memory; when that step was short (`WARM_STEP_MAX_S`), time a second one for
+    `step_seconds`. Writes nothing to the workspace. `phase(name)` is called as each part begins
+    (`load`, `batch`: the measured step on the longest batch, `step`: the timed second step).
 
     Same loading, quantization, LoRA, collator, Trainer optimizer and `training_step` as `train`.
 
     Returns:
         `{"peak_memory_bytes", "memory_kind", "device", "batch_rows", "worst_case", "batch_tokens",
-        "loss", "seconds", "weight_bytes", "quantization", "lora_modules", "trainable_params",
-        "out_of_memory": bool, "error": str | None}`. `memory_kind` says which counter
+        "loss", "seconds" (the measured step), "step_seconds" (the second step's, else "seconds"),
+        "startup_seconds" (from this process's start to the end of the measured step: a run's loading),
+        "weight_bytes", "quantization", "lora_modules", "trainable_params", "out_of_memory": bool,
+        "error": str | None}`. `memory_kind` says which counter
         (`pipeline.training.peak_memory`), reset right before the step: CUDA `max_memory_reserved`,
         MPS driver memory (current), or the CPU process's RSS high-water mark (Linux).
 
@@ -574,7 +590,11 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
     """
     import tempfile
 
+    from pipeline.host.process_check import process_started_at  # noqa: PLC0415
+
+    say = phase or (lambda name: None)
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    say("load")
     session = Session(config, ws)
     device = session.device
     out = {
@@ -593,6 +613,7 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
         trainer = session.trainer(Path(tmp), [])
         trainer.create_optimizer_and_scheduler(num_training_steps=1)
         trainer.current_gradient_accumulation_steps = 1  # set by Trainer's own loop; one micro-batch here
+        say("batch")
         batch = worst_case_batch(session.collator, session.worst)
         out["batch_tokens"] = int(batch["input_ids"].numel())
         reset_peak_memory(device)
@@ -609,4 +630,13 @@ def run_probe_step(config: TrainConfig, workspace: Workspace | str | os.PathLike
             out.update(out_of_memory=True, error=str(error).splitlines()[0][:300])
         out["seconds"] = round(time.perf_counter() - started, 3)
         out["peak_memory_bytes"] = peak_memory_bytes(device)
+        out["startup_seconds"] = round(time.time() - process_started_at(), 1)
+        out["step_seconds"] = out["seconds"]
+        if not out["out_of_memory"] and out["seconds"] < WARM_STEP_MAX_S:
+            say("step")
+            started = time.perf_counter()
+            trainer.training_step(session.model, batch)
+            trainer.optimizer.step()
+            trainer.optimizer.zero_grad(set_to_none=True)
+            out["step_seconds"] = round(time.perf_counter() - started, 3)
     return out
