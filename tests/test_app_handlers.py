@@ -366,17 +366,22 @@ def test_try_without_a_trained_run_is_refused(ui, tmp_path):
 
 @pytest.mark.slow
 def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir):
-    """The training process fails (missing model folder): polling shows the reason, the timer stops."""
+    """The training process fails (a model folder whose weights file is damaged: it passes the start's
+    check that the model is here, and fails when loaded): polling shows the reason, the timer stops."""
+    import shutil
+
     from pipeline.training.runs import wait_for_run
 
     ui = TutorApp(tmp_path / "ws")
     ui.load_sample_pack()
     ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
-    missing = str(tmp_path / "no-such-model")
-    ui.start_training("broken", *_settings(missing))
+    damaged = shutil.copytree(tiny_model_dir, tmp_path / "damaged-model")
+    for weights in damaged.glob("*.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:64])
+    ui.start_training("broken", *_settings(str(damaged)))
     assert wait_for_run(ui.ws, "broken", timeout_s=180)["state"] == "failed"
     progress, curves, memory, log, failure, seen, timer, table, resume, try_run, headline, next_run = ui.poll("broken", -1)
-    assert "failed" in progress and "Training failed" in failure and "no-such-model" in failure
+    assert "failed" in progress and "Training failed" in failure and "damaged-model" in failure, failure
     assert timer.active is False and list(table["run"]) == ["broken"] and "failed" in list(table["state"])[0]
 
 

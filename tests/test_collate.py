@@ -132,7 +132,7 @@ def test_a_dialogue_reply_hears_each_clip_as_the_training_collator_does(processo
     frames the training collator gives them (a short clip beside a long one: 211 valid frames in
     training, 213 when answering, before one function aligned both)."""
     from pipeline.data.audio import load_audio
-    from pipeline.tutor.infer import load_tutor
+    from pipeline.tutor.infer import Tutor, load_tutor
 
     paths = [speechocean_dir / "WAVE/SPEAKER0001/000010011.WAV", speechocean_dir / "WAVE/SPEAKER0001/000010063.WAV"]
     clips = [load_audio(p).samples for p in paths]
@@ -143,11 +143,11 @@ def test_a_dialogue_reply_hears_each_clip_as_the_training_collator_does(processo
     class Captured(Exception):
         pass
 
-    def capture(**inputs):
-        seen.update(inputs)
+    def capture(make_messages, clips):  # what the model is given: every answer's inputs come from Tutor._inputs
+        seen.update(Tutor._inputs(tutor, make_messages, clips))
         raise Captured
 
-    tutor.model.generate = capture
+    tutor._inputs = capture
     with pytest.raises(Captured):
         tutor.dialogue_reply([{"role": "learner", "audio": str(paths[0])}, {"role": "tutor", "text": "Say it again."},
                               {"role": "learner", "audio": str(paths[1])}])

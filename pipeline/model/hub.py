@@ -211,6 +211,12 @@ def translate_load_errors(model_id: str, what: str) -> Iterator[None]:
         if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
             where = "offline mode (HF_HUB_OFFLINE=1) is on" if _hub_offline() else "the hub cannot be reached"
             raise ModelLoadError(_not_cached_message(model_id, where)) from error
+        if any(type(e).__name__ == "SafetensorError" for e in chain):  # safetensors' own error: a damaged file
+            raise ModelLoadError(
+                f"A weights file of `{model_id}` is damaged ({text.strip()}): it was cut short or changed after "
+                f"it was written. Get the model again (Get the model, or `python -m pipeline get-model --model "
+                f"{model_id}`: every file is checked against the hub's hashes), or copy the folder again."
+            ) from error
         raise
 
 
