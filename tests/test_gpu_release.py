@@ -52,8 +52,11 @@ def test_starting_a_run_releases_the_gpu_tutor(app_tutors, tmp_path):
     app_tutors("cuda")
     ws = tmp_path / "ws"
     atomic_write_json(ws / "dataset" / "build_report.json", {"splits": {"train": 3, "eval": 0}})
-    config = TrainConfig(model="/no/model", device="cuda", quantization="none", max_steps=1, save_steps=0, eval_steps=0)
-    started = runs.start_run(ws, "r1", config)  # the process fails at once (no model): only the release matters
+    unloadable = tmp_path / "unloadable-model"  # here (it passes the start's check), but no model loads from it
+    atomic_write_json(unloadable / "config.json", {})
+    atomic_write_json(unloadable / "tokenizer_config.json", {})
+    config = TrainConfig(model=str(unloadable), device="cuda", quantization="none", max_steps=1, save_steps=0, eval_steps=0)
+    started = runs.start_run(ws, "r1", config)  # the process fails at once (no model loads): only the release matters
     runs.wait_for_run(ws, "r1", timeout_s=300)
     assert started["released"] and "run `r1`" in started["released"] and not infer._CACHE
 

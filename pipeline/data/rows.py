@@ -81,11 +81,12 @@ def row_messages(row: dict, audios: list[np.ndarray] | None = None, *, answers: 
     return conversation_messages(kind, **fields) if answers else prompt_messages(kind, **fields)
 
 
-def row_clip_lengths(row: dict) -> list:
+def row_clip_lengths(row: dict) -> list | None:
     """Each clip's length (`pipeline.model.tokens.ClipLength`, in clip order) without decoding the audio:
     from `clip_seconds` when the row has it (a row being built), else from each WAV's header. What the
     token count of a family whose audio cost grows with the clip (Gemma 4) needs
-    (`row_messages(row, row_clip_lengths(row))`)."""
+    (`row_messages(row, row_clip_lengths(row))`). None when the row carries none of these (its text
+    columns only): `row_messages` then puts audio placeholders, one per clip its turns name."""
     import io
 
     import soundfile
@@ -96,8 +97,10 @@ def row_clip_lengths(row: dict) -> list:
         return [ClipLength(float(s)) for s in row["clip_seconds"]]
     if row.get("audio") is not None:
         return [ClipLength(len(a) / 16000) for a in row_clips(row)]
-    wavs = [row.get("audio_wav")] + list(row.get("extra_audio_wavs") or [])
-    return [ClipLength(float(soundfile.info(io.BytesIO(w)).duration)) for w in wavs if w]
+    wavs = [w for w in [row.get("audio_wav")] + list(row.get("extra_audio_wavs") or []) if w]
+    if not wavs:
+        return None
+    return [ClipLength(float(soundfile.info(io.BytesIO(w)).duration)) for w in wavs]
 
 
 def row_clips(row: dict) -> list[np.ndarray]:

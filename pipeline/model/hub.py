@@ -94,16 +94,16 @@ def check_local_folder(model_id: str) -> Path:
     path = Path(model_id).expanduser()
     if not path.is_dir():
         raise ModelLoadError(
-            f"Model folder `{path}` does not exist. Give a hub id such as google/gemma-3n-E2B-it, or a folder "
-            "made by `hf download google/gemma-3n-E2B-it --local-dir DIR` or "
-            "`python -m pipeline make-tiny-model DIR`."
+            f"Model folder `{path}` does not exist. Give a hub id such as google/gemma-3n-E2B-it (get it onto this "
+            "computer with Get the model, or `python -m pipeline get-model --model ID`), or a model folder on this "
+            "computer, such as one made by `python -m pipeline make-tiny-model DIR`."
         )
     missing = [name for name in ("config.json", "tokenizer_config.json") if not (path / name).exists()]
     if missing:
         found = sorted(p.name for p in path.iterdir())[:20]
         raise ModelLoadError(
-            f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Download the full checkpoint "
-            "with `hf download google/gemma-3n-E2B-it --local-dir DIR`."
+            f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Copy the whole model folder, or "
+            "give the model's hub id and get it with Get the model (`python -m pipeline get-model --model ID`)."
         )
     return path
 
@@ -113,9 +113,8 @@ def foreign_path_message(model_id: str | os.PathLike, reason: str) -> str:
     return (
         f"Model folder `{str(model_id).strip()}` is {reason} that does not exist on this computer "
         f"({platform.system() or os.name}): this computer cannot see it, and it is not a Hugging Face hub id either. "
-        "A model folder must be on this computer: copy it here (or download it with "
-        "`hf download google/gemma-3n-E2B-it --local-dir DIR`) and give that folder's path, or give a hub id "
-        "such as google/gemma-3n-E2B-it."
+        "A model folder must be on this computer: copy it here and give that folder's path, or give a hub id "
+        "such as google/gemma-3n-E2B-it and get it with Get the model (`python -m pipeline get-model --model ID`)."
     )
 
 

@@ -104,7 +104,9 @@ class Session:
         self.train_data = data["train"]
         self.eval_data = data["eval"] if "eval" in data and len(data["eval"]) > 0 else None
         self.processor = load_processor(config.model)
-        text_columns = [c for c in ("id", "kind", "target_text", "prompt", "feedback", "turns") if c in self.train_data.column_names]
+        # the text, and each clip's length where the build kept it (a Gemma 4 clip's tokens grow with it): no audio decoded
+        text_columns = [c for c in ("id", "kind", "target_text", "prompt", "feedback", "turns", "clip_seconds")
+                        if c in self.train_data.column_names]
         rows = list(self.train_data.select_columns(text_columns))
         if self.eval_data is not None:
             rows += list(self.eval_data.select_columns(text_columns))
