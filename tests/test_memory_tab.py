@@ -119,9 +119,10 @@ def test_odd_budgets_are_answered_in_the_verdict_panel(app):
 def test_the_plan_table_lists_both_models_and_every_kind(app):
     text = app.plan(None, 8, *[_values(device="cuda")[name] for name in common.CONFIG_FIELDS])
     rows = [line for line in text.splitlines() if line.startswith("| gemma")]
-    assert len(rows) == 8 and sum(row.startswith("| gemma-3n-E2B") for row in rows) == 4
+    models = ("| gemma-3n-E2B", "| gemma-3n-E4B", "| gemma-4-E2B", "| gemma-4-E4B")  # both families, E2B and E4B
+    assert len(rows) == 16 and all(sum(row.startswith(model) for row in rows) == 4 for model in models)
     for kind in ("| full fine-tune |", "| LoRA, full-size weights |", "| LoRA, 8-bit weights |", "| QLoRA, 4-bit weights"):
-        assert sum(kind in row for row in rows) == 2
+        assert sum(kind in row for row in rows) == 4
     assert "bf16" not in text and "fp32" not in text, "a row names no number format: the machine's (the answer says it)"
     assert "7.75 GiB" in text
     qlora = next(row for row in rows if row.startswith("| gemma-3n-E2B") and "QLoRA" in row)
