@@ -182,3 +182,33 @@ def test_joined_caches_keep_each_row(tiny_model_dir):
     for index, layer in enumerate(caches[0].layers):
         if layer.keys is not None and type(layer).__name__ == "DynamicLayer":
             assert layer.keys.shape[-2] == 60 and torch.equal(layer.keys[0], alone[2][index][0])
+
+
+def test_text_deltas_make_the_decoded_answer_and_hold_back_what_cannot_be_shown_yet(tutor):
+    """The streamed pieces join into exactly the answer `decode(..., skip_special_tokens=True).strip()`
+    gives, token by token: no leading space is sent, and a character split across tokens (U+FFFD when
+    decoded alone) waits for its next token."""
+    from pipeline.tutor.batching import TextDeltas
+
+    tokenizer = tutor.processor.tokenizer
+    text = "  Très bien: the vowel in “bear” 🐻 is open."
+    tokens = tokenizer.encode(text, add_special_tokens=False)
+    deltas = TextDeltas(tokenizer)
+    pieces = [deltas.push(token) for token in tokens]
+    whole, last = deltas.finish()
+    assert whole == tokenizer.decode(tokens, skip_special_tokens=True).strip()
+    assert "".join(pieces) + last == whole and not any("\ufffd" in piece for piece in pieces)
+    assert not pieces[0].startswith(" ")
+
+
+def test_the_batch_size_is_a_setting_with_a_safe_default(monkeypatch):
+    from pipeline.errors import ConfigError
+    from pipeline.tutor.batching import DEFAULT_MAX_BATCH, MAX_BATCH_ENV, default_max_batch
+
+    monkeypatch.delenv(MAX_BATCH_ENV, raising=False)
+    assert default_max_batch() == DEFAULT_MAX_BATCH
+    monkeypatch.setenv(MAX_BATCH_ENV, "1")
+    assert default_max_batch() == 1
+    monkeypatch.setenv(MAX_BATCH_ENV, "none")
+    with pytest.raises(ConfigError, match=MAX_BATCH_ENV):
+        default_max_batch()

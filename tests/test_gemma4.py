@@ -249,3 +249,39 @@ def test_a_gemma3n_run_is_refused_a_gguf_with_the_reason_and_the_name_to_ask_for
     with pytest.raises(ExportError, match=r"(?s)cannot run Gemma 3n's audio.*--format gguf-text-only"):
         export_run(tmp_path / "ws", "r3n", "gguf", tmp_path / "out")
     assert not (tmp_path / "out" / "r3n-gguf").exists()
+
+
+def test_the_gguf_chat_template_turns_thinking_off_and_gives_the_tutor_its_system_prompt():
+    """What the GGUF carries (`tutor_chat_template`): rendered as llama.cpp renders it (Jinja, with
+    `enable_thinking` passed as true, as llama.cpp always does), thinking stays off and the tutor's system
+    prompt is the system turn unless the request brings its own."""
+    import jinja2
+
+    from pipeline.export.gguf import modelfile, tutor_chat_template
+
+    base = ("{%- for m in messages -%}<|turn>{{ m['role'] }}\n{{ m['content'] }}<turn|>\n{%- endfor -%}"
+            "{%- if not enable_thinking -%}<|channel>thought\n<channel|>{%- endif -%}")
+    template = jinja2.Environment().from_string(tutor_chat_template(base, "You are a \"patient\" tutor."))
+    alone = template.render(messages=[{"role": "user", "content": "Hi"}], enable_thinking=True)
+    assert alone.startswith('<|turn>system\nYou are a "patient" tutor.<turn|>') and alone.endswith("<channel|>")
+    own = template.render(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                          enable_thinking=True)
+    assert "patient" not in own and own.startswith("<|turn>system\nBe brief.")
+    text = modelfile("week1", "You are a tutor.")
+    assert "FROM ./week1.gguf\nFROM ./mmproj-week1.gguf" in text and 'PARAMETER stop "<turn|>"' in text
+    assert "FROM ./mmproj" not in modelfile("week1", "You are a tutor.", projector=False)
+
+
+def test_llama_cpp_is_found_in_its_cache_and_a_missing_source_names_the_command(tmp_path, monkeypatch):
+    from pipeline.errors import ExportError
+    from pipeline.export import llama_cpp
+
+    monkeypatch.setenv("TUTOR_LLAMA_CPP_DIR", str(tmp_path / "llama"))
+    assert llama_cpp.cache_dir() == tmp_path / "llama" and llama_cpp.built_tools() == {}
+    with pytest.raises(ExportError, match="python -m pipeline llama-cpp"):
+        llama_cpp.source_dir(fetch=False)
+    (tmp_path / "llama" / "src").mkdir(parents=True)
+    (tmp_path / "llama" / "src" / "convert_hf_to_gguf.py").write_text("# llama.cpp's converter\n")
+    command = llama_cpp.converter_command("model", "out.gguf", "f16", mmproj=True)
+    assert command[1].endswith("convert_hf_to_gguf.py") and command[-1] == "--mmproj" and "f16" in command
+    assert llama_cpp.converter_env()["PYTHONPATH"].startswith(str(tmp_path / "llama" / "src" / "gguf-py"))
