@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -102,7 +103,9 @@ def test_cli_run_then_stop_and_resume_match_the_uninterrupted_run(workspace, tin
     assert stopped["status"] == "stopped" and stopped["steps"] in (2, 3)
     assert (workspace / "runs" / "split" / "adapter" / "adapter_config.json").exists()
     assert stopped["checkpoint"] and stopped["checkpoint"].endswith(f"checkpoint-{stopped['steps']}")
+    resume_began = time.time()
     resumed = train(None, workspace, "split", resume=True)
+    resume_took_s = time.time() - resume_began
     assert resumed["status"] == "completed" and resumed["steps"] == 4
     assert resumed["resumed_from"].endswith(f"checkpoint-{stopped['steps']}")
     whole_losses = [(p["step"], p["loss"]) for p in train_lines]
@@ -117,9 +120,9 @@ def test_cli_run_then_stop_and_resume_match_the_uninterrupted_run(workspace, tin
     at_checkpoint = logged_elapsed_s(workspace / "runs" / "split" / "progress.jsonl", stopped["steps"])
     after = [p for p in split_progress if p["step"] > stopped["steps"]]
     assert at_checkpoint > 0 and after
-    for line in after:  # elapsed = time before the checkpoint + this process's time (from its own speed)
-        this_process_s = (line["step"] - stopped["steps"]) * config.effective_batch_size / line["samples_per_s"]
-        assert line["elapsed_s"] == pytest.approx(at_checkpoint + this_process_s, rel=0.01), (line, at_checkpoint)
+    for line in after:  # elapsed = time before the checkpoint + this process's time: its loading and its steps
+        steps_s = (line["step"] - stopped["steps"]) * config.effective_batch_size / line["samples_per_s"]
+        assert at_checkpoint + 0.99 * steps_s <= line["elapsed_s"] <= at_checkpoint + resume_took_s, (line, at_checkpoint)
 
     with pytest.raises(TrainingError, match="already exists"):
         train(config, workspace, "whole")

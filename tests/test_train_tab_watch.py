@@ -221,20 +221,20 @@ def test_past_runs_table_keeps_its_numbers_readable_with_a_long_note(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_that_cannot_find_its_model_offline_says_so_in_app_words(tmp_path, tiny_model_dir, monkeypatch):
-    """The trainer process fails (a hub id that is not cached, offline): the Train tab never shows CLI flags."""
+def test_a_run_whose_model_is_not_here_is_refused_at_start_in_app_words(tmp_path, tiny_model_dir, monkeypatch):
+    """A hub id not on this computer (offline): Start refuses at once, before any process or run folder,
+    and says so in the app's words (Get the model, never CLI flags or commands)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ui = TutorApp(tmp_path / "ws")
     ui.load_sample_pack()
     ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
-    ui.start_training("offline", *_settings("example-org/not-a-cached-model"))
-    assert wait_for_run(ui.ws, "offline", timeout_s=180)["state"] == "failed"
-    progress, curves, memory, log, failure, seen, timer, table, resume, try_run = ui.poll("offline", -1)
-    assert "Training failed" in failure and "not in the Hugging Face cache" in failure
-    assert "pick DIR in the **Model** box" in failure
-    for text in (failure, log, " ".join(table["note"])):
-        assert "--model" not in text and "pass `" not in text, text
-    assert "**" not in " ".join(table["note"]), "table cells are plain text"
+    began = time.monotonic()
+    outputs = ui.start_training("offline", *_settings("example-org/not-a-cached-model"))
+    assert time.monotonic() - began < 30
+    message = outputs[1]
+    assert "not on this computer" in message and "Get the model" in message, message
+    assert "--model" not in message and "python -m" not in message and "pass `" not in message, message
+    assert not (ui.ws.runs_dir / "offline").exists()
 
 
 @pytest.mark.slow
