@@ -122,3 +122,21 @@ def test_left_out_rows_are_not_counted_among_a_kinds_rows(tmp_path):
     assert "**read aloud:** 9 rows (train 6, eval 3; 1 more left out)" in summary
     report["kinds"]["read_aloud"]["excluded"] = 0
     assert "**read aloud:** 9 rows (train 6, eval 3)" in ui.dataset._dataset_outputs(report)[0]
+
+
+def test_the_dataset_tab_gives_one_figure_for_a_clips_tokens():
+    """Issue 32 rule 1: the text under Max tokens per row and the build's summary said "each clip takes ~190",
+    the chart's axis "~192 audio positions"; one figure now, everywhere on the tab."""
+    import re
+
+    from ui import dataset_tab, dataset_view
+
+    report = {"splits": {"train": 6, "eval": 2}, "split_method": "speaker", "seed": 42, "excluded": [],
+              "max_length": 512, "path": "WS/dataset", "model": "m",
+              "length_stats": {"count": 8, "min": 355, "median": 370, "p90": 389, "max": 389, "row_tokens": [355, 389]}}
+    figure = dataset_view.length_histogram_bins([{"lo": 350, "hi": 360, "count": 1}, {"lo": 380, "hi": 390, "count": 1}],
+                                                512, 389, [355, 389])
+    texts = [dataset_view.summary_markdown(report), figure.axes[0].get_xlabel(),
+             dataset_tab.BUILD_MAX_LENGTH_INFO.format(low=256, high=32768)]
+    figures = {figure for text in texts for figure in re.findall(r"~\d+", text)}
+    assert figures == {dataset_view.CLIP_TOKENS}, texts

@@ -20,9 +20,13 @@ from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
 BUILD_MAX_LENGTH_RANGE = (256, 32768)
-"""The Dataset tab's "Max tokens per row": a row holds ~190 positions per clip plus the texts (a read-aloud
-row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
+"""The Dataset tab's "Max tokens per row": a row holds ~192 tokens per clip (`ui.dataset_view.CLIP_TOKENS`) plus
+the texts (a read-aloud row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
 BUILD_MAX_LENGTH_LABEL = "Max tokens per row"
+BUILD_MAX_LENGTH_INFO = ("From {low} to {high}. A token is a piece of a word; each clip takes " + view.CLIP_TOKENS
+                         + ". Longer recordings are listed below and left out, never cut; a higher limit needs more "
+                         "memory to train.")
+"""The text under "Max tokens per row" (`low`, `high`: `BUILD_MAX_LENGTH_RANGE`)."""
 EVAL_SHARE_RANGE = (0.0, 0.5)
 """The held-out share a build takes (`pipeline.data.dataset.build_dataset`'s eval_fraction)."""
 EVAL_SHARE_LABEL = "Held-out share (eval split)"
@@ -125,9 +129,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
             with gr.Column():
                 build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",
                                              label=BUILD_MAX_LENGTH_LABEL,
-                                             info=f"From {low} to {high}. A token is a piece of a word; each clip "
-                                                  "takes ~190. Longer recordings are listed below and left out, "
-                                                  "never cut; a higher limit needs more memory to train.")
+                                             info=BUILD_MAX_LENGTH_INFO.format(low=low, high=high))
                 max_length_note = gr.Markdown(elem_id="build-max-length-note")
         with gr.Accordion("Advanced settings", open=False, elem_id="dataset-advanced"):
             seed_in = gr.Number(value=d.seed, precision=0, label="Split seed",

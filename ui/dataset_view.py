@@ -16,6 +16,10 @@ from ui.counts import plural, some_ids
 from ui.fields import get_field
 from ui.figures import PALETTE
 
+CLIP_TOKENS = "~192"
+"""Tokens one clip takes in a row, as the tab says it everywhere (the text beside the limit, the build's
+summary, the chart's axis): Gemma 3n's 188 audio soft tokens plus their markers (`pipeline.model.gemma3n`)."""
+
 
 def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
     """A build in lines of Markdown: rows per split (and how they were split), rows left out, tokens per row
@@ -34,7 +38,7 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = ()) -> st
         lines.append(
             f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
             f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
-            "*A token is a piece of a word, and each clip takes ~190; p90: 9 rows in 10 are at most this long.*"
+            f"*A token is a piece of a word, and each clip takes {CLIP_TOKENS}; p90: 9 rows in 10 are at most this long.*"
         )
     for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
         t = k.get("tokens") or {}
@@ -122,7 +126,7 @@ def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: in
         ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"limit {max_length}")
     elif max_length:
         title += f" (limit {max_length}, off the chart)"
-    ax.set_xlabel("tokens per row (text + ~192 audio positions)")
+    ax.set_xlabel(f"tokens per row (text + {CLIP_TOKENS} per clip)")
     ax.set_ylabel("rows")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)
