@@ -339,3 +339,19 @@ def test_a_loud_microphone_clip_that_resampling_pushes_one_sample_past_full_scal
     assert float(np.max(np.abs(audio.samples))) <= 1.0 and audio.report.warnings == []
     checks = checks_markdown(audio.report)
     assert "⚠" not in checks and "none at full scale" in checks and "All checks passed" in checks
+
+
+def test_a_saved_clips_length_has_one_rounding_in_the_status_its_checks_and_the_table():
+    """Issue 32 rule 1: after Save the status said "Saved sample … (2.6 s)" above its checks' "duration 2.58 s"
+    (and the library's 2.58): one length, two roundings on one screen."""
+    import re
+
+    from ui.samples_view import samples_frame, saved_markdown
+
+    sample = {"id": "s-1", "duration_s": 2.58, "speaker": "me", "target_text": "WE CALL IT BEAR", "feedback": "Good.",
+              "checks": {"duration_s": 2.58, "peak": 0.6, "level_dbfs": -14.0, "clipped_fraction": 0.0,
+                         "warnings": [], "source_rate_hz": 16000, "channels": 1}}
+    status = saved_markdown(sample)
+    lengths = re.findall(r"\((\d+\.\d+) s\)", status) + re.findall(r"\| duration \| (\d+\.\d+) s", status)
+    assert lengths == ["2.58", "2.58"], status
+    assert samples_frame([sample])["seconds"].tolist() == [2.58]

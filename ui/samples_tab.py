@@ -82,10 +82,7 @@ class SamplesHandlers:
             audio, target_text or "", feedback or "", speaker=(speaker or "").strip() or None,
             source=source, trim=bool(trim), require_feedback=True,
         )
-        status = f"Saved sample **{sample.id}** ({sample.duration_s:.1f} s).\n\n" + view.checks_markdown(
-            sample.checks, title="Saved clip"
-        )
-        return status, self.samples_table(), None
+        return view.saved_markdown(sample), self.samples_table(), None
 
     @ui_errors
     def samples_table(self):

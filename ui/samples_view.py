@@ -78,6 +78,13 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
     return "\n".join(lines)
 
 
+def saved_markdown(sample: Any) -> str:
+    """The status after a save: the sample's id and length, then its checks (`checks_markdown`), the length
+    in the checks' rounding (two decimals, as the table lists it too)."""
+    return (f"Saved sample **{get_field(sample, 'id')}** ({float(get_field(sample, 'duration_s') or 0.0):.2f} s).\n\n"
+            + checks_markdown(get_field(sample, "checks"), title="Saved clip"))
+
+
 def samples_frame(samples: Iterable[Any]):
     """Table of saved samples for the library view: one row per `Sample` (dict or object).
 
