@@ -276,3 +276,15 @@ def test_every_element_id_on_the_page_is_unique(tmp_path):
     demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
     ids = Counter(block.elem_id for block in demo.blocks.values() if getattr(block, "elem_id", None))
     assert not [name for name, count in ids.items() if count > 1], ids.most_common(3)
+
+
+def test_the_export_note_leaves_the_size_to_the_download_box_when_it_shows_the_file():
+    """Issue 32 rule 1: the note said "(0.4 MiB)" above the Download box's "460.6 KB" for the same zip; the
+    note gives a size only for an export the app does not offer to download (a merged model, a GGUF)."""
+    from ui.try_view import export_markdown
+
+    zipped = {"format": "adapter", "path": "WS/exports/runs/r/r-adapter.zip", "bytes": 471_654, "notes": []}
+    shown = export_markdown("r", zipped, downloadable=True)
+    assert "MiB" not in shown and "KB" not in shown and "r-adapter.zip" in shown
+    merged = {"format": "merged", "path": "WS/exports/runs/r/merged", "bytes": 11 * 1024**3, "notes": []}
+    assert "(11264.0 MiB)" in export_markdown("r", merged)

@@ -45,7 +45,7 @@ class ExportHandlers:
         download = result.get("archive") or (result["path"] if result["format"] == "adapter" else None)
         if download and not Path(download).resolve().is_relative_to(self.state.ws.root):
             download = None  # the app serves files from the workspace only
-        return view.export_markdown(run_name, result), download
+        return view.export_markdown(run_name, result, downloadable=bool(download)), download
 
     @ui_errors(message_at=0, outputs=1)
     def import_run(self, source: str, name: str = "") -> str:

@@ -28,11 +28,13 @@ def headline_markdown(tutors: Sequence[str]) -> str:
             "would; each answer comes from your tutor and, beside it, from the base model it was tuned from.")
 
 
-def export_markdown(run_name: str, result: Mapping[str, Any]) -> str:
+def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool = False) -> str:
     """What an export of `run_name` made (`export_run`'s result: format, path, bytes, the archive to upload
-    for a cloud bundle, notes), with its size in MiB (Markdown)."""
-    lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}` "
-             f"({result['bytes'] / 1024**2:.1f} MiB)."]
+    for a cloud bundle, notes), with its size in MiB unless `downloadable`: then the Download box under the
+    note shows the file (the adapter zip, the bundle's archive, whose size `bytes` is) with its own size, and
+    a second figure for it ("0.4 MiB" above "460.6 KB") would be the same size twice (Markdown)."""
+    size = "" if downloadable else f" ({result['bytes'] / 1024**2:.1f} MiB)"
+    lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}`{size}."]
     if result.get("archive"):
         lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
     if result.get("format") == "gguf":
