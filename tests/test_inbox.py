@@ -187,8 +187,26 @@ def test_the_studio_sets_the_practice(trained):
     assert "Offering 2 exercises" in status and "http://127.0.0.1:7861/" in status
     setup = load_setup(trained)
     assert (setup.run, setup.kind, setup.items) == ("r1", "free_speech", ["Describe your home", "Your last holiday"])
-    assert "no trained adapter" in app.practice_setup("", "Read aloud (sentences)", "A sentence.")
+    assert "No tutor picked" in app.practice_setup("", "Read aloud (sentences)", "A sentence.")
     assert load_setup(trained) == setup  # a refused setup leaves the saved one
+
+
+def test_the_practice_setups_tutor_list_is_asked_again_and_offer_without_a_pick_says_what_to_pick(inbox_ws):
+    """Issue 32 rules 2 and 4: the Tutor list was the page load's, so a run trained since was missing and Offer
+    answered "Run `` has no trained adapter in /…/runs; pick one of: walk-run" (an empty name, a folder the
+    teacher never saw). The list is asked again when the tab opens (the pick kept); Offer without one says what
+    to pick."""
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(inbox_ws)
+    assert "No tutor to offer yet" in app.practice_setup("", "Read aloud (sentences)", "A sentence.")
+    for run in ("r1", "r2"):  # two runs trained after the page loaded
+        (app.ws.runs_dir / run / "adapter").mkdir(parents=True)
+        (app.ws.runs_dir / run / "adapter" / "adapter_config.json").write_text("{}")
+    assert app.inbox.run_choices() == {"__type__": "update", "choices": ["r1", "r2"], "value": "r2"}
+    assert app.inbox.run_choices("r1")["value"] == "r1"  # the teacher's pick stays
+    status = app.practice_setup("", "Read aloud (sentences)", "A sentence.")
+    assert status.startswith("✗ No tutor picked") and "runs" not in status and "``" not in status
 
 
 def test_attempts_arriving_together_are_all_kept(inbox_ws, speechocean_dir):

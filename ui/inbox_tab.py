@@ -86,14 +86,17 @@ class InboxHandlers:
         """Leave the shown attempt waiting and show the next."""
         return self._inbox_outputs(after=attempt_id)
 
-    def run_choices(self) -> Any:
-        """The runs that can answer (they have an adapter), the saved one selected."""
+    def run_choices(self, current: str | None = None) -> Any:
+        """The runs that can answer (they have an adapter): `current` (the one picked on the page) selected while
+        it can still answer, else the saved one, else the newest. Asked again each time the tab opens, so a run
+        trained since the page loaded is there to pick (the list was the page load's)."""
         from pipeline.inbox.practice import load_setup
         from pipeline.tutor.infer import usable_runs
 
         setup = load_setup(self.state.ws)
         runs = usable_runs(self.state.ws)
-        return gr.update(choices=runs, value=setup.run if setup and setup.run in runs else (runs[-1] if runs else None))
+        picked = next((run for run in (current, setup.run if setup else None) if run and run in runs), None)
+        return gr.update(choices=runs, value=picked or (runs[-1] if runs else None))
 
     def setup_fields(self) -> tuple[Any, Any, Any, str]:
         """Page load: (run choices, kind, exercises text, status) from the saved setup."""
@@ -125,7 +128,10 @@ class InboxHandlers:
         """Offer `items_text` (one per line) with `run` on the practice page."""
         from pipeline.data.session import parse_items
         from pipeline.inbox.practice import save_setup
+        from pipeline.tutor.infer import usable_runs
 
+        if not run:
+            return view.no_tutor_picked(bool(usable_runs(self.state.ws)))
         setup = save_setup(self.state.ws, run, parse_items(text=items_text or ""), KINDS.get(kind_label, "read_aloud"),
                            source="studio")
         return self._where(f"✓ Offering {len(setup.items)} exercises with run `{setup.run}`.")
@@ -169,6 +175,7 @@ def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:
     delete.click(handlers.delete, inputs=current, outputs=outputs)
     for event in (refresh.click, tab.select):
         event(handlers.show, outputs=outputs)
+    tab.select(handlers.run_choices, inputs=run, outputs=run)  # a run trained since the page loaded joins the list
     from_session.click(handlers.session_items, outputs=[items, kind, setup_status])
     offer.click(handlers.save_setup, inputs=[run, kind, items], outputs=setup_status)
     setup_outputs = [run, kind, items, setup_status]

@@ -38,6 +38,15 @@ def attempt_markdown(current: Any, pending: Sequence[Any]) -> str:
     return about
 
 
+def no_tutor_picked(runs_exist: bool) -> str:
+    """Offer to students pressed with no tutor picked: what to pick, or (`runs_exist` False) where a tutor
+    comes from (Markdown)."""
+    if runs_exist:
+        return "✗ No tutor picked: choose one in **Tutor (a trained run)** above, then **Offer to students**."
+    return ("✗ No tutor to offer yet: train one on the **4 · Train** tab (a stopped run has a tutor too), then "
+            "pick it here.")
+
+
 def where_markdown(text: str, practice_url: str | None) -> str:
     """`text` (the practice setup's status) followed by where students open the practice page, or that this
     app does not serve it (`practice_url` None)."""
