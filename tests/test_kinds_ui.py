@@ -32,6 +32,9 @@ def test_saving_a_clip_clears_the_form_for_the_next_one(ui, tmp_path, speechocea
     status, table, *cleared = ui.save_clip("Read aloud", clip(speechocean_dir, "000010035", tmp_path),
                                            "ZERO THREE FIVE ONE", "", "", "Fine.", "kate")
     assert "Saved sample" in status and "(free speech)" not in status and cleared == [None, "", "", "", ""]
+    # issue 32 rule 1: the status's length in the rounding of its checks and the table (it said 3.4 s by 3.43 s)
+    seconds = table.set_index("id")["seconds"][status.split("**")[1]]
+    assert f"({seconds:.2f} s)" in status and f"| duration | {seconds:.2f} s" in status, status
     # a failure keeps everything typed (only the status changes)
     failed = ui.save_clip("Free speech", clip(speechocean_dir, "000010053", tmp_path), "", "  ", "", "Good.", "kate")
     assert failed[0].startswith("**✗") and "Prompt" in failed[0]
@@ -120,7 +123,7 @@ def test_the_trim_box_is_honoured_by_every_check_of_a_dialogue_turn_and_a_sessio
     assert len(turns) == 1 and note == "1 turn(s)."
     turns, *_ = ui.add_tutor_turn("Good, a bit slower next time.", turns)
     status, *_ = ui.save_dialogue(turns, "kate", True)
-    assert "Saved dialogue" in status and "30.0 s" in status
+    assert "Saved dialogue" in status and "30.00 s" in status
 
     ui.start_session("WE CALL IT BEAR", None, "Read aloud (sentences)", "kate")
     refused = ui.session_check(str(long_clip))
@@ -130,7 +133,7 @@ def test_the_trim_box_is_honoured_by_every_check_of_a_dialogue_turn_and_a_sessio
     refused = ui.session_save_and_next(str(long_clip), "", False)
     assert refused[2].startswith("**✗") and "Trim clips longer than 30 s" in refused[2]
     progress, item, status, *_ = ui.session_save_and_next(str(long_clip), "", True)
-    assert "Saved" in status and "(30.0 s)" in status
+    assert "Saved" in status and "(30.00 s)" in status
     assert sorted(s.kind for s in SampleLibrary(ui.ws).list()) == ["dialogue", "read_aloud"]
 
 

@@ -97,8 +97,7 @@ class SampleKindHandlers:
         else:
             again = ""
         what = "" if kind == "read_aloud" else f" ({kind.replace('_', ' ')})"
-        status = (f"Saved sample **{sample.id}**{what} ({sample.duration_s:.1f} s){again}; the form is ready for the "
-                  "next clip.\n\n" + view.checks_markdown(sample.checks, title="Saved clip"))
+        status = view.saved_markdown(sample, f"{what}{again}; the form is ready for the next clip.")
         return status, self._table(), None, "", "", "", ""
 
     @ui_errors(message_at=4, outputs=5, hints=TRIM_HINTS)
@@ -143,7 +142,7 @@ class SampleKindHandlers:
         sample = SampleLibrary(self.state.ws).add(None, kind="dialogue", turns=shaped, trim=bool(trim),
                                                   speaker=(speaker or "").strip() or None)
         clips = len(sample.clip_files)
-        return (f"Saved dialogue **{sample.id}** ({len(turns)} turns, {clips} clip(s), {sample.duration_s:.1f} s).",
+        return (f"Saved dialogue **{sample.id}** ({len(turns)} turns, {clips} clip(s), {view.clip_seconds(sample.duration_s)}).",
                 self._table(), [], [])
 
 

@@ -53,7 +53,7 @@ class SessionHandlers:
             raise AudioError("No recording yet: record or upload the clip for this item, then save.")
         session, sample = self._store().save_current(audio, feedback, trim=bool(trim))
         progress, item = view.session_markdown(session)
-        status = f"Saved **{sample.id}** ({sample.duration_s:.1f} s)." + (
+        status = f"Saved **{sample.id}** ({view.clip_seconds(sample.duration_s)})." + (
             f" ⚠ {'; '.join(sample.checks.get('warnings') or [])}" if sample.checks.get("warnings") else "")
         return progress, item, status, None, "", view.samples_frame(SampleLibrary(self.state.ws).list())
 

@@ -63,7 +63,7 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
         "",
         "| check | measured | |",
         "|---|---|---|",
-        f"| duration | {duration:.2f} s (0.3–30 s is heard) | {mark('trimmed', 'short', 'long')} |"
+        f"| duration | {clip_seconds(duration)} (0.3–30 s is heard) | {mark('trimmed', 'short', 'long')} |"
         if isinstance(duration, (int, float)) else "| duration | – | |",
         f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'dc offset')} |",
         f"| clipping | {clipping_words(clipped)} | {mark('slightly clipped', 'too loud', 'near full scale')} |",
@@ -78,10 +78,16 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
     return "\n".join(lines)
 
 
-def saved_markdown(sample: Any) -> str:
-    """The status after a save: the sample's id and length, then its checks (`checks_markdown`), the length
-    in the checks' rounding (two decimals, as the table lists it too)."""
-    return (f"Saved sample **{get_field(sample, 'id')}** ({float(get_field(sample, 'duration_s') or 0.0):.2f} s).\n\n"
+def clip_seconds(duration_s: float | None) -> str:
+    """A clip's length as the Samples tab writes it everywhere: two decimals (`"3.35 s"`), the rounding of the
+    checks' duration and of the library's "seconds" column, so a save's status never says 3.4 s beside 3.35 s."""
+    return f"{float(duration_s or 0.0):.2f} s"
+
+
+def saved_markdown(sample: Any, after: str = ".") -> str:
+    """The status after a save: the sample's id and length (`clip_seconds`), `after` (what else to say, from
+    its punctuation on), then its checks (`checks_markdown`)."""
+    return (f"Saved sample **{get_field(sample, 'id')}** ({clip_seconds(get_field(sample, 'duration_s'))}){after}\n\n"
             + checks_markdown(get_field(sample, "checks"), title="Saved clip"))
 
 
