@@ -355,3 +355,14 @@ def test_a_saved_clips_length_has_one_rounding_in_the_status_its_checks_and_the_
     lengths = re.findall(r"\((\d+\.\d+) s\)", status) + re.findall(r"\| duration \| (\d+\.\d+) s", status)
     assert lengths == ["2.58", "2.58"], status
     assert samples_frame([sample])["seconds"].tolist() == [2.58]
+
+
+def test_the_source_line_gives_the_rate_in_the_unit_it_becomes():
+    """Issue 32 rule 1: "16000 Hz, 1 channel(s) → 16 kHz mono" gave one rate in two units on one line."""
+    from ui.samples_view import checks_markdown
+
+    report = {"duration_s": 2.0, "peak": 0.5, "level_dbfs": -15.0, "clipped_fraction": 0.0, "warnings": [],
+              "source_rate_hz": 44100, "channels": 2}
+    assert "| source | 44.1 kHz, 2 channels → 16 kHz mono |" in checks_markdown(report)
+    assert "| source | 16 kHz, 1 channel → 16 kHz mono |" in checks_markdown({**report, "source_rate_hz": 16000,
+                                                                             "channels": 1})

@@ -35,6 +35,13 @@ def clipping_words(fraction: float) -> str:
     return f"{fraction * 100:.2f} % of samples at full scale"
 
 
+def source_words(rate_hz: float | None, channels: int | None) -> str:
+    """A clip's source format in the unit of what it becomes (16 kHz mono): "44.1 kHz, 2 channels" (it said
+    "16000 Hz, 1 channel(s) → 16 kHz mono", one rate in two units on one line)."""
+    rate = f"{rate_hz / 1000:g} kHz" if rate_hz else "–"
+    return f"{rate}, {plural(channels, 'channel') if channels else '– channels'}"
+
+
 def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequence[str] = ()) -> str:
     """Markdown table of an `AudioReport` (dict or object): duration, loudness, clipping, silence.
 
@@ -67,7 +74,7 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
         if isinstance(duration, (int, float)) else "| duration | – | |",
         f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'dc offset')} |",
         f"| clipping | {clipping_words(clipped)} | {mark('slightly clipped', 'too loud', 'near full scale')} |",
-        f"| source | {rate or '–'} Hz, {channels or '–'} channel(s) → 16 kHz mono | {mark('low sample rate', 'the channels')} |",
+        f"| source | {source_words(rate, channels)} → 16 kHz mono | {mark('low sample rate', 'the channels')} |",
     ]
     if warnings:
         lines += ["", *[f"- ⚠ {w}" for w in warnings]]
