@@ -266,3 +266,22 @@ def test_an_answer_shown_as_it_grows_ends_with_its_result_and_stops_when_the_pag
     assert next(updates)[1] is None
     updates.close()  # the page went away
     assert ended.wait(30) and len(raised) == 1  # the answer stopped at its next report instead of running on
+
+
+def test_the_try_tabs_answers_are_cleared_when_the_clip_sentence_or_tutor_changes(tmp_path):
+    """Issue 32 rule 2: a new clip uploaded (or another sentence typed, another tutor picked) after Get feedback
+    left the answers to the previous one beside it. A person's change clears both answers and the note; the
+    Train tab's poll, which sets the run list, does not (`input`, not `change`)."""
+    import app as app_module
+    from ui.tutor_app import TutorApp
+
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    blocks = demo.blocks
+    cleared_by = {}
+    for dep in demo.fns.values():
+        outputs = [getattr(out, "elem_id", None) for out in dep.outputs]
+        if outputs == ["tuned-feedback", "base-feedback", "try-note"]:
+            for target_id, event in dep.targets:
+                cleared_by[getattr(blocks.get(target_id), "elem_id", None)] = event
+    assert {key: cleared_by.get(key) for key in ("try-audio", "try-target", "try-run")} == {
+        "try-audio": "input", "try-target": "input", "try-run": "input"}, cleared_by

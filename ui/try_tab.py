@@ -103,6 +103,10 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
 
     try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
                      outputs=[tuned_out, try_note, base_out])
+    # Another clip, sentence or tutor picked: the answers shown were to the one before (`input`: the person's
+    # changes only; the Train tab's poll sets the run list's value too).
+    for changed in (try_audio.input, try_target.input, try_run.input):
+        changed(cleared("", "", ""), outputs=[tuned_out, base_out, try_note], show_progress="hidden")
     # Another kind: the answers shown were to the other kind's question.
     try_kind.change(cleared("", "", ""), outputs=[tuned_out, base_out, try_note]).then(
         handlers.dialogue.kind_visibility, inputs=try_kind,
