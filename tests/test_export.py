@@ -288,3 +288,30 @@ def test_the_export_note_leaves_the_size_to_the_download_box_when_it_shows_the_f
     assert "MiB" not in shown and "KB" not in shown and "r-adapter.zip" in shown
     merged = {"format": "merged", "path": "WS/exports/runs/r/merged", "bytes": 11 * 1024**3, "notes": []}
     assert "(11264.0 MiB)" in export_markdown("r", merged)
+
+
+def test_a_gemma3n_runs_gguf_refusal_names_the_try_tabs_choices_and_the_last_export_is_cleared_first(tmp_path, monkeypatch):
+    """Issue 32 rules 4 and 2: Export as GGUF of a Gemma 3n run said "export it Layout: merged (Samples tab, Import
+    a folder)", "Layout: gguf-text-only" and `python -m pipeline serve` (the CLI's words, rewritten into the
+    Samples tab's import box), beside the Download of the export before. It names the section's own choice now,
+    and the Export button clears the last note and file before it runs."""
+    import app as app_module
+    import pipeline.export.cli as export_cli
+    from pipeline.export.gguf import GEMMA3N_DEAF
+    from ui.tutor_app import TutorApp
+
+    def refuse(ws, run, fmt, out=None):
+        raise ExportError(GEMMA3N_DEAF.format(run=run))
+
+    monkeypatch.setattr(export_cli, "export_run", refuse)
+    app = TutorApp(tmp_path / "ws")
+    note, _download = app.export.export("walk-run", "gguf")
+    assert "Merged model" in note and "walk-run" in note, note
+    for engineer in ("Layout", "Samples tab", "--format", "python -m", "gguf-text-only", "clip.cpp"):
+        assert engineer not in note, (engineer, note)
+
+    demo = app_module.build_ui(app)
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "export-button")
+    first = [dep for dep in demo.fns.values() if (button._id, "click") in [tuple(t) for t in dep.targets]]
+    assert [getattr(out, "elem_id", None) for out in first[0].outputs] == ["export-note", "export-file"]
+    assert getattr(first[0].fn, "__name__", "") == "clear", first[0].fn

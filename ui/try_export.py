@@ -14,7 +14,7 @@ import gradio as gr
 
 from pipeline.errors import ExportError
 from ui import try_view as view
-from ui.common import ui_errors
+from ui.common import cleared, ui_errors
 from ui.state import AppState
 
 FORMAT_CHOICES = [
@@ -35,13 +35,20 @@ class ExportHandlers:
     def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:
         """Export `run_name` as `fmt` (adapter / merged / bundle / gguf); returns (markdown, file to download
         or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve). What went
-        wrong shows in the export note, in the app's words; the download keeps what it showed."""
+        wrong shows in the export note, in the app's words (the button cleared the last export's file first)."""
         from pipeline.export.cli import export_run
 
         if not run_name:
             raise ExportError("No run picked: choose a trained run in **Tuned run (adapter)** above (the Train tab "
                               "makes one; a stopped run has an adapter too), then press Export.")
-        result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None)
+        from pipeline.export.gguf import GEMMA3N_DEAF
+
+        try:
+            result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None)
+        except ExportError as error:
+            if str(error) == GEMMA3N_DEAF.format(run=run_name):  # said for the command line: the app's choices instead
+                raise ExportError(view.no_gguf_for_gemma3n(run_name)) from error
+            raise
         download = result.get("archive") or (result["path"] if result["format"] == "adapter" else None)
         if download and not Path(download).resolve().is_relative_to(self.state.ws.root):
             download = None  # the app serves files from the workspace only
@@ -78,6 +85,8 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
             name = gr.Textbox(label="Name here (optional)", elem_id="import-name")
         import_button = gr.Button("Import run", elem_id="import-run-button")
         import_note = gr.Markdown(elem_id="import-note")
-    export_button.click(handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
+    # The note and the file of the export before never stand beside this one's (a ✗ beside the last zip).
+    export_button.click(cleared("", None), outputs=[export_note, export_file], show_progress="hidden").then(
+        handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
     imported = import_button.click(handlers.import_run, inputs=[source, name], outputs=import_note)
     return SimpleNamespace(imported=imported)

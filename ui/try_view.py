@@ -46,6 +46,15 @@ def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool
     return "\n\n".join(lines)
 
 
+def no_gguf_for_gemma3n(run_name: str) -> str:
+    """Why a Gemma 3n run has no GGUF, in the Try tab's words: the choices this section offers, where the library's
+    message (`pipeline.export.gguf.GEMMA3N_DEAF`) names the CLI's `--format merged`, `--format gguf-text-only`
+    (no choice here) and `python -m pipeline serve`, which the app rewrote into the Samples tab's import Layout."""
+    return (f"**{html.escape(run_name)}** is a Gemma 3n tutor, and llama.cpp and Ollama cannot hear with Gemma 3n yet: "
+            "its GGUF would not hear the learner. Keep trying it here, export it as a **Merged model** (above) to run "
+            "it with transformers, or train a tutor on google/gemma-4-E2B-it, whose GGUF hears.")
+
+
 def import_markdown(result: Mapping[str, Any]) -> str:
     """What an import of a run trained elsewhere brought in (`import_run`'s result: the run's name, status,
     steps and base model) and what was found to differ from this workspace, with the import's notes (Markdown)."""
