@@ -115,7 +115,7 @@ def test_too_long_recording_is_refused(ui, tmp_path):
     assert_failed(ui.save_sample(clip, "The cat sat.", "Good.", ""), "31.0 s", "30 s", "trim")
     assert manifest_bytes(ui) == before
     status, table, cleared = ui.save_sample(clip, "The cat sat.", "Good.", "", True)  # the trim option
-    assert "Saved sample" in status and "30.0 s" in status and len(table) == 2
+    assert "Saved sample" in status and "(30.00 s)" in status and len(table) == 2
 
 
 def test_empty_target_and_duplicate_are_refused(ui, tmp_path):

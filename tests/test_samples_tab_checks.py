@@ -65,7 +65,7 @@ def test_check_clip_honours_the_trim_box_like_save(ui, tmp_path):
     # Save does what the check said.
     assert_failed(ui.save_sample(clip, "The cat sat.", "Good.", "", False), "Trim clips longer than 30 s")
     status, table, _ = ui.save_sample(clip, "The cat sat.", "Good.", "", True)
-    assert "Saved sample" in status and "30.0 s" in status and len(table) == 2
+    assert "Saved sample" in status and "(30.00 s)" in status and len(table) == 2
 
 
 def test_too_long_clip_in_an_import_names_the_import_trim_option(ui, tmp_path):
