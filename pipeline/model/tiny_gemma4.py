@@ -32,10 +32,9 @@ The text is meaningless; `tiny_model.json` marks the folder (`pipeline.model.tin
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pipeline.model.tiny_model import MARKER_FILE, train_bpe_vocab
+from pipeline.model.tiny_model import save_tiny_checkpoint, train_bpe_vocab
 
 TEXT_VOCAB = 2048
 """Vocabulary size of the tiny tokenizer (every id has a per-layer embedding)."""
@@ -131,7 +130,12 @@ def _build_tokenizer():
 
 def _build_config(tokenizer):
     """Tiny `Gemma4Config` whose token ids are the tokenizer's (see the module docstring)."""
-    from transformers import Gemma4AudioConfig, Gemma4Config, Gemma4TextConfig, Gemma4VisionConfig
+    from transformers import (
+        Gemma4AudioConfig,
+        Gemma4Config,
+        Gemma4TextConfig,
+        Gemma4VisionConfig,
+    )
 
     ids = tokenizer.convert_tokens_to_ids
     eos_ids = [ids("<eos>"), ids("<turn|>")]
@@ -209,7 +213,6 @@ def make_tiny_gemma4(out_dir: str | Path, *, seed: int = 0) -> Path:
         Gemma4ImageProcessor,
         Gemma4Processor,
         Gemma4VideoProcessor,
-        GenerationConfig,
     )
 
     out = Path(out_dir)
@@ -221,14 +224,6 @@ def make_tiny_gemma4(out_dir: str | Path, *, seed: int = 0) -> Path:
     with torch.no_grad():
         model.model.embed_audio.embedding_projection.weight.normal_(0.0, AUDIO_PROJECTION_STD)
         model.model.language_model.norm.weight.fill_(FINAL_NORM_SCALE)
-    model.generation_config = GenerationConfig(
-        bos_token_id=config.text_config.bos_token_id,
-        eos_token_id=config.text_config.eos_token_id,
-        pad_token_id=config.text_config.pad_token_id,
-        do_sample=False,
-    )
-    model.save_pretrained(out)
-
     processor = Gemma4Processor(
         feature_extractor=Gemma4AudioFeatureExtractor(),
         image_processor=Gemma4ImageProcessor(),
@@ -240,15 +235,5 @@ def make_tiny_gemma4(out_dir: str | Path, *, seed: int = 0) -> Path:
     # control tokens back, so the saved tokenizer lists them (llama.cpp's converter reads it alone).
     processor.tokenizer.add_special_tokens({"extra_special_tokens": list(CONTROL_TOKENS)},
                                            replace_extra_special_tokens=False)
-    processor.save_pretrained(out)
-
-    marker = {
-        "tiny_random_model": True,
-        "family": "gemma4",
-        "note": "Random weights: a structural stand-in for google/gemma-4-E2B-it; its text is meaningless.",
-        "parameters": int(sum(p.numel() for p in model.parameters())),
-        "text_vocab_size": TEXT_VOCAB,
-        "seed": seed,
-    }
-    (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    return out
+    return save_tiny_checkpoint(out, model, config.text_config, processor, stands_in_for="google/gemma-4-E2B-it",
+                                text_vocab=TEXT_VOCAB, seed=seed, family="gemma4")

@@ -237,7 +237,12 @@ def _build_tokenizer(extra_special_tokens: dict[str, str]):
 
 def _build_config(tokenizer, text_vocab: int):
     """Tiny `Gemma3nConfig` whose token ids are the tokenizer's (see the module docstring)."""
-    from transformers import Gemma3nAudioConfig, Gemma3nConfig, Gemma3nTextConfig, Gemma3nVisionConfig
+    from transformers import (
+        Gemma3nAudioConfig,
+        Gemma3nConfig,
+        Gemma3nTextConfig,
+        Gemma3nVisionConfig,
+    )
 
     ids = tokenizer.convert_tokens_to_ids
     eos_ids = [ids("<eos>"), ids("<end_of_turn>")]
@@ -318,7 +323,6 @@ def make_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
         Gemma3nAudioFeatureExtractor,
         Gemma3nForConditionalGeneration,
         Gemma3nProcessor,
-        GenerationConfig,
         SiglipImageProcessor,
     )
 
@@ -346,14 +350,6 @@ def make_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     model = Gemma3nForConditionalGeneration(config).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-        do_sample=False,
-    )
-    model.save_pretrained(out)
-
     processor = Gemma3nProcessor(
         feature_extractor=Gemma3nAudioFeatureExtractor(),
         image_processor=SiglipImageProcessor(size={"height": 768, "width": 768}),
@@ -362,11 +358,29 @@ def make_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
         audio_seq_length=188,
         image_seq_length=256,
     )
-    processor.save_pretrained(out)
+    return save_tiny_checkpoint(out, model, config, processor, stands_in_for="google/gemma-3n-E2B-it",
+                                text_vocab=text_vocab, seed=seed)
 
+
+def save_tiny_checkpoint(out: Path, model, token_config, processor, *, stands_in_for: str, text_vocab: int,
+                         seed: int, family: str | None = None) -> Path:
+    """Save a tiny random model as a checkpoint loads: greedy generation settings with the ids of
+    `token_config` (bos/eos/pad), the weights, `processor`, and the marker (`MARKER_FILE`: random
+    weights, what it stands in for, its parameter count, text vocabulary and seed). Returns `out`."""
+    from transformers import GenerationConfig
+
+    model.generation_config = GenerationConfig(
+        bos_token_id=token_config.bos_token_id,
+        eos_token_id=token_config.eos_token_id,
+        pad_token_id=token_config.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
     marker = {
         "tiny_random_model": True,
-        "note": "Random weights: a structural stand-in for google/gemma-3n-E2B-it; its text is meaningless.",
+        **({"family": family} if family else {}),
+        "note": f"Random weights: a structural stand-in for {stands_in_for}; its text is meaningless.",
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "text_vocab_size": text_vocab,
         "seed": seed,
