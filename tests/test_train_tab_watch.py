@@ -131,6 +131,37 @@ def test_the_log_box_shows_the_last_lines_readably():
     assert first[1].startswith("10:59:30  ⚠ ")
 
 
+def test_the_log_box_gives_memory_in_the_panels_unit():
+    """Issue 32 (one quantity, one unit): the log showed the trainer's "peak 1059.8 MiB" beside the
+    memory panel's "1.01 GiB". Old logs' step lines and small logged figures read in GiB too, as does the
+    trainer's own line now."""
+    text = readable_log(TRAIN_LOG, lines=2_000)
+    assert "MiB" not in text
+    assert "peak 1.03 GiB" in text and "peak 1.06 GiB" in text
+    small = readable_log('2026-11-30 10:59:57,948 INFO pipeline.training.train: Preflight on the longest batch: '
+                         '{"peak_memory_bytes": 1021000000, "memory_kind": "cpu_max_rss"}')
+    assert "peak memory 0.95 GiB" in small and "MiB" not in small
+
+
+def test_the_trainers_step_line_gives_its_peak_in_gib(tmp_path, caplog):
+    """The trainer's own step line (train.log, which the CLI user reads too) says its peak in GiB."""
+    from types import SimpleNamespace
+
+    from pipeline.config import TrainConfig
+    from pipeline.training.progress import progress_callback
+
+    memory = SimpleNamespace(sample=lambda: None, to_dict=lambda: {
+        "peak_bytes": 1_071_000_000, "phase_peak_bytes": {"step": 1_071_000_000}, "peak_phase": "step",
+        "memory_kind": "cpu_max_rss"})
+    callback = progress_callback({"progress": tmp_path / "progress.jsonl", "stop": tmp_path / "STOP"},
+                                 TrainConfig(), memory, time.time())
+    state = SimpleNamespace(global_step=1, max_steps=3, epoch=0.3)
+    with caplog.at_level("INFO", logger="pipeline.training.train"):
+        callback.on_log(None, state, None, logs={"loss": 7.6, "learning_rate": 2e-4, "grad_norm": 6.1})
+    assert "peak 1.00 GiB eta" in caplog.text and "MiB" not in caplog.text
+    assert "peak 1.00 GiB" in readable_log(caplog.records[-1].getMessage())
+
+
 def test_failure_and_log_use_the_apps_words():
     reason = ("`org/x` is not in the Hugging Face cache; `hf download org/x --local-dir DIR` and pass `--model DIR`. "
               "A lower `--max-length 300` also helps; --resume continues from the last checkpoint.")

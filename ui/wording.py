@@ -18,7 +18,7 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
-from pipeline.units import format_bytes
+from pipeline.units import MIB, format_gib
 from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
@@ -181,6 +181,7 @@ _LOG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)(?:[,.]\d+)? (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: (.*)$")
 _PROGRESS_BAR = re.compile(r"(?:[A-Z][A-Za-z ]*:)?\s*\d+%\|[^|\r\n]*\|[^\]\r\n]*\]")  # tqdm's bars
 _LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{5,})(?![\d])")
+_LOGGED_MIB = re.compile(r"\b(peak) (\d+(?:\.\d+)?) MiB\b")  # a step line of a run trained before the GiB log line
 _LEVEL_MARK = {"WARNING": "⚠ ", "ERROR": "✗ ", "CRITICAL": "✗ "}
 
 
@@ -189,7 +190,8 @@ def _number(value: float) -> str:
 
 
 def _json_words(data: dict) -> str:
-    """A logged JSON object in words: `key value` pairs, bytes as MiB/GiB, counters in plain words."""
+    """A logged JSON object in words: `key value` pairs, bytes in GiB with two decimals (`format_gib`, as the
+    Train tab's memory panel prints them), counters in plain words."""
     words = []
     for key, value in data.items():
         name = key.replace("_", " ")
@@ -197,7 +199,7 @@ def _json_words(data: dict) -> str:
             words.append(memory_counter_words(value))
             continue
         if key.endswith("_bytes") and isinstance(value, (int, float)):
-            value = format_bytes(value)
+            value = format_gib(value)
             name = name[: -len(" bytes")]
         elif isinstance(value, float):
             value = _number(value)
@@ -220,6 +222,7 @@ def _readable_message(message: str) -> str:
             message = f"{message[:start]} ({len(data)} values, in the run's config.json)"
         elif isinstance(data, dict):
             message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
+    message = _LOGGED_MIB.sub(lambda m: f"{m.group(1)} {format_gib(float(m.group(2)) * MIB)}", message)
     message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
     message = app_wording(message, markdown=False)
     return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
@@ -227,7 +230,8 @@ def _readable_message(message: str) -> str:
 
 def readable_log(text: str, lines: int = 12) -> str:
     """The last `lines` lines of a `train.log` / `process.log` text, readable: `HH:MM:SS message`,
-    ⚠ before warnings and ✗ before errors, logged JSON as words, long floats to 4 digits, the app's
+    ⚠ before warnings and ✗ before errors, logged JSON as words, memory in GiB as the Train tab's panel
+    shows it (an older log's "peak 1059.8 MiB" too: one quantity, one unit), long floats to 4 digits, the app's
     words for command-line flags (`app_wording`), and no progress-bar fragments (tqdm's
     carriage-return lines)."""
     out: list[str] = []

@@ -17,6 +17,7 @@ from pipeline.fileio import append_jsonl
 from pipeline.host import distributed
 from pipeline.training.peak_memory import PhaseMemory
 from pipeline.training.run_folder import logged_elapsed_s
+from pipeline.units import format_gib
 
 log = logging.getLogger("pipeline.training.train")
 """The trainer's logger: progress lines are the run's own lines in train.log (`pipeline.training.run_log`)."""
@@ -112,9 +113,9 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
             else:
                 log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %.1f MiB eta %s s",
+                    "step %d/%d loss %s lr %s grad_norm %s peak %s eta %s s",
                     state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
-                    line["peak_memory_bytes"] / 1024**2, line["eta_s"],
+                    format_gib(line["peak_memory_bytes"]), line["eta_s"],
                 )
 
     return ProgressCallback(paths, config, memory, started_at)
