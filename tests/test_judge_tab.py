@@ -242,3 +242,24 @@ def test_a_running_jobs_answers_so_far_are_in_progress_not_cancelled():
     assert "Being evaluated now" in text and "⚠ Partial: run · r1 · partial 1 of 4 (cancelled)" in text
     text = saved_status_markdown([growing], "k", [], job_running=False)  # its job ended without finishing it
     assert "⚠ Partial" in text and "stopped before the end" in text and "Evaluate again" in text
+
+
+@pytest.mark.parametrize("saved", [
+    {"model": "m", "note": "The model is the tiny random stand-in made by make-tiny-model: its answers are meaningless."},
+    {"model": "m", "tiny_random_model": True,
+     "note": "The model is the tiny random stand-in made by `python -m pipeline make-tiny-model`: its answers are "
+             "meaningless."},
+], ids=["saved-before-the-fact", "saved-with-the-fact"])
+def test_the_stand_ins_note_names_the_button_not_the_command(saved):
+    """Issue 32 (no message names what the user never saw): the Judge status said "made by make-tiny-model",
+    a command the app's user never typed; it names the button that made the stand-in. The command line keeps
+    its command (one note, `stand_in_note`, worded by the app)."""
+    from pipeline.model.tiny_model import stand_in_note
+    from pipeline.tutor.evaluate import TINY_NOTE
+    from ui.judge_tab import app_note
+
+    text = view.saved_status_markdown([dict(saved, dataset_key="k", note=app_note(saved))], "k", [])
+    assert "**Create offline tiny test model** (top of the page)" in text and "meaningless" in text
+    assert "make-tiny-model" not in text and "python -m" not in text
+    assert "`python -m pipeline make-tiny-model`" in TINY_NOTE and TINY_NOTE == stand_in_note()
+    assert app_note({"model": "m"}) is None

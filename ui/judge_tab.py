@@ -26,8 +26,22 @@ from ui.common import (POLL_SECONDS, error_panel, list_runs, model_text, range_n
                        whole_number_in_range)
 from ui.state import AppState
 from ui.try_kinds import MAX_TOKENS_LABEL, MAX_TOKENS_RANGE
+from ui.wording import app_wording
 
 BASE, RUN = "base:", "run:"
+
+
+def app_note(result: dict) -> str | None:
+    """A saved evaluation's note in the app's words: for the random stand-in (`tiny_random_model`, or an
+    evaluation saved before that fact was, whose note named `make-tiny-model`) the pipeline's one note
+    (`pipeline.model.tiny_model.stand_in_note`) with its command renamed to the button that makes the
+    stand-in (`app_wording`); any other note through `app_wording`; None when there is none."""
+    from pipeline.model.tiny_model import stand_in_note
+
+    note = result.get("note")
+    if result.get("tiny_random_model") or (note and "tiny random stand-in" in note):
+        return app_wording(stand_in_note())
+    return app_wording(note) if note else None
 
 
 class JudgeHandlers:
@@ -90,7 +104,8 @@ class JudgeHandlers:
         labels = [view.model_label(r) for r in order]
         running = active_job(self.ws)
         targets = (job_status(self.ws, running).get("targets") or []) if running else []
-        status = view.saved_status_markdown(order, key, [r for r in every if r.get("dataset_key") != key],
+        status = view.saved_status_markdown([dict(r, note=app_note(r)) for r in order], key,
+                                            [r for r in every if r.get("dataset_key") != key],
                                             job_running=bool(running), running_targets=targets)
         first = rows[0] if rows else None
         verdict = "\n\n".join(part for part in (view.verdict_markdown(order), view.hearing_markdown(order)) if part)

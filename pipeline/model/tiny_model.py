@@ -36,6 +36,16 @@ from pathlib import Path
 
 MARKER_FILE = "tiny_model.json"
 """File in the model folder that marks it as the random stand-in (read by `is_tiny_random_model`)."""
+STAND_IN_MAKER = "`python -m pipeline make-tiny-model`"
+"""What makes the stand-in, in the command line's words: `stand_in_note`'s default. The app words it as its
+button (`ui.wording.app_wording` turns the command into **Create offline tiny test model**)."""
+
+
+def stand_in_note(what: str = "its answers are", made_by: str = STAND_IN_MAKER) -> str:
+    """The honesty note for answers from the random stand-in: "The model is the tiny random stand-in made by
+    `made_by`: `what` meaningless." `what`: the subject and its verb ("this text is"); `made_by`: what made
+    the stand-in in the reader's words (the command by default, which the app's wording renames)."""
+    return f"The model is the tiny random stand-in made by {made_by}: {what} meaningless."
 
 # Gemma 3n's fixed special tokens, in the order of their ids in the real tokenizer's first rows
 # (pad=0, eos=1, bos=2, unk=3, mask=4); the rest get the next ids here (the real ids are larger).

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import DatasetError, EvaluationError, SampleError
+from pipeline.model.tiny_model import stand_in_note
 from pipeline.tutor.metrics import (  # noqa: F401  (re-exported: the metrics' home is pipeline.tutor.metrics)
     DEFAULT_KIND,
     evaluate_answers,
@@ -48,7 +49,8 @@ RUN_EVAL_DIR = "eval"
 """A run's saved evaluations: `WS/runs/NAME/eval/KEY.json`."""
 BASE_EVALS_DIR = "evals"
 """Base models' saved evaluations: `WS/evals/MODEL/KEY.json`."""
-TINY_NOTE = "The model is the tiny random stand-in made by make-tiny-model: its answers are meaningless."
+TINY_NOTE = stand_in_note()
+"""A saved evaluation's note when the model is the random stand-in (with `tiny_random_model` true beside it)."""
 
 
 def _ws(workspace: Workspace | str | os.PathLike) -> Workspace:
@@ -298,6 +300,7 @@ class _Evaluation:
             "seconds": round(time.perf_counter() - self.started, 2),
             "finished_at": round(time.time(), 3),
             "note": TINY_NOTE if tutor.tiny_random_model else None,
+            "tiny_random_model": bool(tutor.tiny_random_model),
             **metrics,
             "by_kind": metrics_by_kind(self.answers, {k: v for k, v in metrics.items() if k != "per_clip"}),
             "answers": self.answers,

@@ -332,8 +332,9 @@ class Tutor:
 
     def _as_feedback(self, generated: Any, *, bypass: bool, audio_s: float) -> Feedback:
         """A `Feedback` for `generated` (`pipeline.tutor.batching.Generated`) from this tutor."""
-        note = ("The model is the tiny random stand-in made by make-tiny-model: this text is meaningless."
-                if self.tiny_random_model else None)
+        from pipeline.model.tiny_model import stand_in_note
+
+        note = stand_in_note("this text is") if self.tiny_random_model else None
         return Feedback(
             text=generated.text, model=self.model_id, run=None if bypass else self.run,
             adapter_dir=None if bypass else self.adapter_dir, tiny_random_model=self.tiny_random_model,
