@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, in_words
 from pipeline.model.catalog import DEFAULT_MODEL, KNOWN_MODELS  # noqa: F401 - KNOWN_MODELS: what the app and the CLI offer
 
 DEVICES = ("auto", "cuda", "mps", "cpu")
@@ -207,7 +207,7 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"Unknown training settings {unknown}; known settings are {sorted(known)}.")
+            raise ConfigError(f"Unknown training settings {in_words(unknown)}; known settings are {in_words(sorted(known), limit=100)}.")
         return cls(**data)
 
     @classmethod

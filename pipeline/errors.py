@@ -24,6 +24,17 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     return f"{text[: max(1, limit - 30)]}... ({len(text):,} characters)"
 
 
+def in_words(items, limit: int = 8, empty: str = "nothing") -> str:
+    """Names joined as a sentence says them, never a Python list: `["a", "b", "c"]` -> "a, b and c";
+    more than `limit` -> "a, b, ... and 5 more"; none -> `empty`. Each item is `shorten`ed to 60 characters."""
+    names = [shorten(item, 60) for item in items]
+    if not names:
+        return empty
+    if len(names) > limit:
+        return ", ".join(names[:limit]) + f" and {len(names) - limit} more"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 class PipelineError(Exception):
     """Base class of every error a person can act on (bad input, missing files, no memory)."""
 
@@ -89,6 +100,22 @@ class EvaluationError(PipelineError):
 
 class ExportError(PipelineError):
     """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""
+
+
+class ImportRunError(ExportError):
+    """A run trained elsewhere that cannot be imported. The message is the command line's (it names the run
+    folder's files); `reason` says which refusal it is, one of `IMPORT_REFUSALS`, and `facts` holds the values
+    the app words it with in a teacher's terms (`path`, and by reason `runs`, `status`, `name`, `model`)."""
+
+    IMPORT_REFUSALS = ("nothing_there", "cannot_unpack", "not_a_run", "several_runs", "no_adapter", "name_taken",
+                       "other_base_model")
+
+    def __init__(self, message: str, reason: str, **facts):
+        if reason not in self.IMPORT_REFUSALS:
+            raise ValueError(f"unknown import refusal {reason!r}; expected one of {self.IMPORT_REFUSALS}")
+        super().__init__(message)
+        self.reason = reason
+        self.facts = facts
 
 
 def missing_package_message(error: ImportError) -> str:

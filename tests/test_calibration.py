@@ -81,7 +81,7 @@ def test_the_default_record_dates_every_device_term_and_a_damaged_one_is_named(t
         assert term["how"] in ("measured", "assumed") and term["date"][:2] == "20" and term["note"], name
     damaged = dict(record, terms={k: {f: v for f, v in t.items() if f != "note"} for k, t in record["terms"].items()})
     (tmp_path / "record.json").write_text(json.dumps(damaged))
-    with pytest.raises(ConfigError, match=r"lacks \['note'\].*Restore the file"):
+    with pytest.raises(ConfigError, match=r"lacks note; every term.*Restore the file"):
         store.read_device_defaults(tmp_path / "record.json")
 
 

@@ -315,3 +315,55 @@ def test_a_gemma3n_runs_gguf_refusal_names_the_try_tabs_choices_and_the_last_exp
     first = [dep for dep in demo.fns.values() if (button._id, "click") in [tuple(t) for t in dep.targets]]
     assert [getattr(out, "elem_id", None) for out in first[0].outputs] == ["export-note", "export-file"]
     assert getattr(first[0].fn, "__name__", "") == "clear", first[0].fn
+
+
+def test_import_refusals_say_in_a_teachers_words_what_is_missing(tmp_path):
+    """Issue 32 (no message names a file the user never saw): importing a folder that is not a run said
+    "holds no run folder (a folder with config.json and adapter/); found ['adapter', 'train.sh'] ... the
+    bundle's train.sh". The app says what is missing and what to do; the command line may name the files but
+    joins them in words, never a Python list."""
+    from pipeline.errors import ImportRunError
+    from ui.try_view import import_refusal
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(tmp_path / "ws")
+    bundle = tmp_path / "bundle"
+    (bundle / "adapter").mkdir(parents=True)
+    (bundle / "train.sh").write_text("#!/bin/sh\n")
+    several = tmp_path / "out"
+    for run in ("a", "b"):
+        (several / "runs" / run / "adapter").mkdir(parents=True)
+        (several / "runs" / run / "config.json").write_text("{}")
+    broken = tmp_path / "run.tar.gz"
+    broken.write_bytes(b"not a tar")
+    notes = {case: app.import_run(str(path), "") for case, path in
+             (("not_a_run", bundle), ("several_runs", several), ("cannot_unpack", broken),
+              ("nothing_there", tmp_path / "gone"))}
+    assert "does not hold a trained run" in notes["not_a_run"] and "the run's own folder" in notes["not_a_run"]
+    assert "holds 2 runs (runs/a and runs/b)" in notes["several_runs"]
+    assert "cannot be opened" in notes["cannot_unpack"] and "There is nothing at" in notes["nothing_there"]
+    for case, note in notes.items():
+        assert note.startswith("**✗ Export / import:**"), case
+        for engineer in ("config.json", "adapter/", "train.sh", "['", "--source", "OUTPUT/"):
+            assert engineer not in note, (case, engineer)
+    for reason, facts in (("no_adapter", {"path": "/x", "status": "failed"}), ("name_taken", {"name": "r1"}),
+                          ("other_base_model", {"model": "google/gemma-3n-E2B-it"})):
+        words = import_refusal(reason, facts)
+        assert not any(raw in words for raw in ("config.json", "adapter", "train.sh", "--", "status failed")), words
+    with pytest.raises(ImportRunError) as refused:
+        import_run(tmp_path / "ws", bundle)
+    assert refused.value.reason == "not_a_run" and "found adapter and train.sh" in str(refused.value)
+    assert "[" not in str(refused.value)
+
+
+def test_an_imports_report_says_its_differences_in_words():
+    """The import's report named "config.json's model ... becomes ..." and "its config.json differs": it says
+    what differs for the teacher, from the result's facts."""
+    from ui.try_view import import_markdown
+
+    text = import_markdown({"run": "r", "status": "completed", "steps": 3, "model": "m", "model_here": False,
+                            "model_differences": ["its config.json differs"], "dataset_matches": None,
+                            "workspace_fingerprint": None, "differences": ["its config.json differs"],
+                            "notes": ["config.json's model `x` becomes `m`"]})
+    assert "config.json" not in text and "another version of this base model" in text
+    assert "build one on the **2 · Dataset** tab" in text and "not on this computer yet" in text

@@ -225,10 +225,10 @@ def test_scores_found_in_parent_folder(tmp_path):
 
 def test_missing_column_lists_columns_found(tmp_path):
     source = make_audiofolder(tmp_path / "src", ";", bom=True, header=("\ufeffFichier", "Phrase", "Retour"))
-    with pytest.raises(ImportFormatError, match=r"no column for the audio file name.*columns found: \['Fichier', 'Phrase', 'Retour'\]"):
+    with pytest.raises(ImportFormatError, match=r"no column for the audio file name.*columns found: Fichier, Phrase and Retour"):
         import_folder(tmp_path / "ws", source)
     source2 = make_audiofolder(tmp_path / "src2", header=("file_name", "words", "feedback"))
-    with pytest.raises(ImportFormatError, match=r"no column for the target text.*target_text.*columns found: \['file_name', 'words', 'feedback'\]"):
+    with pytest.raises(ImportFormatError, match=r"no column for the target text.*target_text.*columns found: file_name, words and feedback"):
         import_folder(tmp_path / "ws", source2)
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from pipeline.errors import ExportError
+from pipeline.errors import ExportError, ImportRunError
 from ui import try_view as view
 from ui.common import cleared, ui_errors
 from ui.state import AppState
@@ -64,7 +64,10 @@ class ExportHandlers:
         if not source:
             raise ExportError("No run given to import: type the path of the run folder copied back from the other "
                               "machine (OUTPUT/runs/NAME) or of its .tar.gz, then press Import run.")
-        result = import_run(self.state.ws, source, name=(name or "").strip() or None)
+        try:
+            result = import_run(self.state.ws, source, name=(name or "").strip() or None)
+        except ImportRunError as error:  # the command line's words name the run folder's files: the app says it
+            raise ExportError(view.import_refusal(error.reason, error.facts)) from error
         return view.import_markdown(result)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping, Sequence
 
+from pipeline.errors import in_words
 from ui.counts import plural
 
 
@@ -57,9 +58,59 @@ def no_gguf_for_gemma3n(run_name: str) -> str:
 
 def import_markdown(result: Mapping[str, Any]) -> str:
     """What an import of a run trained elsewhere brought in (`import_run`'s result: the run's name, status,
-    steps and base model) and what was found to differ from this workspace, with the import's notes (Markdown)."""
+    steps and base model) and what differs from this workspace, in a teacher's words from the result's facts
+    (`dataset_matches`, `workspace_fingerprint`, `model_here`, `model_differences`); the result's `differences`
+    and `notes` sentences are the command line's, which name the run folder's files (Markdown)."""
     lines = [f"✓ Imported **{html.escape(result['run'])}** ({result.get('status')}, {result.get('steps')} steps; base "
              f"model `{result['model']}`). It is in the run lists now."]
-    lines += [f"- differs: {html.escape(d)}" for d in result["differences"]]
-    lines += [f"- note: {html.escape(n)}" for n in result["notes"]]
+    if result.get("model_differences"):
+        lines.append("- ⚠ It was trained on another version of this base model: its answers here may be wrong.")
+    if result.get("dataset_matches") is False:
+        lines.append("- ⚠ It was trained on other recordings than this workspace's dataset: Judge's test recordings "
+                     "may include some it learned from, which would flatter it there.")
+    elif result.get("dataset_matches") is None:
+        lines.append("- Its recordings could not be compared with this workspace's dataset (" +
+                     ("build one on the **2 · Dataset** tab to compare)" if not result.get("workspace_fingerprint")
+                      else "the run did not record which recordings it trained on)"))
+    if result.get("model_here") is False:
+        lines.append(f"- The base model `{html.escape(str(result['model']))}` is not on this computer yet: get it "
+                     "(top of the page) before trying the run.")
     return "\n".join(lines)
+
+
+_NOT_TRAINED = {"failed": "its training failed", "running": "it was still training when it was copied",
+                "stopped": "it stopped before it saved what it learned"}
+"""Why a run has no tutor yet, by its status (`import_refusal`'s no_adapter)."""
+
+
+def import_refusal(reason: str, facts: Mapping[str, Any]) -> str:
+    """Why a run could not be imported, in a teacher's words, and what to do: `reason` and `facts` of a
+    `pipeline.errors.ImportRunError` (the command line's message names the run folder's files; here only the
+    path the teacher typed, the run's names, and the app's own widgets). Lists are joined in words (Markdown)."""
+    path = f"`{html.escape(str(facts.get('path', '')))}`"
+    if reason == "nothing_there":
+        return (f"There is nothing at {path}. Type where the run you copied back from the other machine is: its "
+                "folder, or its .tar.gz file.")
+    if reason == "cannot_unpack":
+        return (f"{path} cannot be opened as a .tar.gz file: it may be damaged or only partly copied. Copy it "
+                "again from the other machine, or type the run's folder instead.")
+    if reason == "not_a_run":
+        return (f"{path} does not hold a trained run. Type the run's own folder: the one named after the run, in "
+                "the `runs` folder the training made on the other machine (or a .tar.gz of it).")
+    if reason == "several_runs":
+        runs = [str(run) for run in facts.get("runs", [])]
+        return (f"{path} holds {len(runs)} runs ({html.escape(in_words(runs))}). Type the folder of the one to "
+                f"import, e.g. `{html.escape(str(facts.get('path', '')).rstrip('/') + '/' + runs[0])}`." if runs else
+                f"{path} holds several runs: type the folder of the one to import.")
+    if reason == "no_adapter":
+        why = _NOT_TRAINED.get(str(facts.get("status")), "it has not saved what it learned yet")
+        return (f"The run in {path} has no tutor to try yet: {why}. Let it finish on the other machine (or stop "
+                "it there: a stopped run keeps what it learned), then import it again.")
+    if reason == "name_taken":
+        return (f"A run named **{html.escape(str(facts.get('name')))}** is already here. Type another name in "
+                "**Name here (optional)** and press **Import run** again.")
+    if reason == "other_base_model":
+        return (f"This run was trained on another base model than the `{html.escape(str(facts.get('model')))}` on "
+                "this computer, and it works only with the one it learned on. Get that model (top of the page), "
+                "then import the run again.")
+    raise ValueError(f"unknown import refusal {reason!r}")

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, in_words
 from pipeline.fileio import atomic_write_json, locked
 from pipeline.host.allocator import training_allocator
 
@@ -251,7 +251,7 @@ def _term_value(path: Path, name: str, term: dict):
     `{True, False}` for values keyed by `CHECKPOINTING_KEYS`."""
     missing = [k for k in ("value", "unit", "date", "how", "machine", "note") if k not in term]
     if missing:
-        raise ConfigError(f"`{name}` in {path} lacks {missing}; every term has a value, its unit and a dated note. "
+        raise ConfigError(f"`{name}` in {path} lacks {in_words(missing)}; every term has a value, its unit and a dated note. "
                           "Restore the file from the repository.")
     value, factor = term["value"], SIZE_UNITS.get(term["unit"])
     if isinstance(value, dict):
@@ -281,7 +281,7 @@ def read_device_defaults(path: Path = DEVICE_DEFAULTS_FILE) -> DeviceDefaults:
               "cpu_heap_retention_fitted_dtype", "cpu_heap_retention_run_spread")
     missing = [name for name in needed if name not in values] + [d for d in ("cpu", "cuda", "mps") if d not in notes]
     if missing:
-        raise ConfigError(f"The default calibration record {path} lacks {missing}. Restore it from the repository.")
+        raise ConfigError(f"The default calibration record {path} lacks {in_words(missing)}. Restore it from the repository.")
     cpu = values["cpu_import_baseline"] + values["cpu_runtime_objects"]
     return DeviceDefaults(
         runtime_overhead_bytes={"cpu": cpu, "cuda": values["cuda_runtime_overhead"], "mps": values["mps_runtime_overhead"]},

@@ -59,7 +59,7 @@ from pipeline.data.metadata_table import (
     rel_path,
 )
 from pipeline.data.paths import PathResolver
-from pipeline.errors import ImportFormatError, PipelineError, shorten
+from pipeline.errors import ImportFormatError, PipelineError, in_words, shorten
 from pipeline.fileio import read_person_text
 from pipeline.workspace import Workspace
 
@@ -382,7 +382,7 @@ def _read_audiofolder(root: Path) -> Items:
             extra = "" if file_col is None else " (or `prompt` for free speech: the question the learner answered)"
             raise ImportFormatError(
                 f"`{rel_path(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
-                f"columns found: {shown}. Rename that column in the first row and import again."
+                f"columns found: {in_words(shown, limit=20)}. Rename that column in the first row and import again."
             )
         where = rel_path(metadata, root)
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):

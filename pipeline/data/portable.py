@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, in_words
 
 FORMAT_VERSION = 1
 INFO_NAME = "dataset.json"
@@ -90,7 +90,7 @@ def check_portable_dataset(folder: str | os.PathLike) -> Path:
     path = Path(folder).expanduser()
     train_file = path / SPLIT_FILES["train"]
     if not train_file.is_file():
-        found = sorted(p.name for p in path.iterdir())[:20] if path.is_dir() else "the folder does not exist"
+        found = in_words(sorted(p.name for p in path.iterdir()), limit=20) if path.is_dir() else "the folder does not exist"
         raise DatasetError(
             f"`{path}` is not a portable dataset folder (no {SPLIT_FILES['train']}; found {found}). Make one with "
             "`python -m pipeline export --workspace WS --run NAME --format bundle` (its dataset/ folder)."
@@ -105,7 +105,7 @@ def check_portable_dataset(folder: str | os.PathLike) -> Path:
                                "export the bundle again.") from error
         missing = [c for c in COLUMNS if c not in names]
         if missing:
-            raise DatasetError(f"`{file}` lacks the columns {missing} (it has {sorted(names)}); it was not written by "
+            raise DatasetError(f"`{file}` lacks the columns {in_words(missing)} (it has {in_words(sorted(names))}); it was not written by "
                                "`export --format bundle`. Export the bundle again.")
     return path
 

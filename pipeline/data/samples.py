@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from pipeline.conversation.messages import check_user_text, is_blank
-from pipeline.errors import ClipTooLongError, PipelineError, SampleError
+from pipeline.errors import ClipTooLongError, PipelineError, SampleError, in_words
 from pipeline.fileio import atomic_write_bytes, atomic_write_json, locked
 from pipeline.workspace import Workspace
 
@@ -177,7 +177,7 @@ class Sample:
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         missing = [name for name in ("id", "audio_file", "target_text") if name not in known]
         if missing:
-            raise SampleError(f"Manifest entry {data!r:.120} lacks {missing}; the manifest is damaged.")
+            raise SampleError(f"Manifest entry {data!r:.120} lacks {in_words(missing)}; the manifest is damaged.")
         if known.get("kind") in (None, ""):
             known["kind"] = "read_aloud"  # manifests written before kinds existed
         return cls(**known)
@@ -626,7 +626,7 @@ class SampleLibrary:
         unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
         if unknown:
             raise SampleError(
-                f"Cannot edit {unknown} of a sample; editable fields are {list(EDITABLE_FIELDS)}. "
+                f"Cannot edit {in_words(unknown)} of a sample; editable fields are {in_words(EDITABLE_FIELDS)}. "
                 "To replace the audio, delete the sample and add it again."
             )
         for key in ("target_text", "feedback", "transcript", "speaker"):

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ExportError
+from pipeline.errors import ImportRunError, in_words
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.workspace import Workspace
@@ -50,11 +50,13 @@ def _find_run_dir(root: Path) -> Path:
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        found = sorted(p.name for p in root.iterdir())[:20] if root.is_dir() else "nothing"
-        raise ExportError(f"`{root}` holds no run folder (a folder with config.json and adapter/); found {found}. Give the "
-                          "run folder itself, e.g. OUTPUT/runs/NAME from the bundle's train.sh.")
-    listed = ", ".join(str(c.relative_to(root)) for c in candidates[:10])
-    raise ExportError(f"`{root}` holds {len(candidates)} runs ({listed}); give --source the one to import.")
+        found = in_words(sorted(p.name for p in root.iterdir()), limit=20) if root.is_dir() else "nothing"
+        raise ImportRunError(f"`{root}` holds no run folder (a folder with config.json and adapter/); found {found}. "
+                             "Give the run folder itself, e.g. OUTPUT/runs/NAME from the bundle's train.sh.",
+                             "not_a_run", path=str(root))
+    runs = [str(c.relative_to(root)) for c in candidates]
+    raise ImportRunError(f"`{root}` holds {len(candidates)} runs ({in_words(runs, limit=10)}); give --source the one "
+                         "to import.", "several_runs", path=str(root), runs=runs)
 
 
 def _unpack(archive: Path, into: Path) -> Path:
@@ -62,8 +64,9 @@ def _unpack(archive: Path, into: Path) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(into, filter="data")  # no absolute paths, no links out of `into`
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise ExportError(f"`{archive}` cannot be unpacked ({type(error).__name__}: {error}); give the run folder or a "
-                          ".tar.gz made with `tar czf NAME.tar.gz -C OUTPUT/runs NAME`.") from error
+        raise ImportRunError(f"`{archive}` cannot be unpacked ({type(error).__name__}: {error}); give the run folder or "
+                             "a .tar.gz made with `tar czf NAME.tar.gz -C OUTPUT/runs NAME`.", "cannot_unpack",
+                             path=str(archive)) from error
     return into
 
 
@@ -141,32 +144,37 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
         `check_run`'s dict plus `run`, `path`, `source`, `imported` (True).
 
     Raises:
-        ExportError: no run at `source`, no adapter, a run of that name exists here, the base model
-            differs (without `force`), or not enough free disk.
+        ImportRunError: nothing at `source`, an archive that cannot be unpacked, no run folder (or several)
+            in it, no adapter, a run of that name exists here, or the base model differs (without `force`);
+            its `reason` and `facts` say which, for the app's own words.
+        ExportError: not enough free disk.
     """
     from pipeline.fileio import atomic_write_json, locked
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     source = Path(source).expanduser().resolve()
     if not source.exists():
-        raise ExportError(f"`{source}` does not exist; give the run folder (OUTPUT/runs/NAME) or its .tar.gz.")
+        raise ImportRunError(f"`{source}` does not exist; give the run folder (OUTPUT/runs/NAME) or its .tar.gz.",
+                             "nothing_there", path=str(source))
     with tempfile.TemporaryDirectory(prefix=".import-", dir=ws.root if ws.root.is_dir() else None) as tmp:
         root = _unpack(source, Path(tmp)) if source.is_file() and source.name.endswith(ARCHIVE_SUFFIXES) else source
         run_dir = _find_run_dir(root)
         if not has_adapter(run_dir):
             status = _read_json(run_dir / RUN_FILES["result"]).get("status", "unknown")
-            raise ExportError(f"The run in `{run_dir}` has no adapter (status {status}): nothing to try here. Resume it where "
-                              "it ran (`train.sh --resume`) or stop it (a stopped run saves its adapter), then import it.")
+            raise ImportRunError(f"The run in `{run_dir}` has no adapter (status {status}): nothing to try here. Resume it "
+                                 "where it ran (`train.sh --resume`) or stop it (a stopped run saves its adapter), then "
+                                 "import it.", "no_adapter", path=str(run_dir), status=status)
         name = name or run_dir.name
         target = ws.run_dir(name)
         with locked(ws.runs_dir):  # the run list: no start or other import of this name meanwhile
             if target.exists():
-                raise ExportError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name with "
-                                  "--name NEW.")
+                raise ImportRunError(f"A run named `{name}` already exists in {ws.runs_dir}; import it under another name "
+                                     "with --name NEW.", "name_taken", path=str(run_dir), name=name)
             report = check_run(ws, run_dir, model)
             if report["model_differences"] and not force:
-                raise ExportError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the right "
-                                  "model back, or import anyway with --force.")
+                raise ImportRunError(f"Not imported: {report['differences'][0]}. Its adapter only fits that model; put the "
+                                     "right model back, or import anyway with --force.", "other_base_model",
+                                     path=str(run_dir), model=report["model"])
             check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
             with staged_folder(target) as staging:
                 shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))

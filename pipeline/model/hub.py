@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.errors import ModelLoadError
+from pipeline.errors import ModelLoadError, in_words
 from pipeline.fileio import disk_room
 
 MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
@@ -100,9 +100,9 @@ def check_local_folder(model_id: str) -> Path:
         )
     missing = [name for name in ("config.json", "tokenizer_config.json") if not (path / name).exists()]
     if missing:
-        found = sorted(p.name for p in path.iterdir())[:20]
+        found = in_words(sorted(p.name for p in path.iterdir()), limit=20)
         raise ModelLoadError(
-            f"Model folder `{path}` is missing {missing}; found {found or 'nothing'}. Copy the whole model folder, or "
+            f"Model folder `{path}` is missing {in_words(missing)}; found {found}. Copy the whole model folder, or "
             "give the model's hub id and get it with Get the model (`python -m pipeline get-model --model ID`)."
         )
     return path

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from pipeline.errors import ConfigError, DatasetError, ModelLoadError
+from pipeline.errors import ConfigError, DatasetError, ModelLoadError, in_words, shorten
 from pipeline.model.hub import (
     check_disk_for_download,
     check_local_folder,
@@ -558,7 +558,7 @@ def attach_lora(model: torch.nn.Module, config) -> tuple[torch.nn.Module, LoraRe
     empty = [part for part in requested if counts.get(part, 0) == 0]
     if empty:
         raise TrainingError(
-            f"LoRA wrapped zero modules in {empty} (counts {counts}) with `--lora-targets {config.lora_targets}`; "
+            f"LoRA wrapped zero modules in {in_words(empty)} (counts: {shorten(counts)}) with `--lora-targets {config.lora_targets}`; "
             "the model's module names do not match the target pattern, so that part would silently not train."
         )
     if config.gradient_checkpointing and counts.get("audio", 0):
@@ -604,7 +604,7 @@ def load_adapter(model: torch.nn.Module, adapter_dir: str | os.PathLike, *, is_t
 
     path = Path(adapter_dir)
     if not (path / "adapter_config.json").is_file():
-        found = sorted(p.name for p in path.iterdir())[:20] if path.is_dir() else "the folder does not exist"
+        found = in_words(sorted(p.name for p in path.iterdir()), limit=20) if path.is_dir() else "the folder does not exist"
         raise ModelLoadError(
             f"`{path}` is not a LoRA adapter folder (no adapter_config.json; found {found}). Train a run first, "
             "or give the run's `adapter/` folder."

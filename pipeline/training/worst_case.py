@@ -27,7 +27,7 @@ from pipeline.config import TrainConfig
 from pipeline.memory.inputs import worst_case_clip
 from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, family_of_tokenizer
 from pipeline.data.rows import TEXT_COLUMNS, row_messages
-from pipeline.errors import TrainingError
+from pipeline.errors import TrainingError, in_words
 
 
 @dataclass
@@ -162,7 +162,7 @@ def preflight(model, collator, case: WorstCase, config: TrainConfig, device: str
     loss, out = answer_loss(model, batch)
     if not torch.isfinite(loss):
         raise TrainingError(f"The loss on the worst-case batch is {loss.item()} (not finite); check the dataset rows "
-                            f"{sorted({case.longest_row, case.longest_clip, case.longest_answer})}.")
+                            f"{in_words(sorted({case.longest_row, case.longest_clip, case.longest_answer}))}.")
     loss.backward()
     model.zero_grad(set_to_none=True)
     result = {
