@@ -258,8 +258,29 @@ def test_the_model_note_says_when_offline_mode_cannot_download(tmp_path, monkeyp
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     note = TutorApp(tmp_path / "ws").describe_model("google/gemma-3n-E2B-it")
-    assert "not on this computer" in note and "HF_HUB_OFFLINE=1" in note and "Create offline tiny test model" in note
+    assert "not on this computer" in note and "offline mode" in note and "Create offline tiny test model" in note
     assert "on first use" not in note
+    # Issue 32: the teacher never set HF_HUB_OFFLINE; the variable waits behind "Why?" for whoever started the app.
+    said, why = note.split("<details>")
+    assert "HF_HUB_OFFLINE" not in said and "HF_HUB_OFFLINE=1" in why
+
+
+def test_messages_name_no_environment_variable_the_apps_user_never_set(monkeypatch, tmp_path):
+    """Build, Train and Try refused a model that is not here with "offline mode (HF_HUB_OFFLINE=1) is on", and
+    Get the model with "unset both variables": in the app they say the app was started offline."""
+    from pipeline.errors import ModelLoadError
+    from pipeline.model import download, hub
+    from ui.common import error_panel
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelLoadError) as refused:
+        hub._check_hub_reachable("google/gemma-3n-E2B-it")
+    for message in (str(refused.value), download._offline_message("google/gemma-3n-E2B-it")):
+        assert "HF_HUB_OFFLINE" in message  # the command line's words name the variable its user set
+        shown = error_panel(ModelLoadError(message))
+        assert "HF_HUB_OFFLINE" not in shown and "TRANSFORMERS_OFFLINE" not in shown and "variables" not in shown
+        assert "started in offline mode" in shown
 
 
 def test_launch_flags_default_to_localhost_only():

@@ -18,6 +18,7 @@ from pipeline.errors import PipelineError
 from pipeline.model.catalog import DEFAULT_FAMILY, DEFAULT_MODEL
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 from ui.common import CONFIG_FIELDS, DEFAULTS, confine_model_folders, list_runs, model_text, run_settings, typed_path, ui_errors
+from ui.wording import OFFLINE_WORDS
 
 TINY_MODEL_SUBDIR = Path("models") / DEFAULT_FAMILY.tiny_dir_name
 SETTINGS_FILE = "settings.json"
@@ -119,9 +120,11 @@ class AppState:
             return f"`{model}`: a model from Hugging Face, on this computer."
         if _hub_offline():  # it cannot be fetched now
             return (
-                f"⚠ `{model}` is not on this computer and offline mode (HF_HUB_OFFLINE=1) is on, so it cannot be "
-                "downloaded: Build, Train and Try will stop with this message. Click **Create offline tiny test "
-                "model** to try the whole flow now, or, online, unset HF_HUB_OFFLINE and use **Get the model** below."
+                f"⚠ `{model}` is not on this computer, and {OFFLINE_WORDS}: Build, Train and Try need the model "
+                "here. Click **Create offline tiny test model** to try the whole flow now, or start the app again "
+                "without offline mode and use **Get the model** below.\n\n<details><summary>Why?</summary>\n\n"
+                "The app was started with HF_HUB_OFFLINE=1 (or TRANSFORMERS_OFFLINE=1) in its environment, which "
+                "keeps the Hugging Face libraries from going online. Start it without that variable.\n\n</details>"
             )
         return (f"`{model}`: a model from Hugging Face, not on this computer yet; **Get the model** below fetches it "
                 "(training needs it here first).")

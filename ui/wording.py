@@ -18,6 +18,8 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
+from pipeline.model.download import OFFLINE_FIX, OFFLINE_ON
+from pipeline.model.hub import OFFLINE_MODE
 from pipeline.units import MIB, format_gib
 from ui.memory_counters import memory_counter_words
 
@@ -73,6 +75,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("Get feedback", "Try tab"),
 }
 """`python -m pipeline COMMAND`s and the button (or table) that does the same in the app."""
+
+OFFLINE_WORDS = "this app was started in offline mode (it downloads nothing from Hugging Face)"
+"""Offline mode as the app's user knows it: they see no variable, only that the app downloads nothing."""
+ENVIRONMENT_PHRASES: dict[str, str] = {
+    OFFLINE_MODE: OFFLINE_WORDS,
+    OFFLINE_ON: OFFLINE_WORDS[0].upper() + OFFLINE_WORDS[1:],
+    OFFLINE_FIX: "start the app again without offline mode, then click **Get the model** again.",
+}
+"""Phrases of `pipeline/` messages that name an environment variable the app's user never set, and the app's
+words for them (`app_wording`)."""
 
 _CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
             for value in group}
@@ -153,7 +165,8 @@ def app_wording(text: str | None, *, markdown: bool = True,
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
     "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
     "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)"; an aside "(on the command line: ...)"
-    is dropped (the sentence names the app's widget already). Flags and commands with no
+    is dropped (the sentence names the app's widget already); a phrase naming an environment variable the app's
+    user never set is said in their words (`ENVIRONMENT_PHRASES`). Flags and commands with no
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
@@ -165,6 +178,8 @@ def app_wording(text: str | None, *, markdown: bool = True,
         return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
     text = _COMMAND_LINE_ONLY.sub("", str(text))
+    for phrase, words in ENVIRONMENT_PHRASES.items():
+        text = text.replace(phrase, words)
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
     text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)

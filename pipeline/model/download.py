@@ -246,9 +246,14 @@ def check_access(model_id: str, *, token: str | bool | None = None, endpoint: st
     return listing
 
 
+OFFLINE_ON = "Offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)"
+"""The start of `_offline_message`, naming the variables (`ui.wording.app_wording` rewords it for the app)."""
+OFFLINE_FIX = "unset both variables (or set them to 0) and start the download again."
+"""The end of `_offline_message`, in the command line's words (`ui.wording.app_wording` rewords it for the app)."""
+
+
 def _offline_message(model_id: str) -> str:
-    return (f"Offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1), so `{model_id}` cannot be downloaded: "
-            "unset both variables (or set them to 0) and start the download again.")
+    return f"{OFFLINE_ON}, so `{model_id}` cannot be downloaded: {OFFLINE_FIX}"
 
 
 def _access_message(model_id: str, status: int | None, has_token: bool) -> str:

@@ -20,6 +20,10 @@ from typing import Iterator
 from pipeline.errors import ModelLoadError, in_words
 from pipeline.fileio import disk_room
 
+OFFLINE_MODE = "offline mode (HF_HUB_OFFLINE=1) is on"
+"""Why a model not on this computer cannot be fetched, in the command line's words: the variable its user set.
+The app names no variable its user never saw (`ui.wording.app_wording` rewords this phrase)."""
+
 MODEL_DOWNLOAD_BYTES = {"google/gemma-3n-E2B-it": 11_000_000_000, "google/gemma-3n-E4B-it": 16_000_000_000}
 """Approximate download sizes in bytes (bf16 safetensors on the hub) used for the free-disk check."""
 
@@ -208,7 +212,7 @@ def translate_load_errors(model_id: str, what: str) -> Iterator[None]:
                 "Check the spelling (e.g. google/gemma-3n-E2B-it) or give a local folder."
             ) from error
         if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
-            where = "offline mode (HF_HUB_OFFLINE=1) is on" if _hub_offline() else "the hub cannot be reached"
+            where = OFFLINE_MODE if _hub_offline() else "the hub cannot be reached"
             raise ModelLoadError(_not_cached_message(model_id, where)) from error
         if any(type(e).__name__ == "SafetensorError" for e in chain):  # safetensors' own error: a damaged file
             raise ModelLoadError(
@@ -253,7 +257,7 @@ def _check_hub_reachable(model_id: str) -> None:
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
     if _hub_offline():
-        raise ModelLoadError(_not_cached_message(model_id, "offline mode (HF_HUB_OFFLINE=1) is on"))
+        raise ModelLoadError(_not_cached_message(model_id, OFFLINE_MODE))
     try:
         model_info(model_id, timeout=HUB_PROBE_TIMEOUT_S)
     except (GatedRepoError, RepositoryNotFoundError):
