@@ -123,6 +123,8 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         demo.load(samples.restore, outputs=[samples.progress, samples.item])  # the recording session goes on
         demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
         demo.load(app.judge.on_load, outputs=judge.attach)  # re-attach to a running evaluation job
+        demo.load(app.memory.calibration_on_load, outputs=[memory.machine, memory.memory_gb, memory.verdict_out,
+                                                           memory.measured_out, memory.calibration_timer])  # and calibration
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(

@@ -20,6 +20,7 @@ COMMANDS = {
     "make-tiny-model": ("pipeline.model.cli", "make_tiny_model_main", "write a tiny random Gemma 3n (or --family gemma4) + processor for offline use"),
     "get-model": ("pipeline.model.cli", "get_model_main", "download a model from Hugging Face (token, progress, resume, hashes)"),
     "estimate": ("pipeline.memory.cli", "estimate_main", "estimate (and optionally measure) fine-tuning peak memory"),
+    "calibration-job": ("pipeline.memory.cli", "calibration_job_main", "calibrate this machine as a background job (the app's Calibrate this machine): run, status"),
     "plan": ("pipeline.memory.cli", "plan_main", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.cli", "train_main", "LoRA fine-tune Gemma 3n or Gemma 4 on the built dataset"),
     "delete-run": ("pipeline.training.cli", "delete_run_main", "delete a run folder (refused while the run is training)"),

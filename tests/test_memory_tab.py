@@ -139,3 +139,90 @@ def test_tight_with_no_suggestion_never_says_nothing_fits():
     assert "It fits, tightly" in memory_view.suggestions_markdown([], "tight")
     assert "No setting change found" in memory_view.suggestions_markdown([], "does not fit")
     assert memory_view.suggestions_markdown([], "fits") == ""
+
+
+# ------------------------------------------------------------------ calibration as a job of its own (issue 32)
+
+def _fake_calibration(app, **progress):
+    """A calibration job folder with a live process that stands in for the job's (it only sleeps; its command
+    line is the job's), its settings and its progress so far; returns the process."""
+    import json
+    import time
+
+    from pipeline import jobs
+    from pipeline.memory.calibration_job import JOB_FILES, job_folder
+
+    folder = job_folder(app.ws)
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = common.config_from_values([_values()[name] for name in common.CONFIG_FIELDS]).replace(device="auto")
+    (folder / JOB_FILES["job"]).write_text(json.dumps({"settings": settings.to_dict(), "elsewhere": "", "created_at": 0}))
+    (folder / JOB_FILES["progress"]).write_text(json.dumps(dict(progress, updated_at=time.time())))
+    command = [sys.executable, "-c", "import time; time.sleep(120)", "pipeline", "calibration-job", "run",
+               "--workspace", str(app.ws.root)]
+    return jobs.start(folder, command, env=jobs.job_env()), settings
+
+
+def test_a_reopened_page_follows_a_running_calibration_then_its_answer_refreshes(app):
+    """Issue 32 (nothing stale): the calibration ran inside the click's handler, so a reloaded page lost its
+    progress and never refreshed the verdict. It runs in its own process: a page (re)opened during it shows
+    its part and phase, a second click starts nothing, and its end brings the answer for this computer again."""
+    import json
+
+    from pipeline import jobs
+    from pipeline.memory.calibration_job import JOB_FILES, calibration_status, job_folder
+    from ui.memory_tab import CALIBRATING, N_ESTIMATE_OUTPUTS, THIS_COMPUTER
+
+    values = [_values()[name] for name in common.CONFIG_FIELDS]
+    process, settings = _fake_calibration(app, part="stand-in", index=2, of=4, phase="load", text="…")
+    try:
+        machine, budget, verdict, measured, timer = app.memory.calibration_on_load()
+        assert machine["value"] == THIS_COMPUTER and verdict == CALIBRATING and timer.active
+        assert "part 2 of 4: a short trial with the offline test model · loading the model" in measured
+        polled = app.memory.calibration_poll(0, *values)
+        assert len(polled) == N_ESTIMATE_OUTPUTS + 2 and polled[-1].active
+        assert polled[1] == gr.skip() and "loading the model" in polled[N_ESTIMATE_OUTPUTS - 2]
+        text, timer = app.memory.start_calibration("", 0, *values)  # a second click while it runs
+        assert text.startswith("A calibration of this computer is already running") and timer.active
+        assert calibration_status(app.ws)["started_at"] and jobs.read_json(
+            job_folder(app.ws) / jobs.PID_FILE)["pid"] == process.pid, "no second calibration was started"
+    finally:
+        jobs.kill(process.pid)
+    (job_folder(app.ws) / JOB_FILES["result"]).write_text(json.dumps({
+        "status": "completed", "reason": None, "settings": settings.to_dict(), "step_bytes": 3 * 2**30,
+        "measured": {"peak_bytes": 3 * 2**30, "method": "cpu_max_rss"}, "finished_at": 1}))
+    done = app.memory.calibration_poll(0, *values)
+    assert not done[-1].active and "Will" not in done[1] and "fit" in done[1], "the answer is given again"
+    assert done[1] != CALIBRATING and "**Measured here:**" in done[N_ESTIMATE_OUTPUTS - 2]
+    assert "E2B" in done[-2] and "usable" in done[-2], "the plan table follows the answer"
+    assert app.memory.calibration_on_load()[-1].active is False, "a page opened after it ended attaches to nothing"
+
+
+def test_one_calibration_at_a_time_across_processes(app):
+    """A second calibration, from another window or `estimate --measure`, is refused while one holds the
+    per-user lock (two would measure each other's memory)."""
+    import subprocess
+
+    from pipeline.errors import TrainingError
+    from pipeline.memory.calibrate import calibration_holder, hold_calibration
+    from pipeline.memory.calibration_job import start_calibration
+
+    code = ("import time\nfrom pipeline.memory.calibrate import hold_calibration\n"
+            "with hold_calibration():\n    print('held', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=str(Path(__file__).resolve().parents[1]))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert calibration_holder()["pid"] == holder.pid
+        with pytest.raises(TrainingError, match="being calibrated already"):
+            with hold_calibration():
+                pass
+        with pytest.raises(TrainingError, match="being calibrated already"):
+            start_calibration(app.ws, {})
+        text, timer = app.memory.start_calibration("", 0, *[_values()[name] for name in common.CONFIG_FIELDS])
+        assert text.startswith("**✗ Training:**") and "being calibrated already" in text and timer == gr.skip()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert calibration_holder() is None
+    with hold_calibration():
+        assert calibration_holder()["pid"] == __import__("os").getpid()

@@ -27,11 +27,12 @@ from pipeline.config import (
     default_quantization,
     likely_device,
 )
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, TrainingError
 from pipeline.host.allocator import training_allocator
 from pipeline.workspace import Workspace
 from ui import memory_view as view
-from ui.common import CONFIG_FIELDS, DEFAULTS, config_from_values, error_panel, setting_message, ui_errors
+from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, config_from_values, error_panel, setting_message,
+                       ui_errors)
 from ui.state import AppState
 from ui.wording import app_wording
 
@@ -64,6 +65,8 @@ CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatev
                   "of its number formats, two short trials with the offline test model, then one real training step "
                   "of your settings, compared with the estimate. It takes a few minutes (about 3 on a 2-core computer "
                   "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the bar shows each part.")
+CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
+"""The answer's place while a calibration runs (after the click, or a page reopened during one)."""
 CALIBRATION_PART_WORDS = {"speed": "checking which number format this computer computes fastest",
                           "stand-in": "a short trial with the offline test model",
                           "yours": "one training step of your settings"}
@@ -297,51 +300,101 @@ class MemoryHandlers:
                 before = view.machine_words(device, device, gb)
             else:
                 before = "the machine you described"
-        waiting = "Calibrating **this computer**: the answer for it follows when the measurement is done."
+        waiting = CALIBRATING
         return (gr.update(value=THIS_COMPUTER), gr.update(value="auto"), gr.update(value=0, visible=False),
                 self.device_defaults("auto", quantization, quantization_chosen),
                 self.question(model, THIS_COMPUTER), before, waiting, "", "", "",
                 *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
 
-    def measure(self, elsewhere: str | None, memory_gb: float | None, *values: Any,
-                progress: gr.Progress = gr.Progress()):
-        """"Calibrate this machine", after `calibrate_here` made the machine this computer:
-        `pipeline.calibration.calibrate` (a precision check and probes on the stand-in, stored per user for
-        every later estimate), then the real one-step probe of these settings in a child process, itself more
-        evidence (`estimate_for_workspace(measure=True)`), with each part and phase on the progress bar.
-        Returns `estimate`'s outputs from the calibrated estimate (the answer, its plot and suggestions), with
-        what was measured in the measured panel (`elsewhere`: the machine picked before, said there). When
-        the calibration fails, the answer for this computer as it stands, and why in the measured panel."""
-        try:
-            return self._measure(elsewhere, values, progress)
-        except PipelineError as error:
-            outputs = list(self.estimate(None, *values))
-            outputs[-2] = error_panel(error)
-            return tuple(outputs)
+    @ui_errors(message_at=0, outputs=2)
+    def start_calibration(self, elsewhere: str | None, memory_gb: float | None, *values: Any):
+        """"Calibrate this machine", after `calibrate_here` made the machine this computer: start the calibration
+        in a process of its own (`pipeline.memory.calibration_job.start_calibration`: the precision check, the
+        stand-in's probes, then one real step of these settings), or follow the one already running (a second
+        click starts nothing). Returns (measured panel: the part and phase, timer on); the timer's
+        `calibration_poll` follows it and refreshes the answer when it ends. Closing or reloading the page
+        does not stop it (`calibration_on_load` re-attaches)."""
+        from pipeline.memory.calibration_job import start_calibration
 
-    def _measure(self, elsewhere: str | None, values: tuple, progress) -> tuple:
         config = config_from_values(values).replace(device="auto")
+        status = start_calibration(self.ws, config.to_dict(), elsewhere=elsewhere or "")
+        text = self.calibration_progress(status)
+        if not status["started"]:
+            text = "A calibration of this computer is already running: following it.\n\n" + text
+        return text, gr.Timer(active=True)
 
-        def show(step: dict) -> None:
-            if progress is None:
-                return
-            share = PROBE_PHASE_SHARE.get(step.get("phase"), 0.0)
-            part = CALIBRATION_PART_WORDS.get(step.get("part"), step.get("text", ""))
-            phase = f" · {PROBE_PHASE_WORDS[step['phase']]}" if step.get("phase") in PROBE_PHASE_WORDS and step.get("phase") else ""
-            progress(min(0.99, (step["index"] - 1 + share) / step["of"]),
-                     desc=f"Calibrating this computer · part {step['index']} of {step['of']}: {part}{phase}")
+    def calibration_progress(self, status: dict, now: float | None = None) -> str:
+        """The running calibration's part and phase in words, with the time since it started (Markdown):
+        "⏳ Calibrating this computer · part 2 of 4: a short trial with the offline test model · loading the
+        model (1 min 05 s so far)"."""
+        import time
 
-        show({"part": "speed", "index": 1, "of": 4, "phase": None})
-        data = _memory_result(self.ws, config, None, measure=True, progress=show)
-        measured = data["measured"]
+        from pipeline.units import format_seconds
+
+        step = status.get("progress") or {}
+        part = CALIBRATION_PART_WORDS.get(step.get("part"), "starting")
+        phase = step.get("phase")
+        phase_words = f" · {PROBE_PHASE_WORDS[phase]}" if phase in PROBE_PHASE_WORDS and phase else ""
+        where = f" · part {step['index']} of {step['of']}: {part}" if step.get("index") else " · starting"
+        since = status.get("started_at")
+        clock = f" ({format_seconds((now or time.time()) - since)} so far)" if since else ""
+        return (f"⏳ **Calibrating this computer**{where}{phase_words}{clock}. It goes on if you close or reload "
+                "this page; the answer above is refreshed when it is done.")
+
+    def calibration_poll(self, memory_gb: float | None, *values: Any):
+        """Timer tick while a calibration runs: its part and phase in the measured panel (the rest untouched);
+        when it has ended, the answer for this computer again, now calibrated (`estimate`'s outputs, with
+        what was measured in the measured panel, or why it failed), its plan table, and the timer off. Returns
+        `estimate`'s outputs + (plan table, timer)."""
+        from pipeline.memory.calibration_job import calibration_status
+
+        status = calibration_status(self.ws)
+        if status["alive"] and status["state"] == "running":
+            outputs = [gr.skip()] * (N_ESTIMATE_OUTPUTS + 1)
+            outputs[N_ESTIMATE_OUTPUTS - 2] = self.calibration_progress(status)
+            return (*outputs, gr.Timer(active=True))
+        result = status["result"] or {}
+        config = config_from_values(values).replace(device="auto")
+        if status["state"] != "completed":
+            outputs = list(self.estimate(None, *values))
+            outputs[-2] = error_panel(TrainingError(result.get("reason") or "The calibration did not run."))
+            return (*outputs, self._plan_after(outputs[-1], values), gr.Timer(active=False))
+        try:
+            data = _memory_result(self.ws, config, None)
+        except PipelineError as error:
+            outputs = [gr.skip()] * (N_ESTIMATE_OUTPUTS + 1)
+            outputs[1] = error_panel(error)
+            return (*outputs, gr.Timer(active=False))
+        measured = result.get("measured") or {}
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
-        text = view.measured_markdown(peak, data.get("step_bytes") or data["total_bytes"], measured,
-                                      elsewhere=elsewhere or None)  # step vs step
+        same = {**(result.get("settings") or {}), "device": "auto"} == config.to_dict()
+        step = (data.get("step_bytes") or data["total_bytes"]) if same else result.get("step_bytes")
+        text = view.measured_markdown(peak, step, measured, elsewhere=status.get("elsewhere") or None)  # step vs step
         if measured.get("released"):  # a Try/Judge tutor let go of the GPU first (pipeline.tutor.infer.release_for)
             text = f"{measured['released']}\n\n{text}"
-        outputs = list(self._estimate_outputs(data, measured=peak, memory_gb=None))
+        outputs = list(self._estimate_outputs(data, measured=peak if same else None, memory_gb=None))
         outputs[-2] = text
-        return tuple(outputs)
+        return (*outputs, self._plan_after(outputs[-1], values), gr.Timer(active=False))
+
+    def _plan_after(self, reading: Any, values: tuple) -> Any:
+        """The plan table for this computer from the answer's own reading of its memory (`plan`), or its
+        message when it cannot be made."""
+        try:
+            return self.plan(reading if isinstance(reading, dict) else None, None, *values)
+        except gr.Error as error:
+            return f"✗ {error.message}"
+
+    def calibration_on_load(self):
+        """Page (re)opened: re-attach to a calibration still running (the machine is this computer, the answer
+        waits for it, the measured panel shows its part and phase, the timer on); else nothing changes.
+        Returns (machine, memory budget, verdict, measured, timer)."""
+        from pipeline.memory.calibration_job import calibration_status
+
+        status = calibration_status(self.ws)
+        if not (status["alive"] and status["state"] == "running"):
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
+        return (gr.update(value=THIS_COMPUTER), gr.update(value=0, visible=False), CALIBRATING,
+                self.calibration_progress(status), gr.Timer(active=True))
 
 
 def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, *, measure: bool = False,
@@ -448,6 +501,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         # Judge tab's button became a second "4 · Train").
         reading = gr.State(None)  # the device memory the answer used; the plan table reuses it (one usable figure)
         elsewhere = gr.State("")  # the machine picked before Calibrate this machine switched to this computer
+        calibration_timer = gr.Timer(POLL_SECONDS, active=False)  # follows a calibration running in its own process
 
     messages = {"lora_rank": lora_rank_message, "batch_size": batch_size_message,
                 "grad_accum": grad_accum_message, "max_length": max_length_message}
@@ -477,6 +531,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         suggestion_buttons=suggestion_buttons, suggestions_state=suggestions_state, measured_out=measured_out,
         memory_plot=memory_plot, verdict_out=verdict_out, device_note=device_note, suggestions_note=suggestions_note,
         quantization_chosen=quantization_chosen, stale=stale, reading=reading, elsewhere=elsewhere,
+        calibration_timer=calibration_timer,
         # The outputs of `estimate`, in order.
         estimate_outputs=[memory_plot, verdict_out, components_df, suggestions_note, suggestions_state,
                           *suggestion_buttons, notes_out, device_note, measured_out, reading],
@@ -517,10 +572,14 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
         then_plan(button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
                                outputs=setting_widgets).then(
             handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
-    then_plan(memory.measure_button.click(
+    memory.measure_button.click(
         handlers.calibrate_here, inputs=[memory.machine, settings["quantization"], memory.quantization_chosen, model],
         outputs=[memory.machine, settings["device"], memory.memory_gb, settings["quantization"], memory.question,
                  memory.elsewhere, memory.verdict_out, memory.suggestions_note, memory.measured_out, memory.device_note,
                  *memory.suggestion_buttons], show_progress="hidden").then(
-        handlers.measure, inputs=[memory.elsewhere, *estimate_inputs], outputs=memory.estimate_outputs,
-        show_progress_on=[memory.measured_out]))
+        handlers.start_calibration, inputs=[memory.elsewhere, *estimate_inputs],
+        outputs=[memory.measured_out, memory.calibration_timer], show_progress="hidden")
+    # The calibration runs in its own process: the timer follows it, and its end refreshes the answer and the plan.
+    memory.calibration_timer.tick(handlers.calibration_poll, inputs=estimate_inputs,
+                                  outputs=[*memory.estimate_outputs, memory.plan_out, memory.calibration_timer],
+                                  show_progress="hidden")

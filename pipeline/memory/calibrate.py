@@ -23,15 +23,19 @@ Torch-free at import (the app imports it); the torch work runs in child processe
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pipeline import jobs
 from pipeline.calibration.store import calibration_dir, calibration_path, device_key, entry_for, now_iso, update_entry
 from pipeline.calibration.this_machine import calibration_summary, load_calibration, measurement_record
 from pipeline.errors import TrainingError
+from pipeline.fileio import atomic_write_json
 
 CALIBRATION_PROBES = ({"seq_len": 256, "quantization": "none", "clip_s": 5.0},
                       {"seq_len": 1024, "quantization": "4bit", "clip_s": 10.0})
@@ -168,3 +172,58 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
     calibration = load_calibration(device)
     return {"calibration": calibration_summary(calibration), "calibration_text": calibration.text() if calibration else "",
             "speed": speed, "probes": probes, "path": str(calibration_path())}
+
+
+HOLDER_FILE = "calibrating.json"
+"""Beside the per-user calibration lock: who calibrates ({"pid", "started_at", "command"})."""
+
+
+def _lock_path() -> Path:
+    """The per-user calibration lock: `.calibrating.lock` in the calibration folder (`calibration_dir`)."""
+    return calibration_dir() / ".calibrating.lock"
+
+
+def calibration_holder() -> dict | None:
+    """The process calibrating this computer now (`{"pid", "started_at", "command"}`), or None when none is:
+    the per-user lock is free, or its recorded holder is no longer alive."""
+    holder = jobs.read_json(_lock_path().with_name(HOLDER_FILE))
+    if not isinstance(holder, dict) or not jobs.alive(holder.get("pid")):
+        return None
+    from filelock import FileLock, Timeout  # noqa: PLC0415
+
+    probe = FileLock(str(_lock_path()), is_singleton=False)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return holder
+    probe.release()
+    return None
+
+
+@contextlib.contextmanager
+def hold_calibration() -> Iterator[None]:
+    """Hold the per-user calibration lock while calibrating (a `filelock` lock, dropped when its holder dies),
+    recording this process as its holder.
+
+    Raises:
+        TrainingError: another process calibrates this computer now (its pid is named): one at a time, since
+            two would measure each other's memory and write the same calibration file.
+    """
+    from filelock import FileLock, Timeout  # noqa: PLC0415
+
+    path = _lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), is_singleton=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = jobs.read_json(path.with_name(HOLDER_FILE)) or {}
+        raise TrainingError(f"This computer is being calibrated already (process {holder.get('pid', '?')}); one "
+                            "calibration at a time: wait for it to end, then calibrate again if needed.") from None
+    try:
+        atomic_write_json(path.with_name(HOLDER_FILE), {"pid": os.getpid(), "started_at": time.time(),
+                                                        "command": list(sys.argv)})
+        yield
+    finally:
+        path.with_name(HOLDER_FILE).unlink(missing_ok=True)
+        lock.release()

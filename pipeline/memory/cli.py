@@ -59,6 +59,32 @@ def estimate_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def calibration_job_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline calibration-job run --workspace WS`: the calibration job's process (what the Memory
+    tab's Calibrate this machine starts, `pipeline.memory.calibration_job`); `status --workspace WS [--json]`:
+    where it stands. Exit code 1 when the calibration failed."""
+    from pipeline.memory.calibration_job import calibration_status, run_calibration  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline calibration-job",
+                                     description="Calibrate this machine as a background job (the app's Calibrate "
+                                                 "this machine), or say where that job stands.")
+    parser.add_argument("action", choices=("run", "status"))
+    parser.add_argument("--workspace", required=True, help="the workspace whose calibration/ folder the job uses")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.action == "run":
+        result = run_calibration(args.workspace)
+        print(json.dumps(result) if args.json else f"calibration {result['status']}"
+              + (f": {result['reason']}" if result.get("reason") else ""))
+        return 0 if result["status"] == "completed" else 1
+    status = calibration_status(args.workspace)
+    step = status["progress"]
+    print(json.dumps(status) if args.json else f"calibration {status['state']}"
+          + (f" · part {step.get('index')} of {step.get('of')}: {step.get('text')}" if status["alive"] and step else "")
+          + (f" · {status['result']['reason']}" if (status["result"] or {}).get("reason") else ""))
+    return 0
+
+
 def plan_parser() -> argparse.ArgumentParser:
     """The `plan` flags: `--workspace`, `--device`, `--memory-gb` (GiB), `--json`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline plan",

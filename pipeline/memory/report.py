@@ -147,8 +147,9 @@ def _calibrate_and_measure(ws, device: str, config: TrainConfig, lengths, progre
     """Calibrate this machine (`pipeline.memory.calibrate.calibrate`: the precision check and the stand-in's
     probes), then measure these settings' step as more evidence (the workspace's worst-case batch when its
     dataset is built, else a synthetic one of `lengths`); returns that probe's dict. `progress` hears both
-    calls' parts, counted as one calibration of 1 + `CALIBRATION_PROBES` + 1 parts."""
-    from pipeline.memory.calibrate import CALIBRATION_PROBES, calibrate  # noqa: PLC0415
+    calls' parts, counted as one calibration of 1 + `CALIBRATION_PROBES` + 1 parts. Holds the calibration lock
+    (`pipeline.memory.calibrate.hold_calibration`): raises `TrainingError` while another process calibrates."""
+    from pipeline.memory.calibrate import CALIBRATION_PROBES, calibrate, hold_calibration  # noqa: PLC0415
 
     built = (ws.dataset_dir / "build_report.json").exists()
     parts = 1 + len(CALIBRATION_PROBES) + 1  # the precision check, the stand-in's probes, yours
@@ -156,9 +157,10 @@ def _calibrate_and_measure(ws, device: str, config: TrainConfig, lengths, progre
     def counted(offset: int):
         return None if progress is None else (lambda step: progress(dict(step, index=step["index"] + offset, of=parts)))
 
-    calibrate(device, progress=counted(0))
-    done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config, speed_check=False,
-                     lengths=lengths, progress=counted(parts - 1))
+    with hold_calibration():  # one calibration at a time on this computer (TrainingError when one runs)
+        calibrate(device, progress=counted(0))
+        done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config,
+                         speed_check=False, lengths=lengths, progress=counted(parts - 1))
     return dict(done["probes"][0]["measured"])
 
 
