@@ -64,7 +64,8 @@ PLAN_WORKING = ("⏳ Working out what fits this machine: E2B and E4B, four ways 
 CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatever machine is picked above: a check "
                   "of its number formats, two short trials with the offline test model, then one real training step "
                   "of your settings, compared with the estimate. It takes a few minutes (about 3 on a 2-core computer "
-                  "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the bar shows each part.")
+                  "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the line under it shows each part, and "
+                  "it goes on if you close or reload the page.")
 CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
 """The answer's place while a calibration runs (after the click, or a page reopened during one)."""
 CALIBRATION_PART_WORDS = {"speed": "checking which number format this computer computes fastest",
