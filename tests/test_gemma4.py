@@ -244,7 +244,7 @@ def test_plan_marks_gemma4_e4b_rows_estimate_only_and_e2b_rows_normal(tmp_path, 
 
 def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):
     """The model picker's second tiny-model button writes the tiny Gemma 4 into the workspace and selects it;
-    the export section offers the GGUF. (The browser walk of a Gemma 4 run is not written yet.)"""
+    the export section offers the GGUF (the browser walk of a Gemma 4 run: tests/test_e2e_gemma4.py)."""
     from pipeline.model.catalog import family_for
     from ui.try_export import FORMAT_CHOICES
     from ui.tutor_app import TutorApp
