@@ -196,16 +196,11 @@ def _last_answer_needs_prompt(ids: list[int], tokenizer: Any, family: ModelFamil
     return at
 
 
-PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
-"""The processors' per-token tensors besides `input_ids` and `attention_mask` (Gemma 4: `mm_token_type_ids`).
-Named, not found by shape: a clip's `input_features_mask` (clips x frames) can have a row's length."""
-
-
 def insert_answer_prompt(batch: dict, tokenizer: Any) -> dict:
     """A tokenized training batch (`apply_chat_template(tokenize=True, return_dict=True, return_tensors="pt")`)
     with the family's answer prompt (Gemma 4: `<|channel>thought\n<channel|>`) before each row's last answer,
     as `with_answer_prompt` renders it: `input_ids`, `attention_mask` and every other per-token tensor
-    (`PER_TOKEN_KEYS`, zeros for the inserted tokens) re-padded on the tokenizer's padding side. The audio features are not
+    (zeros for the inserted tokens) re-padded on the tokenizer's padding side. The audio features are not
     per-token and are left as they are. The batch unchanged for a family without one (Gemma 3n)."""
     import torch  # noqa: PLC0415 - the collator's, only when tokenizing
 
@@ -214,7 +209,8 @@ def insert_answer_prompt(batch: dict, tokenizer: Any) -> dict:
     ids, mask = batch["input_ids"], batch["attention_mask"]
     if not prompt:
         return batch
-    per_token = [k for k in PER_TOKEN_KEYS if torch.is_tensor(batch.get(k))]  # by name: an audio mask may match in shape
+    per_token = [k for k, v in batch.items() if k not in ("input_ids", "attention_mask") and torch.is_tensor(v)
+                 and tuple(v.shape) == tuple(ids.shape)]
     rows = []
     for i in range(ids.shape[0]):
         keep = mask[i].bool()
