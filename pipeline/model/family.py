@@ -38,10 +38,6 @@ class ModelFamily:
     Chat turns (the supervised span, `pipeline.model.tokens`):
         turn_start, turn_end: the control tokens that open and close a turn.
         model_turn_header: the text between `turn_start` and a model turn's answer.
-        answer_prompt: what the chat template's generation prompt adds after `model_turn_header` ("" for
-            none; Gemma 4 with thinking off: its empty thought channel). Training rows get it before their
-            last answer (`pipeline.model.tokens.with_answer_prompt`, `insert_answer_prompt`), so the prompt
-            a row trains on is a prefix of what the model is asked at inference.
     Modules, by full path from the top-level model:
         quantization_skip_modules: regexes kept unquantized (`load_model`).
         int8_extra_skip_modules: also kept with 8-bit quantization.
@@ -98,7 +94,6 @@ class ModelFamily:
     gguf_audio: bool
     clip_marker_tokens: int = 2
     estimate_only: tuple[str, ...] = ()
-    answer_prompt: str = ""
 
     @property
     def default_model(self) -> str:

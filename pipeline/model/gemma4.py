@@ -60,12 +60,6 @@ MAX_AUDIO_TOKENS = 750
 
 MODEL_TURN_HEADER = "model\n"
 """Text between `<|turn>` and the answer in Gemma 4's chat template."""
-ANSWER_PROMPT = "<|channel>thought\n<channel|>"
-"""What Gemma 4's chat template writes after `<|turn>model\n` in the generation prompt when thinking is off
-(`{%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\n<channel|>' -}}`: the google/gemma-4
-`chat_template.jinja`, llama.cpp's `models/templates/google-gemma-4-31B-it.jinja`, the tiny stand-in's copy);
-an answer in the conversation's history is written without it. Training rows put it before their last answer
-so that they start as the model is asked (`ModelFamily.answer_prompt`)."""
 
 PLE_MODULE = "model.language_model.embed_tokens_per_layer"
 """The per-layer embedding table (E2B: 262,144 x 8,960, 2.35 B parameters, 4.4 GiB in bf16)."""
@@ -339,6 +333,5 @@ GEMMA4 = ModelFamily(
     audio_span=audio_span,
     gguf_audio=True,
     estimate_only=ESTIMATE_ONLY,
-    answer_prompt=ANSWER_PROMPT,
 )
 """Gemma 4 E2B / E4B (`google/gemma-4-E2B-it`, Apache 2.0, not gated)."""

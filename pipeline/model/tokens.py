@@ -95,9 +95,7 @@ class TokenCounter:
         return self.family.audio_tokens(seconds)
 
     def render(self, messages: list[dict], *, add_generation_prompt: bool = False) -> str:
-        """Chat template text with each audio placeholder expanded to its clip's audio span; without the
-        generation prompt (a training row), with the family's answer prompt before its last answer
-        (`with_answer_prompt`), as the training collator tokenizes it (`insert_answer_prompt`).
+        """Chat template text with each audio placeholder expanded to its clip's audio span.
 
         Each audio block's `audio` (samples at 16 kHz, or a `ClipLength`) gives its clip's length, in
         the order the blocks appear; a block without one is a 1 s clip (exact for Gemma 3n, whose span
@@ -108,8 +106,6 @@ class TokenCounter:
         text = self.processor.apply_chat_template(
             plain, tokenize=False, add_generation_prompt=add_generation_prompt
         )
-        if not add_generation_prompt:  # a training row: its last answer starts as the model is asked
-            text = with_answer_prompt(text, self.family)
         pieces = text.split(self.audio_token)
         out = [pieces[0]]
         for index, piece in enumerate(pieces[1:]):
@@ -165,83 +161,6 @@ def _strip_audio_arrays(message: dict) -> dict:
 
 
 
-def with_answer_prompt(text: str, family: ModelFamily) -> str:
-    """A rendered conversation `text` whose last turn is an answer, with `family.answer_prompt` (Gemma 4: the
-    empty thought channel) between that turn's header and the answer, as the generation prompt has it; `text`
-    unchanged when the family has none, the last turn is not a model turn, or it is there already."""
-    if not family.answer_prompt:
-        return text
-    header = family.turn_start + family.model_turn_header
-    at = text.rfind(header)
-    if at < 0 or family.turn_start in text[at + len(header):]:
-        return text
-    at += len(header)
-    return text if text.startswith(family.answer_prompt, at) else text[:at] + family.answer_prompt + text[at:]
-
-
-def _answer_prompt_ids(tokenizer: Any, family: ModelFamily) -> list[int]:
-    return tokenizer.encode(family.answer_prompt, add_special_tokens=False) if family.answer_prompt else []
-
-
-def _last_answer_needs_prompt(ids: list[int], tokenizer: Any, family: ModelFamily, start_turn: int,
-                              prompt: list[int]) -> int | None:
-    """Where the answer prompt goes in `ids` (just past the last turn's `model\n`), or None: no prompt for
-    the family, the last turn is not a model turn, or the prompt is there already."""
-    positions = [i for i, t in enumerate(ids) if t == start_turn]
-    if not prompt or not positions:
-        return None
-    at = _model_header_end(ids, positions[-1] + 1, tokenizer, family.model_turn_header)
-    if at is None or ids[at:at + len(prompt)] == prompt:
-        return None
-    return at
-
-
-def insert_answer_prompt(batch: dict, tokenizer: Any) -> dict:
-    """A tokenized training batch (`apply_chat_template(tokenize=True, return_dict=True, return_tensors="pt")`)
-    with the family's answer prompt (Gemma 4: `<|channel>thought\n<channel|>`) before each row's last answer,
-    as `with_answer_prompt` renders it: `input_ids`, `attention_mask` and every other per-token tensor
-    (zeros for the inserted tokens) re-padded on the tokenizer's padding side. The audio features are not
-    per-token and are left as they are. The batch unchanged for a family without one (Gemma 3n)."""
-    import torch  # noqa: PLC0415 - the collator's, only when tokenizing
-
-    family, start_turn, _ = _turn_ids(tokenizer)
-    prompt = _answer_prompt_ids(tokenizer, family)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    if not prompt:
-        return batch
-    per_token = [k for k, v in batch.items() if k not in ("input_ids", "attention_mask") and torch.is_tensor(v)
-                 and tuple(v.shape) == tuple(ids.shape)]
-    rows = []
-    for i in range(ids.shape[0]):
-        keep = mask[i].bool()
-        columns = {"input_ids": ids[i][keep].tolist(), **{k: batch[k][i][keep].tolist() for k in per_token}}
-        at = _last_answer_needs_prompt(columns["input_ids"], tokenizer, family, start_turn, prompt)
-        if at is not None:
-            columns = {k: v[:at] + (prompt if k == "input_ids" else [0] * len(prompt)) + v[at:] for k, v in columns.items()}
-        rows.append(columns)
-    width = max(len(r["input_ids"]) for r in rows)
-    left = getattr(tokenizer, "padding_side", "right") == "left"
-
-    def padded(values: list, fill: int) -> list:
-        gap = [fill] * (width - len(values))
-        return gap + values if left else values + gap
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    out = dict(batch)
-    out["input_ids"] = torch.tensor([padded(r["input_ids"], pad) for r in rows], dtype=ids.dtype)
-    out["attention_mask"] = torch.tensor([padded([1] * len(r["input_ids"]), 0) for r in rows], dtype=mask.dtype)
-    for k in per_token:
-        out[k] = torch.tensor([padded(r[k], 0) for r in rows], dtype=batch[k].dtype)
-    return out
-
-
-def _past_answer_prompt(ids: list[int], at: int, tokenizer: Any, family: ModelFamily) -> int:
-    """`at` (just past a model turn's header) moved past the family's answer prompt when it follows there:
-    the prompt is part of the question, never of the supervised answer."""
-    prompt = _answer_prompt_ids(tokenizer, family)
-    return at + len(prompt) if prompt and ids[at:at + len(prompt)] == prompt else at
-
-
 def _model_header_end(ids: list[int], s: int, tokenizer: Any, header: str) -> int | None:
     """Index just past `header` (`model\\n`) when the turn starting at `ids[s]` is a model turn, else None.
 
@@ -295,7 +214,6 @@ def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | 
         if head.startswith(("user", "system")):
             return None  # the conversation ends with a user turn: nothing to supervise
         raise _not_a_known_template(head[:12], family, "The last turn")
-    header_end = _past_answer_prompt(ids, header_end, tokenizer, family)
     for k in range(header_end, len(ids)):
         if ids[k] == end_turn:
             return header_end, k + 1
@@ -326,7 +244,6 @@ def all_answer_spans(input_ids: Sequence[int], tokenizer: Any) -> list[tuple[int
             if head.startswith(("user", "system")):
                 continue
             raise _not_a_known_template(head[:12], family, "A turn")
-        header_end = _past_answer_prompt(ids, header_end, tokenizer, family)
         end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
         if end is not None:
             spans.append((header_end, end))

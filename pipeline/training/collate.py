@@ -5,8 +5,6 @@ return_dict=True)`, on the row's conversation from `pipeline.conversation.messag
 `pipeline.data.rows.row_messages`, every kind: read-aloud, free speech, tutoring dialogue): rendering
 to text and calling `processor(text=...)` afterwards gives a double `<bos>` (unsloth PR #10312). A
 dialogue row brings all its clips; the processor gives each its own audio span and feature row.
-For Gemma 4 the tokens of the generation prompt's empty thought channel are then put before each row's
-last answer (`pipeline.model.tokens.insert_answer_prompt`), so a row starts exactly as the model is asked.
 
 Labels are -100 everywhere except the answers: the tokens after each `<start_of_turn>model\\n`
 up to and including its `<end_of_turn>` (FIELD_NOTES "Train only on the answer"): one answer for a
@@ -30,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, all_answer_spans, insert_answer_prompt
+from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, all_answer_spans
 from pipeline.data.rows import row_clip_lengths, row_clips, row_messages
 from pipeline.errors import DatasetError
 from pipeline.model.audio_alignment import align_audio_masks
@@ -95,8 +93,6 @@ class ChatCollator:
             return_tensors="pt",
             processor_kwargs={"text_kwargs": {"padding": "longest"}},
         )
-        # each row's last answer starts as the model is asked (Gemma 4: after its empty thought channel)
-        batch = insert_answer_prompt(batch, self.processor.tokenizer)
         input_ids = batch["input_ids"]
         lengths = batch["attention_mask"].sum(dim=1).tolist()
         if self.max_length is not None:
