@@ -91,6 +91,9 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         dataset.build_button.click(
             app.dataset.build_dataset, inputs=[model, dataset.eval_fraction, dataset.seed, dataset.build_max_length],
             outputs=dataset_outputs).then(dataset.refresh[0], outputs=dataset.refresh[1], show_progress="hidden")
+        # What a clip costs in tokens follows the model's family (Gemma 4: by its length).
+        model.change(app.dataset.max_length_update, inputs=model, outputs=dataset.build_max_length,
+                     show_progress="hidden")
 
         # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
         wire_memory_tab(app.memory, memory, model, setting_widgets)

@@ -17,7 +17,9 @@ Models: the tiny random Gemma 3n (`pipeline.model.tiny_model.make_tiny_model`), 
 row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
 conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
 `assets/gemma-3n-E2B-it.config.json` (bf16 LoRA with gradient checkpointing, short sequence; only
-when at least 16 GiB of RAM are available).
+when at least 16 GiB of RAM are available). The last two rows (`tiny4`) are the tiny random Gemma 4
+(`pipeline.model.tiny_gemma4`, issue 30) at the tiny Gemma 3n rows' settings; run them alone with
+`--only` and their indices (14 15; 13 14 with `--no-full`).
 
 Measurement (CPU): each configuration runs in a fresh child process (`pipeline.training.probe`) with
 the training code's loading, LoRA and Trainer step; its peak is the resident-set high-water mark
@@ -72,6 +74,14 @@ another, nothing else running (the same day): TCMalloc 15.8-16.6 s (peak 2.41 Gi
 (2.40 GiB), jemalloc 25.8-26.2 s (2.41 GiB), mimalloc 25.7-26.2 s (2.45 GiB). `--e2b-4bit --step-only` on TCMalloc
 (E2B, NF4, checkpointing, 512 tokens with a 30 s clip; killed at 23.2 GiB on glibc's default heap):
 16.31 GiB measured against 16.26 GiB estimated (-0.3 %, calibrated -0.3 %), 114 s per step, load 84 s.
+Gemma 4 (issue 30), the tiny stand-in's two rows on TCMalloc, 2026-12-03, the same AMD EPYC (AVX2, fp32),
+2 cores shared with three other sessions' tests; `--calibrate --no-full --only 13 14 --repeat 1` (row 14's
+whole run again after `whole_run.texts_for` counted the row's own clip length), the calibration from the
+Gemma 3n stand-in's probes in a fresh folder, no Gemma 4 measurement in it:
+ # model   seq  B  GC quant   r clip |  step est.   measured   err%  cal.%    step moment |   run est.   measured   err%  cal.% peak phase est/measured
+13 tiny4   256  1  on none    8    0 |   1009 MiB    967 MiB   +4.3   +4.1 layer_backward |   1.02 GiB    989 MiB   +5.4   +2.9      step/step
+14 tiny4  1024  2 off 4bit   64    5 |   1.25 GiB   1.20 GiB   +4.0   +3.8 layer_backward |   1.28 GiB   1.22 GiB   +4.3   +2.3      step/step
+Both within 5 % calibrated in both columns, on the safe side (uncalibrated, row 13's whole run +5.4 %).
 
 Results on glibc's malloc (2026-11-30, this machine: 2 cores, 24 GiB RAM, no GPU). Every process hands the C heap's
 free memory back while loading, before each phase and micro-batch and after each backward
@@ -212,6 +222,16 @@ def tiny_model_dir() -> Path:
     return out
 
 
+def tiny_gemma4_dir() -> Path:
+    """The tiny random Gemma 4 (`pipeline.model.tiny_gemma4.make_tiny_gemma4`), written once into the cache."""
+    from pipeline.model.tiny_gemma4 import make_tiny_gemma4
+
+    out = CACHE / "tiny-gemma4"
+    if not (out / "config.json").exists():
+        make_tiny_gemma4(out)
+    return out
+
+
 def mid_model_dir() -> Path:
     """A random Gemma 3n of ~0.2 B parameters, saved in bf16 with the tiny model's tokenizer files
     (the probe builds its batches from token ids, so the tokenizer only has to exist)."""
@@ -324,6 +344,12 @@ def grid(full: bool) -> list[dict]:
         rows.append(dict(model="mid", seq_len=t, batch=b, gc=gc, quant=q, rank=r, clip_s=clip))
     if full:
         rows.append(dict(model="E2B", seq_len=256, batch=1, gc=True, quant="none", rank=16, clip_s=0.0))
+    # Gemma 4 (issue 30): the tiny stand-in at the tiny Gemma 3n rows' settings; its clips cost 25 tokens a second
+    for t, b, gc, q, r, clip in [
+        (256, 1, True, "none", 8, 0.0),
+        (1024, 2, False, "4bit", 64, 5.0),
+    ]:
+        rows.append(dict(model="tiny4", seq_len=t, batch=b, gc=gc, quant=q, rank=r, clip_s=clip))
     return rows
 
 
@@ -436,6 +462,18 @@ def _run_cells(rec: dict, whole: dict, estimate_again: bool = False) -> str:
             f"{estimate['run_peak_phase']:>9}/{measured['peak_phase']:<9}{spread}")
 
 
+class _ModelPaths(dict):
+    """Row model -> its folder, made on first use (a run of `--only` Gemma 4 rows writes no mid-size model)."""
+
+    def __init__(self, makers: dict):
+        super().__init__()
+        self.makers = makers
+
+    def __missing__(self, key: str) -> str:
+        self[key] = path = str(self.makers[key]())
+        return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-full", action="store_true", help="skip the full-size E2B row")
@@ -478,8 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     if CALIBRATION is not None:
         shutil.copy(Path(os.environ["TUTOR_CALIBRATION_DIR"]) / "calibration.json", scratch / "calibration.json")
-    paths = {"tiny": str(tiny_model_dir()), "mid": str(mid_model_dir()),
-             "E2B": str(REPO / "assets" / "gemma-3n-E2B-it.config.json")}
+    paths = _ModelPaths({"tiny": tiny_model_dir, "mid": mid_model_dir, "tiny4": tiny_gemma4_dir,
+                         "E2B": lambda: REPO / "assets" / "gemma-3n-E2B-it.config.json"})
     rows = holdout_grid() if args.holdout else grid(full=not args.no_full)
     if args.low_memory_heap:
         rows = [dict(row, low_memory_heap=True) for row in rows]
@@ -572,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         run = ""
         if not args.step_only and not args.from_json and not args.malloc_fixed:
             folder = e2b_checkpoint_dir() if row["model"] in ("E2B", "E2B-ckpt") else Path(paths[row["model"]])
-            whole_path = str(give_tokenizer_the_models_ids(folder) if row["model"] != "tiny" else folder)
+            whole_path = str(give_tokenizer_the_models_ids(folder) if row["model"] not in ("tiny", "tiny4") else folder)
             rec["whole_run"] = whole = run_whole(CACHE, whole_path, row, args.answer_tokens,
                                                  env={"TUTOR_CALIBRATION_DIR": str(scratch)})
             run = _run_cells(rec, whole)

@@ -29,25 +29,27 @@ FILLER = "the cat sat on a mat and we call it bear"
 """Words the prompts and answers are made of (any text tokenizes; few distinct tokens, as in a real dataset)."""
 
 
-def _text_of(counter, target: str, answer: str) -> tuple[int, int]:
+def _text_of(counter, target: str, answer: str, clip_s: float = MIN_CLIP_S) -> tuple[int, int]:
     from pipeline.conversation.messages import build_messages
+    from pipeline.model.tokens import ClipLength
 
-    ids = counter.encode_texts([counter.render(build_messages(target, answer))])[0]
+    ids = counter.encode_texts([counter.render(build_messages(target, answer, ClipLength(clip_s)))])[0]
     return len(ids), counter.supervised_tokens(ids)
 
 
-def texts_for(processor, seq_len: int, answer_tokens: int) -> tuple[str, str]:
-    """(target_text, feedback) whose conversation has about `seq_len` tokens with about
-    `answer_tokens` of them supervised (the counts of `pipeline.model.tokens.TokenCounter`)."""
+def texts_for(processor, seq_len: int, answer_tokens: int, clip_s: float = MIN_CLIP_S) -> tuple[str, str]:
+    """(target_text, feedback) whose conversation, with a clip of `clip_s` seconds (Gemma 4's audio tokens
+    grow with it), has about `seq_len` tokens with about `answer_tokens` of them supervised (the counts of
+    `pipeline.model.tokens.TokenCounter`)."""
     from pipeline.model.tokens import TokenCounter
 
     counter = TokenCounter(processor)
     words = FILLER.split()
     answer = words[0]
-    while _text_of(counter, "Bear", answer)[1] < answer_tokens:
+    while _text_of(counter, "Bear", answer, clip_s)[1] < answer_tokens:
         answer += " " + words[len(answer.split()) % len(words)]
     target = "Bear"
-    while _text_of(counter, target, answer)[0] < seq_len:
+    while _text_of(counter, target, answer, clip_s)[0] < seq_len:
         target += " " + words[len(target.split()) % len(words)]
     return target, answer
 
@@ -65,7 +67,7 @@ def workspace_for(cache: Path, model_path: str, row: dict, answer_tokens: int) -
     if (ws / "dataset" / "build_report.json").exists():
         return ws
     shutil.rmtree(ws, ignore_errors=True)
-    target, answer = texts_for(load_processor(model_path), row["seq_len"], answer_tokens)
+    target, answer = texts_for(load_processor(model_path), row["seq_len"], answer_tokens, clip_s)
     library = SampleLibrary(ws)
     rng = np.random.default_rng(0)
     t = np.arange(int(16000 * clip_s)) / 16000

@@ -124,19 +124,51 @@ def test_left_out_rows_are_not_counted_among_a_kinds_rows(tmp_path):
     assert "**read aloud:** 9 rows (train 6, eval 3)" in ui.dataset._dataset_outputs(report)[0]
 
 
+def _clip_token_texts(model: str, clip_tokens: str) -> list[str]:
+    """The tab's three texts that say what a clip costs (the build's summary, the chart's axis, the text
+    under Max tokens per row), for a build of `model`."""
+    from ui import dataset_tab, dataset_view
+
+    report = {"splits": {"train": 6, "eval": 2}, "split_method": "speaker", "seed": 42, "excluded": [],
+              "max_length": 512, "path": "WS/dataset", "model": model,
+              "length_stats": {"count": 8, "min": 355, "median": 370, "p90": 389, "max": 389, "row_tokens": [355, 389]}}
+    figure = dataset_view.length_histogram_bins([{"lo": 350, "hi": 360, "count": 1}, {"lo": 380, "hi": 390, "count": 1}],
+                                                512, 389, [355, 389], clip_tokens=clip_tokens)
+    return [dataset_view.summary_markdown(report, (), clip_tokens), figure.axes[0].get_xlabel(),
+            dataset_tab.max_length_info(model)]
+
+
 def test_the_dataset_tab_gives_one_figure_for_a_clips_tokens():
     """Issue 32 rule 1: the text under Max tokens per row and the build's summary said "each clip takes ~190",
     the chart's axis "~192 audio positions"; one figure now, everywhere on the tab."""
     import re
 
-    from ui import dataset_tab, dataset_view
+    from ui import dataset_tab
 
-    report = {"splits": {"train": 6, "eval": 2}, "split_method": "speaker", "seed": 42, "excluded": [],
-              "max_length": 512, "path": "WS/dataset", "model": "m",
-              "length_stats": {"count": 8, "min": 355, "median": 370, "p90": 389, "max": 389, "row_tokens": [355, 389]}}
-    figure = dataset_view.length_histogram_bins([{"lo": 350, "hi": 360, "count": 1}, {"lo": 380, "hi": 390, "count": 1}],
-                                                512, 389, [355, 389])
-    texts = [dataset_view.summary_markdown(report), figure.axes[0].get_xlabel(),
-             dataset_tab.BUILD_MAX_LENGTH_INFO.format(low=256, high=32768)]
+    clip_tokens = dataset_tab.clip_tokens_text("google/gemma-3n-E2B-it")
+    assert clip_tokens == "~192"
+    texts = _clip_token_texts("google/gemma-3n-E2B-it", clip_tokens)
     figures = {figure for text in texts for figure in re.findall(r"~\d+", text)}
-    assert figures == {dataset_view.CLIP_TOKENS}, texts
+    assert figures == {"~192"}, texts
+
+
+def test_a_gemma4_clips_tokens_follow_its_length_on_every_figure_of_the_dataset_tab(tiny_gemma4_dir):
+    """Issue 30: Gemma 4's audio costs ceil(ms / 40) tokens (25 per second, at most 750) plus its two markers,
+    so the tab says so for a Gemma 4 model (hub id or folder), never Gemma 3n's ~192; the one computation is the
+    family's (`ModelFamily.clip_tokens`), which counts the tokens the processor gives a clip."""
+    from pipeline.model.catalog import FAMILIES
+    from pipeline.model.gemma4 import audio_tokens
+    from pipeline.model.loading import load_processor
+    from ui import dataset_tab
+
+    for model in ("google/gemma-4-E2B-it", str(tiny_gemma4_dir)):
+        clip_tokens = dataset_tab.clip_tokens_text(model)
+        assert clip_tokens == "~25 per second of audio, at most 752"
+        for text in _clip_token_texts(model, clip_tokens):
+            assert clip_tokens in text and "~192" not in text, text
+    family = FAMILIES["gemma4"]
+    processor = load_processor(str(tiny_gemma4_dir))
+    for seconds in (1.0, 3.35, 30.0):
+        span = family.audio_span(processor, seconds)
+        assert len(processor.tokenizer(span, add_special_tokens=False)["input_ids"]) == family.clip_tokens(seconds)
+    assert family.clip_tokens(30.0) == audio_tokens(30.0) + 2 == 752

@@ -220,9 +220,31 @@ def test_plan_lists_gemma4_e2b_and_e4b_rows_for_every_method(tmp_path, capsys):
     assert 0 < lora["google/gemma-4-E2B-it"] < lora["google/gemma-4-E4B-it"]
 
 
+def test_plan_marks_gemma4_e4b_rows_estimate_only_and_e2b_rows_normal(tmp_path, capsys):
+    """Issue 30: E4B is priced but not a supported training target (never trained or measured here), so its
+    rows say "estimate only", in the JSON, the text table and the Memory tab's table; E2B's and Gemma 3n's do not."""
+    import json
+
+    from pipeline.__main__ import main as dispatch
+    from ui.memory_view import plan_markdown
+
+    args = ["plan", "--workspace", str(tmp_path), "--device", "cuda", "--memory-gb", "16"]
+    assert dispatch([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    only = {r["model"] for r in result["rows"] if r["estimate_only"]}
+    assert only == {"google/gemma-4-E4B-it"}, only
+    assert dispatch(args) == 0
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("google/"):
+            assert ("estimate only" in line) == line.startswith("google/gemma-4-E4B-it"), line
+    table = [line for line in plan_markdown(result).splitlines() if line.startswith("| ") and "GiB" in line]
+    marked = [line for line in table if "estimate only" in line]
+    assert len(marked) == 4 and all(line.startswith("| gemma-4-E4B-it (estimate only") for line in marked), marked
+
+
 def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):
     """The model picker's second tiny-model button writes the tiny Gemma 4 into the workspace and selects it;
-    the export section offers the GGUF. (The browser walk of a Gemma 4 run is not written yet.)"""
+    the export section offers the GGUF (the browser walk of a Gemma 4 run: tests/test_e2e_gemma4.py)."""
     from pipeline.model.catalog import family_for
     from ui.try_export import FORMAT_CHOICES
     from ui.tutor_app import TutorApp

@@ -20,13 +20,32 @@ from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
 BUILD_MAX_LENGTH_RANGE = (256, 32768)
-"""The Dataset tab's "Max tokens per row": a row holds ~192 tokens per clip (`ui.dataset_view.CLIP_TOKENS`) plus
+"""The Dataset tab's "Max tokens per row": a row holds a clip's tokens (`clip_tokens_text`: ~192 on Gemma 3n) plus
 the texts (a read-aloud row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
 BUILD_MAX_LENGTH_LABEL = "Max tokens per row"
-BUILD_MAX_LENGTH_INFO = ("From {low} to {high}. A token is a piece of a word; each clip takes " + view.CLIP_TOKENS
-                         + ". Longer recordings are listed below and left out, never cut; a higher limit needs more "
+BUILD_MAX_LENGTH_INFO = ("From {low} to {high}. A token is a piece of a word; each clip takes {clip_tokens}. "
+                         "Longer recordings are listed below and left out, never cut; a higher limit needs more "
                          "memory to train.")
-"""The text under "Max tokens per row" (`low`, `high`: `BUILD_MAX_LENGTH_RANGE`)."""
+"""The text under "Max tokens per row" (`low`, `high`: `BUILD_MAX_LENGTH_RANGE`; `clip_tokens`: `clip_tokens_text`)."""
+
+
+def clip_tokens_text(model: str | None) -> str:
+    """What one clip costs in tokens for `model` (hub id or folder), as every figure on the tab says it: its
+    family's `ModelFamily.clip_tokens_text` ("~192" for Gemma 3n, "~25 per second of audio, at most 752" for
+    Gemma 4); the default family's for an empty box or a folder whose config cannot be read."""
+    from pipeline.model.catalog import DEFAULT_FAMILY, family_for
+
+    try:
+        family = family_for(model_text(model) or DEFAULTS.model)
+    except PipelineError:
+        family = DEFAULT_FAMILY
+    return family.clip_tokens_text()
+
+
+def max_length_info(model: str | None) -> str:
+    """The text under "Max tokens per row" for `model` (`BUILD_MAX_LENGTH_INFO`)."""
+    low, high = BUILD_MAX_LENGTH_RANGE
+    return BUILD_MAX_LENGTH_INFO.format(low=low, high=high, clip_tokens=clip_tokens_text(model))
 EVAL_SHARE_RANGE = (0.0, 0.5)
 """The held-out share a build takes (`pipeline.data.dataset.build_dataset`'s eval_fraction)."""
 EVAL_SHARE_LABEL = "Held-out share (eval split)"
@@ -59,6 +78,11 @@ class DatasetHandlers:
             progress=progress_callback(progress, unit="rows"),
         )
         return self._dataset_outputs(report.to_dict())
+
+    @staticmethod
+    def max_length_update(model: str | None):
+        """The model box changed: "Max tokens per row" says that model's clip cost (`max_length_info`)."""
+        return gr.update(info=max_length_info(model))
 
     def headline(self) -> str:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
@@ -95,13 +119,14 @@ class DatasetHandlers:
         the Memory tab's max length), the report's notes and reasons in the app's words."""
         stats = report.get("length_stats", {}) or {}
         notes = [app_wording(note, widgets=BUILD_WIDGETS) for note in report.get("notes", [])]
+        clip_tokens = clip_tokens_text(report.get("model"))
         figure = view.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
-                                            train_lengths=stats.get("row_tokens") or [])
+                                            train_lengths=stats.get("row_tokens") or [], clip_tokens=clip_tokens)
         exports = [path for path in (report.get("exports") or {}).values() if Path(path).exists()]
         longest = int(stats.get("max") or 0)
         memory_max_length = gr.update(value=max(256, longest)) if longest else gr.skip()
         return (
-            view.summary_markdown(report, notes),
+            view.summary_markdown(report, notes, clip_tokens),
             view.speakers_frame(report.get("speakers", {})),
             figure,
             view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
@@ -115,7 +140,6 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
     wires it; `refresh` is what the build's `.then` updates). The headline, the library's changes since the
     last build and the Max tokens check are wired here."""
     d = DEFAULTS
-    low, high = BUILD_MAX_LENGTH_RANGE
     with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset") as tab:
         headline = gr.Markdown(handlers.headline, elem_id="dataset-headline")
         gr.Markdown("Building splits your recordings into a **training set** (the tutor learns from it) and a "
@@ -129,7 +153,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
             with gr.Column():
                 build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",
                                              label=BUILD_MAX_LENGTH_LABEL,
-                                             info=BUILD_MAX_LENGTH_INFO.format(low=low, high=high))
+                                             info=max_length_info(d.model))
                 max_length_note = gr.Markdown(elem_id="build-max-length-note")
         with gr.Accordion("Advanced settings", open=False, elem_id="dataset-advanced"):
             seed_in = gr.Number(value=d.seed, precision=0, label="Split seed",

@@ -16,15 +16,11 @@ from ui.counts import plural, some_ids
 from ui.fields import get_field
 from ui.figures import PALETTE
 
-CLIP_TOKENS = "~192"
-"""Tokens one clip takes in a row, as the tab says it everywhere (the text beside the limit, the build's
-summary, the chart's axis): Gemma 3n's 188 audio soft tokens plus their markers (`pipeline.model.gemma3n`)."""
-
-
-def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = ()) -> str:
+def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_tokens: str = "?") -> str:
     """A build in lines of Markdown: rows per split (and how they were split), rows left out, tokens per row
     (min, median, p90, longest, the limit), rows and tokens per sample kind, `notes` (the report's notes in the
-    app's words), who moved between the splits (`moves_lines`) and where the dataset was saved."""
+    app's words), who moved between the splits (`moves_lines`) and where the dataset was saved. `clip_tokens`:
+    what one clip costs, as the model's family says it (`ModelFamily.clip_tokens_text`, read by the tab)."""
     splits = report.get("splits", {})
     stats = report.get("length_stats", {}) or {}
     lines = [
@@ -38,7 +34,7 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = ()) -> st
         lines.append(
             f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
             f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
-            f"*A token is a piece of a word, and each clip takes {CLIP_TOKENS}; p90: 9 rows in 10 are at most this long.*"
+            f"*A token is a piece of a word, and each clip takes {clip_tokens}; p90: 9 rows in 10 are at most this long.*"
         )
     for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
         t = k.get("tokens") or {}
@@ -86,9 +82,10 @@ def moves_lines(moves: dict | None) -> list[str]:
 
 
 def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: int | None = None,
-                          longest: int | None = None, train_lengths: Sequence[int] | None = None):
+                          longest: int | None = None, train_lengths: Sequence[int] | None = None,
+                          clip_tokens: str = "?"):
     """Bar chart of a `LengthStats.histogram` (`[{lo, hi, count}]`, tokens per row, train and eval rows
-    together) with the limit line.
+    together) with the limit line; its axis says what a clip costs (`clip_tokens`, as in `summary_markdown`).
 
     With `train_lengths` (the train split's row lengths, `LengthStats.row_tokens`) each bar is split
     into its train rows and its eval rows (stacked, with a legend); without them the bars are every
@@ -126,7 +123,7 @@ def length_histogram_bins(histogram: Sequence[Mapping[str, int]], max_length: in
         ax.axvline(max_length, color="#e15759", linestyle="--", linewidth=1.5, label=f"limit {max_length}")
     elif max_length:
         title += f" (limit {max_length}, off the chart)"
-    ax.set_xlabel(f"tokens per row (text + {CLIP_TOKENS} per clip)")
+    ax.set_xlabel(f"tokens per row (text + {clip_tokens} per clip)")
     ax.set_ylabel("rows")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title)

@@ -409,6 +409,7 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
     for row in result["rows"]:
         model = model_words(str(row["model"]))
         kind = PLAN_KIND_WORDS.get((row.get("finetuning_type"), row.get("quantization")), row["label"])
+        label = model + (" (estimate only: not trained or measured here)" if row.get("estimate_only") else "")
         if (model_words(str(current.get("model") or "")) == model
                 and current.get("finetuning_type", "lora") == row.get("finetuning_type")
                 and current.get("quantization") == row.get("quantization")):
@@ -421,7 +422,7 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
             after = row.get("after_changes") or {}
             changes = "; ".join(f"{step['what']} (cost: {step['cost']})" for step in row["changes"])
             changes += f" → {gib(after.get('total_bytes'))}, {after.get('verdict', '?')}"
-        lines.append(f"| {model} | {kind} | {gib(row['total_bytes'])} | "
+        lines.append(f"| {label} | {kind} | {gib(row['total_bytes'])} | "
                      f"{icons.get(row['verdict'], row['verdict'])} | {changes.replace('|', '/')} |")
     lines += ["", "Each row keeps your other settings. Full fine-tunes are estimated only (training here is LoRA): "
                   "they show whether one would fit."]

@@ -26,7 +26,7 @@ from pipeline.memory.budget import DeviceMemory, auto_device, device_memory, ver
 from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import suggest_fits
-from pipeline.model.catalog import load_model_config
+from pipeline.model.catalog import estimate_only, load_model_config
 from pipeline.units import format_bytes
 
 PLAN_MODELS = KNOWN_MODELS
@@ -43,7 +43,8 @@ PLAN_ROWS = (
 def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
               options: EstimateOptions | None = None, calibration=None) -> list[dict[str, Any]]:
     """One dict per (model, row of `PLAN_ROWS`): `model`, `finetuning_type`, `quantization`, `label`,
-    `total_bytes` (estimated peak, bytes), `peak_phase`, `verdict` (fits / tight / does not fit
+    `total_bytes` (estimated peak, bytes), `peak_phase`, `estimate_only` (True for a model priced but not a
+    supported training target, never measured: Gemma 4 E4B, `ModelFamily.estimate_only`), `verdict` (fits / tight / does not fit
     against `usable_bytes`), `changes` (the steps of the cheapest suggestion, each {"changes",
     "what", "cost"}; [] when the row fits as it is or when nothing fits) and `after_changes`
     ({"total_bytes", "verdict"} of that suggestion, or None).
@@ -79,6 +80,7 @@ def plan_rows(base: TrainConfig, lengths, device: str, usable_bytes: int,
             rows.append({
                 "model": model, "finetuning_type": finetuning_type, "quantization": quantization, "label": label,
                 "total_bytes": est.total_bytes, "peak_phase": est.peak_phase, "verdict": v.status,
+                "estimate_only": estimate_only(model),
                 "changes": changes, "after_changes": after,
             })
     return rows
@@ -151,8 +153,9 @@ def render_plan(result: dict) -> str:
              f"Rows of your dataset: {result['lengths_source']}.",
              f"{'model':<24} {'fine-tune':<22} {'peak':>10}  {'verdict':<13} changes it needs"]
     for row in result["rows"]:
+        only = " (estimate only: not a supported training target, not measured)" if row.get("estimate_only") else ""
         lines.append(f"{row['model']:<24} {row['label']:<22} {format_bytes(row['total_bytes']):>10}  "
-                     f"{row['verdict']:<13} {change_words(row)}")
+                     f"{row['verdict']:<13} {change_words(row)}{only}")
     lines.append("Full fine-tunes are estimated only (`train` runs LoRA); bf16 weights, fp32 master copy and "
                  "AdamW states: 16 bytes per trained parameter.")
     return "\n".join(lines)

@@ -103,6 +103,12 @@ def family_for(model: str) -> ModelFamily:
     return DEFAULT_FAMILY  # a folder without config.json: the loader's own check names what is missing
 
 
+def estimate_only(model: str) -> bool:
+    """Whether hub id `model` is priced but not a supported training target (`ModelFamily.estimate_only`:
+    Gemma 4 E4B); False for every other id and for folders."""
+    return any(str(model) in family.estimate_only for family in FAMILIES.values())
+
+
 def model_shape(model_config: dict) -> ModelShape:
     """The `ModelShape` of a `config.json` dict, read by its family (`ModelFamily.shape`).
 

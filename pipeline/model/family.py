@@ -57,6 +57,11 @@ class ModelFamily:
     Export:
         gguf_audio: whether llama.cpp / Ollama run the family's audio (its GGUF export keeps the audio
             projector, `pipeline.export.gguf`); False: a GGUF of it is text only.
+    Around a clip:
+        clip_marker_tokens: tokens `audio_span` adds around the audio positions (markers, blank lines).
+    Support:
+        estimate_only: hub ids of `models` that are priced but not a supported training target (never
+            trained or measured here); `plan` marks their rows "estimate only".
     """
 
     name: str
@@ -87,8 +92,25 @@ class ModelFamily:
     model_class: Callable[[], type]
     audio_span: Callable[[Any, float], str]
     gguf_audio: bool
+    clip_marker_tokens: int = 2
+    estimate_only: tuple[str, ...] = ()
 
     @property
     def default_model(self) -> str:
         """The hub id the family offers first."""
         return self.models[0]
+
+    def clip_tokens(self, seconds: float) -> int:
+        """Tokens one clip of `seconds` takes in a row: its audio positions (`audio_tokens`) plus the
+        markers around them (`clip_marker_tokens`)."""
+        return self.audio_tokens(seconds) + self.clip_marker_tokens
+
+    def clip_tokens_text(self) -> str:
+        """What one clip costs in tokens, as every screen says it: "~192" for a family whose clips cost
+        the same whatever their length (Gemma 3n: 188 + 4), else the cost per second of audio and the
+        cap ("~25 per second of audio, at most 752" for Gemma 4). Computed from `clip_tokens` only."""
+        shortest, longest = self.clip_tokens(1.0), self.clip_tokens(self.max_audio_s)
+        if shortest == longest:
+            return f"~{longest}"
+        per_second = round((self.clip_tokens(10.0) - self.clip_tokens(0.0)) / 10)
+        return f"~{per_second} per second of audio, at most {longest}"

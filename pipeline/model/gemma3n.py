@@ -274,5 +274,6 @@ GEMMA3N = ModelFamily(
     model_class=model_class,
     audio_span=audio_span,
     gguf_audio=False,
+    clip_marker_tokens=4,
 )
 """Gemma 3n E2B / E4B (`google/gemma-3n-E2B-it`, gated: accept the licence on the hub)."""

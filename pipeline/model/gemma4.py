@@ -34,6 +34,10 @@ from pipeline.model.shape import ModelShape, PartParams
 MODELS = ("google/gemma-4-E2B-it", "google/gemma-4-E4B-it")
 """Hub ids offered in the app and the CLI, E2B first."""
 
+ESTIMATE_ONLY = ("google/gemma-4-E4B-it", "google/gemma-4-E4B")
+"""Priced from its shipped config but not a supported training target: E4B was never trained or measured
+here (issue 30 supports E2B; `plan` marks its rows "estimate only")."""
+
 SHIPPED_CONFIGS = {
     "google/gemma-4-E2B-it": "gemma-4-E2B-it.config.json",
     "google/gemma-4-E4B-it": "gemma-4-E4B-it.config.json",
@@ -328,5 +332,6 @@ GEMMA4 = ModelFamily(
     model_class=model_class,
     audio_span=audio_span,
     gguf_audio=True,
+    estimate_only=ESTIMATE_ONLY,
 )
 """Gemma 4 E2B / E4B (`google/gemma-4-E2B-it`, Apache 2.0, not gated)."""
