@@ -540,7 +540,7 @@ def load_tutor(
     """
     from pipeline.model.base_identity import run_base_model
     from pipeline.config import default_quantization
-    from pipeline.model.loading import load_adapter, load_model, load_processor, resolve_device
+    from pipeline.model.loading import load_adapter, load_model, load_processor, resolve_device, use_answer_attention
 
     adapter_dir = None
     settings: dict = {}
@@ -566,6 +566,7 @@ def load_tutor(
         processor = load_processor(str(model))
         base, _ = load_model(str(model), device=device, quantization=quantization)
         net = load_adapter(base, adapter_dir, model_id=str(model)) if adapter_dir else base
+        use_answer_attention(net)  # answering only: the fused attention (training keeps eager)
         tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device,
                       quantization=quantization, workspace=ws)
         if use_cache:
