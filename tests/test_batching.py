@@ -282,3 +282,22 @@ def test_the_batch_size_is_a_setting_with_a_safe_default(monkeypatch):
     monkeypatch.setenv(MAX_BATCH_ENV, "none")
     with pytest.raises(ConfigError, match=MAX_BATCH_ENV):
         default_max_batch()
+
+
+def test_a_tutor_answers_with_fused_attention_and_training_keeps_eager(tutor, tiny_model_dir, monkeypatch):
+    """`load_tutor` switches the model to `sdpa` (`pipeline.model.loading.use_answer_attention`; the
+    greedy answers above are checked with it), `TUTOR_ANSWER_ATTENTION=eager` keeps the training's
+    attention, and a value that is neither is refused by name."""
+    from pipeline.errors import ConfigError
+    from pipeline.model.loading import ANSWER_ATTENTION_ENV, load_model, use_answer_attention
+
+    assert tutor.model.config._attn_implementation == "sdpa"
+    model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert model.config._attn_implementation == "eager"  # as training loads it
+    monkeypatch.setenv(ANSWER_ATTENTION_ENV, "eager")
+    assert use_answer_attention(model) == "eager" and model.config._attn_implementation == "eager"
+    monkeypatch.setenv(ANSWER_ATTENTION_ENV, "flash")
+    with pytest.raises(ConfigError, match=ANSWER_ATTENTION_ENV):
+        use_answer_attention(model)
+    monkeypatch.delenv(ANSWER_ATTENTION_ENV)
+    assert use_answer_attention(model) == "sdpa" and model.config._attn_implementation == "sdpa"
