@@ -51,8 +51,8 @@ from pipeline.errors import ConfigError
 
 DEFAULT_MAX_BATCH = 8
 """Rows generated together per loaded model. What it buys is measured by benchmarks/classroom.py
-(benchmarks/README.md, "A class at once": on 2 loaded CPU cores little, since each question's own
-reading, its prefill, is most of the work there; on a GPU the forward of 8 rows costs about what one
+(benchmarks/README.md, "A class at once": on 2 quiet CPU cores, 8 students, 2.7-2.9x the answers per
+minute of one at a time, first token p95 1.1-1.9 s; on a GPU the forward of 8 rows costs about what one
 costs). Memory grows by each row's key/value cache only (E2B: ~30 KiB per position)."""
 MAX_BATCH_ENV = "TUTOR_MAX_BATCH"
 """Overrides `DEFAULT_MAX_BATCH` for a process (1 answers one question at a time)."""
