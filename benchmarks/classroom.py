@@ -5,7 +5,8 @@ For each number of students (`--students`, default 30 and 8, the goal's level), 
 mode, a fresh process answers, and N simulated students (threads) use it for `--seconds`:
 
 - path `api`: `python -m pipeline serve --run bench --max-batch B` on a free loopback port; each
-  student calls it with the official `openai` client, `stream=True`, as an app would;
+  student calls it with the official `openai` client (one client per student, kept for all its
+  questions), `stream=True`, as an app would;
 - path `page`: the practice page's answer path in a process of its own (`TUTOR_MAX_BATCH=B`): what
   the page's "Get feedback" handler runs (`ui.common.as_it_grows` over
   `pipeline.inbox.practice.answer_attempt`, the tutor's text as it grows, the attempt kept in the
@@ -20,7 +21,10 @@ answer as it arrives. Time to first token is from sending to the first piece of 
 answer, to its last. Answers per minute count the answers completed within the window. At the end of
 the window the students stop: open answers are abandoned (the API's streams are closed, which stops
 their rows; the page path's students leave, which cancels theirs, so nothing is kept). Peak memory is
-the answering process's high-water mark (VmHWM), model loading included. The inbox check compares,
+the answering process's high-water mark (VmHWM), model loading included. CPU per answer is the
+answering process's CPU time during the window (all its threads: the engine, and the server's event
+loop or the page path's students) over the answers completed: it does not depend on what else runs on
+the machine, the wall-clock figures do. The inbox check compares,
 for the page path, the consented answers the students received with the attempts in the inbox:
 each exactly once, and nothing of an abandoned or unconsented attempt.
 
@@ -128,6 +132,20 @@ def peak_rss_bytes(pid: int | str = "self") -> int | None:
     return None
 
 
+def cpu_seconds(pid: int | str = "self") -> float | None:
+    """CPU time (user + system) the process has used so far, seconds (Linux `/proc/PID/stat`); None where not available."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_answer(before: float | None, after: float | None, answers: int) -> float | None:
+    """Seconds of CPU per answer completed (None when not measured or no answer)."""
+    return None if before is None or after is None or not answers else round((after - before) / answers, 2)
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """The q-th percentile (0-100), linear between the closest ranks (NumPy's default); None when empty."""
     import numpy as np
@@ -202,13 +220,16 @@ def api_level(ws: Path, clips: list[dict], *, students: int, batch: int, args) -
             raise SystemExit(f"the server did not start:\n{log.read_text(errors='replace')[-2000:]}")
         url = json.loads(line)["url"]
         audio = {}
+        clients: dict[int, openai.OpenAI] = {}
 
         def ask(student: int, index: int, klass: Class) -> dict:
             import base64
 
             if index not in audio:
                 audio[index] = base64.b64encode(Path(clips[index]["path"]).read_bytes()).decode()
-            client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+            if student not in clients:  # one client per student, as an app keeps one (its connection pool)
+                clients[student] = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+            client = clients[student]
             messages = [{"role": "user", "content": [
                 {"type": "input_audio", "input_audio": {"data": audio[index], "format": "wav"}},
                 {"type": "text", "text": clips[index]["sentence"]}]}]
@@ -233,14 +254,19 @@ def api_level(ws: Path, clips: list[dict], *, students: int, batch: int, args) -
             except (openai.APITimeoutError, openai.APIConnectionError):
                 return {"first": first, "done": None}
 
-        ask(0, 0, type("Warm", (), {"end": time.monotonic() + 600})())  # the first answer pays one-time costs
+        ask(-1, 0, type("Warm", (), {"end": time.monotonic() + 600})())  # the first answer pays one-time costs
         klass = Class(students, args.seconds, args.ramp_s, clips, args.seed)
+        before = cpu_seconds(server.pid)
         klass.run(ask)
+        after = cpu_seconds(server.pid)
         peak = peak_rss_bytes(server.pid)
     finally:
         stop_process_group(server.pid)
         server.wait(timeout=60)
-    return {**summary(klass.records, args.seconds), "peak_rss_bytes": peak}
+        for client in clients.values():
+            client.close()
+    figures = summary(klass.records, args.seconds)
+    return {**figures, "peak_rss_bytes": peak, "cpu_s_per_answer": cpu_per_answer(before, after, figures["answers"])}
 
 
 def page_level(ws: Path, clips: list[dict], *, students: int, batch: int, args) -> dict:
@@ -262,13 +288,15 @@ def page_level(ws: Path, clips: list[dict], *, students: int, batch: int, args) 
     received = sorted((f"student-{r['student']:02d}", clips[r["exercise"]]["sentence"], r["text"])
                       for r in records if r.get("done") is not None and r["consent"])
     kept = sorted((a.student, a.exercise, a.answer) for a in Inbox(ws).list())
-    return {**summary(records, args.seconds), "peak_rss_bytes": worker["peak_rss_bytes"],
+    figures = summary(records, args.seconds)
+    return {**figures, "peak_rss_bytes": worker["peak_rss_bytes"],
+            "cpu_s_per_answer": cpu_per_answer(worker["cpu_before"], worker["cpu_after"], figures["answers"]),
             "inbox": {"consented_answers": len(received), "attempts_in_inbox": len(kept), "exactly_once": received == kept}}
 
 
 def page_worker(args) -> int:
     """`--page-worker`: the students of one level on the practice page's answer path, in this process;
-    prints one JSON line (`records`, `peak_rss_bytes`)."""
+    prints one JSON line (`records`, `peak_rss_bytes`, the process's CPU seconds before and after the window)."""
     from pipeline.inbox.practice import answer_attempt, load_setup
     from pipeline.workspace import Workspace
     from ui.common import as_it_grows
@@ -300,14 +328,17 @@ def page_worker(args) -> int:
     warm = answer_attempt(ws, clips[0]["path"], 0, student="warm-up", consent=False, max_new_tokens=4)
     assert warm["attempt"] is None
     klass = Class(args.students, args.seconds, args.ramp_s, clips, args.seed)
+    cpu_before = cpu_seconds()
     klass.run(ask)
+    cpu_after = cpu_seconds()
     from pipeline.tutor.infer import load_tutor
 
     tutor = load_tutor(None, run=setup.run, workspace=ws)
     for record in klass.records:
         if record.get("done") is not None:
             record["tokens"] = len(tutor.processor.tokenizer(record["text"], add_special_tokens=False)["input_ids"])
-    print(json.dumps({"records": klass.records, "peak_rss_bytes": peak_rss_bytes()}))
+    print(json.dumps({"records": klass.records, "peak_rss_bytes": peak_rss_bytes(), "cpu_before": cpu_before,
+                      "cpu_after": cpu_after}))
     return 0
 
 
@@ -367,11 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"classroom, {Path(result['model']).name}, {result['date']}, {result['cores']} cores, {result['threads']} torch "
           f"thread(s) answering, {args.max_tokens}-token answers, {args.seconds:g} s per level")
     print(f"{'path':>5} {'students':>8} {'batching':>9} {'answers/min':>11} {'TTFT p50':>9} {'p95':>6} "
-          f"{'whole p50':>10} {'p95':>6} {'peak RSS':>10} {'refused':>7} {'load':>11}")
+          f"{'whole p50':>10} {'p95':>6} {'peak RSS':>10} {'CPU s/ans':>9} {'refused':>7} {'load':>11}")
     for level in levels:
         print(f"{level['path']:>5} {level['students']:>8} {level['batching'] + ' (' + str(level['max_batch']) + ')':>9} "
               f"{level['answers_per_minute']:>11.1f} {seconds(level['ttft_p50_s']):>9} {seconds(level['ttft_p95_s']):>6} "
               f"{seconds(level['whole_p50_s']):>10} {seconds(level['whole_p95_s']):>6} {gib(level['peak_rss_bytes']):>10} "
+              f"{seconds(level['cpu_s_per_answer']):>9} "
               f"{level['refused']:>7} {level['load_before']:>5.1f}-{level['load_after']:<5.1f}")
     for students in args.students:
         for path in args.paths:

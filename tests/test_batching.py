@@ -103,6 +103,7 @@ def test_answers_generated_together_equal_answers_generated_alone(tiny_model_dir
     ask(4)
     answers = [p.feedback() for p in pending]
     assert [(a.text, a.new_tokens) for a in answers] == expected
+    assert tutor.engine.prefixes.hits >= 2  # the read-aloud questions continued from their kept start
     assert [a.finish_reason for a in answers] == ["length" if n == q[2] else "stop" for (_, n), q in zip(expected, questions)]
     assert all(a.prompt_tokens > 128 for a in answers)  # past the sliding window
     assert tutor.engine.running == 0 and tutor.engine.waiting == 0
@@ -149,6 +150,75 @@ def test_a_control_token_is_refused_when_the_prompt_is_built(tutor, speechocean_
     with pytest.raises(DatasetError):
         tutor.feedback(audio[0], f"BEAR {special}", max_new_tokens=4)
     assert tutor.feedback(audio[0], SENTENCES[0], max_new_tokens=4).new_tokens >= 1  # the engine goes on
+
+
+def test_a_kept_prompt_start_gives_the_prefill_and_the_answer_of_the_whole_prompt(tutor, speechocean_dir):
+    """Prefix caching: a prefill that continues from the kept cache of its prompt's start (the
+    instructions before the clip) gives the logits and the cache that reading the whole prompt gives,
+    and the same greedy answer as `generate` alone; the kept start is not changed by the answers that
+    continue from it, and each kind of question keeps its own start."""
+    import torch
+
+    from pipeline.model.batch_cache import returned_cache
+
+    audio = clips(speechocean_dir)
+    engine = tutor.engine
+    make_messages, _, samples = tutor._conversation("read_aloud", audio=audio[1], text=SENTENCES[1])
+    with tutor._lock, torch.inference_mode():
+        inputs = tutor._inputs(make_messages, samples)
+        shared = tutor._shared_prefix(inputs["input_ids"][0].tolist())
+        assert 16 <= shared < inputs["input_ids"].shape[1] - 100  # the instructions; the clip comes after
+        kept, engine.shared_prefix = engine.shared_prefix, None
+        try:
+            whole = engine._read(inputs, False)
+        finally:
+            engine.shared_prefix = kept
+        continued = [engine._read(inputs, False) for _ in range(2)]  # the start read and kept, then reused
+    assert engine.prefixes.hits >= 1
+    for output in continued:
+        assert torch.allclose(output.logits[0, -1], whole.logits[0, -1], atol=1e-4)
+        assert int(output.logits[0, -1].argmax()) == int(whole.logits[0, -1].argmax())
+        for mine, reference in zip(returned_cache(output).layers, returned_cache(whole).layers):
+            if getattr(reference, "keys", None) is not None and reference.keys.numel():
+                assert mine.keys.shape == reference.keys.shape
+                assert torch.allclose(mine.keys, reference.keys, atol=1e-5)
+                assert torch.allclose(mine.values, reference.values, atol=1e-5)
+        assert returned_cache(output).get_seq_length() == returned_cache(whole).get_seq_length()
+
+    hits = engine.prefixes.hits
+    for kind, text in (("read_aloud", SENTENCES[0]), ("free_speech", "Describe your last holiday.")):
+        make_messages, _, samples = tutor._conversation(kind, audio=audio[0], text=text)
+        expected = alone(tutor, make_messages, samples, 16)
+        for _ in range(2):
+            answer = tutor.ask(kind, audio=audio[0], text=text, max_new_tokens=16).feedback()
+            assert (answer.text, answer.new_tokens) == expected
+    assert engine.prefixes.hits >= hits + 3  # the second read aloud, then the second free speech
+    assert len(engine.prefixes) >= 2  # one start per kind
+    for start in engine.prefixes._caches.values():  # nothing extended a kept start
+        lengths = {layer.keys.shape[-2] for layer in start.layers if getattr(layer, "keys", None) is not None}
+        assert len(lengths) == 1 and lengths.pop() < inputs["input_ids"].shape[1] - 100
+
+
+def test_prefix_cache_keeps_starts_per_adapter_state_and_drops_the_least_recently_used(monkeypatch):
+    from pipeline.tutor.batching import PREFIX_CACHE_ENV, BatchEngine, PrefixCache
+
+    starts = PrefixCache(entries=2)
+    assert starts.get((False, (1, 2))) is None and starts.misses == 1
+    starts.put((False, (1, 2)), {"tuned": 1})
+    starts.put((True, (1, 2)), {"base": 1})  # the same tokens without the adapter: another start
+    assert starts.get((False, (1, 2))) == {"tuned": 1} and starts.hits == 1
+    copy = starts.get((True, (1, 2)))
+    copy["base"] = 2  # a copy: the kept start is unchanged
+    assert starts.get((True, (1, 2))) == {"base": 1}
+    starts.put((False, (3,)), {"other": 1})  # the least recently used, (False, (1, 2)), is dropped
+    assert len(starts) == 2 and starts.get((False, (1, 2))) is None
+
+    monkeypatch.setenv(PREFIX_CACHE_ENV, "0")
+    off = BatchEngine(None, None, lock=threading.Lock(), device="cpu", eos_ids=[], shared_prefix=lambda ids: 5)
+    assert off.shared_prefix is None
+    monkeypatch.delenv(PREFIX_CACHE_ENV)
+    on = BatchEngine(None, None, lock=threading.Lock(), device="cpu", eos_ids=[], shared_prefix=lambda ids: 5)
+    assert on.shared_prefix is not None
 
 
 def test_joined_caches_keep_each_row(tiny_model_dir):
@@ -212,3 +282,22 @@ def test_the_batch_size_is_a_setting_with_a_safe_default(monkeypatch):
     monkeypatch.setenv(MAX_BATCH_ENV, "none")
     with pytest.raises(ConfigError, match=MAX_BATCH_ENV):
         default_max_batch()
+
+
+def test_a_tutor_answers_with_fused_attention_and_training_keeps_eager(tutor, tiny_model_dir, monkeypatch):
+    """`load_tutor` switches the model to `sdpa` (`pipeline.model.loading.use_answer_attention`; the
+    greedy answers above are checked with it), `TUTOR_ANSWER_ATTENTION=eager` keeps the training's
+    attention, and a value that is neither is refused by name."""
+    from pipeline.errors import ConfigError
+    from pipeline.model.loading import ANSWER_ATTENTION_ENV, load_model, use_answer_attention
+
+    assert tutor.model.config._attn_implementation == "sdpa"
+    model, _ = load_model(str(tiny_model_dir), device="cpu", quantization="none")
+    assert model.config._attn_implementation == "eager"  # as training loads it
+    monkeypatch.setenv(ANSWER_ATTENTION_ENV, "eager")
+    assert use_answer_attention(model) == "eager" and model.config._attn_implementation == "eager"
+    monkeypatch.setenv(ANSWER_ATTENTION_ENV, "flash")
+    with pytest.raises(ConfigError, match=ANSWER_ATTENTION_ENV):
+        use_answer_attention(model)
+    monkeypatch.delenv(ANSWER_ATTENTION_ENV)
+    assert use_answer_attention(model) == "sdpa" and model.config._attn_implementation == "sdpa"

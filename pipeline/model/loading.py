@@ -272,6 +272,36 @@ def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization:
     return kwargs
 
 
+ANSWER_ATTENTION = "sdpa"
+"""The attention a loaded tutor answers with: PyTorch's `scaled_dot_product_attention`, which reads the
+grouped key/value heads without copying them (eager attention's `repeat_kv`) and skips the separate
+softmax pass. On the mid-size stand-in on one CPU thread, a step of 8 answers took 0.12 s against
+0.15-0.20 s eager (one alone 0.07 s either way; benchmarks/README.md, "A class at once"). Training
+keeps eager attention (its memory estimate counts eager's probabilities)."""
+ANSWER_ATTENTION_ENV = "TUTOR_ANSWER_ATTENTION"
+"""Overrides `ANSWER_ATTENTION` (`eager` answers with the training's attention)."""
+
+
+def use_answer_attention(model: torch.nn.Module) -> str | None:
+    """Switch a loaded model that only answers (a tutor) to `ANSWER_ATTENTION` (or `$TUTOR_ANSWER_ATTENTION`);
+    a peft `PeftModel` switches its base. Returns the attention now used, or None when the model cannot
+    switch (it keeps its own: transformers' `set_attn_implementation` refused it).
+
+    Raises ConfigError when `$TUTOR_ANSWER_ATTENTION` is neither `eager` nor `sdpa`."""
+    wanted = os.environ.get(ANSWER_ATTENTION_ENV, "").strip() or ANSWER_ATTENTION
+    if wanted not in ("eager", "sdpa"):
+        raise ConfigError(f"`{ANSWER_ATTENTION_ENV}` must be eager or sdpa, got {wanted!r}; unset it for {ANSWER_ATTENTION}.")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not hasattr(base, "set_attn_implementation"):
+        return None
+    try:
+        base.set_attn_implementation(wanted)
+    except (ValueError, ImportError) as error:
+        logging.getLogger(__name__).info("answering with the model's own attention: %s", error)
+        return None
+    return wanted
+
+
 def load_model(
     model_id: str, *, device: str = "auto", quantization: str = "4bit", vision_tower: bool = True,
     ple_on_cpu: bool = False, quantize_audio_encoder: bool = False, low_memory_heap: bool = False,

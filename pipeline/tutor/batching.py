@@ -5,11 +5,15 @@ tutor (Try, the practice page, the API, Judge) is a `Question` submitted to it, 
 an `Answer`: the text as it is generated (`for delta in answer`), then the whole (`answer.result()`).
 One thread generates, while there is work:
 
-1. Questions waiting are admitted while the batch has room (`max_batch` rows in all): each is read
-   alone (its prefill: the processor's inputs for one conversation, audio encoder included), which
-   gives its first token at once (the time to first token does not wait for other answers to end),
-   and its key/value cache joins the running rows' (`pipeline.model.batch_cache`: left padding,
-   masked).
+1. Questions waiting are admitted while the batch has room (`max_batch` rows in all), before the
+   running rows advance (new questions first, as vLLM schedules prefills): each is read alone (its
+   prefill: the processor's inputs for one conversation, audio encoder included), which gives its
+   first token at once (the time to first token does not wait for other answers to end), and its
+   key/value cache joins the running rows' (`pipeline.model.batch_cache`: left padding, masked).
+   The prompt's start that every question of a tutor shares (the instructions before the first
+   clip, ~100 of Gemma 3n's ~310 prompt positions) is read once and its key/value cache reused
+   (prefix caching, as vLLM's automatic prefix caching and SGLang's RadixAttention do; `PrefixCache`),
+   so a prefill reads only the clip and the text after it.
 2. Every running row then advances one token in one forward of the whole batch (continuous
    batching, as Orca (OSDI 2022) and vLLM schedule it). A row leaves the batch at its end-of-turn
    token, at its `max_new_tokens`, when its `stop()` says so, or when its caller cancels it.
@@ -47,11 +51,23 @@ from pipeline.errors import ConfigError
 
 DEFAULT_MAX_BATCH = 8
 """Rows generated together per loaded model. What it buys is measured by benchmarks/classroom.py
-(benchmarks/README.md, "A class at once": on 2 loaded CPU cores little, since each question's own
-reading, its prefill, is most of the work there; on a GPU the forward of 8 rows costs about what one
+(benchmarks/README.md, "A class at once": on 2 quiet CPU cores, 8 students, 2.7-2.9x the answers per
+minute of one at a time, first token p95 1.1-1.9 s; on a GPU the forward of 8 rows costs about what one
 costs). Memory grows by each row's key/value cache only (E2B: ~30 KiB per position)."""
 MAX_BATCH_ENV = "TUTOR_MAX_BATCH"
 """Overrides `DEFAULT_MAX_BATCH` for a process (1 answers one question at a time)."""
+PREFIX_CACHE_ENV = "TUTOR_PREFIX_CACHE"
+"""`0` turns the reuse of a shared prompt start off for a process (every prefill reads its whole prompt)."""
+PREFIX_ENTRIES = 4
+"""Prompt starts kept per engine (least recently used dropped first): one per kind of question and
+adapter state in use (read aloud, free speech, dialogue; tuned or base)."""
+MIN_SHARED_PREFIX = 16
+"""A shared start shorter than this many positions is read with the rest (one forward is cheaper)."""
+
+
+def prefix_cache_enabled() -> bool:
+    """False when `TUTOR_PREFIX_CACHE` is `0` (or `false`, `no`, `off`), else True."""
+    return os.environ.get(PREFIX_CACHE_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def default_max_batch() -> int:
@@ -192,6 +208,60 @@ class TextDeltas:
         return text, piece
 
 
+class PrefixCache:
+    """The key/value caches of prompt starts shared by many questions, least recently used dropped first.
+
+    A cache is kept under `(adapter bypassed, the start's token ids)`: the keys and values of a
+    position depend on the tokens up to it and on the weights (an adapter changes them), and on
+    nothing after it (causal attention), so a question whose prompt begins with those tokens, asked
+    with the same adapter state, continues from a copy of it and gets the cache, logits and greedy
+    answer that reading its whole prompt gives (`tests/test_batching.py` checks the answers).
+
+    Args:
+        entries: the most starts kept (at least 1).
+    """
+
+    def __init__(self, entries: int = PREFIX_ENTRIES):
+        from collections import OrderedDict
+
+        self.entries = max(1, int(entries))
+        self._caches: OrderedDict = OrderedDict()
+        self.hits = 0
+        """Prefills that continued from a kept start."""
+        self.misses = 0
+        """Prefills that read a start not kept yet (then kept)."""
+
+    def get(self, key: tuple) -> Any:
+        """A copy of the cache kept under `key` (counted as a hit), or None (a miss)."""
+        from pipeline.model.batch_cache import copy_cache
+
+        cache = self._caches.get(key)
+        if cache is None:
+            self.misses += 1
+            return None
+        self._caches.move_to_end(key)
+        self.hits += 1
+        return copy_cache(cache)
+
+    def put(self, key: tuple, cache: Any) -> Any:
+        """Keep `cache` under `key` (it must not be extended afterwards); returns a copy to continue from."""
+        from pipeline.model.batch_cache import copy_cache
+
+        self._caches[key] = cache
+        self._caches.move_to_end(key)
+        while len(self._caches) > self.entries:
+            self._caches.popitem(last=False)
+        return copy_cache(cache)
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+
+_PER_POSITION = ("input_ids", "token_type_ids", "mm_token_type_ids", "position_ids")
+"""The processor's inputs with one value per prompt position (cut where a kept start ends); the
+attention mask stays whole (it covers the kept positions too)."""
+
+
 class _Row:
     """One answer being generated: its question, its tokens and text."""
 
@@ -225,13 +295,18 @@ class BatchEngine:
         eos_ids: token ids that end an answer (`<end_of_turn>`, the tokenizer's end of sequence).
         before_step: optional `() -> None` called before each round of work (the CPU thread rule).
         max_batch: rows generated together; None: `default_max_batch()`.
+        shared_prefix: optional `(prompt's token ids) -> int`: how many of its first positions are the
+            same for every question of its kind (text only: before the first clip or image). Their
+            key/value cache is read once and reused (`PrefixCache`); None, or `TUTOR_PREFIX_CACHE=0`,
+            reads every prompt whole.
 
     Raises:
         ConfigError: `max_batch` below 1.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, lock: Any, device: str, eos_ids: list[int],
-                 before_step: Callable[[], None] | None = None, max_batch: int | None = None):
+                 before_step: Callable[[], None] | None = None, max_batch: int | None = None,
+                 shared_prefix: Callable[[list[int]], int] | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.lock = lock
@@ -246,6 +321,10 @@ class BatchEngine:
         self._thread: threading.Thread | None = None
         self._batchable: bool | None = None
         """Whether this model's cache can be joined (`pipeline.model.batch_cache.batchable`); known after the first prefill."""
+        self.shared_prefix = shared_prefix if prefix_cache_enabled() else None
+        self.prefixes = PrefixCache()
+        """The kept prompt starts (`hits` and `misses` count the prefills that used them)."""
+        self._cache_kw: str | None = None
 
     @staticmethod
     def _check_max_batch(value: Any) -> None:
@@ -328,7 +407,7 @@ class BatchEngine:
 
     def _prefill(self, question: Question, answer: Answer) -> None:
         """Read one question alone; its first token; its cache joins the running rows' (or it ends)."""
-        from pipeline.model.batch_cache import batchable, cache_argument, join, returned_cache
+        from pipeline.model.batch_cache import batchable, join, returned_cache
 
         if answer.cancelled:
             answer._emit("error", _cancelled_error())
@@ -337,14 +416,13 @@ class BatchEngine:
             with self.lock:
                 inputs = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in question.inputs().items()}
                 with self._context(question.bypass_adapter):
-                    output = self.model(**inputs, use_cache=True, logits_to_keep=1)
+                    output = self._read(inputs, question.bypass_adapter)
         except BaseException as error:  # noqa: BLE001 - the question's own fault (bad text) or the model's
             answer._emit("error", error)
             return
         cache = returned_cache(output)
         if self._batchable is None:
             self._batchable = batchable(cache)
-            self._cache_kw = cache_argument(self.model)
         row = _Row(question, answer, self.tokenizer, int(inputs["input_ids"].shape[1]))
         self._advance(row, int(output.logits[0, -1].float().argmax()))
         if row.finished:
@@ -356,6 +434,32 @@ class BatchEngine:
         else:
             batch.mask = join(batch.cache, batch.mask, cache, mask)
         batch.rows.append(row)
+
+    def _read(self, inputs: dict, bypass: bool) -> Any:
+        """The prefill forward of one question (under the lock, in the adapter state `bypass`): from a kept
+        copy of its prompt's shared start when there is one (read and kept first when not), else whole."""
+        from pipeline.model.batch_cache import batchable, cache_argument, holds_all, returned_cache
+
+        if self._cache_kw is None:
+            self._cache_kw = cache_argument(self.model)
+        ids = inputs["input_ids"]
+        shared = 0
+        if self.shared_prefix is not None and ids.shape[0] == 1:
+            shared = int(self.shared_prefix(ids[0].tolist()))
+        if not MIN_SHARED_PREFIX <= shared < ids.shape[1]:
+            return self.model(**inputs, use_cache=True, logits_to_keep=1)
+        key = (bool(bypass), tuple(ids[0, :shared].tolist()))
+        start = self.prefixes.get(key)
+        if start is None:
+            head = {k: v[:, :shared] for k, v in inputs.items() if k in _PER_POSITION or k == "attention_mask"}
+            read = returned_cache(self.model(**head, use_cache=True, logits_to_keep=1))
+            if not holds_all(read, shared):  # a cache this module cannot copy, or a window shorter than the start
+                if not batchable(read):
+                    self.shared_prefix = None  # this model's cache is never reused: read every prompt whole
+                return self.model(**inputs, use_cache=True, logits_to_keep=1)
+            start = self.prefixes.put(key, read)
+        rest = {k: v[:, shared:] if k in _PER_POSITION else v for k, v in inputs.items()}
+        return self.model(**rest, use_cache=True, logits_to_keep=1, **{self._cache_kw: start})
 
     def _step(self, batch: _Batch) -> None:
         """One token for every row of `batch` in one forward; rows that end leave it."""

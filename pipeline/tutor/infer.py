@@ -220,8 +220,26 @@ class Tutor:
                 from pipeline.tutor.batching import BatchEngine
 
                 self._engine = BatchEngine(self.model, self.processor.tokenizer, lock=self._lock, device=self.device,
-                                           eos_ids=self._eos_ids(), before_step=self._prepare_threads)
+                                           eos_ids=self._eos_ids(), before_step=self._prepare_threads,
+                                           shared_prefix=self._shared_prefix)
             return self._engine
+
+    def _media_ids(self) -> frozenset[int]:
+        """The token ids whose positions hold a clip's or an image's features (the processor's
+        `audio_token_id`, `image_token_id`, `video_token_id`, as Gemma 3n's and Gemma 4's processors name them)."""
+        if not hasattr(self, "_media"):
+            ids = {getattr(self.processor, name, None) for name in ("audio_token_id", "image_token_id", "video_token_id")}
+            audio = getattr(self.processor, "audio_token", None)
+            if audio is not None:
+                ids.add(self.processor.tokenizer.convert_tokens_to_ids(audio))
+            self._media = frozenset(int(i) for i in ids if isinstance(i, int))
+        return self._media
+
+    def _shared_prefix(self, ids: list[int]) -> int:
+        """Positions of a prompt (`ids`) before its first clip or image: the instructions every question of
+        its kind shares, whose key/value cache the batch engine reads once (0 when the prompt has no clip)."""
+        media = self._media_ids()
+        return next((i for i, token in enumerate(ids) if token in media), 0)
 
     def _conversation(self, kind: str, *, audio: Any = None, text: str | None = None,
                       turns: list[dict] | None = None) -> tuple[Callable[[Any], list], float, list]:
@@ -523,7 +541,7 @@ def load_tutor(
     """
     from pipeline.model.base_identity import run_base_model
     from pipeline.config import default_quantization
-    from pipeline.model.loading import load_adapter, load_model, load_processor, resolve_device
+    from pipeline.model.loading import load_adapter, load_model, load_processor, resolve_device, use_answer_attention
 
     adapter_dir = None
     settings: dict = {}
@@ -549,6 +567,7 @@ def load_tutor(
         processor = load_processor(str(model))
         base, _ = load_model(str(model), device=device, quantization=quantization)
         net = load_adapter(base, adapter_dir, model_id=str(model)) if adapter_dir else base
+        use_answer_attention(net)  # answering only: the fused attention (training keeps eager)
         tutor = Tutor(net, processor, model_id=str(model), run=run, adapter_dir=adapter_dir, device=device,
                       quantization=quantization, workspace=ws)
         if use_cache:
