@@ -129,20 +129,21 @@ def test_the_runs_low_memory_heap_reaches_the_loader_on_cpu_only(monkeypatch, ti
     assert calls == [True, False]
 
 
-# 1 MiB buffers freed between small live ones, after a 4 MiB free has raised glibc's dynamic mmap
-# threshold: unpinned they come from the heap and stay resident; pinned each is its own mapping.
+# 1 MiB buffers freed between live ones of the same size, with glibc's mmap threshold where its dynamic
+# rule puts it once a 16 MiB mapping is freed (set directly: whether one freed buffer raises it, and
+# where small blocks land, depend on the heap's layout, which every imported module changes): unpinned
+# the freed buffers are holes in the heap and stay resident; pinned each was its own mapping.
 _PIN_CHILD = _CHILD_PRELUDE + r"""
+import ctypes
 from pipeline.host.free_heap import pin_mmap_threshold
 pinned = pin_mmap_threshold(asked=sys.argv[3] == "asked") if sys.argv[2] == "pin" else False
-big = bytearray(16 << 20)  # a mapping whatever the heap's free top holds: glibc's threshold rises to it
-del big
+if not pinned:
+    ctypes.CDLL("libc.so.6").mallopt(-3, 16 << 20)  # M_MMAP_THRESHOLD
 before = anon()
-blocks, kept = [], []
-for _ in range(100):
-    blocks.append(bytearray(1 << 20))
-    kept.append(bytearray(1024))  # from malloc too (pymalloc serves 512 bytes or less), so the freed heap cannot be trimmed
+blocks = [bytearray(1 << 20) for _ in range(200)]
+live = blocks[1::2]  # 100 MiB stays live, each freed buffer lies between two live ones
 del blocks
-print(json.dumps({"pinned": pinned, "kept_bytes": anon() - before}))
+print(json.dumps({"pinned": pinned, "kept_bytes": anon() - before - len(live) * (1 << 20)}))
 """
 
 
