@@ -201,6 +201,19 @@ def no_error_toast(page) -> None:
         raise AssertionError("error shown in the app: " + " | ".join(errors.all_inner_texts()))
 
 
+def wait_for_both_answers(page, timeout_s: float = 300) -> None:
+    """Wait until Try shows the tuned tutor's and the base model's answers (`#tuned-feedback`,
+    `#base-feedback`), failing at once on an error toast; AssertionError when either is still empty
+    after `timeout_s` seconds."""
+    tuned = page.locator("#tuned-feedback textarea").first
+    base = page.locator("#base-feedback textarea").first
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and not (tuned.input_value() and base.input_value()):
+        no_error_toast(page)
+        time.sleep(1)
+    assert tuned.input_value().strip() and base.input_value().strip()
+
+
 def wait_text(page, selector: str, pattern: str, timeout_s: float = 120) -> str:
     """Wait until the element's text (and its fields' values) matches `pattern` (regex); returns it.
     Fails early on an error toast, and with the last text seen after `timeout_s`."""

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests.browser import REPO_ROOT, fill_number, no_error_toast, open_tab, shot, wait_text, write_voice
+from tests.browser import REPO_ROOT, fill_number, open_tab, shot, wait_text, wait_for_both_answers, write_voice
 
 SAMPLE_CLIP = REPO_ROOT / "sample_data" / "speechocean762-pack" / "WAVE" / "SPEAKER0005" / "000050083.WAV"
 
@@ -205,13 +205,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
                            state="attached")
     page.click("#try-button")
     wait_text(page, "#try-note", r"random weights", timeout_s=300)
-    tuned = page.locator("#tuned-feedback textarea").first
-    base = page.locator("#base-feedback textarea").first
-    deadline = time.time() + 300
-    while time.time() < deadline and not (tuned.input_value() and base.input_value()):
-        no_error_toast(page)
-        time.sleep(1)
-    assert tuned.input_value().strip() and base.input_value().strip()
+    wait_for_both_answers(page, timeout_s=300)
     shot(page, "5-try")
     _step("feedback received")
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.browser import REPO_ROOT, fill_number, no_error_toast, open_accordion, open_tab, shot, wait_text
+from tests.browser import REPO_ROOT, fill_number, open_accordion, open_tab, shot, wait_text, wait_for_both_answers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -85,13 +85,7 @@ def test_the_tiny_gemma4_goes_from_recordings_to_a_gguf_in_the_app(module_app, m
     page.click("#try-button")
     note = wait_text(page, "#try-note", r"random weights|✗", timeout_s=300)
     assert "✗" not in note, note
-    tuned = page.locator("#tuned-feedback textarea").first
-    base = page.locator("#base-feedback textarea").first
-    deadline = time.time() + 300
-    while time.time() < deadline and not (tuned.input_value() and base.input_value()):
-        no_error_toast(page)
-        time.sleep(1)
-    assert tuned.input_value().strip() and base.input_value().strip()
+    wait_for_both_answers(page, timeout_s=300)
     shot(page, "g4-5-try")
     step("Try answered")
 
