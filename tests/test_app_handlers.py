@@ -156,7 +156,7 @@ def test_bad_setting_from_the_ui_is_named_by_its_widget(ui):
     values = [getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS]
     values[common.CONFIG_FIELDS.index("max_length")] = 100
     result = ui.start_training("run-bad", *values)
-    assert_failed(result, "Max length (tokens)", "Memory tab", "256", message_at=1)
+    assert_failed(result, "Max tokens per row", "Memory tab", "256", message_at=1)
     assert "--max-length" not in result[1]
     assert not (ui.ws.runs_dir / "run-bad").exists()
 

@@ -102,7 +102,7 @@ def test_what_the_build_leaves_out_names_the_dataset_tabs_max_tokens_box(tmp_pat
 
 def test_app_wording_examples():
     assert app_wording("`--max-length 300` excludes every train row; raise it") == (
-        "**Max length (tokens): 300** (Memory tab) excludes every train row; raise it")
+        "**Max tokens per row: 300** (Memory tab) excludes every train row; raise it")
     assert app_wording("try --batch-size 1 --grad-accum 8 (same effective batch)") == (
         "try **Batch size: 1** (Memory tab), **Gradient accumulation: 8** (Memory tab) (same effective batch)")
     assert app_wording("see `python -m pipeline estimate`") == "see **Estimate** (Memory tab)"

@@ -238,8 +238,9 @@ def test_plan_marks_gemma4_e4b_rows_estimate_only_and_e2b_rows_normal(tmp_path, 
         if line.startswith("google/"):
             assert ("estimate only" in line) == line.startswith("google/gemma-4-E4B-it"), line
     table = [line for line in plan_markdown(result).splitlines() if line.startswith("| ") and "GiB" in line]
-    marked = [line for line in table if "estimate only" in line]
-    assert len(marked) == 4 and all(line.startswith("| gemma-4-E4B-it (estimate only") for line in marked), marked
+    marked = [line for line in table if "†" in line]
+    assert len(marked) == 4 and all(line.startswith("| gemma-4-E4B-it † |") for line in marked), marked
+    assert "† gemma-4-E4B-it: estimate only" in plan_markdown(result), "the mark, said once under the table"
 
 
 def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):

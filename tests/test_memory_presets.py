@@ -264,7 +264,7 @@ def test_the_plan_row_of_the_answers_settings_is_the_answer(app):
     usable = gib(reading["usable_bytes"])
     assert f"with **{usable}** usable" in plan and f"of **{usable}** usable" in verdict
     own = [line for line in plan.splitlines() if "your settings" in line]
-    assert len(own) == 1 and "LoRA, full-size weights" in own[0]
+    assert len(own) == 1 and "add-on, full-size model" in own[0]
     peak = verdict.split("needs about **")[1].split("**")[0]
     assert f"| {peak} |" in own[0], (peak, own[0])
     assert "bf16" not in plan and "fp32" not in plan

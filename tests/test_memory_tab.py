@@ -93,7 +93,7 @@ def test_each_change_is_listed_once_with_its_own_cost(app):
     assert "lora: rank" not in hint and "lora: alpha" not in hint
     rank = [step for s in suggestions for step in s["steps"] if "lora_rank" in step["changes"]]
     for step in rank:  # rank and alpha are one change, said once, in words
-        assert re.fullmatch(r"LoRA rank \d+ instead of 16 \(alpha \d+, the same scale\)", step["what"])
+        assert re.fullmatch(r"A smaller add-on: rank \d+ instead of 16", step["what"])
 
 
 def test_a_typed_budget_shows_what_is_held_back(app):
@@ -121,11 +121,12 @@ def test_the_plan_table_lists_both_models_and_every_kind(app):
     rows = [line for line in text.splitlines() if line.startswith("| gemma")]
     models = ("| gemma-3n-E2B", "| gemma-3n-E4B", "| gemma-4-E2B", "| gemma-4-E4B")  # both families, E2B and E4B
     assert len(rows) == 16 and all(sum(row.startswith(model) for row in rows) == 4 for model in models)
-    for kind in ("| full fine-tune |", "| LoRA, full-size weights |", "| LoRA, 8-bit weights |", "| QLoRA, 4-bit weights"):
+    for kind in ("| every weight |", "| add-on, full-size model |", "| add-on, 8-bit model |", "| add-on, 4-bit model"):
         assert sum(kind in row for row in rows) == 4
+    assert "QLoRA" in text.split("| gemma-4-E4B")[-1], "the field's terms under the table, not in its rows"
     assert "bf16" not in text and "fp32" not in text, "a row names no number format: the machine's (the answer says it)"
     assert "7.75 GiB" in text
-    qlora = next(row for row in rows if row.startswith("| gemma-3n-E2B") and "QLoRA" in row)
+    qlora = next(row for row in rows if row.startswith("| gemma-3n-E2B") and "4-bit model" in row)
     assert "per-layer embeddings in CPU memory" in qlora and "(cost: " in qlora
 
 

@@ -167,7 +167,7 @@ def test_failure_and_log_use_the_apps_words():
               "A lower `--max-length 300` also helps; --resume continues from the last checkpoint.")
     panel = view.failure_markdown({"status": "failed", "reason": common.app_wording(reason)})
     assert "--model" not in panel and "--max-length" not in panel and "--resume" not in panel
-    assert "pick DIR in the **Model** box" in panel and "**Max length (tokens): 300** (Memory tab)" in panel
+    assert "pick DIR in the **Model** box" in panel and "**Max tokens per row: 300** (Memory tab)" in panel
     assert "`hf download org/x --local-dir DIR`" in panel, "a real shell step keeps its command"
     log = readable_log(f"2026-01-01 10:00:00,000 ERROR pipeline.training.train: Run failed: {reason}")
     assert log.startswith("10:00:00  ✗ Run failed") and "**" not in log and "`" not in log

@@ -1,6 +1,6 @@
 """Tab 2, Dataset: build the train/eval split; show token lengths, speakers, excluded rows and the exports.
 
-A build also sets the Memory tab's "Max length" to the longest row (at least 256), so the estimate
+A build also sets the Memory tab's "Max tokens per row" to the longest row (at least 256), so the estimate
 that follows is for the batch that actually runs; `build_ui` wires that output across the tabs. The
 tab's text, tables and histogram are `ui/dataset_view.py`.
 """

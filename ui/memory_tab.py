@@ -57,8 +57,8 @@ notes, device note, measured, reading."""
 NUMBER_FIELDS = ("lora_rank", "batch_size", "grad_accum", "max_length")
 """The Memory tab's number settings; each gets its own message under it when its value is out of range."""
 
-PLAN_WORKING = ("⏳ Working out what fits this machine: E2B and E4B, four ways to fine-tune each "
-                "(5-10 seconds)…")
+PLAN_WORKING = ("⏳ Working out what fits this machine: each model, four ways to fine-tune it "
+                "(usually well under a minute)…")
 """What the plan table shows while it is computed (issue 20 item 7: no more 5-10 s of nothing)."""
 
 CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatever machine is picked above: a check "
@@ -265,7 +265,7 @@ class MemoryHandlers:
         verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
                                               budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
-            verdict += f"\n\nMax length {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
+            verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += view.length_note(data)
         notes = "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
@@ -471,7 +471,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             with gr.Row():
                 batch_size, batch_size_message = _number("batch_size", "Batch size")
                 grad_accum, grad_accum_message = _number("grad_accum", "Gradient accumulation")
-                max_length, max_length_message = _number("max_length", "Max length (tokens)", elem_id="max-length")
+                max_length, max_length_message = _number("max_length", "Max tokens per row", elem_id="max-length")
             with gr.Row():
                 gradient_checkpointing = gr.Checkbox(
                     value=d.gradient_checkpointing, label="Gradient checkpointing (less memory, ~30 % slower)",
@@ -494,7 +494,7 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
                 notes_out = gr.Markdown(elem_id="estimate-notes")
                 components_df = gr.Dataframe(view.components_frame({}), interactive=False, show_label=False)
-        with gr.Accordion("What else fits this machine? Gemma 3n E2B and E4B, four ways to fine-tune each",
+        with gr.Accordion("What else fits this machine? Each model, four ways to fine-tune it",
                           open=False, elem_id="plan-accordion"):
             plan_out = gr.Markdown(elem_id="plan-table", min_height=80)
         quantization_chosen = gr.State(False)

@@ -186,13 +186,13 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
 
 
 def length_note(data: Mapping[str, Any]) -> str:
-    """Why the estimate's row length differs from the Max length box, when it does (Markdown, or '')."""
+    """Why the estimate's row length differs from the Max tokens per row box, when it does (Markdown, or '')."""
     seq_len, max_length = data.get("seq_len"), data.get("max_length")
     if not seq_len or not max_length or seq_len >= max_length:
         return ""
-    return (f"\n\n**Why {seq_len} tokens and not {max_length}?** Max length ({max_length}) is only a limit: longer "
+    return (f"\n\n**Why {seq_len} tokens and not {max_length}?** Max tokens per row ({max_length}) is only a limit: longer "
             "rows are left out. Training pads each micro-batch to its longest row, so the estimate uses the longest "
-            f"**train** row the limit keeps ({seq_len} tokens). A dataset build sets Max length to the longest row "
+            f"**train** row the limit keeps ({seq_len} tokens). A dataset build sets Max tokens per row to the longest row "
             "of train and eval together; eval rows run without gradients and need less memory.")
 
 
@@ -390,30 +390,45 @@ def suggestions_markdown(suggestions: Sequence[Mapping[str, Any]], verdict: Any)
     return "\n".join(lines)
 
 
-PLAN_KIND_WORDS = {("full", "none"): "full fine-tune", ("lora", "none"): "LoRA, full-size weights",
-                   ("lora", "8bit"): "LoRA, 8-bit weights", ("lora", "4bit"): "QLoRA, 4-bit weights"}
-"""A plan row's kind of fine-tune by (finetuning_type, quantization), without a number format: the format is
-the machine's (the answer's Why? says which), so a row never names another one than the answer."""
+PLAN_KIND_WORDS = {("full", "none"): "every weight", ("lora", "none"): "add-on, full-size model",
+                   ("lora", "8bit"): "add-on, 8-bit model", ("lora", "4bit"): "add-on, 4-bit model"}
+"""A plan row's kind of fine-tune by (finetuning_type, quantization), in a teacher's words (`PLAN_KIND_NOTE` names
+the terms): no number format, since the format is the machine's (the answer's Why? says which)."""
+
+PLAN_KIND_NOTE = ("*Every weight*: a full fine-tune, estimated only (training here trains an add-on), to show whether "
+                  "one would fit. *Add-on*: a LoRA adapter, a small set of extra weights trained beside the model, "
+                  "which stays as it is. *8-bit* and *4-bit* (QLoRA) models are stored smaller, for slower steps and "
+                  "a small loss of quality.")
+"""The words under the plan table: what its kinds of fine-tune are, with the field's terms."""
+
+ESTIMATE_ONLY_MARK = "†"
+"""Marks a plan row's model that is estimated only (not trained or measured here); said once under the table."""
 
 
 def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, current: Mapping[str, Any] | None = None) -> str:
     """The "what can this machine do?" table of `pipeline.memory.plan.plan_for_workspace`: one row per
     model and kind of fine-tune, with its peak (`gib`), verdict and the changes it needs (each with its cost).
     `machine`: the machine in words (`machine_words`); `current`: the answer's settings (`model`,
-    `finetuning_type`, `quantization`), whose row is marked as the answer above (the same estimate)."""
+    `finetuning_type`, `quantization`), whose row is marked "(your settings)": the answer above, the same
+    estimate. The first four columns are short (they do not wrap, `assets/app.css`), so the table reads at
+    1280 px: a model that is estimated only carries `ESTIMATE_ONLY_MARK`, explained once under the table."""
     icons = {"fits": "✓ fits", "tight": "⚠ fits, tightly", "does not fit": "✗ does not fit"}
     where = machine or f"this computer ({result['device']})"
     lines = [f"On **{where}**, with **{gib(result['usable_bytes'])}** usable (as in the answer above):", "",
              "| model | fine-tune | peak | verdict | changes it needs |", "|---|---|---|---|---|"]
     current = current or {}
+    estimate_only = []
     for row in result["rows"]:
         model = model_words(str(row["model"]))
         kind = PLAN_KIND_WORDS.get((row.get("finetuning_type"), row.get("quantization")), row["label"])
-        label = model + (" (estimate only: not trained or measured here)" if row.get("estimate_only") else "")
+        label = model
+        if row.get("estimate_only"):
+            label += f" {ESTIMATE_ONLY_MARK}"
+            estimate_only += [model] if model not in estimate_only else []
         if (model_words(str(current.get("model") or "")) == model
                 and current.get("finetuning_type", "lora") == row.get("finetuning_type")
                 and current.get("quantization") == row.get("quantization")):
-            kind += " (your settings: the answer above)"
+            kind += " (your settings)"
         if row["verdict"] == "fits":
             changes = "none"
         elif not row["changes"]:
@@ -424,8 +439,12 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
             changes += f" → {gib(after.get('total_bytes'))}, {after.get('verdict', '?')}"
         lines.append(f"| {label} | {kind} | {gib(row['total_bytes'])} | "
                      f"{icons.get(row['verdict'], row['verdict'])} | {changes.replace('|', '/')} |")
-    lines += ["", "Each row keeps your other settings. Full fine-tunes are estimated only (training here is LoRA): "
-                  "they show whether one would fit."]
+    lines += ["", "Each row keeps your other settings; the row of the settings you picked is the answer above, the same "
+                  "estimate. "
+                  + PLAN_KIND_NOTE]
+    if estimate_only:
+        lines += ["", f"{ESTIMATE_ONLY_MARK} {', '.join(estimate_only)}: estimate only, from its published "
+                      "configuration: this app does not train it, and its figures were never measured."]
     return "\n".join(lines)
 
 

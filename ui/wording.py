@@ -34,7 +34,7 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     "optimizer": ("Optimizer", "Memory tab", False),
     "batch-size": ("Batch size", "Memory tab", False),
     "grad-accum": ("Gradient accumulation", "Memory tab", False),
-    "max-length": ("Max length (tokens)", "Memory tab", False),
+    "max-length": ("Max tokens per row", "Memory tab", False),
     "gradient-checkpointing": ("Gradient checkpointing", "Memory tab", True),
     "vision-tower": ("Load the vision tower", "Memory tab", True),
     "ple-on-cpu": ("Per-layer embeddings in CPU RAM", "Memory tab", True),
@@ -162,7 +162,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
                 widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
-    E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
+    E.g. "raise `--max-length` to 420" -> "raise **Max tokens per row** (Memory tab) to 420";
     "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
     "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)"; an aside "(on the command line: ...)"
     is dropped (the sentence names the app's widget already); a phrase naming an environment variable the app's

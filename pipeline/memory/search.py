@@ -76,27 +76,27 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
                           "the usual way to fine-tune on a small dataset; the tutor learns less than a full fine-tune "
                           "could, with far fewer examples needed", 3.0))
     if config.vision_tower:
-        moves.append(Move({"vision_tower": False}, "Don't load the vision tower", "none: the tutor never sees images", 0.0))
+        moves.append(Move({"vision_tower": False}, "Leave out the image part of the model (vision tower)", "none: the tutor never sees images", 0.0))
     if device == "cuda" and not config.ple_on_cpu:
         moves.append(Move({"ple_on_cpu": True}, "Keep the per-layer embeddings in CPU memory",
                           "slightly slower steps: each step copies its rows to the GPU", 0.5))
     if not config.gradient_checkpointing:
-        moves.append(Move({"gradient_checkpointing": True}, "Turn on gradient checkpointing",
+        moves.append(Move({"gradient_checkpointing": True}, "Recompute instead of keep (gradient checkpointing)",
                           "about 30 % slower steps (activations are recomputed)", 1.0))
     if config.quantization == "none":
-        moves.append(Move({"quantization": "8bit"}, "Store the base model in 8 bits (int8)", "slower steps", 1.5))
-        moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4, QLoRA)",
+        moves.append(Move({"quantization": "8bit"}, "Store the model in 8 bits", "slower steps", 1.5))
+        moves.append(Move({"quantization": "4bit"}, "Store the model in 4 bits (QLoRA)",
                           "slower steps and a small loss of quality", 1.6))
     elif config.quantization == "8bit":
-        moves.append(Move({"quantization": "4bit"}, "Store the base model in 4 bits (NF4) instead of 8",
+        moves.append(Move({"quantization": "4bit"}, "Store the model in 4 bits instead of 8 (QLoRA)",
                           "a small loss of quality", 1.0))
     if not config.quantize_audio_encoder and config.lora_targets == "language" and not full:
         moves.append(Move({"quantize_audio_encoder": True}, "Store the frozen audio encoder in 4/8 bits too",
                           "slower audio encoding and a small loss of quality in what the model hears", 1.2))
     if config.optimizer == "adamw":
-        moves.append(Move({"optimizer": "adamw_8bit"}, "Use the 8-bit AdamW optimizer",
+        moves.append(Move({"optimizer": "adamw_8bit"}, "Keep the training state in 8 bits (8-bit AdamW)",
                           "none in practice (bitsandbytes; same results)", 0.5))
-        moves.append(Move({"optimizer": "adafactor"}, "Use the Adafactor optimizer",
+        moves.append(Move({"optimizer": "adafactor"}, "Keep a smaller training state (Adafactor)",
                           "may need a different learning rate", 1.0))
     if config.lora_dropout > 0 and not full:
         moves.append(Move({"lora_dropout": 0.0}, "Turn off LoRA dropout", "less protection against overfitting a small dataset", 0.8))
@@ -114,7 +114,7 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
             if new_r >= 4:
                 alpha = max(1, config.lora_alpha * new_r // config.lora_rank)
                 moves.append(Move({"lora_rank": new_r, "lora_alpha": alpha},
-                                  f"LoRA rank {new_r} instead of {config.lora_rank} (alpha {alpha}, the same scale)",
+                                  f"A smaller add-on: rank {new_r} instead of {config.lora_rank}",
                                   "less capacity to learn", 2.0))
     if lengths.row_tokens:
         current = lengths.kept_longest(config.max_length)
@@ -126,7 +126,7 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
                 continue
             seen_excluded.add(excluded)
             frac = excluded / max(1, lengths.num_rows)
-            moves.append(Move({"max_length": cut}, f"Max length {cut} tokens",
+            moves.append(Move({"max_length": cut}, f"Max tokens per row {cut}",
                               f"leaves out {excluded} of {lengths.num_rows} rows", 3.0 + 20 * frac))
             if len(seen_excluded) >= 4:
                 break
