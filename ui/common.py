@@ -282,6 +282,21 @@ def built_report(ws: Workspace) -> dict | None:
         return None
 
 
+LOADING = "*Reading the workspace…*"
+"""What a text that the page fills on (re)load says until its first real reading: never the empty-state text
+("No recordings yet") before the data is known."""
+
+
+def filled_on_load(component: Any, read: Callable[[], Any]) -> Any:
+    """`component` (built with a loading value, e.g. `LOADING`) filled by `read()` each time the page (re)loads.
+
+    Gradio's own `value=read` calls `read()` once when the page is BUILT and shows that value on every page load
+    until the load event has read it again (15-19 s on a busy machine): an empty library's "No recordings yet"
+    stayed on screen after samples were added. Here the page shows the loading value until the first reading."""
+    component.attach_load_event(read, None)
+    return component
+
+
 def cleared(*values: Any) -> Callable[[], Any]:
     """A handler that returns `values` (one value alone when there is one): wired to run first when an
     action starts (`button.click(cleared(...), outputs=...).then(action, ...)`), it clears the results the

@@ -14,8 +14,8 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import dataset_view as view
-from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, progress_callback, range_note,
-                       share_in_range, ui_errors, whole_number_in_range)
+from ui.common import (DEFAULTS, LOADING, built_report, dataset_sentence, filled_on_load, model_text, progress_callback,
+                       range_note, share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
@@ -141,7 +141,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
     last build and the Max tokens check are wired here."""
     d = DEFAULTS
     with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset") as tab:
-        headline = gr.Markdown(handlers.headline, elem_id="dataset-headline")
+        headline = filled_on_load(gr.Markdown(LOADING, elem_id="dataset-headline"), handlers.headline)
         gr.Markdown("Building splits your recordings into a **training set** (the tutor learns from it) and a "
                     "**test set** (kept apart, to check the tutor on learners it has not heard).")
         with gr.Row():
@@ -159,7 +159,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
             seed_in = gr.Number(value=d.seed, precision=0, label="Split seed",
                                 info="Which learners go to the test set: the same seed and library give the "
                                      "same split; another seed draws another one.")
-        changes = gr.Markdown(handlers.library_changes, elem_id="library-changes")
+        changes = filled_on_load(gr.Markdown(LOADING, elem_id="library-changes"), handlers.library_changes)
         build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
         dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
         with gr.Row():
