@@ -378,3 +378,35 @@ def test_the_inbox_tab_deletes_the_shown_attempt_and_refuses_a_stale_decision(in
     *_rest, status = app.inbox.accept(second.id, "Mine.")  # the tab still showed it waiting
     assert "accepted by mr-park" in status and "was not accepted again" in status
     assert SampleLibrary(app.ws).list()[0].feedback == "Another teacher's words."
+
+
+def test_an_attempt_already_in_the_library_says_which_sample_and_is_marked_done(inbox_ws, speechocean_dir):
+    """Issue 32 leftovers: an attempt whose clip was already a sample stayed stuck (Accept refused it as a
+    duplicate, with "(in the app: click it in the Saved samples table)", words for another screen). The tab now
+    says which sample it is before anything is clicked, and Accept marks it done: nothing added or changed."""
+    from ui.tutor_app import TutorApp
+    from ui.wording import app_wording
+
+    app = TutorApp(inbox_ws)
+    library = SampleLibrary(app.ws)
+    mine = library.add(speechocean_dir / CLIPS[0], target_text=ITEMS[0], feedback="Teacher's own.", speaker="s1")
+    inbox = Inbox(app.ws)
+    again = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft")
+    new = inbox.add(speechocean_dir / CLIPS[1], student="lee", kind="read_aloud", exercise=ITEMS[1], answer="Draft 2")
+    _table, current, _audio, about, _feedback, _status = app.inbox_show()
+    assert current == again.id and f"already in the library: sample `{mine.id}`" in about and "marks this" in about
+    _table, current, _audio, about, _feedback, status = app.inbox_accept(again.id, "Edited")
+    assert current == new.id and "already in the library" not in about  # the next one is not a duplicate
+    assert status.startswith("✓ Marked done") and f"sample `{mine.id}`" in status and "✗" not in status, status
+    assert [(s.id, s.feedback) for s in library.list()] == [(mine.id, "Teacher's own.")]  # nothing added or changed
+    done = inbox.get(again.id)
+    assert done.status == "accepted" and done.same_as == mine.id and inbox.list("pending") == [new]
+    with pytest.raises(SampleError, match="marked done.*nothing to reject"):
+        inbox.reject(again.id)
+    inbox.delete(again.id)  # deleting the attempt keeps the teacher's sample
+    assert [s.id for s in library.list()] == [mine.id]
+    # The library's duplicate message, shown on the Samples tab, speaks of that screen, not "(in the app: …)".
+    with pytest.raises(SampleError) as refused:
+        library.add(speechocean_dir / CLIPS[0], target_text=ITEMS[0], feedback="x")
+    shown = app_wording(str(refused.value))
+    assert "in the app" not in shown and "edit it: click it in the Saved samples table" in shown, shown

@@ -49,7 +49,8 @@ class InboxHandlers:
             return table, None, None, "", gr.update(value="", interactive=False), view.nothing_waiting(message)
         later = [a for a in pending if after is not None and a.id > after]
         current = (later or pending)[0]
-        return (table, current.id, str(self.inbox.audio_path(current)), view.attempt_markdown(current, pending),
+        about = view.attempt_markdown(current, pending, same=self.inbox.same_recording(current))
+        return (table, current.id, str(self.inbox.audio_path(current)), about,
                 gr.update(value=current.answer, interactive=True), message)
 
     def show(self) -> tuple:
@@ -59,12 +60,12 @@ class InboxHandlers:
     @ui_errors(message_at=5, outputs=6)
     def accept(self, attempt_id: str | None, feedback: str, request: gr.Request = None) -> tuple:
         """Accept the shown attempt with the feedback as edited, then show the next. The tab shows waiting
-        attempts, so one another teacher decided meanwhile is refused, saying who decided what."""
+        attempts, so one another teacher decided meanwhile is refused, saying who decided what. One whose
+        recording is in the library already is marked done (`Inbox.accept`), saying which sample it is."""
         if not attempt_id:
             return self._inbox_outputs(message="Nothing to accept.")
         attempt, sample = self.inbox.accept(attempt_id, feedback, expected_status="pending", by=_login(request))
-        return self._inbox_outputs(after=attempt_id,
-                                   message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
+        return self._inbox_outputs(after=attempt_id, message=view.accepted_markdown(attempt, sample))
 
     @ui_errors(message_at=5, outputs=6)
     def reject(self, attempt_id: str | None, request: gr.Request = None) -> tuple:
