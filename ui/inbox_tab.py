@@ -88,16 +88,21 @@ class InboxHandlers:
         return self._inbox_outputs(after=attempt_id)
 
     def run_choices(self, current: str | None = None) -> Any:
-        """The runs that can answer (they have an adapter): `current` (the one picked on the page) selected while
-        it can still answer, else the saved one, else the newest. Asked again each time the tab opens, so a run
-        trained since the page loaded is there to pick (the list was the page load's)."""
+        """The runs that can answer (they have an adapter), newest first, an unfinished one (stopped, failed, still
+        training) labelled so: `current` (the one picked on the page) selected while it can still answer, else the
+        saved one, else the newest completed run (the newest run when none completed). Asked again each time the
+        tab opens, so a run trained since the page loaded is there to pick (the list was the page load's)."""
         from pipeline.inbox.practice import load_setup
         from pipeline.tutor.infer import usable_runs
+        from ui.common import list_runs
 
         setup = load_setup(self.state.ws)
-        runs = usable_runs(self.state.ws)
-        picked = next((run for run in (current, setup.run if setup else None) if run and run in runs), None)
-        return gr.update(choices=runs, value=picked or (runs[-1] if runs else None))
+        usable = set(usable_runs(self.state.ws))
+        states = {r["run"]: r.get("state") for r in list_runs(self.state.ws) if r.get("run") in usable}
+        runs = [*states, *sorted(usable - set(states))]  # newest first (a run whose status cannot be read last)
+        picked = next((run for run in (current, setup.run if setup else None) if run and run in usable), None)
+        newest = next((run for run in runs if states.get(run) == "completed"), runs[0] if runs else None)
+        return gr.update(choices=[(view.run_label(run, states.get(run)), run) for run in runs], value=picked or newest)
 
     def setup_fields(self) -> tuple[Any, Any, Any, str]:
         """Page load: (run choices, kind, exercises text, status) from the saved setup."""

@@ -60,6 +60,19 @@ def accepted_markdown(attempt: Any, sample: Any) -> str:
     return f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student})."
 
 
+UNFINISHED = {"stopped": "stopped before the end", "stopping": "stopping", "failed": "failed part way",
+              "running": "still training", "not_started": "not finished"}
+"""How the Tutor list says a run did not finish, by its state (`pipeline.training.runs.run_status`)."""
+
+
+def run_label(run: str, state: str | None) -> str:
+    """A run in the practice page's Tutor list: its name, and when it did not complete, that it is unfinished
+    (`r2 · unfinished: stopped before the end`); a completed run is its name alone."""
+    if state == "completed":
+        return run
+    return f"{run} · unfinished: {UNFINISHED.get(state or '', 'not finished')}"
+
+
 def no_tutor_picked(runs_exist: bool) -> str:
     """Offer to students pressed with no tutor picked: what to pick, or (`runs_exist` False) where a tutor
     comes from (Markdown)."""
