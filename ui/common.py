@@ -272,6 +272,22 @@ def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset
     return text + (f" ({left_out} more left out: {where_left_out})." if left_out else ".")
 
 
+def dataset_family_note(report: dict | None, model: str | None) -> str:
+    """A warning when the built dataset (its build `report` records the model it was built with) was built for
+    another model family than `model`, the one picked: each family counts a clip's tokens its own way, so the
+    rows kept and left out are the other family's; it points to **Build dataset**. "" when they match, or
+    nothing is built (`pipeline.model.catalog.other_family`)."""
+    from pipeline.model.catalog import other_family
+
+    families = other_family((report or {}).get("model"), model_text(model) if model else None)
+    if families is None:
+        return ""
+    built, picked = families
+    return (f"⚠ The dataset was built for **{built.label}**, and the model picked is **{picked.label}**: click "
+            f"**Build dataset** (2 · Dataset tab) to build it again for {picked.label}. Each model counts a "
+            "recording's length its own way, so the rows kept and left out differ.")
+
+
 def built_report(ws: Workspace) -> dict | None:
     """The last build's report, or None when no dataset is built (`pipeline.data.dataset.load_build_report`)."""
     from pipeline.data.dataset import load_build_report

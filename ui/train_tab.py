@@ -19,7 +19,8 @@ from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
 from ui import train_view as view
 from ui.common import (CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report, config_from_values, confirm_js,
-                       dataset_sentence, error_panel, filled_on_load, list_runs, plural, setting_message, ui_errors)
+                       dataset_family_note, dataset_sentence, error_panel, filled_on_load, list_runs, plural,
+                       setting_message, ui_errors)
 from pipeline.units import format_bytes
 from ui.state import AppState
 from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
@@ -72,6 +73,8 @@ class TrainHandlers:
         except PipelineError as error:
             return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
         line = view.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
+        other = dataset_family_note(built_report(self.ws), config.model)  # built for the other model family
+        line += f"\n\n{other}" if other else ""
         try:
             if remember:
                 self.state.remember_settings(config)
