@@ -178,11 +178,12 @@ def test_texts_filled_on_load_say_loading_until_read_never_the_empty_state(tmp_p
     demo = app_module.build_ui(ui)
     blocks = {getattr(block, "elem_id", None): block for block in demo.blocks.values()}
     for elem_id in ("samples-headline", "library-summary", "dataset-headline", "library-changes", "train-headline",
-                    "try-headline"):
+                    "try-headline", "dataset-summary"):
         assert blocks[elem_id].value == LOADING, (elem_id, blocks[elem_id].value)
         loads = [dep for dep in demo.fns.values() if any(event == "load" for _, event in dep.targets)
                  and any(getattr(out, "elem_id", None) == elem_id for out in dep.outputs)]
         assert loads, f"nothing fills #{elem_id} when the page loads"
+    assert not blocks["judge-progress"].value  # not "not started" before the page load has looked for a job
     assert blocks["samples-table"].value["data"] in ([], [[]]) or not blocks["samples-table"].value["data"][0][0]
     ui.save_sample(clip(speechocean_dir, "000010011", tmp_path / "up"), "WE CALL IT BEAR", "Good.", "s1")
     fill = next(dep for dep in demo.fns.values() if any(event == "load" for _, event in dep.targets)

@@ -167,7 +167,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
                                      "same split; another seed draws another one.")
         changes = filled_on_load(gr.Markdown(LOADING, elem_id="library-changes"), handlers.library_changes)
         build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
-        dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
+        dataset_summary = gr.Markdown(LOADING, elem_id="dataset-summary")  # the page load says what was built
         with gr.Row():
             length_plot = gr.Plot(show_label=False, elem_id="length-plot")
             with gr.Column():

@@ -285,7 +285,7 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
     if not with_reference:
         out["reason"] = f"no reference has a {key} score"
     elif n == 0:
-        out["reason"] = f"{NOT_MEASURABLE} (0 of {len(with_reference)} answers)"
+        out["reason"] = NOT_MEASURABLE
     elif n < MIN_CORRELATION_PAIRS:
         out["reason"] = f"only {n} parsed answer(s) of {len(with_reference)}; a correlation needs {MIN_CORRELATION_PAIRS}"
     elif len(set(tutor)) < 2:
