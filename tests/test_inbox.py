@@ -434,3 +434,4 @@ def test_the_practice_setup_offers_the_newest_completed_run_and_labels_unfinishe
     assert choices["choices"] == [("z-stopped · unfinished: stopped before the end", "z-stopped"), ("done", "done"),
                                   ("c-old", "c-old")]
     assert app.inbox.run_choices("z-stopped")["value"] == "z-stopped"  # the teacher may still pick it, knowingly
+

@@ -265,11 +265,11 @@ def _access_message(model_id: str, status: int | None, has_token: bool) -> str:
                 "download again.")
     if has_token:
         return (f"Hugging Face did not accept the token (mistyped, revoked or expired): make a new Read token at "
-                f"{TOKENS_PAGE} and paste it into the app's Hugging Face token box at the top of the app (on the "
+                f"{TOKENS_PAGE} and paste it into the Hugging Face token box at the top of the app (on the "
                 "command line: `--token-stdin`).")
     return (f"`{model_id}` is a gated model: Hugging Face serves it only to an account that accepted its licence. "
             f"Accept the licence at {licence} with your Hugging Face account, make a Read token at {TOKENS_PAGE}, "
-            "then paste it into the app's Hugging Face token box at the top of the app (on the command line: "
+            "then paste it into the Hugging Face token box at the top of the app (on the command line: "
             "`--token-stdin`).")
 
 
