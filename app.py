@@ -90,10 +90,14 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         dataset_outputs = [*dataset.outputs, settings["max_length"]]
         dataset.build_button.click(
             app.dataset.build_dataset, inputs=[model, dataset.eval_fraction, dataset.seed, dataset.build_max_length],
-            outputs=dataset_outputs).then(dataset.refresh[0], outputs=dataset.refresh[1], show_progress="hidden")
-        # What a clip costs in tokens follows the model's family (Gemma 4: by its length).
+            outputs=dataset_outputs).then(dataset.refresh[0], outputs=dataset.refresh[1], show_progress="hidden").then(
+            app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
+        # What a clip costs in tokens follows the model's family (Gemma 4: by its length), and a dataset built for
+        # the other family says so (on the Dataset tab; the Train tab's "Next run" line follows every setting).
         model.change(app.dataset.max_length_update, inputs=model, outputs=dataset.build_max_length,
                      show_progress="hidden")
+        for event in (model.change, dataset.tab.select):
+            event(app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
 
         # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
         wire_memory_tab(app.memory, memory, model, setting_widgets)
@@ -131,7 +135,8 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(
-            app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices)
+            app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices).then(
+            app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
         demo.load(app.get_model.on_load, inputs=model, outputs=get_model.outputs)  # a download still going shows
         demo.load(app.inbox.show, outputs=inbox.outputs)  # students' attempts waiting
         demo.load(app.inbox.setup_fields, outputs=inbox.setup_outputs)

@@ -77,6 +77,11 @@ class ModelAccessError(ModelLoadError):
     not in a file; `python -m pipeline get-model` exits with code 2 for it."""
 
 
+class HubUnreachableError(ModelLoadError):
+    """Hugging Face cannot be asked from here: offline mode is on, or no connection (a network error). Nothing
+    is wrong with the model or the account; a person only needs to know when they ask for a download."""
+
+
 class DownloadCancelled(ModelLoadError):
     """A model download was cancelled (Cancel, or its job's `CANCEL` file); what was fetched is kept."""
 

@@ -76,3 +76,28 @@ def _fake_tiny(out_dir):
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER_FILE).write_text(json.dumps({"parameters": 1}), encoding="utf-8")
     return out
+
+
+def test_messages_shown_in_the_app_speak_of_the_app_as_the_screen_they_are_on(tmp_path):
+    """Issue 32 leftovers: messages written for both the command line and the app read, on the app's screens,
+    "(in the app: click it ...)", "the app's Dataset tab (Build dataset), or **Build dataset** (Dataset tab)",
+    "Stop in the app, or create /…/STOP" (a file the teacher never saw). In the app each says the app's own
+    words once; on the command line the command stays."""
+    from pipeline.host.workspace_lock import _busy_error
+    from pipeline.model.download import _access_message
+    from pipeline.training.runs import require_built_dataset
+    from pipeline.tutor.infer import _runs_hint
+    from pipeline.workspace import Workspace
+    from ui.wording import app_wording
+
+    ws = Workspace(tmp_path / "ws")
+    with pytest.raises(Exception) as no_dataset:
+        require_built_dataset(ws)
+    messages = [str(no_dataset.value), str(_busy_error({"run": "r1", "pid": 1}, "r2")), _runs_hint(ws),
+                _access_message("google/gemma-3n-E2B-it", 401, True)]
+    for message in messages:
+        shown = app_wording(message)
+        assert "the app's" not in shown and "in the app" not in shown and "STOP" not in shown, shown
+    assert "python -m pipeline build" in messages[0] and "STOP" in messages[1]  # the command line keeps its words
+    assert "**Build dataset** (Dataset tab)" in app_wording(messages[0])
+    assert "**Stop** on the Train tab" in app_wording(messages[1])

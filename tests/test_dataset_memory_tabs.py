@@ -172,3 +172,30 @@ def test_a_gemma4_clips_tokens_follow_its_length_on_every_figure_of_the_dataset_
         span = family.audio_span(processor, seconds)
         assert len(processor.tokenizer(span, add_special_tokens=False)["input_ids"]) == family.clip_tokens(seconds)
     assert family.clip_tokens(30.0) == audio_tokens(30.0) + 2 == 752
+
+
+def test_a_dataset_built_for_the_other_model_family_says_so_on_dataset_and_train(tmp_path):
+    """Issue 32 leftovers: switching Gemma 3n <-> Gemma 4 did not flag the dataset built for the other family
+    (its token counts and left-out rows are that family's). The Dataset tab and the Train tab's "Next run" line
+    say which family it was built for and point to Build dataset; the same family says nothing. The note follows
+    the model box (its change, the tab's opening, the page load and a build refresh it)."""
+    from tests.studio_app import app_with_built_lengths
+
+    ui = app_with_built_lengths(tmp_path / "ws")  # its build report: built for google/gemma-3n-E2B-it
+    gemma4 = "google/gemma-4-E2B-it"
+    note = ui.dataset.model_note(gemma4)
+    assert note.startswith("⚠ The dataset was built for **Gemma 3n**, and the model picked is **Gemma 4**"), note
+    assert "**Build dataset**" in note and "build it again for Gemma 4" in note
+    assert ui.dataset.model_note("google/gemma-3n-E4B-it") == ""  # another size of the same family: fine
+    assert ui.dataset.model_note(str(tmp_path / "no-such-folder")) == ""  # unknown: nothing to say
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    summary = ui.train.settings_summary(*[{**values, "model": gemma4}[n] for n in common.CONFIG_FIELDS], remember=False)
+    assert note in summary
+    assert "built for" not in ui.train.settings_summary(*[values[n] for n in common.CONFIG_FIELDS], remember=False)
+
+    demo = app_module.build_ui(ui)
+    note_id = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == "dataset-model-note")
+    triggers = {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
+                if getattr(dep.fn, "__name__", "") == "model_note" and any(o._id == note_id for o in dep.outputs)
+                for target, event in dep.targets}
+    assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers

@@ -67,7 +67,7 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
     page.wait_for_selector("#load-pack")
     open_tab(page, "6 · Judge")
     assert eval_jobs.job_status(workspace, job)["alive"], "the job ended before the page came back"
-    wait_text(page, "#judge-progress", r"of (\?|\d+) answers .*(starting|loading|answered|waiting)", timeout_s=60)
+    wait_text(page, "#judge-progress", r"of (\?|\d+) answered .*(starting|loading|answered|waiting)", timeout_s=60)
     shot(page, "6-judge-reattached")
     # Issue 32 item 3: the answers kept so far, while the job still runs, are not "cancelled or stopped".
     status = wait_text(page, "#judge-status", r"Being evaluated now|Partial|1 saved evaluation", timeout_s=300)
@@ -75,7 +75,7 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
         assert "Being evaluated now" in status and "answered so far" in status, status
         assert "Partial" not in status and "cancelled" not in status and "Evaluate again" not in status, status
         assert not re.search(r"⚠[^\n]*(Partial|answered so far)", status), status  # the stand-in's own ⚠ may stay
-    wait_text(page, "#judge-progress", r"(\d+) of \1 answers .* done", timeout_s=600)
+    wait_text(page, "#judge-progress", r"(\d+) of \1 answered .* done", timeout_s=600)
     wait_text(page, "#judge-headline", r"base · tiny-gemma3n[\s\S]*what it means", timeout_s=60)
     wait_text(page, "#judge-headline", r"rise and fall with the experts")
     wait_text(page, "#judge-status", r"1 saved evaluation")

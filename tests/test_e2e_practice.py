@@ -3,7 +3,7 @@
 The app runs as `python app.py --shared --auth-file USERS --practice-run r1 --practice-list LIST` (a
 login required, as when shared beyond this computer). The student (one browser context) logs in on
 the practice page, ticks consent once, records two attempts (uploaded clips) and reads the tutor's
-feedback, which the page says comes from the random stand-in. The teacher (another context) logs in
+feedback, which the page says comes from a test tutor. The teacher (another context) logs in
 to the studio, opens the Inbox, edits the first draft and accepts it with Shift+Enter, which shows
 the next attempt; the accepted one is then a sample of the library with the student as speaker.
 """
@@ -79,7 +79,7 @@ def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, 
     student = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
     student.set_default_timeout(WAIT_MS)
     _login(student, practice_url, "kim", "kim-pass1")
-    wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+    wait_text(student, "#practice-note", r"test tutor", timeout_s=60)
     wait_text(student, "#practice-name", r"kim")  # the login is the name
     assert not student.locator("#practice-name input, #practice-name textarea").first.is_editable()
     assert not student.locator("#tab-samples, #load-pack").count()  # nothing of the studio here
@@ -88,7 +88,7 @@ def test_student_practises_and_the_teacher_accepts_from_the_inbox(practice_app, 
     assert all(answers)
     shot(student, "practice-student")
     student.reload()  # consent is given once: the reopened page remembers it
-    wait_text(student, "#practice-note", r"random stand-in", timeout_s=60)
+    wait_text(student, "#practice-note", r"test tutor", timeout_s=60)
     assert student.locator("#practice-consent input").is_checked()
 
     # a student's account does not open the studio

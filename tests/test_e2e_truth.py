@@ -89,12 +89,31 @@ def test_a_good_microphone_clip_gets_no_warning(built, tmp_path):
 
 
 def test_the_practice_page_reads_on_a_phone(module_app, module_browser):
-    """Item 9: at 390 x 844 the consent box and its 30-word label were a 13-line strip beside the name."""
+    """Item 9: at 390 x 844 the consent box and its 30-word label were a 13-line strip beside the name. And (the
+    leftovers' pass) a long exercise ran into the Exercise box's arrow: it now ends in "…" before the arrow, and
+    the exercise is shown in full under the box."""
+    import json
+
     url = re.search(r"Students' practice page: (\S+)", Path(module_app[3]).read_text()).group(1)
+    long = "The quick brown fox jumps over the lazy dog near the riverbank every single morning."
+    setup = Path(module_app[1]) / "inbox" / "practice.json"
+    setup.parent.mkdir(parents=True, exist_ok=True)
+    setup.write_text(json.dumps({"run": "phone-run", "kind": "read_aloud", "items": [long, "Short."],
+                                 "source": "test"}))  # the page reads it on every load
     page = module_browser.new_page(viewport={"width": 390, "height": 844})
     try:
         page.goto(url)
         page.wait_for_selector("#practice-consent input")
+        wait_text(page, "#practice-sentence", re.escape(long), timeout_s=60)  # the whole sentence, under the box
+        box = page.eval_on_selector("#practice-exercise", """root => {
+            const input = root.querySelector('input'), arrow = root.querySelector('.icon-wrap, svg');
+            const style = getComputedStyle(input);
+            return {value: input.value, textEnd: input.getBoundingClientRect().right - parseFloat(style.paddingRight),
+                    arrow: arrow.getBoundingClientRect().left, overflow: style.textOverflow,
+                    clipped: input.scrollWidth > input.clientWidth}; }""")
+        assert long in box["value"], box
+        assert box["textEnd"] <= box["arrow"], f"the exercise runs under the dropdown's arrow: {box}"
+        assert not box["clipped"] or box["overflow"] == "ellipsis", box
         name = page.locator("#practice-name").bounding_box()
         consent = page.locator("#practice-consent").bounding_box()
         assert consent["y"] >= name["y"] + name["height"] - 1, (name, consent)  # under the name, not beside it
@@ -107,6 +126,7 @@ def test_the_practice_page_reads_on_a_phone(module_app, module_browser):
         shot(page, "truth-2-practice-phone")
     finally:
         page.close()
+        setup.unlink(missing_ok=True)
 
 
 def _answer(page) -> str:

@@ -106,7 +106,7 @@ def test_a_job_survives_an_app_restart_and_a_killed_one_keeps_its_answers(ws, ti
     child = runner._CHILDREN.pop(started["pid"])
     assert jobs.active_job(ws) == started["job"]
     job_id, progress, timer = TutorApp(ws.root).judge.on_load()
-    assert job_id == started["job"] and timer.active and "of 4 answers" in progress
+    assert job_id == started["job"] and timer.active and "of 4 answered" in progress
     os.killpg(started["pid"], signal.SIGKILL)  # killed (out of memory, a reboot): no result written
     child.wait(timeout=30)
     status = jobs.job_status(ws, started["job"])

@@ -143,8 +143,11 @@ def test_too_few_or_constant_answers_give_no_correlation_and_say_why():
     same = metrics.evaluate_answers([(answer(5, 5, 5, 5), answer(i, i, i, i)) for i in (2, 5, 8)])
     assert same["scores"]["total"]["pcc"] is None and "same total score (5)" in same["scores"]["total"]["reason"]
     none = metrics.evaluate_answers([(GARBAGE, answer(i, i, i, i, "CAT 3/10")) for i in (2, 5, 8)])
-    assert none["unparsed_fraction"] == 1.0 and none["words"]["recall"] == 0.0 and none["words"]["f1"] == 0.0
-    assert all(m["pcc"] is None and m["n"] == 0 and "no parsed answer" in m["reason"] for m in none["scores"].values())
+    # Nothing read: no recall or F1 of 0 (a figure for missing data) but the reason it is not measurable.
+    assert none["unparsed_fraction"] == 1.0 and none["words"]["recall"] is None and none["words"]["f1"] is None
+    assert none["words"]["reason"] == metrics.NOT_MEASURABLE and none["words"]["expected"] == 3
+    assert all(m["pcc"] is None and m["n"] == 0 and metrics.NOT_MEASURABLE in m["reason"] for m in none["scores"].values())
+    assert f"flagged words: {metrics.NOT_MEASURABLE}" in metrics.summary(none)
 
 
 def test_bootstrap_intervals_are_reproducible_and_bracket_the_estimate():
@@ -224,7 +227,7 @@ def test_evaluate_command_on_the_tiny_model_reports_everything_unparsed_and_save
     # The random model's answers carry no template: every one unparsed, no correlation from zero answers.
     assert result["unparsed_fraction"] == 1.0 and result["unparsed"] == 3
     for m in result["scores"].values():
-        assert m["pcc"] is None and m["scc"] is None and m["n"] == 0 and "no parsed answer" in m["reason"]
+        assert m["pcc"] is None and m["scc"] is None and m["n"] == 0 and "none of the answers could be read" in m["reason"]
     assert result["words"]["recall"] in (0.0, None) and result["words"]["precision"] is None
     # Saved under WS/evals/MODEL/, keyed by the dataset build (the eval split's data files).
     key = ev.split_key(ws, "eval", 3)

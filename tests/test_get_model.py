@@ -233,6 +233,44 @@ def test_no_network_is_said_in_seconds(online):
     assert time.monotonic() - began < 10
 
 
+def test_a_first_start_without_network_warns_of_nothing_and_says_not_here_once(online, tmp_path, monkeypatch):
+    """Issue 32 leftovers: at first start the panel warned "⚠ Hugging Face ... cannot be reached (ConnectError)"
+    before any download was asked for, and "is not on this computer yet" was said twice (the note under the
+    picker and the panel). Now: one calm line that getting it needs the internet, the fact once; offline mode
+    is said once too (in the note, which says what to do)."""
+    from huggingface_hub import constants
+
+    from pipeline.errors import HubUnreachableError
+    from pipeline.model import download_job
+    from ui.tutor_app import TutorApp
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setattr(constants, "ENDPOINT", closed)
+    monkeypatch.setattr(download_job, "_HUB_ANSWERS", {})
+    app = TutorApp(tmp_path / "ws")
+    status = app.get_model.show(SERVED_MODEL)[1]
+    note = app.state.describe_model(SERVED_MODEL)
+    assert "⚠" not in status + note and "ConnectError" not in status and "cannot be reached" not in status, status
+    assert "Getting it needs an internet connection to Hugging Face." in status
+    assert (status + note).count("not on this computer") == 1, (status, note)
+    assert "**Get the model**" in status and "**Get the model**" in note
+    with pytest.raises(HubUnreachableError, match="cannot be reached from this computer.*internet connection"):
+        from pipeline.model.download import hub_model
+
+        hub_model(SERVED_MODEL)  # asked for: the download says why, in its own words
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # offline mode: said once, in the note, with what to do
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(download_job, "_HUB_ANSWERS", {})
+    status = app.get_model.show(SERVED_MODEL)[1]
+    note = app.state.describe_model(SERVED_MODEL)
+    assert (status + note).count("not on this computer") == 1 and "offline" not in status.lower()
+    assert "⚠" not in status and "click **Get the model**" not in status and "Create offline tiny test model" in note
+    assert "paste it below" not in status, "no token asked for a download offline mode cannot make"
+
+
 def test_a_run_on_a_model_not_here_is_refused_in_a_moment(online, tmp_path):
     """`start_run` (the app's Start, and everything that starts runs) and the app's handler refuse at once, with
     the pointer to Get the model, and leave no run folder."""

@@ -74,6 +74,18 @@ def test_a_tutor_that_ignores_the_audio_changes_nothing_and_is_at_chance():
     assert "not yet told apart from chance" in gr.grounding_text(result)
 
 
+def test_nothing_read_gives_no_agreement_and_no_invented_words_figure():
+    """Issue 32 leftovers (no figure for missing data): a tutor none of whose answers could be read showed "its
+    scores follow the experts' differences in 50 % of 12 pairs" and "named a word that is not in it in 0 % of
+    answers". Neither is measured: both are None and the words leave them out."""
+    result = gr.grounding_metrics(records(lambda clip, sentence, heard: "zzz"))
+    assert result["other_clip"]["score_sign_agreement"] is None and result["other_clip"]["score_pairs"] == 0
+    assert result["other_clip"]["score_sign_agreement_ci"] is None
+    assert result["other_sentence"]["flagged_not_in_sentence"] is None
+    text = gr.grounding_text(result) or ""
+    assert "50 %" not in text and "named a word" not in text and "0 %" in text  # answers unchanged: that was read
+
+
 def test_a_tutor_that_copies_the_experts_follows_every_difference():
     result = gr.grounding_metrics(records(expert_copying_tutor))
     assert result["silence"]["changed_fraction"] == 1.0

@@ -66,7 +66,7 @@ def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_
     save_setup(trained, "r1", ITEMS)
     handlers = PracticeHandlers(SampleLibrary(trained).workspace)
     _name, exercises, note, consent = handlers.on_load(None, None)
-    assert exercises["choices"][2] == ("3. THREE TWO TWO SEVEN", 2) and "random stand-in" in note
+    assert exercises["choices"][2] == ("3. THREE TWO TWO SEVEN", 2) and "test tutor" in note and "teacher" not in note
     assert consent["value"] is False  # never ticked for the student
     name, _exercises, _note, consent = handlers.on_load({"name": "lee", "consent": True}, None)
     assert name["value"] == "lee" and consent["value"] is True  # given once, remembered by this browser
@@ -74,7 +74,7 @@ def test_the_practice_handlers_answer_and_say_what_is_kept(trained, speechocean_
     updates = list(handlers.answer(str(speechocean_dir / CLIPS[2]), 2, "lee", True))  # the answer as it grows
     text, status = updates[-1]
     assert all(update[1] == "The tutor is answering…" and text.startswith(update[0]) for update in updates[:-1])
-    assert "Kept for your teacher" in status and "stand-in" in status
+    assert "Kept for your teacher" in status and "test tutor" in status
     assert Inbox(trained).list()[-1].answer == text and len(Inbox(trained).list()) == count + 1
     [(_text, status)] = handlers.answer(None, 2, "lee", True)
     assert "Record yourself first" in status and len(Inbox(trained).list()) == count + 1
@@ -203,7 +203,8 @@ def test_the_practice_setups_tutor_list_is_asked_again_and_offer_without_a_pick_
     for run in ("r1", "r2"):  # two runs trained after the page loaded
         (app.ws.runs_dir / run / "adapter").mkdir(parents=True)
         (app.ws.runs_dir / run / "adapter" / "adapter_config.json").write_text("{}")
-    assert app.inbox.run_choices() == {"__type__": "update", "choices": ["r1", "r2"], "value": "r2"}
+    choices = app.inbox.run_choices()
+    assert sorted(value for _, value in choices["choices"]) == ["r1", "r2"] and choices["value"] in ("r1", "r2")
     assert app.inbox.run_choices("r1")["value"] == "r1"  # the teacher's pick stays
     status = app.practice_setup("", "Read aloud (sentences)", "A sentence.")
     assert status.startswith("✗ No tutor picked") and "runs" not in status and "``" not in status
@@ -378,3 +379,59 @@ def test_the_inbox_tab_deletes_the_shown_attempt_and_refuses_a_stale_decision(in
     *_rest, status = app.inbox.accept(second.id, "Mine.")  # the tab still showed it waiting
     assert "accepted by mr-park" in status and "was not accepted again" in status
     assert SampleLibrary(app.ws).list()[0].feedback == "Another teacher's words."
+
+
+def test_an_attempt_already_in_the_library_says_which_sample_and_is_marked_done(inbox_ws, speechocean_dir):
+    """Issue 32 leftovers: an attempt whose clip was already a sample stayed stuck (Accept refused it as a
+    duplicate, with "(in the app: click it in the Saved samples table)", words for another screen). The tab now
+    says which sample it is before anything is clicked, and Accept marks it done: nothing added or changed."""
+    from ui.tutor_app import TutorApp
+    from ui.wording import app_wording
+
+    app = TutorApp(inbox_ws)
+    library = SampleLibrary(app.ws)
+    mine = library.add(speechocean_dir / CLIPS[0], target_text=ITEMS[0], feedback="Teacher's own.", speaker="s1")
+    inbox = Inbox(app.ws)
+    again = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="Draft")
+    new = inbox.add(speechocean_dir / CLIPS[1], student="lee", kind="read_aloud", exercise=ITEMS[1], answer="Draft 2")
+    _table, current, _audio, about, _feedback, _status = app.inbox_show()
+    assert current == again.id and f"already in the library: sample `{mine.id}`" in about and "marks this" in about
+    _table, current, _audio, about, _feedback, status = app.inbox_accept(again.id, "Edited")
+    assert current == new.id and "already in the library" not in about  # the next one is not a duplicate
+    assert status.startswith("✓ Marked done") and f"sample `{mine.id}`" in status and "✗" not in status, status
+    assert [(s.id, s.feedback) for s in library.list()] == [(mine.id, "Teacher's own.")]  # nothing added or changed
+    done = inbox.get(again.id)
+    assert done.status == "accepted" and done.same_as == mine.id and inbox.list("pending") == [new]
+    with pytest.raises(SampleError, match="marked done.*nothing to reject"):
+        inbox.reject(again.id)
+    inbox.delete(again.id)  # deleting the attempt keeps the teacher's sample
+    assert [s.id for s in library.list()] == [mine.id]
+    # The library's duplicate message, shown on the Samples tab, speaks of that screen, not "(in the app: …)".
+    with pytest.raises(SampleError) as refused:
+        library.add(speechocean_dir / CLIPS[0], target_text=ITEMS[0], feedback="x")
+    shown = app_wording(str(refused.value))
+    assert "in the app" not in shown and "edit it: click it in the Saved samples table" in shown, shown
+
+
+def test_the_practice_setup_offers_the_newest_completed_run_and_labels_unfinished_ones(inbox_ws):
+    """Issue 32 leftovers: the practice setup picked an unfinished run (the last by name, which was a stopped one)
+    by default. It picks the newest completed run, and the list says which runs are unfinished."""
+    import os
+    import time
+
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(inbox_ws)
+    for age, (run, status) in enumerate((("c-old", "completed"), ("done", "completed"), ("z-stopped", "stopped"))):
+        folder = app.ws.runs_dir / run
+        (folder / "adapter").mkdir(parents=True)
+        (folder / "adapter" / "adapter_config.json").write_text("{}")
+        (folder / "result.json").write_text(json.dumps({"status": status, "reason": "Stopped."}))
+        stamp = time.time() - 100 + 10 * age  # made in this order: z-stopped newest
+        os.utime(folder, (stamp, stamp))
+    choices = app.inbox.run_choices()
+    assert choices["value"] == "done", choices  # the newest completed run, not the newer stopped one
+    assert choices["choices"] == [("z-stopped · unfinished: stopped before the end", "z-stopped"), ("done", "done"),
+                                  ("c-old", "c-old")]
+    assert app.inbox.run_choices("z-stopped")["value"] == "z-stopped"  # the teacher may still pick it, knowingly
+

@@ -5,6 +5,7 @@ re-running, cancel keeping what was answered; and the Train tab's overlay of sev
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -75,13 +76,18 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     polls, last = _follow(built, job)
     progress, _, _, status, verdict, headline, scatter, clips, rows, audio, details = last
     assert "done" in progress and 'value="100.0"' in progress
-    assert any(" answers" in str(p[0]) and "done" not in str(p[0]) for p in polls[:-1])  # the bar moved while it ran
+    assert any(" answered" in str(p[0]) and "done" not in str(p[0]) for p in polls[:-1])  # the bar moved while it ran
     label = f"base · {Path(model).name}"
     headline = _frame(headline)
     assert list(headline.columns) == ["figure", label, "what it means"]
     figures = dict(zip(headline["figure"], headline[label]))
     assert figures["unparsed answers (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
-    assert figures["total: PCC [95 % CI]"].startswith("– (no parsed answer")
+    # Issue 32 leftovers: nothing read, so no figure (recall 0.00 / F1 0.00 were figures for missing data), and the
+    # recordings answered are the count the bar went up to (it said "N of N answers" beside "clips 20").
+    assert all(figures[f] == "not measurable: none of the answers could be read" for f in figures
+               if any(w in f for w in ("PCC", "SCC", "MAE", "precision", "recall", "F1")))
+    done = re.search(r"(\d+) of \1 answered", progress)
+    assert done and figures["test recordings answered"].split()[0] == done.group(1), (progress, figures)
     clips = _frame(clips)
     assert scatter.axes and len(clips) == len(rows) >= 1 and clips["disagreement"].iloc[0] == "10.0"
     assert audio and Path(audio).exists() and "Experts' feedback" in details and "unparsed" in details
@@ -214,6 +220,34 @@ def test_the_headline_gives_chrf_for_every_kind_present():
     free = result["by_kind"]["free_speech"]["chrf"]["chrf"]
     assert 0 < free < 100 and row["free speech: chrF 0-100 (answers)"] == ["–", f"{free:.1f} (n=2)"]
     assert row["tutoring dialogue: chrF 0-100 (answers)"][0] == "–"  # the base was not asked any dialogue
+
+
+def test_the_headline_counts_recordings_once_and_shows_no_figure_when_nothing_was_read():
+    """Issue 32 leftovers: Judge showed "22 of 22 answers" beside "clips 20" (two dialogue/free-speech recordings
+    were answered but not counted) and recall 0.00 / F1 0.00 when no answer could be read. The headline counts the
+    recordings the bar counted, naming the read-aloud ones the scores count; nothing read is "not measurable"
+    for every score and flag figure, also for an evaluation saved before (recall 0.0 there)."""
+    from pipeline.tutor.by_kind import metrics_by_kind
+    from pipeline.tutor.metrics import NOT_MEASURABLE, evaluate_answers
+
+    reference = "Scores: total 6, accuracy 6, fluency 7, prosody 6 (0-10)\nWords to practise: bear\nTip: open the vowel."
+    read = [{"id": f"r{i}", "kind": "read_aloud", "answer": "zzz", "reference_feedback": reference,
+             "reference": reference} for i in range(3)]
+    dialogue = [{"id": "d1", "kind": "dialogue", "turn": t, "answer": "Try again.", "reference_feedback": "Again."}
+                for t in (1, 3)]  # one recording, two tutor turns: two answers
+    expert = evaluate_answers(read, resamples=20)
+    result = dict(expert, model="m", run=None, answers=read + dialogue, by_kind=metrics_by_kind(read + dialogue, expert))
+    old = json.loads(json.dumps(result))
+    old["words"].update(recall=0.0, f1=0.0, reason=None)  # as saved before the fix
+    for saved in (result, old):
+        frame = view.headline_frame([saved])
+        figures = dict(zip(frame["figure"], frame.iloc[:, 1]))
+        assert figures["test recordings answered"] == "4 (3 read aloud, 1 of other kinds)"
+        assert figures["unparsed answers (count as misses)"] == "3 of 3 read-aloud (100 %)"
+        measured = [f for f in figures if any(w in f for w in ("PCC", "SCC", "MAE", "precision", "recall", "F1"))]
+        assert len(measured) == 18 and all(figures[f] == NOT_MEASURABLE for f in measured), figures
+        assert "0.00" not in " ".join(figures.values())
+    assert "tutoring dialogue: chrF 0-100 (answers)" in figures  # chrF reads the text, parsed or not
 
 
 def test_loss_curves_of_several_runs_overlay_in_one_figure():

@@ -16,6 +16,7 @@ from pipeline.errors import DatasetError, TrainingError
 from pipeline.fileio import atomic_write_json, read_jsonl
 from tests.processes import dead_run, wait_until
 from tests.training_data import copy_workspace, real_workspace
+from ui.wording import app_wording
 
 
 def test_config_flags_reproduce_the_config():
@@ -75,8 +76,9 @@ def test_a_reused_pid_is_not_the_trainer_on_a_system_without_proc(tmp_path, monk
 def test_start_without_a_built_dataset_is_refused_before_any_run_folder(tmp_path):
     ws = tmp_path / "ws"
     config = TrainConfig(model="/m", device="cpu", max_steps=2)
-    with pytest.raises(DatasetError, match="(?s)Dataset tab.*python -m pipeline build"):
+    with pytest.raises(DatasetError, match="python -m pipeline build") as refused:
         runs.start_run(ws, "first", config)
+    assert "**Build dataset** (Dataset tab)" in app_wording(str(refused.value))  # the app names its button once
     assert not (ws / "runs").exists(), "nothing is created, no process is started"
     # A build report with no training rows is refused the same way.
     atomic_write_json(ws / "dataset" / "build_report.json", {"splits": {"train": 0, "eval": 0}})

@@ -167,6 +167,30 @@ def test_the_samples_tab_reads_the_library_again_when_opened(tmp_path):
     assert [getattr(out, "elem_id", None) for out in refreshes[0].outputs] == ["samples-table"]
 
 
+def test_texts_filled_on_load_say_loading_until_read_never_the_empty_state(tmp_path, speechocean_dir):
+    """Issue 32 leftovers: "No recordings yet" showed for 15-19 s after a page reload while the library (of 8
+    recordings) was still loading: Gradio shows the value read when the page was BUILT until its load event has
+    run. Every text the page fills on load now starts as the loading line and is filled by a load event."""
+    import app as app_module
+    from ui.common import LOADING
+
+    ui = fresh_app(tmp_path / "ws")  # empty when the page is built: its empty-state text must not be baked in
+    demo = app_module.build_ui(ui)
+    blocks = {getattr(block, "elem_id", None): block for block in demo.blocks.values()}
+    for elem_id in ("samples-headline", "library-summary", "dataset-headline", "library-changes", "train-headline",
+                    "try-headline", "dataset-summary"):
+        assert blocks[elem_id].value == LOADING, (elem_id, blocks[elem_id].value)
+        loads = [dep for dep in demo.fns.values() if any(event == "load" for _, event in dep.targets)
+                 and any(getattr(out, "elem_id", None) == elem_id for out in dep.outputs)]
+        assert loads, f"nothing fills #{elem_id} when the page loads"
+    assert not blocks["judge-progress"].value  # not "not started" before the page load has looked for a job
+    assert blocks["samples-table"].value["data"] in ([], [[]]) or not blocks["samples-table"].value["data"][0][0]
+    ui.save_sample(clip(speechocean_dir, "000010011", tmp_path / "up"), "WE CALL IT BEAR", "Good.", "s1")
+    fill = next(dep for dep in demo.fns.values() if any(event == "load" for _, event in dep.targets)
+                and [getattr(out, "elem_id", None) for out in dep.outputs] == ["library-summary"])
+    assert "1 recording from 1 learner" in fill.fn()
+
+
 def test_the_held_out_share_and_judges_longest_answer_are_answered_beside_their_box_too(ui):
     """The two sliders left (Held-out share, Judge's Longest answer) refused a typed out-of-range value with
     Gradio's generic toast before any handler ran: they are number boxes with the range beside them now."""

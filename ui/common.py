@@ -272,6 +272,22 @@ def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset
     return text + (f" ({left_out} more left out: {where_left_out})." if left_out else ".")
 
 
+def dataset_family_note(report: dict | None, model: str | None) -> str:
+    """A warning when the built dataset (its build `report` records the model it was built with) was built for
+    another model family than `model`, the one picked: each family counts a clip's tokens its own way, so the
+    rows kept and left out are the other family's; it points to **Build dataset**. "" when they match, or
+    nothing is built (`pipeline.model.catalog.other_family`)."""
+    from pipeline.model.catalog import other_family
+
+    families = other_family((report or {}).get("model"), model_text(model) if model else None)
+    if families is None:
+        return ""
+    built, picked = families
+    return (f"⚠ The dataset was built for **{built.label}**, and the model picked is **{picked.label}**: click "
+            f"**Build dataset** (2 · Dataset tab) to build it again for {picked.label}. Each model counts a "
+            "recording's length its own way, so the rows kept and left out differ.")
+
+
 def built_report(ws: Workspace) -> dict | None:
     """The last build's report, or None when no dataset is built (`pipeline.data.dataset.load_build_report`)."""
     from pipeline.data.dataset import load_build_report
@@ -280,6 +296,21 @@ def built_report(ws: Workspace) -> dict | None:
         return load_build_report(ws)
     except (PipelineError, OSError, ValueError):
         return None
+
+
+LOADING = "*Reading the workspace…*"
+"""What a text that the page fills on (re)load says until its first real reading: never the empty-state text
+("No recordings yet") before the data is known."""
+
+
+def filled_on_load(component: Any, read: Callable[[], Any]) -> Any:
+    """`component` (built with a loading value, e.g. `LOADING`) filled by `read()` each time the page (re)loads.
+
+    Gradio's own `value=read` calls `read()` once when the page is BUILT and shows that value on every page load
+    until the load event has read it again (15-19 s on a busy machine): an empty library's "No recordings yet"
+    stayed on screen after samples were added. Here the page shows the loading value until the first reading."""
+    component.attach_load_event(read, None)
+    return component
 
 
 def cleared(*values: Any) -> Callable[[], Any]:

@@ -14,8 +14,8 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import dataset_view as view
-from ui.common import (DEFAULTS, built_report, dataset_sentence, model_text, progress_callback, range_note,
-                       share_in_range, ui_errors, whole_number_in_range)
+from ui.common import (DEFAULTS, LOADING, built_report, dataset_family_note, dataset_sentence, filled_on_load,
+                       model_text, progress_callback, range_note, share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording
 
@@ -88,6 +88,11 @@ class DatasetHandlers:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
         return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason")
 
+    def model_note(self, model: str | None) -> str:
+        """Under the headline: that the built dataset was built for another model family than the one picked,
+        and to build it again (`ui.common.dataset_family_note`); "" when it fits."""
+        return dataset_family_note(built_report(self.ws), model)
+
     def refresh(self):
         """After a build: (headline, library changes)."""
         return self.headline(), self.library_changes()
@@ -141,7 +146,8 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
     last build and the Max tokens check are wired here."""
     d = DEFAULTS
     with gr.Tab("2 · Dataset", id="dataset", elem_id="tab-dataset") as tab:
-        headline = gr.Markdown(handlers.headline, elem_id="dataset-headline")
+        headline = filled_on_load(gr.Markdown(LOADING, elem_id="dataset-headline"), handlers.headline)
+        model_note = gr.Markdown(elem_id="dataset-model-note")  # built for another model family? (`build_ui` wires it)
         gr.Markdown("Building splits your recordings into a **training set** (the tutor learns from it) and a "
                     "**test set** (kept apart, to check the tutor on learners it has not heard).")
         with gr.Row():
@@ -159,9 +165,9 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
             seed_in = gr.Number(value=d.seed, precision=0, label="Split seed",
                                 info="Which learners go to the test set: the same seed and library give the "
                                      "same split; another seed draws another one.")
-        changes = gr.Markdown(handlers.library_changes, elem_id="library-changes")
+        changes = filled_on_load(gr.Markdown(LOADING, elem_id="library-changes"), handlers.library_changes)
         build_button = gr.Button("Build dataset", variant="primary", elem_id="build-dataset")
-        dataset_summary = gr.Markdown("No dataset built yet.", elem_id="dataset-summary")
+        dataset_summary = gr.Markdown(LOADING, elem_id="dataset-summary")  # the page load says what was built
         with gr.Row():
             length_plot = gr.Plot(show_label=False, elem_id="length-plot")
             with gr.Column():
@@ -178,7 +184,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
     tab.select(handlers.library_changes, outputs=changes, show_progress="hidden")
     tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
-        tab=tab, refresh=(handlers.refresh, [headline, changes]),
+        tab=tab, refresh=(handlers.refresh, [headline, changes]), model_note=model_note,
         eval_fraction=eval_fraction, seed=seed_in, build_max_length=build_max_length, build_button=build_button,
         # The first five outputs of `build_dataset` / `dataset_on_load`, in order (the sixth is Memory's max length).
         outputs=[dataset_summary, speakers_df, length_plot, excluded_df, export_files],

@@ -15,15 +15,21 @@ from pipeline.units import format_bytes, format_seconds
 
 
 def status_text(facts: dict) -> str:
-    """The panel's Markdown for `model_facts(...)`: on this computer, or what getting it takes."""
+    """The panel's Markdown for `model_facts(...)`: on this computer, or what getting it takes. It alone says the
+    model is not on this computer (the note under the picker does not repeat it). The hub out of reach is no
+    warning before a download is asked for: one calm line that getting it needs the internet (offline mode:
+    nothing, the note says it); a download that fails says why in the bar."""
     model = facts.get("model") or ""
-    local = facts.get("local") or {}
+    local, hub = facts.get("local") or {}, facts.get("hub") or {}
     if local.get("complete"):
         return (f"✓ **On this computer**: `{model}`, {format_bytes(local.get('size_bytes'))}, in "
                 f"`{local.get('folder')}`.")
-    hub = facts.get("hub") or {}
-    lines = [f"**`{model}` is not on this computer yet.** Training needs it here first: click **Get the model**."]
-    if hub.get("error"):
+    offline = hub.get("unreachable") == "offline"  # Get the model cannot fetch it: the note says what to do
+    lines = [f"**`{model}` is not on this computer yet.** Training needs it here first"
+             + ("." if offline else ": click **Get the model**.")]
+    if hub.get("unreachable") == "network":  # nothing asked for yet: said calmly, once (a download's failure says more)
+        lines.append("Getting it needs an internet connection to Hugging Face.")
+    elif hub.get("error") and not hub.get("unreachable"):  # offline mode: the note under the picker says it, once
         lines.append(f"⚠ {hub['error']}")
     cache, free = facts.get("cache_dir"), facts.get("free_bytes")
     total = hub.get("total_bytes")
@@ -50,10 +56,10 @@ def status_text(facts: dict) -> str:
 
 def needs_token(facts: dict) -> bool:
     """True when the panel shows the licence link and the token box: the model is not all here, and the hub
-    says it is gated (or, the hub out of reach, its family lists a licence page)."""
-    if not facts.get("hub_id") or (facts.get("local") or {}).get("complete"):
-        return False
+    says it is gated (or, the hub out of reach, its family lists a licence page); never in offline mode."""
     hub = facts.get("hub") or {}
+    if not facts.get("hub_id") or (facts.get("local") or {}).get("complete") or hub.get("unreachable") == "offline":
+        return False  # here already, or offline mode: no download to give a token to
     return bool(hub.get("gated")) if "gated" in hub else bool(facts.get("family_gated"))
 
 

@@ -49,7 +49,8 @@ class InboxHandlers:
             return table, None, None, "", gr.update(value="", interactive=False), view.nothing_waiting(message)
         later = [a for a in pending if after is not None and a.id > after]
         current = (later or pending)[0]
-        return (table, current.id, str(self.inbox.audio_path(current)), view.attempt_markdown(current, pending),
+        about = view.attempt_markdown(current, pending, same=self.inbox.same_recording(current))
+        return (table, current.id, str(self.inbox.audio_path(current)), about,
                 gr.update(value=current.answer, interactive=True), message)
 
     def show(self) -> tuple:
@@ -59,12 +60,12 @@ class InboxHandlers:
     @ui_errors(message_at=5, outputs=6)
     def accept(self, attempt_id: str | None, feedback: str, request: gr.Request = None) -> tuple:
         """Accept the shown attempt with the feedback as edited, then show the next. The tab shows waiting
-        attempts, so one another teacher decided meanwhile is refused, saying who decided what."""
+        attempts, so one another teacher decided meanwhile is refused, saying who decided what. One whose
+        recording is in the library already is marked done (`Inbox.accept`), saying which sample it is."""
         if not attempt_id:
             return self._inbox_outputs(message="Nothing to accept.")
         attempt, sample = self.inbox.accept(attempt_id, feedback, expected_status="pending", by=_login(request))
-        return self._inbox_outputs(after=attempt_id,
-                                   message=f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student}).")
+        return self._inbox_outputs(after=attempt_id, message=view.accepted_markdown(attempt, sample))
 
     @ui_errors(message_at=5, outputs=6)
     def reject(self, attempt_id: str | None, request: gr.Request = None) -> tuple:
@@ -87,16 +88,21 @@ class InboxHandlers:
         return self._inbox_outputs(after=attempt_id)
 
     def run_choices(self, current: str | None = None) -> Any:
-        """The runs that can answer (they have an adapter): `current` (the one picked on the page) selected while
-        it can still answer, else the saved one, else the newest. Asked again each time the tab opens, so a run
-        trained since the page loaded is there to pick (the list was the page load's)."""
+        """The runs that can answer (they have an adapter), newest first, an unfinished one (stopped, failed, still
+        training) labelled so: `current` (the one picked on the page) selected while it can still answer, else the
+        saved one, else the newest completed run (the newest run when none completed). Asked again each time the
+        tab opens, so a run trained since the page loaded is there to pick (the list was the page load's)."""
         from pipeline.inbox.practice import load_setup
         from pipeline.tutor.infer import usable_runs
+        from ui.common import list_runs
 
         setup = load_setup(self.state.ws)
-        runs = usable_runs(self.state.ws)
-        picked = next((run for run in (current, setup.run if setup else None) if run and run in runs), None)
-        return gr.update(choices=runs, value=picked or (runs[-1] if runs else None))
+        usable = set(usable_runs(self.state.ws))
+        states = {r["run"]: r.get("state") for r in list_runs(self.state.ws) if r.get("run") in usable}
+        runs = [*states, *sorted(usable - set(states))]  # newest first (a run whose status cannot be read last)
+        picked = next((run for run in (current, setup.run if setup else None) if run and run in usable), None)
+        newest = next((run for run in runs if states.get(run) == "completed"), runs[0] if runs else None)
+        return gr.update(choices=[(view.run_label(run, states.get(run)), run) for run in runs], value=picked or newest)
 
     def setup_fields(self) -> tuple[Any, Any, Any, str]:
         """Page load: (run choices, kind, exercises text, status) from the saved setup."""

@@ -27,15 +27,50 @@ def nothing_waiting(message: str = "") -> str:
     return message + (" " if message else "") + "No attempts waiting."
 
 
-def attempt_markdown(current: Any, pending: Sequence[Any]) -> str:
+def attempt_markdown(current: Any, pending: Sequence[Any], same: Any = None) -> str:
     """The attempt shown, above its recording: its place among the `pending` ones, the student, the kind and
-    the exercise, and a warning when the draft comes from the random stand-in model (Markdown)."""
+    the exercise, and a warning when the draft comes from the random stand-in model; with `same` (the library
+    sample whose recording this attempt's already is, `Inbox.same_recording`), that it is there already and
+    what Accept does with it (Markdown)."""
     ids = [a.id for a in pending]
     about = (f"**{ids.index(current.id) + 1} of {len(pending)} waiting** · **{current.student}** · "
              f"{'read aloud' if current.kind == 'read_aloud' else 'free speech'}: *{current.exercise}*")
     if current.tiny_random_model:
         about += " · ⚠ the draft comes from the random stand-in model"
+    if same is not None:
+        about += (f"\n\nThis recording is already in the library: sample `{same.id}` ({_said(same)}). "
+                  "**Accept and next** marks this attempt done without adding it again (that sample keeps its own "
+                  "feedback; edit it on the **1 · Samples** tab); **Delete** removes this attempt.")
     return about
+
+
+def _said(sample: Any) -> str:
+    """What a sample's recording is of, in a few words: its sentence or prompt and its learner."""
+    text = getattr(sample, "target_text", None) or getattr(sample, "prompt", None) or "no sentence"
+    who = f", {sample.speaker}" if getattr(sample, "speaker", None) else ""
+    return f"*{text[:60]}*{who}"
+
+
+def accepted_markdown(attempt: Any, sample: Any) -> str:
+    """The status after **Accept and next**: the sample it became, or (`attempt.same_as`) that its recording
+    was in the library already and it is marked done."""
+    if getattr(attempt, "same_as", None):
+        return (f"✓ Marked done: {attempt.student}'s recording is already sample `{sample.id}` in the library (it "
+                "keeps its own feedback; edit it on the **1 · Samples** tab).")
+    return f"✓ Accepted: sample `{sample.id}` (speaker {attempt.student})."
+
+
+UNFINISHED = {"stopped": "stopped before the end", "stopping": "stopping", "failed": "failed part way",
+              "running": "still training", "not_started": "not finished"}
+"""How the Tutor list says a run did not finish, by its state (`pipeline.training.runs.run_status`)."""
+
+
+def run_label(run: str, state: str | None) -> str:
+    """A run in the practice page's Tutor list: its name, and when it did not complete, that it is unfinished
+    (`r2 · unfinished: stopped before the end`); a completed run is its name alone."""
+    if state == "completed":
+        return run
+    return f"{run} · unfinished: {UNFINISHED.get(state or '', 'not finished')}"
 
 
 def no_tutor_picked(runs_exist: bool) -> str:

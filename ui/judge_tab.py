@@ -223,7 +223,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             run_button = gr.Button("Evaluate", variant="primary", elem_id="judge-run")
             cancel_button = gr.Button("Cancel", variant="stop", elem_id="judge-cancel")
             refresh = gr.Button("Refresh models", size="sm", scale=0, min_width=140)
-        progress = gr.HTML(view.progress_html(0, 0, "not started"), elem_id="judge-progress")
+        progress = gr.HTML(elem_id="judge-progress")  # the page load says how the last evaluation stands
         status = gr.Markdown(elem_id="judge-status")
         verdict = gr.Markdown(elem_id="judge-verdict")
         headline = gr.Dataframe(view.headline_frame([]), label="Headline figures (one column per model)",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipeline.conversation.messages import KIND_LABELS
+from pipeline.tutor.metrics import NOT_MEASURABLE
 
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
 UNPARSED_DISAGREEMENT = 10.0
@@ -34,8 +35,9 @@ def model_label(result: Mapping[str, Any]) -> str:
 
 
 MEANINGS = {
-    "clips": "test recordings answered, with or without expert scores (the score figures count only those the "
-             "experts scored: n)",
+    "recordings": "test recordings the tutor answered, of every kind; the score and flag figures count the "
+                  "read-aloud ones (those the experts scored: n), chrF counts each answer (a dialogue gives one "
+                  "per tutor turn)",
     "unparsed": "answers whose scores or word list could not be read; each counts as a miss",
     "PCC": "do the tutor's scores rise and fall with the experts'? 1 = in step, 0 = unrelated; [range] = "
            "where the true value likely lies (95 %)",
@@ -53,7 +55,7 @@ MEANINGS = {
 
 def _meaning(figure: str) -> str:
     for word in ("unparsed", "PCC", "SCC", "MAE", "precision", "recall", "F1", "chrF", "longest answer", "seconds",
-                 "clips"):
+                 "recordings"):
         if word in figure:
             return MEANINGS[word]
     return ""
@@ -69,38 +71,65 @@ def _with_ci(value: float | None, interval: Sequence[float] | None, reason: str 
     return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no CI: too few clips]")
 
 
+def unreadable(result: Mapping[str, Any]) -> bool:
+    """Whether none of `result`'s read-aloud answers could be read (every one unparsed): then no score or flag
+    figure is measurable (an evaluation saved before `NOT_MEASURABLE` holds recall 0.00 / F1 0.00 there)."""
+    return bool(result.get("clips")) and result.get("unparsed") == result.get("clips")
+
+
+def recordings_answered(result: Mapping[str, Any]) -> str:
+    """How many test recordings `result` answered, every kind together: the count the progress bar went up to
+    (one per recording, a dialogue of several tutor turns included), with the read-aloud ones the score
+    figures count when other kinds are there: `22 (20 read aloud, 2 of other kinds)`."""
+    others = {str(a.get("id")) for a in result.get("answers") or () if a.get("kind", "read_aloud") != "read_aloud"}
+    clips = int(result.get("clips") or 0)
+    if not others:
+        return str(clips)
+    return f"{clips + len(others)} ({clips} read aloud, {len(others)} of other kinds)"
+
+
+def _mae(score: Mapping[str, Any]) -> str:
+    coverage = _num(100 * score["coverage"], 0) if score.get("coverage") is not None else "–"
+    return f"{_num(score['mae'])} (n={score['n']}, {coverage} %)"
+
+
 def headline_frame(results: Sequence[Mapping[str, Any]]):
     """The headline figures side by side: one row per figure, one column per model (`model_label`).
 
-    Rows: clips; unparsed answers (count and %); for each sentence score PCC and SCC with their 95 %
+    Rows: test recordings answered (`recordings_answered`); unparsed answers (count and %); for each sentence score PCC and SCC with their 95 %
     bootstrap intervals and MAE with n and coverage; precision, recall and F1 (with interval) of
     flagged words and of phone errors (read-aloud rows, against the experts); chrF against the
     reference feedback for each sample kind present (`pipeline.tutor.by_kind`); the answer length
     limit and the seconds taken. The last column, "what it means", gives each figure's meaning in a
-    teacher's words (`MEANINGS`).
+    teacher's words (`MEANINGS`). When none of a model's answers could be read (`unreadable`), its score and
+    flag figures say `NOT_MEASURABLE` instead of a number.
     """
     import pandas as pd
 
     rows: list[tuple[str, list[str]]] = [
-        ("clips", [str(r["clips"]) for r in results]),
+        ("test recordings answered", [recordings_answered(r) for r in results]),
         ("unparsed answers (count as misses)",
-         [f"{r['unparsed']} ({100 * (r['unparsed_fraction'] or 0):.0f} %)" for r in results]),
+         [f"{r['unparsed']} of {r['clips']} read-aloud ({100 * (r['unparsed_fraction'] or 0):.0f} %)"
+          for r in results]),
     ]
+
+    def cells(figure) -> list[str]:  # `figure(r)` per result, or why it cannot be measured (no number for no data)
+        return [NOT_MEASURABLE if unreadable(r) else figure(r) for r in results]
+
     for aspect in ASPECTS:
-        scores = [r["scores"][aspect] for r in results]
         rows += [
-            (f"{aspect}: PCC [95 % CI]", [_with_ci(s["pcc"], s["pcc_ci"], s.get("reason")) for s in scores]),
-            (f"{aspect}: SCC [95 % CI]", [_with_ci(s["scc"], s["scc_ci"]) for s in scores]),  # reason: row above
-            (f"{aspect}: MAE (n, coverage)",
-             [f"{_num(s['mae'])} (n={s['n']}, {_num(100 * s['coverage'], 0) if s.get('coverage') is not None else '–'} %)"
-              for s in scores]),
+            (f"{aspect}: PCC [95 % CI]",
+             cells(lambda r: _with_ci(r["scores"][aspect]["pcc"], r["scores"][aspect]["pcc_ci"],
+                                      r["scores"][aspect].get("reason")))),
+            (f"{aspect}: SCC [95 % CI]",  # its reason: the row above
+             cells(lambda r: _with_ci(r["scores"][aspect]["scc"], r["scores"][aspect]["scc_ci"]))),
+            (f"{aspect}: MAE (n, coverage)", cells(lambda r: _mae(r["scores"][aspect]))),
         ]
     for name, title in (("words", "flagged words"), ("phones", "phone errors")):
-        flags = [r[name] for r in results]
         rows += [
-            (f"{title}: precision", [_num(f["precision"]) for f in flags]),
-            (f"{title}: recall", [_num(f["recall"]) for f in flags]),
-            (f"{title}: F1 [95 % CI]", [_with_ci(f["f1"], f["f1_ci"]) for f in flags]),
+            (f"{title}: precision", cells(lambda r: _num(r[name]["precision"]))),
+            (f"{title}: recall", cells(lambda r: _num(r[name]["recall"]))),
+            (f"{title}: F1 [95 % CI]", cells(lambda r: _with_ci(r[name]["f1"], r[name]["f1_ci"]))),
         ]
     kinds = [kind for kind in KIND_LABELS if any(kind in (r.get("by_kind") or {}) for r in results)]
     for kind in kinds:  # every kind against its reference feedback (chrF, sacrebleu), beside the expert scores
@@ -230,13 +259,14 @@ def _quote(text: str) -> str:
 
 
 def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None) -> str:
-    """The evaluation's progress bar: clips answered of all clips to answer, and what happens now."""
+    """The evaluation's progress bar: test recordings answered of all to answer (the headline's "test recordings
+    answered" when it is done; with the hearing probes, their answers too), and what happens now."""
     fraction = min(1.0, done / total) if total else 0.0
     elapsed = f" · {elapsed_s:.0f} s" if elapsed_s is not None else ""
     return (
         '<div class="judge-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
-        f"<div>{done} of {total or '?'} answers · {fraction * 100:.0f} %{elapsed} · {html.escape(message)}</div></div>"
+        f"<div>{done} of {total or '?'} answered · {fraction * 100:.0f} %{elapsed} · {html.escape(message)}</div></div>"
     )
 
 

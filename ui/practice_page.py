@@ -102,6 +102,15 @@ class PracticeHandlers:
         note = view.exercise_note(setup.kind, len(setup.items), self._stand_in(setup.run))
         return name, gr.update(choices=view.exercise_choices(setup.items), value=0), note, consent
 
+    def exercise_text(self, exercise: Any) -> str:
+        """The picked exercise in full, under the Exercise box (on a phone the box shows its start only)."""
+        from pipeline.inbox.practice import load_setup
+
+        setup = load_setup(self.ws)
+        if setup is None or exercise is None or exercise == "" or not 0 <= int(exercise) < len(setup.items):
+            return ""
+        return view.exercise_text(setup.kind, setup.items[int(exercise)])
+
     @ui_errors(message_at=1, outputs=2)
     def answer(self, audio: Any, exercise: Any, name: str, consent: bool, request: gr.Request = None):
         """The tutor's feedback on one attempt, shown as it is generated: yields (feedback text, status
@@ -168,6 +177,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
             consent = gr.Checkbox(label=CONSENT_LABEL, value=False, elem_id="practice-consent", scale=3, min_width=300)
         note = gr.Markdown(elem_id="practice-note")
         exercise = gr.Dropdown([], label="Exercise", elem_id="practice-exercise")
+        sentence = gr.Markdown(elem_id="practice-sentence")  # the exercise in full (the box shows its start on a phone)
         audio = gr.Audio(sources=["microphone", "upload"], type="filepath", label="Your recording",
                          elem_id="practice-audio")
         submit = gr.Button("Get feedback", variant="primary", elem_id="practice-submit")
@@ -175,6 +185,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
         submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status],
                      concurrency_limit=ANSWERS_AT_ONCE)
+        exercise.change(handlers.exercise_text, inputs=exercise, outputs=sentence, show_progress="hidden")
         # another exercise starts with a fresh recording and no earlier feedback
         exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
         # the name and the consent are given once: this browser remembers them (encrypted local storage)

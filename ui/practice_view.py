@@ -10,8 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-STAND_IN_NOTE = ("⚠ **This practice tutor is a random stand-in model** (the offline test model): its feedback is "
-                 "meaningless text. Your teacher has not trained the real tutor yet.")
+STAND_IN_NOTE = ("**This is a test tutor**, for trying out the page: its feedback is random text, not advice on "
+                 "your pronunciation.")
+"""The note when the run offered answers with the random stand-in model: said to a student plainly (what it is,
+what its feedback is worth), nothing about the teacher or the model's files."""
 NOT_SET_UP = "Your teacher has not set up the practice yet. Ask them, then reload this page."
 """The note while there is no practice setup."""
 
@@ -27,6 +29,14 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
     what = "Read the sentence aloud" if kind == "read_aloud" else "Answer the question, speaking freely"
     note = f"{what}, then click **Get feedback**. {count} exercises."
     return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
+
+
+def exercise_text(kind: str, item: str) -> str:
+    """The picked exercise in full, under the Exercise box: the sentence to read or the question to answer
+    (Markdown)."""
+    import html
+
+    return f"{'Read aloud' if kind == 'read_aloud' else 'Answer'}: **{html.escape(item)}**"
 
 
 ANSWERING = "The tutor is answering…"
@@ -67,5 +77,5 @@ def answer_status(kept: bool, stand_in: bool, not_kept: str | None = None) -> st
     status = ("✓ Kept for your teacher." if kept else f"✗ Not kept for your teacher: {not_kept}" if not_kept else
               "Not stored: your recording was deleted once answered (you did not tick the box).")
     if stand_in:
-        status += " ⚠ The answer comes from a random stand-in model: it is meaningless text."
+        status += " This answer comes from the test tutor: random text, not advice."
     return status

@@ -18,7 +18,8 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError
 from ui import samples_view as view
-from ui.common import CANCELLED, REPO_ROOT, cleared, confirm_js, error_panel, progress_callback, ui_errors
+from ui.common import (CANCELLED, LOADING, REPO_ROOT, cleared, confirm_js, error_panel, filled_on_load,
+                       progress_callback, ui_errors)
 from ui.samples_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.samples_session import SessionHandlers, session_section
 from ui.state import AppState
@@ -233,7 +234,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
     """Lay out the Samples tab's widgets and wire its buttons (every event stays inside the tab); returns
     the recording session's widgets (its page-load restore is wired in `build_ui`)."""
     with gr.Tab("1 · Samples", id="samples", elem_id="tab-samples") as tab:
-        headline = gr.Markdown(handlers.library_headline, elem_id="samples-headline")
+        headline = filled_on_load(gr.Markdown(LOADING, elem_id="samples-headline"), handlers.library_headline)
         with gr.Row(equal_height=True):
             pack_button = gr.Button("Load the sample pack (real learner clips)", variant="primary",
                                     elem_id="load-pack", scale=0, min_width=340)
@@ -274,10 +275,12 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
                                     visible=False, elem_id="import-report", max_height=240)
         gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it; search finds any word "
                     "(a sentence, a learner, an id).")
-        library_summary = gr.Markdown(handlers.library_summary, elem_id="library-summary")
-        samples_df = gr.Dataframe(handlers.samples_table, label="Sample library", interactive=False,
-                                  elem_id="samples-table", max_height=720, wrap=True, show_search="search",
-                                  column_widths=["14%", "9%", "8%", "24%", "30%", "15%"])
+        library_summary = filled_on_load(gr.Markdown(LOADING, elem_id="library-summary"), handlers.library_summary)
+        samples_df = filled_on_load(gr.Dataframe(view.samples_frame([]), label="Sample library", interactive=False,
+                                                 elem_id="samples-table", max_height=720, wrap=True,
+                                                 show_search="search",
+                                                 column_widths=["14%", "9%", "8%", "24%", "30%", "15%"]),
+                                    handlers.samples_table)
         with gr.Row():
             with gr.Column(scale=1):
                 edit_id = gr.Textbox(label="Selected sample", interactive=False, elem_id="edit-id")

@@ -116,18 +116,19 @@ class AppState:
             return f"Local model folder `{model}`{found}."
         from pipeline.model.local_copy import local_copy
 
-        if local_copy(model).complete:  # the Get-the-model panel says where and how big
-            return f"`{model}`: a model from Hugging Face, on this computer."
+        # The Get-the-model panel below says whether it is here (where and how big, or what getting it takes): said
+        # once, there, not again in this note.
+        if local_copy(model).complete:
+            return f"`{model}`: a model from Hugging Face."
         if _hub_offline():  # it cannot be fetched now
             return (
-                f"⚠ `{model}` is not on this computer, and {OFFLINE_WORDS}: Build, Train and Try need the model "
-                "here. Click **Create offline tiny test model** to try the whole flow now, or start the app again "
-                "without offline mode and use **Get the model** below.\n\n<details><summary>Why?</summary>\n\n"
+                f"⚠ {OFFLINE_WORDS[0].upper()}{OFFLINE_WORDS[1:]}, so **Get the model** below cannot fetch `{model}`. "
+                "Click **Create offline tiny test model** to try the whole flow now, or start the app again "
+                "without offline mode.\n\n<details><summary>Why?</summary>\n\n"
                 "The app was started with HF_HUB_OFFLINE=1 (or TRANSFORMERS_OFFLINE=1) in its environment, which "
                 "keeps the Hugging Face libraries from going online. Start it without that variable.\n\n</details>"
             )
-        return (f"`{model}`: a model from Hugging Face, not on this computer yet; **Get the model** below fetches it "
-                "(training needs it here first).")
+        return f"`{model}`: a model from Hugging Face; **Get the model** below fetches it."
 
     # ------------------------------------------------------------------ remembered settings
 

@@ -18,8 +18,9 @@ import gradio as gr
 from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
 from ui import train_view as view
-from ui.common import (CANCELLED, DEFAULTS, POLL_SECONDS, built_report, config_from_values, confirm_js,
-                       dataset_sentence, error_panel, list_runs, plural, setting_message, ui_errors)
+from ui.common import (CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report, config_from_values, confirm_js,
+                       dataset_family_note, dataset_sentence, error_panel, filled_on_load, list_runs, plural,
+                       setting_message, ui_errors)
 from pipeline.units import format_bytes
 from ui.state import AppState
 from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
@@ -72,6 +73,8 @@ class TrainHandlers:
         except PipelineError as error:
             return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
         line = view.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
+        other = dataset_family_note(built_report(self.ws), config.model)  # built for the other model family
+        line += f"\n\n{other}" if other else ""
         try:
             if remember:
                 self.state.remember_settings(config)
@@ -354,7 +357,7 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     d = DEFAULTS
     messages: dict[str, gr.Markdown] = {}  # a number setting's message line, under it (`setting_message`)
     with gr.Tab("4 · Train", id="train", elem_id="tab-train") as tab:
-        headline = gr.Markdown(handlers.headline, elem_id="train-headline")
+        headline = filled_on_load(gr.Markdown(LOADING, elem_id="train-headline"), handlers.headline)
         gr.Markdown("The tutor learns from your training recordings, using the model at the top of the page and the "
                     "Memory tab's settings. Training runs on its own: you can close this tab and come back.")
         with gr.Row():

@@ -16,7 +16,7 @@ import gradio as gr
 
 from pipeline.errors import ConfigError
 from ui import try_view as view
-from ui.common import cleared, range_note, ui_errors, whole_number_in_range
+from ui.common import LOADING, cleared, filled_on_load, range_note, ui_errors, whole_number_in_range
 from ui.state import AppState
 from ui.try_export import export_section
 from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
@@ -70,7 +70,7 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.try_export.ExportHandlers`) the
     tab ends with the export / import section; `imported` is then its import event."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
-        headline = gr.Markdown(handlers.headline, elem_id="try-headline")
+        headline = filled_on_load(gr.Markdown(LOADING, elem_id="try-headline"), handlers.headline)
         try_kind = try_kind_selector()
         with gr.Row():
             with gr.Column():

@@ -98,6 +98,9 @@ _PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
 _COMMAND_LINE_ONLY = re.compile(r" \(on the command line: [^()]*\)")
 """A message's aside for the command line only, "(on the command line: `--token-stdin`)": dropped in the app,
 whose own widget the same sentence names."""
+_IN_THE_APP = re.compile(r" \(in the app: ([^()]*)\)")
+"""A message's aside for the app's user, "edit it (in the app: click it in the Saved samples table)": in the
+app it is said plainly, "edit it: click it in the Saved samples table" (the screen it shows on is the app)."""
 _NEXT_SETTING = re.compile(r"(\((?:top of the page|[A-Z][a-z]+ tab[^)]*)\)) (\*\*)")
 
 
@@ -165,7 +168,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
     E.g. "raise `--max-length` to 420" -> "raise **Max tokens per row** (Memory tab) to 420";
     "pass `--model DIR`" -> "pick DIR in the **Model** box at the top of the page";
     "`python -m pipeline build`" -> "**Build dataset** (Dataset tab)"; an aside "(on the command line: ...)"
-    is dropped (the sentence names the app's widget already); a phrase naming an environment variable the app's
+    is dropped (the sentence names the app's widget already), an aside "(in the app: ...)" said plainly; a phrase naming an environment variable the app's
     user never set is said in their words (`ENVIRONMENT_PHRASES`). Flags and commands with no
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
@@ -177,7 +180,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
     if not markdown:
         return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
-    text = _COMMAND_LINE_ONLY.sub("", str(text))
+    text = _IN_THE_APP.sub(r": \1", _COMMAND_LINE_ONLY.sub("", str(text)))
     for phrase, words in ENVIRONMENT_PHRASES.items():
         text = text.replace(phrase, words)
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))

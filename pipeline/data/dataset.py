@@ -601,7 +601,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
     except Exception as error:  # noqa: BLE001 - any unreadable folder becomes one typed error with the fix
         raise DatasetError(
             f"The dataset in {path} cannot be read ({type(error).__name__}: {error}); rebuild it with "
-            f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))}` (the app's Dataset tab, Build dataset)."
+            f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`."
         ) from error
 
 

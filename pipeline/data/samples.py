@@ -616,6 +616,14 @@ class SampleLibrary:
                 raise
         return added, skipped
 
+    def same_recording(self, audio: Any, kind: str = "read_aloud") -> Sample | None:
+        """The sample of `kind` whose recording is `audio` (a path or a decoded clip, as `add` takes it), the
+        one `add` would refuse it as a duplicate of; None when there is none."""
+        from pipeline.data.audio import load_audio
+
+        key = _duplicate_key(kind, audio_sha256(load_audio(audio).samples))
+        return next((s for s in self.list() if s.audio_sha256 and _duplicate_key(s.kind, s.audio_sha256) == key), None)
+
     def update(self, sample_id: str, **fields: Any) -> Sample:
         """Change text fields or scores of one sample (see `EDITABLE_FIELDS`); returns the updated Sample.
 

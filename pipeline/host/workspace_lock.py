@@ -71,8 +71,8 @@ def _busy_error(holder: dict | None, run_name: str) -> TrainingError:
            else "another run")
     return TrainingError(
         f"The workspace is busy: {who} is training in it, and one run at a time may train per workspace, "
-        f"so `{run_name}` was not started. Wait for it to finish, or stop it (Stop in the app, or create "
-        "its `STOP` file), then start again."
+        f"so `{run_name}` was not started. Wait for it to finish, or stop it with **Stop** on the Train "
+        "tab (on the command line: create its `STOP` file), then start again."
     )
 
 

@@ -33,7 +33,9 @@ def inbox_main(argv: list[str] | None = None) -> int:
     if args.accept:
         attempt, sample = inbox.accept(args.accept, args.feedback)
         result = {"attempt": attempt.to_dict(), "sample": sample.id}
-        text = f"Accepted {attempt.id}: sample {sample.id} ({attempt.kind}, speaker {attempt.student})."
+        text = (f"Marked {attempt.id} done: its recording is already sample {sample.id} (which keeps its own "
+                 "feedback); nothing was added." if attempt.same_as else
+                 f"Accepted {attempt.id}: sample {sample.id} ({attempt.kind}, speaker {attempt.student}).")
     elif args.delete:
         attempt = inbox.delete(args.delete)
         result, text = {"attempt": attempt.to_dict()}, f"Deleted {attempt.id} ({attempt.student}), its recording and any sample made from it."

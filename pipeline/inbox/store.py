@@ -63,6 +63,8 @@ class Attempt:
         sample_id: the library sample made from it (accepted only).
         decided_at: unix seconds of the teacher's decision (None while pending).
         decided_by: who decided (the teacher's login name; None from the command line or without accounts).
+        same_as: the library sample whose recording this attempt's already was when it was accepted: nothing was
+            added (`sample_id` is that sample, which keeps its own feedback); None otherwise.
     """
 
     id: str
@@ -80,6 +82,7 @@ class Attempt:
     sample_id: str | None = None
     decided_at: float | None = None
     decided_by: str | None = None
+    same_as: str | None = None
 
     @property
     def audio_file(self) -> str:
@@ -210,12 +213,14 @@ class Inbox:
             by: who accepts (the teacher's login name), recorded as `decided_by`.
 
         Returns (attempt, Sample). Accepting an accepted attempt again changes its sample's feedback to
-        `feedback` when given (an edit after accepting), else returns it unchanged.
+        `feedback` when given (an edit after accepting), else returns it unchanged. An attempt whose recording
+        is a sample of the library already (`same_recording`: a student sent a clip that was already there) is
+        marked done instead: accepted, `same_as` and `sample_id` that sample, which keeps its own feedback
+        (nothing is added or changed; `feedback` is not applied).
 
         Raises:
             SampleError: unknown attempt, blank feedback, decided meanwhile (see `expected_status`), or the
-                library refuses the sample (e.g. the same audio is already a sample of that kind; the
-                message names it).
+                library refuses the sample (the message says why).
             AudioError: the stored clip fails a check.
         """
         from pipeline.data.audio import load_audio
@@ -239,6 +244,8 @@ class Inbox:
                 existing = next((s for s in library.list() if s.source == source), None)
                 if existing is not None:  # accepted before (maybe the status write was interrupted)
                     sample = library.update(existing.id, feedback=text) if text != existing.feedback else existing
+                elif clip is not None and (same := library.same_recording(clip, attempt.kind)) is not None:
+                    sample, attempt.same_as, text = same, same.id, same.feedback  # already there: marked done
                 else:
                     texts = (dict(target_text=attempt.exercise) if attempt.kind == "read_aloud"
                              else dict(prompt=attempt.exercise))
@@ -249,6 +256,17 @@ class Inbox:
             atomic_write_json(self._path(attempt.id), attempt.to_dict())
             return attempt, sample
 
+    def same_recording(self, attempt: Attempt) -> Any:
+        """The library sample whose recording `attempt`'s already is (of its kind), which accepting it would not
+        add again (`accept` marks it done); None when there is none, or its clip cannot be read."""
+        from pipeline.data.samples import SampleLibrary
+        from pipeline.errors import PipelineError
+
+        try:
+            return SampleLibrary(self.workspace).same_recording(self.audio_path(attempt), attempt.kind)
+        except PipelineError:
+            return None
+
     def reject(self, attempt_id: str, *, expected_status: str | None = None, by: str | None = None) -> Attempt:
         """Mark the attempt rejected (kept with its clip; it can still be accepted later).
 
@@ -257,6 +275,9 @@ class Inbox:
         with self.locked():
             attempt = self.get(attempt_id)
             self._check_seen(attempt, expected_status, "rejected")
+            if attempt.status == "accepted" and attempt.same_as:
+                raise SampleError(f"Attempt `{attempt_id}` was marked done: its recording is sample `{attempt.same_as}` "
+                                  "of the library already, so there is nothing to reject.")
             if attempt.status == "accepted":
                 raise SampleError(f"Attempt `{attempt_id}` is already sample `{attempt.sample_id}`; delete that sample "
                                   "in the library to drop it.")

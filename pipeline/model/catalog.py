@@ -103,6 +103,26 @@ def family_for(model: str) -> ModelFamily:
     return DEFAULT_FAMILY  # a folder without config.json: the loader's own check names what is missing
 
 
+def other_family(built_with: str | None, model: str | None) -> tuple[ModelFamily, ModelFamily] | None:
+    """(the family a dataset was built for, the family of `model`) when they differ: a dataset built with
+    `built_with`'s tokenizer (its build report's `model`) counted each clip's tokens, and left rows out, the
+    way that family does, not `model`'s. None when they are the same family, or either is unknown or cannot be
+    read (a folder that is gone: nothing to say)."""
+    def known(name: str) -> ModelFamily | None:  # a known hub id or a folder with its config.json, else None
+        if any(name in f.models or name in f.shipped_configs for f in FAMILIES.values()) or \
+                (Path(name).expanduser() / "config.json").is_file():
+            try:
+                return family_for(name)
+            except ModelLoadError:
+                return None
+        return None
+
+    built, picked = known(str(built_with or "")), known(str(model or ""))
+    if built is None or picked is None or built.name == picked.name:
+        return None
+    return built, picked
+
+
 def estimate_only(model: str) -> bool:
     """Whether hub id `model` is priced but not a supported training target (`ModelFamily.estimate_only`:
     Gemma 4 E4B); False for every other id and for folders."""

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pipeline.errors import DownloadCancelled, ModelAccessError, ModelLoadError
+from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError
 from pipeline.fileio import atomic_write_text, disk_room
 from pipeline.model.hub import _hub_offline, is_local_model
 from pipeline.model.local_copy import cache_dir, resolved_file, storage_folder, wanted
@@ -218,13 +218,14 @@ def hub_model(model_id: str, *, token: str | bool | None = None, endpoint: str |
     model too). `token`: None sends the saved one, False none.
 
     Raises:
-        ModelLoadError / ModelAccessError: offline mode, no network, an unknown or private model (`hub_errors`).
+        ModelLoadError / ModelAccessError: an unknown or private model (`hub_errors`); `HubUnreachableError` (a
+            `ModelLoadError`) for offline mode or no network.
     """
     from huggingface_hub import HfApi
 
     model_id = check_hub_id(model_id)
     if _hub_offline():
-        raise ModelLoadError(_offline_message(model_id))
+        raise HubUnreachableError(_offline_message(model_id))
     with hub_errors(model_id, token=token):
         info = HfApi(endpoint=endpoint).model_info(model_id, files_metadata=True, token=token, timeout=timeout_s)
     files = [HubFile(s.rfilename, int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
@@ -264,11 +265,11 @@ def _access_message(model_id: str, status: int | None, has_token: bool) -> str:
                 "download again.")
     if has_token:
         return (f"Hugging Face did not accept the token (mistyped, revoked or expired): make a new Read token at "
-                f"{TOKENS_PAGE} and paste it into the app's Hugging Face token box at the top of the app (on the "
+                f"{TOKENS_PAGE} and paste it into the Hugging Face token box at the top of the app (on the "
                 "command line: `--token-stdin`).")
     return (f"`{model_id}` is a gated model: Hugging Face serves it only to an account that accepted its licence. "
             f"Accept the licence at {licence} with your Hugging Face account, make a Read token at {TOKENS_PAGE}, "
-            "then paste it into the app's Hugging Face token box at the top of the app (on the command line: "
+            "then paste it into the Hugging Face token box at the top of the app (on the command line: "
             "`--token-stdin`).")
 
 
@@ -290,8 +291,8 @@ def _kept(done: tuple[int, int] | None) -> str:
 def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable[[], tuple[int, int]] | None = None,
                cache: str | os.PathLike | None = None) -> Iterator[None]:
     """Turn what the hub, the network and the disk raise while `model_id` is listed or fetched into one
-    sentence with its fix: `ModelAccessError` (401/403, a refused token) or `ModelLoadError` (offline mode,
-    no network, an unknown model, a full disk, a server error). `done()` gives (bytes here, bytes in all)
+    sentence with its fix: `ModelAccessError` (401/403, a refused token), `HubUnreachableError` (offline mode,
+    no network) or `ModelLoadError` (an unknown model, a full disk, a server error). `done()` gives (bytes here, bytes in all)
     for the message; our own errors pass through unchanged."""
     import httpx2
     from huggingface_hub import constants
@@ -309,7 +310,7 @@ def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable
         status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
                        if isinstance(e, HfHubHTTPError)), None)
         if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
-            raise ModelLoadError(_offline_message(model_id or "the model")) from None
+            raise HubUnreachableError(_offline_message(model_id or "the model")) from None
         if any(isinstance(e, GatedRepoError) for e in chain):  # 401: no token or a refused one; 403: no licence
             raise ModelAccessError(_access_message(model_id, status, has_token)) from None
         if any(isinstance(e, RepositoryNotFoundError) for e in chain):  # (the hub answers 401 for a private one)
@@ -328,7 +329,7 @@ def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable
                                  f"start the download again.{kept}") from None
         transport = next((e for e in chain if isinstance(e, httpx2.TransportError)), None)
         if transport is not None:
-            raise ModelLoadError(f"Hugging Face ({constants.ENDPOINT}) cannot be reached from this computer "
+            raise HubUnreachableError(f"Hugging Face ({constants.ENDPOINT}) cannot be reached from this computer "
                                  f"({type(transport).__name__}): check the internet connection (or the proxy), then "
                                  f"start the download again.{kept}") from None
         if any(isinstance(e, OSError) and str(e).startswith("Consistency check failed") for e in chain):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import jobs
-from pipeline.errors import ModelLoadError
+from pipeline.errors import HubUnreachableError, ModelLoadError
 from pipeline.fileio import atomic_write_json
 from pipeline.workspace import Workspace
 
@@ -186,7 +186,8 @@ _HUB_ANSWERS: dict[tuple[str, str], tuple[float, dict]] = {}
 
 
 def _hub_answer(model_id: str, timeout_s: float) -> dict:
-    """{"gated", "total_bytes", "files", "commit"} from the hub (kept `HUB_ANSWER_KEPT_S`), or {"error": message}."""
+    """{"gated", "total_bytes", "files", "commit"} from the hub (kept `HUB_ANSWER_KEPT_S`), or {"error": message},
+    with `"unreachable"`: "offline" (offline mode) or "network" (no connection) when the hub could not be asked."""
     from huggingface_hub import constants
 
     from pipeline.model.download import hub_model
@@ -199,7 +200,11 @@ def _hub_answer(model_id: str, timeout_s: float) -> dict:
         listing = hub_model(model_id, timeout_s=timeout_s)
         answer = {"gated": listing.gated, "total_bytes": listing.total_bytes, "files": len(listing.files),
                   "commit": listing.commit}
-    except ModelLoadError as error:  # offline, no network, unknown model: said in the panel, asked again later
+    except HubUnreachableError as error:  # offline or no network: the panel says so when a download is asked for
+        from pipeline.model.hub import _hub_offline
+
+        answer = {"error": str(error), "unreachable": "offline" if _hub_offline() else "network"}
+    except ModelLoadError as error:  # an unknown model: said in the panel, asked again later
         answer = {"error": str(error)}
     _HUB_ANSWERS[key] = (time.monotonic(), answer)
     return answer
@@ -212,7 +217,8 @@ def model_facts(workspace: Workspace | str | os.PathLike, model_id: str, *, hub_
 
     Returns:
         {"model", "hub_id" (False for a local folder: nothing else is filled), "local" (`LocalCopy.to_dict()`),
-        "hub" ({"gated", "total_bytes", "files", "commit"} or {"error": message} or None when not asked),
+        "hub" ({"gated", "total_bytes", "files", "commit"} or {"error": message, "unreachable"?: "offline" | "network"} or None when not
+        asked),
         "cache_dir", "free_bytes", "needed_bytes" (free disk the rest wants, `disk_room`'s margin), "licence_url", "family_gated" (the family lists a licence page),
         "token_saved", "download" (`download_status`)}.
     """

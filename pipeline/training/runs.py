@@ -95,7 +95,7 @@ def require_built_dataset(workspace: Workspace | str | os.PathLike) -> dict:
 
     ws = jobs.as_workspace(workspace)
     fix = (
-        f"build it first: the app's Dataset tab (Build dataset), or "
+        f"build it first with "
         f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --model google/gemma-3n-E2B-it`"
     )
     try:
@@ -283,8 +283,8 @@ def delete_run(workspace: Workspace | str | os.PathLike, run_name: str) -> dict[
     status = run_status(ws, run_name)
     if status["alive"] or active_run(ws) == run_name:
         raise TrainingError(f"Run `{run_name}` is {status['state'].replace('_', ' ')} (pid {status['pid']}); "
-                            "a run cannot be deleted while its process is alive. Stop it first "
-                            f"(create {run_dir / TRAINING_RUN.stop_file}, or Stop in the app), then delete it.")
+                            "a run cannot be deleted while its process is alive. Stop it first with **Stop** on the Train tab "
+                            f"(on the command line: create `{run_dir / TRAINING_RUN.stop_file}`), then delete it.")
     with locked(ws.runs_dir):  # not while a start of the same run is between its checks and its process
         if not run_dir.is_dir():  # another process deleted it meanwhile
             raise TrainingError(f"Run `{run_name}` was deleted meanwhile (by another window or command); nothing to do.")

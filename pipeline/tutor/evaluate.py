@@ -69,7 +69,7 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
     if not files:
         raise DatasetError(
             f"No `{split}` split in {ws.dataset_dir}; build the dataset first "
-            f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`, or the app's Dataset tab)."
+            f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`)."
         )
     digest = hashlib.sha256()
     for path in files:

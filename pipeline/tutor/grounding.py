@@ -177,27 +177,33 @@ def grounding_metrics(records: Sequence[dict], *, resamples: int = BOOTSTRAP_RES
         `{"silence": {"n", "changed_fraction"}, "other_clip": {"n", "changed_fraction",
         "score_pairs", "score_sign_agreement", "score_sign_agreement_ci"}, "other_sentence": {"n",
         "changed_fraction", "flagged_not_in_sentence"}}`: fractions in [0, 1], None where n is 0.
-        `score_pairs` counts the pairs whose experts' sentence scores differ (the agreement's n).
+        `score_pairs` counts the pairs whose experts' sentence scores differ (the agreement's n). No figure for
+        data that is missing: the agreement is None (0 pairs) when no pair's two tutor scores could be read, and
+        `flagged_not_in_sentence` None when none of the wrong-sentence answers could be read.
     """
     silence = [r for r in records if r.get("silence")]
     other = [r for r in records if r.get("other_clip")]
     swapped = [r for r in records if r.get("other_sentence")]
-    agreements = []
+    agreements, readable_pairs = [], 0
     for r in other:
         partner = r["other_clip"]
         expert_first = sentence_score(reference_from(r["reference"], r["target_text"]))
         expert_second = sentence_score(reference_from(partner["reference"], r["target_text"]))
         if expert_first is None or expert_second is None or expert_first == expert_second:
             continue
-        agreements.append(sign_agreement(_tutor_score(r["answer"], r["reference"], r["target_text"]),
-                                         _tutor_score(partner["answer"], partner["reference"], r["target_text"]),
-                                         expert_second - expert_first))
+        first = _tutor_score(r["answer"], r["reference"], r["target_text"])
+        second = _tutor_score(partner["answer"], partner["reference"], r["target_text"])
+        readable_pairs += first is not None and second is not None
+        agreements.append(sign_agreement(first, second, expert_second - expert_first))
     interval = None
     if len(agreements) >= 2:
         values = np.asarray(agreements)[_bootstrap_indices(len(agreements), resamples, seed)].mean(axis=1)
         interval = _interval(values)
-    invented = sum(1 for r in swapped
-                   if words_not_in(parse_feedback(r["other_sentence"]["answer"]), r["other_sentence"]["target_text"]))
+    if not readable_pairs:  # no pair's two scores could be read: no figure (0.5 "chance" would be one for no data)
+        agreements, interval = [], None
+    swapped_read = [(parse_feedback(r["other_sentence"]["answer"]), r["other_sentence"]["target_text"]) for r in swapped]
+    invented = sum(1 for parsed, sentence in swapped_read if words_not_in(parsed, sentence))
+    read_any = any(parsed.words or any(v is not None for v in parsed.scores.values()) for parsed, _ in swapped_read)
     return {
         "silence": {"n": len(silence),
                     "changed_fraction": _fraction(sum(answers_differ(r["answer"], r["silence"]["answer"]) for r in silence),
@@ -211,7 +217,7 @@ def grounding_metrics(records: Sequence[dict], *, resamples: int = BOOTSTRAP_RES
         "other_sentence": {"n": len(swapped),
                            "changed_fraction": _fraction(sum(answers_differ(r["answer"], r["other_sentence"]["answer"])
                                                              for r in swapped), len(swapped)),
-                           "flagged_not_in_sentence": _fraction(invented, len(swapped))},
+                           "flagged_not_in_sentence": _fraction(invented, len(swapped)) if read_any else None},
     }
 
 

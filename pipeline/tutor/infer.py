@@ -493,8 +493,9 @@ def _runs_hint(workspace: Workspace) -> str:
         shown = ", ".join(runs[:20]) + (f" (and {len(runs) - 20} more)" if len(runs) > 20 else "")
         return f"Runs with a trained adapter: {shown}."
     return (
-        "This workspace has no trained run yet; train one in the app's Train tab or with "
-        f"`python -m pipeline train --workspace {shlex.quote(str(workspace.root))} --run run-1`; without `--run`, `--model google/gemma-3n-E2B-it` gives the base model's feedback."
+        "This workspace has no trained run yet; train one with "
+        f"`python -m pipeline train --workspace {shlex.quote(str(workspace.root))} --run run-1` (on the command line: "
+        "without `--run`, `--model google/gemma-3n-E2B-it` gives the base model's feedback)."
     )
 
 

@@ -19,7 +19,9 @@ never left out silently:
   constant.
 - Flagged words and phone errors: micro-averaged precision, recall and F1 over all clips; words are
   compared per clip, upper-cased, as multisets, phone errors as (word, phone) pairs. An unparsed
-  answer flags nothing and misses every word the experts flagged (it counts against recall).
+  answer flags nothing and misses every word the experts flagged (it counts against recall). When no
+  answer was parsed at all, precision, recall and F1 are None with `reason` `NOT_MEASURABLE` (a 0 would
+  be a figure for data that is missing).
 - 95 % intervals: percentile bootstrap over clips (Efron & Tibshirani 1993, ch. 13),
   `BOOTSTRAP_RESAMPLES` resamples with a fixed seed, for PCC and SCC (resampling the parsed pairs)
   and F1 (resampling every clip). Resamples where the statistic is undefined are dropped; the
@@ -49,6 +51,9 @@ from pipeline.conversation.feedback import (
 DEFAULT_KIND = "read_aloud"
 MIN_CORRELATION_PAIRS = 3
 """Fewest parsed answers a correlation is computed from (with 2 points r is +-1 whatever they are)."""
+NOT_MEASURABLE = "not measurable: none of the answers could be read"
+"""The reason every expert figure gives when no answer was parsed (a recall or F1 of 0 would be a figure for
+missing data)."""
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 _MAX_UNDEFINED_RESAMPLES = 0.10
@@ -280,7 +285,7 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
     if not with_reference:
         out["reason"] = f"no reference has a {key} score"
     elif n == 0:
-        out["reason"] = f"no parsed answer (0 of {len(with_reference)} clips)"
+        out["reason"] = NOT_MEASURABLE
     elif n < MIN_CORRELATION_PAIRS:
         out["reason"] = f"only {n} parsed answer(s) of {len(with_reference)}; a correlation needs {MIN_CORRELATION_PAIRS}"
     elif len(set(tutor)) < 2:
@@ -294,6 +299,10 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
 
 
 def _flag_metrics(records: Sequence[dict], name: str, resamples: int, seed: int) -> dict:
+    if records and not any(r["parsed"] for r in records):  # no flag was read: not a recall of 0, no figure at all
+        totals = [sum(r[name][k] for r in records) for k in ("true_positives", "predicted", "expected")]
+        return {"precision": None, "recall": None, "f1": None, "true_positives": totals[0], "predicted": totals[1],
+                "expected": totals[2], "f1_ci": None, "reason": NOT_MEASURABLE}
     counts = [(r[name]["true_positives"], r[name]["predicted"], r[name]["expected"]) for r in records]
     totals = [sum(c[i] for c in counts) for i in range(3)]
     out = precision_recall_f1(*totals)
@@ -376,6 +385,9 @@ def summary(metrics: dict) -> str:
         lines.append(line + (f": {m['reason']}" if m.get("reason") else ""))
     for name in ("words", "phones"):
         m = metrics[name]
+        if m.get("reason"):
+            lines.append(f"flagged {name}: {m['reason']}")
+            continue
         lines.append(
             f"flagged {name}: precision {_fmt(m['precision'])}, recall {_fmt(m['recall'])}, "
             f"F1 {_fmt(m['f1'])}{_ci(m['f1_ci'])} ({m['true_positives']} agreed, {m['predicted']} flagged by the "

@@ -69,6 +69,8 @@ def more_recordings_needed(n: int, estimate_run: float, interval_run: Sequence[f
 def _figure(result: Mapping[str, Any]) -> str:
     score = result["scores"][VERDICT_ASPECT]
     if score.get("pcc") is None:
+        if result.get("clips") and result.get("unparsed") == result.get("clips"):
+            return f"– (none of its {result['clips']} answers could be read)"  # no number for missing data
         return f"no readable total score ({result.get('unparsed', '?')} of {result.get('clips', '?')} answers unparsed)"
     interval = score.get("pcc_ci")
     return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no interval: too few clips)")
