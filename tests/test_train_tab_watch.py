@@ -310,3 +310,8 @@ def test_the_run_summary_names_its_settings_in_words():
     for said in ("full-size weights (no compression)", "on the best device here (auto)", "adapter rank 16, strength 32",
                  "1 recording per step, 4 steps per update", "standard updates (AdamW)", "lowered steadily to 0"):
         assert said in words, (said, words)
+    # Leftover of issue 32: the machine-learning settings sit behind "Advanced", the lead is in a teacher's words.
+    lead, shown = view.settings_lead(config.to_dict()), view.settings_markdown(config.to_dict())
+    for term in ("adapter rank", "strength", "AdamW", "learning rate", "LoRA", "gradient checkpointing"):
+        assert term not in lead and term not in shown.split("<details>")[0], (term, shown)
+        assert term in shown.split("<details>")[1], (term, shown)
