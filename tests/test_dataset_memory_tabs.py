@@ -91,11 +91,14 @@ def test_what_the_build_leaves_out_names_the_dataset_tabs_max_tokens_box(tmp_pat
     ui.load_sample_pack()
     summary, _speakers, _figure, excluded, _exports, _memory = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 380)
     reasons = " ".join(excluded["reason"].tolist())
-    assert "tokens > Max tokens per row: 380 (Dataset tab)" in reasons, reasons
+    assert "tokens > Max tokens per row: 380" in reasons, reasons
     assert "Memory tab" not in reasons
-    assert "longer than **Max tokens per row: 380** (Dataset tab)" in summary and "Max length" not in summary
+    assert "longer than **Max tokens per row: 380**" in summary and "Max length" not in summary
     failed = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 300)[0]
     assert failed.startswith("**✗") and "Max tokens per row" in failed and "Memory tab" not in failed, failed
+    # Shown on the Dataset tab, none of them sends the teacher to the Dataset tab (issue 32's leftovers, item 11).
+    for text in (reasons, summary, failed):
+        assert "Dataset tab" not in text and "Dataset** tab" not in text, text
     assert app_wording("raise `--max-length` to 420", widgets=BUILD_WIDGETS) == (
         "raise **Max tokens per row** (Dataset tab) to 420")
 
@@ -172,3 +175,28 @@ def test_a_gemma4_clips_tokens_follow_its_length_on_every_figure_of_the_dataset_
         span = family.audio_span(processor, seconds)
         assert len(processor.tokenizer(span, add_special_tokens=False)["input_ids"]) == family.clip_tokens(seconds)
     assert family.clip_tokens(30.0) == audio_tokens(30.0) + 2 == 752
+
+
+def test_a_message_never_sends_the_reader_to_the_tab_it_is_on():
+    """Issue 32's leftovers, item 11: "build one on the Dataset tab" shown on the Dataset tab. `here` (a
+    handlers object's tab, read by `ui_errors`) drops the pointer; other tabs keep it; a command-line message's
+    own pointer to the app ("(the app's Dataset tab, Build dataset)") is not said twice."""
+    from pipeline.errors import DatasetError
+
+    said = "No dataset: run `python -m pipeline build --workspace /w` (the app's Dataset tab, Build dataset)."
+    assert app_wording(said) == "No dataset: run **Build dataset** (Dataset tab)."
+    assert app_wording(said, here="Dataset tab") == "No dataset: run **Build dataset**."
+    assert app_wording("raise `--learning-rate`", here="Train tab") == "raise **Learning rate** (Advanced settings)"
+
+    class Handlers:
+        here = "Dataset tab"
+
+        @common.ui_errors(message_at=0, outputs=2)
+        def build(self):
+            raise DatasetError(said)
+
+    class Elsewhere(Handlers):
+        here = "Train tab"
+
+    assert "Dataset tab" not in Handlers().build()[0] and "**Build dataset**" in Handlers().build()[0]
+    assert "**Build dataset** (Dataset tab)" in Elsewhere().build()[0]

@@ -54,6 +54,9 @@ EVAL_SHARE_LABEL = "Held-out share (eval split)"
 class DatasetHandlers:
     """The Dataset tab's handlers: build the dataset, and show the last build when the page opens."""
 
+    here = "Dataset tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 
@@ -86,7 +89,7 @@ class DatasetHandlers:
 
     def headline(self) -> str:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
-        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason")
+        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason", here=self.here)
 
     def refresh(self):
         """After a build: (headline, library changes)."""
@@ -100,7 +103,7 @@ class DatasetHandlers:
         try:
             changes = library_changes(self.ws)
         except PipelineError as error:
-            return f"✗ {app_wording(str(error))}"
+            return f"✗ {app_wording(str(error), here=self.here)}"
         return view.library_changes_markdown(changes)
 
     def dataset_on_load(self):
@@ -118,7 +121,7 @@ class DatasetHandlers:
         """A build report's outputs: (summary, speakers, histogram, rows left out, the export files that exist,
         the Memory tab's max length), the report's notes and reasons in the app's words."""
         stats = report.get("length_stats", {}) or {}
-        notes = [app_wording(note, widgets=BUILD_WIDGETS) for note in report.get("notes", [])]
+        notes = [app_wording(note, widgets=BUILD_WIDGETS, here=self.here) for note in report.get("notes", [])]
         clip_tokens = clip_tokens_text(report.get("model"))
         figure = view.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
                                             train_lengths=stats.get("row_tokens") or [], clip_tokens=clip_tokens)
@@ -129,7 +132,7 @@ class DatasetHandlers:
             view.summary_markdown(report, notes, clip_tokens),
             view.speakers_frame(report.get("speakers", {})),
             figure,
-            view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
+            view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS, here=self.here)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )

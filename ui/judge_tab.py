@@ -48,6 +48,9 @@ class JudgeHandlers:
     """The Judge tab's handlers: what can be evaluated, start/cancel/follow evaluation jobs, show saved ones,
     one clip."""
 
+    here = "Judge tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 

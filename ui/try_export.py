@@ -28,6 +28,9 @@ FORMAT_CHOICES = [
 class ExportHandlers:
     """Export the chosen run; import a run folder or archive into this workspace."""
 
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 

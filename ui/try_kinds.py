@@ -32,6 +32,9 @@ MAX_TOKENS_LABEL = "Longest answer (tokens)"
 class DialogueTryHandlers:
     """A voice conversation with the tuned tutor: send a turn, start over."""
 
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 

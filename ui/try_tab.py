@@ -26,6 +26,9 @@ from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_
 class TryHandlers:
     """The Try tab's handler: tuned and base feedback for one clip."""
 
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
         self.dialogue = DialogueTryHandlers(state)

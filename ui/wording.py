@@ -95,6 +95,9 @@ _BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)
 _BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
 _BARE_FLAG = re.compile(r"(?<![\w`-])--(no-)?([a-z][a-z0-9-]*)(?: (" + _VALUE + r")(?![\w+]))?")
 _PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
+_APP_ASIDE = re.compile(r" \(the app's [A-Z][a-z]+ tab[^()]*\)|, or the app's [A-Z][a-z]+ tab(?=\))")
+"""A command-line message's pointer to the app, "(the app's Dataset tab, Build dataset)": dropped in the app,
+where the command it follows is already said as the button (`_command`)."""
 _COMMAND_LINE_ONLY = re.compile(r" \(on the command line: [^()]*\)")
 """A message's aside for the command line only, "(on the command line: `--token-stdin`)": dropped in the app,
 whose own widget the same sentence names."""
@@ -158,8 +161,17 @@ rows the build leaves out, and that is the Dataset tab's box, not the Memory tab
 as `app_wording(..., widgets=BUILD_WIDGETS)` for what the build says)."""
 
 
+def not_here(text: str, here: str | None) -> str:
+    """`text` without the pointers to `here`, the tab it is shown on ("Dataset tab"): "**Build dataset**
+    (Dataset tab)" -> "**Build dataset**", "(Try tab, Advanced settings)" -> "(Advanced settings)"; a message
+    never sends the reader to the tab they are on. `here` None: `text` as it is."""
+    if not here or not text:
+        return text or ""
+    return text.replace(f" ({here})", "").replace(f"({here})", "").replace(f"({here}, ", "(")
+
+
 def app_wording(text: str | None, *, markdown: bool = True,
-                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
+                widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
@@ -170,14 +182,14 @@ def app_wording(text: str | None, *, markdown: bool = True,
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
-    over `SETTING_WIDGETS`.
+    over `SETTING_WIDGETS`; `here`: the tab the message is shown on, which it does not name (`not_here`).
     """
     if not text:
         return ""
     if not markdown:
-        return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
+        return app_wording(text, widgets=widgets, here=here).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
-    text = _COMMAND_LINE_ONLY.sub("", str(text))
+    text = _APP_ASIDE.sub("", _COMMAND_LINE_ONLY.sub("", str(text)))
     for phrase, words in ENVIRONMENT_PHRASES.items():
         text = text.replace(phrase, words)
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
@@ -186,7 +198,7 @@ def app_wording(text: str | None, *, markdown: bool = True,
     text = _BARE_COMMAND.sub(_command, text)
     text = _BACKTICKED_FLAGS.sub(lambda m: _backticked_flags(m, table), text)
     text = _BARE_FLAG.sub(lambda m: _bare_flag(m, table), text)
-    return _NEXT_SETTING.sub(r"\1, \2", text)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
+    return not_here(_NEXT_SETTING.sub(r"\1, \2", text), here)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
 
 
 # --------------------------------------------------------------------------------------------
