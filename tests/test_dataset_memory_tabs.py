@@ -122,9 +122,9 @@ def test_left_out_rows_are_not_counted_among_a_kinds_rows(tmp_path):
         {"id": "s-1", "reason": "feedback is empty"}], "length_stats": {}, "path": "x", "model": "m",
         "kinds": {"read_aloud": {"rows": 9, "train": 6, "eval": 3, "excluded": 1}}}
     summary = ui.dataset._dataset_outputs(report)[0]
-    assert "**read aloud:** 9 rows (train 6, eval 3; 1 more left out)" in summary
+    assert "**read aloud:** 9 recordings (6 to train on, 3 to test with; 1 more left out)" in summary
     report["kinds"]["read_aloud"]["excluded"] = 0
-    assert "**read aloud:** 9 rows (train 6, eval 3)" in ui.dataset._dataset_outputs(report)[0]
+    assert "**read aloud:** 9 recordings (6 to train on, 3 to test with)" in ui.dataset._dataset_outputs(report)[0]
 
 
 def _clip_token_texts(model: str, clip_tokens: str) -> list[str]:

@@ -105,7 +105,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     # 2 Dataset: build with the tiny model.
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
-    wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
+    wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=180)
     page.wait_for_selector("#length-plot img")
     shot(page, "2-dataset")
     _step("dataset built")

@@ -46,7 +46,7 @@ def test_the_tiny_gemma4_goes_from_recordings_to_a_gguf_in_the_app(module_app, m
 
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
-    summary = wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=300)
+    summary = wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=300)
     info = page.locator("#build-max-length").inner_text()
     assert "each clip takes ~25 per second of audio, at most 752" in info, info
     assert "~192" not in summary and "25 per second" in summary, summary  # a Gemma 4 clip's tokens follow its length

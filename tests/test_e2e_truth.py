@@ -48,7 +48,7 @@ def built(module_app, module_page):
     wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=180)
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
-    wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=300)
+    wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=300)
     workspace = module_app[1]
     return page, workspace, workspace / "models" / "tiny-gemma3n"
 

@@ -48,7 +48,7 @@ def max_length_info(model: str | None) -> str:
     return BUILD_MAX_LENGTH_INFO.format(low=low, high=high, clip_tokens=clip_tokens_text(model))
 EVAL_SHARE_RANGE = (0.0, 0.5)
 """The held-out share a build takes (`pipeline.data.dataset.build_dataset`'s eval_fraction)."""
-EVAL_SHARE_LABEL = "Held-out share (eval split)"
+EVAL_SHARE_LABEL = "Held-out share"
 
 
 class DatasetHandlers:
@@ -150,8 +150,8 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
         with gr.Row():
             with gr.Column():
                 eval_fraction = gr.Number(value=0.2, step=0.05, label=EVAL_SHARE_LABEL, elem_id="eval-fraction",
-                                          info="From 0 to 0.5: the share kept apart to test the tutor (the eval "
-                                               "split). Each learner stays on one side when speakers are known.")
+                                          info="From 0 to 0.5: the share of your recordings kept apart to test the "
+                                               "tutor. Each learner stays on one side when learners are known.")
                 eval_fraction_note = gr.Markdown(elem_id="eval-fraction-note")
             with gr.Column():
                 build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",

@@ -404,7 +404,7 @@ def _split_rows(rows: list[dict], too_long: list[dict], *, eval_fraction: float,
     if lengths:
         split.notes.append(
             f"{len(lengths)} row(s) are longer than --max-length {max_length}; --max-length {max(lengths)} "
-            "keeps them all (each token costs activation memory: check the memory estimate)."
+            "keeps them all (each token takes memory while training: check the memory estimate)."
         )
     by_id = {r["id"]: r for r in rows}
     return split, {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
