@@ -21,7 +21,7 @@ from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
 from ui.counts import plural
-from ui.wording import app_wording, not_here
+from ui.wording import app_wording, levels_aside, not_here, why_levels
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = TrainConfig()
@@ -90,9 +90,11 @@ def error_panel(error: PipelineError, hint: str | None = None,
                 widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """The calm status-panel text of a `PipelineError`: "**✗ Area:** message", in the app's words
     (`ui.wording.app_wording`: widget and button names instead of command-line flags, `widgets` where
-    the tab has its own, no pointer to `here`, the tab it shows on), plus `hint`."""
-    text = f"**✗ {_error_title(error)}:** {app_wording(str(error), widgets=widgets, here=here)}"
-    return not_here(f"{text} {hint}", here) if hint else text
+    the tab has its own, no pointer to `here`, the tab it shows on), plus `hint`; a sound level's figure
+    behind "Why?" (`ui.wording.levels_aside`)."""
+    message, levels = levels_aside(app_wording(str(error), widgets=widgets, here=here))
+    text = f"**✗ {_error_title(error)}:** {message}"
+    return (not_here(f"{text} {hint}", here) if hint else text) + why_levels(levels)
 
 
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,

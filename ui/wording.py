@@ -161,6 +161,27 @@ rows the build leaves out, and that is the Dataset tab's box, not the Memory tab
 as `app_wording(..., widgets=BUILD_WIDGETS)` for what the build says)."""
 
 
+_LEVEL_ASIDE = re.compile(r" ?\(([^()]*\bdBFS\b[^()]*)\)")
+DBFS_WORDS = ("dBFS: decibels below the loudest sound a recording can hold (0 is the top; speech at a usable "
+              "distance measures about -35 to -15, a room's hiss about -60).")
+"""What the figure of a sound level means, said once under "Why?"."""
+
+
+def levels_aside(text: str) -> tuple[str, list[str]]:
+    """`text` without its bracketed asides that give a sound level in dBFS, and those asides: the words
+    ("quiet: speak closer to the microphone") lead, the figure goes behind "Why?" (`why_levels`)."""
+    asides = [match.group(1) for match in _LEVEL_ASIDE.finditer(text or "")]
+    return _LEVEL_ASIDE.sub("", text or ""), asides
+
+
+def why_levels(asides: Iterable[str]) -> str:
+    """A "Why?" block with the sound-level figures `asides` (`levels_aside`) and what dBFS means; "" for none."""
+    asides = [a[0].upper() + a[1:] + ("" if a.endswith(".") else ".") for a in asides if a]
+    if not asides:
+        return ""
+    return f"\n\n<details><summary>Why?</summary>\n\n{' '.join(asides)} {DBFS_WORDS}\n\n</details>"
+
+
 def not_here(text: str, here: str | None) -> str:
     """`text` without the pointers to `here`, the tab it is shown on ("Dataset tab"): "**Build dataset**
     (Dataset tab)" -> "**Build dataset**", "(Try tab, Advanced settings)" -> "(Advanced settings)"; a message
