@@ -105,7 +105,7 @@ def test_the_tiny_gemma4_goes_from_recordings_to_a_gguf_in_the_app(module_app, m
 
     open_tab(page, "5 · Try")
     open_accordion(page, "Take the tutor out", "#export-button")
-    page.locator("#export-format").get_by_text("For llama.cpp and Ollama").click()
+    page.locator("#export-format").get_by_text("For Ollama / LM Studio").click()
     out = tmp_path / "exports"
     page.locator("#export-out input, #export-out textarea").first.fill(str(out))
     page.click("#export-button")

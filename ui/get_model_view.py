@@ -12,6 +12,7 @@ import html
 
 from pipeline.model.download import TOKENS_PAGE, ready_line
 from pipeline.units import format_bytes, format_seconds
+from ui.wording import app_wording
 
 
 def status_text(facts: dict) -> str:
@@ -35,8 +36,8 @@ def status_text(facts: dict) -> str:
         lines.append(f"{size}; the disk that keeps it (`{cache}`) has {format_bytes(free)} free.")
         needed = int(facts.get("needed_bytes") or 0)
         if free is not None and free < needed:
-            lines.append(f"⚠ That is not enough room: free {format_bytes(needed - free)} first, or set HF_HOME to a "
-                         "folder on a larger disk and restart the app.")
+            lines.append(app_wording(f"⚠ That is not enough room: free {format_bytes(needed - free)} first, or set "
+                                     "HF_HOME to a folder on a larger disk and restart the app."))
     elif cache:
         lines.append(f"It goes to `{cache}` ({format_bytes(free)} free there).")
     if needs_token(facts) and (facts.get("download") or {}).get("state") not in ("running", "cancelling"):

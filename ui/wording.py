@@ -86,6 +86,19 @@ ENVIRONMENT_PHRASES: dict[str, str] = {
 """Phrases of `pipeline/` messages that name an environment variable the app's user never set, and the app's
 words for them (`app_wording`)."""
 
+HF_HOME_WHY = ("Hugging Face keeps what it downloads in the folder the environment variable `HF_HOME` names "
+               "(else `~/.cache/huggingface`): start the app with it set to a folder on a larger disk, e.g. "
+               "`HF_HOME=/mnt/big/huggingface python app.py`.")
+HF_TOKEN_WHY = ("The machine reads the token from the environment variable `HF_TOKEN`: `export HF_TOKEN=hf_...` "
+                "there before the job starts (a *Read* token of an account that accepted the model's licence).")
+ENVIRONMENT_FIXES: list[tuple[re.Pattern, str, str]] = [
+    (re.compile(r"(?:set HF_HOME to|point HF_HOME at) (?:a folder on )?(a larger|another) disk"),
+     r"keep Hugging Face's downloads on \1 disk", HF_HOME_WHY),
+    (re.compile(r"set HF_TOKEN there"), "give it your Hugging Face read token there", HF_TOKEN_WHY),
+]
+"""A fix that names an environment variable: the app says it in words, the variable behind "Why?"
+(`app_wording`): (the phrase, its words, the Why? text)."""
+
 _CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
             for value in group}
 _VALUE = r"(?:-?\d[\w.]*|DIR|N|" + "|".join(re.escape(c) for c in sorted(_CHOICES, key=len, reverse=True)) + r")"
@@ -207,19 +220,24 @@ def app_wording(text: str | None, *, markdown: bool = True,
     """
     if not text:
         return ""
-    if not markdown:
-        return app_wording(text, widgets=widgets, here=here).replace("**", "").replace("`", "")
+    if not markdown:  # a table cell or log line: no room for "Why?"
+        return app_wording(text, widgets=widgets, here=here).split("\n\n<details>")[0].replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
     text = _APP_ASIDE.sub("", _COMMAND_LINE_ONLY.sub("", str(text)))
     for phrase, words in ENVIRONMENT_PHRASES.items():
         text = text.replace(phrase, words)
+    whys = []
+    for pattern, words, why in ENVIRONMENT_FIXES:
+        text, count = pattern.subn(words, text)
+        whys += [why] * bool(count)
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
     text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)
     text = _BARE_COMMAND.sub(_command, text)
     text = _BACKTICKED_FLAGS.sub(lambda m: _backticked_flags(m, table), text)
     text = _BARE_FLAG.sub(lambda m: _bare_flag(m, table), text)
-    return not_here(_NEXT_SETTING.sub(r"\1, \2", text), here)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
+    text = not_here(_NEXT_SETTING.sub(r"\1, \2", text), here)
+    return text + "".join(f"\n\n<details><summary>Why?</summary>\n\n{why}\n\n</details>" for why in whys)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
 
 
 # --------------------------------------------------------------------------------------------
