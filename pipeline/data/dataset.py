@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, cause_words
 from pipeline.fileio import atomic_write_json, recover_staging, staged_folder
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
@@ -600,7 +600,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
         return DatasetDict(splits)
     except Exception as error:  # noqa: BLE001 - any unreadable folder becomes one typed error with the fix
         raise DatasetError(
-            f"The dataset in {path} cannot be read ({type(error).__name__}: {error}); rebuild it with "
+            f"The dataset in {path} cannot be read ({cause_words(error)}); rebuild it with "
             f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))}` (the app's Dataset tab, Build dataset)."
         ) from error
 
