@@ -162,7 +162,7 @@ class JudgeHandlers:
                                        MAX_TOKENS_LABEL)
         started = start_job(self.ws, targets, max_new_tokens=tokens, grounding=bool(grounding))
         return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
-                f"Evaluating {len(targets)} model(s) in the background (job `{started['job']}`): you can close this "
+                f"Evaluating {len(targets)} model(s) in the background: you can close this "
                 "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
                 "it is done; Cancel keeps what was answered.", gr.Timer(active=True), "")
 
