@@ -75,7 +75,7 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
             dataset = dataset_tab(app.dataset)
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
-            tryout = try_tab(app.tryout, app.export)
+            tryout = try_tab(app.tryout, app.export, model)
             judge = judge_tab(app.judge, model)
             inbox = inbox_tab(app.inbox)
 
