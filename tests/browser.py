@@ -335,6 +335,9 @@ def visible_tab_text(page, name: str) -> str:
     tab's panel, without what closed "Why?", "Advanced" and accordions hide (`innerText` skips it)."""
     open_tab(page, name)
     panel = page.locator(f"#tab-{name.split(' · ')[1].lower()}").first
+    deadline = time.time() + 60
+    while "processing |" in panel.inner_text() and time.time() < deadline:  # what opening the tab refreshes
+        time.sleep(0.5)
     top = page.locator("#header").first.inner_text() + "\n" + page.locator("#model-note").first.inner_text()
     return top + "\n" + panel.inner_text()
 

@@ -206,8 +206,8 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
     once the settings are restored, the choices (`build_ui`)."""
     with gr.Tab("6 · Judge", id="judge", elem_id="tab-judge") as tab:
         gr.Markdown(
-            "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the eval "
-            "split: clips no run trained on) against the experts' scores. The evaluation runs in the background: "
+            "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the "
+            "learners' clips no run trained on) against the experts' scores. The evaluation runs in the background: "
             "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
             "**unparsed** and counts as a miss. The verdict compares each run with its base model; when their "
             "95 % ranges overlap, these recordings cannot tell them apart yet.")
