@@ -12,7 +12,7 @@ import html
 
 from pipeline.model.download import TOKENS_PAGE, ready_line
 from pipeline.units import format_bytes, format_seconds
-from ui.wording import app_wording
+from ui.wording import ENVIRONMENT_FIXES, app_wording
 
 
 def status_text(facts: dict) -> str:
@@ -25,7 +25,7 @@ def status_text(facts: dict) -> str:
     hub = facts.get("hub") or {}
     lines = [f"**`{model}` is not on this computer yet.** Training needs it here first: click **Get the model**."]
     if hub.get("error"):
-        lines.append(f"⚠ {hub['error']}")
+        lines.append(f"⚠ {app_wording(hub['error'])}")
     cache, free = facts.get("cache_dir"), facts.get("free_bytes")
     total = hub.get("total_bytes")
     here = int(local.get("size_bytes") or 0) + int(local.get("partial_bytes") or 0)
@@ -79,7 +79,11 @@ def progress_html(status: dict | None) -> str:
     done, total = int(progress.get("done_bytes") or 0), int(progress.get("total_bytes") or 0)
     if state in ("cancelled", "failed"):
         mark = "■" if state == "cancelled" else "✗"
-        return f'<div class="get-model-ended">{mark} {html.escape(status.get("reason") or state)}</div>'
+        reason = status.get("reason") or state
+        whys = "".join(f"<details><summary>Why?</summary>{html.escape(why.replace('`', ''))}</details>"
+                       for pattern, _words, why in ENVIRONMENT_FIXES if pattern.search(reason))
+        return (f'<div class="get-model-ended">{mark} {html.escape(app_wording(reason, markdown=False))}'
+                f'{whys}</div>')
     figures = [f"{format_bytes(done)} of {format_bytes(total)}" + (f" ({100 * done / total:.0f} %)" if total else "")]
     rate, eta = progress.get("rate_bytes_per_s"), progress.get("eta_s")
     if rate:
