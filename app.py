@@ -75,7 +75,7 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
             dataset = dataset_tab(app.dataset)
             memory = memory_tab(app.memory)
             train = train_tab(app.train)
-            tryout = try_tab(app.tryout, app.export)
+            tryout = try_tab(app.tryout, app.export, model)
             judge = judge_tab(app.judge, model)
             inbox = inbox_tab(app.inbox)
 
@@ -152,7 +152,8 @@ def _header_html(workspace: Path, logins: bool = False) -> str:
     return (
         f'<div class="app-header"><div class="logo">{svg}</div><div class="app-title">'
         "<h1>Pronunciation Tutor Studio</h1>"
-        "<p>Turn recordings into a <b>fine-tuned pronunciation tutor</b> (LoRA on Google's Gemma 3n), in the "
+        "<p>Turn recordings into a <b>pronunciation tutor</b>: Google's Gemma model (3n or 4, picked below), taught "
+        "with your recordings and feedback, in the "
         "order you work: <b>1 Samples → 2 Dataset → 3 Memory → 4 Train → 5 Try → 6 Judge → 7 Inbox</b>. Everything is saved in the "
         f"workspace folder <code>{html.escape(str(workspace))}</code>, so closing this tab loses nothing.</p>"
         + ('<p><a href="logout" id="studio-logout">Log out</a></p>' if logins else "") + "</div></div>"
@@ -209,13 +210,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+MISSING_GRADIO_WORDS = {"common.complete": "Done"}
+"""Gradio's own status words its frontend asks for but does not translate (6.x reads `common.complete` after
+every finished event, in the screen-reader status line, and shows the raw key when it is missing): ours."""
+
+
 def _launch_kwargs(args: argparse.Namespace, gate, max_upload_mb: float) -> dict:
     """What both pages' `launch` share: address, share link, upload cap, and the login guard (`ui.login_guard`)."""
     from ui.login_guard import guard_kwargs
 
     return dict(server_name=args.host, share=args.share, inbrowser=False, prevent_thread_lock=True, quiet=True,
                 ssr_mode=False, css=_css(), theme=gr.themes.Soft(), footer_links=["gradio"],
-                max_file_size=int(max_upload_mb * 1e6), **guard_kwargs(gate))
+                max_file_size=int(max_upload_mb * 1e6), i18n=gr.I18n(en=dict(MISSING_GRADIO_WORDS)),
+                **guard_kwargs(gate))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,24 @@ def in_words(items, limit: int = 8, empty: str = "nothing") -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def cause_words(error: BaseException) -> str:
+    """What went wrong in `error`, said in words rather than as Python writes it: a `KeyError('x')` (which
+    prints as "KeyError: 'x'") -> "the entry `x` is missing"; an `IndexError` -> "an entry is missing (...)";
+    an error with no message -> its kind in words ("a ZeroDivisionError, with no message"); any other ->
+    its message, after its kind when the message alone says little ("ValueError: bad value")."""
+    if isinstance(error, KeyError):
+        key = error.args[0] if error.args else "?"
+        return f"the entry `{shorten(key, 60)}` is missing"
+    text = str(error).strip()
+    if isinstance(error, IndexError):
+        return f"an entry is missing ({text or 'index out of range'})"
+    if not text:
+        return f"a {type(error).__name__}, with no message"
+    if isinstance(error, (OSError, PipelineError)):
+        return text
+    return f"{type(error).__name__}: {text}"
+
+
 class PipelineError(Exception):
     """Base class of every error a person can act on (bad input, missing files, no memory)."""
 

@@ -298,3 +298,58 @@ def write_voice(path: Path, seconds: float = 2.0, pitch_hz: float = 150.0, noise
     signal = voice + noise * np.random.default_rng(seed).standard_normal(t.size) if noise else voice
     soundfile.write(str(path), (0.4 * signal / np.abs(signal).max()).astype(np.float32), rate, subtype="PCM_16")
     return path
+
+
+TABS = ("1 · Samples", "2 · Dataset", "3 · Memory", "4 · Train", "5 · Try", "6 · Judge", "7 · Inbox")
+"""The studio's tabs, as their buttons name them."""
+ENGINEERS_WORDS = ("common.", "KeyError", "HF_HOME", "HF_TOKEN", "dBFS", "eval-", "job judge-", "p90", "AdamW",
+                   "adapter rank", "activation memory", "eval split", "peak resident", "seed 42", "LoRA on Google")
+"""What a teacher's main text never shows (issue 32's leftovers, items 9 and 10): raw i18n keys, Python
+reprs, environment variables, build and job ids, the machine-learning terms; "Why?" and "Advanced" hold them."""
+
+
+def watch_status_line(page) -> None:
+    """Keep every text Gradio's screen-reader status line (`[role=status]`, shown for a second after each
+    event) takes, in `window.__statusTexts`: `status_texts` reads them (a raw key such as "common.complete"
+    came and went there)."""
+    page.evaluate("""() => {
+        window.__statusTexts = window.__statusTexts || [];
+        if (window.__statusWatch) return;
+        window.__statusWatch = new MutationObserver(() => {
+            for (const el of document.querySelectorAll('[role=status]')) {
+                const text = (el.textContent || '').trim();
+                if (text) window.__statusTexts.push(text);
+            }
+        });
+        window.__statusWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
+    }""")
+
+
+def status_texts(page) -> list[str]:
+    """What the status line said since `watch_status_line`."""
+    return page.evaluate("() => window.__statusTexts || []")
+
+
+def visible_tab_text(page, name: str) -> str:
+    """The text a person sees on the tab `name` ("2 · Dataset"): the page's top (header, model note) and the
+    tab's panel, without what closed "Why?", "Advanced" and accordions hide (`innerText` skips it)."""
+    open_tab(page, name)
+    panel = page.locator(f"#tab-{name.split(' · ')[1].lower()}").first
+    deadline = time.time() + 60
+    while "processing |" in panel.inner_text() and time.time() < deadline:  # what opening the tab refreshes
+        time.sleep(0.5)
+    top = page.locator("#header").first.inner_text() + "\n" + page.locator("#model-note").first.inner_text()
+    return top + "\n" + panel.inner_text()
+
+
+def teachers_words(page, tabs=TABS, words=ENGINEERS_WORDS) -> dict[str, str]:
+    """Visit each of `tabs`; AssertionError naming the tab and the word when one shows any of `words` in its
+    main text, or names itself ("2 · Dataset" saying "Dataset tab"). Returns each tab's text."""
+    texts = {}
+    for name in tabs:
+        text = texts[name] = visible_tab_text(page, name)
+        shown = [word for word in words if word in text]
+        assert not shown, f"{name} shows {shown} outside Why?/Advanced:\n{text}"
+        own = name.split(" · ")[1]
+        assert f"{own} tab" not in text and f"{own}** tab" not in text, f"{name} sends the reader to itself:\n{text}"
+    return texts

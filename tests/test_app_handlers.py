@@ -204,7 +204,7 @@ def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model
     summary, table, samples = ui.load_sample_pack()
     assert "Imported **8**" in summary and "speechocean762" in summary and len(samples) == 8
     text, speakers, figure, excluded, exports, memory_max = ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
-    assert "train **" in text and "eval **" in text and "longest" in text
+    assert " to train on, " in text and " to test the tutor with" in text and "longest" in text
     assert set(speakers["split"]) == {"train", "eval"}
     assert figure.axes and figure.axes[0].patches, "the histogram has bars"
     assert any(path.endswith(".parquet") for path in exports)

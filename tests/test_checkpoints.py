@@ -107,5 +107,5 @@ def test_a_full_disk_and_a_failed_save_are_named(stopped_at_two, tmp_path, monke
 
     monkeypatch.setattr(torch, "save", full_disk_save)
     monkeypatch.setattr(checkpoints, "atomic_write_json", full_disk_result)
-    with pytest.raises(TrainingError, match=r"Saving checkpoint `checkpoint-1` .* failed writing `optimizer.pt`: OSError: .*No space left"):
+    with pytest.raises(TrainingError, match=r"Saving checkpoint `checkpoint-1` .* failed writing `optimizer.pt`: .*No space left"):
         train(config, copy_workspace(stopped_at_two, tmp_path / "c"), "c")

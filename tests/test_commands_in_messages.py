@@ -101,3 +101,40 @@ def test_messages_shown_in_the_app_speak_of_the_app_as_the_screen_they_are_on(tm
     assert "python -m pipeline build" in messages[0] and "STOP" in messages[1]  # the command line keeps its words
     assert "**Build dataset** (Dataset tab)" in app_wording(messages[0])
     assert "**Stop** on the Train tab" in app_wording(messages[1])
+
+
+def test_a_teachers_words_lead_and_the_engineers_wait_behind_why():
+    """Issue 32's leftovers, item 10: the header named "LoRA on Google's Gemma 3n" with Gemma 4 picked; the
+    export choices led with format names; HF_HOME and HF_TOKEN were named on screen; a clip's checks led with
+    "-23.1 dBFS"; the silent clip's error with its figure. Each now leads with words, the term behind "Why?"."""
+    import app
+    from ui.common import error_panel
+    from ui.get_model_view import progress_html
+    from ui.samples_view import checks_markdown
+    from ui.try_export import FORMAT_CHOICES
+    from ui.try_view import export_markdown
+    from ui.wording import app_wording
+    from pipeline.errors import AudioError
+
+    def lead(text: str) -> str:
+        return text.split("<details>")[0]
+
+    header = app._header_html(__import__("pathlib").Path("/ws"))
+    assert "LoRA" not in header and "3n or 4" in header
+    labels = dict((value, label) for label, value in FORMAT_CHOICES)
+    assert labels["gguf"].startswith("For Ollama / LM Studio") and labels["adapter"].startswith("To share")
+    disk = app_wording("The disk is full: free some space (or point HF_HOME at a larger disk) and start again.")
+    assert "HF_HOME" not in lead(disk) and "HF_HOME" in disk and "larger disk" in lead(disk)
+    note = export_markdown("r", {"format": "bundle", "path": "/p", "bytes": 1, "notes": [
+        "The GPU machine downloads `m` from the hub (set HF_TOKEN there)."]}, True)
+    assert "HF_TOKEN" not in lead(note) and "HF_TOKEN" in note
+    failed = progress_html({"state": "failed", "reason": "Free some space (or point HF_HOME at a larger disk)."})
+    assert "HF_HOME" not in lead(failed)
+    checks = checks_markdown({"duration_s": 2.0, "peak": 0.5, "level_dbfs": -38.2, "clipped_fraction": 0.0,
+                              "warnings": ["quiet: speak closer to the microphone (-38.2 dBFS at its loudest)"],
+                              "source_rate_hz": 16000, "channels": 1})
+    assert "dBFS" not in lead(checks) and "-38.2 dBFS" in checks and "speak closer" in lead(checks)
+    silent = error_panel(AudioError("`x.wav` is silent: nothing in it is loud enough to be speech. Check the "
+                                    "microphone. (Its loudest 0.25 s measures -62.0 dBFS, below the -50 dBFS speech "
+                                    "threshold.)"))
+    assert "dBFS" not in lead(silent) and "-62.0 dBFS" in silent and "silent" in lead(silent)

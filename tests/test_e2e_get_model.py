@@ -82,7 +82,7 @@ def test_get_the_model_with_the_token_box_and_the_button_then_train_on_it(fake_h
         wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
         open_tab(page, "2 · Dataset")
         page.click("#build-dataset")
-        wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=240)
+        wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=240)
         open_tab(page, "4 · Train")
         page.locator("#run-name input, #run-name textarea").first.fill("got-it")
         page.locator("#train-advanced").get_by_text("Advanced settings").click()

@@ -47,7 +47,7 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
     wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
-    wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
+    wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=180)
 
     open_tab(page, "6 · Judge")
     wait_text(page, "#judge-models", r"base · tiny-gemma3n", timeout_s=60)

@@ -58,7 +58,7 @@ def test_recording_session_of_three_items_then_build(running_app, studio_page, s
 
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
-    wait_text(page, "#dataset-summary", r"train \d+, eval \d+", timeout_s=180)
+    wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=180)
     assert (workspace / "dataset" / "dataset_dict.json").exists()
     report = json.loads((workspace / "dataset" / "build_report.json").read_text())
     assert report["kinds"]["read_aloud"]["rows"] == 3 and sum(report["splits"].values()) == 3

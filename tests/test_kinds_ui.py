@@ -237,7 +237,7 @@ def test_a_model_path_pasted_with_spaces_or_quotes_is_the_folder(ui, tiny_model_
     ui.load_sample_pack()
     for typed in (f"  {tiny_model_dir} ", f"'{tiny_model_dir}'", f'"{tiny_model_dir}"'):
         summary = ui.build_dataset(typed, 0.25, 42, 1024)[0]
-        assert summary.startswith("**Rows:**") and f"(model `{tiny_model_dir}`)" in summary, summary
+        assert summary.startswith("**Split:**") and f"(model `{tiny_model_dir}`)" in summary, summary
         assert "random weights" in ui.describe_model(typed)
         assert [value for _label, value in ui.judge_candidates(typed)][0] == f"base:{tiny_model_dir}"
         values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}

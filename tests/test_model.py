@@ -291,3 +291,17 @@ def test_load_model_applies_the_placement_settings(tiny_model_dir):
     assert not isinstance(model.model.language_model.embed_tokens_per_layer, gm.HostEmbedding)
     full, full_report = gm.load_model(str(tiny_model_dir), device="cpu", quantization="none")
     assert report.weight_bytes == full_report.weight_bytes - gm._tensor_bytes(full.model.vision_tower)
+
+
+def test_a_config_missing_an_entry_is_said_in_words_not_as_a_keyerror():
+    """Issue 32's leftovers, item 10: "KeyError: 'x'" (Python's repr of a missing key) reached messages. The
+    model families' config checks name the missing entry; `cause_words` says any other error in words."""
+    from pipeline.errors import ModelLoadError, cause_words
+    from pipeline.model import gemma3n, gemma4
+
+    for family in (gemma3n, gemma4):
+        with pytest.raises(ModelLoadError) as refused:
+            family.shape({"text_config": {}, "audio_config": {}, "vision_config": {}})
+        assert "KeyError" not in str(refused.value) and "have no `" in str(refused.value), str(refused.value)
+    assert cause_words(KeyError("lm_head")) == "the entry `lm_head` is missing"
+    assert "KeyError" not in cause_words(KeyError("x")) and cause_words(RuntimeError()) == "a RuntimeError, with no message"

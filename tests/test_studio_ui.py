@@ -116,6 +116,7 @@ def test_headlines_and_what_changed_since_the_last_build(ui, tiny_model_dir):
     from pipeline.data.samples import SampleLibrary
 
     assert "No dataset yet" in ui.dataset.headline() and "No tutor trained yet" in ui.train.headline()
+    assert "Dataset** tab" not in ui.dataset.headline() and "Dataset** tab" in ui.train.headline()  # not to itself
     assert "Nothing built yet" in ui.dataset.library_changes()
     ui.load_sample_pack()
     ui.build_dataset(str(tiny_model_dir), 0.25, 42, 1024)
@@ -198,7 +199,7 @@ def test_the_held_out_share_and_judges_longest_answer_are_answered_beside_their_
     from ui.dataset_tab import EVAL_SHARE_LABEL, EVAL_SHARE_RANGE
 
     built = ui.build_dataset("/no/model", 0.9, 42, 512)
-    assert built[0].startswith("**✗") and "**Held-out share (eval split)** must be a number from 0 to 0.5, got 0.9" in built[0]
+    assert built[0].startswith("**✗") and "**Held-out share** must be a number from 0 to 0.5, got 0.9" in built[0]
     assert range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range)(-0.1).startswith("✗ **Held-out")
     assert range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range)(0.25) == ""
     judged = ui.evaluate_models(["base:some/model"], 2000)

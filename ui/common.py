@@ -21,7 +21,7 @@ from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
 from ui.counts import plural
-from ui.wording import app_wording
+from ui.wording import app_wording, levels_aside, not_here, why_levels
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS = TrainConfig()
@@ -87,12 +87,14 @@ def _error_title(error: PipelineError) -> str:
 
 
 def error_panel(error: PipelineError, hint: str | None = None,
-                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
+                widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """The calm status-panel text of a `PipelineError`: "**✗ Area:** message", in the app's words
     (`ui.wording.app_wording`: widget and button names instead of command-line flags, `widgets` where
-    the tab has its own), plus `hint`."""
-    text = f"**✗ {_error_title(error)}:** {app_wording(str(error), widgets=widgets)}"
-    return f"{text} {hint}" if hint else text
+    the tab has its own, no pointer to `here`, the tab it shows on), plus `hint`; a sound level's figure
+    behind "Why?" (`ui.wording.levels_aside`)."""
+    message, levels = levels_aside(app_wording(str(error), widgets=widgets, here=here))
+    text = f"**✗ {_error_title(error)}:** {message}"
+    return (not_here(f"{text} {hint}", here) if hint else text) + why_levels(levels)
 
 
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
@@ -114,12 +116,12 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     yielded stays shown, and the error is its last update.
     """
 
-    def refusal(error: PipelineError) -> Any:
+    def refusal(error: PipelineError, here: str | None = None) -> Any:
         hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
         if message_at is None:
-            raise gr.Error(app_wording(str(error), widgets=widgets), title=_error_title(error), duration=None,
-                           print_exception=False) from error
-        text = error_panel(error, hint, widgets)
+            raise gr.Error(app_wording(str(error), widgets=widgets, here=here), title=_error_title(error),
+                           duration=None, print_exception=False) from error
+        text = error_panel(error, hint, widgets, here)
         if outputs == 1:
             return text
         return tuple(text if index == message_at else gr.skip() for index in range(outputs))
@@ -131,7 +133,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
                 try:
                     yield from handler(*args, **kwargs)
                 except PipelineError as error:
-                    yield refusal(error)
+                    yield refusal(error, _here(args))
 
             return updates
 
@@ -140,11 +142,17 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
             try:
                 return handler(*args, **kwargs)
             except PipelineError as error:
-                return refusal(error)
+                return refusal(error, _here(args))
 
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _here(args: tuple) -> str | None:
+    """The tab a handler's messages show on: its handlers object's `here` ("Dataset tab"), or None."""
+    here = getattr(args[0], "here", None) if args else None
+    return here if isinstance(here, str) else None
 
 
 _MODELS_CONFINED_TO: list[Path] = []
@@ -255,12 +263,15 @@ def chat_messages(turns: list[dict]) -> list[dict]:
     return out
 
 
-def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab") -> str:
+def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab", here: str | None = None) -> str:
     """The built dataset in a teacher's words, from its build report (`pipeline.data.dataset.load_build_report`):
     "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 more left out: see the Dataset tab)."
     `where_left_out` says where the left-out rows are listed (the Dataset tab itself says "listed below").
-    None (no build yet) gives the sentence that says to build one."""
+    None (no build yet) gives the sentence that says to build one (`here`: on the Dataset tab, with the
+    button below rather than the tab)."""
     if not report:
+        if here == "Dataset tab":
+            return "No dataset yet: **Build dataset** below splits your recordings into training and test."
         return "No dataset yet: build one on the **2 · Dataset** tab (it splits your recordings into training and test)."
     splits = report.get("splits") or {}
     train, held_out = int(splits.get("train") or 0), int(splits.get("eval") or 0)

@@ -48,11 +48,14 @@ def max_length_info(model: str | None) -> str:
     return BUILD_MAX_LENGTH_INFO.format(low=low, high=high, clip_tokens=clip_tokens_text(model))
 EVAL_SHARE_RANGE = (0.0, 0.5)
 """The held-out share a build takes (`pipeline.data.dataset.build_dataset`'s eval_fraction)."""
-EVAL_SHARE_LABEL = "Held-out share (eval split)"
+EVAL_SHARE_LABEL = "Held-out share"
 
 
 class DatasetHandlers:
     """The Dataset tab's handlers: build the dataset, and show the last build when the page opens."""
+
+    here = "Dataset tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
         self.state = state
@@ -86,7 +89,7 @@ class DatasetHandlers:
 
     def headline(self) -> str:
         """The tab's first line: the built dataset in a teacher's words (`ui.common.dataset_sentence`)."""
-        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason")
+        return dataset_sentence(built_report(self.ws), where_left_out="listed below, with the reason", here=self.here)
 
     def model_note(self, model: str | None) -> str:
         """Under the headline: that the built dataset was built for another model family than the one picked,
@@ -105,7 +108,7 @@ class DatasetHandlers:
         try:
             changes = library_changes(self.ws)
         except PipelineError as error:
-            return f"✗ {app_wording(str(error))}"
+            return f"✗ {app_wording(str(error), here=self.here)}"
         return view.library_changes_markdown(changes)
 
     def dataset_on_load(self):
@@ -123,7 +126,7 @@ class DatasetHandlers:
         """A build report's outputs: (summary, speakers, histogram, rows left out, the export files that exist,
         the Memory tab's max length), the report's notes and reasons in the app's words."""
         stats = report.get("length_stats", {}) or {}
-        notes = [app_wording(note, widgets=BUILD_WIDGETS) for note in report.get("notes", [])]
+        notes = [app_wording(note, widgets=BUILD_WIDGETS, here=self.here) for note in report.get("notes", [])]
         clip_tokens = clip_tokens_text(report.get("model"))
         figure = view.length_histogram_bins(stats.get("histogram") or [], report.get("max_length"), stats.get("max"),
                                             train_lengths=stats.get("row_tokens") or [], clip_tokens=clip_tokens)
@@ -134,7 +137,7 @@ class DatasetHandlers:
             view.summary_markdown(report, notes, clip_tokens),
             view.speakers_frame(report.get("speakers", {})),
             figure,
-            view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS)} for item in report.get("excluded", [])]),
+            view.excluded_frame([{**item, "reason": app_wording(item.get("reason"), markdown=False, widgets=BUILD_WIDGETS, here=self.here)} for item in report.get("excluded", [])]),
             exports or None,
             memory_max_length,
         )
@@ -153,8 +156,8 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
         with gr.Row():
             with gr.Column():
                 eval_fraction = gr.Number(value=0.2, step=0.05, label=EVAL_SHARE_LABEL, elem_id="eval-fraction",
-                                          info="From 0 to 0.5: the share kept apart to test the tutor (the eval "
-                                               "split). Each learner stays on one side when speakers are known.")
+                                          info="From 0 to 0.5: the share of your recordings kept apart to test the "
+                                               "tutor. Each learner stays on one side when learners are known.")
                 eval_fraction_note = gr.Markdown(elem_id="eval-fraction-note")
             with gr.Column():
                 build_max_length = gr.Number(value=d.max_length, precision=0, elem_id="build-max-length",

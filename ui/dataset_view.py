@@ -17,33 +17,40 @@ from ui.fields import get_field
 from ui.figures import PALETTE
 
 def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_tokens: str = "?") -> str:
-    """A build in lines of Markdown: rows per split (and how they were split), rows left out, tokens per row
-    (min, median, p90, longest, the limit), rows and tokens per sample kind, `notes` (the report's notes in the
-    app's words), who moved between the splits (`moves_lines`) and where the dataset was saved. `clip_tokens`:
-    what one clip costs, as the model's family says it (`ModelFamily.clip_tokens_text`, read by the tab)."""
+    """A build in lines of Markdown, a teacher's words first: rows per split and rows left out, the longest
+    row against the limit (tokens: what one clip costs, `clip_tokens`, as the model's family says it,
+    `ModelFamily.clip_tokens_text`, read by the tab), rows per sample kind, `notes` (the report's notes in the
+    app's words) and who moved between the splits (`moves_lines`); then, behind "Advanced", how the rows were
+    split (method and seed), the length statistics (min, median, p90) and where the dataset was saved."""
     splits = report.get("splits", {})
     stats = report.get("length_stats", {}) or {}
+    excluded = len(report.get("excluded", []))
     lines = [
-        "**Rows:** " + ", ".join(f"{name} **{rows}**" for name, rows in splits.items())
-        + f" (split by {report.get('split_method', '?')}, seed {report.get('seed')})",
-        f"**Excluded:** {len(report.get('excluded', []))} row(s)",
+        f"**Split:** {splits.get('train', 0)} to train on, {splits.get('eval', 0)} to test the tutor with"
+        + (f"; {excluded} left out (listed below, with the reason)" if excluded else "; none left out"),
     ]
+    advanced = [f"Split by {report.get('split_method', '?')} with **Split seed** {report.get('seed')} "
+                "(the same seed and recordings give the same split): " + ", ".join(
+                    f"{name} {rows}" for name, rows in splits.items()) + " rows."]
     train_lengths = stats.get("row_tokens") or []
     if stats.get("count"):
-        longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
         lines.append(
-            f"**Tokens per row** (train and eval): min {stats['min']}, median {stats['median']:g}, "
-            f"p90 {stats['p90']}, longest **{stats['max']}**{longest_train} (limit {report.get('max_length')}). "
-            f"*A token is a piece of a word, and each clip takes {clip_tokens}; p90: 9 rows in 10 are at most this long.*"
+            f"**Length:** the longest recording takes **{stats['max']}** tokens (the limit is "
+            f"{report.get('max_length')}); half take at most {stats['median']:g}. "
+            f"*A token is a piece of a word, and each clip takes {clip_tokens}.*"
         )
+        longest_train = f"; longest train row {max(train_lengths)}" if train_lengths else ""
+        advanced.append(f"Tokens per row (train and eval): min {stats['min']}, median {stats['median']:g}, p90 "
+                        f"{stats['p90']} (9 rows in 10 are at most this long), longest {stats['max']}{longest_train}.")
     for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
         t = k.get("tokens") or {}
         left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
-        lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
-                     + (f", tokens {t['min']}–{t['max']}, median {t['median']:g}" if t else ""))
+        lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} recordings ({k['train']} to train on, {k['eval']} "
+                     f"to test with{left_out})" + (f", {t['min']}–{t['max']} tokens" if t else ""))
     lines += [f"- {note}" for note in notes]
     lines += moves_lines(report.get("split_changes"))
-    lines.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
+    advanced.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
+    lines.append("<details><summary>Advanced</summary>\n\n" + "\n\n".join(advanced) + "\n\n</details>")
     return "\n\n".join(lines)
 
 
@@ -76,7 +83,7 @@ def moves_lines(moves: dict | None) -> list[str]:
             moved.append(f"{', '.join(who)} moved {where}")
     why = "; ".join(moves.get("reasons") or []) or "the split was drawn again"
     return [f"**Moved since the last build:** {'; '.join(moved)}. Why: {why}. Whole learners go to the test "
-            "set, chosen by the split seed until it holds about the held-out share, so a change in the learners "
+            "set, drawn by the split seed until they hold about the held-out share, so a change in the learners "
             "or rows can redraw it; a run trained on the old split cannot be resumed on this one without ticking "
             "**Resume even though the dataset was rebuilt** (Train tab)."]
 

@@ -12,6 +12,7 @@ import html
 
 from pipeline.model.download import TOKENS_PAGE, ready_line
 from pipeline.units import format_bytes, format_seconds
+from ui.wording import ENVIRONMENT_FIXES, app_wording
 
 
 def status_text(facts: dict) -> str:
@@ -30,7 +31,7 @@ def status_text(facts: dict) -> str:
     if hub.get("unreachable") == "network":  # nothing asked for yet: said calmly, once (a download's failure says more)
         lines.append("Getting it needs an internet connection to Hugging Face.")
     elif hub.get("error") and not hub.get("unreachable"):  # offline mode: the note under the picker says it, once
-        lines.append(f"⚠ {hub['error']}")
+        lines.append(f"⚠ {app_wording(hub['error'])}")
     cache, free = facts.get("cache_dir"), facts.get("free_bytes")
     total = hub.get("total_bytes")
     here = int(local.get("size_bytes") or 0) + int(local.get("partial_bytes") or 0)
@@ -41,8 +42,8 @@ def status_text(facts: dict) -> str:
         lines.append(f"{size}; the disk that keeps it (`{cache}`) has {format_bytes(free)} free.")
         needed = int(facts.get("needed_bytes") or 0)
         if free is not None and free < needed:
-            lines.append(f"⚠ That is not enough room: free {format_bytes(needed - free)} first, or set HF_HOME to a "
-                         "folder on a larger disk and restart the app.")
+            lines.append(app_wording(f"⚠ That is not enough room: free {format_bytes(needed - free)} first, or set "
+                                     "HF_HOME to a folder on a larger disk and restart the app."))
     elif cache:
         lines.append(f"It goes to `{cache}` ({format_bytes(free)} free there).")
     if needs_token(facts) and (facts.get("download") or {}).get("state") not in ("running", "cancelling"):
@@ -84,7 +85,11 @@ def progress_html(status: dict | None) -> str:
     done, total = int(progress.get("done_bytes") or 0), int(progress.get("total_bytes") or 0)
     if state in ("cancelled", "failed"):
         mark = "■" if state == "cancelled" else "✗"
-        return f'<div class="get-model-ended">{mark} {html.escape(status.get("reason") or state)}</div>'
+        reason = status.get("reason") or state
+        whys = "".join(f"<details><summary>Why?</summary>{html.escape(why.replace('`', ''))}</details>"
+                       for pattern, _words, why in ENVIRONMENT_FIXES if pattern.search(reason))
+        return (f'<div class="get-model-ended">{mark} {html.escape(app_wording(reason, markdown=False))}'
+                f'{whys}</div>')
     figures = [f"{format_bytes(done)} of {format_bytes(total)}" + (f" ({100 * done / total:.0f} %)" if total else "")]
     rate, eta = progress.get("rate_bytes_per_s"), progress.get("eta_s")
     if rate:

@@ -32,6 +32,9 @@ KINDS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_
 class InboxHandlers:
     """The Inbox tab's handlers; `practice_url` is where the practice page is served (None: not served)."""
 
+    here = "Inbox tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState, practice_url: str | None = None):
         self.state = state
         self.practice_url = practice_url

@@ -48,6 +48,9 @@ class JudgeHandlers:
     """The Judge tab's handlers: what can be evaluated, start/cancel/follow evaluation jobs, show saved ones,
     one clip."""
 
+    here = "Judge tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 
@@ -159,7 +162,7 @@ class JudgeHandlers:
                                        MAX_TOKENS_LABEL)
         started = start_job(self.ws, targets, max_new_tokens=tokens, grounding=bool(grounding))
         return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
-                f"Evaluating {len(targets)} model(s) in the background (job `{started['job']}`): you can close this "
+                f"Evaluating {len(targets)} model(s) in the background: you can close this "
                 "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
                 "it is done; Cancel keeps what was answered.", gr.Timer(active=True), "")
 
@@ -203,8 +206,8 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
     once the settings are restored, the choices (`build_ui`)."""
     with gr.Tab("6 · Judge", id="judge", elem_id="tab-judge") as tab:
         gr.Markdown(
-            "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the eval "
-            "split: clips no run trained on) against the experts' scores. The evaluation runs in the background: "
+            "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the "
+            "learners' clips no run trained on) against the experts' scores. The evaluation runs in the background: "
             "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
             "**unparsed** and counts as a miss. The verdict compares each run with its base model; when their "
             "95 % ranges overlap, these recordings cannot tell them apart yet.")

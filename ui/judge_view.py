@@ -300,7 +300,7 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
     for result in sorted(others, key=lambda r: -(r.get("finished_at") or 0)):
         other = str(result.get("dataset_key"))
         where = (f"on the first {other.rsplit('-first', 1)[1]} clips of this build" if other.startswith(key + "-first")
-                 else f"on another dataset build (`{other}`)")
+                 else "on an earlier build of the dataset")
         total = result["scores"]["total"]
         figure = f"total-score PCC {_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}"
         lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: {result['clips']} "
@@ -328,8 +328,8 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
     # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
     waiting = ("one is running (progress above): each model's results appear here when it is done."
                if job_running else "tick models and press Evaluate.")
-    status = (f"{len(shown)} saved evaluation(s) of this dataset's eval split (`{key}`)." if shown else
-              f"No evaluation of this dataset's eval split (`{key}`) yet: {waiting}")
+    status = (f"{len(shown)} saved evaluation(s) on this dataset's test recordings." if shown else
+              f"No evaluation on this dataset's test recordings yet: {waiting}")
     growing = [r for r in shown if r.get("partial") and not r["partial"].get("reason") and job_running
                and any(_same_target(r, target) for target in running_targets)]
     if growing:
@@ -341,7 +341,7 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
         how = {"cancelled": "cancelled"}
         status += ("\n\n⚠ Partial: " + ", ".join(
             f"{model_label(r)} ({how.get(r['partial'].get('reason'), 'its evaluation stopped before the end')})"
-            for r in ended) + ". What was answered is kept; Evaluate again for the whole split.")
+            for r in ended) + ". What was answered is kept; Evaluate again for all the test recordings.")
     if any(r.get("note") for r in shown):
         status += "\n\n⚠ " + next(r["note"] for r in shown if r.get("note"))
     other_data = other_builds_markdown(others, key)

@@ -117,6 +117,9 @@ class MemoryHandlers:
     """The Memory tab's handlers: pick a machine (with its device's defaults), detect the device, estimate,
     calibrate (measure), the plan table, apply a suggestion, the messages next to number fields."""
 
+    here = "Memory tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 
@@ -184,7 +187,7 @@ class MemoryHandlers:
             else:
                 return setting_message(name, value)
         except PipelineError as error:
-            return "✗ " + app_wording(str(error)).replace(" (Memory tab)", "")
+            return "✗ " + app_wording(str(error), here=self.here)
         return ""
 
     def settings_changed(self):
@@ -267,7 +270,7 @@ class MemoryHandlers:
         if data.get("excluded_rows"):
             verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += view.length_note(data)
-        notes = "\n".join(f"- {app_wording(note)}" for note in data.get("notes", []))
+        notes = "\n".join(f"- {app_wording(note, here=self.here)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []
         for index in range(MAX_SUGGESTIONS):

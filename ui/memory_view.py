@@ -190,10 +190,10 @@ def length_note(data: Mapping[str, Any]) -> str:
     seq_len, max_length = data.get("seq_len"), data.get("max_length")
     if not seq_len or not max_length or seq_len >= max_length:
         return ""
-    return (f"\n\n**Why {seq_len} tokens and not {max_length}?** Max tokens per row ({max_length}) is only a limit: longer "
-            "rows are left out. Training pads each micro-batch to its longest row, so the estimate uses the longest "
-            f"**train** row the limit keeps ({seq_len} tokens). A dataset build sets Max tokens per row to the longest row "
-            "of train and eval together; eval rows run without gradients and need less memory.")
+    return (f"\n\n<details><summary>Why {seq_len} tokens and not {max_length}?</summary>\n\nMax tokens per row ({max_length}) is "
+            "only a limit: longer recordings are left out. Training works on the longest recording it keeps, so the "
+            f"estimate uses the longest one it trains on ({seq_len} tokens). Building the dataset sets Max tokens per row to "
+            "the longest recording of training and test together; the test recordings need less memory.\n\n</details>")
 
 
 def memory_bar(

@@ -29,6 +29,9 @@ TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep
 class SampleKindHandlers:
     """Saving a read-aloud or free-speech clip (then clearing the form) and editing a dialogue."""
 
+    here = "Samples tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState, check_clip: Any = None):
         self.state = state
         self._check_read_aloud = check_clip  # the Samples tab's "Check clip" for a read-aloud sample

@@ -25,6 +25,9 @@ SESSION_KIND_LABELS = {"Read aloud (sentences)": "read_aloud", "Free speech (pro
 class SessionHandlers:
     """Handlers of the recording session: start, save and next, skip, back, restore on page load."""
 
+    here = "Samples tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 

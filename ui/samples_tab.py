@@ -37,6 +37,9 @@ _CONFIRM_DELETE_JS = confirm_js("Delete sample {} and its audio? This cannot be 
 class SamplesHandlers:
     """The Samples tab's handlers: each takes widget values, calls the sample library, returns widget values."""
 
+    here = "Samples tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
         self.kinds = SampleKindHandlers(state, check_clip=self.check_clip)
@@ -189,7 +192,7 @@ class SamplesHandlers:
                                     "e.g. /home/me/recordings.")
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
                                trim=bool(trim))
-        report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False)} for entry in report.skipped]
+        report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False, here=self.here)} for entry in report.skipped]
         return (view.import_summary(report, source), gr.Dataframe(view.import_report_frame(report), visible=True),
                 self.samples_table())
 

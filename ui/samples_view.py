@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 from ui.counts import plural, some_ids
 from ui.fields import get_field
+from ui.wording import levels_aside, why_levels
 
 
 def dbfs(amplitude: float | None) -> str:
@@ -64,7 +65,12 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
         hit = any(w.lower().lstrip().startswith(start) for w in warnings for start in starts)
         return "⚠" if hit else "✓"
 
-    level_text = f"{level:.1f} dBFS in the loudest 0.25 s" if isinstance(level, (int, float)) else "–"
+    quiet = mark('quiet', 'dc offset') == "⚠"
+    loudness = "–" if not isinstance(level, (int, float)) else "quiet: speak closer" if quiet else "clear speech level"
+    levels = [f"speech level {level:.1f} dBFS in the loudest 0.25 s; peak {dbfs(peak)}"] \
+        if isinstance(level, (int, float)) else []
+    shown = [levels_aside(w) for w in warnings]  # a warning's words; its figures go behind "Why?"
+    levels += [aside for _words, asides in shown for aside in asides if "at its loudest" not in aside]  # said above
     lines = [
         f"**{title}**",
         "",
@@ -72,17 +78,17 @@ def checks_markdown(report: Any, *, title: str = "Check results", problems: Sequ
         "|---|---|---|",
         f"| duration | {clip_seconds(duration)} (0.3–30 s is heard) | {mark('trimmed', 'short', 'long')} |"
         if isinstance(duration, (int, float)) else "| duration | – | |",
-        f"| loudness / silence | speech level {level_text}; peak {dbfs(peak)} | {mark('quiet', 'dc offset')} |",
+        f"| loudness / silence | {loudness} | {mark('quiet', 'dc offset')} |",
         f"| clipping | {clipping_words(clipped)} | {mark('slightly clipped', 'too loud', 'near full scale')} |",
         f"| source | {source_words(rate, channels)} → 16 kHz mono | {mark('low sample rate', 'the channels')} |",
     ]
     if warnings:
-        lines += ["", *[f"- ⚠ {w}" for w in warnings]]
+        lines += ["", *[f"- ⚠ {words}" for words, _asides in shown]]
     elif not problems:
         lines += ["", "All checks passed."]
     if problems:
         lines = [f"**✗ Not ready to save:** {' '.join(problems)}", "", *lines]
-    return "\n".join(lines)
+    return "\n".join(lines) + why_levels(levels)
 
 
 def clip_seconds(duration_s: float | None) -> str:
@@ -117,7 +123,7 @@ def samples_frame(samples: Iterable[Any]):
                 "seconds": round(float(get_field(sample, "duration_s") or 0.0), 2),
                 "target sentence": _sample_title(sample),
                 "feedback": feedback if len(feedback) <= 80 else feedback[:79] + "…",
-                "warnings": "; ".join(warnings),
+                "warnings": "; ".join(levels_aside(str(w))[0] for w in warnings),
             }
         )
     columns = ["id", "speaker", "seconds", "target sentence", "feedback", "warnings"]

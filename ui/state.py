@@ -86,6 +86,21 @@ class AppState:
         path = family.make_tiny(self.ws.root / "models" / family.tiny_dir_name)
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 
+    def answered_by(self, model: str, picked: str | None = None, answered: str = "✓ Both answers are in.") -> str:
+        """The note under Try's answers: `answered` when `model` (the run's base, which answered) is the
+        `picked` one, whose note (`describe_model`, with its ⚠ for the random test model) the top of the page
+        shows already; else what answered (`describe_model(model)`), said as the run's own base model."""
+        same = False
+        if picked is not None:
+            try:
+                same = Path(model_text(picked)).expanduser() == Path(str(model)).expanduser() \
+                    or model_text(picked) == str(model)
+            except PipelineError:
+                same = False
+        if same:
+            return answered
+        return f"{answered} They come from the run's own base model. " + self.describe_model(model)
+
     def describe_model(self, model: str | None) -> str:
         """One line under the model picker: what the chosen model is and what it needs."""
         from pipeline.model.tiny_model import is_tiny_random_model

@@ -23,7 +23,7 @@ from ui.common import (CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report,
                        setting_message, ui_errors)
 from pipeline.units import format_bytes
 from ui.state import AppState
-from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
+from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, not_here, readable_log
 
 
 EPOCHS_LABEL = "Passes over your recordings (epochs)"
@@ -41,6 +41,9 @@ the numbers on one line however long a note is (the note wraps)."""
 
 class TrainHandlers:
     """The Train tab's handlers: the settings summary, start/stop/resume, the timer's poll, the run lists."""
+
+    here = "Train tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
         self.state = state
@@ -71,7 +74,7 @@ class TrainHandlers:
         try:
             config = config_from_values(values)
         except PipelineError as error:
-            return f"✗ {app_wording(str(error))} (the last valid settings are kept)"
+            return f"✗ {app_wording(str(error), here=self.here)} (the last valid settings are kept)"
         line = view.settings_markdown(config.to_dict()) + "\n\n" + self.forecast(config)
         other = dataset_family_note(built_report(self.ws), config.model)  # built for the other model family
         line += f"\n\n{other}" if other else ""
@@ -193,8 +196,8 @@ class TrainHandlers:
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
             view.run_memory_markdown(run),
             readable_log(run.log_tail, LOG_LINES),
-            view.failure_markdown({"status": run.state, "reason": app_wording(run.reason),
-                                   "suggestions": app_lines((run.result or {}).get("suggestions") or [])}),
+            view.failure_markdown({"status": run.state, "reason": app_wording(run.reason, here=self.here),
+                                   "suggestions": [not_here(line, self.here) for line in app_lines((run.result or {}).get("suggestions") or [])]}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.

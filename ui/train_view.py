@@ -50,11 +50,15 @@ def _plural(count: float, one: str, many: str) -> str:
 
 
 def settings_words(config: Mapping[str, Any]) -> str:
-    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`), each named in words a teacher
-    reads, the machine-learning term in brackets where the Advanced settings use it: "tiny-gemma3n · 3 passes
-    over the recordings · full-size weights (no compression) · on the best device here (auto) · adapter rank
-    16, strength 32, on the language part (how it answers) · 1 recording per step, 4 steps per update ...".
-    """
+    """A run's settings in one line of plain text (a `TrainConfig.to_dict()`): `settings_lead`, then
+    `settings_details` (what a teacher decides on, then the machine-learning settings)."""
+    return settings_lead(config) + " · " + settings_details(config)
+
+
+def settings_lead(config: Mapping[str, Any]) -> str:
+    """What a teacher decides on in a run's settings, in words (a `TrainConfig.to_dict()`): "tiny-gemma3n · 3
+    passes over the recordings · full-size weights (no compression) · on the best device here (auto) · 1
+    recording per step, 4 steps per update · recordings up to 512 tokens · memory saver on: slower steps"."""
     length = (_plural(config["max_steps"], "step", "steps") if config.get("max_steps", -1) > 0
               else _plural(config.get("epochs"), "pass over the recordings", "passes over the recordings"))
     model = str(config["model"])
@@ -68,28 +72,52 @@ def settings_words(config: Mapping[str, Any]) -> str:
         model, length,
         WEIGHTS_WORDS.get(config["quantization"], config["quantization"]),
         DEVICE_WORDS.get(config["device"], f"on {config['device']}"),
-        f"adapter rank {config['lora_rank']}, strength {config['lora_alpha']}, on "
-        f"{TARGET_WORDS.get(config['lora_targets'], config['lora_targets'])} (LoRA)",
         f"{_plural(config['batch_size'], 'recording', 'recordings')} per step, "
         f"{_plural(config['grad_accum'], 'step', 'steps')} per update",
         f"recordings up to {config['max_length']} tokens",
-        "memory saver on: slower steps (gradient checkpointing)" if config["gradient_checkpointing"]
-        else "memory saver off: faster, more memory (gradient checkpointing)",
+        "memory saver on: slower steps" if config["gradient_checkpointing"] else "memory saver off: faster, more memory",
+    ]
+    if not config.get("vision_tower", True):
+        parts.append("image part not loaded")
+    if config.get("ple_on_cpu"):
+        parts.append("part of the model kept in the computer's memory")
+    if config.get("low_memory_heap"):
+        parts.append("low-memory mode")
+    return " · ".join(parts)
+
+
+def settings_details(config: Mapping[str, Any]) -> str:
+    """The machine-learning settings of a run in words, each with its term in brackets (what "Advanced"
+    shows): "what it learns: on the language part (how it answers); adapter rank 16, strength 32 (LoRA) ·
+    standard updates (AdamW) · learning rate 0.0002, lowered steadily to 0 · ..."."""
+    parts = [
+        f"what it learns: {TARGET_WORDS.get(config['lora_targets'], config['lora_targets'])}; adapter rank "
+        f"{config['lora_rank']}, strength {config['lora_alpha']} (LoRA)",
+        OPTIMIZER_WORDS.get(config["optimizer"], config["optimizer"]),
+        f"learning rate {config['learning_rate']:g}, {SCHEDULE_WORDS.get(config['lr_schedule'], config['lr_schedule'])}",
+        "memory saver (gradient checkpointing) " + ("on" if config["gradient_checkpointing"] else "off"),
     ]
     if not config.get("vision_tower", True):
         parts.append("image part not loaded (vision tower)")
     if config.get("ple_on_cpu"):
         parts.append("per-layer embeddings in CPU RAM")
-    if config.get("low_memory_heap"):
-        parts.append("low-memory mode")
-    parts.append(OPTIMIZER_WORDS.get(config["optimizer"], config["optimizer"]))
-    parts.append(f"learning rate {config['learning_rate']:g}, {SCHEDULE_WORDS.get(config['lr_schedule'], config['lr_schedule'])}")
     return " · ".join(parts)
 
 
+def settings_html(config: Mapping[str, Any], heading: str) -> str:
+    """`heading` and `settings_lead`, the machine-learning settings (`settings_details`) behind "Advanced"
+    (HTML, escaped)."""
+    import html
+
+    return (f"{html.escape(heading)} {html.escape(settings_lead(config))}"
+            f"<details><summary>Advanced</summary>{html.escape(settings_details(config))}</details>")
+
+
 def settings_markdown(config: Mapping[str, Any]) -> str:
-    """The "Next run" line of the Train tab: `settings_words` of the settings the next Start uses."""
-    return f"**Next run:** {settings_words(config)}"
+    """The "Next run" line of the Train tab: `settings_lead` of the settings the next Start uses, its
+    machine-learning settings behind "Advanced"."""
+    return (f"**Next run:** {settings_lead(config)}\n\n<details><summary>Advanced</summary>\n\n"
+            f"{settings_details(config)}\n\n</details>")
 
 
 def sureness_words(step: Mapping[str, Any] | None) -> str:
@@ -167,7 +195,7 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
         f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
         f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
         f"status: <b>{status_text}</b></div>"
-        + (f'<div class="train-progress-settings"><small>This run: {html.escape(settings_words(settings))}</small></div>'
+        + (f'<div class="train-progress-settings"><small>{settings_html(settings, "This run:")}</small></div>'
            if settings else "")
         + "</div>"
     )

@@ -18,15 +18,20 @@ from ui.common import cleared, ui_errors
 from ui.state import AppState
 
 FORMAT_CHOICES = [
-    ("Adapter zip: small, to send (needs the base model to load)", "adapter"),
-    ("Merged model: the LoRA folded into a bf16 copy of the base (plain transformers, ~11 GB for E2B)", "merged"),
-    ("Cloud job bundle: train these settings on any GPU machine or Vertex AI", "bundle"),
-    ("For llama.cpp and Ollama on students' laptops (GGUF with its hearing, Q8_0; Gemma 4 tutors only)", "gguf"),
+    ("To share: the small learned part only, for a computer that has the same base model (adapter zip)", "adapter"),
+    ("To run with Python anywhere: the whole tutor in one folder, ~11 GB for E2B (Merged model)", "merged"),
+    ("To train on a rented GPU machine or Vertex AI: these settings and recordings in one archive (cloud job bundle)",
+     "bundle"),
+    ("For Ollama / LM Studio / llama.cpp on students' laptops, Gemma 4 tutors only (GGUF file)", "gguf"),
 ]
+"""The export choices, each by what it is for, its format's name last."""
 
 
 class ExportHandlers:
     """Export the chosen run; import a run folder or archive into this workspace."""
+
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
         self.state = state

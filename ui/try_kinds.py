@@ -32,6 +32,9 @@ MAX_TOKENS_LABEL = "Longest answer (tokens)"
 class DialogueTryHandlers:
     """A voice conversation with the tuned tutor: send a turn, start over."""
 
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
 
@@ -46,10 +49,12 @@ class DialogueTryHandlers:
                 gr.update(visible=single), gr.update(visible=single), gr.update(visible=not single))
 
     @ui_errors(message_at=4, outputs=5)
-    def send(self, audio: Any, text: str, history: list[dict], run_name: str, max_new_tokens: float = 128):
+    def send(self, audio: Any, text: str, history: list[dict], run_name: str, max_new_tokens: float = 128,
+             picked_model: str | None = None):
         """The learner's turn and the tutor's reply, shown as it is generated: yields (history, chat,
         audio, text, note) updates, the last with the reply kept in the history and the inputs cleared.
-        What went wrong shows in the note; the conversation stays as it was."""
+        What went wrong shows in the note; the conversation stays as it was. The note names the model only
+        when it is not `picked_model` (`AppState.answered_by`)."""
         from pipeline.tutor.infer import load_tutor
         from ui.common import as_it_grows
 
@@ -69,7 +74,8 @@ class DialogueTryHandlers:
                 growing = chat_messages(turns + [{"role": "tutor", "text": partial or "…"}])
                 yield gr.skip(), growing, gr.skip(), gr.skip(), "The tutor is answering…"
         turns.append({"role": "tutor", "text": reply.text or "…"})
-        yield turns, chat_messages(turns), None, "", self.state.describe_model(tutor.model_id)
+        yield turns, chat_messages(turns), None, "", self.state.answered_by(tutor.model_id, picked_model,
+                                                                            "✓ The tutor answered.")
 
     def start_over(self):
         """A new conversation: (history, chat, note)."""
@@ -82,7 +88,7 @@ def try_kind_selector() -> Any:
 
 
 def dialogue_section(handlers: DialogueTryHandlers) -> SimpleNamespace:
-    """The conversation widgets (hidden unless Dialogue is chosen); `wire(run, max_tokens)` connects them."""
+    """The conversation widgets (hidden unless Dialogue is chosen); `wire(run, max_tokens, model)` connects them (`model`: the Model box, for the note)."""
     with gr.Group(visible=False, elem_id="try-dialogue") as group:
         history = gr.State([])
         chat = gr.Chatbot(label="Conversation with the tuned tutor", height=360, elem_id="try-chat")
@@ -94,8 +100,8 @@ def dialogue_section(handlers: DialogueTryHandlers) -> SimpleNamespace:
             reset = gr.Button("Start over", elem_id="try-dialogue-reset")
         note = gr.Markdown(elem_id="try-dialogue-note")
 
-    def wire(run: Any, max_tokens: Any) -> None:
-        send.click(handlers.send, inputs=[audio, text, history, run, max_tokens],
+    def wire(run: Any, max_tokens: Any, model: Any = None) -> None:
+        send.click(handlers.send, inputs=[audio, text, history, run, max_tokens, *([model] if model is not None else [])],
                    outputs=[history, chat, audio, text, note])
         reset.click(handlers.start_over, outputs=[history, chat, note])
 

@@ -26,6 +26,9 @@ from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_
 class TryHandlers:
     """The Try tab's handler: tuned and base feedback for one clip."""
 
+    here = "Try tab"
+    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
+
     def __init__(self, state: AppState):
         self.state = state
         self.dialogue = DialogueTryHandlers(state)
@@ -41,13 +44,15 @@ class TryHandlers:
 
     @ui_errors(message_at=1, outputs=3)
     def try_feedback(self, audio: Any, target_text: str, run_name: str,
-                     max_new_tokens: float = 256, kind_label: str = "Read aloud"):
+                     max_new_tokens: float = 256, kind_label: str = "Read aloud", picked_model: str | None = None):
         """Tuned and base feedback for one clip from ONE model load (the run's base + adapter; the base
         answer with the adapter disabled), both generated together and shown as they grow: yields
         (tuned text, note on the model, base text) updates.
 
         What went wrong (no run picked, a clip that fails a check, a model that cannot load) shows in
-        the note panel under the button, in plain words; the answer boxes keep what they showed."""
+        the note panel under the button, in plain words; the answer boxes keep what they showed. The note
+        names the model that answered only when it is not `picked_model` (the Model box's, whose note the top
+        of the page shows: `AppState.answered_by`)."""
         from pipeline.tutor.infer import compare_feedback
         from ui.common import as_it_grows
 
@@ -62,13 +67,15 @@ class TryHandlers:
             if result is None:
                 yield texts[0], view.ANSWERING, texts[1]
             else:
-                yield result["tuned"]["text"], self.state.describe_model(result["model"]), result["base"]["text"]
+                yield (result["tuned"]["text"], self.state.answered_by(result["model"], picked_model),
+                       result["base"]["text"])
 
 
-def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
+def try_tab(handlers: TryHandlers, export_handlers=None, model=None) -> SimpleNamespace:
     """Lay out the Try tab and wire its button; returns its widgets (the run list is filled by the Train tab's
     poll and refresh, wired in `build_ui`). With `export_handlers` (`ui.try_export.ExportHandlers`) the
-    tab ends with the export / import section; `imported` is then its import event."""
+    tab ends with the export / import section; `imported` is then its import event. `model`: the page's Model
+    box, whose note the answers' note does not repeat."""
     with gr.Tab("5 · Try", id="try", elem_id="tab-try") as tab:
         headline = filled_on_load(gr.Markdown(LOADING, elem_id="try-headline"), handlers.headline)
         try_kind = try_kind_selector()
@@ -101,7 +108,8 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
         if export_handlers is not None:
             exports = export_section(export_handlers, try_run)
 
-    try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind],
+    picked = [model] if model is not None else []
+    try_button.click(handlers.try_feedback, inputs=[try_audio, try_target, try_run, try_max_tokens, try_kind, *picked],
                      outputs=[tuned_out, try_note, base_out])
     # Another clip, sentence or tutor picked: the answers shown were to the one before (`input`: the person's
     # changes only; the Train tab's poll sets the run list's value too).
@@ -114,5 +122,5 @@ def try_tab(handlers: TryHandlers, export_handlers=None) -> SimpleNamespace:
     tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     try_max_tokens.change(range_note(*MAX_TOKENS_RANGE, MAX_TOKENS_LABEL), inputs=try_max_tokens,
                           outputs=max_tokens_note, show_progress="hidden")
-    dialogue.wire(try_run, try_max_tokens)
+    dialogue.wire(try_run, try_max_tokens, model)
     return SimpleNamespace(run=try_run, refresh=try_refresh, imported=exports.imported if exports else None)

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from pipeline.errors import in_words
 from ui.counts import plural
+from ui.wording import app_wording
 
 
 ANSWERING = "The tutors are answering… (both answers grow as they are generated)"
@@ -43,7 +44,7 @@ def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool
                           if name.endswith(".gguf") or name == "Modelfile")
         lines.append(f"Copy the folder to the student's computer: {files}. Its README.md has the llama.cpp "
                      f"(`llama-mtmd-cli`, `llama-server`) and Ollama (`ollama create {html.escape(run_name)} -f Modelfile`) commands.")
-    lines += [f"- {html.escape(note)}" for note in result.get("notes", [])]
+    lines += [f"- {app_wording(html.escape(note))}" for note in result.get("notes", [])]
     return "\n\n".join(lines)
 
 
@@ -52,8 +53,8 @@ def no_gguf_for_gemma3n(run_name: str) -> str:
     message (`pipeline.export.gguf.GEMMA3N_DEAF`) names the CLI's `--format merged`, `--format gguf-text-only`
     (no choice here) and `python -m pipeline serve`, which the app rewrote into the Samples tab's import Layout."""
     return (f"**{html.escape(run_name)}** is a Gemma 3n tutor, and llama.cpp and Ollama cannot hear with Gemma 3n yet: "
-            "its GGUF would not hear the learner. Keep trying it here, export it as a **Merged model** (above) to run "
-            "it with transformers, or train a tutor on google/gemma-4-E2B-it, whose GGUF hears.")
+            "a file for them would not hear the learner. Keep trying it here, choose **To run with Python anywhere** (Merged model) above to "
+            "run it with Python, or train a tutor on google/gemma-4-E2B-it, whose file for Ollama hears.")
 
 
 def import_markdown(result: Mapping[str, Any]) -> str:

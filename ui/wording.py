@@ -86,6 +86,19 @@ ENVIRONMENT_PHRASES: dict[str, str] = {
 """Phrases of `pipeline/` messages that name an environment variable the app's user never set, and the app's
 words for them (`app_wording`)."""
 
+HF_HOME_WHY = ("Hugging Face keeps what it downloads in the folder the environment variable `HF_HOME` names "
+               "(else `~/.cache/huggingface`): start the app with it set to a folder on a larger disk, e.g. "
+               "`HF_HOME=/mnt/big/huggingface python app.py`.")
+HF_TOKEN_WHY = ("The machine reads the token from the environment variable `HF_TOKEN`: `export HF_TOKEN=hf_...` "
+                "there before the job starts (a *Read* token of an account that accepted the model's licence).")
+ENVIRONMENT_FIXES: list[tuple[re.Pattern, str, str]] = [
+    (re.compile(r"(?:set HF_HOME to|point HF_HOME at) (?:a folder on )?(a larger|another) disk"),
+     r"keep Hugging Face's downloads on \1 disk", HF_HOME_WHY),
+    (re.compile(r"set HF_TOKEN there"), "give it your Hugging Face read token there", HF_TOKEN_WHY),
+]
+"""A fix that names an environment variable: the app says it in words, the variable behind "Why?"
+(`app_wording`): (the phrase, its words, the Why? text)."""
+
 _CHOICES = {str(value) for group in (DEVICES, QUANTIZATIONS, LORA_TARGETS, OPTIMIZERS, LR_SCHEDULES)
             for value in group}
 _VALUE = r"(?:-?\d[\w.]*|DIR|N|" + "|".join(re.escape(c) for c in sorted(_CHOICES, key=len, reverse=True)) + r")"
@@ -95,6 +108,9 @@ _BARE_COMMAND = re.compile(r"python -m pipeline ([a-z-]+)(?: --?[a-z-]+(?: (?!-)
 _BACKTICKED_FLAGS = re.compile(r"`(--[a-z][a-z0-9-]*(?: [^`]*)?)`")
 _BARE_FLAG = re.compile(r"(?<![\w`-])--(no-)?([a-z][a-z0-9-]*)(?: (" + _VALUE + r")(?![\w+]))?")
 _PASS_MODEL = re.compile(r"pass `--model ([^`]+)`")
+_APP_ASIDE = re.compile(r" \(the app's [A-Z][a-z]+ tab[^()]*\)|, or the app's [A-Z][a-z]+ tab(?=\))")
+"""A command-line message's pointer to the app, "(the app's Dataset tab, Build dataset)": dropped in the app,
+where the command it follows is already said as the button (`_command`)."""
 _COMMAND_LINE_ONLY = re.compile(r" \(on the command line: [^()]*\)")
 """A message's aside for the command line only, "(on the command line: `--token-stdin`)": dropped in the app,
 whose own widget the same sentence names."""
@@ -161,8 +177,38 @@ rows the build leaves out, and that is the Dataset tab's box, not the Memory tab
 as `app_wording(..., widgets=BUILD_WIDGETS)` for what the build says)."""
 
 
+_LEVEL_ASIDE = re.compile(r" ?\(([^()]*\bdBFS\b[^()]*)\)")
+DBFS_WORDS = ("dBFS: decibels below the loudest sound a recording can hold (0 is the top; speech at a usable "
+              "distance measures about -35 to -15, a room's hiss about -60).")
+"""What the figure of a sound level means, said once under "Why?"."""
+
+
+def levels_aside(text: str) -> tuple[str, list[str]]:
+    """`text` without its bracketed asides that give a sound level in dBFS, and those asides: the words
+    ("quiet: speak closer to the microphone") lead, the figure goes behind "Why?" (`why_levels`)."""
+    asides = [match.group(1) for match in _LEVEL_ASIDE.finditer(text or "")]
+    return _LEVEL_ASIDE.sub("", text or ""), asides
+
+
+def why_levels(asides: Iterable[str]) -> str:
+    """A "Why?" block with the sound-level figures `asides` (`levels_aside`) and what dBFS means; "" for none."""
+    asides = [a[0].upper() + a[1:] + ("" if a.endswith(".") else ".") for a in asides if a]
+    if not asides:
+        return ""
+    return f"\n\n<details><summary>Why?</summary>\n\n{' '.join(asides)} {DBFS_WORDS}\n\n</details>"
+
+
+def not_here(text: str, here: str | None) -> str:
+    """`text` without the pointers to `here`, the tab it is shown on ("Dataset tab"): "**Build dataset**
+    (Dataset tab)" -> "**Build dataset**", "(Try tab, Advanced settings)" -> "(Advanced settings)"; a message
+    never sends the reader to the tab they are on. `here` None: `text` as it is."""
+    if not here or not text:
+        return text or ""
+    return text.replace(f" ({here})", "").replace(f"({here})", "").replace(f"({here}, ", "(")
+
+
 def app_wording(text: str | None, *, markdown: bool = True,
-                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
+                widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
     E.g. "raise `--max-length` to 420" -> "raise **Max tokens per row** (Memory tab) to 420";
@@ -173,23 +219,28 @@ def app_wording(text: str | None, *, markdown: bool = True,
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
-    over `SETTING_WIDGETS`.
+    over `SETTING_WIDGETS`; `here`: the tab the message is shown on, which it does not name (`not_here`).
     """
     if not text:
         return ""
-    if not markdown:
-        return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
+    if not markdown:  # a table cell or log line: no room for "Why?"
+        return app_wording(text, widgets=widgets, here=here).split("\n\n<details>")[0].replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
-    text = _IN_THE_APP.sub(r": \1", _COMMAND_LINE_ONLY.sub("", str(text)))
+    text = _IN_THE_APP.sub(r": \1", _APP_ASIDE.sub("", _COMMAND_LINE_ONLY.sub("", str(text))))
     for phrase, words in ENVIRONMENT_PHRASES.items():
         text = text.replace(phrase, words)
+    whys = []
+    for pattern, words, why in ENVIRONMENT_FIXES:
+        text, count = pattern.subn(words, text)
+        whys += [why] * bool(count)
     text = _PASS_MODEL.sub(lambda m: f"pick {m.group(1)} in the **Model** box at the top of the page", str(text))
     text = _RESUME_COMMAND.sub(_resume_command, text)
     text = _BACKTICKED_COMMAND.sub(_command, text)
     text = _BARE_COMMAND.sub(_command, text)
     text = _BACKTICKED_FLAGS.sub(lambda m: _backticked_flags(m, table), text)
     text = _BARE_FLAG.sub(lambda m: _bare_flag(m, table), text)
-    return _NEXT_SETTING.sub(r"\1, \2", text)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
+    text = not_here(_NEXT_SETTING.sub(r"\1, \2", text), here)
+    return text + "".join(f"\n\n<details><summary>Why?</summary>\n\n{why}\n\n</details>" for why in whys)  # "**A: 1** (tab) **B: 2** (tab)" -> "..., **B: 2** (tab)"
 
 
 # --------------------------------------------------------------------------------------------

@@ -205,8 +205,8 @@ def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[s
     if over:
         peak = float(np.max(np.abs(frames)))
         return [
-            f"too loud: {over} sample(s) beyond full scale (peak {peak:.2f} = {20 * math.log10(peak):+.1f} dBFS) "
-            "were clipped to [-1, 1]; lower the level to at most 0 dBFS and export again"
+            f"too loud: {over} sample(s) were louder than a recording can hold and were clipped; lower the "
+            f"recording level and export again (peak {peak:.2f} of full scale = {20 * math.log10(peak):+.1f} dBFS)"
         ]
     overshoot = int(np.count_nonzero(np.abs(samples) > 1.0))
     if overshoot > CLIPPED_FRACTION_WARN * max(1, samples.size):
@@ -357,12 +357,12 @@ def _check_level(mono: np.ndarray, level_dbfs: float, rate: int, label: str, war
     if level_dbfs < SILENCE_DBFS:
         level_text = "digital silence" if level_dbfs <= -120.0 else f"{level_dbfs:.1f} dBFS"
         raise AudioError(
-            f"`{label}` is silent: its loudest {LOUDEST_WINDOW_S} s measures {level_text}, below the "
-            f"{SILENCE_DBFS:.0f} dBFS speech threshold. Check the microphone is selected and unmuted, "
-            "then speak closer to it."
+            f"`{label}` is silent: nothing in it is loud enough to be speech. Check the microphone is selected "
+            f"and unmuted, then speak closer to it. (Its loudest {LOUDEST_WINDOW_S} s measures {level_text}, below "
+            f"the {SILENCE_DBFS:.0f} dBFS speech threshold.)"
         )
     if level_dbfs < QUIET_DBFS:
-        warnings.append(f"quiet ({level_dbfs:.1f} dBFS at its loudest; speak closer to the microphone)")
+        warnings.append(f"quiet: speak closer to the microphone ({level_dbfs:.1f} dBFS at its loudest)")
     if rate < TARGET_SAMPLE_RATE_HZ:
         warnings.append(f"low sample rate ({rate} Hz, upsampled to 16 kHz; detail above {rate // 2} Hz is missing)")
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from pipeline.errors import DatasetError
+from pipeline.errors import DatasetError, cause_words
 from pipeline.fileio import atomic_write_json, recover_staging, staged_folder
 from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
@@ -404,7 +404,7 @@ def _split_rows(rows: list[dict], too_long: list[dict], *, eval_fraction: float,
     if lengths:
         split.notes.append(
             f"{len(lengths)} row(s) are longer than --max-length {max_length}; --max-length {max(lengths)} "
-            "keeps them all (each token costs activation memory: check the memory estimate)."
+            "keeps them all (each token takes memory while training: check the memory estimate)."
         )
     by_id = {r["id"]: r for r in rows}
     return split, {"train": [by_id[i] for i in split.train], "eval": [by_id[i] for i in split.eval]}
@@ -600,7 +600,7 @@ def load_built_dataset(workspace: Workspace | str | os.PathLike):
         return DatasetDict(splits)
     except Exception as error:  # noqa: BLE001 - any unreadable folder becomes one typed error with the fix
         raise DatasetError(
-            f"The dataset in {path} cannot be read ({type(error).__name__}: {error}); rebuild it with "
+            f"The dataset in {path} cannot be read ({cause_words(error)}); rebuild it with "
             f"`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`."
         ) from error
 

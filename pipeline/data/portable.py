@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline.errors import DatasetError, in_words
+from pipeline.errors import DatasetError, cause_words, in_words
 
 FORMAT_VERSION = 1
 INFO_NAME = "dataset.json"
@@ -101,7 +101,7 @@ def check_portable_dataset(folder: str | os.PathLike) -> Path:
         try:
             names = set(pq.read_schema(file).names)
         except Exception as error:  # noqa: BLE001 - any unreadable file becomes one typed error
-            raise DatasetError(f"`{file}` is not a readable Parquet file ({type(error).__name__}: {error}); "
+            raise DatasetError(f"`{file}` is not a readable Parquet file ({cause_words(error)}); "
                                "export the bundle again.") from error
         missing = [c for c in COLUMNS if c not in names]
         if missing:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ImportRunError, in_words
+from pipeline.errors import ImportRunError, cause_words, in_words
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.workspace import Workspace
@@ -64,7 +64,7 @@ def _unpack(archive: Path, into: Path) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(into, filter="data")  # no absolute paths, no links out of `into`
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise ImportRunError(f"`{archive}` cannot be unpacked ({type(error).__name__}: {error}); give the run folder or "
+        raise ImportRunError(f"`{archive}` cannot be unpacked ({cause_words(error)}); give the run folder or "
                              "a .tar.gz made with `tar czf NAME.tar.gz -C OUTPUT/runs NAME`.", "cannot_unpack",
                              path=str(archive)) from error
     return into

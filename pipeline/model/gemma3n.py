@@ -190,7 +190,7 @@ def shape(model_config: dict) -> ModelShape:
         )
     except KeyError as missing:
         raise ModelLoadError(
-            f"config.json is not a Gemma 3n config: key {missing} is missing from its text_config. "
+            f"config.json is not a Gemma 3n config: its text settings (text_config) have no `{missing.args[0]}` entry. "
             "Give google/gemma-3n-E2B-it, google/gemma-3n-E4B-it or a folder with a Gemma 3n config.json."
         ) from None
 

@@ -226,7 +226,7 @@ def shape(model_config: dict) -> ModelShape:
         )
     except KeyError as missing:
         raise ModelLoadError(
-            f"config.json is not a Gemma 4 config: key {missing} is missing from its text_config. "
+            f"config.json is not a Gemma 4 config: its text settings (text_config) have no `{missing.args[0]}` entry. "
             "Give google/gemma-4-E2B-it, google/gemma-4-E4B-it or a folder with a Gemma 4 config.json."
         ) from None
 

@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import TrainingError
+from pipeline.errors import TrainingError, cause_words
 from pipeline import fileio
 from pipeline.fileio import atomic_write_json
 
@@ -183,7 +183,7 @@ def save_error(checkpoint: str | Path, error: BaseException, *, what: str = "che
     path = Path(checkpoint)
     file = getattr(error, "filename", None)
     where = f" writing `{Path(file).name}`" if file else ""
-    cause = f"{type(error).__name__}: {error}"
+    cause = cause_words(error)
     full = "No space left" in str(error) or getattr(error, "errno", None) == 28
     fix = ("Free disk space in the run's folder" if full else "Check the run's folder (disk, permissions)") + \
         "; the checkpoints saved before it are kept and --resume continues from the newest intact one."
@@ -197,7 +197,7 @@ def load_error(checkpoint: str | Path, what: str, error: BaseException) -> Train
     file = getattr(error, "filename", None)
     what = f"`{Path(file).name}`" if file else what
     return TrainingError(
-        f"Resuming from checkpoint `{path.name}` ({path}) failed reading {what}: {type(error).__name__}: {error}. "
+        f"Resuming from checkpoint `{path.name}` ({path}) failed reading {what}: {cause_words(error)}. "
         f"Rename or delete that folder and --resume again to continue from the checkpoint before it."
     )
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from pipeline.config import TrainConfig, refuse_full_finetuning
 from pipeline.data.portable import dataset_identity
-from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
+from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError, cause_words
 from pipeline.fileio import atomic_write_json
 from pipeline.host import distributed
 from pipeline.calibration.this_machine import micro_batch_tokens
@@ -465,7 +465,8 @@ def _record_failure(run: _Run, error: Exception) -> None:
         run.result.update(status="failed", reason=str(error))
         log.error("Run failed: %s", error)
         return
-    run.result.update(status="failed", reason=f"{type(error).__name__}: {error}")
+    cause = cause_words(error)
+    run.result.update(status="failed", reason=cause[0].upper() + cause[1:])
     log.exception("Run failed")
     kept = last_checkpoint(run.paths["dir"])
     if kept is not None:

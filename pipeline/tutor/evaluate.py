@@ -68,8 +68,8 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
     files = sorted((ws.dataset_dir / split).glob("*.arrow")) if split and "/" not in split else []
     if not files:
         raise DatasetError(
-            f"No `{split}` split in {ws.dataset_dir}; build the dataset first "
-            f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))}`)."
+            f"No built dataset with test recordings (its `{split}` rows) in {ws.dataset_dir} yet; build the dataset "
+            f"first: `python -m pipeline build --workspace {shlex.quote(str(ws.root))}`."
         )
     digest = hashlib.sha256()
     for path in files:
