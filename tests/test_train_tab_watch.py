@@ -310,3 +310,70 @@ def test_the_run_summary_names_its_settings_in_words():
     for said in ("full-size weights (no compression)", "on the best device here (auto)", "adapter rank 16, strength 32",
                  "1 recording per step, 4 steps per update", "standard updates (AdamW)", "lowered steadily to 0"):
         assert said in words, (said, words)
+
+
+# ------------------------------------------------------------------------------------------- after Stop (issue 32 pass)
+
+
+def _event_chains(demo, elem_id: str, event: str) -> list[set[str]]:
+    """The elem_ids each event chain started by `event` of the block `elem_id` writes to (the event and its
+    `.then` steps together), one set per chain."""
+    ids = {block._id: getattr(block, "elem_id", None) for block in demo.blocks.values()}
+    fns = list(demo.fns.values())
+    chains = []
+    for first in fns:
+        if not any(ids.get(target) == elem_id and name == event for target, name in first.targets):
+            continue
+        written, frontier = set(), {first._id}
+        while frontier:
+            step = [fn for fn in fns if fn._id in frontier]
+            written |= {getattr(block, "elem_id", None) for fn in step for block in fn.outputs}
+            frontier = {fn._id for fn in fns if fn.trigger_after in frontier}
+        chains.append(written)
+    return chains
+
+
+def _fake_run(ws, name: str, status: str, model: str, checkpoint: bool = True) -> None:
+    from pipeline.fileio import atomic_write_json
+
+    run = ws.runs_dir / name
+    atomic_write_json(run / "result.json", {"run": name, "status": status, "model": model})
+    atomic_write_json(run / "config.json", {"model": model})
+    if checkpoint:
+        atomic_write_json(run / "checkpoints" / "checkpoint-1" / "trainer_state.json", {})
+
+
+def test_stop_offers_the_run_to_continue_at_once(tmp_path):
+    """The new-user pass: right after Stop, "Stopped run to continue" stayed empty and Resume said no run was
+    picked, until a reload. Stop now refreshes that list with the run picked; a stopping run is in it."""
+    from ui.train_tab import resumable_runs
+
+    ui = TutorApp(tmp_path / "ws")
+    _fake_run(ui.ws, "week1", "stopped", "google/gemma-3n-E2B-it")
+    choice = ui.train.resume_choices("week1")
+    assert choice.choices == [("week1", "week1")] and choice.value == "week1"
+    assert resumable_runs([{"run": "s", "state": "stopping", "has_checkpoint": False},
+                           {"run": "c", "state": "completed", "has_checkpoint": True}]) == ["s"]
+    demo = app_module.build_ui(ui)
+    assert any("resume-choice" in chain for chain in _event_chains(demo, "stop-training", "click")), \
+        "Stop leaves the list of runs to continue as it was"
+
+
+def test_the_headline_counts_the_picked_models_tutors(tmp_path):
+    """The new-user pass: "3 tutors trained" with only 1 for the picked model. The count is the picked
+    model's, the other models' tutors said apart; the page's model picker feeds it."""
+    ui = TutorApp(tmp_path / "ws")
+    tiny = ui.tiny_model_dir
+    tiny.mkdir(parents=True)
+    _fake_run(ui.ws, "a", "completed", str(tiny))
+    _fake_run(ui.ws, "b", "completed", "google/gemma-3n-E2B-it")
+    _fake_run(ui.ws, "c", "stopped", str(tiny / "gemma4"))
+    assert "3 tutors trained so far" in ui.train.headline()
+    line = ui.train.headline(str(tiny))
+    assert "1 tutor of tiny-gemma3n trained so far (2 more of other models)." in line, line
+    line = ui.train.headline("google/gemma-4-E2B-it")
+    assert "No tutor of gemma-4-E2B-it has finished training yet (3 tutors of other models)." in line, line
+    demo = app_module.build_ui(ui)
+    model = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "model")
+    assert any("train-headline" in {getattr(b, "elem_id", None) for b in fn.outputs} and model in fn.inputs
+               for fn in demo.fns.values()), "the headline follows the model picker"

@@ -95,6 +95,16 @@ def error_panel(error: PipelineError, hint: str | None = None,
     return f"{text} {hint}" if hint else text
 
 
+def plain_text(text: str) -> str:
+    """`text` (Markdown) as a pop-up (`gr.Error`) shows it, which renders no Markdown: bold, italics and code
+    marks removed, a link as its words; "**Device:** `mps`" -> "Device: mps"."""
+    import re
+
+    text = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", text or "")
+    text = re.sub(r"(\*\*|__|`)", "", text)
+    return re.sub(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])", r"\1", text)
+
+
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
               hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
@@ -116,9 +126,9 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
 
     def refusal(error: PipelineError) -> Any:
         hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
-        if message_at is None:
-            raise gr.Error(app_wording(str(error), widgets=widgets), title=_error_title(error), duration=None,
-                           print_exception=False) from error
+        if message_at is None:  # a pop-up shows its text as it is: no Markdown in it
+            raise gr.Error(plain_text(app_wording(str(error), widgets=widgets)), title=_error_title(error),
+                           duration=None, print_exception=False) from error
         text = error_panel(error, hint, widgets)
         if outputs == 1:
             return text

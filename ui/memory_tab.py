@@ -68,6 +68,8 @@ CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatev
                   "it goes on if you close or reload the page.")
 CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
 """The answer's place while a calibration runs (after the click, or a page reopened during one)."""
+RESTORING = "Your saved settings are still loading: click **Estimate** for the answer in a moment."
+"""The answer's place when the tab is opened before the reopened page has its saved settings back."""
 CALIBRATION_PART_WORDS = {"speed": "checking which number format this computer computes fastest",
                           "stand-in": "a short trial with the offline test model",
                           "yours": "one training step of your settings"}
@@ -237,6 +239,23 @@ class MemoryHandlers:
         if machine not in MACHINE_PRESETS:
             return tuple(gr.skip() for _ in range(N_ESTIMATE_OUTPUTS))
         return self.estimate(memory_gb, *values)
+
+    def estimate_when_restored(self, restored: bool, machine: str, memory_gb: float | None, *values: Any):
+        """Opening the tab: `estimate_for_machine` once the page shows the saved settings (`restored`); before
+        that the widgets hold the defaults, so the answer waits (its place says so, the rest is untouched)."""
+        if not restored:
+            outputs = [gr.skip()] * N_ESTIMATE_OUTPUTS
+            outputs[1] = RESTORING
+            return tuple(outputs)
+        return self.estimate_for_machine(machine, memory_gb, *values)
+
+    def plan_working_when_restored(self, restored: bool):
+        """`plan_working` once the page shows the saved settings, else nothing changes."""
+        return self.plan_working() if restored else gr.skip()
+
+    def plan_when_restored(self, restored: bool, reading: dict | None, memory_gb: float | None, *values: Any):
+        """`plan` once the page shows the saved settings, else nothing changes."""
+        return self.plan(reading, memory_gb, *values) if restored else gr.skip()
 
     def detect_and_estimate(self, machine: str, memory_gb: float | None, *values: Any):
         """Detect device: the answer again (`estimate_for_machine`) with the device note from the same reading
@@ -541,11 +560,13 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
 
 
 def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr.components.Component,
-                    setting_widgets: list) -> None:
+                    setting_widgets: list, restored: gr.State | None = None) -> None:
     """Wire the Memory tab's events that read every setting (`setting_widgets`, in `CONFIG_FIELDS` order):
     a picked machine (its defaults, then its answer), Estimate, Detect device, opening the tab, Calibrate
     this machine and the suggestion buttons each give the answer, then the plan table (a sign of work
-    first) from the same reading of the device's memory; the question follows the Model picker."""
+    first) from the same reading of the device's memory; the question follows the Model picker. `restored`
+    (a `gr.State`, True once the page shows the saved settings): opening the tab before then estimates nothing
+    (the widgets still hold the defaults)."""
     import functools
 
     settings = dict(zip(CONFIG_FIELDS, setting_widgets))
@@ -567,8 +588,14 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
     then_plan(memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
     then_plan(memory.detect_button.click(handlers.detect_and_estimate, inputs=[memory.machine, *estimate_inputs],
                                          outputs=memory.estimate_outputs))
-    then_plan(memory.tab.select(handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs],
-                                outputs=memory.estimate_outputs))
+    if restored is None:
+        then_plan(memory.tab.select(handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs],
+                                    outputs=memory.estimate_outputs))
+    else:
+        memory.tab.select(handlers.estimate_when_restored, inputs=[restored, memory.machine, *estimate_inputs],
+                          outputs=memory.estimate_outputs).then(
+            handlers.plan_working_when_restored, inputs=restored, outputs=memory.plan_out, show_progress="hidden").then(
+            handlers.plan_when_restored, inputs=[restored, memory.reading, *estimate_inputs], outputs=memory.plan_out)
     for index, button in enumerate(memory.suggestion_buttons):
         then_plan(button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
                                outputs=setting_widgets).then(

@@ -153,7 +153,9 @@ class AppState:
         else the built dataset's model and longest row.
 
         Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
-        every local model folder).
+        every local model folder). A device this computer lacks (saved while the Memory tab asked about a Mac
+        or an NVIDIA GPU) comes back as auto: the reopened page's machine is "This computer", and its answer
+        and the Device setting must be about the same machine (`settings_for_this_computer`).
         """
         from pipeline.data.dataset import load_build_report
 
@@ -168,6 +170,7 @@ class AppState:
                 report = {}
             longest = int((report.get("length_stats") or {}).get("max") or 0)
             values = {"model": report.get("model"), "max_length": max(256, longest) if longest else None}
+        values = settings_for_this_computer(values)
         updates = []
         for name in CONFIG_FIELDS:
             value = values.get(name)
@@ -179,6 +182,23 @@ class AppState:
             else:
                 updates.append(gr.update(value=value))
         return tuple(updates)
+
+
+def settings_for_this_computer(values: dict[str, Any]) -> dict[str, Any]:
+    """Saved settings as a reopened page shows them: a device this computer does not have (`cuda` or `mps`,
+    set by a Memory tab machine preset to ask "would it fit there?") becomes `auto`, the machine picker's
+    "This computer", and a quantization that was that device's default becomes this computer's default
+    (one picked by hand stays). Other values are returned unchanged."""
+    from pipeline.config import default_quantization, likely_device
+
+    device = values.get("device")
+    here = likely_device()
+    if device not in ("cuda", "mps") or device == here:
+        return values
+    changed = {**values, "device": "auto"}
+    if values.get("quantization") == default_quantization(device):
+        changed["quantization"] = default_quantization(here)
+    return changed
 
 
 def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:

@@ -18,6 +18,7 @@ import gradio as gr
 from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
 from ui import train_view as view
+from ui.memory_view import model_words
 from ui.common import (CANCELLED, DEFAULTS, POLL_SECONDS, built_report, config_from_values, confirm_js,
                        dataset_sentence, error_panel, list_runs, plural, setting_message, ui_errors)
 from pipeline.units import format_bytes
@@ -50,16 +51,41 @@ class TrainHandlers:
         """The workspace whose `runs/` folder holds the runs."""
         return self.state.ws
 
-    def headline(self) -> str:
+    def headline(self, model: str | None = None) -> str:
         """The tab's first line, about the teacher's data: the built dataset's recordings, learners and
-        split, and the tutors trained so far (Markdown)."""
+        split, and the tutors trained so far (Markdown). With `model` (the model picker's), the tutors counted
+        are that model's, and those of other models are said apart: "1 tutor of tiny-gemma3n trained so far
+        (2 more of other models)"."""
         runs = list_runs(self.ws)
         running = [r["run"] for r in runs if r["alive"]]
-        trained = sum(1 for r in runs if r["state"] in ("completed", "stopped"))
-        tutors = (f" {plural(trained, 'tutor')} trained so far" if trained
-                  else " No tutor has finished training yet" if runs else " No tutor trained yet")
+        done = [r for r in runs if r["state"] in ("completed", "stopped")]
+        mine = [r for r in done if self._same_model(r, model)] if model else done
+        others = len(done) - len(mine)
+        of = f" of {model_words(model)}" if model else ""
+        tutors = (f" {plural(len(mine), 'tutor')}{of} trained so far" if mine
+                  else f" No tutor{of} has finished training yet" if runs else " No tutor trained yet")
+        if others:
+            tutors += f" ({others} {'more' if mine else 'tutor' + ('s' if others > 1 else '')} of other models)"
         tutors += f"; **{running[0]}** is training now." if running else "."
         return dataset_sentence(built_report(self.ws)) + tutors
+
+    def _same_model(self, run: dict, model: str | None) -> bool:
+        """Whether `run` (a `list_runs` entry) trained `model` (the picker's; a local folder by its path)."""
+        from pathlib import Path
+
+        from ui.common import model_text, run_settings
+
+        trained = (run.get("result") or {}).get("model") or run_settings(self.ws, run["run"]).get("model")
+        try:
+            wanted = model_text(model)
+        except PipelineError:
+            return False
+        if not trained or not wanted:
+            return False
+        same = str(trained) == wanted
+        if not same and (Path(str(trained)).is_dir() or Path(wanted).is_dir()):
+            same = Path(str(trained)).expanduser().resolve() == Path(wanted).expanduser().resolve()
+        return same
 
     def settings_summary(self, *values: Any, remember: bool = True) -> str:
         """One line with the settings the next run will use (or what is wrong with them).
@@ -161,6 +187,11 @@ class TrainHandlers:
         return (f"Deleted **{deleted['run']}** ({deleted['state']}; {size} freed).", table, resume,
                 self.delete_choices(None))
 
+    def resume_choices(self, selected: str | None):
+        """The "Stopped run to continue" list (`resumable_runs`), `selected` picked when it is in it: after Stop,
+        the run just stopped is listed and picked."""
+        return self._run_lists(selected=selected)[1]
+
     def delete_choices(self, selected: str | None):
         """The runs that can be deleted (every run whose process is not alive), keeping `selected` if it still is."""
         names = [r["run"] for r in list_runs(self.ws) if not r["alive"]]
@@ -195,10 +226,11 @@ class TrainHandlers:
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
-            *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
+            *(((self.runs_table() if len(rows) != seen else gr.skip()),
+               self.resume_choices(run_name) if run.state == "stopping" else gr.skip(), gr.skip()) if alive
               else self._run_lists(selected=run_name)),
             # The headline counts the tutors and names the one training: again once the run has ended.
-            self.headline() if not alive else gr.skip(),
+            self.headline(values[0] if values else None) if not alive else gr.skip(),
             self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
         )
 
@@ -249,13 +281,21 @@ class TrainHandlers:
     def _run_lists(self, selected: str | None = None):
         """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = list_runs(self.ws)
-        resumable = [r["run"] for r in runs if r["state"] in ("stopped", "failed") and r["has_checkpoint"]]
+        resumable = resumable_runs(runs)
         adapters = [r["run"] for r in runs if r["has_adapter"]]  # a tutor to try, newest first
         return (
             _runs_frame(runs),
             gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
             gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
         )
+
+
+def resumable_runs(runs: list[dict]) -> list[str]:
+    """The runs **Resume** can continue, as `list_runs` gives them: stopped or failed after a checkpoint, and
+    one that is stopping (Stop was clicked: it saves a checkpoint as it ends), so the run just stopped is
+    offered at once, not after a reload."""
+    return [r["run"] for r in runs
+            if r["state"] == "stopping" or (r["state"] in ("stopped", "failed") and r["has_checkpoint"])]
 
 
 def _runs_frame(runs: list[dict]):
@@ -348,9 +388,10 @@ def _advanced_settings(messages: dict[str, gr.Markdown]) -> dict[str, Any]:
             "judge_clips": judge_clips, "early_stopping_patience": early_stopping_patience}
 
 
-def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
+def train_tab(handlers: TrainHandlers, model: gr.components.Component | None = None) -> SimpleNamespace:
     """Lay out the Train tab and wire Stop and Resume; returns its widgets (start, the timer and the run
-    lists also touch other tabs' widgets, so `build_ui` wires them)."""
+    lists also touch other tabs' widgets, so `build_ui` wires them). `model`: the model picker, whose tutors
+    the headline counts (`TrainHandlers.headline`)."""
     d = DEFAULTS
     messages: dict[str, gr.Markdown] = {}  # a number setting's message line, under it (`setting_message`)
     with gr.Tab("4 · Train", id="train", elem_id="tab-train") as tab:
@@ -409,21 +450,26 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     for name, widget in numbers.items():
         widget.change(lambda value, name=name: setting_message(name, value), inputs=widget, outputs=messages[name],
                       show_progress="hidden")
-    stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
+    # The run asked to stop is the one to continue: the list shows it at once, picked (not after a reload).
+    stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status).then(
+        handlers.resume_choices, inputs=current_run, outputs=resume_choice, show_progress="hidden")
     for event in (tab.select, refresh_runs.click):
         event(handlers.compare_choices, inputs=compare, outputs=compare)
         event(handlers.delete_choices, inputs=delete_choice, outputs=delete_choice)
-    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
+    picked = [model] if model is not None else None  # the headline counts the picked model's tutors
+    tab.select(handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
+    if model is not None:
+        model.change(handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
     # A resume starts a new process: the table's note of how the last one ended is no longer true.
     resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change],
                         outputs=[*started, allow_change]).then(handlers.runs_table, outputs=runs_df).then(
-        handlers.headline, outputs=headline, show_progress="hidden")
+        handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     runs_df.select(handlers.pick_run, outputs=[delete_choice, delete_status])
     deleted = delete_button.click(handlers.delete_run, inputs=delete_choice, js=confirm_js(DELETE_RUN_QUESTION),
                         outputs=[delete_status, runs_df, resume_choice, delete_choice]).then(
-        handlers.headline, outputs=headline, show_progress="hidden")
+        handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
         tab=tab, settings_note=settings_note, run_name=run_name, start_button=start_button,
         resume_choice=resume_choice, current_run=current_run, train_status=train_status, timer=timer,
