@@ -377,3 +377,17 @@ def test_the_headline_counts_the_picked_models_tutors(tmp_path):
     model = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "model")
     assert any("train-headline" in {getattr(b, "elem_id", None) for b in fn.outputs} and model in fn.inputs
                for fn in demo.fns.values()), "the headline follows the model picker"
+
+
+def test_a_model_picked_by_its_button_is_remembered_at_once(tmp_path):
+    """The new-user pass: the model picked with "Create offline tiny test model" was forgotten after a reload
+    (the picker went back to gemma-3n-E2B-it): it was remembered only by the "Next run" line worked out after
+    the pick, which a reload can beat. The button remembers it itself, the other settings kept."""
+    ui = TutorApp(tmp_path / "ws")
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    ui.remember_settings(common.config_from_values({**values, "lora_rank": 8}))
+    picker, _note = ui.make_tiny_model(progress=None)
+    assert ui.saved_settings()["model"] == picker.value == str(ui.tiny_model_dir)
+    assert ui.saved_settings()["lora_rank"] == 8, "the other settings stay"
+    restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
+    assert restored["model"].value == str(ui.tiny_model_dir)
