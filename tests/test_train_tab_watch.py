@@ -391,3 +391,45 @@ def test_a_model_picked_by_its_button_is_remembered_at_once(tmp_path):
     assert ui.saved_settings()["lora_rank"] == 8, "the other settings stay"
     restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
     assert restored["model"].value == str(ui.tiny_model_dir)
+
+
+def test_after_resume_then_stop_the_run_keeps_its_loss_clock_and_words(tmp_path):
+    """The new-user pass, Resume then Stop (the resumed process stopped within its first step, before it logged
+    a line): the final loss left the table, the clock went back by the resumed process's loading, the note named
+    a "STOP file" and "Resume (Train tab)" on the Train tab, the bar said "step 0 of ?" while loading, and the
+    loading guess came from the calibration's shorter probes instead of this workspace's runs."""
+    from pipeline.fileio import atomic_write_json
+    from pipeline.training.runs import measured_load_seconds
+    from pipeline.training.train import _last_train_loss
+    from ui.train_tab import _runs_frame
+
+    t0 = 5_000_000.0
+    rows = [{"kind": "train", "step": 3, "loss": 7.4813, "elapsed_s": 60.0, "time": t0 + 60}]
+    shown_while_loading, _ = run_clock(rows, t0 + 100, True, t0 + 130)  # resumed at t0+100, loading 30 s
+    ended, _ = run_clock(rows, t0 + 100, False, t0 + 200, ended_at=t0 + 140)
+    assert shown_while_loading == 90.0 and ended == 100.0 >= shown_while_loading, "the clock never goes back"
+    assert run_clock(rows, t0, False, t0 + 200, ended_at=t0 + 70) == (60.0, None), "a process that logged: its line"
+
+    progress = tmp_path / "progress.jsonl"
+    progress.write_text("\n".join(json.dumps(row) for row in rows + [{"kind": "eval", "step": 3, "eval_loss": 7.5}]))
+    assert _last_train_loss(None, progress) == 7.4813 and _last_train_loss(7.2, progress) == 7.2
+
+    note = _runs_frame([{"run": "r", "state": "stopped", "alive": False,
+                         "reason": "stopped by request (STOP file); --resume continues"}]).iloc[0]["note"]
+    assert "STOP" not in note and "Train tab" not in note and "Resume continues" in note, note
+    log = readable_log("2026-11-30 11:00:20,010 INFO pipeline.training.progress: STOP file found at step 3: saving "
+                       "a checkpoint and the adapter.", here="Train")
+    assert "STOP" not in log and "Stop was asked for at step 3" in log, log
+
+    loading = view.progress_html(0, None, 12, None, "running", loading=True)
+    assert "loading the model" in loading and "step <b>0</b>" not in loading and "?" not in loading
+    assert "step <b>4</b> of <b>10</b>" in view.progress_html(4, 10, 12, None, "running", loading=True)
+
+    ui = TutorApp(tmp_path / "ws")
+    settings = {"model": "m", "quantization": "none", "device": "cpu", "low_memory_heap": False}
+    for name, seconds, model in (("a", 40.0, "m"), ("b", 44.0, "m"), ("c", 10.0, "other")):
+        atomic_write_json(ui.ws.runs_dir / name / "result.json", {"run": name, "status": "completed",
+                                                                   "load_seconds": seconds})
+        atomic_write_json(ui.ws.runs_dir / name / "config.json", {**settings, "model": model})
+    assert measured_load_seconds(ui.ws, settings) == {"seconds": 42.0, "measurements": 2}
+    assert measured_load_seconds(ui.ws, {**settings, "quantization": "4bit"}) is None

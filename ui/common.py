@@ -87,11 +87,11 @@ def _error_title(error: PipelineError) -> str:
 
 
 def error_panel(error: PipelineError, hint: str | None = None,
-                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
+                widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """The calm status-panel text of a `PipelineError`: "**✗ Area:** message", in the app's words
     (`ui.wording.app_wording`: widget and button names instead of command-line flags, `widgets` where
-    the tab has its own), plus `hint`."""
-    text = f"**✗ {_error_title(error)}:** {app_wording(str(error), widgets=widgets)}"
+    the tab has its own; `here`, the panel's tab, not named), plus `hint`."""
+    text = f"**✗ {_error_title(error)}:** {app_wording(str(error), widgets=widgets, here=here)}"
     return f"{text} {hint}" if hint else text
 
 
@@ -106,7 +106,8 @@ def plain_text(text: str) -> str:
 
 
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
-              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None) -> Callable:
+              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None,
+              here: str | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
 
     `@ui_errors(message_at=i, outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`)
@@ -116,7 +117,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     widgets) and would mark every output component with a red "Error" badge until reload. `hints`
     maps an error class to a sentence added after its message where this tab offers the fix (e.g.
     the Samples tab's trim box for `ClipTooLongError`); `widgets` names the tab's own widget for a flag
-    (`ui.wording.BUILD_WIDGETS`).
+    (`ui.wording.BUILD_WIDGETS`); `here` ("Train") is the tab the message shows on, which it does not name.
 
     Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
     such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
@@ -127,9 +128,9 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     def refusal(error: PipelineError) -> Any:
         hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
         if message_at is None:  # a pop-up shows its text as it is: no Markdown in it
-            raise gr.Error(plain_text(app_wording(str(error), widgets=widgets)), title=_error_title(error),
+            raise gr.Error(plain_text(app_wording(str(error), widgets=widgets, here=here)), title=_error_title(error),
                            duration=None, print_exception=False) from error
-        text = error_panel(error, hint, widgets)
+        text = error_panel(error, hint, widgets, here)
         if outputs == 1:
             return text
         return tuple(text if index == message_at else gr.skip() for index in range(outputs))

@@ -23,7 +23,7 @@ from ui.common import (CANCELLED, DEFAULTS, POLL_SECONDS, built_report, config_f
                        dataset_sentence, error_panel, list_runs, plural, setting_message, ui_errors)
 from pipeline.units import format_bytes
 from ui.state import AppState
-from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, readable_log
+from ui.wording import RESUME_ANYWAY_LABEL, app_wording, readable_log, stop_words
 
 
 EPOCHS_LABEL = "Passes over your recordings (epochs)"
@@ -45,6 +45,7 @@ class TrainHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
+        self._loads: dict[tuple, float | None] = {}  # (run, process start) -> measured loading here (`_expected_load`)
 
     @property
     def ws(self):
@@ -124,7 +125,7 @@ class TrainHandlers:
             return gr.skip()
         return self.settings_summary(*values)
 
-    @ui_errors(message_at=1, outputs=5)
+    @ui_errors(message_at=1, outputs=5, here="Train")
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
@@ -142,7 +143,7 @@ class TrainHandlers:
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch."
                 + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
 
-    @ui_errors(message_at=0, outputs=1)
+    @ui_errors(message_at=0, outputs=1, here="Train")
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.training.runs import request_stop
@@ -155,7 +156,7 @@ class TrainHandlers:
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors(message_at=1, outputs=6)
+    @ui_errors(message_at=1, outputs=6, here="Train")
     def resume_training(self, run_name: str, allow_dataset_change: bool = False):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen,
         the "Resume even though the dataset was rebuilt" box unticked: it applied to this resume only).
@@ -171,7 +172,7 @@ class TrainHandlers:
         return (run_name, f"Resumed **{run_name}** from its last checkpoint." + (f" {released}" if released else ""),
                 gr.Timer(active=True), "", -1, gr.update(value=False))
 
-    @ui_errors(message_at=0, outputs=4)
+    @ui_errors(message_at=0, outputs=4, here="Train")
     def delete_run(self, run_name: str):
         """Delete a run that is not training (`pipeline.training.runs.delete_run`); returns (status, runs
         table, resume dropdown, delete dropdown). `CANCELLED`: the browser's confirm said no."""
@@ -220,9 +221,10 @@ class TrainHandlers:
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
             view.run_memory_markdown(run),
-            readable_log(run.log_tail, LOG_LINES),
-            view.failure_markdown({"status": run.state, "reason": app_wording(run.reason),
-                                   "suggestions": app_lines((run.result or {}).get("suggestions") or [])}),
+            readable_log(run.log_tail, LOG_LINES, here="Train"),
+            view.failure_markdown({"status": run.state, "reason": app_wording(run.reason, here="Train"),
+                                   "suggestions": [app_wording(tip, here="Train")
+                                                   for tip in (run.result or {}).get("suggestions") or []]}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
@@ -235,14 +237,22 @@ class TrainHandlers:
         )
 
     def _expected_load(self, run) -> float | None:
-        """Seconds loading took here before for the watched run's model and precision
-        (`pipeline.calibration.expected_load_seconds`), or None."""
+        """Seconds loading took here before for the watched run's model and precision, or None: measured by
+        this workspace's runs of those settings (`pipeline.training.runs.measured_load_seconds`, read once per
+        watched run), else by this computer's calibration (`pipeline.calibration.expected_load_seconds`)."""
         from pipeline.calibration import expected_load_seconds
         from pipeline.config import likely_device
+        from pipeline.training.runs import measured_load_seconds
 
         settings = run.settings or {}
         if not settings.get("model"):
             return None
+        key = (run.run, (run.result or {}).get("started_at"))  # once per process of the run
+        if key not in self._loads:
+            here = measured_load_seconds(self.ws, settings)
+            self._loads[key] = here["seconds"] if here else None
+        if self._loads[key]:
+            return self._loads[key]
         device = likely_device() if settings.get("device", "auto") == "auto" else settings["device"]
         load = expected_load_seconds(settings["model"], settings.get("quantization", "none"), device,
                                      bool(settings.get("low_memory_heap")))
@@ -302,7 +312,8 @@ def _runs_frame(runs: list[dict]):
     """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown).
     A run whose process is alive has no note: its result.json still holds how the previous process ended
     ("stopped by request" while the resumed run trains), which is no longer true."""
-    return view.runs_frame([{**run, "reason": None if run.get("alive") else app_wording(run.get("reason"), markdown=False)}
+    return view.runs_frame([{**run, "reason": None if run.get("alive")
+                             else app_wording(stop_words(run.get("reason")), markdown=False, here="Train")}
                            for run in runs])
 
 

@@ -150,10 +150,12 @@ def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
 
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
-                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
+                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
+                  loading: bool = False) -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
-    config.json), a second line with the settings this run uses."""
+    config.json), a second line with the settings this run uses. `loading` (its process has logged no step
+    yet): a run with no step done says "loading the model", not "step 0 of ?"."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
@@ -161,11 +163,13 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
     eta_text = (f" · about {format_seconds(eta_s)} left (from this run's steps so far)" if eta_s  # none once ended
                 else "")
+    steps_text = ("<b>loading the model</b>" if loading and not step
+                  else f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %")
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
-        f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
-        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
+        f'<div class="train-progress-text">{label_text}{steps_text} · '
+        f'elapsed {format_seconds(elapsed_s)}{eta_text} · '
         f"status: <b>{status_text}</b></div>"
         + (f'<div class="train-progress-settings"><small>This run: {html.escape(settings_words(settings))}</small></div>'
            if settings else "")
@@ -189,7 +193,8 @@ def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
     it loads) and its own settings."""
     return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s,
-                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings)
+                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
+                         loading=run.loading_s is not None)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
@@ -340,8 +345,11 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
 
 def _note(reason: Any) -> str:
     """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
-    "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
-    text = str(reason or "")
+    "Resume continues" (the Train tab's Resume button), the STOP file the user never saw goes unnamed
+    (`ui.wording.stop_words`); cut to `NOTE_CHARS` with "…"."""
+    from ui.wording import stop_words
+
+    text = stop_words(str(reason or ""))
     text = text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
     return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 

@@ -159,7 +159,7 @@ as `app_wording(..., widgets=BUILD_WIDGETS)` for what the build says)."""
 
 
 def app_wording(text: str | None, *, markdown: bool = True,
-                widgets: dict[str, tuple[str, str, bool]] | None = None) -> str:
+                widgets: dict[str, tuple[str, str, bool]] | None = None, here: str | None = None) -> str:
     """`text` with the command line's flags and commands replaced by the app's widgets and buttons.
 
     E.g. "raise `--max-length` to 420" -> "raise **Max length (tokens)** (Memory tab) to 420";
@@ -170,10 +170,13 @@ def app_wording(text: str | None, *, markdown: bool = True,
     counterpart in the app (`--workspace`, `hf download ...`) are left as they are. With
     `markdown=False` (table cells, the log box: plain text) the result has no `**` or backticks.
     `widgets` names the widget of a flag where the message's own tab holds it (`BUILD_WIDGETS`),
-    over `SETTING_WIDGETS`.
+    over `SETTING_WIDGETS`. `here` ("Train"): the tab the text is shown on, which it does not name ("Resume
+    continues", not "Resume (Train tab) continues", on the Train tab).
     """
     if not text:
         return ""
+    if here:
+        return re.sub(rf" \({re.escape(here)} tab[^)]*\)", "", app_wording(text, markdown=markdown, widgets=widgets))
     if not markdown:
         return app_wording(text, widgets=widgets).replace("**", "").replace("`", "")
     table = {**SETTING_WIDGETS, **(widgets or {})}
@@ -226,7 +229,21 @@ def _json_words(data: dict) -> str:
     return "; ".join(words)
 
 
-def _readable_message(message: str) -> str:
+_STOP_FILE = re.compile(r"\bSTOP file found\b|\s*\(STOP file\)|\bthe STOP file\b")
+"""The trainer's words for the file Stop writes, which the app's user never sees: Stop in their words."""
+
+
+def _stop_words(match: re.Match) -> str:
+    return {"STOP file found": "Stop was asked for", "the STOP file": "Stop"}.get(match.group(0).strip(), "")
+
+
+def stop_words(text: str | None) -> str:
+    """`text` (a run's note or log line) without the STOP file the app's user never saw: "STOP file found at
+    step 3" -> "Stop was asked for at step 3", "stopped by request (STOP file)" -> "stopped by request"."""
+    return _STOP_FILE.sub(_stop_words, text or "")
+
+
+def _readable_message(message: str, here: str | None = None) -> str:
     start = message.find(" {")
     if start >= 0 and message.rstrip().endswith("}"):
         try:
@@ -239,16 +256,16 @@ def _readable_message(message: str) -> str:
             message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
     message = _LOGGED_MIB.sub(lambda m: f"{m.group(1)} {format_gib(float(m.group(2)) * MIB)}", message)
     message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
-    message = app_wording(message, markdown=False)
+    message = app_wording(stop_words(message), markdown=False, here=here)
     return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
 
 
-def readable_log(text: str, lines: int = 12) -> str:
+def readable_log(text: str, lines: int = 12, here: str | None = None) -> str:
     """The last `lines` lines of a `train.log` / `process.log` text, readable: `HH:MM:SS message`,
     ⚠ before warnings and ✗ before errors, logged JSON as words, memory in GiB as the Train tab's panel
     shows it (an older log's "peak 1059.8 MiB" too: one quantity, one unit), long floats to 4 digits, the app's
     words for command-line flags (`app_wording`), and no progress-bar fragments (tqdm's
-    carriage-return lines)."""
+    carriage-return lines). `here`: the tab the log box is on, which its lines do not name (`app_wording`)."""
     out: list[str] = []
     for raw in re.split(r"[\r\n]+", _PROGRESS_BAR.sub("", text or "")):
         line = raw.rstrip()
@@ -257,9 +274,9 @@ def readable_log(text: str, lines: int = 12) -> str:
         match = _LOG_LINE.match(line)
         if match:
             clock, level, message = match.groups()
-            out.append(f"{clock}  {_LEVEL_MARK.get(level, '')}{_readable_message(message)}")
+            out.append(f"{clock}  {_LEVEL_MARK.get(level, '')}{_readable_message(message, here)}")
         else:
-            out.append(_readable_message(line))
+            out.append(_readable_message(line, here))
     return "\n".join(out[-lines:])
 
 
