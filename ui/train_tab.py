@@ -114,7 +114,7 @@ class TrainHandlers:
 
         device = likely_device() if config.device == "auto" else config.device
         report = built_report(self.ws) or {}
-        return view.forecast_markdown(forecast_run(config, report.get("length_stats"), device), device)
+        return view.forecast_markdown(forecast_run(config, report.get("length_stats"), device), device, self.ws)
 
     def page_settings_summary(self, restored: bool, *values: Any):
         """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
@@ -215,7 +215,7 @@ class TrainHandlers:
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
+            return (gr.skip(),) * 4 + (error_panel(error, here="Train"), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         rows, alive = run.rows, run.alive
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),

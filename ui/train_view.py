@@ -92,38 +92,47 @@ def settings_markdown(config: Mapping[str, Any]) -> str:
     return f"**Next run:** {settings_words(config)}"
 
 
-def sureness_words(step: Mapping[str, Any] | None) -> str:
+def sureness_words(step: Mapping[str, Any] | None, workspace: Any = None) -> str:
     """How sure a forecast from `step` (`pipeline.calibration.expected_step_seconds`'s dict) is, in words:
-    from how many runs of these settings here and how much they varied, or from the calibration's trial
-    step only."""
+    from how many runs of these settings and how much they varied, or from the calibration's trial step only;
+    "here" only when every one was measured in this project folder (`workspace`), else "on this computer",
+    saying how many came from another project folder (the measurements are this computer's, shared)."""
+    from pipeline.calibration.this_machine import evidence_places
+    from ui.memory_view import elsewhere_words
+
     if not step:
         return ""
-    if step.get("source") == "probe":
-        return ("from the calibration's trial step only, a rough guide: the first run of these settings here "
-                "will measure it")
     count = int(step.get("measurements") or 1)
+    places = evidence_places(step.get("folders") or [], workspace) if workspace is not None else None
+    where = "here" if places is None or places["here"] == count else "on this computer"
+    others = elsewhere_words(places, count)
+    if step.get("source") == "probe":
+        return ("from the calibration's trial step only" + (f" ({others})" if others else "")
+                + ", a rough guide: the first run of these settings here will measure it")
+    others = f" ({others})" if others else ""
     if count == 1:
-        return "measured once here, in an earlier run of this model; a busier computer takes longer"
+        return f"measured once {where}, in an earlier run of this model{others}; a busier computer takes longer"
     spread = step.get("spread_percent")
-    return (f"measured {count} times here, in earlier runs of this model"
+    return (f"measured {count} times {where}, in earlier runs of this model{others}"
             + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
 
 
-def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
+def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = None) -> str:
     """Before a run starts, a teacher's decision first: how long it will take from Start to its last step
     (loading included) and how sure that is, then behind "Why?" the parts of that time and the precision
     the run computes in on `device`, and why (`plan`: `pipeline.calibration.forecast_run`'s dict:
     `compute_dtype`, `compute_dtype_reason`, `seconds` (the steps), `load_seconds`, `total_seconds`,
-    `steps`, `step` (the measured step's record), `load` (the measured loading's))."""
+    `steps`, `step` (the measured step's record), `load` (the measured loading's)); `workspace`: the project
+    folder asking, against which "How sure" says where its measurements were made (`sureness_words`)."""
     steps = plan.get("steps")
     total, load = plan.get("total_seconds"), plan.get("load_seconds")
     if plan.get("seconds") is not None and total is not None:
         text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
                 f"(loading about {format_seconds(load)}, then the steps about {format_seconds(plan['seconds'])}; "
-                f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'))}.")
+                f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif plan.get("seconds") is not None:
         text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
-                f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'))}.")
+                f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif steps is not None:
         text = (f"**How long:** {steps} steps; how long they take has not been measured on this computer for these "
                 "settings yet: **Calibrate this machine** on the Memory tab measures it, and so does a first run.")
@@ -137,7 +146,7 @@ def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
                  f"{reason})." if dtype == "float32" else
                  f"It computes in the shorter number format, half the memory of the longer one (technically: "
                  f"{COMPUTE_DTYPE_WORDS.get(dtype, dtype)}; {reason}).")
-    dated = [f"{what} measured here on {str(record['date'])[:10]}" for what, record in
+    dated = [f"{what} measured on this computer on {str(record['date'])[:10]}" for what, record in
              (("the step", plan.get("step")), ("the loading", plan.get("load"))) if record and record.get("date")]
     why = f"- **Precision.** {precision}"
     if dated:

@@ -41,7 +41,7 @@ from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError
 from pipeline.fileio import atomic_write_json
 from pipeline.host import distributed
-from pipeline.calibration.this_machine import micro_batch_tokens
+from pipeline.calibration.this_machine import micro_batch_tokens, workspace_folder
 from pipeline.training.step_timer import record_run_step_time, step_timer
 from pipeline.training.peak_memory import (
     PhaseMemory,
@@ -284,6 +284,7 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
         "reason": None,
         "pid": os.getpid(),
         "model": config.model,
+        "workspace": workspace_folder(ws),  # the project folder, for this computer's calibration (shared by all)
         "resumed_from": str(start.checkpoint) if start.checkpoint else None,
         "started_at": started_at,
         "processes": distributed.world_size(),
