@@ -433,3 +433,27 @@ def test_after_resume_then_stop_the_run_keeps_its_loss_clock_and_words(tmp_path)
         atomic_write_json(ui.ws.runs_dir / name / "config.json", {**settings, "model": model})
     assert measured_load_seconds(ui.ws, settings) == {"seconds": 42.0, "measurements": 2}
     assert measured_load_seconds(ui.ws, {**settings, "quantization": "4bit"}) is None
+
+
+def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
+    """The new-user pass: a loss read 7.4813 in the Past runs table and 7.517 in the log; the watched run's
+    "1.06 GiB estimated" stood beside the Memory tab's 1.00 GiB for one step with nothing saying they were
+    different moments. A loss has one rounding everywhere (`pipeline.units.format_loss`); the run's estimate is
+    labelled as made when it started, and Why? says why the Memory tab's may differ."""
+    from pipeline.units import format_loss
+
+    table = view.runs_frame([{"run": "r", "state": "completed", "result": {"final_loss": 7.48132, "eval_loss": 7.51698}}])
+    assert (table.iloc[0]["final loss"], table.iloc[0]["eval loss"]) == ("7.481", "7.517") == (
+        format_loss(7.48132), format_loss(7.51698))
+    log = readable_log("2026-11-30 11:00:20,010 INFO pipeline.training.train: step 3/3 loss 7.481320381164551 lr 0.0\n"
+                       "2026-11-30 11:00:21,010 INFO pipeline.training.train: step 3/3 eval_loss 7.5170\n"
+                       '2026-11-30 10:59:57,948 INFO pipeline.training.train: Preflight: {"loss": 7.628689765930176}')
+    assert "loss 7.481 " in log and "eval loss 7.517" in log and "loss 7.629" in log, log
+    checked = view.kept_markdown([{"kind": "judge", "step": 2, "criterion": "eval_loss", "value": 7.51698,
+                                   "best_value": 7.48132, "best_step": 1, "clips": 2, "seconds": 4}], {})
+    assert "eval loss 7.517 at step 2 (best 7.481 at step 1)" in checked, checked
+    text = view.train_memory_markdown(
+        {"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30, "memory_kind": "cpu_max_rss"},
+        {"total_bytes": int(1.06 * 2**30), "run_peak_phase": "step", "step_bytes": int(1.06 * 2**30)})
+    assert "1.06 GiB estimated when the run started" in text and "made when it started" in text, text
+    assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]

@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_gib, format_seconds
+from pipeline.units import format_gib, format_loss, format_seconds
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -259,7 +259,7 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     if measured and comparison.get("measured_phase"):
         text += f" ({PHASE_WORDS.get(comparison['measured_phase'], comparison['measured_phase'])})"
     if total:
-        text += f"; the estimate for the whole run was {format_gib(total)}"
+        text += f"; the estimate for the whole run, made when it started, was {format_gib(total)}"
         if comparison.get("estimate_phase"):
             text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
         if comparison.get("percent"):
@@ -269,7 +269,7 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     if step_measured or step_estimate:
         step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_gib(step_estimate)} estimated"
+            step += f" against {format_gib(step_estimate)} estimated when the run started"
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step + ".")
@@ -279,6 +279,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
         why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
     if comparison.get("calibration_text"):
         why.append(f"The estimate: {comparison['calibration_text']}.")
+    if total or step_estimate:  # the Memory tab's answer is today's: it may differ a little (one figure per moment)
+        why.append("These estimates were made when the run started; the Memory tab estimates with what this computer "
+                   "has measured since (each run adds to it), so its figures for the same settings can differ a little.")
     if comparison.get("compute_dtype"):
         why.append(f"Precision: {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''}).")
     text = "  \n".join(lines)
@@ -297,9 +300,11 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
     if not checks:
         return ""
     last = checks[-1]
-    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
-    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
-            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
+    loss = last.get("criterion") != "expert_agreement"
+    what = "eval loss" if loss else "agreement with the experts"
+    value = (lambda v: format_loss(v) if loss else f"{v:.3g}")  # a loss as every screen rounds it
+    return (f"**Checked against the experts:** {what} {value(last['value'])} at step {last['step']} (best "
+            f"{value(last['best_value'])} at step {last['best_step']}); that check answered {last['clips']} test "
             f"recording(s) in {format_seconds(last['seconds'])}.")
 
 
@@ -341,8 +346,8 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
                 "run": run.get("run"),
                 "state": str(run.get("state", "")).replace("_", " "),
                 "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
-                "final loss": _round(result.get("final_loss")),
-                "eval loss": _round(result.get("eval_loss")),
+                "final loss": _loss(result.get("final_loss")),
+                "eval loss": _loss(result.get("eval_loss")),
                 "peak memory": format_gib(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
                 "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
                 "note": _note(run.get("reason")),
@@ -363,8 +368,9 @@ def _note(reason: Any) -> str:
     return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 
 
-def _round(value: Any) -> Any:
-    return round(float(value), 4) if isinstance(value, (int, float)) else value
+def _loss(value: Any) -> str:
+    """A loss for a table cell: `format_loss` (the one rounding every screen uses), "" when there is none."""
+    return format_loss(value) if isinstance(value, (int, float)) else ""
 
 
 def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):

@@ -20,7 +20,7 @@ from typing import Iterable
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
 from pipeline.model.download import OFFLINE_FIX, OFFLINE_ON
 from pipeline.model.hub import OFFLINE_MODE
-from pipeline.units import MIB, format_gib
+from pipeline.units import MIB, format_gib, format_loss
 from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
@@ -200,6 +200,7 @@ _LOG_LINE = re.compile(
 _PROGRESS_BAR = re.compile(r"(?:[A-Z][A-Za-z ]*:)?\s*\d+%\|[^|\r\n]*\|[^\]\r\n]*\]")  # tqdm's bars
 _LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{5,})(?![\d])")
 _LOGGED_MIB = re.compile(r"\b(peak) (\d+(?:\.\d+)?) MiB\b")  # a step line of a run trained before the GiB log line
+_LOGGED_LOSS = re.compile(r"\b(loss) (-?\d+\.\d+)\b")  # a step's loss: one rounding (`format_loss`) on every screen
 _LEVEL_MARK = {"WARNING": "⚠ ", "ERROR": "✗ ", "CRITICAL": "✗ "}
 
 
@@ -219,6 +220,8 @@ def _json_words(data: dict) -> str:
         if key.endswith("_bytes") and isinstance(value, (int, float)):
             value = format_gib(value)
             name = name[: -len(" bytes")]
+        elif isinstance(value, float) and key.endswith("loss"):
+            value = format_loss(value)  # as the Past runs table shows a loss
         elif isinstance(value, float):
             value = _number(value)
         elif isinstance(value, list):
@@ -256,6 +259,7 @@ def _readable_message(message: str, here: str | None = None) -> str:
             message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
     message = _LOGGED_MIB.sub(lambda m: f"{m.group(1)} {format_gib(float(m.group(2)) * MIB)}", message)
     message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
+    message = _LOGGED_LOSS.sub(lambda m: f"{m.group(1)} {format_loss(float(m.group(2)))}", message)
     message = app_wording(stop_words(message), markdown=False, here=here)
     return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
 
