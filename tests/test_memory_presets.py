@@ -304,6 +304,10 @@ def test_a_reopened_page_shows_one_machine_and_no_markdown_in_a_pop_up(app, monk
     assert "**" not in raised.value.message and "`" not in raised.value.message
     assert "Device: mps" in raised.value.message
 
+    # Where such settings are refused all the same, the refusal is in the table's place and says no tab it is on.
+    plan = app.memory.plan(None, 0, *[{**values, "device": "mps"}[name] for name in common.CONFIG_FIELDS])
+    assert plan.startswith("**✗ ") and "Memory tab" not in plan, plan
+
     # The order on a reopened page: settings, then the calibration's re-attach; the tab's first answer waits for them.
     demo = app_module.build_ui(app)
     fns = list(demo.fns.values())
