@@ -457,3 +457,23 @@ def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
         {"total_bytes": int(1.06 * 2**30), "run_peak_phase": "step", "step_bytes": int(1.06 * 2**30)})
     assert "1.06 GiB estimated when the run started" in text and "made when it started" in text, text
     assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]
+
+
+def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypatch):
+    """The new-user pass: the loading guess was half the real one (the calibration's probe). Once runs of these
+    settings loaded in this workspace, the "Next run" forecast and the watched run's line use their median."""
+    from pipeline.fileio import atomic_write_json
+    from ui import train_tab
+
+    ui = TutorApp(tmp_path / "ws")
+    config = common.config_from_values({**{n: getattr(common.DEFAULTS, n) for n in common.CONFIG_FIELDS},
+                                        "model": "m", "max_steps": 10})
+    monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400]}})
+    monkeypatch.setattr("pipeline.calibration.forecast_run", lambda config, lengths, device: {
+        "compute_dtype": "float32", "compute_dtype_reason": "", "steps": 10, "seconds": 20.0, "step": {"source": "run"},
+        "load": {"seconds": 30.0, "date": "2026-12-01"}, "load_seconds": 30.0, "total_seconds": 50.0})
+    assert "loading about 30 s" in ui.train.forecast(config)
+    atomic_write_json(ui.ws.runs_dir / "a" / "result.json", {"run": "a", "status": "completed", "load_seconds": 61.0})
+    atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
+    text = ui.train.forecast(config)
+    assert "about **1 min 21 s** from Start" in text and "loading about 1 min 01 s" in text, text

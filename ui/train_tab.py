@@ -108,13 +108,22 @@ class TrainHandlers:
 
     def forecast(self, config) -> str:
         """Before a run starts: the precision it will compute in and why, and how long it will take from
-        the step time measured on this machine (`pipeline.calibration.forecast_run`)."""
+        the step time measured on this machine (`pipeline.calibration.forecast_run`), its loading from this
+        workspace's runs of these settings when there are any (`measured_load_seconds`: the same guess the
+        watched run's progress line gives while it loads)."""
         from pipeline.calibration import forecast_run
         from pipeline.config import likely_device
 
+        from pipeline.training.runs import measured_load_seconds
+
         device = likely_device() if config.device == "auto" else config.device
         report = built_report(self.ws) or {}
-        return view.forecast_markdown(forecast_run(config, report.get("length_stats"), device), device, self.ws)
+        plan = forecast_run(config, report.get("length_stats"), device)
+        here = measured_load_seconds(self.ws, config.to_dict())  # as the watched run's loading guess (`_expected_load`)
+        if here:
+            plan = {**plan, "load_seconds": here["seconds"], "load": None,
+                    "total_seconds": here["seconds"] + plan["seconds"] if plan.get("seconds") is not None else None}
+        return view.forecast_markdown(plan, device, self.ws)
 
     def page_settings_summary(self, restored: bool, *values: Any):
         """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
