@@ -74,7 +74,7 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
             samples = samples_tab(app.samples)
             dataset = dataset_tab(app.dataset)
             memory = memory_tab(app.memory)
-            train = train_tab(app.train)
+            train = train_tab(app.train, model)
             tryout = try_tab(app.tryout, app.export, model)
             judge = judge_tab(app.judge, model)
             inbox = inbox_tab(app.inbox)
@@ -99,10 +99,11 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         for event in (model.change, dataset.tab.select):
             event(app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
 
-        # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
-        wire_memory_tab(app.memory, memory, model, setting_widgets)
-        # The "Next run" line; settings are remembered only once this page shows the saved ones (`restored`).
+        # Set once this page shows the saved settings: nothing is remembered or estimated from the defaults before.
         restored = gr.State(False)
+        # The Memory tab: machine presets, Estimate, the plan table, Calibrate, the suggestion buttons.
+        wire_memory_tab(app.memory, memory, model, setting_widgets, restored)
+        # The "Next run" line; settings are remembered only once this page shows the saved ones (`restored`).
         summary_inputs = [restored, *setting_widgets]
         train.tab.select(app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note)
         for widget in setting_widgets:
@@ -113,7 +114,7 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         run_lists = [train.runs_df, train.resume_choice, tryout.run]
         poll_outputs = [*train.poll_outputs, *run_lists, train.headline, train.settings_note]
         train.start_button.click(app.train.start_training, inputs=[train.run_name, *setting_widgets],
-                                 outputs=train.started).then(app.train.headline, outputs=train.headline,
+                                 outputs=train.started).then(app.train.headline, inputs=model, outputs=train.headline,
                                                              show_progress="hidden")
         poll_inputs = [train.current_run, train.seen_rows, restored, *setting_widgets]
         train.timer.tick(app.train.poll, inputs=poll_inputs, outputs=poll_outputs, show_progress="hidden")
@@ -130,9 +131,11 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
         demo.load(samples.restore, outputs=[samples.progress, samples.item])  # the recording session goes on
         demo.load(app.judge.show_saved, outputs=judge.shown)  # saved evaluations show without re-running
         demo.load(app.judge.on_load, outputs=judge.attach)  # re-attach to a running evaluation job
-        demo.load(app.memory.calibration_on_load, outputs=[memory.machine, memory.memory_gb, memory.verdict_out,
-                                                           memory.measured_out, memory.calibration_timer])  # and calibration
+        # The saved settings first, then a calibration still running (it sets the machine to this computer):
+        # in this order, so the machine picker and the Device setting shown are the same machine.
         demo.load(app.state.restore_settings, outputs=setting_widgets).then(lambda: True, outputs=restored).then(
+            app.memory.calibration_on_load, outputs=[memory.machine, memory.memory_gb, memory.verdict_out,
+                                                     memory.measured_out, memory.calibration_timer]).then(
             app.train.page_settings_summary, inputs=summary_inputs, outputs=train.settings_note,
             show_progress="hidden").then(
             app.judge.refresh_choices, inputs=[model, judge.choices], outputs=judge.choices).then(

@@ -39,6 +39,14 @@ def format_gib(n: float | int | None) -> str:
     return f"{float(n) / GIB:.2f} GiB"
 
 
+def format_loss(value: float | int | None) -> str:
+    """A training or eval loss as every screen and printout shows it: three decimals (`7.48132` -> "7.481"), so
+    the Past runs table, the log box, the run summary and a tutor's card give one figure for one loss; None -> "–"."""
+    if value is None:
+        return "–"
+    return f"{float(value):.3f}"
+
+
 def format_seconds(seconds: float | int | None) -> str:
     """Seconds as people read them: `3725` -> `"1 h 02 min"`, `95` -> `"1 min 35 s"`, `4.2` -> `"4 s"`;
     None or NaN -> `"–"`."""

@@ -303,6 +303,40 @@ def test_a_forecast_counts_loading_prefers_runs_to_the_probe_and_says_how_sure()
     assert "measured 2 times here, in earlier runs of this model, varying by up to ±20 %" in text
 
 
+def test_how_sure_says_when_its_measurements_come_from_another_project_folder(tmp_path):
+    """The new-user pass: "How sure: measured 3 times here" cited runs of other workspaces on the same computer
+    (the calibration is per computer, shared by its project folders) without saying so. Each piece of evidence
+    now records its project folder; "here" is said only when all of it is from this one, and how many came
+    from another is said."""
+    from pipeline.calibration import forecast_run
+    from pipeline.calibration.this_machine import evidence_places, workspace_folder
+    from ui.memory_view import how_sure
+    from ui.train_view import forecast_markdown
+
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    config = TrainConfig(model="m2", device="cpu", quantization="none", batch_size=1, grad_accum=1, max_steps=10)
+    cal.record_step_time("cpu", "m2", "none", 400, 2.0, workspace=workspace_folder(other))
+    cal.record_load_time("cpu", "m2", "none", 40.0, workspace=workspace_folder(other))
+    plan = forecast_run(config, {"row_tokens": [400]}, "cpu")
+    assert plan["step"]["folders"] == [str(other.resolve())]
+    text = forecast_markdown(plan, "cpu", mine)
+    assert "measured once on this computer, in an earlier run of this model (measured in another project folder " \
+           "on this computer)" in text and "measured once here" not in text, text
+    cal.record_step_time("cpu", "m2", "none", 400, 2.2, workspace=workspace_folder(mine))
+    text = forecast_markdown(forecast_run(config, {"row_tokens": [400]}, "cpu"), "cpu", mine)
+    assert "measured 2 times on this computer, in earlier runs of this model (1 of them in another project folder " \
+           "on this computer)" in text, text
+    assert "measured 2 times here" in forecast_markdown(forecast_run(config, {"row_tokens": [400]}, "cpu"), "cpu")
+    assert evidence_places([str(mine.resolve()), None, str(other.resolve())], mine) == {"here": 1, "elsewhere": 1,
+                                                                                         "unknown": 1}
+    data = {"calibration": {"date": "2026-12-02", "n_measurements": 5, "places": {"here": 2, "elsewhere": 3}},
+            "uncertainty_percent": 1}
+    assert "(5 measurements, each within 1 % of its estimate; 3 of them in another project folder on this " \
+           "computer)" in how_sure(data)
+    data["calibration"]["places"] = {"here": 5, "elsewhere": 0}
+    assert how_sure(data).endswith("(5 measurements, each within 1 % of its estimate).")
+
+
 # --------------------------------------------------------------------------------------------------
 # Runs are evidence
 
@@ -436,10 +470,10 @@ def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp
     text = app.train.forecast(config)
     assert "full precision (float32)" in text.split("<details>")[1] and "30 steps" in text
     assert "Calibrate this machine" in text
-    record_step_time("cpu", "some/model", "none", 400, 2.0)
+    record_step_time("cpu", "some/model", "none", 400, 2.0, workspace=str(app.ws.root.resolve()))  # a run of this folder
     text = app.train.forecast(config)
     assert "the 30 steps take about **1 min 00 s**, plus loading, which has not been timed here yet" in text
-    assert "measured once here, in an earlier run of this model" in text and "the step measured here on" in text
+    assert "measured once here, in an earlier run of this model" in text and "the step measured on this computer on" in text
     record_load_time("cpu", "some/model", "none", 40.0)  # a run's start to its first step
     text = app.train.forecast(config)
     assert "about **1 min 40 s** from Start to the last of its 30 steps (loading about 40 s" in text, text

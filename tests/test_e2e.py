@@ -171,7 +171,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     page.click("#stop-training")
     wait_text(page, "#train-status", r"Asked .*e2e-run.* to stop")
     wait_text(page, "#train-progress", r"status: stopped", timeout_s=240)
-    headline = wait_text(page, "#train-headline", r"1 tutor trained so far\.", timeout_s=10)  # with the same tick
+    headline = wait_text(page, "#train-headline", r"1 tutor of tiny-gemma3n trained so far\.", timeout_s=10)  # with the same tick
     assert "training now" not in headline, headline
     _step("stopped")
     run_dir = workspace / "runs" / "e2e-run"
@@ -183,7 +183,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     wait_text(page, "#train-headline", r"e2e-run is training now", timeout_s=30)
     wait_text(page, "#train-progress", r"step 60 of 60 .*status: completed", timeout_s=420)
     wait_text(page, "#runs-table", r"completed")
-    headline = wait_text(page, "#train-headline", r"1 tutor trained so far\.", timeout_s=10)
+    headline = wait_text(page, "#train-headline", r"1 tutor of tiny-gemma3n trained so far\.", timeout_s=10)
     assert "training now" not in headline, headline
     # Item 7: the next run's forecast counts the loading, from this run's measured times, and says how sure.
     forecast = wait_text(page, "#settings-summary", r"from Start to the last of its \d+ steps \(loading about",

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import (open_accordion, open_tab, pick, shot, status_texts, teachers_words, upload, wait_text,
-                           watch_status_line)
+from tests.browser import (calm, open_accordion, open_tab, pick, shot, status_texts, teachers_words, upload,
+                           wait_text, watch_status_line)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -234,6 +234,41 @@ def test_the_memory_tab_shows_one_figure_per_quantity_through_the_presets(built)
     assert "full-size weights" in summary and "per update" in summary
     lead = (page.locator("#settings-summary").text_content() or "").split("Why?")[0]
     assert "float32" not in lead and "bfloat16" not in lead and "bf16" not in lead, lead
+
+
+def test_a_reopened_page_keeps_the_model_and_shows_one_machine(built):
+    """The new-user pass: (a) the offline tiny test model, picked with its button, was forgotten after a reload
+    (the picker went back to gemma-3n-E2B-it); (b) Mac preset, Estimate, reload: the picker said "This computer"
+    while the Device setting said mps, and a red pop-up said "Device: mps … not available" with raw `**`. The
+    reopened page keeps the picked model and shows one machine, and its answer is about that machine."""
+    page, _, tiny = built
+    pick(page, "model", E2B)
+    time.sleep(2)
+    page.click("#make-tiny")  # picks it again, as the teacher's click did
+    wait_text(page, "#model-note", r"random weights", timeout_s=120)
+    assert page.locator("#model input").first.input_value() == str(tiny)
+    time.sleep(3)  # the change reaches the page's settings
+    open_tab(page, "3 · Memory")
+    pick(page, "machine", "Mac, 48 GB unified memory")
+    wait_text(page, "#verdict", r"a Mac with 48 GB", timeout_s=180)
+    page.reload()
+    page.wait_for_selector("#load-pack")
+    deadline = time.time() + 60
+    while time.time() < deadline and page.locator("#model input").first.input_value() != str(tiny):
+        time.sleep(0.5)
+    assert page.locator("#model input").first.input_value() == str(tiny), "the picked model after a reload"
+    time.sleep(3)  # the saved settings are restored
+    open_tab(page, "3 · Memory")
+    open_accordion(page, "Advanced settings", "#device")
+    machine = page.locator("#machine input").first.input_value()
+    device = page.locator("#device input").first.input_value()
+    assert (machine, device) == ("This computer", "auto"), (machine, device)
+    page.click("#estimate")
+    answer = wait_text(page, "#verdict", r"tiny-gemma3n.*this computer", timeout_s=180)
+    assert "mps" not in answer
+    time.sleep(3)  # the plan table follows
+    calm(page)
+    shot(page, "truth-5-reopened")
 
 
 PHASES_SEEN = """() => { window.calibrationPhases = window.calibrationPhases || new Set();

@@ -271,3 +271,52 @@ def test_the_plan_row_of_the_answers_settings_is_the_answer(app):
     moved = dict(reading, free_bytes=reading["free_bytes"] + 2**30, usable_bytes=reading["usable_bytes"] + 2**30)
     assert gib(moved["usable_bytes"]) in app.memory.plan(moved, 0, *[values[name] for name in common.CONFIG_FIELDS]), \
         "the reading given is the one shown, not a new one"
+
+
+def test_a_reopened_page_shows_one_machine_and_no_markdown_in_a_pop_up(app, monkeypatch):
+    """The new-user pass: Mac preset, Estimate, reload: the picker said "This computer" while the restored
+    Device was mps, and a red pop-up said "Device: mps … not available" with raw `**`. The reopened page
+    restores a device this computer lacks as auto (and that device's default precision as this computer's),
+    restores the settings before it re-attaches to a calibration or estimates, and a pop-up shows no Markdown."""
+    import app as app_module
+    from pipeline.errors import ConfigError
+    from ui.common import ui_errors
+
+    monkeypatch.setattr("pipeline.config.likely_device", lambda: "cpu")
+    values = _page_values()
+    _pick_machine(app, "Mac, 48 GB unified memory", values)
+    assert values["device"] == "mps"
+    app.page_settings_summary(True, *[values[name] for name in common.CONFIG_FIELDS])
+    assert app.saved_settings()["device"] == "mps"
+    restored = dict(zip(common.CONFIG_FIELDS, app.restore_settings()))
+    assert restored["device"]["value"] == "auto", "the picker shows This computer: the Device must be this computer's"
+    assert restored["quantization"] == gr.skip() or restored["quantization"]["value"] == default_quantization("cpu")
+    chosen = {**values, "quantization": "8bit"}  # a precision picked by hand stays
+    app.remember_settings(common.config_from_values(chosen))
+    assert dict(zip(common.CONFIG_FIELDS, app.restore_settings()))["quantization"]["value"] == "8bit"
+
+    @ui_errors
+    def fails():
+        raise ConfigError("**Device:** `mps` (Memory tab) was asked for but Apple MPS is not available")
+
+    with pytest.raises(gr.Error) as raised:
+        fails()
+    assert "**" not in raised.value.message and "`" not in raised.value.message
+    assert "Device: mps" in raised.value.message
+
+    # Where such settings are refused all the same, the refusal is in the table's place and says no tab it is on.
+    plan = app.memory.plan(None, 0, *[{**values, "device": "mps"}[name] for name in common.CONFIG_FIELDS])
+    assert plan.startswith("**✗ ") and "Memory tab" not in plan, plan
+
+    # The order on a reopened page: settings, then the calibration's re-attach; the tab's first answer waits for them.
+    demo = app_module.build_ui(app)
+    fns = list(demo.fns.values())
+    names = {fn._id: getattr(fn.fn, "__name__", "") for fn in fns}
+    calibration = next(fn for fn in fns if names[fn._id] == "calibration_on_load")
+    chain, step = [], calibration
+    while step is not None and step.trigger_after is not None:
+        step = next(fn for fn in fns if fn._id == step.trigger_after)
+        chain.append(names[step._id])
+    assert "restore_settings" in chain, f"the calibration re-attaches outside the restore: {chain}"
+    before = app.memory.estimate_when_restored(False, THIS_COMPUTER, 0, *[values[n] for n in common.CONFIG_FIELDS])
+    assert all(out == gr.skip() for index, out in enumerate(before) if index != 1) and "saved settings" in before[1]

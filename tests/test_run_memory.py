@@ -142,7 +142,7 @@ def test_comparison_puts_whole_run_against_whole_run_and_step_against_step():
     assert result["step_percent"] == pytest.approx(100 * 1000 / 1050, abs=0.1)
     text = comparison_text(result)
     assert "set by step" in text and "peak in eval" in text and "1.07 GiB" in text and "91 %" in text
-    assert "One training step: 1000 MiB against 1.03 GiB estimated (95 %)" in text
+    assert "One training step: 0.98 GiB against 1.03 GiB estimated when the run started (95 %)" in text
 
 
 # --------------------------------------------------------------------------------------------------

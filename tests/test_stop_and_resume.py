@@ -153,7 +153,8 @@ def test_the_train_tab_resumes_on_a_changed_dataset_only_with_its_box_ticked(tmp
     ui = TutorApp(ws)
     refused = ui.resume_training("r")[1]
     assert refused.startswith("**✗") and "another build of the dataset" in refused
-    assert f"**Resume** after ticking **{RESUME_ANYWAY_LABEL}**" in refused, refused  # shown on the Train tab
+    assert f"**Resume** after ticking **{RESUME_ANYWAY_LABEL}**" in refused, refused
+    assert "Train tab" not in refused, "the Train tab's own message does not name the Train tab"
     assert "Start training" not in refused and "python -m pipeline" not in refused
     assert RESUME_ANYWAY_LABEL in [getattr(block, "label", None) for block in __import__("app").build_ui(ui).blocks.values()]
 

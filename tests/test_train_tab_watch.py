@@ -315,3 +315,170 @@ def test_the_run_summary_names_its_settings_in_words():
     for term in ("adapter rank", "strength", "AdamW", "learning rate", "LoRA", "gradient checkpointing"):
         assert term not in lead and term not in shown.split("<details>")[0], (term, shown)
         assert term in shown.split("<details>")[1], (term, shown)
+
+
+# ------------------------------------------------------------------------------------------- after Stop (issue 32 pass)
+
+
+def _event_chains(demo, elem_id: str, event: str) -> list[set[str]]:
+    """The elem_ids each event chain started by `event` of the block `elem_id` writes to (the event and its
+    `.then` steps together), one set per chain."""
+    ids = {block._id: getattr(block, "elem_id", None) for block in demo.blocks.values()}
+    fns = list(demo.fns.values())
+    chains = []
+    for first in fns:
+        if not any(ids.get(target) == elem_id and name == event for target, name in first.targets):
+            continue
+        written, frontier = set(), {first._id}
+        while frontier:
+            step = [fn for fn in fns if fn._id in frontier]
+            written |= {getattr(block, "elem_id", None) for fn in step for block in fn.outputs}
+            frontier = {fn._id for fn in fns if fn.trigger_after in frontier}
+        chains.append(written)
+    return chains
+
+
+def _fake_run(ws, name: str, status: str, model: str, checkpoint: bool = True) -> None:
+    from pipeline.fileio import atomic_write_json
+
+    run = ws.runs_dir / name
+    atomic_write_json(run / "result.json", {"run": name, "status": status, "model": model})
+    atomic_write_json(run / "config.json", {"model": model})
+    if checkpoint:
+        atomic_write_json(run / "checkpoints" / "checkpoint-1" / "trainer_state.json", {})
+
+
+def test_stop_offers_the_run_to_continue_at_once(tmp_path):
+    """The new-user pass: right after Stop, "Stopped run to continue" stayed empty and Resume said no run was
+    picked, until a reload. Stop now refreshes that list with the run picked; a stopping run is in it."""
+    from ui.train_tab import resumable_runs
+
+    ui = TutorApp(tmp_path / "ws")
+    _fake_run(ui.ws, "week1", "stopped", "google/gemma-3n-E2B-it")
+    choice = ui.train.resume_choices("week1")
+    assert choice.choices == [("week1", "week1")] and choice.value == "week1"
+    assert resumable_runs([{"run": "s", "state": "stopping", "has_checkpoint": False},
+                           {"run": "c", "state": "completed", "has_checkpoint": True}]) == ["s"]
+    demo = app_module.build_ui(ui)
+    assert any("resume-choice" in chain for chain in _event_chains(demo, "stop-training", "click")), \
+        "Stop leaves the list of runs to continue as it was"
+
+
+def test_the_headline_counts_the_picked_models_tutors(tmp_path):
+    """The new-user pass: "3 tutors trained" with only 1 for the picked model. The count is the picked
+    model's, the other models' tutors said apart; the page's model picker feeds it."""
+    ui = TutorApp(tmp_path / "ws")
+    tiny = ui.tiny_model_dir
+    tiny.mkdir(parents=True)
+    _fake_run(ui.ws, "a", "completed", str(tiny))
+    _fake_run(ui.ws, "b", "completed", "google/gemma-3n-E2B-it")
+    _fake_run(ui.ws, "c", "stopped", str(tiny / "gemma4"))
+    assert "3 tutors trained so far" in ui.train.headline()
+    line = ui.train.headline(str(tiny))
+    assert "1 tutor of tiny-gemma3n trained so far (2 more of other models)." in line, line
+    line = ui.train.headline("google/gemma-4-E2B-it")
+    assert "No tutor of gemma-4-E2B-it has finished training yet (3 tutors of other models)." in line, line
+    demo = app_module.build_ui(ui)
+    model = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "model")
+    assert any("train-headline" in {getattr(b, "elem_id", None) for b in fn.outputs} and model in fn.inputs
+               for fn in demo.fns.values()), "the headline follows the model picker"
+
+
+def test_a_model_picked_by_its_button_is_remembered_at_once(tmp_path):
+    """The new-user pass: the model picked with "Create offline tiny test model" was forgotten after a reload
+    (the picker went back to gemma-3n-E2B-it): it was remembered only by the "Next run" line worked out after
+    the pick, which a reload can beat. The button remembers it itself, the other settings kept."""
+    ui = TutorApp(tmp_path / "ws")
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    ui.remember_settings(common.config_from_values({**values, "lora_rank": 8}))
+    picker, _note = ui.make_tiny_model(progress=None)
+    assert ui.saved_settings()["model"] == picker.value == str(ui.tiny_model_dir)
+    assert ui.saved_settings()["lora_rank"] == 8, "the other settings stay"
+    restored = dict(zip(common.CONFIG_FIELDS, ui.restore_settings()))
+    assert restored["model"].value == str(ui.tiny_model_dir)
+
+
+def test_after_resume_then_stop_the_run_keeps_its_loss_clock_and_words(tmp_path):
+    """The new-user pass, Resume then Stop (the resumed process stopped within its first step, before it logged
+    a line): the final loss left the table, the clock went back by the resumed process's loading, the note named
+    a "STOP file" and "Resume (Train tab)" on the Train tab, the bar said "step 0 of ?" while loading, and the
+    loading guess came from the calibration's shorter probes instead of this workspace's runs."""
+    from pipeline.fileio import atomic_write_json
+    from pipeline.training.runs import measured_load_seconds
+    from pipeline.training.train import _last_train_loss
+    from ui.train_tab import _runs_frame
+
+    t0 = 5_000_000.0
+    rows = [{"kind": "train", "step": 3, "loss": 7.4813, "elapsed_s": 60.0, "time": t0 + 60}]
+    shown_while_loading, _ = run_clock(rows, t0 + 100, True, t0 + 130)  # resumed at t0+100, loading 30 s
+    ended, _ = run_clock(rows, t0 + 100, False, t0 + 200, ended_at=t0 + 140)
+    assert shown_while_loading == 90.0 and ended == 100.0 >= shown_while_loading, "the clock never goes back"
+    assert run_clock(rows, t0, False, t0 + 200, ended_at=t0 + 70) == (60.0, None), "a process that logged: its line"
+
+    progress = tmp_path / "progress.jsonl"
+    progress.write_text("\n".join(json.dumps(row) for row in rows + [{"kind": "eval", "step": 3, "eval_loss": 7.5}]))
+    assert _last_train_loss(None, progress) == 7.4813 and _last_train_loss(7.2, progress) == 7.2
+
+    note = _runs_frame([{"run": "r", "state": "stopped", "alive": False,
+                         "reason": "stopped by request (STOP file); --resume continues"}]).iloc[0]["note"]
+    assert "STOP" not in note and "Train tab" not in note and "Resume continues" in note, note
+    log = readable_log("2026-11-30 11:00:20,010 INFO pipeline.training.progress: STOP file found at step 3: saving "
+                       "a checkpoint and the adapter.", here="Train tab")
+    assert "STOP" not in log and "Stop was asked for at step 3" in log, log
+
+    loading = view.progress_html(0, None, 12, None, "running", loading=True)
+    assert "loading the model" in loading and "step <b>0</b>" not in loading and "?" not in loading
+    assert "step <b>4</b> of <b>10</b>" in view.progress_html(4, 10, 12, None, "running", loading=True)
+
+    ui = TutorApp(tmp_path / "ws")
+    settings = {"model": "m", "quantization": "none", "device": "cpu", "low_memory_heap": False}
+    for name, seconds, model in (("a", 40.0, "m"), ("b", 44.0, "m"), ("c", 10.0, "other")):
+        atomic_write_json(ui.ws.runs_dir / name / "result.json", {"run": name, "status": "completed",
+                                                                   "load_seconds": seconds})
+        atomic_write_json(ui.ws.runs_dir / name / "config.json", {**settings, "model": model})
+    assert measured_load_seconds(ui.ws, settings) == {"seconds": 42.0, "measurements": 2}
+    assert measured_load_seconds(ui.ws, {**settings, "quantization": "4bit"}) is None
+
+
+def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
+    """The new-user pass: a loss read 7.4813 in the Past runs table and 7.517 in the log; the watched run's
+    "1.06 GiB estimated" stood beside the Memory tab's 1.00 GiB for one step with nothing saying they were
+    different moments. A loss has one rounding everywhere (`pipeline.units.format_loss`); the run's estimate is
+    labelled as made when it started, and Why? says why the Memory tab's may differ."""
+    from pipeline.units import format_loss
+
+    table = view.runs_frame([{"run": "r", "state": "completed", "result": {"final_loss": 7.48132, "eval_loss": 7.51698}}])
+    assert (table.iloc[0]["final loss"], table.iloc[0]["eval loss"]) == ("7.481", "7.517") == (
+        format_loss(7.48132), format_loss(7.51698))
+    log = readable_log("2026-11-30 11:00:20,010 INFO pipeline.training.train: step 3/3 loss 7.481320381164551 lr 0.0\n"
+                       "2026-11-30 11:00:21,010 INFO pipeline.training.train: step 3/3 eval_loss 7.5170\n"
+                       '2026-11-30 10:59:57,948 INFO pipeline.training.train: Preflight: {"loss": 7.628689765930176}')
+    assert "loss 7.481 " in log and "eval loss 7.517" in log and "loss 7.629" in log, log
+    checked = view.kept_markdown([{"kind": "judge", "step": 2, "criterion": "eval_loss", "value": 7.51698,
+                                   "best_value": 7.48132, "best_step": 1, "clips": 2, "seconds": 4}], {})
+    assert "eval loss 7.517 at step 2 (best 7.481 at step 1)" in checked, checked
+    text = view.train_memory_markdown(
+        {"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30, "memory_kind": "cpu_max_rss"},
+        {"total_bytes": int(1.06 * 2**30), "run_peak_phase": "step", "step_bytes": int(1.06 * 2**30)})
+    assert "1.06 GiB estimated when the run started" in text and "made when it started" in text, text
+    assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]
+
+
+def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypatch):
+    """The new-user pass: the loading guess was half the real one (the calibration's probe). Once runs of these
+    settings loaded in this workspace, the "Next run" forecast and the watched run's line use their median."""
+    from pipeline.fileio import atomic_write_json
+    from ui import train_tab
+
+    ui = TutorApp(tmp_path / "ws")
+    config = common.config_from_values({**{n: getattr(common.DEFAULTS, n) for n in common.CONFIG_FIELDS},
+                                        "model": "m", "max_steps": 10})
+    monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400]}})
+    monkeypatch.setattr("pipeline.calibration.forecast_run", lambda config, lengths, device: {
+        "compute_dtype": "float32", "compute_dtype_reason": "", "steps": 10, "seconds": 20.0, "step": {"source": "run"},
+        "load": {"seconds": 30.0, "date": "2026-12-01"}, "load_seconds": 30.0, "total_seconds": 50.0})
+    assert "loading about 30 s" in ui.train.forecast(config)
+    atomic_write_json(ui.ws.runs_dir / "a" / "result.json", {"run": "a", "status": "completed", "load_seconds": 61.0})
+    atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
+    text = ui.train.forecast(config)
+    assert "about **1 min 21 s** from Start" in text and "loading about 1 min 01 s" in text, text

@@ -97,8 +97,19 @@ def error_panel(error: PipelineError, hint: str | None = None,
     return (not_here(f"{text} {hint}", here) if hint else text) + why_levels(levels)
 
 
+def plain_text(text: str) -> str:
+    """`text` (Markdown) as a pop-up (`gr.Error`) shows it, which renders no Markdown: bold, italics and code
+    marks removed, a link as its words; "**Device:** `mps`" -> "Device: mps"."""
+    import re
+
+    text = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", text or "")
+    text = re.sub(r"(\*\*|__|`)", "", text)
+    return re.sub(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])", r"\1", text)
+
+
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
-              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None) -> Callable:
+              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None,
+              here: str | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
 
     `@ui_errors(message_at=i, outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`)
@@ -108,7 +119,8 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     widgets) and would mark every output component with a red "Error" badge until reload. `hints`
     maps an error class to a sentence added after its message where this tab offers the fix (e.g.
     the Samples tab's trim box for `ClipTooLongError`); `widgets` names the tab's own widget for a flag
-    (`ui.wording.BUILD_WIDGETS`).
+    (`ui.wording.BUILD_WIDGETS`); `here` ("Train tab") is the tab the message shows on, which it does not name (else the handlers object's
+    own `here`).
 
     Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
     such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
@@ -118,8 +130,8 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
 
     def refusal(error: PipelineError, here: str | None = None) -> Any:
         hint = next((text for kind, text in (hints or {}).items() if isinstance(error, kind)), None)
-        if message_at is None:
-            raise gr.Error(app_wording(str(error), widgets=widgets, here=here), title=_error_title(error),
+        if message_at is None:  # a pop-up shows its text as it is: no Markdown in it
+            raise gr.Error(plain_text(app_wording(str(error), widgets=widgets, here=here)), title=_error_title(error),
                            duration=None, print_exception=False) from error
         text = error_panel(error, hint, widgets, here)
         if outputs == 1:
@@ -133,7 +145,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
                 try:
                     yield from handler(*args, **kwargs)
                 except PipelineError as error:
-                    yield refusal(error, _here(args))
+                    yield refusal(error, _here(args) or here)
 
             return updates
 
@@ -142,7 +154,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
             try:
                 return handler(*args, **kwargs)
             except PipelineError as error:
-                return refusal(error, _here(args))
+                return refusal(error, _here(args) or here)
 
         return wrapper
 

@@ -68,6 +68,8 @@ CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatev
                   "it goes on if you close or reload the page.")
 CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
 """The answer's place while a calibration runs (after the click, or a page reopened during one)."""
+RESTORING = "Your saved settings are still loading: click **Estimate** for the answer in a moment."
+"""The answer's place when the tab is opened before the reopened page has its saved settings back."""
 CALIBRATION_PART_WORDS = {"speed": "checking which number format this computer computes fastest",
                           "stand-in": "a short trial with the offline test model",
                           "yours": "one training step of your settings"}
@@ -201,7 +203,7 @@ class MemoryHandlers:
         """What the plan table shows while it is being computed."""
         return PLAN_WORKING
 
-    @ui_errors(message_at=0, outputs=1)
+    @ui_errors(message_at=0, outputs=1, here="Memory tab")
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
@@ -211,7 +213,7 @@ class MemoryHandlers:
         text = view.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
         return text + f"  \nDefault quantization here: **{default_quantization(resolved)}**. {DEFAULT_QUANTIZATION_REASON[resolved]}"
 
-    @ui_errors
+    @ui_errors(message_at=0, outputs=1, here="Memory tab")  # a refusal in the table's place, not a pop-up that stays
     def plan(self, reading: dict | None, memory_gb: float | None, *values: Any) -> str:
         """What can this machine do? The plan table (E2B/E4B x full / LoRA / int8 / QLoRA) for the settings'
         device and budget, each row starting from the other settings shown, from the same reading of the
@@ -225,7 +227,7 @@ class MemoryHandlers:
         machine = view.machine_words(config.device, result["device"], memory_gb)
         return view.plan_markdown(result, machine=machine, current=config.to_dict())
 
-    @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS)
+    @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS, here="Memory tab")
     def estimate(self, memory_gb: float | None, *values: Any):
         """Estimate peak memory of the run the settings describe; returns (plot, verdict, per-component
         table, suggestions note, suggestions, *suggestion buttons, notes, device note, measured, reading):
@@ -240,6 +242,23 @@ class MemoryHandlers:
         if machine not in MACHINE_PRESETS:
             return tuple(gr.skip() for _ in range(N_ESTIMATE_OUTPUTS))
         return self.estimate(memory_gb, *values)
+
+    def estimate_when_restored(self, restored: bool, machine: str, memory_gb: float | None, *values: Any):
+        """Opening the tab: `estimate_for_machine` once the page shows the saved settings (`restored`); before
+        that the widgets hold the defaults, so the answer waits (its place says so, the rest is untouched)."""
+        if not restored:
+            outputs = [gr.skip()] * N_ESTIMATE_OUTPUTS
+            outputs[1] = RESTORING
+            return tuple(outputs)
+        return self.estimate_for_machine(machine, memory_gb, *values)
+
+    def plan_working_when_restored(self, restored: bool):
+        """`plan_working` once the page shows the saved settings, else nothing changes."""
+        return self.plan_working() if restored else gr.skip()
+
+    def plan_when_restored(self, restored: bool, reading: dict | None, memory_gb: float | None, *values: Any):
+        """`plan` once the page shows the saved settings, else nothing changes."""
+        return self.plan(reading, memory_gb, *values) if restored else gr.skip()
 
     def detect_and_estimate(self, machine: str, memory_gb: float | None, *values: Any):
         """Detect device: the answer again (`estimate_for_machine`) with the device note from the same reading
@@ -310,7 +329,7 @@ class MemoryHandlers:
                 self.question(model, THIS_COMPUTER), before, waiting, "", "", "",
                 *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
 
-    @ui_errors(message_at=0, outputs=2)
+    @ui_errors(message_at=0, outputs=2, here="Memory tab")
     def start_calibration(self, elsewhere: str | None, memory_gb: float | None, *values: Any):
         """"Calibrate this machine", after `calibrate_here` made the machine this computer: start the calibration
         in a process of its own (`pipeline.memory.calibration_job.start_calibration`: the precision check, the
@@ -361,13 +380,13 @@ class MemoryHandlers:
         config = config_from_values(values).replace(device="auto")
         if status["state"] != "completed":
             outputs = list(self.estimate(None, *values))
-            outputs[-2] = error_panel(TrainingError(result.get("reason") or "The calibration did not run."))
+            outputs[-2] = error_panel(TrainingError(result.get("reason") or "The calibration did not run."), here="Memory tab")
             return (*outputs, self._plan_after(outputs[-1], values), gr.Timer(active=False))
         try:
             data = _memory_result(self.ws, config, None)
         except PipelineError as error:
             outputs = [gr.skip()] * (N_ESTIMATE_OUTPUTS + 1)
-            outputs[1] = error_panel(error)
+            outputs[1] = error_panel(error, here="Memory tab")
             return (*outputs, gr.Timer(active=False))
         measured = result.get("measured") or {}
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
@@ -544,11 +563,13 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
 
 
 def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr.components.Component,
-                    setting_widgets: list) -> None:
+                    setting_widgets: list, restored: gr.State | None = None) -> None:
     """Wire the Memory tab's events that read every setting (`setting_widgets`, in `CONFIG_FIELDS` order):
     a picked machine (its defaults, then its answer), Estimate, Detect device, opening the tab, Calibrate
     this machine and the suggestion buttons each give the answer, then the plan table (a sign of work
-    first) from the same reading of the device's memory; the question follows the Model picker."""
+    first) from the same reading of the device's memory; the question follows the Model picker. `restored`
+    (a `gr.State`, True once the page shows the saved settings): opening the tab before then estimates nothing
+    (the widgets still hold the defaults)."""
     import functools
 
     settings = dict(zip(CONFIG_FIELDS, setting_widgets))
@@ -570,8 +591,14 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
     then_plan(memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
     then_plan(memory.detect_button.click(handlers.detect_and_estimate, inputs=[memory.machine, *estimate_inputs],
                                          outputs=memory.estimate_outputs))
-    then_plan(memory.tab.select(handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs],
-                                outputs=memory.estimate_outputs))
+    if restored is None:
+        then_plan(memory.tab.select(handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs],
+                                    outputs=memory.estimate_outputs))
+    else:
+        memory.tab.select(handlers.estimate_when_restored, inputs=[restored, memory.machine, *estimate_inputs],
+                          outputs=memory.estimate_outputs).then(
+            handlers.plan_working_when_restored, inputs=restored, outputs=memory.plan_out, show_progress="hidden").then(
+            handlers.plan_when_restored, inputs=[restored, memory.reading, *estimate_inputs], outputs=memory.plan_out)
     for index, button in enumerate(memory.suggestion_buttons):
         then_plan(button.click(functools.partial(handlers.apply_suggestion, index), inputs=memory.suggestions_state,
                                outputs=setting_widgets).then(

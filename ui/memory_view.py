@@ -108,6 +108,19 @@ def precision_why(data: Mapping[str, Any]) -> str:
     return f"{weights}. {work} (technically: {technical})."
 
 
+def elsewhere_words(places: Mapping[str, int] | None, count: int) -> str:
+    """Where `count` pieces of evidence came from when not all from this project folder (`places`:
+    `pipeline.calibration.this_machine.evidence_places`): "all of them in another project folder on this
+    computer", "2 of them in another project folder on this computer"; "" when none is known to be elsewhere."""
+    elsewhere = int((places or {}).get("elsewhere") or 0)
+    if not elsewhere:
+        return ""
+    if elsewhere >= count:
+        return ("measured in another project folder on this computer" if count == 1
+                else "all of them in another project folder on this computer")
+    return f"{elsewhere} of them in another project folder on this computer"
+
+
 def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
     """How far the answer's figure may be off, in a teacher's words: calibrated on this computer (when, how
     many measurements, within how much), or not measured there (up to the estimate's `uncertainty_percent`),
@@ -117,8 +130,10 @@ def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
     percent = data.get("uncertainty_percent")
     if calibration:
         count = calibration.get("n_measurements", "?")
+        where = elsewhere_words(calibration.get("places"), count if isinstance(count, int) else 0)
         return (f"**How sure:** calibrated on this computer on {str(calibration.get('date', '?'))[:10]} "
-                f"({count} measurement{'s' if count != 1 else ''}, each within {percent or 1} % of its estimate).")
+                f"({count} measurement{'s' if count != 1 else ''}, each within {percent or 1} % of its estimate"
+                f"{'; ' + where if where else ''}).")
     off = f"it may be off by up to {percent} %" if percent else "how far it may be off is not known"
     if not data.get("this_machine", True):
         return f"**How sure:** an estimate for a machine this app has not measured: {off}."

@@ -72,6 +72,7 @@ class AppState:
         if progress is not None:
             progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
         path = make_tiny_model(self.tiny_model_dir)
+        self.remember_model(str(path))
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 
     @ui_errors(message_at=1, outputs=2)
@@ -84,6 +85,7 @@ class AppState:
         if progress is not None:
             progress(None, desc="Writing the tiny random Gemma 4 (a few seconds)…")
         path = family.make_tiny(self.ws.root / "models" / family.tiny_dir_name)
+        self.remember_model(str(path))
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 
     def answered_by(self, model: str, picked: str | None = None, answered: str = "✓ Both answers are in.") -> str:
@@ -164,13 +166,20 @@ class AppState:
             if self.saved_settings() != config.to_dict():
                 atomic_write_json(self.settings_path, config.to_dict())
 
-    def restore_settings(self):
-        """Page (re)opened: the remembered settings (`WS/settings.json`), else those of the newest run,
-        else the built dataset's model and longest row.
+    def remember_model(self, model: str) -> None:
+        """Remember `model` as the picked model at once (`WS/settings.json`, the other settings as a reload
+        would restore them): a model picked by a button (the offline tiny test models) is kept even when the
+        page is reloaded before its "Next run" line, which also remembers the settings, was worked out. A file
+        that cannot be written leaves the settings as they were (the "Next run" line says so)."""
+        values = {name: value for name, value in self._values_to_restore().items() if value is not None}
+        try:
+            self.remember_settings(TrainConfig.from_dict({**values, "model": str(model)}))
+        except (OSError, PipelineError):
+            pass
 
-        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
-        every local model folder).
-        """
+    def _values_to_restore(self) -> dict[str, Any]:
+        """What a reopened page shows (`restore_settings`): the remembered settings, else those of the newest
+        run, else the built dataset's model and longest row (missing values are None or absent)."""
         from pipeline.data.dataset import load_build_report
 
         values: dict[str, Any] = self.saved_settings()
@@ -184,6 +193,18 @@ class AppState:
                 report = {}
             longest = int((report.get("length_stats") or {}).get("max") or 0)
             values = {"model": report.get("model"), "max_length": max(256, longest) if longest else None}
+        return values
+
+    def restore_settings(self):
+        """Page (re)opened: the remembered settings (`WS/settings.json`), else those of the newest run,
+        else the built dataset's model and longest row.
+
+        Returns one update per `CONFIG_FIELDS` widget (the model picker's choices include the model and
+        every local model folder). A device this computer lacks (saved while the Memory tab asked about a Mac
+        or an NVIDIA GPU) comes back as auto: the reopened page's machine is "This computer", and its answer
+        and the Device setting must be about the same machine (`settings_for_this_computer`).
+        """
+        values = settings_for_this_computer(self._values_to_restore())
         updates = []
         for name in CONFIG_FIELDS:
             value = values.get(name)
@@ -195,6 +216,23 @@ class AppState:
             else:
                 updates.append(gr.update(value=value))
         return tuple(updates)
+
+
+def settings_for_this_computer(values: dict[str, Any]) -> dict[str, Any]:
+    """Saved settings as a reopened page shows them: a device this computer does not have (`cuda` or `mps`,
+    set by a Memory tab machine preset to ask "would it fit there?") becomes `auto`, the machine picker's
+    "This computer", and a quantization that was that device's default becomes this computer's default
+    (one picked by hand stays). Other values are returned unchanged."""
+    from pipeline.config import default_quantization, likely_device
+
+    device = values.get("device")
+    here = likely_device()
+    if device not in ("cuda", "mps") or device == here:
+        return values
+    changed = {**values, "device": "auto"}
+    if values.get("quantization") == default_quantization(device):
+        changed["quantization"] = default_quantization(here)
+    return changed
 
 
 def model_picker(state: AppState) -> tuple[gr.Dropdown, gr.Markdown]:

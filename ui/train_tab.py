@@ -18,12 +18,13 @@ import gradio as gr
 from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
 from ui import train_view as view
+from ui.memory_view import model_words
 from ui.common import (CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report, config_from_values, confirm_js,
                        dataset_family_note, dataset_sentence, error_panel, filled_on_load, list_runs, plural,
                        setting_message, ui_errors)
 from pipeline.units import format_bytes
 from ui.state import AppState
-from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, not_here, readable_log
+from ui.wording import RESUME_ANYWAY_LABEL, app_lines, app_wording, not_here, readable_log, stop_words
 
 
 EPOCHS_LABEL = "Passes over your recordings (epochs)"
@@ -48,22 +49,48 @@ class TrainHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
+        self._loads: dict[tuple, float | None] = {}  # (run, process start) -> measured loading here (`_expected_load`)
 
     @property
     def ws(self):
         """The workspace whose `runs/` folder holds the runs."""
         return self.state.ws
 
-    def headline(self) -> str:
+    def headline(self, model: str | None = None) -> str:
         """The tab's first line, about the teacher's data: the built dataset's recordings, learners and
-        split, and the tutors trained so far (Markdown)."""
+        split, and the tutors trained so far (Markdown). With `model` (the model picker's), the tutors counted
+        are that model's, and those of other models are said apart: "1 tutor of tiny-gemma3n trained so far
+        (2 more of other models)"."""
         runs = list_runs(self.ws)
         running = [r["run"] for r in runs if r["alive"]]
-        trained = sum(1 for r in runs if r["state"] in ("completed", "stopped"))
-        tutors = (f" {plural(trained, 'tutor')} trained so far" if trained
-                  else " No tutor has finished training yet" if runs else " No tutor trained yet")
+        done = [r for r in runs if r["state"] in ("completed", "stopped")]
+        mine = [r for r in done if self._same_model(r, model)] if model else done
+        others = len(done) - len(mine)
+        of = f" of {model_words(model)}" if model else ""
+        tutors = (f" {plural(len(mine), 'tutor')}{of} trained so far" if mine
+                  else f" No tutor{of} has finished training yet" if runs else " No tutor trained yet")
+        if others:
+            tutors += f" ({others} {'more' if mine else 'tutor' + ('s' if others > 1 else '')} of other models)"
         tutors += f"; **{running[0]}** is training now." if running else "."
         return dataset_sentence(built_report(self.ws)) + tutors
+
+    def _same_model(self, run: dict, model: str | None) -> bool:
+        """Whether `run` (a `list_runs` entry) trained `model` (the picker's; a local folder by its path)."""
+        from pathlib import Path
+
+        from ui.common import model_text, run_settings
+
+        trained = (run.get("result") or {}).get("model") or run_settings(self.ws, run["run"]).get("model")
+        try:
+            wanted = model_text(model)
+        except PipelineError:
+            return False
+        if not trained or not wanted:
+            return False
+        same = str(trained) == wanted
+        if not same and (Path(str(trained)).is_dir() or Path(wanted).is_dir()):
+            same = Path(str(trained)).expanduser().resolve() == Path(wanted).expanduser().resolve()
+        return same
 
     def settings_summary(self, *values: Any, remember: bool = True) -> str:
         """One line with the settings the next run will use (or what is wrong with them).
@@ -87,13 +114,22 @@ class TrainHandlers:
 
     def forecast(self, config) -> str:
         """Before a run starts: the precision it will compute in and why, and how long it will take from
-        the step time measured on this machine (`pipeline.calibration.forecast_run`)."""
+        the step time measured on this machine (`pipeline.calibration.forecast_run`), its loading from this
+        workspace's runs of these settings when there are any (`measured_load_seconds`: the same guess the
+        watched run's progress line gives while it loads)."""
         from pipeline.calibration import forecast_run
         from pipeline.config import likely_device
 
+        from pipeline.training.runs import measured_load_seconds
+
         device = likely_device() if config.device == "auto" else config.device
         report = built_report(self.ws) or {}
-        return view.forecast_markdown(forecast_run(config, report.get("length_stats"), device), device)
+        plan = forecast_run(config, report.get("length_stats"), device)
+        here = measured_load_seconds(self.ws, config.to_dict())  # as the watched run's loading guess (`_expected_load`)
+        if here:
+            plan = {**plan, "load_seconds": here["seconds"], "load": None,
+                    "total_seconds": here["seconds"] + plan["seconds"] if plan.get("seconds") is not None else None}
+        return view.forecast_markdown(plan, device, self.ws)
 
     def page_settings_summary(self, restored: bool, *values: Any):
         """The page's "Next run" line: `settings_summary` once the page has restored the saved settings
@@ -104,7 +140,7 @@ class TrainHandlers:
             return gr.skip()
         return self.settings_summary(*values)
 
-    @ui_errors(message_at=1, outputs=5)
+    @ui_errors(message_at=1, outputs=5, here="Train tab")
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
@@ -122,7 +158,7 @@ class TrainHandlers:
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch."
                 + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
 
-    @ui_errors(message_at=0, outputs=1)
+    @ui_errors(message_at=0, outputs=1, here="Train tab")
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.training.runs import request_stop
@@ -135,7 +171,7 @@ class TrainHandlers:
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors(message_at=1, outputs=6)
+    @ui_errors(message_at=1, outputs=6, here="Train tab")
     def resume_training(self, run_name: str, allow_dataset_change: bool = False):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen,
         the "Resume even though the dataset was rebuilt" box unticked: it applied to this resume only).
@@ -151,7 +187,7 @@ class TrainHandlers:
         return (run_name, f"Resumed **{run_name}** from its last checkpoint." + (f" {released}" if released else ""),
                 gr.Timer(active=True), "", -1, gr.update(value=False))
 
-    @ui_errors(message_at=0, outputs=4)
+    @ui_errors(message_at=0, outputs=4, here="Train tab")
     def delete_run(self, run_name: str):
         """Delete a run that is not training (`pipeline.training.runs.delete_run`); returns (status, runs
         table, resume dropdown, delete dropdown). `CANCELLED`: the browser's confirm said no."""
@@ -166,6 +202,11 @@ class TrainHandlers:
         table, resume, _adapters = self._run_lists()
         return (f"Deleted **{deleted['run']}** ({deleted['state']}; {size} freed).", table, resume,
                 self.delete_choices(None))
+
+    def resume_choices(self, selected: str | None):
+        """The "Stopped run to continue" list (`resumable_runs`), `selected` picked when it is in it: after Stop,
+        the run just stopped is listed and picked."""
+        return self._run_lists(selected=selected)[1]
 
     def delete_choices(self, selected: str | None):
         """The runs that can be deleted (every run whose process is not alive), keeping `selected` if it still is."""
@@ -189,34 +230,43 @@ class TrainHandlers:
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
+            return (gr.skip(),) * 4 + (error_panel(error, here="Train tab"), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         rows, alive = run.rows, run.alive
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
             view.run_memory_markdown(run),
-            readable_log(run.log_tail, LOG_LINES),
+            readable_log(run.log_tail, LOG_LINES, here=self.here),
             view.failure_markdown({"status": run.state, "reason": app_wording(run.reason, here=self.here),
                                    "suggestions": [not_here(line, self.here) for line in app_lines((run.result or {}).get("suggestions") or [])]}),
             len(rows),
             gr.Timer(active=alive),
             # While it runs, the Past runs table is re-read only when a new progress row arrived.
-            *(((self.runs_table() if len(rows) != seen else gr.skip()), gr.skip(), gr.skip()) if alive
+            *(((self.runs_table() if len(rows) != seen else gr.skip()),
+               self.resume_choices(run_name) if run.state == "stopping" else gr.skip(), gr.skip()) if alive
               else self._run_lists(selected=run_name)),
             # The headline counts the tutors and names the one training: again once the run has ended.
-            self.headline() if not alive else gr.skip(),
+            self.headline(values[0] if values else None) if not alive else gr.skip(),
             self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
         )
 
     def _expected_load(self, run) -> float | None:
-        """Seconds loading took here before for the watched run's model and precision
-        (`pipeline.calibration.expected_load_seconds`), or None."""
+        """Seconds loading took here before for the watched run's model and precision, or None: measured by
+        this workspace's runs of those settings (`pipeline.training.runs.measured_load_seconds`, read once per
+        watched run), else by this computer's calibration (`pipeline.calibration.expected_load_seconds`)."""
         from pipeline.calibration import expected_load_seconds
         from pipeline.config import likely_device
+        from pipeline.training.runs import measured_load_seconds
 
         settings = run.settings or {}
         if not settings.get("model"):
             return None
+        key = (run.run, (run.result or {}).get("started_at"))  # once per process of the run
+        if key not in self._loads:
+            here = measured_load_seconds(self.ws, settings)
+            self._loads[key] = here["seconds"] if here else None
+        if self._loads[key]:
+            return self._loads[key]
         device = likely_device() if settings.get("device", "auto") == "auto" else settings["device"]
         load = expected_load_seconds(settings["model"], settings.get("quantization", "none"), device,
                                      bool(settings.get("low_memory_heap")))
@@ -255,7 +305,7 @@ class TrainHandlers:
     def _run_lists(self, selected: str | None = None):
         """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
         runs = list_runs(self.ws)
-        resumable = [r["run"] for r in runs if r["state"] in ("stopped", "failed") and r["has_checkpoint"]]
+        resumable = resumable_runs(runs)
         adapters = [r["run"] for r in runs if r["has_adapter"]]  # a tutor to try, newest first
         return (
             _runs_frame(runs),
@@ -264,11 +314,20 @@ class TrainHandlers:
         )
 
 
+def resumable_runs(runs: list[dict]) -> list[str]:
+    """The runs **Resume** can continue, as `list_runs` gives them: stopped or failed after a checkpoint, and
+    one that is stopping (Stop was clicked: it saves a checkpoint as it ends), so the run just stopped is
+    offered at once, not after a reload."""
+    return [r["run"] for r in runs
+            if r["state"] == "stopping" or (r["state"] in ("stopped", "failed") and r["has_checkpoint"])]
+
+
 def _runs_frame(runs: list[dict]):
     """The Past runs table, each run's note in the app's words (plain text: a table cell shows no Markdown).
     A run whose process is alive has no note: its result.json still holds how the previous process ended
     ("stopped by request" while the resumed run trains), which is no longer true."""
-    return view.runs_frame([{**run, "reason": None if run.get("alive") else app_wording(run.get("reason"), markdown=False)}
+    return view.runs_frame([{**run, "reason": None if run.get("alive")
+                             else app_wording(stop_words(run.get("reason")), markdown=False, here="Train tab")}
                            for run in runs])
 
 
@@ -354,9 +413,10 @@ def _advanced_settings(messages: dict[str, gr.Markdown]) -> dict[str, Any]:
             "judge_clips": judge_clips, "early_stopping_patience": early_stopping_patience}
 
 
-def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
+def train_tab(handlers: TrainHandlers, model: gr.components.Component | None = None) -> SimpleNamespace:
     """Lay out the Train tab and wire Stop and Resume; returns its widgets (start, the timer and the run
-    lists also touch other tabs' widgets, so `build_ui` wires them)."""
+    lists also touch other tabs' widgets, so `build_ui` wires them). `model`: the model picker, whose tutors
+    the headline counts (`TrainHandlers.headline`)."""
     d = DEFAULTS
     messages: dict[str, gr.Markdown] = {}  # a number setting's message line, under it (`setting_message`)
     with gr.Tab("4 · Train", id="train", elem_id="tab-train") as tab:
@@ -415,21 +475,26 @@ def train_tab(handlers: TrainHandlers) -> SimpleNamespace:
     for name, widget in numbers.items():
         widget.change(lambda value, name=name: setting_message(name, value), inputs=widget, outputs=messages[name],
                       show_progress="hidden")
-    stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status)
+    # The run asked to stop is the one to continue: the list shows it at once, picked (not after a reload).
+    stop_button.click(handlers.stop_training, inputs=current_run, outputs=train_status).then(
+        handlers.resume_choices, inputs=current_run, outputs=resume_choice, show_progress="hidden")
     for event in (tab.select, refresh_runs.click):
         event(handlers.compare_choices, inputs=compare, outputs=compare)
         event(handlers.delete_choices, inputs=delete_choice, outputs=delete_choice)
-    tab.select(handlers.headline, outputs=headline, show_progress="hidden")
+    picked = [model] if model is not None else None  # the headline counts the picked model's tutors
+    tab.select(handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
+    if model is not None:
+        model.change(handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     compare.change(handlers.compare_runs, inputs=compare, outputs=compare_plot)
     started = [current_run, train_status, timer, failure_out, seen_rows]
     # A resume starts a new process: the table's note of how the last one ended is no longer true.
     resume_button.click(handlers.resume_training, inputs=[resume_choice, allow_change],
                         outputs=[*started, allow_change]).then(handlers.runs_table, outputs=runs_df).then(
-        handlers.headline, outputs=headline, show_progress="hidden")
+        handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     runs_df.select(handlers.pick_run, outputs=[delete_choice, delete_status])
     deleted = delete_button.click(handlers.delete_run, inputs=delete_choice, js=confirm_js(DELETE_RUN_QUESTION),
                         outputs=[delete_status, runs_df, resume_choice, delete_choice]).then(
-        handlers.headline, outputs=headline, show_progress="hidden")
+        handlers.headline, inputs=picked, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
         tab=tab, settings_note=settings_note, run_name=run_name, start_button=start_button,
         resume_choice=resume_choice, current_run=current_run, train_status=train_status, timer=timer,

@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_gib, format_seconds
+from pipeline.units import format_gib, format_loss, format_seconds
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -120,38 +120,47 @@ def settings_markdown(config: Mapping[str, Any]) -> str:
             f"{settings_details(config)}\n\n</details>")
 
 
-def sureness_words(step: Mapping[str, Any] | None) -> str:
+def sureness_words(step: Mapping[str, Any] | None, workspace: Any = None) -> str:
     """How sure a forecast from `step` (`pipeline.calibration.expected_step_seconds`'s dict) is, in words:
-    from how many runs of these settings here and how much they varied, or from the calibration's trial
-    step only."""
+    from how many runs of these settings and how much they varied, or from the calibration's trial step only;
+    "here" only when every one was measured in this project folder (`workspace`), else "on this computer",
+    saying how many came from another project folder (the measurements are this computer's, shared)."""
+    from pipeline.calibration.this_machine import evidence_places
+    from ui.memory_view import elsewhere_words
+
     if not step:
         return ""
-    if step.get("source") == "probe":
-        return ("from the calibration's trial step only, a rough guide: the first run of these settings here "
-                "will measure it")
     count = int(step.get("measurements") or 1)
+    places = evidence_places(step.get("folders") or [], workspace) if workspace is not None else None
+    where = "here" if places is None or places["here"] == count else "on this computer"
+    others = elsewhere_words(places, count)
+    if step.get("source") == "probe":
+        return ("from the calibration's trial step only" + (f" ({others})" if others else "")
+                + ", a rough guide: the first run of these settings here will measure it")
+    others = f" ({others})" if others else ""
     if count == 1:
-        return "measured once here, in an earlier run of this model; a busier computer takes longer"
+        return f"measured once {where}, in an earlier run of this model{others}; a busier computer takes longer"
     spread = step.get("spread_percent")
-    return (f"measured {count} times here, in earlier runs of this model"
+    return (f"measured {count} times {where}, in earlier runs of this model{others}"
             + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
 
 
-def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
+def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = None) -> str:
     """Before a run starts, a teacher's decision first: how long it will take from Start to its last step
     (loading included) and how sure that is, then behind "Why?" the parts of that time and the precision
     the run computes in on `device`, and why (`plan`: `pipeline.calibration.forecast_run`'s dict:
     `compute_dtype`, `compute_dtype_reason`, `seconds` (the steps), `load_seconds`, `total_seconds`,
-    `steps`, `step` (the measured step's record), `load` (the measured loading's))."""
+    `steps`, `step` (the measured step's record), `load` (the measured loading's)); `workspace`: the project
+    folder asking, against which "How sure" says where its measurements were made (`sureness_words`)."""
     steps = plan.get("steps")
     total, load = plan.get("total_seconds"), plan.get("load_seconds")
     if plan.get("seconds") is not None and total is not None:
         text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
                 f"(loading about {format_seconds(load)}, then the steps about {format_seconds(plan['seconds'])}; "
-                f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'))}.")
+                f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif plan.get("seconds") is not None:
         text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
-                f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'))}.")
+                f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif steps is not None:
         text = (f"**How long:** {steps} steps; how long they take has not been measured on this computer for these "
                 "settings yet: **Calibrate this machine** on the Memory tab measures it, and so does a first run.")
@@ -165,7 +174,7 @@ def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
                  f"{reason})." if dtype == "float32" else
                  f"It computes in the shorter number format, half the memory of the longer one (technically: "
                  f"{COMPUTE_DTYPE_WORDS.get(dtype, dtype)}; {reason}).")
-    dated = [f"{what} measured here on {str(record['date'])[:10]}" for what, record in
+    dated = [f"{what} measured on this computer on {str(record['date'])[:10]}" for what, record in
              (("the step", plan.get("step")), ("the loading", plan.get("load"))) if record and record.get("date")]
     why = f"- **Precision.** {precision}"
     if dated:
@@ -178,10 +187,12 @@ def forecast_markdown(plan: Mapping[str, Any], device: str) -> str:
 
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
-                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None) -> str:
+                  status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
+                  loading: bool = False) -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
-    config.json), a second line with the settings this run uses."""
+    config.json), a second line with the settings this run uses. `loading` (its process has logged no step
+    yet): a run with no step done says "loading the model", not "step 0 of ?"."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
@@ -189,11 +200,13 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
     eta_text = (f" · about {format_seconds(eta_s)} left (from this run's steps so far)" if eta_s  # none once ended
                 else "")
+    steps_text = ("<b>loading the model</b>" if loading and not step
+                  else f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %")
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
-        f'<div class="train-progress-text">{label_text}step <b>{step}</b> of <b>{total or "?"}</b> · '
-        f'{fraction * 100:.0f} % · elapsed {format_seconds(elapsed_s)}{eta_text} · '
+        f'<div class="train-progress-text">{label_text}{steps_text} · '
+        f'elapsed {format_seconds(elapsed_s)}{eta_text} · '
         f"status: <b>{status_text}</b></div>"
         + (f'<div class="train-progress-settings"><small>{settings_html(settings, "This run:")}</small></div>'
            if settings else "")
@@ -217,7 +230,8 @@ def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
     it loads) and its own settings."""
     return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s,
-                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings)
+                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
+                         loading=run.loading_s is not None)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
@@ -273,7 +287,7 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     if measured and comparison.get("measured_phase"):
         text += f" ({PHASE_WORDS.get(comparison['measured_phase'], comparison['measured_phase'])})"
     if total:
-        text += f"; the estimate for the whole run was {format_gib(total)}"
+        text += f"; the estimate for the whole run, made when it started, was {format_gib(total)}"
         if comparison.get("estimate_phase"):
             text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
         if comparison.get("percent"):
@@ -283,7 +297,7 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     if step_measured or step_estimate:
         step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_gib(step_estimate)} estimated"
+            step += f" against {format_gib(step_estimate)} estimated when the run started"
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step + ".")
@@ -293,6 +307,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
         why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
     if comparison.get("calibration_text"):
         why.append(f"The estimate: {comparison['calibration_text']}.")
+    if total or step_estimate:  # the Memory tab's answer is today's: it may differ a little (one figure per moment)
+        why.append("These estimates were made when the run started; the Memory tab estimates with what this computer "
+                   "has measured since (each run adds to it), so its figures for the same settings can differ a little.")
     if comparison.get("compute_dtype"):
         why.append(f"Precision: {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''}).")
     text = "  \n".join(lines)
@@ -311,9 +328,11 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
     if not checks:
         return ""
     last = checks[-1]
-    what = ("agreement with the experts" if last.get("criterion") == "expert_agreement" else "eval loss")
-    return (f"**Checked against the experts:** {what} {last['value']:.3g} at step {last['step']} (best "
-            f"{last['best_value']:.3g} at step {last['best_step']}); that check answered {last['clips']} test "
+    loss = last.get("criterion") != "expert_agreement"
+    what = "eval loss" if loss else "agreement with the experts"
+    value = (lambda v: format_loss(v) if loss else f"{v:.3g}")  # a loss as every screen rounds it
+    return (f"**Checked against the experts:** {what} {value(last['value'])} at step {last['step']} (best "
+            f"{value(last['best_value'])} at step {last['best_step']}); that check answered {last['clips']} test "
             f"recording(s) in {format_seconds(last['seconds'])}.")
 
 
@@ -355,8 +374,8 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
                 "run": run.get("run"),
                 "state": str(run.get("state", "")).replace("_", " "),
                 "steps": f"{step or 0}/{max_steps}" if max_steps else (step or 0),
-                "final loss": _round(result.get("final_loss")),
-                "eval loss": _round(result.get("eval_loss")),
+                "final loss": _loss(result.get("final_loss")),
+                "eval loss": _loss(result.get("eval_loss")),
                 "peak memory": format_gib(result.get("peak_memory_bytes")) if result.get("peak_memory_bytes") else "",
                 "model": Path(str(result.get("model") or "")).name if result.get("model") else "",
                 "note": _note(run.get("reason")),
@@ -368,14 +387,18 @@ def runs_frame(runs: Iterable[Mapping[str, Any]]):
 
 def _note(reason: Any) -> str:
     """A run's reason for the app's table: the command line's "--resume continues" becomes the app's
-    "Resume continues" (the Train tab's Resume button); cut to `NOTE_CHARS` with "…"."""
-    text = str(reason or "")
+    "Resume continues" (the Train tab's Resume button), the STOP file the user never saw goes unnamed
+    (`ui.wording.stop_words`); cut to `NOTE_CHARS` with "…"."""
+    from ui.wording import stop_words
+
+    text = stop_words(str(reason or ""))
     text = text.replace("; --resume continues", ". Resume continues").replace("--resume continues", "Resume continues")
     return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 1].rstrip() + "…"
 
 
-def _round(value: Any) -> Any:
-    return round(float(value), 4) if isinstance(value, (int, float)) else value
+def _loss(value: Any) -> str:
+    """A loss for a table cell: `format_loss` (the one rounding every screen uses), "" when there is none."""
+    return format_loss(value) if isinstance(value, (int, float)) else ""
 
 
 def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):

@@ -20,7 +20,7 @@ from typing import Iterable
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
 from pipeline.model.download import OFFLINE_FIX, OFFLINE_ON
 from pipeline.model.hub import OFFLINE_MODE
-from pipeline.units import MIB, format_gib
+from pipeline.units import MIB, format_gib, format_loss
 from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
@@ -251,6 +251,7 @@ _LOG_LINE = re.compile(
 _PROGRESS_BAR = re.compile(r"(?:[A-Z][A-Za-z ]*:)?\s*\d+%\|[^|\r\n]*\|[^\]\r\n]*\]")  # tqdm's bars
 _LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{5,})(?![\d])")
 _LOGGED_MIB = re.compile(r"\b(peak) (\d+(?:\.\d+)?) MiB\b")  # a step line of a run trained before the GiB log line
+_LOGGED_LOSS = re.compile(r"\b(loss) (-?\d+\.\d+)\b")  # a step's loss: one rounding (`format_loss`) on every screen
 _LEVEL_MARK = {"WARNING": "⚠ ", "ERROR": "✗ ", "CRITICAL": "✗ "}
 
 
@@ -270,6 +271,8 @@ def _json_words(data: dict) -> str:
         if key.endswith("_bytes") and isinstance(value, (int, float)):
             value = format_gib(value)
             name = name[: -len(" bytes")]
+        elif isinstance(value, float) and key.endswith("loss"):
+            value = format_loss(value)  # as the Past runs table shows a loss
         elif isinstance(value, float):
             value = _number(value)
         elif isinstance(value, list):
@@ -280,7 +283,21 @@ def _json_words(data: dict) -> str:
     return "; ".join(words)
 
 
-def _readable_message(message: str) -> str:
+_STOP_FILE = re.compile(r"\bSTOP file found\b|\s*\(STOP file\)|\bthe STOP file\b")
+"""The trainer's words for the file Stop writes, which the app's user never sees: Stop in their words."""
+
+
+def _stop_words(match: re.Match) -> str:
+    return {"STOP file found": "Stop was asked for", "the STOP file": "Stop"}.get(match.group(0).strip(), "")
+
+
+def stop_words(text: str | None) -> str:
+    """`text` (a run's note or log line) without the STOP file the app's user never saw: "STOP file found at
+    step 3" -> "Stop was asked for at step 3", "stopped by request (STOP file)" -> "stopped by request"."""
+    return _STOP_FILE.sub(_stop_words, text or "")
+
+
+def _readable_message(message: str, here: str | None = None) -> str:
     start = message.find(" {")
     if start >= 0 and message.rstrip().endswith("}"):
         try:
@@ -293,16 +310,17 @@ def _readable_message(message: str) -> str:
             message = f"{message[:start].rstrip(':')}: {_json_words(data)}"
     message = _LOGGED_MIB.sub(lambda m: f"{m.group(1)} {format_gib(float(m.group(2)) * MIB)}", message)
     message = message.replace("grad_norm", "grad norm").replace("eval_loss", "eval loss")
-    message = app_wording(message, markdown=False)
+    message = _LOGGED_LOSS.sub(lambda m: f"{m.group(1)} {format_loss(float(m.group(2)))}", message)
+    message = app_wording(stop_words(message), markdown=False, here=here)
     return _LONG_FLOAT.sub(lambda m: _number(float(m.group(1))), message)
 
 
-def readable_log(text: str, lines: int = 12) -> str:
+def readable_log(text: str, lines: int = 12, here: str | None = None) -> str:
     """The last `lines` lines of a `train.log` / `process.log` text, readable: `HH:MM:SS message`,
     ⚠ before warnings and ✗ before errors, logged JSON as words, memory in GiB as the Train tab's panel
     shows it (an older log's "peak 1059.8 MiB" too: one quantity, one unit), long floats to 4 digits, the app's
     words for command-line flags (`app_wording`), and no progress-bar fragments (tqdm's
-    carriage-return lines)."""
+    carriage-return lines). `here`: the tab the log box is on, which its lines do not name (`app_wording`)."""
     out: list[str] = []
     for raw in re.split(r"[\r\n]+", _PROGRESS_BAR.sub("", text or "")):
         line = raw.rstrip()
@@ -311,9 +329,9 @@ def readable_log(text: str, lines: int = 12) -> str:
         match = _LOG_LINE.match(line)
         if match:
             clock, level, message = match.groups()
-            out.append(f"{clock}  {_LEVEL_MARK.get(level, '')}{_readable_message(message)}")
+            out.append(f"{clock}  {_LEVEL_MARK.get(level, '')}{_readable_message(message, here)}")
         else:
-            out.append(_readable_message(line))
+            out.append(_readable_message(line, here))
     return "\n".join(out[-lines:])
 
 

@@ -107,6 +107,9 @@ class DeviceCalibration:
     compute_dtype: str | None = None
     compute_dtype_reason: str | None = None
     speed: dict | None = field(default=None)
+    folders: list = field(default_factory=list)
+    """The project folder (workspace) each piece of evidence was measured in, None where not recorded (older records
+    or the stand-in's probes): the calibration is this computer's, shared by its project folders."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,7 +169,8 @@ def fit_entry(entry: dict) -> DeviceCalibration | None:
         device_key=entry["key"], date=max(r.get("date", "") for r in every), n_measurements=len(every),
         runtime_overhead_bytes=int(max(0, overhead)) if overhead is not None else None, retention_scale=round(scale_r, 3),
         kernel_cache_scale=round(scale_k, 3), spread_scale=round(scale_s, 3), max_error_percent=round(max(residuals), 1) if residuals else None,
-        compute_dtype=(speed or {}).get("compute_dtype"), compute_dtype_reason=(speed or {}).get("reason"), speed=speed)
+        compute_dtype=(speed or {}).get("compute_dtype"), compute_dtype_reason=(speed or {}).get("reason"), speed=speed,
+        folders=[r.get("workspace") for r in every])
 
 
 def uncalibrated_percent(components: dict, members: list[str], total_bytes: int, device: str = "cpu") -> int:

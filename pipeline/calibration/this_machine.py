@@ -57,6 +57,29 @@ def compute_dtype_for(device: str) -> tuple[str, str]:
 # Evidence
 
 
+def workspace_folder(workspace) -> str | None:
+    """The project folder (a workspace, its path or `Workspace`) as evidence records it: its absolute path;
+    None for none."""
+    if workspace is None:
+        return None
+    from pathlib import Path  # noqa: PLC0415
+
+    from pipeline.workspace import Workspace  # noqa: PLC0415
+
+    return str(Path(workspace.root if isinstance(workspace, Workspace) else workspace).expanduser().resolve())
+
+
+def evidence_places(folders: list, workspace) -> dict:
+    """Where evidence (`folders`: each record's project folder, None where not recorded) was measured, seen from
+    `workspace`: `{"here": in this project folder, "elsewhere": in another project folder of this computer,
+    "unknown": not recorded (older records, the stand-in's probes)}`."""
+    here = workspace_folder(workspace)
+    counts = {"here": 0, "elsewhere": 0, "unknown": 0}
+    for folder in folders or []:
+        counts["unknown" if not folder else "here" if folder == here else "elsewhere"] += 1
+    return counts
+
+
 def measurement_record(kind: str, measured_bytes: int, components: dict, members: list[str], **extra) -> dict:
     """One piece of evidence: the measured peak next to the uncalibrated estimate's parts for the same
     phase (`structural`, `overhead`, `retention`, `spread`, `kernel_cache`, bytes; `pipeline.calibration.fit.device_parts`)."""
@@ -78,7 +101,8 @@ def record_run(result: dict, device_name: str | None = None, total_memory_bytes:
     for phase, measured in (memory.get("phase_peak_bytes") or {}).items():
         if phase in parts and measured and exact.get(phase, False):
             records.append({"kind": "run", "date": now_iso(), "phase": phase, "measured_bytes": int(measured),
-                            "run": result.get("run"), "model": result.get("model"), **parts[phase]})
+                            "run": result.get("run"), "model": result.get("model"), "workspace": result.get("workspace"),
+                            **parts[phase]})
     if not records:
         return 0
     key = device_key(device, device_name, total_memory_bytes)
@@ -133,7 +157,8 @@ def expected_step_seconds(model: str, quantization: str, tokens: int, device: st
     spread = round(100 * max(abs(rate / middle - 1) for rate in rates)) if len(rates) > 1 and middle > 0 else None
     return {"seconds": best["seconds_per_micro_batch"] * tokens / best["tokens"], "from_tokens": best["tokens"],
             "from_seconds": best["seconds_per_micro_batch"], "date": best["date"],
-            "source": best.get("source", "run"), "measurements": len(timings), "spread_percent": spread}
+            "source": best.get("source", "run"), "measurements": len(timings), "spread_percent": spread,
+            "folders": [t.get("workspace") for t in timings]}
 
 
 def expected_load_seconds(model: str, quantization: str, device: str, low_memory_heap: bool = False) -> dict | None:
@@ -149,7 +174,7 @@ def expected_load_seconds(model: str, quantization: str, device: str, low_memory
     if not loads:
         return None
     return {"seconds": statistics.median(t["seconds"] for t in loads), "source": loads[-1].get("source", "run"),
-            "measurements": len(loads), "date": loads[-1].get("date")}
+            "measurements": len(loads), "date": loads[-1].get("date"), "folders": [t.get("workspace") for t in loads]}
 
 
 def micro_batch_tokens(batch_size: int, row_tokens: list[int]) -> int:
@@ -167,22 +192,22 @@ def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str)
 
 
 def record_step_time(device: str, model: str, quantization: str, tokens: int, seconds_per_micro_batch: float,
-                     low_memory_heap: bool = False, *, source: str = "run") -> None:
+                     low_memory_heap: bool = False, *, source: str = "run", workspace: str | None = None) -> None:
     """Store a step time measured on this machine (a run's median micro-batch time, or a probe's step:
-    `source`, one of `TIMING_SOURCES`) for `expected_step_seconds`."""
+    `source`, one of `TIMING_SOURCES`) for `expected_step_seconds`; `workspace`: the project folder it was measured in."""
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
               "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0],
-              "low_memory_heap": bool(low_memory_heap), "source": source}
+              "low_memory_heap": bool(low_memory_heap), "source": source, "workspace": workspace}
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
 
 
 def record_load_time(device: str, model: str, quantization: str, seconds: float, low_memory_heap: bool = False, *,
-                     source: str = "run") -> None:
+                     source: str = "run", workspace: str | None = None) -> None:
     """Store the seconds a run (or the calibration's probe: `source`) took from its process's start to its
-    first training step on this machine, for `expected_load_seconds`."""
+    first training step on this machine, for `expected_load_seconds`; `workspace`: the project folder it ran in."""
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "seconds": float(seconds),
               "compute_dtype": choose_compute_dtype(device)[0], "low_memory_heap": bool(low_memory_heap),
-              "source": source}
+              "source": source, "workspace": workspace}
     update_entry(device_key(device), lambda entry: entry.setdefault("load_seconds", []).append(timing))
 
 

@@ -28,6 +28,7 @@ from pipeline.errors import ExportError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
 from pipeline.fileio import atomic_write_json, atomic_write_text
 from pipeline.training.run_folder import RUN_FILES, has_adapter
+from pipeline.units import format_loss
 from pipeline.workspace import Workspace
 
 QUANTIZED_MERGE_NOTE = (
@@ -124,7 +125,7 @@ def _readme(info: dict, fmt: str, folder_name: str, notes: list[str]) -> str:
         what = f"`{base}` with the LoRA adapter of run `{info['run']}` merged into its bf16 weights (no peft needed)."
     lines = [
         f"# Pronunciation tutor `{info['run']}` ({fmt})", "", what, "",
-        f"Trained {prov['steps']} steps (status {prov['status']}, final loss {prov['final_loss']}) with Pronunciation "
+        f"Trained {prov['steps']} steps (status {prov['status']}, final loss {format_loss(prov['final_loss'])}) with Pronunciation "
         "Tutor Studio; every setting is in `export.json`.", "",
         "## Load it", "", "```python", load.rstrip(), "```", "",
         "## Ask it", "",

@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from pipeline import jobs
 from pipeline.calibration.store import calibration_dir, calibration_path, device_key, entry_for, now_iso, update_entry
-from pipeline.calibration.this_machine import calibration_summary, load_calibration, measurement_record
+from pipeline.calibration.this_machine import calibration_summary, load_calibration, measurement_record, workspace_folder
 from pipeline.errors import TrainingError
 from pipeline.fileio import atomic_write_json
 
@@ -79,7 +79,7 @@ offline stand-in, a probe of the person's own settings."""
 
 
 def calibrate(device: str = "auto", *, model: str | None = None, workspace=None, config=None, lengths=None,
-              speed_check: bool = True, progress: Callable[[dict], None] | None = None) -> dict:
+              speed_check: bool = True, progress: Callable[[dict], None] | None = None, asked_from=None) -> dict:
     """Calibrate this machine's `device`: the precision check, then probes (see the module docstring).
 
     Args:
@@ -88,6 +88,8 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
             workspace's worst-case batch when its dataset is built, else a synthetic batch of `lengths`)
             instead of the stand-in's `CALIBRATION_PROBES`.
         speed_check: run the precision check first (False: keep the stored one).
+        asked_from: the project folder (workspace) the calibration was asked from, recorded with its evidence
+            (default: `workspace`); the calibration is this computer's, shared by its project folders.
         progress: called as each part and each probe's phase begins with `{"part"` (one of
             `CALIBRATION_PARTS`), `"index"`, `"of"` (this part's place among this call's parts, from 1),
             `"phase"` (None as a part begins, then the probe's `load`, `batch`, `step`, `shapes`:
@@ -137,6 +139,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
         runs = [(TrainConfig(model=stand_in, device=device, quantization=p["quantization"], max_length=max(512, p["seq_len"])),
                  LengthStats(p["seq_len"], p["clip_s"], longest_answer_tokens=64), None) for p in CALIBRATION_PROBES]
     probes, records = [], []
+    folder = workspace_folder(asked_from if asked_from is not None else workspace)  # where it was asked from
     for i, (cfg, lengths, ws) in enumerate(runs, 1):
         part, index = ("yours" if model is not None else "stand-in"), int(timed) + i
         text = f"Measuring one training step ({i} of {len(runs)}): {cfg.quantization}, {lengths.kept_longest(cfg.max_length)} tokens..."
@@ -149,7 +152,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
         seconds = measured.get("step_seconds") or measured.get("seconds")
         records.append(measurement_record("probe", measured["peak_bytes"], est.components, members, model=cfg.model,
                                           quantization=cfg.quantization, seq_len=est.seq_len,
-                                          baseline_rss_bytes=measured.get("baseline_rss_bytes")))
+                                          baseline_rss_bytes=measured.get("baseline_rss_bytes"), workspace=folder))
         if measured.get("new_shapes"):  # the kernels cached for new batch shapes, against the constants
             from pipeline.calibration.store import device_defaults  # noqa: PLC0415
 
@@ -157,17 +160,17 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
             per_shape = sizes.cpu_kernel_cache_bytes_per_row_length + (sizes.cpu_kernel_cache_bytes_per_clip_length if lengths.longest_clip_s else 0)
             records.append({"kind": "kernel_cache", "date": now_iso(), "measured_bytes": int(measured["kernel_cache_growth_bytes"]),
                             "structural": 0, "overhead": 0, "retention": 0, "kernel_cache": per_shape * measured["new_shapes"],
-                            "model": cfg.model, "quantization": cfg.quantization})
+                            "model": cfg.model, "quantization": cfg.quantization, "workspace": folder})
         probes.append({"settings": cfg.to_dict(), "measured_bytes": measured["peak_bytes"], "estimate_bytes": est.step_bytes,
                        "step_seconds": seconds, "measured": measured})
         if seconds:  # a probe's step, kept apart from runs' (`pipeline.calibration.this_machine.TIMING_SOURCES`)
             timing = {"date": now_iso(), "model": cfg.model, "quantization": cfg.quantization, "tokens": est.seq_len * cfg.batch_size,
                       "seconds_per_micro_batch": float(seconds), "compute_dtype": speed.get("compute_dtype"),
-                      "low_memory_heap": bool(cfg.low_memory_heap), "source": "probe"}
+                      "low_memory_heap": bool(cfg.low_memory_heap), "source": "probe", "workspace": folder}
             update_entry(key, lambda entry, t=timing: entry.setdefault("step_seconds", []).append(t))
         if measured.get("startup_seconds") and ws is not None:  # a run's loading, as this probe went through it
             record_load_time(device, cfg.model, cfg.quantization, measured["startup_seconds"], cfg.low_memory_heap,
-                             source="probe")
+                             source="probe", workspace=folder)
     update_entry(key, lambda entry: entry["measurements"].extend(records))
     calibration = load_calibration(device)
     return {"calibration": calibration_summary(calibration), "calibration_text": calibration.text() if calibration else "",

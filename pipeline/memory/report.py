@@ -134,7 +134,7 @@ def estimate_for_workspace(
         "suggestions": [s.to_dict() for s in suggestions],
         "measured": measured,
         "per_process": True,
-        "calibration": calibration_summary(calibration),
+        "calibration": _with_places(calibration_summary(calibration), calibration, ws),
         "calibration_text": calibration_text(calibration, est.components, peak_members, est.total_bytes, est.device),
         "uncertainty_percent": uncertainty,
         "this_machine": this_machine,
@@ -158,10 +158,21 @@ def _calibrate_and_measure(ws, device: str, config: TrainConfig, lengths, progre
         return None if progress is None else (lambda step: progress(dict(step, index=step["index"] + offset, of=parts)))
 
     with hold_calibration():  # one calibration at a time on this computer (TrainingError when one runs)
-        calibrate(device, progress=counted(0))
+        calibrate(device, progress=counted(0), asked_from=ws.root)
         done = calibrate(device, model=config.model, workspace=ws.root if built else None, config=config,
-                         speed_check=False, lengths=lengths, progress=counted(parts - 1))
+                         speed_check=False, lengths=lengths, progress=counted(parts - 1), asked_from=ws.root)
     return dict(done["probes"][0]["measured"])
+
+
+def _with_places(summary: dict | None, calibration, ws) -> dict | None:
+    """The calibration summary with where its evidence was measured, seen from `ws` (`places`:
+    `pipeline.calibration.this_machine.evidence_places` of `calibration.folders`): the calibration is this
+    computer's, and a teacher is told when some of it comes from another project folder."""
+    if summary is None:
+        return None
+    from pipeline.calibration.this_machine import evidence_places  # noqa: PLC0415
+
+    return {**summary, "places": evidence_places(getattr(calibration, "folders", None) or [], ws)}
 
 
 def render(result: dict) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from pipeline.errors import PipelineError
-from pipeline.units import format_bytes
+from pipeline.units import format_gib
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
@@ -103,17 +103,19 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
 def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, markdown: bool = False) -> str:
     """Two lines: the whole run's peak against the estimate's whole-run peak, each with the phase
     that set it, then one training step against one step. `running`: the run has not finished, so
-    the measured peak covers only the phases reached so far."""
+    the measured peak covers only the phases reached so far. Every figure in GiB (`format_gib`: one unit for
+    figures compared with one another); the estimate is the one made when the run started (`run_estimate`),
+    which the Memory tab's answer of today may differ from as this computer's calibration grows."""
     b = (lambda s: f"**{s}**") if markdown else (lambda s: s)
     measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
     if not measured and not total:
         return ""
     label = "Peak memory so far" if running else "Peak memory of the run"
-    text = f"{b(label + ':')} {format_bytes(measured) if measured else 'not measured yet'}"
+    text = f"{b(label + ':')} {format_gib(measured) if measured else 'not measured yet'}"
     if measured and comparison.get("measured_phase"):
         text += f" (set by {comparison['measured_phase']})"
     if total:
-        text += f" · {b('estimate for the whole run:')} {format_bytes(total)}"
+        text += f" · {b('estimate for the whole run when it started:')} {format_gib(total)}"
         if comparison.get("estimate_phase"):
             text += f" (peak in {comparison['estimate_phase']})"
         if comparison.get("percent"):
@@ -123,9 +125,9 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
     lines = [text]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
-        step = f"{b('One training step:')} {format_bytes(step_measured) if step_measured else 'not reached yet'}"
+        step = f"{b('One training step:')} {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_bytes(step_estimate)} estimated"
+            step += f" against {format_gib(step_estimate)} estimated when the run started"
             if comparison.get("step_percent"):
                 step += f" ({comparison['step_percent']:.0f} %)"
         lines.append(step)

@@ -36,6 +36,7 @@ from typing import Any
 
 from pipeline.fileio import atomic_write_text, jsonl_lines, read_jsonl
 from pipeline.jobs import PID_FILE, PROCESS_LOG, JobKind, as_workspace, read_json
+from pipeline.units import format_loss
 from pipeline.workspace import Workspace
 
 RUN_FILES = {
@@ -160,8 +161,8 @@ def summary_text(result: dict) -> str:
     lines = [f"Run `{result.get('run')}` {status}" + (f": {result['reason']}" if result.get("reason") else ".")]
     if result.get("steps") is not None:
         lines.append(
-            f"  steps {result['steps']}/{result.get('max_steps')}, final loss {result.get('final_loss')}, "
-            f"eval loss {result.get('eval_loss')}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
+            f"  steps {result['steps']}/{result.get('max_steps')}, final loss {format_loss(result.get('final_loss'))}, "
+            f"eval loss {format_loss(result.get('eval_loss'))}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
         )
     memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
     if memory:
@@ -248,7 +249,7 @@ def ended_without_result(run_dir: Path, how: str) -> str:
 
 def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: float, *,
               max_steps: int | None = None, stop_requested_at: float | None = None,
-              failed_at: float | None = None) -> tuple[float | None, float | None]:
+              failed_at: float | None = None, ended_at: float | None = None) -> tuple[float | None, float | None]:
     """(elapsed seconds, seconds spent loading) of a run for its progress line.
 
     `rows`: progress.jsonl lines (each has `elapsed_s`, the run's time across resumes with each
@@ -259,7 +260,9 @@ def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: floa
     one, and stops ticking once the last line is the run's final step (`max_steps` reached, or logged
     after STOP was written at `stop_requested_at`), so the figure a finished or stopped run shows (its
     last line's) is never below one shown while it ran.
-    A run that failed at `failed_at` (unix seconds) counts its time up to the failure.
+    A run that failed at `failed_at` (unix seconds) counts its time up to the failure. A run whose last process
+    ended at `ended_at` (result.json's `finished_at`) without logging a line (resumed, then stopped while it
+    loaded) counts that process's time too: the clock showed it ticking while it loaded.
     Loading is None once this process has logged a line. The clock is read from the last line that
     carries one (`elapsed_s`): a --keep-best judging line (`"kind": "judge"`) has none, and after one
     the run is training (or stopping), not loading again.
@@ -271,6 +274,8 @@ def run_clock(rows: list[dict], started_at: float | None, alive: bool, now: floa
     if not alive:
         if failed_at and logged is not None:
             return float(logged) + max(0.0, float(failed_at) - last_time), None
+        if logged is not None and ended_at and started_at and float(started_at) > last_time:
+            return float(logged) + max(0.0, float(ended_at) - float(started_at)), None
         return logged, None
     this_process = [r for r in rows if started_at is None or float(r.get("time") or 0) >= float(started_at)]
     if not this_process or logged is None:
@@ -470,7 +475,8 @@ def read_run(workspace: Workspace | str | os.PathLike, run_name: str, *, log_lin
     elapsed, loading = run_clock(
         rows, _clock_start(ended, process.started_at), process.alive, time.time() if now is None else now,
         max_steps=max_steps, stop_requested_at=process.stop_requested_at,
-        failed_at=ended.get("finished_at") if state == "failed" else None)
+        failed_at=ended.get("finished_at") if state == "failed" else None,
+        ended_at=ended.get("finished_at") if state in ("completed", "stopped") else None)
     log_tail = ((_tail(run_dir / RUN_FILES["log"], log_lines) or _tail(run_dir / RUN_FILES["process_log"], log_lines))
                 if log_lines > 0 else "")
     return RunReading(

@@ -74,6 +74,34 @@ def list_runs(workspace: Workspace | str | os.PathLike) -> list[dict[str, Any]]:
     return jobs.list_statuses(ws.runs_dir, lambda name: run_status(ws, name))
 
 
+def measured_load_seconds(workspace: Workspace | str | os.PathLike, settings: dict[str, Any],
+                          last: int = 5) -> dict | None:
+    """How long runs of this workspace took from Start to their first step (result.json's `load_seconds`: the
+    process starting, the model loading, the longest batch checked) with the model, quantization, device and
+    low-memory mode of `settings` (a run's config.json): `{"seconds": the median of the last `last`,
+    "measurements": how many}`, or None when no such run was measured here. What a run loading now will take
+    is best told by these (the calibration's guess, `pipeline.calibration.expected_load_seconds`, comes from
+    its shorter probes)."""
+    import statistics
+
+    from pipeline.training.run_folder import run_settings
+
+    ws = jobs.as_workspace(workspace)
+    keys = ("model", "quantization", "device", "low_memory_heap")
+    wanted = {key: settings.get(key) for key in keys}
+    loads = []
+    for status in reversed(list_runs(ws)):  # oldest first
+        seconds = (status.get("result") or {}).get("load_seconds")
+        if not seconds:
+            continue
+        theirs = run_settings(ws, status["run"])
+        if all(theirs.get(key) == value for key, value in wanted.items()):
+            loads.append(float(seconds))
+    if not loads:
+        return None
+    return {"seconds": statistics.median(loads[-last:]), "measurements": len(loads[-last:])}
+
+
 def active_run(workspace: Workspace | str | os.PathLike) -> str | None:
     """Name of the run whose training process is alive in this workspace (the holder of the
     workspace's training lock, whoever started it), or None."""

@@ -69,10 +69,11 @@ def record_run_step_time(result: dict, log) -> bool:
         return False
     try:
         record_step_time(result["device"], result["model"], timing["quantization"], timing["tokens"],
-                         timing["seconds_per_micro_batch"], bool(timing.get("low_memory_heap", False)))
+                         timing["seconds_per_micro_batch"], bool(timing.get("low_memory_heap", False)),
+                         workspace=result.get("workspace"))
         if result.get("load_seconds"):
             record_load_time(result["device"], result["model"], timing["quantization"], result["load_seconds"],
-                             bool(timing.get("low_memory_heap", False)))
+                             bool(timing.get("low_memory_heap", False)), workspace=result.get("workspace"))
     except (OSError, PipelineError) as error:
         log.warning("The run's step time was not added to the calibration: %s", error)
         return False

@@ -41,7 +41,7 @@ from pipeline.data.portable import dataset_identity
 from pipeline.errors import ConfigError, DatasetError, PipelineError, TrainingError, cause_words
 from pipeline.fileio import atomic_write_json
 from pipeline.host import distributed
-from pipeline.calibration.this_machine import micro_batch_tokens
+from pipeline.calibration.this_machine import micro_batch_tokens, workspace_folder
 from pipeline.training.step_timer import record_run_step_time, step_timer
 from pipeline.training.peak_memory import (
     PhaseMemory,
@@ -284,6 +284,7 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
         "reason": None,
         "pid": os.getpid(),
         "model": config.model,
+        "workspace": workspace_folder(ws),  # the project folder, for this computer's calibration (shared by all)
         "resumed_from": str(start.checkpoint) if start.checkpoint else None,
         "started_at": started_at,
         "processes": distributed.world_size(),
@@ -436,13 +437,13 @@ def _finish(run: _Run, session: Session, fit: _Fit) -> dict:
     best_eval = [h["eval_loss"] for h in state.log_history if "eval_loss" in h]
     result.update(
         status="stopped" if stopped else "completed",
-        reason=("stopped by request (STOP file); --resume continues" if stopped
+        reason=("stopped by request; --resume continues" if stopped
                 else "stopped early: no improvement in --early-stopping-patience evaluations"
                 if fit.keeper is not None and fit.keeper.early_stopped else None),
         steps=state.global_step,
         max_steps=state.max_steps,
         epochs=round(float(state.epoch or 0.0), 4),
-        final_loss=fit.progress.last_loss,
+        final_loss=_last_train_loss(fit.progress.last_loss, paths["progress"]),
         eval_loss=best_eval[-1] if best_eval else None,
         adapter_dir=str(paths["adapter"]),
         checkpoint=str(last_checkpoint(paths["dir"]) or "") or None,
@@ -455,6 +456,17 @@ def _finish(run: _Run, session: Session, fit: _Fit) -> dict:
                                    tokens=micro_batch_tokens(config.batch_size, list(session.train_data["num_tokens"])))
     log.info("Run `%s` %s at step %d.", run.name, result["status"], state.global_step)
     return result
+
+
+def _last_train_loss(this_process: float | None, progress: Path) -> float | None:
+    """The run's final training loss: the last one this process logged, else (a resumed run stopped before its
+    first new step) the last one in the run's progress.jsonl, so the run keeps its final loss."""
+    if this_process is not None:
+        return this_process
+    from pipeline.fileio import read_jsonl
+
+    losses = [row["loss"] for row in read_jsonl(progress) if row.get("loss") is not None]
+    return float(losses[-1]) if losses else None
 
 
 def _record_failure(run: _Run, error: Exception) -> None:
