@@ -42,7 +42,7 @@ from pipeline.access.logins import SESSION_HOURS  # noqa: E402
 from pipeline.inbox.practice import DEFAULT_ATTEMPTS_PER_HOUR  # noqa: E402
 from pipeline.workspace import DEFAULT_WORKSPACE  # noqa: E402
 from ui.common import CONFIG_FIELDS, REPO_ROOT  # noqa: E402
-from ui.dataset_tab import dataset_tab  # noqa: E402
+from ui.dataset_tab import dataset_tab, wire_dataset_tab  # noqa: E402
 from ui.get_model import get_model_panel  # noqa: E402
 from ui.inbox_tab import inbox_tab  # noqa: E402
 from ui.judge_tab import judge_tab  # noqa: E402
@@ -86,18 +86,8 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
             if name != "model":
                 widget.elem_id = widget.elem_id or f"set-{name.replace('_', '-')}"
 
-        # A build sets the Memory tab's max length to the longest row.
-        dataset_outputs = [*dataset.outputs, settings["max_length"]]
-        dataset.build_button.click(
-            app.dataset.build_dataset, inputs=[model, dataset.eval_fraction, dataset.seed, dataset.build_max_length],
-            outputs=dataset_outputs).then(dataset.refresh[0], outputs=dataset.refresh[1], show_progress="hidden").then(
-            app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
-        # What a clip costs in tokens follows the model's family (Gemma 4: by its length), and a dataset built for
-        # the other family says so (on the Dataset tab; the Train tab's "Next run" line follows every setting).
-        model.change(app.dataset.max_length_update, inputs=model, outputs=dataset.build_max_length,
-                     show_progress="hidden")
-        for event in (model.change, dataset.tab.select):
-            event(app.dataset.model_note, inputs=model, outputs=dataset.model_note, show_progress="hidden")
+        # Build (it sets the Memory tab's max length to the longest row), and what follows the model picker.
+        dataset_outputs = wire_dataset_tab(app.dataset, dataset, model, settings["max_length"])
 
         # Set once this page shows the saved settings: nothing is remembered or estimated from the defaults before.
         restored = gr.State(False)

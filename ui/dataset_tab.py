@@ -192,3 +192,21 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
         # The first five outputs of `build_dataset` / `dataset_on_load`, in order (the sixth is Memory's max length).
         outputs=[dataset_summary, speakers_df, length_plot, excluded_df, export_files],
     )
+
+
+def wire_dataset_tab(handlers: DatasetHandlers, tab: SimpleNamespace, model: gr.Dropdown,
+                     max_length: gr.Number) -> list:
+    """Wire the Dataset tab (`dataset_tab`'s namespace) to the page: Build dataset (which also sets the Memory
+    tab's `max_length` box to the longest row, then refreshes the tab), and what follows the `model` picker:
+    what a clip costs in tokens (Gemma 4: by its length) and the note when the dataset was built for the other
+    model family (on a model change and when the tab opens; the Train tab's "Next run" line says it too).
+    Returns the build's outputs (the tab's and `max_length`), which the page load fills as well."""
+    outputs = [*tab.outputs, max_length]
+    tab.build_button.click(
+        handlers.build_dataset, inputs=[model, tab.eval_fraction, tab.seed, tab.build_max_length],
+        outputs=outputs).then(tab.refresh[0], outputs=tab.refresh[1], show_progress="hidden").then(
+        handlers.model_note, inputs=model, outputs=tab.model_note, show_progress="hidden")
+    model.change(handlers.max_length_update, inputs=model, outputs=tab.build_max_length, show_progress="hidden")
+    for event in (model.change, tab.tab.select):
+        event(handlers.model_note, inputs=model, outputs=tab.model_note, show_progress="hidden")
+    return outputs
