@@ -96,7 +96,7 @@ def test_the_tiny_gemma4_goes_from_recordings_to_a_gguf_in_the_app(module_app, m
     slider.fill("16")
     slider.press("Enter")
     page.click("#judge-run")
-    progress = wait_text(page, "#judge-progress", r"answers .* done|✗|failed", timeout_s=600)
+    progress = wait_text(page, "#judge-progress", r"answered .* done|✗|failed", timeout_s=600)
     assert "done" in progress, progress
     wait_text(page, "#judge-headline", rf"run · {RUN}", timeout_s=60)
     assert len(list((workspace / "runs" / RUN / "eval").glob("eval-*.json"))) == 1

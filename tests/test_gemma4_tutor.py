@@ -159,7 +159,7 @@ def test_the_practice_page_answers_a_student_with_the_gemma4_run(g4_ws, speechoc
 
     handlers = PracticeHandlers(Workspace(ws))
     _name, exercises, note, _consent = handlers.on_load(None, None)
-    assert len(exercises["choices"]) == 2 and "random stand-in" in note
+    assert len(exercises["choices"]) == 2 and "test tutor" in note and "random" in note
     updates = list(handlers.answer(str(speechocean_dir / "WAVE/SPEAKER0001/000010011.WAV"), 0, "lee", True))
     text, status = updates[-1]
     assert text and "Kept for your teacher" in status

@@ -89,7 +89,7 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     done = re.search(r"(\d+) of \1 answered", progress)
     assert done and figures["test recordings answered"].split()[0] == done.group(1), (progress, figures)
     clips = _frame(clips)
-    assert scatter.axes and len(clips) == len(rows) >= 1 and clips["disagreement"].iloc[0] == "10.0"
+    assert scatter.axes and len(clips) == len(rows) >= 1 and clips["disagreement"].iloc[0] == "no answer could be read"
     assert audio and Path(audio).exists() and "Experts' feedback" in details and "unparsed" in details
     saved = list((built.ws.root / "evals").glob("*/*.json"))
     assert len(saved) == 1
@@ -192,6 +192,12 @@ def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scal
     assert [(r["id"], r["disagreement"]) for r in rows] == [("c", 10.0), ("b", 6.0), ("a", 4.0)]
     frame = view.clips_frame(rows, ["base · google/gemma-3n-E2B-it", "run · r1"])
     assert list(frame["base · google/gemma-3n-E2B-it: total"]) == ["unparsed", "2.0", "6.0"]
+    # a clip no model's answer could be read for has no disagreement figure (the new-user pass: "disagreement 10.0")
+    alone = view.clip_rows([base])
+    assert alone[0]["id"] == "c" and alone[0]["unreadable"]
+    assert view.clips_frame(alone, ["base"])["disagreement"].iloc[0] == "no answer could be read"
+    assert "disagreement no answer could be read" in view.clip_markdown(alone[0])
+    assert list(view.clips_frame(alone, ["base"])["disagreement"])[1:] == ["6.0", "1.0"]
 
 
 def test_the_headline_gives_chrf_for_every_kind_present():

@@ -190,7 +190,8 @@ def clip_rows(results: Sequence[Mapping[str, Any]]) -> list[dict]:
 
     Each: `id`, `sentence`, `expert_total`, `expert_feedback`, `answers` ({label: {"answer", "total",
     "parsed", "reason"}}) and `disagreement`: the largest |tutor - expert| total over the models, an
-    unparsed answer counting `UNPARSED_DISAGREEMENT` (10, the whole scale).
+    unparsed answer counting `UNPARSED_DISAGREEMENT` (10, the whole scale) for the order only: a clip whose
+    every answer is unreadable is shown with `disagreement_words` ("no answer could be read"), not a figure.
     """
     clips: dict[str, dict] = {}
     for result in results:
@@ -211,12 +212,19 @@ def clip_rows(results: Sequence[Mapping[str, Any]]) -> list[dict]:
             elif answer["total"] is not None and entry["expert_total"] is not None:
                 gaps.append(abs(answer["total"] - entry["expert_total"]))
         entry["disagreement"] = max(gaps) if gaps else None
+        entry["unreadable"] = bool(entry["answers"]) and not any(a["parsed"] for a in entry["answers"].values())
     return sorted(clips.values(), key=lambda e: (-(e["disagreement"] if e["disagreement"] is not None else -1), e["id"]))
 
 
 def _short(text: str, limit: int = 90) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def disagreement_words(row: Mapping[str, Any]) -> str:
+    """A clip's disagreement as shown (one decimal), or "no answer could be read" when every model's answer
+    was unreadable: no figure for data that is missing (`UNPARSED_DISAGREEMENT` only orders the table)."""
+    return "no answer could be read" if row.get("unreadable") else _num(row["disagreement"], 1)
 
 
 def clips_frame(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]):
@@ -229,7 +237,7 @@ def clips_frame(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]):
         columns += [f"{label}: total", f"{label}: answer"]
     table = []
     for row in rows:
-        line = [row["id"], row["sentence"], _num(row["disagreement"], 1), _num(row["expert_total"], 1),
+        line = [row["id"], row["sentence"], disagreement_words(row), _num(row["expert_total"], 1),
                 _short(row["expert_feedback"])]
         for label in labels:
             answer = row["answers"].get(label)
@@ -247,7 +255,7 @@ def clip_markdown(row: Mapping[str, Any] | None) -> str:
     if not row:
         return "Select a clip in the table to hear it and read every answer in full."
     parts = [f"**Clip `{row['id']}`** · sentence: *{html.escape(row['sentence'])}* · disagreement "
-             f"{_num(row['disagreement'], 1)}", "", "**Experts' feedback**", "", _quote(row["expert_feedback"])]
+             f"{disagreement_words(row)}", "", "**Experts' feedback**", "", _quote(row["expert_feedback"])]
     for label, answer in row["answers"].items():
         status = "" if answer["parsed"] else f" — ✗ unparsed: {answer['reason']}"
         parts += ["", f"**{label}**{status}", "", _quote(answer["answer"] or "(empty answer)")]
@@ -260,13 +268,15 @@ def _quote(text: str) -> str:
 
 def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None) -> str:
     """The evaluation's progress bar: test recordings answered of all to answer (the headline's "test recordings
-    answered" when it is done; with the hearing probes, their answers too), and what happens now."""
+    answered" when it is done; with the hearing probes, their answers too), and what happens now (`message`,
+    plain text: its code marks are dropped, since HTML shows no Markdown)."""
     fraction = min(1.0, done / total) if total else 0.0
     elapsed = f" · {elapsed_s:.0f} s" if elapsed_s is not None else ""
     return (
         '<div class="judge-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
-        f"<div>{done} of {total or '?'} answered · {fraction * 100:.0f} %{elapsed} · {html.escape(message)}</div></div>"
+        f"<div>{done} of {total or '?'} answered · {fraction * 100:.0f} %{elapsed} · "
+        f"{html.escape(str(message).replace('`', ''))}</div></div>"
     )
 
 

@@ -60,17 +60,22 @@ class TrainHandlers:
         """The tab's first line, about the teacher's data: the built dataset's recordings, learners and
         split, and the tutors trained so far (Markdown). With `model` (the model picker's), the tutors counted
         are that model's, and those of other models are said apart: "1 tutor of tiny-gemma3n trained so far
-        (2 more of other models)"."""
+        (2 more of other models)". A tutor is trained when its run completed; a run stopped part-way is said
+        apart, so Stop and Resume never change the count of trained tutors."""
         runs = list_runs(self.ws)
         running = [r["run"] for r in runs if r["alive"]]
-        done = [r for r in runs if r["state"] in ("completed", "stopped")]
+        done = [r for r in runs if r["state"] == "completed" and not r["alive"]]
         mine = [r for r in done if self._same_model(r, model)] if model else done
         others = len(done) - len(mine)
+        stopped = [r for r in runs if r["state"] == "stopped" and not r["alive"]
+                   and (not model or self._same_model(r, model))]
         of = f" of {model_words(model)}" if model else ""
         tutors = (f" {plural(len(mine), 'tutor')}{of} trained so far" if mine
                   else f" No tutor{of} has finished training yet" if runs else " No tutor trained yet")
         if others:
             tutors += f" ({others} {'more' if mine else 'tutor' + ('s' if others > 1 else '')} of other models)"
+        if stopped:
+            tutors += f", {len(stopped)} stopped part-way (**Resume** continues {'it' if len(stopped) == 1 else 'them'})"
         tutors += f"; **{running[0]}** is training now." if running else "."
         return dataset_sentence(built_report(self.ws)) + tutors
 
