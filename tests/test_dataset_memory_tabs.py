@@ -194,7 +194,7 @@ def test_a_dataset_built_for_the_other_model_family_says_so_on_dataset_and_train
     assert ui.dataset.model_note(str(tmp_path / "no-such-folder")) == ""  # unknown: nothing to say
     values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
     summary = ui.train.settings_summary(*[{**values, "model": gemma4}[n] for n in common.CONFIG_FIELDS], remember=False)
-    assert note in summary
+    assert note.replace("**Build dataset**", "**Build dataset** (Dataset tab)") in summary, "Train names the tab"
     assert "built for" not in ui.train.settings_summary(*[values[n] for n in common.CONFIG_FIELDS], remember=False)
 
     demo = app_module.build_ui(ui)
@@ -228,3 +228,20 @@ def test_a_message_never_sends_the_reader_to_the_tab_it_is_on():
 
     assert "Dataset tab" not in Handlers().build()[0] and "**Build dataset**" in Handlers().build()[0]
     assert "**Build dataset** (Dataset tab)" in Elsewhere().build()[0]
+
+
+def test_the_memory_answer_and_the_speakers_table_say_what_the_other_tabs_say(tmp_path):
+    """The new-user pass after the merges: with Gemma 4 picked and a dataset built for Gemma 3n, Dataset and Train
+    warned but the Memory tab answered "✓ Yes, it fits" from the other family's lengths, saying nothing; the
+    Dataset tab's speakers table named the "eval" split that every other screen calls test recordings."""
+    from tests.studio_app import app_with_built_lengths
+    from ui.dataset_view import speakers_frame
+
+    ui = app_with_built_lengths(tmp_path / "ws")  # built for google/gemma-3n-E2B-it
+    values = {name: getattr(common.DEFAULTS, name) for name in common.CONFIG_FIELDS}
+    for model, warned in (("google/gemma-4-E2B-it", True), ("google/gemma-3n-E2B-it", False)):
+        verdict = ui.memory.estimate(8, *[{**values, "model": model, "device": "cuda"}[n] for n in common.CONFIG_FIELDS])[1]
+        assert ("The dataset was built for **Gemma 3n**" in verdict) == warned, verdict[:300]
+    note = ui.dataset.model_note("google/gemma-4-E2B-it")
+    assert "**Build dataset**" in note and "Dataset tab" not in note, "the Dataset tab's note does not name itself"
+    assert list(speakers_frame({"train": ["a", "b"], "eval": ["c"]})["split"]) == ["train", "test"]

@@ -307,7 +307,7 @@ def dataset_family_note(report: dict | None, model: str | None) -> str:
         return ""
     built, picked = families
     return (f"⚠ The dataset was built for **{built.label}**, and the model picked is **{picked.label}**: click "
-            f"**Build dataset** (2 · Dataset tab) to build it again for {picked.label}. Each model counts a "
+            f"**Build dataset** (Dataset tab) to build it again for {picked.label}. Each model counts a "
             "recording's length its own way, so the rows kept and left out differ.")
 
 

@@ -17,7 +17,7 @@ from ui import dataset_view as view
 from ui.common import (DEFAULTS, LOADING, built_report, dataset_family_note, dataset_sentence, filled_on_load,
                        model_text, progress_callback, range_note, share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
-from ui.wording import BUILD_WIDGETS, app_wording
+from ui.wording import BUILD_WIDGETS, app_wording, not_here
 
 BUILD_MAX_LENGTH_RANGE = (256, 32768)
 """The Dataset tab's "Max tokens per row": a row holds a clip's tokens (`clip_tokens_text`: ~192 on Gemma 3n) plus
@@ -94,7 +94,7 @@ class DatasetHandlers:
     def model_note(self, model: str | None) -> str:
         """Under the headline: that the built dataset was built for another model family than the one picked,
         and to build it again (`ui.common.dataset_family_note`); "" when it fits."""
-        return dataset_family_note(built_report(self.ws), model)
+        return not_here(dataset_family_note(built_report(self.ws), model), self.here)
 
     def refresh(self):
         """After a build: (headline, library changes)."""

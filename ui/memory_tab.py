@@ -31,7 +31,8 @@ from pipeline.errors import PipelineError, TrainingError
 from pipeline.host.allocator import training_allocator
 from pipeline.workspace import Workspace
 from ui import memory_view as view
-from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, config_from_values, error_panel, setting_message,
+from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
+                       error_panel, setting_message,
                        ui_errors)
 from ui.state import AppState
 from ui.wording import app_wording
@@ -289,6 +290,9 @@ class MemoryHandlers:
         if data.get("excluded_rows"):
             verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
         verdict += view.length_note(data)
+        other_family = dataset_family_note(built_report(self.ws), settings.get("model"))
+        if other_family:  # the lengths the answer used are the other family's (the Dataset and Train tabs say so too)
+            verdict = f"{other_family}\n\n{verdict}"
         notes = "\n".join(f"- {app_wording(note, here=self.here)}" for note in data.get("notes", []))
         suggestions = list(data.get("suggestions") or [])[:MAX_SUGGESTIONS]
         buttons = []

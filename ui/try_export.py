@@ -82,7 +82,7 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
     with gr.Accordion("Take the tutor out: export a run, or bring one back", open=False, elem_id="export-section"):
         with gr.Row():
             fmt = gr.Radio(FORMAT_CHOICES, value="adapter", label="Export the tuned run above as", elem_id="export-format")
-            out_dir = gr.Textbox(label="Output folder (optional)", placeholder="default: WS/exports/runs/NAME",
+            out_dir = gr.Textbox(label="Output folder (optional)", placeholder="empty: the exports folder of your workspace folder",
                                  elem_id="export-out")
         export_button = gr.Button("Export", elem_id="export-button")
         export_note = gr.Markdown(elem_id="export-note")
