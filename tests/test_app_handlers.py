@@ -205,7 +205,7 @@ def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model
     assert "Imported **8**" in summary and "speechocean762" in summary and len(samples) == 8
     text, speakers, figure, excluded, exports, memory_max = ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
     assert " to train on, " in text and " to test the tutor with" in text and "longest" in text
-    assert set(speakers["split"]) == {"train", "eval"}
+    assert set(speakers["split"]) == {"train", "test"}
     assert figure.axes and figure.axes[0].patches, "the histogram has bars"
     assert any(path.endswith(".parquet") for path in exports)
     assert memory_max["value"] >= 256
