@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import gradio as gr
 import pytest
 
 from pipeline.data.samples import SampleLibrary
@@ -334,6 +335,17 @@ def test_a_student_sees_and_deletes_their_own_kept_attempts_on_the_page(inbox_ws
     assert "not yours" in status and len(inbox.list()) == 2
     *_rest, status = handlers.my_attempts("  ", None)
     assert "Type your name first" in status
+    # the new-user pass: right after "Kept for your teacher" the table stayed empty until Show my attempts; the
+    # answer's event now lists them, and changes nothing when nothing could have been kept
+    table, _choices, status = handlers.refresh_mine("kim", True, None)
+    assert [row[1] for row in table["value"]] == ITEMS[1:2] and status == "1 attempt kept for your teacher."
+    assert all(update == gr.skip() for update in handlers.refresh_mine("kim", False, None))
+    assert all(update == gr.skip() for update in handlers.refresh_mine(" ", True, None))
+    page = build_practice(Workspace(inbox_ws)).page
+    refresh = [fn for fn in page.fns.values() if getattr(fn.fn, "__name__", "") == "refresh_mine"]
+    assert refresh and "practice-mine-table" in {getattr(block, "elem_id", None) for block in refresh[0].outputs}
+    answer = next(fn for fn in page.fns.values() if getattr(fn.fn, "__name__", "") == "answer")
+    assert refresh[0].trigger_after == answer._id, "the list follows the answer"
 
 
 def test_an_upload_is_discarded_with_its_copies_and_nothing_else(tmp_path, monkeypatch):

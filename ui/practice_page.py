@@ -152,6 +152,13 @@ class PracticeHandlers:
         return (gr.update(value=view.mine_rows(mine) or None, headers=view.MINE_HEADERS),
                 gr.update(choices=choices, value=choices[-1][1] if choices else None), view.mine_status(len(mine)))
 
+    def refresh_mine(self, name: str, consent: bool, request: gr.Request = None) -> tuple[Any, Any, str]:
+        """After an answer: the student's kept attempts again (`my_attempts`), so a kept one is listed without a
+        click; nothing changes when nothing could have been kept (no consent, or no name yet)."""
+        if not consent or not (_login(request) or (name or "").strip()):
+            return gr.skip(), gr.skip(), gr.skip()
+        return self.my_attempts(name, request)
+
     @ui_errors(message_at=2, outputs=3)
     def delete_mine(self, attempt_id: str | None, name: str, request: gr.Request = None) -> tuple[Any, Any, str]:
         """Delete one of the student's own attempts (its clip, record and any sample made from it)."""
@@ -183,8 +190,8 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         submit = gr.Button("Get feedback", variant="primary", elem_id="practice-submit")
         status = gr.Markdown(elem_id="practice-status")
         feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
-        submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status],
-                     concurrency_limit=ANSWERS_AT_ONCE)
+        answered = submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status],
+                                concurrency_limit=ANSWERS_AT_ONCE)
         exercise.change(handlers.exercise_text, inputs=exercise, outputs=sentence, show_progress="hidden")
         # another exercise starts with a fresh recording and no earlier feedback
         exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
@@ -205,6 +212,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
             mine_status = gr.Markdown(elem_id="practice-mine-status")
         mine = [mine_table, mine_choice, mine_status]
         show.click(handlers.my_attempts, inputs=name, outputs=mine)
+        answered.then(handlers.refresh_mine, inputs=[name, consent], outputs=mine, show_progress="hidden")  # kept: listed
         delete.click(handlers.delete_mine, inputs=[mine_choice, name], outputs=mine)
         page.load(handlers.on_load, inputs=remembered, outputs=[name, exercise, note, consent])
     return page
