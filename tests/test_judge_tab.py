@@ -303,3 +303,24 @@ def test_the_stand_ins_note_names_the_button_not_the_command(saved):
     assert "make-tiny-model" not in text and "python -m" not in text
     assert "`python -m pipeline make-tiny-model`" in TINY_NOTE and TINY_NOTE == stand_in_note()
     assert app_note({"model": "m"}) is None
+
+
+def test_an_ended_job_of_an_earlier_build_leaves_no_bar(fresh):
+    """The new-user pass after the merges: after a rebuild, "3 of 3 answered · 100 % · done" stood above "No
+    evaluation on this dataset's test recordings yet". An ended job's bar shows only while its dataset build is
+    the one built now (on page load, tab open and Refresh)."""
+    from pipeline.fileio import atomic_write_json
+    from pipeline.tutor.eval_jobs import JOB_FILES, job_dir
+    from pipeline.tutor.evaluate import split_key
+
+    ws = fresh.ws
+    folder = job_dir(ws.root, "judge-1")
+    atomic_write_json(folder / JOB_FILES["job"], {"targets": [{"model": "m"}], "dataset_key": split_key(ws, "eval"),
+                                                  "created_at": 1.0})
+    atomic_write_json(folder / JOB_FILES["progress"], {"done": 3, "total": 3})
+    atomic_write_json(folder / JOB_FILES["result"], {"status": "completed", "finished_at": 68.0})
+    assert "3 of 3 answered" in fresh.judge.last_job_progress() and "done" in fresh.judge.last_job_progress()
+    assert "3 of 3 answered" in fresh.judge.on_load()[1]
+    atomic_write_json(folder / JOB_FILES["job"], {"targets": [{"model": "m"}], "dataset_key": "an-earlier-build",
+                                                  "created_at": 1.0})
+    assert fresh.judge.last_job_progress() == "" and fresh.judge.on_load()[1] == ""

@@ -179,13 +179,32 @@ class JudgeHandlers:
                 "marked partial.")
 
     def on_load(self):
-        """Page (re)opened: re-attach to a running evaluation job (else show how the last one ended);
-        returns (job id, progress, timer)."""
+        """Page (re)opened: re-attach to a running evaluation job (else show how the last one ended, when it was
+        about the dataset built now: `last_job_progress`); returns (job id, progress, timer)."""
         from pipeline.tutor.eval_jobs import list_jobs
 
         jobs = list_jobs(self.ws)
         job = next((j for j in jobs if j["alive"]), jobs[0] if jobs else None)
-        return (job["job"] if job else "", view.job_progress_html(job), gr.Timer(active=bool(job and job["alive"])))
+        return (job["job"] if job else "", self.last_job_progress(job), gr.Timer(active=bool(job and job["alive"])))
+
+    def last_job_progress(self, job: dict | None = None) -> str:
+        """The progress bar for `job` (a `job_status` dict; None: the newest job): a running job's, or how an
+        ended one ended, but empty when that ended job evaluated an earlier build of the dataset, so "3 of 3
+        answered · done" never stands above "No evaluation on this dataset's test recordings yet"."""
+        from pipeline.tutor.eval_jobs import list_jobs
+        from pipeline.tutor.evaluate import split_key
+
+        if job is None:
+            jobs = list_jobs(self.ws)
+            job = next((j for j in jobs if j["alive"]), jobs[0] if jobs else None)
+        if job and not job["alive"] and job.get("dataset_key"):
+            try:
+                current = split_key(self.ws, "eval")
+            except PipelineError:
+                current = None
+            if current != job["dataset_key"]:
+                return ""
+        return view.job_progress_html(job) if job else ""
 
     def poll(self, job_id: str, seen: str | None):
         """Timer tick: the job's progress, and the saved evaluations again when one was written (a model
@@ -250,6 +269,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
     timer.tick(handlers.poll, inputs=[job, seen], outputs=[progress, timer, seen, *shown], show_progress="hidden")
     for event in (tab.select, refresh.click):
         event(handlers.offer_choices, inputs=[model, choices], outputs=choices).then(handlers.show_saved, outputs=shown)
+        event(handlers.last_job_progress, outputs=progress, show_progress="hidden")  # an earlier build's: cleared
     model.change(handlers.refresh_choices, inputs=[model, choices], outputs=choices)
     clips.select(handlers.select_clip, inputs=rows, outputs=[audio, details])
     return SimpleNamespace(tab=tab, choices=choices, shown=shown, attach=[job, progress, timer])

@@ -93,7 +93,8 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
 
     Returns:
         `{"job", "state", "alive", "pid", "targets", "target_index", "label", "done", "total", "message",
-        "reason", "saved", "created_at", "finished_at", "job_dir"}`. `state` is one of `STATES`: `running`,
+        "reason", "saved", "created_at", "dataset_key", "finished_at", "job_dir"}`; `dataset_key`: the dataset
+        build it evaluates (`split_key`). `state` is one of `STATES`: `running`,
         `cancelling` (CANCEL written, process alive), `completed`, `cancelled`, `failed` (from result.json,
         the job's last write, even while its process is still exiting; `failed` also for a process that
         ended without writing its result: killed, or out of memory); `done`/`total` are the
@@ -125,6 +126,7 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         "done": progress.get("done", 0), "total": progress.get("total", 0),
         "message": progress.get("message") or ("waiting to start" if process.alive else ""),
         "reason": reason, "saved": (result or {}).get("saved", []), "created_at": job.get("created_at"),
+        "dataset_key": job.get("dataset_key"),
         "finished_at": (result or {}).get("finished_at"), "job_dir": str(folder),
     }
 
