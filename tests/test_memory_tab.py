@@ -227,3 +227,16 @@ def test_one_calibration_at_a_time_across_processes(app):
     assert calibration_holder() is None
     with hold_calibration():
         assert calibration_holder()["pid"] == __import__("os").getpid()
+
+
+def test_the_plan_table_says_the_picked_model_has_no_row_when_it_has_none():
+    """The new-user pass: with the tiny model picked, the table said "the row of the settings you picked is the
+    answer above", and no row was."""
+    row = {"model": "google/gemma-3n-E2B-it", "finetuning_type": "lora", "quantization": "none", "label": "x",
+           "total_bytes": 2**30, "verdict": "fits", "changes": []}
+    result = {"device": "cpu", "usable_bytes": 8 * 2**30, "rows": [row]}
+    mine = memory_view.plan_markdown(result, current={"model": "google/gemma-3n-E2B-it", "quantization": "none"})
+    assert "(your settings)" in mine and "the row of the settings you picked is the answer above" in mine
+    tiny = memory_view.plan_markdown(result, current={"model": "/ws/models/tiny-gemma3n", "quantization": "none"})
+    assert "(your settings)" not in tiny and "the row of the settings you picked" not in tiny
+    assert "the model you picked (tiny-gemma3n) has no row" in tiny

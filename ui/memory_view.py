@@ -432,7 +432,7 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
     lines = [f"On **{where}**, with **{gib(result['usable_bytes'])}** usable (as in the answer above):", "",
              "| model | fine-tune | peak | verdict | changes it needs |", "|---|---|---|---|---|"]
     current = current or {}
-    estimate_only = []
+    estimate_only, marked = [], False
     for row in result["rows"]:
         model = model_words(str(row["model"]))
         kind = PLAN_KIND_WORDS.get((row.get("finetuning_type"), row.get("quantization")), row["label"])
@@ -444,6 +444,7 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
                 and current.get("finetuning_type", "lora") == row.get("finetuning_type")
                 and current.get("quantization") == row.get("quantization")):
             kind += " (your settings)"
+            marked = True
         if row["verdict"] == "fits":
             changes = "none"
         elif not row["changes"]:
@@ -454,9 +455,10 @@ def plan_markdown(result: Mapping[str, Any], *, machine: str | None = None, curr
             changes += f" → {gib(after.get('total_bytes'))}, {after.get('verdict', '?')}"
         lines.append(f"| {label} | {kind} | {gib(row['total_bytes'])} | "
                      f"{icons.get(row['verdict'], row['verdict'])} | {changes.replace('|', '/')} |")
-    lines += ["", "Each row keeps your other settings; the row of the settings you picked is the answer above, the same "
-                  "estimate. "
-                  + PLAN_KIND_NOTE]
+    yours = ("the row of the settings you picked is the answer above, the same estimate" if marked else
+             f"the model you picked ({model_words(str(current.get('model') or ''))}) has no row: the table lists the "
+             "published models")
+    lines += ["", f"Each row keeps your other settings; {yours}. " + PLAN_KIND_NOTE]
     if estimate_only:
         lines += ["", f"{ESTIMATE_ONLY_MARK} {', '.join(estimate_only)}: estimate only, from its published "
                       "configuration: this app does not train it, and its figures were never measured."]
