@@ -108,8 +108,7 @@ def plain_text(text: str) -> str:
 
 
 def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outputs: int = 1,
-              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None,
-              here: str | None = None) -> Callable:
+              hints: dict[type, str] | None = None, widgets: dict[str, tuple[str, str, bool]] | None = None) -> Callable:
     """The one place where a `PipelineError` reaches the browser.
 
     `@ui_errors(message_at=i, outputs=n)`: the handler's n outputs are left untouched (`gr.skip()`)
@@ -119,8 +118,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
     widgets) and would mark every output component with a red "Error" badge until reload. `hints`
     maps an error class to a sentence added after its message where this tab offers the fix (e.g.
     the Samples tab's trim box for `ClipTooLongError`); `widgets` names the tab's own widget for a flag
-    (`ui.wording.BUILD_WIDGETS`); `here` ("Train tab") is the tab the message shows on, which it does not name (else the handlers object's
-    own `here`).
+    (`ui.wording.BUILD_WIDGETS`); the handlers object's `here` ("Train tab") is the tab the message shows on, which it does not name.
 
     Plain `@ui_errors`: the error becomes a `gr.Error` (for outputs that have no place for a message,
     such as a table's initial value). Any other exception is a bug: Gradio shows a generic error and
@@ -145,7 +143,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
                 try:
                     yield from handler(*args, **kwargs)
                 except PipelineError as error:
-                    yield refusal(error, _here(args) or here)
+                    yield refusal(error, _here(args))
 
             return updates
 
@@ -154,7 +152,7 @@ def ui_errors(fn: Callable | None = None, *, message_at: int | None = None, outp
             try:
                 return handler(*args, **kwargs)
             except PipelineError as error:
-                return refusal(error, _here(args) or here)
+                return refusal(error, _here(args))
 
         return wrapper
 

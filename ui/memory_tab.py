@@ -204,7 +204,7 @@ class MemoryHandlers:
         """What the plan table shows while it is being computed."""
         return PLAN_WORKING
 
-    @ui_errors(message_at=0, outputs=1, here="Memory tab")
+    @ui_errors(message_at=0, outputs=1)
     def detect_device(self, device: str, memory_gb: float | None = None) -> str:
         """Which device `device` resolves to and how much memory it has (total, free, usable)."""
         from pipeline.memory import device_memory
@@ -214,7 +214,7 @@ class MemoryHandlers:
         text = view.device_markdown(device_memory(resolved, float(memory_gb) if memory_gb else None).to_dict())
         return text + f"  \nDefault quantization here: **{default_quantization(resolved)}**. {DEFAULT_QUANTIZATION_REASON[resolved]}"
 
-    @ui_errors(message_at=0, outputs=1, here="Memory tab")  # a refusal in the table's place, not a pop-up that stays
+    @ui_errors(message_at=0, outputs=1)  # a refusal in the table's place, not a pop-up that stays
     def plan(self, reading: dict | None, memory_gb: float | None, *values: Any) -> str:
         """What can this machine do? The plan table (E2B/E4B x full / LoRA / int8 / QLoRA) for the settings'
         device and budget, each row starting from the other settings shown, from the same reading of the
@@ -228,7 +228,7 @@ class MemoryHandlers:
         machine = view.machine_words(config.device, result["device"], memory_gb)
         return view.plan_markdown(result, machine=machine, current=config.to_dict())
 
-    @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS, here="Memory tab")
+    @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS)
     def estimate(self, memory_gb: float | None, *values: Any):
         """Estimate peak memory of the run the settings describe; returns (plot, verdict, per-component
         table, suggestions note, suggestions, *suggestion buttons, notes, device note, measured, reading):
@@ -333,7 +333,7 @@ class MemoryHandlers:
                 self.question(model, THIS_COMPUTER), before, waiting, "", "", "",
                 *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
 
-    @ui_errors(message_at=0, outputs=2, here="Memory tab")
+    @ui_errors(message_at=0, outputs=2)
     def start_calibration(self, elsewhere: str | None, memory_gb: float | None, *values: Any):
         """"Calibrate this machine", after `calibrate_here` made the machine this computer: start the calibration
         in a process of its own (`pipeline.memory.calibration_job.start_calibration`: the precision check, the
@@ -384,13 +384,13 @@ class MemoryHandlers:
         config = config_from_values(values).replace(device="auto")
         if status["state"] != "completed":
             outputs = list(self.estimate(None, *values))
-            outputs[-2] = error_panel(TrainingError(result.get("reason") or "The calibration did not run."), here="Memory tab")
+            outputs[-2] = error_panel(TrainingError(result.get("reason") or "The calibration did not run."), here=self.here)
             return (*outputs, self._plan_after(outputs[-1], values), gr.Timer(active=False))
         try:
             data = _memory_result(self.ws, config, None)
         except PipelineError as error:
             outputs = [gr.skip()] * (N_ESTIMATE_OUTPUTS + 1)
-            outputs[1] = error_panel(error, here="Memory tab")
+            outputs[1] = error_panel(error, here=self.here)
             return (*outputs, gr.Timer(active=False))
         measured = result.get("measured") or {}
         peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")

@@ -145,7 +145,7 @@ class TrainHandlers:
             return gr.skip()
         return self.settings_summary(*values)
 
-    @ui_errors(message_at=1, outputs=5, here="Train tab")
+    @ui_errors(message_at=1, outputs=5)
     def start_training(self, run_name: str, *values: Any):
         """Start a training run in its own process; returns (current run, status, timer on, failure, seen rows)."""
         from pipeline.training.runs import start_run
@@ -163,7 +163,7 @@ class TrainHandlers:
         return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch."
                 + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
 
-    @ui_errors(message_at=0, outputs=1, here="Train tab")
+    @ui_errors(message_at=0, outputs=1)
     def stop_training(self, run_name: str) -> str:
         """Ask the run to save a checkpoint and the adapter, and stop at the next step."""
         from pipeline.training.runs import request_stop
@@ -176,7 +176,7 @@ class TrainHandlers:
         return (f"Asked **{run_name}** to stop: it saves a checkpoint and the adapter at the end of the current "
                 "step, then ends. **Resume** continues it later.")
 
-    @ui_errors(message_at=1, outputs=6, here="Train tab")
+    @ui_errors(message_at=1, outputs=6)
     def resume_training(self, run_name: str, allow_dataset_change: bool = False):
         """Continue a stopped run from its last checkpoint; returns (current run, status, timer on, failure, seen,
         the "Resume even though the dataset was rebuilt" box unticked: it applied to this resume only).
@@ -192,7 +192,7 @@ class TrainHandlers:
         return (run_name, f"Resumed **{run_name}** from its last checkpoint." + (f" {released}" if released else ""),
                 gr.Timer(active=True), "", -1, gr.update(value=False))
 
-    @ui_errors(message_at=0, outputs=4, here="Train tab")
+    @ui_errors(message_at=0, outputs=4)
     def delete_run(self, run_name: str):
         """Delete a run that is not training (`pipeline.training.runs.delete_run`); returns (status, runs
         table, resume dropdown, delete dropdown). `CANCELLED`: the browser's confirm said no."""
@@ -235,7 +235,7 @@ class TrainHandlers:
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error, here="Train tab"), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
+            return (gr.skip(),) * 4 + (error_panel(error, here=self.here), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
         rows, alive = run.rows, run.alive
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
@@ -332,7 +332,7 @@ def _runs_frame(runs: list[dict]):
     A run whose process is alive has no note: its result.json still holds how the previous process ended
     ("stopped by request" while the resumed run trains), which is no longer true."""
     return view.runs_frame([{**run, "reason": None if run.get("alive")
-                             else app_wording(stop_words(run.get("reason")), markdown=False, here="Train tab")}
+                             else app_wording(stop_words(run.get("reason")), markdown=False, here=TrainHandlers.here)}
                            for run in runs])
 
 
