@@ -1,4 +1,4 @@
-"""Bytes: the units (GiB, MiB), how they are printed, and the size of a dtype's element.
+"""Units and counts: GiB, MiB, seconds and "3 clips", how they are printed, and the size of a dtype's element.
 
 The small vocabulary the memory estimate, the loader's report, the command line and the app share, so
 a figure reads the same wherever it is printed; no formula of the memory model lives here.
@@ -60,6 +60,13 @@ def format_seconds(seconds: float | int | None) -> str:
     if minutes:
         return f"{minutes} min {secs:02d} s"
     return f"{secs} s"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """A count with its noun in the right number: `plural(1, "clip")` -> "1 clip", `plural(3, "clip")` ->
+    "3 clips", `plural(2, "child", "children")` -> "2 children" (`many`: the plural when it is not
+    `word` + "s"). Every message that counts things says it this way, never "clip(s)"."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def dtype_bytes(name: str) -> int:

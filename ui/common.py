@@ -20,7 +20,7 @@ import gradio as gr
 from pipeline.config import TrainConfig
 from pipeline.errors import PipelineError
 from pipeline.workspace import Workspace
-from ui.counts import plural
+from pipeline.units import plural
 from ui.wording import app_wording, levels_aside, not_here, why_levels
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

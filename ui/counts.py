@@ -1,16 +1,11 @@
-"""Counts and lists of ids in a teacher's words: "1 learner", "3 recordings", "a, b, c and 4 more".
+"""Lists of ids in a teacher's words: "a, b, c and 4 more" (counts are `pipeline.units.plural`).
 
-Pure text (no gradio, no pipeline module): the tabs' views and `ui.common` share it.
+Pure text (no gradio): the tabs' views and `ui.common` share it.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """"1 learner", "3 learners" (`many`: the plural when it is not `word` + "s")."""
-    return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
 def some_ids(ids: Sequence[str], shown: int, *, code: bool = False) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from ui.counts import plural, some_ids
+from pipeline.units import plural
+from ui.counts import some_ids
 from ui.fields import get_field
 from ui.figures import PALETTE
 

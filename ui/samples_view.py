@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ui.counts import plural, some_ids
+from pipeline.units import plural
+from ui.counts import some_ids
 from ui.fields import get_field
 from ui.wording import levels_aside, why_levels
 

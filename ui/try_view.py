@@ -12,7 +12,7 @@ import html
 from typing import Any, Mapping, Sequence
 
 from pipeline.errors import in_words
-from ui.counts import plural
+from pipeline.units import plural
 from ui.wording import app_wording
 
 
