@@ -81,7 +81,7 @@ def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built,
     headline = _frame(headline)
     assert list(headline.columns) == ["figure", label, "what it means"]
     figures = dict(zip(headline["figure"], headline[label]))
-    assert figures["unparsed answers (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
+    assert figures["answers that could not be read (count as misses)"].endswith("(100 %)")  # random answers: nothing parsed
     # Issue 32 leftovers: nothing read, so no figure (recall 0.00 / F1 0.00 were figures for missing data), and the
     # recordings answered are the count the bar went up to (it said "N of N answers" beside "clips 20").
     assert all(figures[f] == "not measurable: none of the answers could be read" for f in figures
@@ -191,13 +191,53 @@ def test_clips_are_ordered_by_disagreement_and_unparsed_counts_as_the_whole_scal
     rows = view.clip_rows([base, tuned])
     assert [(r["id"], r["disagreement"]) for r in rows] == [("c", 10.0), ("b", 6.0), ("a", 4.0)]
     frame = view.clips_frame(rows, ["base · google/gemma-3n-E2B-it", "run · r1"])
-    assert list(frame["base · google/gemma-3n-E2B-it: total"]) == ["unparsed", "2.0", "6.0"]
+    assert list(frame["base · google/gemma-3n-E2B-it: total"]) == ["not readable", "2.0", "6.0"]
     # a clip no model's answer could be read for has no disagreement figure (the new-user pass: "disagreement 10.0")
     alone = view.clip_rows([base])
     assert alone[0]["id"] == "c" and alone[0]["unreadable"]
     assert view.clips_frame(alone, ["base"])["disagreement"].iloc[0] == "no answer could be read"
     assert "disagreement no answer could be read" in view.clip_markdown(alone[0])
     assert list(view.clips_frame(alone, ["base"])["disagreement"])[1:] == ["6.0", "1.0"]
+
+
+def test_every_judge_row_leads_with_a_teachers_words_and_keeps_the_term_in_brackets():
+    """Issue 32 leftovers: the headline named its rows "total: PCC [95 % CI]", "MAE", "F1", "chrF" (engineer's
+    terms). Each row now starts in words; the field's term, where there is one, comes after them in brackets."""
+    from pipeline.tutor.by_kind import metrics_by_kind
+    from pipeline.tutor.metrics import evaluate_answers
+
+    reference = "Scores: total 6, accuracy 6, fluency 7, prosody 6 (0-10)\nWords to practise: bear\nTip: open the vowel."
+    answers = [{"kind": "read_aloud", "answer": reference, "reference_feedback": reference, "reference": reference}] * 3
+    expert = evaluate_answers(answers, resamples=20)
+    frame = view.headline_frame([dict(expert, model="m", run="r1", by_kind=metrics_by_kind(answers, expert))])
+    terms = ("PCC", "SCC", "MAE", "precision", "recall", "F1", "chrF", "CI", "unparsed")
+    for figure in frame["figure"]:
+        first = min((figure.find(t) for t in terms if t in figure), default=None)
+        assert first is None or (figure[first - 1] == "(" and len(figure[:first].split()) >= 3), figure
+    assert "agrees with the experts' (PCC)" in " ".join(frame["figure"])
+    assert "average difference, points of 10 (MAE)" in " ".join(frame["figure"])
+    assert "flagged like the experts, 0-1 (F1)" in " ".join(frame["figure"])
+    assert "not readable" in view.scatter_figure([dict(expert, model="m", run=None)]).axes[0].get_yticklabels()[0].get_text()
+
+
+def test_the_progress_bar_counts_recordings_as_the_headline_does_and_names_the_listening_checks():
+    """Issue 32 leftovers: with the hearing probes the bar said "88 of 88 answered" beside a headline of 22
+    recordings. It counts recordings, and names the listening checks apart, in the app and on the command line."""
+    from pipeline.tutor.eval_jobs import describe
+
+    status = {"job": "judge-1", "state": "running", "targets": [{"model": "m"}], "target_index": 0, "label": "base m",
+              "done": 12, "total": 22, "checks_done": 0, "checks_total": 66, "message": "answered c12",
+              "created_at": None}
+    bar = view.job_progress_html(status)
+    assert "test recordings: 12 of 22 answered, then 66 listening checks" in bar and "88" not in bar
+    assert "12 of 22 test" not in bar and 'value="13.6"' in bar  # the bar covers both: 12 of 88
+    later = view.job_progress_html(dict(status, done=22, checks_done=30))
+    assert "test recordings: 22 of 22 answered; listening checks: 30 of 66" in later and 'value="59.1"' in later
+    assert "test recordings: 22 of 22 answered; listening checks: 30 of 66" in describe(dict(status, done=22,
+                                                                                           checks_done=30))
+    assert "of 88" not in describe(dict(status, done=22, checks_done=30))
+    plain = view.job_progress_html(dict(status, checks_total=0))
+    assert "test recordings: 12 of 22 answered ·" in plain and "listening" not in plain
 
 
 def test_the_headline_gives_chrf_for_every_kind_present():
@@ -219,13 +259,13 @@ def test_the_headline_gives_chrf_for_every_kind_present():
     base = dict(expert, model="m", run=None, by_kind=metrics_by_kind(answers[:1], expert))
     frame = view.headline_frame([base, result])
     figures = list(frame["figure"])
+    chrf = ": feedback worded like the reference, 0-100 (chrF) (answers)"
     row = {name: list(frame.iloc[figures.index(name), 1:-1]) for name in figures if "chrF" in name}
-    assert list(row) == ["read-aloud: chrF 0-100 (answers)", "free speech: chrF 0-100 (answers)",
-                         "tutoring dialogue: chrF 0-100 (answers)"]
-    assert row["read-aloud: chrF 0-100 (answers)"] == ["100.0 (n=1)", "100.0 (n=1)"]  # the reference itself
+    assert list(row) == ["read-aloud" + chrf, "free speech" + chrf, "tutoring dialogue" + chrf]
+    assert row["read-aloud" + chrf] == ["100.0 (n=1)", "100.0 (n=1)"]  # the reference itself
     free = result["by_kind"]["free_speech"]["chrf"]["chrf"]
-    assert 0 < free < 100 and row["free speech: chrF 0-100 (answers)"] == ["–", f"{free:.1f} (n=2)"]
-    assert row["tutoring dialogue: chrF 0-100 (answers)"][0] == "–"  # the base was not asked any dialogue
+    assert 0 < free < 100 and row["free speech" + chrf] == ["–", f"{free:.1f} (n=2)"]
+    assert row["tutoring dialogue" + chrf][0] == "–"  # the base was not asked any dialogue
 
 
 def test_the_headline_counts_recordings_once_and_shows_no_figure_when_nothing_was_read():
@@ -249,11 +289,11 @@ def test_the_headline_counts_recordings_once_and_shows_no_figure_when_nothing_wa
         frame = view.headline_frame([saved])
         figures = dict(zip(frame["figure"], frame.iloc[:, 1]))
         assert figures["test recordings answered"] == "4 (3 read aloud, 1 of other kinds)"
-        assert figures["unparsed answers (count as misses)"] == "3 of 3 read-aloud (100 %)"
+        assert figures["answers that could not be read (count as misses)"] == "3 of 3 read-aloud (100 %)"
         measured = [f for f in figures if any(w in f for w in ("PCC", "SCC", "MAE", "precision", "recall", "F1"))]
         assert len(measured) == 18 and all(figures[f] == NOT_MEASURABLE for f in measured), figures
         assert "0.00" not in " ".join(figures.values())
-    assert "tutoring dialogue: chrF 0-100 (answers)" in figures  # chrF reads the text, parsed or not
+    assert "tutoring dialogue: feedback worded like the reference, 0-100 (chrF) (answers)" in figures  # read, or not
 
 
 def test_loss_curves_of_several_runs_overlay_in_one_figure():

@@ -103,5 +103,6 @@ def test_every_headline_figure_has_a_meaning_in_a_teachers_words():
     assert list(frame.columns)[-1] == "what it means"
     meanings = dict(zip(frame["figure"], frame["what it means"]))
     assert all(meanings[figure] for figure in meanings if figure != "figure"), meanings
-    assert "experts'" in meanings["total: PCC [95 % CI]"] and "order" in meanings["total: SCC [95 % CI]"]
-    assert "points (of 10)" in meanings["total: MAE (n, coverage)"]
+    assert "experts'" in meanings["total score: agrees with the experts' (PCC) [likely range]"]
+    assert "order" in meanings["total score: ranks recordings as the experts do (SCC) [likely range]"]
+    assert "points (of 10)" in meanings["total score: average difference, points of 10 (MAE) (scores read, % read)"]

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from pipeline.conversation.messages import KIND_LABELS
 from pipeline.tutor.metrics import NOT_MEASURABLE
+from pipeline.units import plural
 
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
 UNPARSED_DISAGREEMENT = 10.0
@@ -36,29 +37,30 @@ def model_label(result: Mapping[str, Any]) -> str:
 
 MEANINGS = {
     "recordings": "test recordings the tutor answered, of every kind; the score and flag figures count the "
-                  "read-aloud ones (those the experts scored: n), chrF counts each answer (a dialogue gives one "
-                  "per tutor turn)",
+                  "read-aloud ones (those the experts scored: n), the feedback-wording figure counts each answer "
+                  "(a dialogue gives one per tutor turn)",
     "unparsed": "answers whose scores or word list could not be read; each counts as a miss",
     "PCC": "do the tutor's scores rise and fall with the experts'? 1 = in step, 0 = unrelated; [range] = "
-           "where the true value likely lies (95 %)",
-    "SCC": "does the tutor rank the recordings best to worst as the experts do? 1 = same order",
-    "MAE": "points (of 10) the tutor's score is off the experts' on average; lower is better (n = scores read)",
-    "precision": "of what the tutor told learners to practise, the share the experts also flagged",
-    "recall": "of what the experts flagged, the share the tutor flagged too",
-    "F1": "precision and recall in one number: 1 = flags exactly what the experts flagged",
-    "chrF": "how much the tutor's text overlaps the reference feedback, letter by letter (0-100)",
-    "longest answer": "the answer length limit of this evaluation",
+           "where the true value likely lies (95 %). Why? Pearson's correlation (PCC)",
+    "SCC": "does the tutor rank the recordings best to worst as the experts do? 1 = same order. Why? Spearman's "
+           "rank correlation (SCC)",
+    "MAE": "points (of 10) the tutor's score is off the experts' on average; lower is better (n = scores read, % "
+           "= share of answers read). Why? mean absolute error (MAE)",
+    "precision": "of what the tutor told learners to practise, the share the experts also flagged (precision)",
+    "recall": "of what the experts flagged, the share the tutor flagged too (recall)",
+    "F1": "the two shares above in one number: 1 = flags exactly what the experts flagged. Why? their harmonic "
+          "mean (F1)",
+    "chrF": "how much the tutor's text overlaps the reference feedback, letter by letter (0-100). Why? character "
+            "n-gram F-score (chrF)",
+    "longest answer": "the answer length limit of this evaluation, in tokens (word pieces)",
     "seconds": "how long the evaluation took",
 }
-"""One line per headline figure, in a teacher's words (the last column of `headline_frame`)."""
+"""One line per headline figure, in a teacher's words, with the field's term after "Why?" (the last column
+of `headline_frame`)."""
 
-
-def _meaning(figure: str) -> str:
-    for word in ("unparsed", "PCC", "SCC", "MAE", "precision", "recall", "F1", "chrF", "longest answer", "seconds",
-                 "recordings"):
-        if word in figure:
-            return MEANINGS[word]
-    return ""
+ASPECT_WORDS = {"total": "total score", "accuracy": "accuracy score", "fluency": "fluency score",
+                "prosody": "rhythm and intonation score (prosody)"}
+"""The four sentence scores of speechocean762 as the headline names them."""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -96,40 +98,46 @@ def _mae(score: Mapping[str, Any]) -> str:
 def headline_frame(results: Sequence[Mapping[str, Any]]):
     """The headline figures side by side: one row per figure, one column per model (`model_label`).
 
-    Rows: test recordings answered (`recordings_answered`); unparsed answers (count and %); for each sentence score PCC and SCC with their 95 %
-    bootstrap intervals and MAE with n and coverage; precision, recall and F1 (with interval) of
-    flagged words and of phone errors (read-aloud rows, against the experts); chrF against the
-    reference feedback for each sample kind present (`pipeline.tutor.by_kind`); the answer length
+    Rows, each named in a teacher's words first with the field's term in brackets: test recordings answered
+    (`recordings_answered`); unreadable answers (count and %); for each sentence score (`ASPECT_WORDS`) PCC and
+    SCC with their 95 % bootstrap intervals ("likely range") and MAE with n and coverage; precision, recall
+    and F1 (with interval) of flagged words and of phone errors (read-aloud rows, against the experts); chrF
+    against the reference feedback for each sample kind present (`pipeline.tutor.by_kind`); the answer length
     limit and the seconds taken. The last column, "what it means", gives each figure's meaning in a
     teacher's words (`MEANINGS`). When none of a model's answers could be read (`unreadable`), its score and
     flag figures say `NOT_MEASURABLE` instead of a number.
     """
     import pandas as pd
 
-    rows: list[tuple[str, list[str]]] = [
-        ("test recordings answered", [recordings_answered(r) for r in results]),
-        ("unparsed answers (count as misses)",
+    rows: list[tuple[str, list[str], str]] = [
+        ("test recordings answered", [recordings_answered(r) for r in results], "recordings"),
+        ("answers that could not be read (count as misses)",
          [f"{r['unparsed']} of {r['clips']} read-aloud ({100 * (r['unparsed_fraction'] or 0):.0f} %)"
-          for r in results]),
+          for r in results], "unparsed"),
     ]
 
     def cells(figure) -> list[str]:  # `figure(r)` per result, or why it cannot be measured (no number for no data)
         return [NOT_MEASURABLE if unreadable(r) else figure(r) for r in results]
 
     for aspect in ASPECTS:
+        words = ASPECT_WORDS[aspect]
         rows += [
-            (f"{aspect}: PCC [95 % CI]",
+            (f"{words}: agrees with the experts' (PCC) [likely range]",
              cells(lambda r: _with_ci(r["scores"][aspect]["pcc"], r["scores"][aspect]["pcc_ci"],
-                                      r["scores"][aspect].get("reason")))),
-            (f"{aspect}: SCC [95 % CI]",  # its reason: the row above
-             cells(lambda r: _with_ci(r["scores"][aspect]["scc"], r["scores"][aspect]["scc_ci"]))),
-            (f"{aspect}: MAE (n, coverage)", cells(lambda r: _mae(r["scores"][aspect]))),
+                                      r["scores"][aspect].get("reason"))), "PCC"),
+            (f"{words}: ranks recordings as the experts do (SCC) [likely range]",  # its reason: the row above
+             cells(lambda r: _with_ci(r["scores"][aspect]["scc"], r["scores"][aspect]["scc_ci"])), "SCC"),
+            (f"{words}: average difference, points of 10 (MAE) (scores read, % read)",
+             cells(lambda r: _mae(r["scores"][aspect])), "MAE"),
         ]
-    for name, title in (("words", "flagged words"), ("phones", "phone errors")):
+    for name, title in (("words", "words to practise"), ("phones", "sounds to practise")):
         rows += [
-            (f"{title}: precision", cells(lambda r: _num(r[name]["precision"]))),
-            (f"{title}: recall", cells(lambda r: _num(r[name]["recall"]))),
-            (f"{title}: F1 [95 % CI]", cells(lambda r: _with_ci(r[name]["f1"], r[name]["f1_ci"]))),
+            (f"{title}: share the experts also flagged (precision)", cells(lambda r: _num(r[name]["precision"])),
+             "precision"),
+            (f"{title}: share of the experts' flags found (recall)", cells(lambda r: _num(r[name]["recall"])),
+             "recall"),
+            (f"{title}: flagged like the experts, 0-1 (F1) [likely range]",
+             cells(lambda r: _with_ci(r[name]["f1"], r[name]["f1_ci"])), "F1"),
         ]
     kinds = [kind for kind in KIND_LABELS if any(kind in (r.get("by_kind") or {}) for r in results)]
     for kind in kinds:  # every kind against its reference feedback (chrF, sacrebleu), beside the expert scores
@@ -138,13 +146,14 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
             entry = (r.get("by_kind") or {}).get(kind)
             chrf = (entry or {}).get("chrf") or {}
             cells.append("–" if not chrf else f"{_num(chrf.get('chrf'), 1)} (n={entry.get('answers', '?')})")
-        rows.append((f"{KIND_LABELS[kind]}: chrF 0-100 (answers)", cells))
+        rows.append((f"{KIND_LABELS[kind]}: feedback worded like the reference, 0-100 (chrF) (answers)", cells,
+                     "chrF"))
     rows += [
-        ("longest answer (tokens)", [str(r.get("max_new_tokens", "–")) for r in results]),
-        ("seconds", [_num(r.get("seconds"), 0) for r in results]),
+        ("longest answer allowed (tokens)", [str(r.get("max_new_tokens", "–")) for r in results], "longest answer"),
+        ("time taken (seconds)", [_num(r.get("seconds"), 0) for r in results], "seconds"),
     ]
     columns = ["figure", *[model_label(r) for r in results], "what it means"]
-    return pd.DataFrame([[name, *values, _meaning(name)] for name, values in rows], columns=columns)
+    return pd.DataFrame([[name, *values, MEANINGS[key]] for name, values, key in rows], columns=columns)
 
 
 def scatter_figure(results: Sequence[Mapping[str, Any]]):
@@ -167,7 +176,7 @@ def scatter_figure(results: Sequence[Mapping[str, Any]]):
                   if c["scores"]["total"]["expert"] is not None and c["scores"]["total"]["tutor"] is not None]
         unparsed = [c["scores"]["total"]["expert"] for c in result["per_clip"]
                     if c["scores"]["total"]["expert"] is not None and not c["parsed"]]
-        label = f"{model_label(result)} ({len(parsed)} scored, {len(unparsed)} unparsed)"
+        label = f"{model_label(result)} ({len(parsed)} scored, {len(unparsed)} not readable)"
         if parsed:
             ax.scatter([x + shift for x, _ in parsed], [y for _, y in parsed], color=colour, alpha=0.75, s=28,
                        label=label)
@@ -176,9 +185,9 @@ def scatter_figure(results: Sequence[Mapping[str, Any]]):
                        label=None if parsed else label)
     ax.set_xlim(-0.5, 10.5)
     ax.set_ylim(-1.6, 10.5)
-    ax.set_yticks([-1, 0, 2, 4, 6, 8, 10], ["unparsed", "0", "2", "4", "6", "8", "10"])
-    ax.set_xlabel("experts' total score (0-10)")
-    ax.set_ylabel("tutor's total score (0-10)")
+    ax.set_yticks([-1, 0, 2, 4, 6, 8, 10], ["not readable", "0", "2", "4", "6", "8", "10"])
+    ax.set_xlabel("experts' total score (points of 10)")
+    ax.set_ylabel("tutor's total score (points of 10)")
     ax.set_title("Expert vs tutor: total score per clip")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
@@ -244,7 +253,7 @@ def clips_frame(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]):
             if answer is None:
                 line += ["", ""]
             else:
-                line += ["unparsed" if not answer["parsed"] else _num(answer["total"], 1), _short(answer["answer"])]
+                line += ["not readable" if not answer["parsed"] else _num(answer["total"], 1), _short(answer["answer"])]
         table.append(line)
     return pd.DataFrame(table, columns=columns)
 
@@ -257,7 +266,7 @@ def clip_markdown(row: Mapping[str, Any] | None) -> str:
     parts = [f"**Clip `{row['id']}`** · sentence: *{html.escape(row['sentence'])}* · disagreement "
              f"{disagreement_words(row)}", "", "**Experts' feedback**", "", _quote(row["expert_feedback"])]
     for label, answer in row["answers"].items():
-        status = "" if answer["parsed"] else f" — ✗ unparsed: {answer['reason']}"
+        status = "" if answer["parsed"] else f" — ✗ could not be read (unparsed): {answer['reason']}"
         parts += ["", f"**{label}**{status}", "", _quote(answer["answer"] or "(empty answer)")]
     return "\n".join(parts)
 
@@ -266,16 +275,21 @@ def _quote(text: str) -> str:
     return "\n".join("> " + html.escape(line) for line in str(text).splitlines() or [""])
 
 
-def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None) -> str:
-    """The evaluation's progress bar: test recordings answered of all to answer (the headline's "test recordings
-    answered" when it is done; with the hearing probes, their answers too), and what happens now (`message`,
-    plain text: its code marks are dropped, since HTML shows no Markdown)."""
-    fraction = min(1.0, done / total) if total else 0.0
+def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None, *,
+                  checks: tuple[int, int] = (0, 0)) -> str:
+    """The evaluation's progress bar: test recordings answered of all to answer (the count the headline's "test
+    recordings answered" shows when it is done), the listening checks `(done, total)` named apart when the
+    evaluation asks them (`pipeline.tutor.eval_jobs.count_words`); the bar and its % cover both. Then what
+    happens now (`message`, plain text: its code marks are dropped, since HTML shows no Markdown)."""
+    from pipeline.tutor.eval_jobs import count_words
+
+    work, work_done = total + checks[1], done + checks[0]
+    fraction = min(1.0, work_done / work) if total else 0.0
     elapsed = f" · {elapsed_s:.0f} s" if elapsed_s is not None else ""
     return (
         '<div class="judge-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
-        f"<div>{done} of {total or '?'} answered · {fraction * 100:.0f} %{elapsed} · "
+        f"<div>{html.escape(count_words(done, total, *checks))} · {fraction * 100:.0f} %{elapsed} · "
         f"{html.escape(str(message).replace('`', ''))}</div></div>"
     )
 
@@ -312,10 +326,11 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
         where = (f"on the first {other.rsplit('-first', 1)[1]} clips of this build" if other.startswith(key + "-first")
                  else "on an earlier build of the dataset")
         total = result["scores"]["total"]
-        figure = f"total-score PCC {_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}"
-        lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: {result['clips']} "
-                     f"clips, {figure}")
-    return (f"**{len(others)} evaluation(s) made on other data**, kept but not compared with the ones above "
+        figure = ("total scores agree with the experts' (PCC) "
+                  f"{_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}")
+        lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: "
+                     f"{plural(int(result['clips']), 'clip')}, {figure}")
+    return (f"**{plural(len(others), 'evaluation')} made on other data**, kept but not compared with the ones above "
             "(their test recordings differ; evaluate again to compare):\n\n" + "\n".join(lines))
 
 
@@ -338,7 +353,7 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
     # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
     waiting = ("one is running (progress above): each model's results appear here when it is done."
                if job_running else "tick models and press Evaluate.")
-    status = (f"{len(shown)} saved evaluation(s) on this dataset's test recordings." if shown else
+    status = (f"{plural(len(shown), 'saved evaluation')} on this dataset's test recordings." if shown else
               f"No evaluation on this dataset's test recordings yet: {waiting}")
     growing = [r for r in shown if r.get("partial") and not r["partial"].get("reason") and job_running
                and any(_same_target(r, target) for target in running_targets)]
@@ -378,7 +393,8 @@ def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None
         message += f": {status['reason']}" if status.get("reason") else ""
     started = status.get("created_at")
     end = status.get("finished_at") or (now if now is not None else time.time())
-    return progress_html(done, total, message, (end - started) if started else None)
+    return progress_html(done, total, message, (end - started) if started else None,
+                         checks=(int(status.get("checks_done") or 0), int(status.get("checks_total") or 0)))
 
 
 def column_widths(frame, *, min_px: int = 90, max_px: int = 320, char_px: int = 9) -> list[str]:
@@ -416,7 +432,7 @@ def hearing_markdown(results: Sequence[Mapping[str, Any]]) -> str:
         if worst is not None and len(result.get("per_learner") or []) > 1:
             direction = "too kind" if worst["total_bias"] > 0 else "too harsh" if worst["total_bias"] < 0 else "off"
             said.append(f"It judges learner **{worst['speaker']}** least like the experts: {direction}, by "
-                        f"{worst['total_mae']:.1f} points of 10 on average over {worst['clips']} clip(s).")
+                        f"{worst['total_mae']:.1f} points of 10 on average over {plural(int(worst['clips']), 'clip')}.")
         if said:
             lines.append(f"- **{model_label(result)}**: " + " ".join(said))
     if not lines:

@@ -10,6 +10,7 @@ from typing import Any
 
 from pipeline.errors import ConfigError, EvaluationError
 from pipeline.tutor.eval_jobs import (
+    count_words,
     describe,
     job_status,
     jobs_dir,
@@ -109,8 +110,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
-    def progress(done: int, total: int, message: str) -> None:
-        print(f"[{done}/{total}] {message}", file=sys.stderr, flush=True)
+    def progress(done: int, total: int, message: str, checks: tuple[int, int] = (0, 0)) -> None:
+        print(f"[{count_words(done, total, *checks)}] {message}", file=sys.stderr, flush=True)
 
     ws = Workspace(args.workspace)
     result = evaluate_tutor(

@@ -47,6 +47,7 @@ from typing import Any
 from pipeline import jobs
 from pipeline.errors import EvaluationError, PipelineError
 from pipeline.fileio import atomic_write_json, locked
+from pipeline.units import plural
 from pipeline.workspace import Workspace
 
 JOBS_DIR = "eval_jobs"
@@ -97,8 +98,10 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         build it evaluates (`split_key`). `state` is one of `STATES`: `running`,
         `cancelling` (CANCEL written, process alive), `completed`, `cancelled`, `failed` (from result.json,
         the job's last write, even while its process is still exiting; `failed` also for a process that
-        ended without writing its result: killed, or out of memory); `done`/`total` are the
-        answers of the model being evaluated (`target_index`, 0-based, of `targets`).
+        ended without writing its result: killed, or out of memory); `done`/`total` are the test
+        recordings answered by the model being evaluated (`target_index`, 0-based, of `targets`), and
+        `checks_done`/`checks_total` its listening checks (the grounding probes, asked after the
+        recordings; 0 of 0 without them).
 
     Raises:
         EvaluationError: `job_id` is not a job folder name.
@@ -124,6 +127,7 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         "job": job_id, "state": state, "alive": process.alive, "pid": process.pid, "targets": targets,
         "target_index": progress.get("target_index", 0), "label": progress.get("label"),
         "done": progress.get("done", 0), "total": progress.get("total", 0),
+        "checks_done": progress.get("checks_done", 0), "checks_total": progress.get("checks_total", 0),
         "message": progress.get("message") or ("waiting to start" if process.alive else ""),
         "reason": reason, "saved": (result or {}).get("saved", []), "created_at": job.get("created_at"),
         "dataset_key": job.get("dataset_key"),
@@ -281,10 +285,11 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
         for index, target in enumerate(targets):
             label = target_label(target)
 
-            def progress(done: int, total: int, message: str, index=index, label=label) -> None:
+            def progress(done: int, total: int, message: str, index=index, label=label, checks=(0, 0)) -> None:
                 atomic_write_json(folder / JOB_FILES["progress"], {
                     "target_index": index, "targets": len(targets), "label": label, "done": done, "total": total,
-                    "message": message, "updated_at": time.time()})
+                    "checks_done": checks[0], "checks_total": checks[1], "message": message,
+                    "updated_at": time.time()})
 
             def partial(result: dict, index=index) -> Path | None:
                 result["job"] = job_id
@@ -320,10 +325,24 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
     return finish("completed", None)
 
 
+def count_words(done: int, total: int, checks_done: int = 0, checks_total: int = 0) -> str:
+    """An evaluation's progress in words, one count per kind of work: `test recordings: 12 of 22 answered`,
+    and with the grounding probes `, then 66 listening checks` before they start or `; listening checks: 30
+    of 66` once they have (the Judge headline counts the recordings; the checks are other work)."""
+    line = f"test recordings: {done} of {total or '?'} answered"
+    if checks_total and not checks_done:
+        line += f", then {plural(checks_total, 'listening check')}"
+    elif checks_total:
+        line += f"; listening checks: {checks_done} of {checks_total}"
+    return line
+
+
 def describe(status: dict[str, Any]) -> str:
-    """One line for a person: `judge-... · running · run r1 (2 of 3): 12 of 23 answers`."""
+    """One line for a person: `judge-... · running · run r1 (2 of 3): test recordings: 12 of 23 answered`
+    (`count_words`)."""
     line = f"{status['job']} · {status['state'].replace('_', ' ')}"
     if status["targets"]:
         line += f" · {status.get('label') or target_label(status['targets'][0])} ({status['target_index'] + 1} of " \
-                f"{len(status['targets'])}): {status['done']} of {status['total'] or '?'} answers"
+                f"{len(status['targets'])}): " + count_words(status["done"], status["total"],
+                                                             status.get("checks_done", 0), status.get("checks_total", 0))
     return line + (f" · {status['reason']}" if status.get("reason") else "")

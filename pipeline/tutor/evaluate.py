@@ -175,7 +175,10 @@ def evaluate_tutor(
     `Tutor.feedback`, `free_speech_feedback`, or `dialogue_reply` for each tutor turn).
 
     Args:
-        progress: `progress(done, total, message)`, called before the first clip and after each one.
+        progress: `progress(done, total, message)`, called before the first clip and after each one: `done` of
+            `total` test recordings answered (every kind; the count the Judge headline shows). With
+            `grounding`, also `checks=(done, total)`: the listening checks asked so far of those planned
+            (3 per read-aloud clip at most, exact once planned), which follow the recordings.
         should_stop: `() -> bool`, checked before each clip and after every generated token; True
             cancels the evaluation (nothing is returned or saved, unless `partial` is given).
         partial: `partial(result)`, called after each clip but the last with the result over the clips
@@ -213,9 +216,13 @@ def evaluate_tutor(
     stop = should_stop or (lambda: False)
     who = f"run `{run}`" if run else f"base model `{model}`"
     started = time.perf_counter()
-    # With the grounding probes the job is up to 4 answers per clip (its own + 3 probes): the bar counts them all,
-    # so it does not reach 100 % after the clips and fall back when the probes start (exact once they are planned).
-    planned_total = len(rows) * (4 if grounding else 1)
+    # One count of recordings (what the headline counts); with the grounding probes the listening checks are
+    # counted apart (`checks`), planned as 3 per clip from the start so a bar over both never falls back.
+    if progress is not None and grounding:
+        recordings_progress = progress
+        progress = (lambda done, total, message, checks=(0, len(rows) * 3):  # noqa: E731
+                    recordings_progress(done, total, message, checks=checks))
+    planned_total = len(rows)
     if progress is not None:
         progress(0, planned_total, f"loading {who}")
     tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
@@ -364,7 +371,7 @@ def _with_grounding(evaluation: _Evaluation, data: Any, rows: Any, *, stop: Call
             every answer, without the probes).
     """
     probe_progress = None if progress is None else (
-        lambda done, total, message: progress(len(rows) + done, len(rows) + total, message))
+        lambda done, total, message: progress(len(rows), len(rows), message, checks=(done, total)))
     try:
         probed = _ask_grounding_probes(evaluation.tutor, data, evaluation.split, rows, evaluation.items,
                                        max_new_tokens=evaluation.max_new_tokens, stop=stop, progress=probe_progress,
@@ -416,7 +423,7 @@ def _ask_grounding_probes(tutor: Any, data: Any, split: str, rows: Any, items: l
         text = tutor.feedback(audio, sentence, max_new_tokens=max_new_tokens, stop=stop).text
         done += 1
         if progress is not None:
-            progress(done, total, f"{who}: grounding probe, {what}")
+            progress(done, total, f"{who}: listening check, {what}")
         return text
 
     records = []
