@@ -15,8 +15,9 @@ KIB = 1024
 
 def format_bytes(n: float | int | None) -> str:
     """`n` bytes in binary units (1 GiB = 1024**3 bytes, as `nvidia-smi`, PyTorch and `free` report them):
-    `7_000_000_000` -> "6.52 GiB", `300 * MIB` -> "300 MiB", `4096` -> "4 KiB", `12` -> "12 B"; two
-    decimals in GiB, none below; a negative `n` (a margin) keeps its sign; None -> "–" (not known)."""
+    `7_000_000_000` -> "6.52 GiB", `300 * MIB` -> "300 MiB", `4096` -> "4 KiB", `312` -> "312 bytes", `1` ->
+    "1 byte"; two decimals in GiB, none below; a negative `n` (a margin) keeps its sign; None -> "–" (not
+    known). Every size, however small, reads as a true figure: a 312-byte file is never "0.0 MiB"."""
     if n is None:
         return "–"
     value = float(n)
@@ -26,7 +27,7 @@ def format_bytes(n: float | int | None) -> str:
         return f"{value / MIB:.0f} MiB"
     if abs(value) >= KIB:
         return f"{value / KIB:.0f} KiB"
-    return f"{value:.0f} B"
+    return plural(int(round(value)), "byte")
 
 
 def format_gib(n: float | int | None) -> str:

@@ -149,7 +149,7 @@ def test_mixed_known_and_unknown_speakers_notes_the_unknown():
     rows = rows_for({"a": 5, "b": 5}) + [("u1", ""), ("u2", None)]
     split = ds.split_ids(rows, eval_fraction=0.3, seed=0)
     assert split.method == "speaker"
-    assert any("2 sample(s) have no speaker (u1, u2)" in note for note in split.notes), "the note names them"
+    assert any("2 samples have no speaker (u1, u2)" in note for note in split.notes), "the note names them"
     assert sorted(split.train + split.eval) == sorted(i for i, _ in rows)
 
 
@@ -461,8 +461,8 @@ def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path,
     assert moved["moved"] and set(moved["to_eval"]) | set(moved["to_train"]) <= {"ann", "bob", "cal", "dan"}, moved
     assert "eve" not in moved["to_eval"] + moved["to_train"], "eve is new: she did not move"
     assert not moved["rows_to_eval"] and not moved["rows_to_train"], "every row has a learner: said per learner"
-    assert "new learner(s) eve" in moved["reasons"] and "3 row(s) added and 1 left out or deleted" in moved["reasons"]
-    assert "moved to" in report.summary() and "why: new learner(s) eve" in report.summary()
+    assert "1 new learner: eve" in moved["reasons"] and "3 rows added and 1 left out or deleted" in moved["reasons"]
+    assert "moved to" in report.summary() and "why: 1 new learner: eve" in report.summary()
     # the pure comparison: learners and unnamed rows that changed sides between two reports
     old = {"row_ids": {"train": ["a1", "b1", "u1"], "eval": ["c1"]}, "speakers": {"train": ["a", "b"], "eval": ["c"]},
            "seed": 1, "eval_fraction": 0.2}

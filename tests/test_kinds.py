@@ -212,7 +212,7 @@ def test_dialogue_sample_checks_every_clip_and_a_bad_clip_skips_it_whole(tmp_pat
     assert [Path(f).name for f in sample.clip_files] == [f"{sample.id}.wav", f"{sample.id}.2.wav"]
     assert [c.size for c in library.load_clips(sample)] == [real_clip(speechocean_dir, u).size for u in ("000010011", "000010035")]
     assert sample.turns[0]["transcript"] == "we call it bear" and sample.turns[0]["checks"]["duration_s"] > 0.3
-    assert sample.has_answer and "2 clip(s)" in sample.title
+    assert sample.has_answer and "2 clips" in sample.title
     assert sorted(p.name for p in (tmp_path / "ws" / "samples" / "audio").iterdir()) == sorted(Path(f).name for f in sample.clip_files)
     # the same recording may be a free-speech sample too, but not twice
     fs = library.add(clip("000010011"), prompt="What animal is it?", feedback="Clear.", kind="free_speech")

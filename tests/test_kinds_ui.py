@@ -53,7 +53,7 @@ def test_the_dialogue_editor_builds_and_saves_a_dialogue(ui, tmp_path, speechoce
     assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant"]
     assert ui.add_tutor_turn("", turns)[-1].startswith("**✗")
     status, table, cleared_turns, cleared_chat = ui.save_dialogue(turns, "kate")
-    assert "Saved dialogue" in status and "4 turns, 1 clip(s)" in status and cleared_turns == [] and cleared_chat == []
+    assert "Saved dialogue" in status and "4 turns, 1 clip," in status and cleared_turns == [] and cleared_chat == []
     (sample,) = SampleLibrary(ui.ws).list()
     assert sample.kind == "dialogue" and [t["role"] for t in sample.turns] == ["learner", "tutor", "learner", "tutor"]
     assert ui.save_dialogue([], "kate")[0].startswith("**✗")
@@ -120,7 +120,7 @@ def test_the_trim_box_is_honoured_by_every_check_of_a_dialogue_turn_and_a_sessio
     refused = ui.add_learner_turn(str(long_clip), "", [])
     assert refused[-1].startswith("**✗") and " s; Gemma 3n hears at most 30 s" in refused[-1] and "Trim clips longer than 30 s" in refused[-1]
     turns, chat, audio, text, note = ui.add_learner_turn(str(long_clip), "", [], True)
-    assert len(turns) == 1 and note == "1 turn(s)."
+    assert len(turns) == 1 and note == "1 turn."
     turns, *_ = ui.add_tutor_turn("Good, a bit slower next time.", turns)
     status, *_ = ui.save_dialogue(turns, "kate", True)
     assert "Saved dialogue" in status and "30.00 s" in status
@@ -166,7 +166,7 @@ def test_the_sample_pack_says_how_to_add_its_free_speech_and_dialogue_examples(u
     summary, *_ = ui.load_sample_pack()
     (path,) = re.findall(r"type `([^`]+tutoring\.jsonl)`", summary)
     summary, *_ = ui.import_folder(path, "auto", False)
-    assert "Imported **5**" in summary and "skipped **0**" in summary, summary
+    assert "Imported **5 clips**" in summary and "skipped **0**" in summary, summary
     kinds = sorted(s.kind for s in SampleLibrary(ui.ws).list())
     assert kinds.count("dialogue") == 3 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8
 
@@ -215,7 +215,7 @@ def test_a_pasted_folder_path_with_quotes_or_as_a_file_address_imports(ui, typed
 
         source = quote(source)
     summary, *_ = ui.import_folder(typed.format(source), "auto", False)
-    assert summary.startswith("Imported **8**"), summary
+    assert summary.startswith("Imported **8 clips**"), summary
     assert len(SampleLibrary(ui.ws).list()) == 8
 
 

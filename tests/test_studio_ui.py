@@ -147,9 +147,9 @@ def test_the_dataset_tab_says_who_moved_between_training_and_test_and_why():
 
     assert moves_lines(None) == [] and moves_lines({"moved": False, "to_eval": [], "to_train": []}) == []
     (line,) = moves_lines({"moved": True, "to_eval": ["ann"], "to_train": ["cal"], "rows_to_eval": [],
-                           "rows_to_train": ["s-1", "s-2"], "reasons": ["new learner(s) eve"]})
+                           "rows_to_train": ["s-1", "s-2"], "reasons": ["1 new learner: eve"]})
     assert line.startswith("**Moved since the last build:** learner ann moved into the test set; learner cal, "
-                           "2 samples with no learner (s-1, s-2) moved into training. Why: new learner(s) eve."), line
+                           "2 samples with no learner (s-1, s-2) moved into training. Why: 1 new learner: eve."), line
     assert "Resume even though the dataset was rebuilt" in line
 
 

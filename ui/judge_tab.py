@@ -27,6 +27,7 @@ from ui.common import (POLL_SECONDS, error_panel, list_runs, model_text, range_n
 from ui.state import AppState
 from ui.try_kinds import MAX_TOKENS_LABEL, MAX_TOKENS_RANGE
 from ui.wording import app_wording
+from pipeline.units import plural
 
 BASE, RUN = "base:", "run:"
 
@@ -162,7 +163,7 @@ class JudgeHandlers:
                                        MAX_TOKENS_LABEL)
         started = start_job(self.ws, targets, max_new_tokens=tokens, grounding=bool(grounding))
         return (started["job"], view.job_progress_html(job_status(self.ws, started["job"])),
-                f"Evaluating {len(targets)} model(s) in the background: you can close this "
+                f"Evaluating {plural(len(targets), 'model')} in the background: you can close this "
                 "page; it goes on, and the page shows it again when reopened. Each model's results appear when "
                 "it is done; Cancel keeps what was answered.", gr.Timer(active=True), "")
 

@@ -20,6 +20,7 @@ from pipeline.errors import AudioError, ClipTooLongError, SampleError
 from ui import samples_view as view
 from ui.common import chat_messages, ui_errors
 from ui.state import AppState
+from pipeline.units import plural
 
 KIND_CHOICES = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
 TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep its first 30 s."}
@@ -115,7 +116,7 @@ class SampleKindHandlers:
         if audio is not None:
             load_audio(audio, name=Path(audio).name if isinstance(audio, (str, os.PathLike)) else None, trim=bool(trim))
         turns = list(turns or []) + [{"role": "learner", "audio": audio, "text": (text or "").strip() or None}]
-        return turns, chat_messages(turns), None, "", f"{len(turns)} turn(s)."
+        return turns, chat_messages(turns), None, "", f"{plural(len(turns), 'turn')}."
 
     @ui_errors(message_at=3, outputs=4)
     def add_tutor_turn(self, text: str, turns: list[dict]):
@@ -125,12 +126,12 @@ class SampleKindHandlers:
         if not turns:
             raise SampleError("A dialogue starts with the learner: add a learner turn first.")
         turns = list(turns) + [{"role": "tutor", "text": text.strip()}]
-        return turns, chat_messages(turns), "", f"{len(turns)} turn(s)."
+        return turns, chat_messages(turns), "", f"{plural(len(turns), 'turn')}."
 
     def remove_last_turn(self, turns: list[dict]):
         """Drop the last turn; returns (turns, chat, status)."""
         turns = list(turns or [])[:-1]
-        return turns, chat_messages(turns), f"{len(turns)} turn(s)."
+        return turns, chat_messages(turns), f"{plural(len(turns), 'turn')}."
 
     @ui_errors(message_at=0, outputs=4, hints=TRIM_HINTS)
     def save_dialogue(self, turns: list[dict], speaker: str, trim: bool = False):
@@ -145,7 +146,7 @@ class SampleKindHandlers:
         sample = SampleLibrary(self.state.ws).add(None, kind="dialogue", turns=shaped, trim=bool(trim),
                                                   speaker=(speaker or "").strip() or None)
         clips = len(sample.clip_files)
-        return (f"Saved dialogue **{sample.id}** ({len(turns)} turns, {clips} clip(s), {view.clip_seconds(sample.duration_s)}).",
+        return (f"Saved dialogue **{sample.id}** ({len(turns)} turns, {plural(clips, 'clip')}, {view.clip_seconds(sample.duration_s)}).",
                 self._table(), [], [])
 
 

@@ -158,7 +158,7 @@ def import_summary(report: Any, source: str) -> str:
     skipped = len(get_field(report, "skipped") or [])
     fmt = get_field(report, "format")
     fmt_text = f" ({fmt} layout)" if fmt else ""
-    line = f"Imported **{imported}** clip(s) from `{source}`{fmt_text}; skipped **{skipped}**."
+    line = f"Imported **{plural(imported, 'clip')}** from `{source}`{fmt_text}; skipped **{skipped}**."
     if skipped:
         line += " The table below says why each skipped file was left out."
     return line

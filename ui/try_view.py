@@ -12,7 +12,7 @@ import html
 from typing import Any, Mapping, Sequence
 
 from pipeline.errors import in_words
-from pipeline.units import plural
+from pipeline.units import plural, format_bytes
 from ui.wording import app_wording
 
 
@@ -32,15 +32,15 @@ def headline_markdown(tutors: Sequence[str]) -> str:
 
 def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool = False) -> str:
     """What an export of `run_name` made (`export_run`'s result: format, path, bytes, the archive to upload
-    for a cloud bundle, notes), with its size in MiB unless `downloadable`: then the Download box under the
+    for a cloud bundle, notes), with its size (`pipeline.units.format_bytes`: "312 bytes", "4 KiB", "1.20 GiB") unless `downloadable`: then the Download box under the
     note shows the file (the adapter zip, the bundle's archive, whose size `bytes` is) with its own size, and
     a second figure for it ("0.4 MiB" above "460.6 KB") would be the same size twice (Markdown)."""
-    size = "" if downloadable else f" ({result['bytes'] / 1024**2:.1f} MiB)"
+    size = "" if downloadable else f" ({format_bytes(result['bytes'])})"
     lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}`{size}."]
     if result.get("archive"):
         lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
     if result.get("format") == "gguf":
-        files = ", ".join(f"`{name}` ({size / 1024**2:.1f} MiB)" for name, size in result.get("files", {}).items()
+        files = ", ".join(f"`{name}` ({format_bytes(size)})" for name, size in result.get("files", {}).items()
                           if name.endswith(".gguf") or name == "Modelfile")
         lines.append(f"Copy the folder to the student's computer: {files}. Its README.md has the llama.cpp "
                      f"(`llama-mtmd-cli`, `llama-server`) and Ollama (`ollama create {html.escape(run_name)} -f Modelfile`) commands.")

@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Sequence
 
 from pipeline.errors import DatasetError
+from pipeline.units import plural
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,7 +374,7 @@ def build_dialogue_messages(turns: Sequence[dict], audios: Sequence[Any] | None 
                 block: dict[str, Any] = {"type": "audio"}
                 if audios is not None:
                     if not isinstance(clip, int) or not 0 <= clip < len(audios):
-                        raise DatasetError(f"Turn {number} of the dialogue names clip {clip!r}, but it has {len(audios)} clip(s).")
+                        raise DatasetError(f"Turn {number} of the dialogue names clip {clip!r}, but it has {plural(len(audios), 'clip')}.")
                     block["audio"] = audios[clip]
                 blocks.append(block)
             text = _plain(turn.get("text"), f"learner turn {number}", tokenizer)

@@ -50,6 +50,7 @@ from pipeline.data.audio_decode import (
     source_frames,
 )
 from pipeline.errors import AudioError, ClipTooLongError
+from pipeline.units import plural
 
 __all__ = ["AUDIO_SUFFIXES", "MAX_DURATION_S", "TARGET_SAMPLE_RATE_HZ", "Audio", "AudioReport", "load_audio",
            "pcm16", "wav_bytes", "decode_wav"]
@@ -205,12 +206,12 @@ def _over_full_scale_warnings(frames: np.ndarray, samples: np.ndarray) -> list[s
     if over:
         peak = float(np.max(np.abs(frames)))
         return [
-            f"too loud: {over} sample(s) were louder than a recording can hold and were clipped; lower the "
+            f"too loud: {plural(over, 'sample')} {'was' if over == 1 else 'were'} louder than a recording can hold and were clipped; lower the "
             f"recording level and export again (peak {peak:.2f} of full scale = {20 * math.log10(peak):+.1f} dBFS)"
         ]
     overshoot = int(np.count_nonzero(np.abs(samples) > 1.0))
     if overshoot > CLIPPED_FRACTION_WARN * max(1, samples.size):
-        return [f"near full scale: resampling to 16 kHz pushed {overshoot} sample(s) past full scale; they were clipped to [-1, 1]"]
+        return [f"near full scale: resampling to 16 kHz pushed {plural(overshoot, 'sample')} past full scale; they were clipped to [-1, 1]"]
     return []
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any, Iterable, Sequence
+from pipeline.units import plural
 
 
 def some_ids(ids: Sequence[str], shown: int = 5) -> str:
@@ -85,11 +86,11 @@ def split_changes(previous: dict | None, current: dict, speaker_of: dict[str, st
         reasons.append(f"the held-out share changed ({previous.get('eval_fraction')} -> {current.get('eval_fraction')})")
     old_all, new_all = set().union(*old_speakers.values()), set().union(*new_speakers.values())
     if new_all - old_all:
-        reasons.append(f"new learner(s) {', '.join(sorted(new_all - old_all))}")
+        reasons.append(f"{plural(len(new_all - old_all), 'new learner')}: {', '.join(sorted(new_all - old_all))}")
     if old_all - new_all:
-        reasons.append(f"learner(s) no longer in the dataset: {', '.join(sorted(old_all - new_all))}")
+        reasons.append(f"{plural(len(old_all - new_all), 'learner')} no longer in the dataset: {', '.join(sorted(old_all - new_all))}")
     old_rows, new_rows = set().union(*old_ids.values()), set().union(*new_ids.values())
     if new_rows != old_rows:
-        reasons.append(f"{len(new_rows - old_rows)} row(s) added and {len(old_rows - new_rows)} left out or deleted")
+        reasons.append(f"{plural(len(new_rows - old_rows), 'row')} added and {len(old_rows - new_rows)} left out or deleted")
     return {"to_eval": to_eval, "to_train": to_train, "rows_to_eval": rows_to_eval, "rows_to_train": rows_to_train,
             "moved": bool(to_eval or to_train or rows_to_eval or rows_to_train), "reasons": reasons}

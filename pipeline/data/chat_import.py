@@ -50,6 +50,7 @@ from typing import Any
 
 from pipeline.errors import ImportFormatError, shorten
 from pipeline.fileio import jsonl_lines, read_person_text
+from pipeline.units import plural
 
 _READ_ALOUD = re.compile(r'^The learner was asked to read: "(?P<text>.*)"$', re.S)
 _FREE_SPEECH = re.compile(r'^The learner was asked: "(?P<text>.*)"$', re.S)
@@ -229,7 +230,7 @@ def _fill_placeholders(messages: list[dict], audios: list, layout: str) -> list[
                     for m in messages]
         tags = len(audios)
     if tags != len(audios):
-        raise ValueError(f"this {layout} line has {tags} `{AUDIO_PLACEHOLDER}` placeholder(s) but {len(audios)} path(s) "
+        raise ValueError(f"this {layout} line has {plural(tags, f'`{AUDIO_PLACEHOLDER}` placeholder')} but {plural(len(audios), 'path')} "
                          f"in `audios`; each `{AUDIO_PLACEHOLDER}` in a message takes the next path of `audios`, so the "
                          "two counts must match")
     remaining = list(audios)
@@ -319,7 +320,7 @@ def row_to_item(row: dict, base: Path, label: str) -> dict[str, Any]:
         return dict(common, kind=kind, turns=turns)
     if not single:
         raise ValueError(f"`kind` {kind} needs one user message with one clip and at most one answer; this line has "
-                         f"{user_messages} user message(s), {len(clips)} clip(s) and {len(tutor)} answer(s) "
+                         f"{plural(user_messages, 'user message')}, {plural(len(clips), 'clip')} and {plural(len(tutor), 'answer')} "
                          "(use kind dialogue)")
     text = (clips[0].get("text") or "").strip()
     feedback = tutor[0]["text"] if tutor else ""

@@ -37,6 +37,7 @@ from pipeline.data.build_changes import sample_digest, some_ids, split_changes
 from pipeline.data.row_lengths import render_rows, rows_that_fit
 from pipeline.data.rows import COLUMNS, features as _features
 from pipeline.workspace import Workspace
+from pipeline.units import plural
 
 SPLITS = ("train", "eval")
 BUILD_REPORT_NAME = "build_report.json"
@@ -169,7 +170,7 @@ def split_ids(
     notes: list[str] = []
     if eval_fraction == 0 or n < 2:
         if eval_fraction > 0:
-            notes.append(f"Only {n} trainable row(s): nothing held out for evaluation; add more samples.")
+            notes.append(f"Only {plural(n, 'trainable row')}: nothing held out for evaluation; add more samples.")
         else:
             notes.append(
                 "--eval-fraction 0: no rows held out, training uses every row and reports no eval loss "
@@ -197,7 +198,7 @@ def split_ids(
             train_ids += extra[0]
             eval_ids += extra[1]
             notes.append(
-                f"{len(unknown)} sample(s) have no speaker ({some_ids(unknown)}) and were split sample by sample; "
+                f"{plural(len(unknown), 'sample')} {'has' if len(unknown) == 1 else 'have'} no speaker ({some_ids(unknown)}) and were split sample by sample; "
                 "give them a speaker so that no learner ends up in both splits."
             )
         return Split(sorted(train_ids), sorted(eval_ids), "speaker", notes)
@@ -294,7 +295,7 @@ class BuildReport:
                 f"(max allowed {self.max_length})"
             )
         if self.excluded:
-            lines.append(f"  excluded {len(self.excluded)} row(s):")
+            lines.append(f"  excluded {plural(len(self.excluded), 'row')}:")
             shown = self.excluded[:SUMMARY_EXCLUDED_LINES]
             lines.extend(f"    {e['id']}: {e['reason']}" for e in shown)
             if len(self.excluded) > len(shown):
@@ -403,7 +404,7 @@ def _split_rows(rows: list[dict], too_long: list[dict], *, eval_fraction: float,
     lengths = [e["num_tokens"] for e in too_long]
     if lengths:
         split.notes.append(
-            f"{len(lengths)} row(s) are longer than --max-length {max_length}; --max-length {max(lengths)} "
+            f"{plural(len(lengths), 'row')} {'is' if len(lengths) == 1 else 'are'} longer than --max-length {max_length}; --max-length {max(lengths)} "
             "keeps them all (each token takes memory while training: check the memory estimate)."
         )
     by_id = {r["id"]: r for r in rows}

@@ -41,6 +41,7 @@ from pipeline.conversation.messages import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError, in_words
 from pipeline.fileio import atomic_write_bytes, atomic_write_json, locked
 from pipeline.workspace import Workspace
+from pipeline.units import plural
 
 MANIFEST_VERSION = 1
 EDITABLE_FIELDS = ("target_text", "prompt", "feedback", "transcript", "speaker", "scores", "source")
@@ -164,7 +165,7 @@ class Sample:
             said = [t.get("text") or t.get("transcript") for t in turns if t.get("role") == "learner"]
             first = next((x for x in said if x), "")
             clips = sum(1 for t in turns if t.get("audio_file"))
-            return f"dialogue, {len(turns)} turns, {clips} clip(s)" + (f": {first}" if first else "")
+            return f"dialogue, {len(turns)} turns, {plural(clips, 'clip')}" + (f": {first}" if first else "")
         return self.target_text
 
     def to_dict(self) -> dict[str, Any]:

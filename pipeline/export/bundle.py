@@ -207,7 +207,8 @@ else
 fi
 {get_model}mkdir -p "$OUTPUT/runs/$RUN"
 cp "$HERE/bundle.json" "$OUTPUT/runs/$RUN/bundle.json"
-echo "train.sh: $PROCESSES process(es) on $DEVICE; run folder $OUTPUT/runs/$RUN" >&2
+PROCESS_WORD=processes; [[ "$PROCESSES" == 1 ]] && PROCESS_WORD=process
+echo "train.sh: $PROCESSES $PROCESS_WORD on $DEVICE; run folder $OUTPUT/runs/$RUN" >&2
 exec "$PYTHON" "${{LAUNCH[@]}}" -m pipeline train --workspace "$OUTPUT" --run-name "$RUN" --dataset "$HERE/dataset" \\
   "${{FLAGS[@]}}" "${{EXTRA[@]}}"
 """

@@ -23,6 +23,7 @@ from pathlib import Path
 from pipeline.export.import_run import import_run
 from pipeline.export.import_run import summary_text as import_summary_text
 from pipeline.workspace import DEFAULT_WORKSPACE
+from pipeline.units import format_bytes
 
 FORMATS = ("adapter", "merged", "bundle", "gguf", "gguf-text-only")
 
@@ -61,7 +62,7 @@ def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cp
 def summary_text(result: dict) -> str:
     """Human summary of an export result."""
     size = result.get("bytes", 0)
-    lines = [f"Exported run `{result['run']}` as {result['format']}: {result['path']} ({size / 1024**2:.1f} MiB)"]
+    lines = [f"Exported run `{result['run']}` as {result['format']}: {result['path']} ({format_bytes(size)})"]
     if result.get("archive"):
         lines.append(f"  archive to upload: {result['archive']}")
     lines.append(f"  base model: {result.get('base_model')}")

@@ -35,6 +35,7 @@ from pipeline.export import llama_cpp
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
 from pipeline.fileio import atomic_write_json, atomic_write_text
+from pipeline.units import format_bytes
 
 QUANTS = ("q8_0", "q4_k_m", "f16", "bf16", "f32")
 """`--quant` values: llama.cpp's weight types of the language model. q8_0 (the default) keeps answers
@@ -291,7 +292,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
 
 def gguf_summary(result: dict) -> list[str]:
     """Lines about a GGUF export for the CLI and the app: its files and the two commands to run it."""
-    lines = [f"  {name}: {size / 1024**2:.1f} MiB" for name, size in result.get("files", {}).items()
+    lines = [f"  {name}: {format_bytes(size)}" for name, size in result.get("files", {}).items()
              if name.endswith(".gguf")]
     run = result["run"]
     if result.get("projector"):

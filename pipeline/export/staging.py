@@ -21,6 +21,7 @@ from typing import Iterator
 
 from pipeline.errors import ExportError
 from pipeline import fileio
+from pipeline.units import format_bytes
 
 
 def check_free_space(folder: str | os.PathLike, needed_bytes: int, what: str) -> None:
@@ -31,7 +32,7 @@ def check_free_space(folder: str | os.PathLike, needed_bytes: int, what: str) ->
     free, wanted = fileio.disk_room(folder, needed_bytes)
     if free < wanted:
         raise ExportError(
-            f"Writing {what} into {folder} needs about {wanted / 1024**3:.2f} GiB but only {free / 1024**3:.2f} GiB is "
+            f"Writing {what} into {folder} needs about {format_bytes(wanted)} but only {format_bytes(free)} is "
             "free there. Free some space, or give --out a folder on a larger disk."
         )
 

@@ -28,7 +28,7 @@ from pipeline.errors import ExportError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
 from pipeline.fileio import atomic_write_json, atomic_write_text
 from pipeline.training.run_folder import RUN_FILES, has_adapter
-from pipeline.units import format_loss
+from pipeline.units import format_loss, format_bytes
 from pipeline.workspace import Workspace
 
 QUANTIZED_MERGE_NOTE = (
@@ -254,7 +254,7 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
     target = out / f"{run}-merged"
     done = merged_tutor(workspace, run, device=device, model=model, out_dir=out)
     info, notes, exact = done["info"], done["notes"], done["exact_bytes"]
-    check_free_space(out, exact, f"the merged model of run `{run}` ({exact / 1024**3:.2f} GiB in bf16)")
+    check_free_space(out, exact, f"the merged model of run `{run}` ({format_bytes(exact)} in bf16)")
     with staged_folder(target) as staging:
         done["model"].save_pretrained(str(staging))
         done["processor"].save_pretrained(str(staging))

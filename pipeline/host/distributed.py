@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 from pipeline.errors import ConfigError
+from pipeline.units import plural
 
 
 def rank() -> int:
@@ -90,7 +91,7 @@ def join(device: str) -> None:
         local_processes = local_world_size()
         if local_processes > gpus:
             raise ConfigError(
-                f"{local_processes} training processes were started on this machine but only {gpus} GPU(s) are "
+                f"{local_processes} training processes were started on this machine but only {plural(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} "
                 f"visible; start one per GPU (`--nproc_per_node {gpus}` / `--num_processes {gpus}`)."
             )
     from accelerate import PartialState

@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pipeline.conversation.feedback import ParsedFeedback, parse_feedback
+from pipeline.units import plural
 from pipeline.tutor.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -353,5 +354,5 @@ def blame_summary(result: dict, *, top: int = 5) -> str:
         lines.append("learners the tutor judges worst (mean error of the total score, 0-10; + lenient, - harsh):")
         for row in learners[:top]:
             lines.append(f"  {row['speaker']}: off by {row['total_mae']:.1f} on average ({row['total_bias']:+.1f}) "
-                         f"over {row['clips']} clip(s)")
+                         f"over {plural(row['clips'], 'clip')}")
     return "\n".join(lines)

@@ -39,6 +39,7 @@ import math
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
+from pipeline.units import plural
 from pipeline.conversation.feedback import (
     SENTENCE_KEYS,
     ParsedFeedback,
@@ -287,7 +288,7 @@ def _score_metrics(records: Sequence[dict], key: str, resamples: int, seed: int)
     elif n == 0:
         out["reason"] = NOT_MEASURABLE
     elif n < MIN_CORRELATION_PAIRS:
-        out["reason"] = f"only {n} parsed answer(s) of {len(with_reference)}; a correlation needs {MIN_CORRELATION_PAIRS}"
+        out["reason"] = f"only {plural(n, 'parsed answer')} of {len(with_reference)}; a correlation needs {MIN_CORRELATION_PAIRS}"
     elif len(set(tutor)) < 2:
         out["reason"] = f"the tutor gave every parsed answer the same {key} score ({tutor[0]:g})"
     elif len(set(expert)) < 2:
