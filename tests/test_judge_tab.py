@@ -220,6 +220,14 @@ def test_every_judge_row_leads_with_a_teachers_words_and_keeps_the_term_in_brack
     assert "not readable" in view.scatter_figure([dict(expert, model="m", run=None)]).axes[0].get_yticklabels()[0].get_text()
 
 
+def test_an_empty_judge_says_no_evaluation_once():
+    """Issue 32 leftovers: the status said "No evaluation on this dataset's test recordings yet" and the empty chart
+    below it "no evaluation yet": one empty state, said once (by the status)."""
+    figure = view.scatter_figure([])
+    assert not [t for ax in figure.axes for t in ax.texts] and not figure.axes[0].axison
+    assert "No evaluation" in view.saved_status_markdown([], "k", [])
+
+
 def test_the_progress_bar_counts_recordings_as_the_headline_does_and_names_the_listening_checks():
     """Issue 32 leftovers: with the hearing probes the bar said "88 of 88 answered" beside a headline of 22
     recordings. It counts recordings, and names the listening checks apart, in the app and on the command line."""

@@ -118,8 +118,9 @@ class DatasetHandlers:
         try:
             report = load_build_report(self.ws)
         except PipelineError:
-            # Empty frames (not None) keep the real column headers instead of Gradio's "1 2 3".
-            return ("No dataset built yet.", view.speakers_frame({}), None, view.excluded_frame([]), None, gr.skip())
+            # Empty frames (not None) keep the real column headers instead of Gradio's "1 2 3"; no summary: the
+            # headline says "No dataset yet" already (said twice, one above the other, it was noise).
+            return ("", view.speakers_frame({}), None, view.excluded_frame([]), None, gr.skip())
         return (*self._dataset_outputs(report)[:-1], gr.skip())
 
     def _dataset_outputs(self, report: dict):

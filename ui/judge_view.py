@@ -158,13 +158,14 @@ def headline_frame(results: Sequence[Mapping[str, Any]]):
 
 def scatter_figure(results: Sequence[Mapping[str, Any]]):
     """Expert total score (x) against each model's total score (y), one colour per model; unparsed
-    answers are drawn as crosses in a band below 0, so none disappears from the picture."""
+    answers are drawn as crosses in a band below 0, so none disappears from the picture. With no results, a
+    blank figure: the status above says there is no evaluation yet (said twice, one above the other, it was
+    noise)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.4), layout="constrained")
     ax = fig.add_subplot()
     if not results:
-        ax.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
     ax.plot([0, 10], [0, 10], color="#999999", linestyle="--", linewidth=1, label="agreement")

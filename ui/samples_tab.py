@@ -100,8 +100,8 @@ class SamplesHandlers:
         return self.library_summary().split("\n\n")[0]
 
     def library_summary(self) -> str:
-        """The library in a teacher's words, above its table (`ui.samples_view.library_markdown`), or the
-        error panel when the library cannot be read (Markdown)."""
+        """The library in a teacher's words (`ui.samples_view.library_markdown`), or the error panel when the
+        library cannot be read (Markdown); its first line is the tab's headline (`library_headline`)."""
         from pipeline.data.samples import SampleLibrary
 
         try:
@@ -109,6 +109,18 @@ class SamplesHandlers:
         except PipelineError as error:
             return error_panel(error)
         return view.library_markdown(samples)
+
+    def library_details(self) -> str:
+        """Above the library's table: `library_summary`, except for an empty library, whose how-to-start the
+        headline at the top says already (`ui.samples_view.EMPTY_LIBRARY`: said twice, one above the other, it
+        was noise): "" then (Markdown)."""
+        from pipeline.data.samples import SampleLibrary
+
+        try:
+            empty = not SampleLibrary(self.ws).list()
+        except PipelineError:
+            empty = False  # the error panel, from library_summary
+        return "" if empty else self.library_summary()
 
     @ui_errors(message_at=5, outputs=6)
     def select_sample(self, table: Any, evt: gr.SelectData):
@@ -278,7 +290,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
                                     visible=False, elem_id="import-report", max_height=240)
         gr.Markdown("### Saved samples\nClick a row to play it back, edit or delete it; search finds any word "
                     "(a sentence, a learner, an id).")
-        library_summary = filled_on_load(gr.Markdown(LOADING, elem_id="library-summary"), handlers.library_summary)
+        library_summary = filled_on_load(gr.Markdown(LOADING, elem_id="library-summary"), handlers.library_details)
         samples_df = filled_on_load(gr.Dataframe(view.samples_frame([]), label="Sample library", interactive=False,
                                                  elem_id="samples-table", max_height=720, wrap=True,
                                                  show_search="search",
@@ -318,7 +330,7 @@ def samples_tab(handlers: SamplesHandlers) -> SimpleNamespace:
         handlers.import_folder, inputs=[folder_in, format_in, import_trim], outputs=[*import_results, samples_df])
     # Samples are added outside this tab too (Inbox: Accept and next): the library is read again when the tab opens.
     tab.select(handlers.samples_table, outputs=samples_df, show_progress="hidden")
-    samples_df.change(handlers.library_summary, outputs=library_summary, show_progress="hidden")
+    samples_df.change(handlers.library_details, outputs=library_summary, show_progress="hidden")
     samples_df.change(handlers.library_headline, outputs=headline, show_progress="hidden")
     # Another sample selected: the last edit's "Saved changes to X" was about the one before.
     # (Two listeners: the selection's data reaches only a handler wired to the select event itself.)

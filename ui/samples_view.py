@@ -169,12 +169,17 @@ KIND_WORDS = (("read_aloud", "read aloud", "read aloud"), ("free_speech", "free 
 """Each kind as the library's summary counts it: (kind, one, many)."""
 
 
+EMPTY_LIBRARY = "No recordings yet: record one below, or **Load the sample pack** to try everything first."
+"""How to start, said once on the Samples tab: its headline at the top says it (the pack's button and the
+recorder are below it); the summary above the empty table says nothing (`ui.samples_tab.SamplesHandlers.library_details`)."""
+
+
 def library_markdown(samples: Sequence[Any]) -> str:
     """The library in a teacher's words, above its table (`samples`: `pipeline.data.samples.Sample`s):
     recordings, learners, how many of each kind (`KIND_WORDS`), and which samples cannot be trained on yet
-    (no feedback) or have no learner; how to start when there are none (Markdown)."""
+    (no feedback) or have no learner; how to start when there are none (`EMPTY_LIBRARY`, Markdown)."""
     if not samples:
-        return "No recordings yet: add one above, or **Load the sample pack** to try everything first."
+        return EMPTY_LIBRARY
     learners = {s.speaker for s in samples if s.speaker}
     kinds = [plural(sum(1 for s in samples if s.kind == kind), word, many)
              for kind, word, many in KIND_WORDS if any(s.kind == kind for s in samples)]
