@@ -117,11 +117,14 @@ def test_every_tab_speaks_a_teachers_words_and_never_names_itself(built):
     shot(page, "truth-0-teachers-words")
 
 
-def test_the_practice_page_reads_on_a_phone(module_app, module_browser):
+def test_the_practice_page_reads_on_a_phone(module_app, module_browser, speechocean_dir):
     """Item 9: at 390 x 844 the consent box and its 30-word label were a 13-line strip beside the name. And (the
     leftovers' pass) a long exercise ran into the Exercise box's arrow: it now ends in "…" before the arrow, and
-    the exercise is shown in full under the box."""
+    the exercise is shown in full under the box; the "My kept attempts" table (four columns) was cut off at the
+    right: it is a list now, and nothing in it reaches past the screen's edge."""
     import json
+
+    from pipeline.inbox.store import Inbox
 
     url = re.search(r"Students' practice page: (\S+)", Path(module_app[3]).read_text()).group(1)
     long = "The quick brown fox jumps over the lazy dog near the riverbank every single morning."
@@ -129,6 +132,10 @@ def test_the_practice_page_reads_on_a_phone(module_app, module_browser):
     setup.parent.mkdir(parents=True, exist_ok=True)
     setup.write_text(json.dumps({"run": "phone-run", "kind": "read_aloud", "items": [long, "Short."],
                                  "source": "test"}))  # the page reads it on every load
+    inbox = Inbox(Path(module_app[1]))  # a kept attempt of a student's, with a long exercise and a long answer
+    kept = inbox.add(speechocean_dir / "WAVE" / "SPEAKER0001" / "000010011.WAV", student="phone-kim",
+                     kind="read_aloud", exercise=long, answer="Good rhythm. Practise the vowel in 'riverbank': "
+                     "open your mouth wider, then say the whole sentence again slowly.")
     page = module_browser.new_page(viewport={"width": 390, "height": 844})
     try:
         page.goto(url)
@@ -153,9 +160,26 @@ def test_the_practice_page_reads_on_a_phone(module_app, module_browser):
         assert lines <= 6, f"the consent label takes {lines} lines at 390 px"
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, "the page scrolls sideways"
         shot(page, "truth-2-practice-phone")
+        page.fill("#practice-name input, #practice-name textarea", "phone-kim")
+        open_accordion(page, "My kept attempts", "#practice-mine-show")
+        page.click("#practice-mine-show")
+        wait_text(page, "#practice-mine-status", r"1 attempt kept for your teacher", timeout_s=60)
+        wait_text(page, "#practice-mine-table", r"riverbank", timeout_s=30)
+        page.locator("#practice-mine-table").scroll_into_view_if_needed()
+        past = page.eval_on_selector("#practice-mine", """root => [root, ...root.querySelectorAll('*')]
+            .filter(el => { const r = el.getBoundingClientRect();
+                            return r.width > 0 && (r.right > window.innerWidth + 0.5 || r.left < -0.5
+                                                   || el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0
+                                                      && getComputedStyle(el).overflowX !== 'visible'
+                                                      && getComputedStyle(el).textOverflow !== 'ellipsis'); })
+            .map(el => `${el.tagName}#${el.id}.${el.className}: ${(el.textContent || '').trim().slice(0, 40)}`)""")
+        assert not past, f"My kept attempts runs past a 390 px screen: {past}"
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, "the page scrolls sideways"
+        shot(page, "truth-2-practice-phone-kept")
     finally:
         page.close()
         setup.unlink(missing_ok=True)
+        Inbox(Path(module_app[1])).delete(kept.id, student="phone-kim")
 
 
 def _answer(page) -> str:

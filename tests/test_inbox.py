@@ -4,6 +4,7 @@ kept; accepted attempts become samples of their kind with the student as speaker
 from __future__ import annotations
 
 import json
+import re
 
 import gradio as gr
 import pytest
@@ -295,7 +296,7 @@ def test_a_full_disk_keeps_no_orphan_clip_and_the_student_still_reads_the_answer
     assert not list((inbox_ws / "inbox").rglob("*.wav"))  # the clip written first went too
     monkeypatch.setattr(store, "atomic_write_json", real_write)
     monkeypatch.setattr(store, "disk_room", lambda folder, wanted: (1000, int(wanted)))
-    with pytest.raises(SampleError, match="has 1000 B free"):
+    with pytest.raises(SampleError, match="has 1000 bytes free"):
         inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise=ITEMS[0], answer="x")
     assert inbox.list() == []
 
@@ -325,7 +326,8 @@ def test_a_student_sees_and_deletes_their_own_kept_attempts_on_the_page(inbox_ws
     inbox.add(speechocean_dir / CLIPS[2], student="lee", kind="read_aloud", exercise=ITEMS[2], answer="Fine.")
     handlers = build_practice(Workspace(inbox_ws)).handlers
     table, choices, status = handlers.my_attempts("kim", None)
-    assert [row[1] for row in table["value"]] == ITEMS[:2] and status == "2 attempts kept for your teacher."
+    assert re.findall(r"^- \*\*[^*]+\*\* · \*(.+)\*", table, re.M) == ITEMS[:2]
+    assert status == "2 attempts kept for your teacher." and "Tutor: Good." in table and "not seen yet" in table
     assert [value for _label, value in choices["choices"]] == [a.id for a in kims]
     _table, choices, status = handlers.delete_mine(kims[0].id, "kim", None)
     assert "Deleted your attempt at *WE CALL IT BEAR*" in status
@@ -338,7 +340,8 @@ def test_a_student_sees_and_deletes_their_own_kept_attempts_on_the_page(inbox_ws
     # the new-user pass: right after "Kept for your teacher" the table stayed empty until Show my attempts; the
     # answer's event now lists them, and changes nothing when nothing could have been kept
     table, _choices, status = handlers.refresh_mine("kim", True, None)
-    assert [row[1] for row in table["value"]] == ITEMS[1:2] and status == "1 attempt kept for your teacher."
+    assert re.findall(r"^- \*\*[^*]+\*\* · \*(.+)\*", table, re.M) == ITEMS[1:2]
+    assert status == "1 attempt kept for your teacher."
     assert all(update == gr.skip() for update in handlers.refresh_mine("kim", False, None))
     assert all(update == gr.skip() for update in handlers.refresh_mine(" ", True, None))
     page = build_practice(Workspace(inbox_ws)).page

@@ -144,12 +144,13 @@ class PracticeHandlers:
 
     @ui_errors(message_at=2, outputs=3)
     def my_attempts(self, name: str, request: gr.Request = None) -> tuple[Any, Any, str]:
-        """The student's own kept attempts: (table, choices to delete, status line)."""
+        """The student's own kept attempts: (list, choices to delete, status line); the list is
+        `ui.practice_view.mine_markdown`, which reads on a phone."""
         from pipeline.inbox.store import Inbox
 
         mine = Inbox(self.ws).list(student=self._student(name, request))
         choices = view.mine_choices(mine)
-        return (gr.update(value=view.mine_rows(mine) or None, headers=view.MINE_HEADERS),
+        return (view.mine_markdown(mine),
                 gr.update(choices=choices, value=choices[-1][1] if choices else None), view.mine_status(len(mine)))
 
     def refresh_mine(self, name: str, consent: bool, request: gr.Request = None) -> tuple[Any, Any, str]:
@@ -203,7 +204,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         with gr.Accordion("My kept attempts", open=False, elem_id="practice-mine"):
             gr.Markdown("What your teacher can see. Delete any of them: its recording, the exercise and the "
                         "tutor's answer are removed, also from the teacher's library.")
-            mine_table = gr.Dataframe(headers=view.MINE_HEADERS, interactive=False, elem_id="practice-mine-table")
+            mine_table = gr.Markdown(elem_id="practice-mine-table")  # a list: a table was cut off on a phone
             with gr.Row():
                 mine_choice = gr.Dropdown([], label="Attempt", elem_id="practice-mine-choice", scale=3)
                 show = gr.Button("Show my attempts", size="sm", elem_id="practice-mine-show", scale=1)

@@ -7,6 +7,7 @@ call; `ui/practice_page.py` reads the setup and lays these out.
 
 from __future__ import annotations
 
+import html
 import time
 from typing import Any, Sequence
 
@@ -34,8 +35,6 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
 def exercise_text(kind: str, item: str) -> str:
     """The picked exercise in full, under the Exercise box: the sentence to read or the question to answer
     (Markdown)."""
-    import html
-
     return f"{'Read aloud' if kind == 'read_aloud' else 'Answer'}: **{html.escape(item)}**"
 
 
@@ -43,16 +42,25 @@ ANSWERING = "The tutor is answering…"
 """The line under the feedback while the answer is being generated (it grows above)."""
 
 
-MINE_HEADERS = ["when", "exercise", "tutor's answer", "teacher"]
-"""The columns of a student's own kept attempts."""
 _DECISIONS = {"pending": "not seen yet", "accepted": "kept as a sample", "rejected": "set aside"}
+ANSWER_SHOWN = 60
+"""Characters of the tutor's answer a kept attempt shows (the student heard it whole already)."""
 
 
-def mine_rows(attempts: Sequence[Any]) -> list[list[str]]:
-    """One row per kept attempt (`MINE_HEADERS`): when (local `YYYY-MM-DD HH:MM`), the exercise, the first 60
-    characters of the tutor's answer, and what the teacher did with it."""
-    return [[time.strftime("%Y-%m-%d %H:%M", time.localtime(a.created_at)), a.exercise, a.answer[:60],
-             _DECISIONS.get(a.status, a.status)] for a in attempts]
+def mine_markdown(attempts: Sequence[Any]) -> str:
+    """The student's own kept attempts as a list that wraps to any width (a four-column table was cut off at
+    the right on a 390 px phone): per attempt, when (local `YYYY-MM-DD HH:MM`) and the exercise on one line,
+    then the first `ANSWER_SHOWN` characters of the tutor's answer and what the teacher did with it. "" when
+    none is kept (the status line under it says so). Markdown; the student's texts are HTML-escaped."""
+    lines = []
+    for a in attempts:
+        answer = " ".join(str(a.answer or "").split())
+        answer = answer if len(answer) <= ANSWER_SHOWN else answer[: ANSWER_SHOWN - 1] + "…"
+        lines.append(f"- **{time.strftime('%Y-%m-%d %H:%M', time.localtime(a.created_at))}** · "
+                     f"*{html.escape(str(a.exercise))}*  \n"
+                     f"  Tutor: {html.escape(answer) or '(no answer)'}  \n"
+                     f"  Your teacher: {_DECISIONS.get(a.status, a.status)}")
+    return "\n".join(lines)
 
 
 def mine_choices(attempts: Sequence[Any]) -> list[tuple[str, str]]:
