@@ -229,7 +229,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the "
             "learners' clips no run trained on) against the experts' scores. The evaluation runs in the background: "
             "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
-            "**unparsed** and counts as a miss. The verdict compares each run with its base model; when their "
+            "**not readable** (unparsed) and counts as a miss. The verdict compares each run with its base model; when their "
             "95 % ranges overlap, these recordings cannot tell them apart yet.")
         with gr.Row(equal_height=True):
             choices = gr.CheckboxGroup([], label="Models to evaluate", elem_id="judge-models", scale=3)
@@ -239,9 +239,9 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
                                             "of a word; the feedback template needs ~40-120.")
                 max_tokens_note = gr.Markdown(elem_id="judge-max-tokens-note")
         hearing = gr.Checkbox(False, label="Also check that the tutor hears the learner (slower: up to 4x)",
-                              info="Each test recording is also answered with noise instead of the learner, with another "
-                                   "learner reading the same sentence, and with another sentence: a tutor that listens "
-                                   "changes its answer.", elem_id="judge-grounding")
+                              info="After the test recordings, up to 3 listening checks each: the tutor answers noise "
+                                   "instead of the learner, another learner reading the same sentence, and another "
+                                   "sentence; a tutor that listens changes its answer.", elem_id="judge-grounding")
         with gr.Row():
             run_button = gr.Button("Evaluate", variant="primary", elem_id="judge-run")
             cancel_button = gr.Button("Cancel", variant="stop", elem_id="judge-cancel")
