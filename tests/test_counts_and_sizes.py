@@ -54,6 +54,9 @@ def test_real_messages_count_in_words():
     shown = [{"run": None, "model": "m", "clips": 3}]
     assert saved_status_markdown(shown, "k", []).startswith("1 saved evaluation on this")
     assert plural(2, "child", "children") == "2 children"
+    from ui.practice_view import exercise_note
+
+    assert exercise_note("read_aloud", 1, False).endswith("1 exercise.")  # it said "1 exercises."
 
 
 def test_the_pipelines_own_notes_count_in_words():

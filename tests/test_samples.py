@@ -172,7 +172,7 @@ def test_cli_lists_samples_as_json(library, capsys):
     assert (row["target_text"], row["speaker"], row["scores"]) == ("Hello there", "kate", {"accuracy": 8})
     assert row["checks"]["source_rate_hz"] == 16000
     assert main(["samples", "--workspace", str(library.workspace.root)]) == 0
-    assert "1 samples" in capsys.readouterr().out
+    assert "1 sample in" in capsys.readouterr().out
 
 
 def test_saving_with_neither_audio_nor_text_names_every_missing_part(tmp_path):

@@ -46,7 +46,7 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
     for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
         t = k.get("tokens") or {}
         left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
-        lines.append(f"**{kind.replace('_', ' ')}:** {k['rows']} recordings ({k['train']} to train on, {k['eval']} "
+        lines.append(f"**{kind.replace('_', ' ')}:** {plural(k['rows'], 'recording')} ({k['train']} to train on, {k['eval']} "
                      f"to test with{left_out})" + (f", {t['min']}–{t['max']} tokens" if t else ""))
     lines += [f"- {note}" for note in notes]
     lines += moves_lines(report.get("split_changes"))

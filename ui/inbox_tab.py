@@ -20,6 +20,7 @@ from pipeline.inbox.store import Inbox
 from ui import inbox_view as view
 from ui.common import ui_errors
 from ui.state import AppState
+from pipeline.units import plural
 
 def _login(request: gr.Request | None) -> str | None:
     """The teacher's login name, or None when the studio has no accounts."""
@@ -116,7 +117,7 @@ class InboxHandlers:
             return self.run_choices(), gr.skip(), gr.skip(), self._where("Not set up yet.")
         label = next(k for k, v in KINDS.items() if v == setup.kind)
         return self.run_choices(), label, "\n".join(setup.items), self._where(
-            f"Offering {len(setup.items)} exercises with run `{setup.run}`.")
+            f"Offering {plural(len(setup.items), 'exercise')} with run `{setup.run}`.")
 
     def _where(self, text: str) -> str:
         return view.where_markdown(text, self.practice_url)
@@ -130,7 +131,7 @@ class InboxHandlers:
         except PipelineError as error:  # no recording session yet
             return gr.skip(), gr.skip(), f"✗ {error}"
         label = next(k for k, v in KINDS.items() if v == kind)
-        return "\n".join(items), label, f"Copied the recording session's {len(items)} items; click Offer to students."
+        return "\n".join(items), label, f"Copied the recording session's {plural(len(items), 'item')}; click Offer to students."
 
     @ui_errors(message_at=0, outputs=1)
     def save_setup(self, run: str, kind_label: str, items_text: str) -> str:
@@ -143,7 +144,7 @@ class InboxHandlers:
             return view.no_tutor_picked(bool(usable_runs(self.state.ws)))
         setup = save_setup(self.state.ws, run, parse_items(text=items_text or ""), KINDS.get(kind_label, "read_aloud"),
                            source="studio")
-        return self._where(f"✓ Offering {len(setup.items)} exercises with run `{setup.run}`.")
+        return self._where(f"✓ Offering {plural(len(setup.items), 'exercise')} with run `{setup.run}`.")
 
 
 def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:

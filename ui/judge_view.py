@@ -427,7 +427,7 @@ def hearing_markdown(results: Sequence[Mapping[str, Any]]) -> str:
         if heard:
             said.append(heard)
         for row in overblamed_phones(result.get("per_phone") or []):
-            said.append(f"It flags the sound **{row['phone']}** in {row['tutor_clips']} of {row['clips']} clips, the "
+            said.append(f"It flags the sound **{row['phone']}** in {row['tutor_clips']} of {plural(row['clips'], 'clip')}, the "
                         f"experts in {row['expert_clips']}: it may blame it whatever it hears.")
         worst = next((r for r in result.get("per_learner") or [] if r.get("total_mae") is not None), None)
         if worst is not None and len(result.get("per_learner") or []) > 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import time
 from typing import Any, Sequence
+from pipeline.units import plural
 
 STAND_IN_NOTE = ("**This is a test tutor**, for trying out the page: its feedback is random text, not advice on "
                  "your pronunciation.")
@@ -28,7 +29,7 @@ def exercise_note(kind: str, count: int, stand_in: bool) -> str:
     """The note above the exercises: what to do for their `kind` (read aloud or free speech) and how many there
     are, headed by `STAND_IN_NOTE` when the tutor is the random stand-in model (Markdown)."""
     what = "Read the sentence aloud" if kind == "read_aloud" else "Answer the question, speaking freely"
-    note = f"{what}, then click **Get feedback**. {count} exercises."
+    note = f"{what}, then click **Get feedback**. {plural(count, 'exercise')}."
     return f"{STAND_IN_NOTE}\n\n{note}" if stand_in else note
 
 

@@ -24,6 +24,7 @@ from ui.samples_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, fr
 from ui.samples_session import SessionHandlers, session_section
 from ui.state import AppState
 from ui.wording import app_wording
+from pipeline.units import plural
 
 SAMPLE_PACK_DIR = REPO_ROOT / "sample_data" / "speechocean762-pack"
 IMPORT_FORMATS = ("auto", "kaldi", "audiofolder", "ljspeech", "commonvoice", "folder", "chat")
@@ -234,7 +235,7 @@ def _playback(library: Any, sample: Any) -> Any:
     gap = np.zeros(int(PLAYBACK_GAP_S * TARGET_SAMPLE_RATE_HZ), dtype=np.float32)
     joined = np.concatenate([part for clip in clips for part in (clip, gap)][:-1])
     return gr.update(value=(TARGET_SAMPLE_RATE_HZ, pcm16(joined)),
-                     label=f"Playback: the dialogue's {len(clips)} clips in order ({sample.duration_s:.2f} s of speech)")
+                     label=f"Playback: the dialogue's {plural(len(clips), 'clip')} in order ({sample.duration_s:.2f} s of speech)")
 
 
 def _clip_name(audio: Any) -> str | None:

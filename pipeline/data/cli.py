@@ -16,6 +16,7 @@ from pipeline.data.importers import FORMATS, import_folder
 from pipeline.data.samples import SampleLibrary
 from pipeline.model.catalog import DEFAULT_MODEL
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+from pipeline.units import plural
 
 
 def import_main(argv: list[str] | None = None) -> int:
@@ -74,7 +75,7 @@ def samples_main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    print(f"{len(samples)} samples in {library.workspace.root}")
+    print(f"{plural(len(samples), 'sample')} in {library.workspace.root}")
     for sample in samples:
         notes = sample.checks.get("warnings") or []
         if sample.kind == "dialogue":
@@ -88,7 +89,7 @@ def samples_main(argv: list[str] | None = None) -> int:
         )
     without = sum(1 for sample in samples if not sample.has_answer)
     if without:
-        print(f"{without} samples have no feedback yet; they are left out of the training dataset.")
+        print(f"{plural(without, 'sample')} {'has' if without == 1 else 'have'} no feedback yet; {'it is' if without == 1 else 'they are'} left out of the training dataset.")
     return 0
 
 

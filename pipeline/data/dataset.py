@@ -278,7 +278,7 @@ class BuildReport:
         s = self.length_stats
         lines = [
             f"Dataset saved to {self.path}",
-            "  " + ", ".join(f"{name}: {rows} rows" for name, rows in self.splits.items())
+            "  " + ", ".join(f"{name}: {plural(rows, 'row')}" for name, rows in self.splits.items())
             + f" (split by {self.split_method})",
         ]
         for name, speakers in self.speakers.items():
@@ -287,7 +287,7 @@ class BuildReport:
         for kind, k in self.kinds.items():
             t = k.get("tokens") or {}
             left_out = f"; {k['excluded']} more excluded" if k["excluded"] else ""  # not among the rows counted
-            lines.append(f"  {kind}: {k['rows']} rows (train {k['train']}, eval {k['eval']}{left_out})"
+            lines.append(f"  {kind}: {plural(k['rows'], 'row')} (train {k['train']}, eval {k['eval']}{left_out})"
                          + (f", tokens min {t['min']}, median {t['median']:g}, max {t['max']}" if t else ""))
         if s.get("count"):
             lines.append(

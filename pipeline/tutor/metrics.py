@@ -375,7 +375,7 @@ def _ci(interval: Sequence[float] | None) -> str:
 def summary(metrics: dict) -> str:
     """Human-readable lines for `evaluate_answers`'s (or `aggregate`'s) result."""
     lines = [
-        f"{metrics['clips']} clips; {metrics['unparsed']} answers unparsed "
+        f"{plural(metrics['clips'], 'clip')}; {plural(metrics['unparsed'], 'answer')} unparsed "
         f"({_fmt(metrics['unparsed_fraction'] and 100 * metrics['unparsed_fraction'], 0)} %): they count as misses",
         "sentence scores over the parsed answers (PCC / SCC with 95 % bootstrap intervals, mean abs. error):",
     ]
