@@ -230,7 +230,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     wait_text(page, "#judge-progress", r"answered .* done", timeout_s=420)
     both = r"base · tiny-gemma3n[\s\S]*run · e2e-run"
     wait_text(page, "#judge-headline", both, timeout_s=60)
-    wait_text(page, "#judge-headline", r"unparsed answers")
+    wait_text(page, "#judge-headline", r"answers that could not be read")
     page.wait_for_selector("#judge-scatter img")
     wait_text(page, "#judge-clips", r"disagreement[\s\S]*run · e2e-run: answer")
     page.wait_for_selector("#judge-audio audio, #judge-audio .waveform-container", state="attached")
