@@ -67,7 +67,7 @@ def test_the_pipelines_own_notes_count_in_words():
 
     (loud,) = _over_full_scale_warnings(np.array([0.5, 1.2, 0.1]), np.array([0.5, 1.0, 0.1]))
     assert loud.startswith("too loud: 1 sample was louder than"), loud
-    assert count_words(3, 22, 0, 1) == "test recordings: 3 of 22 answered, then 1 listening check"
+    assert count_words(3, 22, 0, 1) == "test recordings: 3 of 22 answered, then up to 1 listening check"
 
 
 def test_a_small_file_shows_a_true_size_not_zero():

@@ -327,11 +327,11 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
 
 def count_words(done: int, total: int, checks_done: int = 0, checks_total: int = 0) -> str:
     """An evaluation's progress in words, one count per kind of work: `test recordings: 12 of 22 answered`,
-    and with the grounding probes `, then 66 listening checks` before they start or `; listening checks: 30
+    and with the grounding probes `, then up to 66 listening checks` before they start or `; listening checks: 30
     of 66` once they have (the Judge headline counts the recordings; the checks are other work)."""
     line = f"test recordings: {done} of {total or '?'} answered"
     if checks_total and not checks_done:
-        line += f", then {plural(checks_total, 'listening check')}"
+        line += f", then up to {plural(checks_total, 'listening check')}"
     elif checks_total:
         line += f"; listening checks: {checks_done} of {checks_total}"
     return line

@@ -178,7 +178,8 @@ def evaluate_tutor(
         progress: `progress(done, total, message)`, called before the first clip and after each one: `done` of
             `total` test recordings answered (every kind; the count the Judge headline shows). With
             `grounding`, also `checks=(done, total)`: the listening checks asked so far of those planned
-            (3 per read-aloud clip at most, exact once planned), which follow the recordings.
+            (3 per read-aloud clip at most, exact once planned: a clip with no other learner reading its
+            sentence has 2), which follow the recordings.
         should_stop: `() -> bool`, checked before each clip and after every generated token; True
             cancels the evaluation (nothing is returned or saved, unless `partial` is given).
         partial: `partial(result)`, called after each clip but the last with the result over the clips
@@ -219,8 +220,10 @@ def evaluate_tutor(
     # One count of recordings (what the headline counts); with the grounding probes the listening checks are
     # counted apart (`checks`), planned as 3 per clip from the start so a bar over both never falls back.
     if progress is not None and grounding:
+        kinds = rows["kind"] if "kind" in rows.column_names else [None] * len(rows)
+        planned_checks = 3 * sum(1 for kind in kinds if (kind or DEFAULT_KIND) == "read_aloud")
         recordings_progress = progress
-        progress = (lambda done, total, message, checks=(0, len(rows) * 3):  # noqa: E731
+        progress = (lambda done, total, message, checks=(0, planned_checks):  # noqa: E731
                     recordings_progress(done, total, message, checks=checks))
     planned_total = len(rows)
     if progress is not None:
