@@ -479,3 +479,25 @@ def test_the_train_tab_says_the_precision_and_the_expected_time_before_a_run(tmp
     assert "about **1 min 40 s** from Start to the last of its 30 steps (loading about 40 s" in text, text
     lead = text.split("<details>")[0]
     assert "float32" not in lead and "bf16" not in lead, "the precision's terms behind Why?"
+
+
+def test_the_answer_and_its_why_say_one_calibrated_within_figure():
+    """The new-user pass: the Memory tab's answer said "each within 6 %" (the residual rounded up) while its Why?
+    said "within 5 % after the fit" (the same residual rounded to nearest). Both now come from
+    `DeviceCalibration.within_percent`, one computation and one rounding."""
+    import re
+
+    from pipeline.calibration.fit import DeviceCalibration
+    from pipeline.calibration.this_machine import calibration_summary, calibration_text
+    from ui.memory_view import memory_answer_markdown
+
+    for error in (0.3, 1.0, 4.6, 5.4, 12.05):
+        calibration = DeviceCalibration(device_key={"device": "cpu"}, date="2026-12-02T08:00:00", n_measurements=5,
+                                        max_error_percent=error)
+        data = {"model": "tiny", "verdict": "fits", "total_bytes": 2**30, "usable_bytes": 8 * 2**30,
+                "step_bytes": 2**30, "calibration": calibration_summary(calibration),
+                "calibration_text": calibration_text(calibration, {}, [], 2**30),
+                "uncertainty_percent": calibration.within_percent()}
+        text = memory_answer_markdown(data, "this computer")
+        figures = set(re.findall(r"within (\d+(?:\.\d+)?) %", text))
+        assert len(re.findall(r"within \d", text)) >= 2 and figures == {str(calibration.within_percent())}, (error, text)

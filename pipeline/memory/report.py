@@ -5,7 +5,6 @@ its human summary.
 
 from __future__ import annotations
 
-import math
 
 from pipeline.calibration.fit import uncalibrated_percent
 from pipeline.config import TrainConfig
@@ -104,7 +103,7 @@ def estimate_for_workspace(
         measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
     dtype, dtype_reason = compute_dtype_for(device)
     peak_members = est.run_members[est.run_peak_phase]
-    uncertainty = (max(1, math.ceil(calibration.max_error_percent or 1)) if calibration is not None
+    uncertainty = (calibration.within_percent() if calibration is not None
                    else uncalibrated_percent(est.components, peak_members, est.total_bytes, est.device))
     return {
         "model": config.model,
