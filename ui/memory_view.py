@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pipeline.units import GIB, format_bytes, format_gib
+from pipeline.units import GIB, format_bytes, format_gib, gib_difference
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -480,8 +480,7 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
         return "\n\n".join(lines + ["The measurement returned no figure."])
     line = f"**Measured here:** one training step of your settings peaked at **{gib(measured)}**"
     if estimated:
-        err = 100.0 * (estimated - measured) / measured
-        line += f"; the estimate for one step is {gib(estimated)} ({err:+.1f} %)"
+        line += f"; the estimate for one step is {gib(estimated)} ({gib_difference(estimated, measured)})"
     lines.append(line + ". The answer above now uses this computer's calibration.")
     kind = data.get("method") or data.get("memory_kind")
     if kind:

@@ -113,7 +113,7 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
             else:
                 log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %s eta %s s",
+                    "step %d/%d loss %s lr %s grad_norm %s peak so far %s eta %s s",
                     state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
                     format_gib(line["peak_memory_bytes"]), line["eta_s"],
                 )
