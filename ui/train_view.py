@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_gib, format_loss, format_seconds, gib_difference
+from pipeline.units import format_gib, format_loss, format_seconds, gib_difference, plural
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -332,8 +332,8 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
     what = "eval loss" if loss else "agreement with the experts"
     value = (lambda v: format_loss(v) if loss else f"{v:.3g}")  # a loss as every screen rounds it
     return (f"**Checked against the experts:** {what} {value(last['value'])} at step {last['step']} (best "
-            f"{value(last['best_value'])} at step {last['best_step']}); that check answered {last['clips']} test "
-            f"recording(s) in {format_seconds(last['seconds'])}.")
+            f"{value(last['best_value'])} at step {last['best_step']}); that check answered "
+            f"{plural(last['clips'], 'test recording')} in {format_seconds(last['seconds'])}.")
 
 
 def run_memory_markdown(run: Any) -> str:

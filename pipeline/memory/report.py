@@ -14,7 +14,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.units import format_bytes
+from pipeline.units import format_bytes, plural
 
 
 PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "
@@ -177,7 +177,7 @@ def _with_places(summary: dict | None, calibration, ws) -> dict | None:
 def render(result: dict) -> str:
     """Human summary of an `estimate_for_workspace` result dict (what `python -m pipeline estimate` prints)."""
     lines = [f"Memory estimate: {result['model']} on {result['device']} "
-             f"(micro-batch padded to {result['seq_len']} tokens, {result.get('clips_per_row', 1)} clip(s) per row through the audio "
+             f"(micro-batch padded to {result['seq_len']} tokens, {plural(result.get('clips_per_row', 1), 'clip')} per row through the audio "
              f"encoder, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
              f"lengths from {result['lengths_source']})"]
     if result.get("settings"):
@@ -189,7 +189,7 @@ def render(result: dict) -> str:
                      + (", audio encoder quantized" if st.get("quantize_audio_encoder") else "")
                      + (", FULL fine-tune (estimated only)" if st.get("finetuning_type") == "full" else "") + ".")
     if result.get("excluded_rows"):
-        lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
+        lines.append(f"  {plural(result['excluded_rows'], 'row')} longer than --max-length {result['max_length']} {'is' if result['excluded_rows'] == 1 else 'are'} excluded "
                      "(train skips them; `build --max-length` drops them from the dataset).")
     at_peak = result.get("components_at_peak") or {}
     for name, value in result["components"].items():
