@@ -146,7 +146,7 @@ def random_model(config_path: str, device: str, quantization: str):
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from pipeline.model.loading import compute_dtype, weight_bytes
+    from pipeline.model.loading import compute_dtype, training_attention, weight_bytes
 
     if quantization != "none":
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
@@ -157,7 +157,7 @@ def random_model(config_path: str, device: str, quantization: str):
     cfg = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})
     dtype = compute_dtype(device)
     with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation="eager")
+        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation=training_attention(type(cfg)))
     model.eval()
     return model, weight_bytes(model)
 
