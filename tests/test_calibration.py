@@ -528,6 +528,11 @@ def test_the_step_forecast_is_the_median_of_what_was_measured_not_the_nearest_on
     cal.record_step_time("cpu", "m", "none", 370, 0.40)  # busy: nearest to 370 tokens, and twice as slow
     step = cal.expected_step_seconds("m", "none", 370, "cpu")
     assert step["seconds"] == pytest.approx(0.2 / 400 * 370, rel=0.03) and step["measurements"] == 4
+    old = {"date": "2026-12-01", "model": "m", "quantization": "none", "tokens": 400, "seconds_per_micro_batch": 0.1,
+           "compute_dtype": precision.choose_compute_dtype("cpu")[0], "low_memory_heap": False, "source": "run"}
+    store.update_entry(store.device_key("cpu"), lambda entry: entry["step_seconds"].extend([old] * 5))
+    assert cal.expected_step_seconds("m", "none", 370, "cpu")["measurements"] == 4, \
+        "a step time stored before steps were timed on the wall clock (batch loading left out) no longer counts"
 
 
 def test_the_time_left_comes_from_the_runs_own_steps_and_their_micro_batches():

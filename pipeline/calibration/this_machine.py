@@ -125,12 +125,20 @@ the runs' are read."""
 def _matching(records: list[dict], model: str, quantization: str, low_memory_heap: bool, device: str) -> list[dict]:
     """The stored time records of `model` at `quantization` in the current compute dtype on `device`, with
     the low-memory heap as asked, from runs when any run was recorded, else from probes (a record from before
-    `source` was stored counts as a run's)."""
+    `source` was stored counts as a run's); of the runs' step times, those on the wall clock (`clock`
+    "wall", `STEP_CLOCK`) when there are any: older ones left out the batches' loading."""
     dtype = choose_compute_dtype(device)[0]
     same = [t for t in records if t.get("model") == str(model) and t.get("quantization") == quantization
             and t.get("compute_dtype") == dtype and bool(t.get("low_memory_heap", False)) == bool(low_memory_heap)]
     runs = [t for t in same if t.get("source", "run") == "run"]
-    return runs or same
+    wall = [t for t in runs if t.get("clock") == STEP_CLOCK]
+    return wall or runs or same
+
+
+STEP_CLOCK = "wall"
+"""How a run's step times are stored since 2026-12-03 (`pipeline.training.step_timer`): from one step's end to
+the next, the batches' loading included, per micro-batch each step ran. Records without it timed only from
+`on_step_begin` (the stand-in's read 0.19 s a micro-batch where its steps took 0.33 s)."""
 
 
 def expected_step_seconds(model: str, quantization: str, tokens: int, device: str,
@@ -218,6 +226,8 @@ def record_step_time(device: str, model: str, quantization: str, tokens: int, se
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
               "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0],
               "low_memory_heap": bool(low_memory_heap), "source": source, "workspace": workspace}
+    if source == "run":
+        timing["clock"] = STEP_CLOCK
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
 
 
