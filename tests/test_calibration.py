@@ -503,6 +503,9 @@ def test_the_answer_and_its_why_say_one_calibrated_within_figure():
         text = memory_answer_markdown(data, "this computer")
         figures = set(re.findall(r"within (\d+(?:\.\d+)?) %", text))
         assert len(re.findall(r"within \d", text)) >= 2 and figures == {str(calibration.within_percent())}, (error, text)
+        # a tight verdict said "Under 10 % to spare is within the estimate's error" beside "each within 1 %"
+        tight = memory_answer_markdown(dict(data, verdict="tight", usable_bytes=int(1.05 * 2**30)), "this computer")
+        assert "estimate's error" not in tight and "called tight" in tight, tight
 
 
 def test_a_forecast_counts_the_micro_batches_each_step_runs():
