@@ -14,7 +14,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.units import format_bytes, plural
+from pipeline.units import format_bytes, format_gib, gib_difference, plural
 
 
 PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "
@@ -225,9 +225,9 @@ def render(result: dict) -> str:
         lines.append(f"Precision: {result['compute_dtype']} ({result.get('compute_dtype_reason', '')}).")
     if result.get("measured"):
         m = result["measured"]
-        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {format_bytes(m['peak_bytes'])} "
-                     f"vs the step's estimate {format_bytes(result.get('step_bytes') or result['total_bytes'])} "
-                     f"({m['error_percent']:+.1f} %).")
+        estimated = result.get("step_bytes") or result["total_bytes"]
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {format_gib(m['peak_bytes'])} "
+                     f"vs the step's estimate {format_gib(estimated)} (the estimate: {gib_difference(estimated, m['peak_bytes'])}).")
     return "\n".join(lines)
 
 
