@@ -141,8 +141,8 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
 
 def random_model(config_path: str, device: str, quantization: str):
     """A random-weight Gemma 3n or Gemma 4 built from a config.json on `device` in the training dtype, with
-    the training's attention (`training_attention`), as `pipeline.model.loading.load_model` would load it (bf16 only: quantizing needs a
-    checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
+    the training's attention (`training_attention`), as `pipeline.model.loading.load_model` would load it
+    (bf16 only: quantizing needs a checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
