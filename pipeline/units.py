@@ -40,6 +40,20 @@ def format_gib(n: float | int | None) -> str:
     return f"{float(n) / GIB:.2f} GiB"
 
 
+def gib_difference(measured: float | int | None, estimate: float | int | None) -> str:
+    """How a measured figure compares with its estimate, in words that agree with the two `format_gib` figures
+    shown beside it: "the same to 0.01 GiB" when both show the same figure, else "2 % more" / "3 % less" (the
+    relative difference, with as many decimals as make it non-zero: "0.4 % more", never "0 %" or "101 %" beside
+    two equal figures); "" when either is missing or zero."""
+    if not measured or not estimate:
+        return ""
+    if format_gib(measured) == format_gib(estimate):
+        return "the same to 0.01 GiB"
+    percent = 100.0 * (float(measured) / float(estimate) - 1.0)
+    shown = next((f"{abs(percent):.{d}f}" for d in (0, 1, 2) if float(f"{abs(percent):.{d}f}") > 0), "0.01")
+    return f"{shown} % {'more' if percent > 0 else 'less'}"
+
+
 def format_loss(value: float | int | None) -> str:
     """A training or eval loss as every screen and printout shows it: three decimals (`7.48132` -> "7.481"), so
     the Past runs table, the log box, the run summary and a tutor's card give one figure for one loss; None -> "–"."""

@@ -86,7 +86,7 @@ def test_the_adapter_is_the_step_that_agreed_best_not_the_last(built, tmp_path, 
     paths = run_paths(ws, "best")
     assert result["status"] == "completed" and result["steps"] == 3 and judged == [2, 2, 2]
     assert result["best"]["step"] == 2 and result["best"]["value"] == 0.6 and result["best"]["criterion"] == bc.AGREEMENT
-    assert "step 2's" in result["best_reason"] and "2 eval clip(s)" in result["best_reason"]
+    assert "step 2's" in result["best_reason"] and "2 eval clips" in result["best_reason"]
     assert result["early_stopped"] is False
     assert _weights(paths["adapter"]) == _weights(paths["best"])
     judge_lines = [line for line in read_progress(ws, "best") if line["kind"] == "judge"]
@@ -128,11 +128,11 @@ def test_the_train_tab_offers_it_under_advanced_and_says_what_is_kept():
             {"kind": "judge", "step": 50, "criterion": bc.AGREEMENT, "value": 0.61, "best_step": 50, "best_value": 0.61,
              "clips": 4, "seconds": 12.5}]
     text = kept_markdown(rows, {})
-    assert "agreement with the experts 0.61 at step 50" in text and "answered 4 test recording(s) in" in text
+    assert "agreement with the experts 0.61 at step 50" in text and "answered 4 test recordings in" in text
     done = {"best_reason": bc.best_reason({"criterion": bc.AGREEMENT, "value": 0.61, "step": 50, "clips": 4,
                                            "evaluations": 3})}
     assert kept_markdown(rows, done) == "**Kept:** the adapter is step 50's: its answers agreed best with the experts " \
-                                        "on 4 eval clip(s) (agreement 0.61 of 1), the best of 3 evaluation(s)."
+                                        "on 4 eval clips (agreement 0.61 of 1), the best of 3 evaluations."
     assert kept_markdown([{"kind": "train"}], {}) == ""
     # a new (or random) model whose answers never parse: every evaluation ties at 0, and the words say why step 1 is kept
     tied = bc.best_reason({"criterion": bc.AGREEMENT, "value": 0.0, "step": 1, "clips": 4, "evaluations": 3})

@@ -168,7 +168,9 @@ def test_length_stats_of_an_older_report_load():
 
 def test_length_stats():
     stats = ds.LengthDistribution.from_lengths([300, 310, 320, 330, 340, 350, 360, 370, 380, 500])
-    assert (stats.min, stats.max, stats.median, stats.p90) == (300, 500, 345.0, 380)
+    assert (stats.min, stats.max, stats.median, stats.p90) == (300, 500, 340, 380)
+    # "half take at most 252.5 tokens": a token count is whole; the lower median is a row's own length
+    assert isinstance(stats.median, int) and f"{stats.median:g}" == "340"
     assert sum(b["count"] for b in stats.histogram) == 10
     assert stats.histogram[0]["lo"] == 300 and stats.histogram[-1]["hi"] > 500
 

@@ -575,7 +575,7 @@ def test_estimate_refuses_what_cannot_run_and_says_what_it_assumed(tmp_path):
     assert result["excluded_rows"] == 1 and result["settings"]["max_length"] == 350
     assert any("some/other-model's tokenizer" in note for note in result["notes"])
     text = memory.render(result)
-    assert "1 row(s) longer than --max-length 350 are excluded" in text and "Settings: quantization 4bit" in text
+    assert "1 row longer than --max-length 350 is excluded" in text and "Settings: quantization 4bit" in text
     tight = dict(result, verdict="tight", suggestions=[])
     assert "No combination" not in memory.render(tight) and "should fit" in memory.render(tight)
 

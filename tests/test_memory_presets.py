@@ -250,7 +250,8 @@ def test_calibrate_this_machine_measures_this_computer_whatever_machine_is_picke
     assert app.memory.calibrate_here(THIS_COMPUTER, "none", False, E2B)[5] == "", "nothing to say when it was this computer"
     text = memory_view.measured_markdown(2**30, 2**30 - 2**20, {}, elsewhere="an NVIDIA GPU with 8 GB")
     assert "measures this computer" in text and "not for an NVIDIA GPU with 8 GB" in text
-    assert "peaked at **1.00 GiB**" in text and "the estimate for one step is 1.00 GiB (-0.1 %)" in text
+    assert "peaked at **1.00 GiB**" in text and "the estimate for one step is 1.00 GiB (the same to 0.01 GiB)" in text
+    assert "(3 % less)" in memory_view.measured_markdown(2**30, int(0.97 * 2**30), {})
 
 
 def test_the_plan_row_of_the_answers_settings_is_the_answer(app):

@@ -305,3 +305,19 @@ def test_a_config_missing_an_entry_is_said_in_words_not_as_a_keyerror():
         assert "KeyError" not in str(refused.value) and "have no `" in str(refused.value), str(refused.value)
     assert cause_words(KeyError("lm_head")) == "the entry `lm_head` is missing"
     assert "KeyError" not in cause_words(KeyError("x")) and cause_words(RuntimeError()) == "a RuntimeError, with no message"
+
+
+def test_training_attention_asks_each_part_for_what_it_does(tiny_model_dir):
+    """The new-user pass: the Train tab's log showed transformers' warning "`attn_implementation='eager'` is not
+    propagated to the wrapped `timm` model". Training asks for eager attention where the model has it and for
+    `sdpa` from a part that transformers builds as a `timm` model (Gemma 3n's vision tower), which is what that
+    part runs anyway; Gemma 4's parts all have eager attention."""
+    gemma3n = gm.training_attention(GEMMA3N.model_class().config_class)
+    assert gemma3n == {"": "eager", "text_config": "eager", "vision_config": "sdpa", "audio_config": "eager"}
+    assert gm.training_attention(catalog.FAMILIES["gemma4"].model_class().config_class) == "eager"
+    kwargs = gm.load_kwargs(str(tiny_model_dir), device="cpu", dtype=torch.float32, quantization="none")
+    assert kwargs["attn_implementation"] == gemma3n
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir, attn_implementation=gemma3n)
+    assert (config.text_config._attn_implementation, config.vision_config._attn_implementation) == ("eager", "sdpa")

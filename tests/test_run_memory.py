@@ -141,8 +141,27 @@ def test_comparison_puts_whole_run_against_whole_run_and_step_against_step():
     assert result["percent"] == pytest.approx(100 * 1000 / 1100, abs=0.1)
     assert result["step_percent"] == pytest.approx(100 * 1000 / 1050, abs=0.1)
     text = comparison_text(result)
-    assert "set by step" in text and "peak in eval" in text and "1.07 GiB" in text and "91 %" in text
-    assert "One training step: 0.98 GiB against 1.03 GiB estimated when the run started (95 %)" in text
+    assert "set by step" in text and "peak in eval" in text and "1.07 GiB" in text and "9 % less" in text
+    assert "One training step: 0.98 GiB against 1.03 GiB estimated when the run started (5 % less)" in text
+
+
+def test_a_measured_figure_against_its_estimate_never_reads_as_a_contradiction():
+    """The new-user pass: "1.02 GiB against 1.02 GiB estimated (101 %)": two equal figures beside a ratio that
+    says they differ. The words now agree with the figures shown (`pipeline.units.gib_difference`), on the
+    Train tab's panel and in the run's printed summary alike."""
+    from pipeline.units import gib_difference
+    from ui.train_view import train_memory_markdown
+
+    assert gib_difference(1.0190 * GIB, 1.0151 * GIB) == "the same to 0.01 GiB"
+    assert gib_difference(1.02 * GIB, 1.00 * GIB) == "2 % more"
+    assert gib_difference(10.04 * GIB, 10.0 * GIB) == "0.4 % more"
+    assert gib_difference(0.98 * GIB, 1.03 * GIB) == "5 % less" and gib_difference(None, GIB) == ""
+    measured = {"phase_peak_bytes": {"step": int(1.0190 * GIB)}, "peak_phase": "step", "peak_bytes": int(1.0190 * GIB)}
+    estimate = {"total_bytes": int(1.0151 * GIB), "run_peak_phase": "step", "step_bytes": int(1.0151 * GIB),
+                "run_phases": {"step": int(1.0151 * GIB)}}
+    for text in (comparison_text(compare(measured, estimate)), train_memory_markdown(measured, estimate)):
+        assert "1.02 GiB against 1.02 GiB estimated when the run started (the same to 0.01 GiB)" in text, text
+        assert "100 %" not in text and "101 %" not in text and "% of" not in text, text
 
 
 # --------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pipeline.config import (
 )
 from pipeline.errors import PipelineError, TrainingError
 from pipeline.host.allocator import training_allocator
+from pipeline.units import plural
 from pipeline.workspace import Workspace
 from ui import memory_view as view
 from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
@@ -288,7 +289,7 @@ class MemoryHandlers:
         verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
                                               budget_words="the machine's memory" if preset and memory_gb else None)
         if data.get("excluded_rows"):
-            verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{data['excluded_rows']}** row(s)."
+            verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{plural(data['excluded_rows'], 'row')}**."
         verdict += view.length_note(data)
         other_family = dataset_family_note(built_report(self.ws), settings.get("model"))
         if other_family:  # the lengths the answer used are the other family's (the Dataset and Train tabs say so too)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from pipeline.units import GIB, format_bytes, format_gib
+from pipeline.memory.budget import FIT_FRACTION
+from pipeline.units import GIB, format_bytes, format_gib, gib_difference
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -296,7 +297,8 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
         if (margin or 0) >= 0:
             tail = f"{gib(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
             if name == "tight":
-                tail += " Under 10 % to spare is within the estimate's error: it should fit, with little room."
+                tail += (f" Under {100 - 100 * FIT_FRACTION:.0f} % to spare is called tight: it should fit, with little "
+                         "room (how far the figure may be off is under How sure).")
         else:
             tail = f"{gib(-margin)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
         parts.append(f"{subject} about **{gib(total_bytes)}** at its peak, of **{gib(usable_bytes)}** usable: {tail}")
@@ -480,8 +482,7 @@ def measured_markdown(measured: int | None, estimated: int | None, data: Mapping
         return "\n\n".join(lines + ["The measurement returned no figure."])
     line = f"**Measured here:** one training step of your settings peaked at **{gib(measured)}**"
     if estimated:
-        err = 100.0 * (estimated - measured) / measured
-        line += f"; the estimate for one step is {gib(estimated)} ({err:+.1f} %)"
+        line += f"; the estimate for one step is {gib(estimated)} ({gib_difference(estimated, measured)})"
     lines.append(line + ". The answer above now uses this computer's calibration.")
     kind = data.get("method") or data.get("memory_kind")
     if kind:

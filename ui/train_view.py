@@ -14,7 +14,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from pipeline.units import format_gib, format_loss, format_seconds
+from pipeline.units import format_gib, format_loss, format_seconds, gib_difference, plural
 from ui.figures import PALETTE
 from ui.memory_counters import memory_counter_words
 
@@ -290,16 +290,16 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
         text += f"; the estimate for the whole run, made when it started, was {format_gib(total)}"
         if comparison.get("estimate_phase"):
             text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
-        if comparison.get("percent"):
-            text += f": measured is {comparison['percent']:.0f} % of it"
+        if measured and gib_difference(measured, total):
+            text += f": measured, {gib_difference(measured, total)}"
     lines = [text + "."]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
         step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
             step += f" against {format_gib(step_estimate)} estimated when the run started"
-            if comparison.get("step_percent"):
-                step += f" ({comparison['step_percent']:.0f} %)"
+            if step_measured and gib_difference(step_measured, step_estimate):
+                step += f" ({gib_difference(step_measured, step_estimate)})"
         lines.append(step + ".")
     why = []
     kind = (memory or {}).get("memory_kind")
@@ -332,8 +332,8 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
     what = "eval loss" if loss else "agreement with the experts"
     value = (lambda v: format_loss(v) if loss else f"{v:.3g}")  # a loss as every screen rounds it
     return (f"**Checked against the experts:** {what} {value(last['value'])} at step {last['step']} (best "
-            f"{value(last['best_value'])} at step {last['best_step']}); that check answered {last['clips']} test "
-            f"recording(s) in {format_seconds(last['seconds'])}.")
+            f"{value(last['best_value'])} at step {last['best_step']}); that check answered "
+            f"{plural(last['clips'], 'test recording')} in {format_seconds(last['seconds'])}.")
 
 
 def run_memory_markdown(run: Any) -> str:

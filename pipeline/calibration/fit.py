@@ -40,6 +40,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from pipeline.units import plural
+
 DEVICE_TERMS = {
     "overhead": ("runtime_overhead",),
     "retention": ("allocator_retention", "eval_allocator_retention"),
@@ -114,11 +116,16 @@ class DeviceCalibration:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def within_percent(self) -> int:
+        """How far the calibrated figures may be off, in whole % (the one figure every screen shows): the fit's
+        largest residual (`max_error_percent`) rounded up, at least 1 (1 when no residual is known)."""
+        return max(1, math.ceil(self.max_error_percent or 1))
+
     def text(self) -> str:
-        """"calibrated on this machine on DATE (N measurements)", with the fit's largest residual."""
-        out = f"calibrated on this machine on {self.date[:10]} ({self.n_measurements} measurement{'s' if self.n_measurements != 1 else ''})"
+        """"calibrated on this machine on DATE (N measurements), each within N % after the fit" (`within_percent`)."""
+        out = f"calibrated on this machine on {self.date[:10]} ({plural(self.n_measurements, 'measurement')})"
         if self.max_error_percent is not None:
-            out += f", each within {self.max_error_percent:.0f} % after the fit" if self.max_error_percent >= 1 else ", each within 1 %"
+            out += f", each within {self.within_percent()} % after the fit"
         return out
 
 

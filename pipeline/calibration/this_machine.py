@@ -13,6 +13,8 @@ Torch-free at import (the app imports it).
 
 from __future__ import annotations
 
+import math
+
 from pipeline.calibration.fit import DeviceCalibration, device_parts, fit_entry, uncalibrated_percent, uncalibrated_text
 from pipeline.calibration.precision import choose_compute_dtype
 from pipeline.calibration.store import calibration_path, device_key, entry_for, now_iso, update_entry
@@ -123,12 +125,20 @@ the runs' are read."""
 def _matching(records: list[dict], model: str, quantization: str, low_memory_heap: bool, device: str) -> list[dict]:
     """The stored time records of `model` at `quantization` in the current compute dtype on `device`, with
     the low-memory heap as asked, from runs when any run was recorded, else from probes (a record from before
-    `source` was stored counts as a run's)."""
+    `source` was stored counts as a run's); of the runs' step times, those on the wall clock (`clock`
+    "wall", `STEP_CLOCK`) when there are any: older ones left out the batches' loading."""
     dtype = choose_compute_dtype(device)[0]
     same = [t for t in records if t.get("model") == str(model) and t.get("quantization") == quantization
             and t.get("compute_dtype") == dtype and bool(t.get("low_memory_heap", False)) == bool(low_memory_heap)]
     runs = [t for t in same if t.get("source", "run") == "run"]
-    return runs or same
+    wall = [t for t in runs if t.get("clock") == STEP_CLOCK]
+    return wall or runs or same
+
+
+STEP_CLOCK = "wall"
+"""How a run's step times are stored since 2026-12-03 (`pipeline.training.step_timer`): from one step's end to
+the next, the batches' loading included, per micro-batch each step ran. Records without it timed only from
+`on_step_begin` (the stand-in's read 0.19 s a micro-batch where its steps took 0.33 s)."""
 
 
 def expected_step_seconds(model: str, quantization: str, tokens: int, device: str,
@@ -137,8 +147,10 @@ def expected_step_seconds(model: str, quantization: str, tokens: int, device: st
     `quantization`, from the step times measured on this machine (runs of the same model and
     quantization in the current compute dtype, else the calibration's probes of them; with the
     low-memory heap or without it as asked: its steps are about twice as long, `pipeline.host.free_heap`):
-    the measurement with the nearest token count, scaled linearly by tokens (a step's matmuls are linear in
-    them at these lengths).
+    the median of their seconds per token, times `tokens` (a step's matmuls are linear in them at these lengths).
+    The median, not the measurement with the nearest token count: one run on a busy computer (its steps
+    twice as long) was the whole forecast when its token count was nearest, and "varying by up to ±N %"
+    (`spread_percent`) is said around this median.
 
     Returns `{"seconds", "from_tokens", "from_seconds", "date", "source" ("run" | "probe"), "measurements"
     (how many comparable ones there are), "spread_percent" (the largest difference, in %, of one
@@ -155,7 +167,7 @@ def expected_step_seconds(model: str, quantization: str, tokens: int, device: st
     rates = [t["seconds_per_micro_batch"] / t["tokens"] for t in timings]
     middle = statistics.median(rates)
     spread = round(100 * max(abs(rate / middle - 1) for rate in rates)) if len(rates) > 1 and middle > 0 else None
-    return {"seconds": best["seconds_per_micro_batch"] * tokens / best["tokens"], "from_tokens": best["tokens"],
+    return {"seconds": middle * tokens, "from_tokens": best["tokens"],
             "from_seconds": best["seconds_per_micro_batch"], "date": best["date"],
             "source": best.get("source", "run"), "measurements": len(timings), "spread_percent": spread,
             "folders": [t.get("workspace") for t in timings]}
@@ -183,12 +195,28 @@ def micro_batch_tokens(batch_size: int, row_tokens: list[int]) -> int:
     return round(batch_size * sum(row_tokens) / len(row_tokens)) if row_tokens else 0
 
 
-def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str) -> float | None:
+def run_micro_batches(first_step: int, last_step: int, per_epoch: int | None, grad_accum: int) -> int:
+    """Micro-batches that optimizer steps `first_step` + 1 .. `last_step` run, counted as `transformers.Trainer`
+    runs them: `grad_accum` per step, except the last step of each epoch, which runs what is left of the epoch's
+    `per_epoch` micro-batches (6 rows in batches of 1 with 4 accumulated: steps of 4, 2, 4, 2, ...; counting 4
+    for each made a 12-step forecast a third too long). `per_epoch` None (not known): `grad_accum` per step."""
+    grad_accum = max(1, int(grad_accum))
+    steps = max(0, int(last_step) - int(first_step))
+    if not per_epoch or per_epoch <= 0:
+        return steps * grad_accum
+    steps_per_epoch = math.ceil(per_epoch / grad_accum)
+    last = per_epoch - (steps_per_epoch - 1) * grad_accum
+    return sum(last if step % steps_per_epoch == steps_per_epoch - 1 else grad_accum
+               for step in range(int(first_step), int(first_step) + steps))
+
+
+def expected_run_seconds(config, tokens: int, optimizer_steps: int, device: str, per_epoch: int | None = None) -> float | None:
     """Seconds the training steps of a run of `optimizer_steps` steps will take before it starts:
-    `expected_step_seconds` x `grad_accum` micro-batches per step x steps (loading is `expected_load_seconds`;
-    evaluation and saving not counted); None when this machine has no comparable step time."""
+    `expected_step_seconds` (one micro-batch) x the micro-batches those steps run (`run_micro_batches`, with
+    `per_epoch` micro-batches an epoch when known; loading is `expected_load_seconds`; evaluation and saving not
+    counted); None when this machine has no comparable step time."""
     step = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
-    return None if step is None else step["seconds"] * config.grad_accum * optimizer_steps
+    return None if step is None else step["seconds"] * run_micro_batches(0, optimizer_steps, per_epoch, config.grad_accum)
 
 
 def record_step_time(device: str, model: str, quantization: str, tokens: int, seconds_per_micro_batch: float,
@@ -198,6 +226,8 @@ def record_step_time(device: str, model: str, quantization: str, tokens: int, se
     timing = {"date": now_iso(), "model": str(model), "quantization": quantization, "tokens": int(tokens),
               "seconds_per_micro_batch": float(seconds_per_micro_batch), "compute_dtype": choose_compute_dtype(device)[0],
               "low_memory_heap": bool(low_memory_heap), "source": source, "workspace": workspace}
+    if source == "run":
+        timing["clock"] = STEP_CLOCK
     update_entry(device_key(device), lambda entry: entry.setdefault("step_seconds", []).append(timing))
 
 
@@ -224,8 +254,8 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
         `{"compute_dtype", "compute_dtype_reason", "steps", "seconds", "step", "load_seconds", "load",
         "total_seconds"}`. `steps` counts optimizer steps the way `transformers.Trainer` does
         (micro-batches of `batch_size` rows, `grad_accum` per step, `epochs` passes, or `max_steps`) over
-        the rows the run keeps (`max_length`); `seconds` = `expected_run_seconds` for micro-batches of the
-        mean kept row (the training steps; evaluation and saving not counted); `step` its
+        the rows the run keeps (`max_length`); `seconds` = `expected_run_seconds` for the micro-batches those steps run
+        (`run_micro_batches`), each of the mean kept row (the training steps; evaluation and saving not counted); `step` its
         `expected_step_seconds` dict; `load` = `expected_load_seconds`'s dict and `load_seconds` its
         seconds (from Start to the first step); `total_seconds` = loading + steps, the time from Start to
         the last step. None where the build or a comparable measurement is missing.
@@ -243,7 +273,7 @@ def forecast_run(config, lengths: dict | None, device: str) -> dict:
     out["steps"] = config.max_steps if config.max_steps > 0 else max(1, math.ceil(per_epoch * config.epochs))
     tokens = micro_batch_tokens(config.batch_size, rows)
     out["step"] = expected_step_seconds(config.model, config.quantization, tokens, device, config.low_memory_heap)
-    out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device)
+    out["seconds"] = expected_run_seconds(config, tokens, out["steps"], device, math.ceil(len(rows) / config.batch_size))
     if out["seconds"] is not None and load is not None:
         out["total_seconds"] = load["seconds"] + out["seconds"]
     return out

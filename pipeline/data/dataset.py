@@ -60,7 +60,8 @@ class LengthDistribution:
     keeps, with its methods).
 
     `histogram` is a list of `{"lo", "hi", "count"}` bins covering [lo, hi) of equal integer width,
-    the last bin closed. `p90` is the nearest-rank 90th percentile. The figures cover every kept
+    the last bin closed. `p90` is the nearest-rank 90th percentile, `median` the lower median (a row's
+    length: at least half the rows take at most it; token counts are whole, never "252.5"). The figures cover every kept
     row; `row_tokens` (sorted), `answer_tokens` and `max_clip_s` (seconds) cover the train split,
     the rows whose worst case sets training memory (read by
     `pipeline.memory.length_stats_from_workspace`). `answer_tokens[i]` is the supervised token
@@ -75,7 +76,7 @@ class LengthDistribution:
 
     count: int = 0
     min: int = 0
-    median: float = 0.0
+    median: int = 0
     mean: float = 0.0
     p90: int = 0
     max: int = 0
@@ -109,7 +110,7 @@ class LengthDistribution:
         return cls(
             count=len(values),
             min=lo,
-            median=float(statistics.median(values)),
+            median=int(statistics.median_low(values)),
             mean=round(statistics.fmean(values), 1),
             p90=p90,
             max=hi,
@@ -387,7 +388,7 @@ def _kind_stats(samples: list, rows: list[dict], split_rows: dict[str, list[dict
             "rows": len(lengths),
             **{name: sum(1 for r in rs if r["kind"] == kind) for name, rs in split_rows.items()},
             "excluded": sum(1 for e in excluded if kind_of.get(e["id"]) == kind),
-            "tokens": {"min": lengths[0], "median": float(statistics.median(lengths)), "max": lengths[-1]} if lengths else {},
+            "tokens": {"min": lengths[0], "median": int(statistics.median_low(lengths)), "max": lengths[-1]} if lengths else {},
         }
     return out
 

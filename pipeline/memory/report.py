@@ -5,7 +5,6 @@ its human summary.
 
 from __future__ import annotations
 
-import math
 
 from pipeline.calibration.fit import uncalibrated_percent
 from pipeline.config import TrainConfig
@@ -15,7 +14,7 @@ from pipeline.memory.inputs import EstimateOptions, length_stats_from_workspace
 from pipeline.memory.phases import estimate_memory
 from pipeline.memory.search import SUGGESTION_LIMIT, suggest_fits
 from pipeline.model.catalog import load_model_config
-from pipeline.units import format_bytes
+from pipeline.units import format_bytes, format_gib, gib_difference, plural
 
 
 PER_PROCESS_NOTE = ("The estimate is per training process: with several GPUs (torchrun / accelerate launch, one process "
@@ -104,7 +103,7 @@ def estimate_for_workspace(
         measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
     dtype, dtype_reason = compute_dtype_for(device)
     peak_members = est.run_members[est.run_peak_phase]
-    uncertainty = (max(1, math.ceil(calibration.max_error_percent or 1)) if calibration is not None
+    uncertainty = (calibration.within_percent() if calibration is not None
                    else uncalibrated_percent(est.components, peak_members, est.total_bytes, est.device))
     return {
         "model": config.model,
@@ -178,7 +177,7 @@ def _with_places(summary: dict | None, calibration, ws) -> dict | None:
 def render(result: dict) -> str:
     """Human summary of an `estimate_for_workspace` result dict (what `python -m pipeline estimate` prints)."""
     lines = [f"Memory estimate: {result['model']} on {result['device']} "
-             f"(micro-batch padded to {result['seq_len']} tokens, {result.get('clips_per_row', 1)} clip(s) per row through the audio "
+             f"(micro-batch padded to {result['seq_len']} tokens, {plural(result.get('clips_per_row', 1), 'clip')} per row through the audio "
              f"encoder, logits for {result.get('answer_tokens', 0)} answer tokens per row; "
              f"lengths from {result['lengths_source']})"]
     if result.get("settings"):
@@ -190,7 +189,7 @@ def render(result: dict) -> str:
                      + (", audio encoder quantized" if st.get("quantize_audio_encoder") else "")
                      + (", FULL fine-tune (estimated only)" if st.get("finetuning_type") == "full" else "") + ".")
     if result.get("excluded_rows"):
-        lines.append(f"  {result['excluded_rows']} row(s) longer than --max-length {result['max_length']} are excluded "
+        lines.append(f"  {plural(result['excluded_rows'], 'row')} longer than --max-length {result['max_length']} {'is' if result['excluded_rows'] == 1 else 'are'} excluded "
                      "(train skips them; `build --max-length` drops them from the dataset).")
     at_peak = result.get("components_at_peak") or {}
     for name, value in result["components"].items():
@@ -226,9 +225,9 @@ def render(result: dict) -> str:
         lines.append(f"Precision: {result['compute_dtype']} ({result.get('compute_dtype_reason', '')}).")
     if result.get("measured"):
         m = result["measured"]
-        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {format_bytes(m['peak_bytes'])} "
-                     f"vs the step's estimate {format_bytes(result.get('step_bytes') or result['total_bytes'])} "
-                     f"({m['error_percent']:+.1f} %).")
+        estimated = result.get("step_bytes") or result["total_bytes"]
+        lines.append(f"Measured ({m.get('method', '')}; {m.get('mode', '')}): step peak {format_gib(m['peak_bytes'])} "
+                     f"vs the step's estimate {format_gib(estimated)} (the estimate: {gib_difference(estimated, m['peak_bytes'])}).")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from pipeline.errors import PipelineError
-from pipeline.units import format_gib
+from pipeline.units import format_gib, gib_difference
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
@@ -118,8 +118,8 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
         text += f" · {b('estimate for the whole run when it started:')} {format_gib(total)}"
         if comparison.get("estimate_phase"):
             text += f" (peak in {comparison['estimate_phase']})"
-        if comparison.get("percent"):
-            text += f"; measured is {comparison['percent']:.0f} % of the estimate"
+        if measured and gib_difference(measured, total):
+            text += f"; measured: {gib_difference(measured, total)}"
     if comparison.get("calibration_text"):
         text += f" ({comparison['calibration_text']})"
     lines = [text]
@@ -128,8 +128,8 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
         step = f"{b('One training step:')} {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
             step += f" against {format_gib(step_estimate)} estimated when the run started"
-            if comparison.get("step_percent"):
-                step += f" ({comparison['step_percent']:.0f} %)"
+            if step_measured and gib_difference(step_measured, step_estimate):
+                step += f" ({gib_difference(step_measured, step_estimate)})"
         lines.append(step)
     if comparison.get("compute_dtype"):
         lines.append(f"{b('Precision:')} {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''})")

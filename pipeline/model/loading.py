@@ -253,7 +253,7 @@ def quantization_config(method: str, dtype: torch.dtype, *, quantize_audio_encod
 
 def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization: str, vision_tower: bool = True,
                 ple_on_cpu: bool = False, quantize_audio_encoder: bool = False) -> dict[str, Any]:
-    """The `from_pretrained` keyword arguments `load_model` uses: dtype, eager attention, the device map
+    """The `from_pretrained` keyword arguments `load_model` uses: dtype, the training attention (`training_attention`), the device map
     (`pipeline.model.placement.placement_device_map`: the per-layer table with `ple_on_cpu` on CUDA
     and a vision tower that is off go to host RAM, so they never reach the GPU) and the quantization
     config. Builds the model on the meta device only when some module goes to host RAM. Under a
@@ -264,12 +264,41 @@ def load_kwargs(model_id: str, *, device: str, dtype: torch.dtype, quantization:
     family = family_for(model_id)
     host = host_modules(device, ple_on_cpu=ple_on_cpu, vision_tower=vision_tower, family=family)
     device_map = placement_device_map(empty_model(model_id), target, host) if host else {"": target}
-    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": "eager", "device_map": device_map}
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": training_attention(family.model_class().config_class),
+                              "device_map": device_map}
     qconfig = quantization_config(quantization, dtype, quantize_audio_encoder=quantize_audio_encoder,
                                   host_placements=bool(host), family=family)
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     return kwargs
+
+
+TRAINING_ATTENTION = "eager"
+"""The attention the training code uses (its memory estimate counts eager's probabilities,
+`pipeline.memory.inputs.EstimateOptions`)."""
+
+
+def training_attention(config_class: type) -> str | dict[str, str]:
+    """The `attn_implementation` to load a model of `config_class` (a multimodal `...Config`) for training with:
+    `TRAINING_ATTENTION` for every part, except a part that transformers builds as a `timm` model (Gemma 3n's
+    vision tower, `TimmWrapperModel`), which always dispatches to PyTorch's scaled-dot-product attention itself:
+    asked for eager, transformers warned "`attn_implementation='eager'` is not propagated to the wrapped `timm`
+    model" into the teacher's training log; asked for `sdpa`, it is asked for what it does. A dict
+    (sub-config name -> implementation, "" the top level) when a part differs, as `PreTrainedConfig` accepts."""
+    from transformers import AutoModel, TimmWrapperModel  # noqa: PLC0415
+
+    parts = dict(getattr(config_class, "sub_configs", None) or {})
+    timm = []
+    for name, sub in parts.items():
+        try:
+            built = AutoModel._model_mapping[sub]
+        except (KeyError, ValueError):
+            continue
+        if isinstance(built, type) and issubclass(built, TimmWrapperModel):
+            timm.append(name)
+    if not timm:
+        return TRAINING_ATTENTION
+    return {"": TRAINING_ATTENTION, **{name: ("sdpa" if name in timm else TRAINING_ATTENTION) for name in parts}}
 
 
 ANSWER_ATTENTION = "sdpa"
@@ -369,7 +398,6 @@ def load_model(
     pin_mmap_threshold(asked=low_memory_heap and device == "cpu")  # or TUTOR_PIN_MMAP_THRESHOLD=1: host memory follows live tensors
     free_heap_on_host = releasing_free_heap_while() if device == "cpu" else contextlib.nullcontext()
     with translate_load_errors(model_id, "model"), warnings.catch_warnings(), free_heap_on_host:
-        warnings.filterwarnings("ignore", message=".*attn_implementation.*timm.*")
         # a placement map names buffers directly (placement_device_map); accelerate expects module names only
         warnings.filterwarnings("ignore", message=".*device_map keys do not match any submodules.*")
         model = from_pretrained_cached_first(family.model_class().from_pretrained, model_id, **kwargs)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.fileio import append_jsonl, atomic_write_json, staged_folder
+from pipeline.units import plural
 
 log = logging.getLogger("pipeline.training.train")
 
@@ -84,14 +85,14 @@ def best_reason(best: dict | None) -> str | None:
     if not best:
         return None
     if best["criterion"] == AGREEMENT:
-        why = (f"its answers agreed best with the experts on {best['clips']} eval clip(s) "
+        why = (f"its answers agreed best with the experts on {plural(best['clips'], 'eval clip')} "
                f"(agreement {best['value']:.2f} of 1)")
         if best["value"] <= 0:  # every evaluation tied at nothing: the earliest is kept
-            why = (f"no evaluation's answers could be compared with the experts' scores yet on {best['clips']} eval "
-                   "clip(s) (a model this new writes no readable feedback), so the earliest evaluation is kept")
+            why = (f"no evaluation's answers could be compared with the experts' scores yet on {plural(best['clips'], 'eval clip')} "
+                   "(a model this new writes no readable feedback), so the earliest evaluation is kept")
     else:
         why = f"it had the lowest eval loss ({best['value']:.4f}; the eval split has no expert scores to compare answers with)"
-    return f"the adapter is step {best['step']}'s: {why}, the best of {best['evaluations']} evaluation(s)"
+    return f"the adapter is step {best['step']}'s: {why}, the best of {plural(best['evaluations'], 'evaluation')}"
 
 
 def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor: Any, eval_data: Any, device: str,
@@ -184,7 +185,7 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
                          best["value"], best["step"], seconds)
             patience = config.early_stopping_patience
             if distributed.any_process(bool(patience) and best["since_best"] >= patience):
-                log.info("No improvement in %d evaluation(s): stopping early; keeping step %d.", patience, best["step"])
+                log.info("No improvement in %s: stopping early; keeping step %d.", plural(patience, "evaluation"), best["step"])
                 self.early_stopped = True
                 control.should_training_stop = True
                 control.should_save = True
@@ -208,5 +209,5 @@ def best_checkpoint_keeper(paths: dict[str, Path], config: Any, session: Any):
     keeper = make_best_checkpoint_callback(paths, config, session.processor, session.eval_data, session.device,
                                            session.quantization.method)
     log.info("Keeping the best checkpoint by %s%s.", keeper.criterion,
-             f" on {len(keeper.rows)} eval clip(s) answered at every evaluation" if keeper.rows else "")
+             f" on {plural(len(keeper.rows), 'eval clip')} answered at every evaluation" if keeper.rows else "")
     return keeper

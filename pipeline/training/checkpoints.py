@@ -174,7 +174,9 @@ def damaged_text(damaged: list[dict], resumed_from: Path | None) -> str:
     listed = "; ".join(f"{d['checkpoint']} ({', '.join(d['problems'])})" for d in damaged)
     kept = ", ".join(Path(d.get("kept_as") or d["path"]).name for d in damaged)
     then = f"resuming from {resumed_from.name}, the newest intact one" if resumed_from else "no intact checkpoint is left"
-    return f"Damaged checkpoint(s), as a kill or a full disk during a save leaves them: {listed}. They are kept as {kept}; {then}."
+    one = len(damaged) == 1
+    return (f"{'Damaged checkpoint' if one else 'Damaged checkpoints'}, as a kill or a full disk during a save leaves "
+            f"{'it' if one else 'them'}: {listed}. {'It is' if one else 'They are'} kept as {kept}; {then}.")
 
 
 def save_error(checkpoint: str | Path, error: BaseException, *, what: str = "checkpoint") -> TrainingError:

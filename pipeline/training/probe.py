@@ -141,12 +141,12 @@ def synthetic_batch(model_config, batch_size: int, seq_len: int, clip_s: float, 
 
 def random_model(config_path: str, device: str, quantization: str):
     """A random-weight Gemma 3n or Gemma 4 built from a config.json on `device` in the training dtype, with
-    eager attention, as `pipeline.model.loading.load_model` would load it (bf16 only: quantizing needs a
-    checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
+    the training's attention (`training_attention`), as `pipeline.model.loading.load_model` would load it
+    (bf16 only: quantizing needs a checkpoint). For the full-size benchmark row, which has no checkpoint on disk."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from pipeline.model.loading import compute_dtype, weight_bytes
+    from pipeline.model.loading import compute_dtype, training_attention, weight_bytes
 
     if quantization != "none":
         raise ValueError("random_init supports --quantization none only (quantization needs a saved checkpoint)")
@@ -157,7 +157,7 @@ def random_model(config_path: str, device: str, quantization: str):
     cfg = AutoConfig.for_model(data["model_type"], **{k: v for k, v in data.items() if k != "model_type"})
     dtype = compute_dtype(device)
     with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation="eager")
+        model = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation=training_attention(type(cfg)))
     model.eval()
     return model, weight_bytes(model)
 

@@ -12,15 +12,26 @@ import logging
 import time
 from pathlib import Path
 
+from pipeline.calibration.this_machine import run_micro_batches
 from pipeline.config import TrainConfig
 from pipeline.fileio import append_jsonl
 from pipeline.host import distributed
 from pipeline.training.peak_memory import PhaseMemory
 from pipeline.training.run_folder import logged_elapsed_s
+from pipeline.training.step_timer import remaining_seconds
 from pipeline.units import format_gib
 
 log = logging.getLogger("pipeline.training.train")
 """The trainer's logger: progress lines are the run's own lines in train.log (`pipeline.training.run_log`)."""
+
+
+def micro_batches_per_epoch(loader) -> int | None:
+    """The micro-batches an epoch of `loader` (the Trainer's training `DataLoader`) runs; None when not known
+    (no loader, or an iterable dataset without a length)."""
+    try:
+        return len(loader) if loader is not None else None
+    except TypeError:
+        return None
 
 
 def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: PhaseMemory, started_at: float | None = None):
@@ -42,7 +53,9 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
         process's loading included (from `started_at`: the clock the person who pressed Start reads,
         which never goes back; a resumed run continues from the checkpoint's last logged `elapsed_s`,
         see `logged_elapsed_s`); `samples_per_s` and `eta_s` use only the steps and time of this
-        process's training loop.
+        process's training loop (`eta_s`: `pipeline.training.step_timer.remaining_seconds`, the median
+        micro-batch of its steps after the first, which pays for one-time work, times the micro-batches the
+        steps left run, `pipeline.calibration.this_machine.run_micro_batches`).
         Under DDP only rank 0 writes (`loss` is the mean over processes, `samples_per_s` counts all of
         them); rank 0 reads STOP and every process gets its decision, so all stop after the same step.
         """
@@ -59,18 +72,29 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
             self.last_loss: float | None = None
             self.last_eval_loss: float | None = None
             self.rows_per_step = config.effective_batch_size * distributed.world_size()
+            self.step_seconds: list[float] = []
+            self.step_micro_batches: list[int] = []
+            self.micro_batches = 0
+            self.last_logged_step, self.last_logged_at = 0, self.started
+            self.per_epoch: int | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.started = time.perf_counter()
             self.start_step = state.global_step
+            self.step_seconds, self.step_micro_batches = [], []  # per step of this process: wall clock, micro-batches
+            self.micro_batches = 0  # since the last logged step
+            self.last_logged_step, self.last_logged_at = state.global_step, self.started
+            self.per_epoch = micro_batches_per_epoch(kwargs.get("train_dataloader"))
             self.elapsed_before_s = logged_elapsed_s(self.paths["progress"], state.global_step)
             self.started_at = self.started_at or time.time()
 
         def on_substep_end(self, args, state, control, **kwargs):
             self.memory.sample()
+            self.micro_batches += 1
 
         def on_step_end(self, args, state, control, **kwargs):
             self.memory.sample()
+            self.micro_batches += 1
             if distributed.any_process(distributed.is_main_process() and self.paths["stop"].exists()):
                 log.info("STOP file found at step %d: saving a checkpoint and the adapter.", state.global_step)
                 self.stopped = True
@@ -82,9 +106,16 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
             logs = dict(logs or {})
             if "train_runtime" in logs:  # the end-of-training summary, not a step
                 return
-            elapsed = time.perf_counter() - self.started
+            now = time.perf_counter()
+            elapsed = now - self.started
             steps_done = max(0, state.global_step - self.start_step)
-            per_step = elapsed / steps_done if steps_done else None
+            if "eval_loss" not in logs and state.global_step > self.last_logged_step:
+                steps = state.global_step - self.last_logged_step  # logging_steps apart: one entry for them
+                self.step_seconds.append(now - self.last_logged_at)
+                self.step_micro_batches.append(self.micro_batches or steps * self.config.grad_accum)
+                self.micro_batches, self.last_logged_step, self.last_logged_at = 0, state.global_step, now
+            left = remaining_seconds(self.step_seconds, self.step_micro_batches, run_micro_batches(
+                state.global_step, state.max_steps, self.per_epoch, self.config.grad_accum))
             line = {
                 "kind": "eval" if "eval_loss" in logs else "train",
                 "step": state.global_step,
@@ -96,7 +127,7 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 "eval_loss": logs.get("eval_loss"),
                 "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
                 "elapsed_s": round(self.elapsed_before_s + time.time() - self.started_at, 3),
-                "eta_s": round(per_step * (state.max_steps - state.global_step), 1) if per_step else None,
+                "eta_s": round(left, 1) if left is not None else None,
                 "time": round(time.time(), 3),
             }
             memory = self.memory.to_dict()
@@ -113,7 +144,7 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
             else:
                 log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak %s eta %s s",
+                    "step %d/%d loss %s lr %s grad_norm %s peak so far %s eta %s s",
                     state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
                     format_gib(line["peak_memory_bytes"]), line["eta_s"],
                 )

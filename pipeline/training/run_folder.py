@@ -36,6 +36,7 @@ from typing import Any
 
 from pipeline.fileio import atomic_write_text, jsonl_lines, read_jsonl
 from pipeline.jobs import PID_FILE, PROCESS_LOG, JobKind, as_workspace, read_json
+from pipeline.units import format_gib
 from pipeline.units import format_loss
 from pipeline.workspace import Workspace
 
@@ -162,7 +163,7 @@ def summary_text(result: dict) -> str:
     if result.get("steps") is not None:
         lines.append(
             f"  steps {result['steps']}/{result.get('max_steps')}, final loss {format_loss(result.get('final_loss'))}, "
-            f"eval loss {format_loss(result.get('eval_loss'))}, peak memory {result.get('peak_memory_bytes', 0) / 1024**3:.2f} GiB"
+            f"eval loss {format_loss(result.get('eval_loss'))}, peak memory {format_gib(result.get('peak_memory_bytes') or 0)}"
         )
     memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
     if memory:

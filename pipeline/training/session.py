@@ -20,6 +20,7 @@ from pipeline.training.peak_memory import PhaseMemory
 from pipeline.training.trainer_setup import LR_SCHEDULERS
 from pipeline.training.trainer_setup import answer_loss_trainer_class as _answer_loss_trainer_class
 from pipeline.training.worst_case import worst_case
+from pipeline.units import plural
 from pipeline.workspace import Workspace
 
 OPTIMIZERS = {"adamw": "adamw_torch", "adamw_8bit": "adamw_bnb_8bit", "adafactor": "adafactor"}
@@ -124,7 +125,7 @@ class Session:
             self.train_data = _without_rows(self.train_data, too_long)
             if self.eval_data is not None:
                 self.eval_data = _without_rows(self.eval_data, too_long) or None
-            log.info("Skipping %d row(s) longer than --max-length %d: %s", len(too_long), config.max_length,
+            log.info("Skipping %s longer than --max-length %d: %s", plural(len(too_long), "row"), config.max_length,
                      ", ".join(self.skipped_rows[:10]) + (" ..." if len(too_long) > 10 else ""))
             if self.train_data is None:
                 raise TrainingError(

@@ -73,6 +73,7 @@ from pipeline.training.progress import progress_callback
 from pipeline.training.session import Session
 from pipeline.training.trainer_setup import answer_loss, tensorboard_callback
 from pipeline.training.worst_case import preflight, worst_case_batch
+from pipeline.units import plural
 from pipeline.workspace import Workspace
 
 log = logging.getLogger("pipeline.training.train")
@@ -301,8 +302,8 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
     if start.checkpoint is not None and main:
         dropped = trim_progress_to_step(paths["progress"], _checkpoint_step(start.checkpoint))
         if dropped:
-            log.info("Dropped %d progress line(s) logged after %s by an interrupted process; those steps run again.",
-                     dropped, start.checkpoint.name)
+            log.info("Dropped %s logged after %s by an interrupted process; those steps run again.",
+                     plural(dropped, "progress line"), start.checkpoint.name)
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=start.dataset_change)
     return _Run(ws, run_name, paths, config, resume, dataset_dir, device, main, start.checkpoint, start.recorded_model,
                 result, started_at, handler)
