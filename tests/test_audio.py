@@ -354,7 +354,9 @@ def test_a_saved_clips_length_has_one_rounding_in_the_status_its_checks_and_the_
     status = saved_markdown(sample)
     lengths = re.findall(r"\((\d+\.\d+) s\)", status) + re.findall(r"\| duration \| (\d+\.\d+) s", status)
     assert lengths == ["2.58", "2.58"], status
-    assert samples_frame([sample])["seconds"].tolist() == [2.58]
+    assert samples_frame([sample])["seconds"].tolist() == ["2.58"]
+    # a whole number of seconds keeps its decimals (the table showed "3" beside "2.58")
+    assert samples_frame([{**sample, "duration_s": 3.0}])["seconds"].tolist() == ["3.00"]
 
 
 def test_the_source_line_gives_the_rate_in_the_unit_it_becomes():

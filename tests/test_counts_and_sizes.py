@@ -85,3 +85,15 @@ def test_a_small_file_shows_a_true_size_not_zero():
     tiny = {"format": "merged", "path": "p", "bytes": 20_000, "run": "r", "notes": [], "base_model": "m"}
     assert "(20 KiB)" in summary_text(tiny) and "0.0" not in summary_text(tiny)
     assert "0.0" not in "\n".join(gguf_summary({**gguf, "files": {"r.gguf": 900}}))
+
+
+def test_the_import_summary_says_what_it_read_in_a_teachers_words():
+    """New-user pass: "Imported 8 clips from … (kaldi layout)", "(chat layout)": an engineer's word for the
+    folder's layout. Every format the importers read has its words, the format's name in brackets."""
+    from pipeline.data.importers import FORMATS
+    from ui.samples_view import IMPORT_FORMAT_WORDS, import_summary
+
+    assert set(IMPORT_FORMAT_WORDS) == set(FORMATS)
+    line = import_summary({"imported": ["a"], "skipped": [], "format": "kaldi"}, "x")
+    assert "layout" not in line and "read as a speech-research corpus of sentences read aloud (Kaldi)" in line
+    assert "(chat JSON)" in import_summary({"imported": ["a"], "skipped": [], "format": "chat"}, "x")

@@ -275,22 +275,26 @@ def chat_messages(turns: list[dict]) -> list[dict]:
 
 def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab", here: str | None = None) -> str:
     """The built dataset in a teacher's words, from its build report (`pipeline.data.dataset.load_build_report`):
-    "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 more left out: see the Dataset tab)."
+    "65 recordings from 3 learners: 42 to train on, 22 to test the tutor with, 1 left out (see the Dataset tab)."
+    A recording is one library sample (a dialogue with several clips is one), so the count is every sample
+    the build read (kept and left out), the same count the Samples tab's summary gives
+    (`ui.samples_view.library_markdown`); the learners are those of the kept rows and of the rows left out.
     `where_left_out` says where the left-out rows are listed (the Dataset tab itself says "listed below").
     None (no build yet) gives the sentence that says to build one (`here`: on the Dataset tab, with the
     button below rather than the tab)."""
     if not report:
         if here == "Dataset tab":
-            return "No dataset yet: **Build dataset** below splits your recordings into training and test."
+            return "No dataset yet: click **Build dataset** below."  # the line under it says what a build does
         return "No dataset yet: build one on the **2 · Dataset** tab (it splits your recordings into training and test)."
     splits = report.get("splits") or {}
     train, held_out = int(splits.get("train") or 0), int(splits.get("eval") or 0)
-    learners = set().union(*(set(v) for v in (report.get("speakers") or {}).values()))
+    excluded = report.get("excluded") or []
+    learners = set().union(*(set(v) for v in (report.get("speakers") or {}).values()),
+                           {e["speaker"] for e in excluded if e.get("speaker")})
     who = f" from {plural(len(learners), 'learner')}" if learners else ""
-    text = f"**{plural(train + held_out, 'recording')}{who}**: {train} to train on, " + (
+    text = f"**{plural(train + held_out + len(excluded), 'recording')}{who}**: {train} to train on, " + (
         f"{held_out} to test the tutor with" if held_out else "none kept apart to test the tutor with")
-    left_out = len(report.get("excluded") or [])
-    return text + (f" ({left_out} more left out: {where_left_out})." if left_out else ".")
+    return text + (f", {len(excluded)} left out ({where_left_out})." if excluded else ".")
 
 
 def dataset_family_note(report: dict | None, model: str | None) -> str:
