@@ -294,3 +294,24 @@ def test_a_test_share_far_from_the_held_out_share_says_why_and_an_empty_tab_says
     assert "whole learners go to the test set" in summary and "1 learner of 3 is the nearest" in summary
     near = {**report, "splits": {"train": 50, "eval": 14}}
     assert "Held-out share" not in dataset_view.summary_markdown(near), "14 of 64 (22 %) is near enough: no note"
+
+
+def test_gemma4_picked_leaves_no_gemma3n_text_behind(tmp_path, tiny_model_dir, tiny_gemma4_dir):
+    """New-user pass: with the tiny Gemma 4 picked the note at the top said "Pick google/gemma-3n-E2B-it for a
+    real tutor", and after a reopened page the Dataset tab's "Max tokens per row" said "each clip takes ~192"
+    (Gemma 3n's) beside a Gemma 4 build's "~25 per second of audio". Every text that depends on the family
+    follows the model picked: the real model named is the family's, the clip cost follows the picker when it
+    changes and when the tab opens (the page restores the model before the tab is shown)."""
+    ui = TutorApp(tmp_path / "ws")
+    note = ui.state.describe_model(str(tiny_gemma4_dir))
+    assert "google/gemma-4-E2B-it" in note and "gemma-3n" not in note, note
+    assert "google/gemma-3n-E2B-it" in ui.state.describe_model(str(tiny_model_dir))
+    info = ui.dataset.max_length_update(str(tiny_gemma4_dir))["info"]
+    assert "~25 per second of audio, at most 752" in info and "~192" not in info, info
+
+    demo = app_module.build_ui(ui)
+    box_id = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == "build-max-length")
+    triggers = {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
+                if getattr(dep.fn, "__name__", "") == "max_length_update" and any(o._id == box_id for o in dep.outputs)
+                for target, event in dep.targets}
+    assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers
