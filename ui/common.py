@@ -456,3 +456,45 @@ def as_it_grows(call: Callable[..., Any], *args: Any, **kwargs: Any):
 
 class _Left(Exception):
     """Raised in an answer's thread when the page no longer listens (`as_it_grows` was closed)."""
+
+
+def export_choices(ws: Workspace, run: str | None) -> list[tuple[str, str]]:
+    """The Try tab's export choices for `run`, each led by what it is for, the format's name in brackets, with
+    this run's own figures (`pipeline.export.tutor.export_preview`): the merged model's size from the run's base
+    (a tiny test model's MB, not E2B's GB; `pipeline.units.format_bytes`), and the Ollama / llama.cpp file only
+    for a run whose GGUF hears (Gemma 4); a Gemma 3n run is told it is not offered, and why, in the label of no
+    choice (`export_choices_note`). No run, or one that cannot be read: the choices without figures.
+    Returns `gr.Radio` choices, `(label, value)` with values adapter / merged / bundle / gguf."""
+    from pipeline.export.tutor import export_preview
+    from pipeline.units import format_bytes
+
+    try:
+        preview = export_preview(ws, run) if run else {}
+    except PipelineError:
+        preview = {}
+    size = f", {format_bytes(preview['merged_bytes'])} for this tutor" if preview.get("merged_bytes") else ""
+    choices = [
+        ("To share: the small learned part only, for a computer that has the same base model (adapter zip)", "adapter"),
+        (f"To run with Python anywhere: the whole tutor in one folder{size} (merged model)", "merged"),
+        ("To train on a rented GPU machine or Google Cloud: these settings and recordings in one archive "
+         "(cloud job bundle, with the commands for a GPU machine and for Vertex AI)", "bundle"),
+    ]
+    if preview.get("gguf") or not preview.get("family"):
+        only = "" if preview.get("gguf") else ", Gemma 4 tutors only"
+        choices.append((f"For Ollama / LM Studio / llama.cpp on students' laptops{only} (GGUF file)", "gguf"))
+    return choices
+
+
+def export_choices_note(ws: Workspace, run: str | None) -> str:
+    """Under the export choices: why a run has no Ollama / llama.cpp choice (its family's audio does not run
+    there: Gemma 3n, `pipeline.export.gguf.GEMMA3N_DEAF`), "" otherwise (Markdown)."""
+    from pipeline.export.tutor import export_preview
+
+    try:
+        preview = export_preview(ws, run) if run else {}
+    except PipelineError:
+        return ""
+    if preview.get("family") and not preview.get("gguf"):
+        return (f"No file for Ollama or LM Studio: **{run}** is a {preview['family']} tutor, and they cannot hear "
+                f"with {preview['family']} yet. Train a tutor on Gemma 4 for one.")
+    return ""
