@@ -49,8 +49,8 @@ def test_real_messages_count_in_words():
     from ui.judge_view import saved_status_markdown
     from ui.samples_view import import_summary
 
-    assert import_summary({"imported": ["a"], "skipped": [], "format": None}, "x").startswith("Imported **1 clip** ")
-    assert "Imported **51 clips**" in import_summary({"imported": list(range(51)), "skipped": [], "format": None}, "x")
+    assert import_summary({"imported": ["a"], "skipped": [], "format": None}, "x").startswith("Imported **1 recording** ")
+    assert "Imported **51 recordings**" in import_summary({"imported": list(range(51)), "skipped": [], "format": None}, "x")
     shown = [{"run": None, "model": "m", "clips": 3}]
     assert saved_status_markdown(shown, "k", []).startswith("1 saved evaluation on this")
     assert plural(2, "child", "children") == "2 children"

@@ -166,7 +166,7 @@ def test_the_sample_pack_says_how_to_add_its_free_speech_and_dialogue_examples(u
     summary, *_ = ui.load_sample_pack()
     (path,) = re.findall(r"type `([^`]+tutoring\.jsonl)`", summary)
     summary, *_ = ui.import_folder(path, "auto", False)
-    assert "Imported **5 clips**" in summary and "skipped **0**" in summary, summary
+    assert "Imported **5 recordings**" in summary and "skipped **0**" in summary, summary
     kinds = sorted(s.kind for s in SampleLibrary(ui.ws).list())
     assert kinds.count("dialogue") == 3 and kinds.count("free_speech") == 2 and kinds.count("read_aloud") == 8
 
@@ -215,7 +215,7 @@ def test_a_pasted_folder_path_with_quotes_or_as_a_file_address_imports(ui, typed
 
         source = quote(source)
     summary, *_ = ui.import_folder(typed.format(source), "auto", False)
-    assert summary.startswith("Imported **8 clips**"), summary
+    assert summary.startswith("Imported **8 recordings**"), summary
     assert len(SampleLibrary(ui.ws).list()) == 8
 
 

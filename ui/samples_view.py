@@ -166,13 +166,14 @@ IMPORT_FORMAT_WORDS = {
 
 
 def import_summary(report: Any, source: str) -> str:
-    """One Markdown line: how many clips were imported and skipped from `source`, and what it was read as
+    """One Markdown line: how many recordings (library samples: a dialogue of several clips is one, as the
+    library summary counts them) were imported and skipped from `source`, and what it was read as
     (`IMPORT_FORMAT_WORDS`; a format not listed there is named as it is)."""
     imported = len(get_field(report, "imported") or [])
     skipped = len(get_field(report, "skipped") or [])
     fmt = get_field(report, "format")
     fmt_text = f", read as {IMPORT_FORMAT_WORDS.get(fmt, fmt)}" if fmt else ""
-    line = f"Imported **{plural(imported, 'clip')}** from `{source}`{fmt_text}; skipped **{skipped}**."
+    line = f"Imported **{plural(imported, 'recording')}** from `{source}`{fmt_text}; skipped **{skipped}**."
     if skipped:
         line += " The table below says why each skipped file was left out."
     return line
