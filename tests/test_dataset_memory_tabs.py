@@ -298,10 +298,10 @@ def test_a_test_share_far_from_the_held_out_share_says_why_and_an_empty_tab_says
 
 def test_gemma4_picked_leaves_no_gemma3n_text_behind(tmp_path, tiny_model_dir, tiny_gemma4_dir):
     """New-user pass: with the tiny Gemma 4 picked the note at the top said "Pick google/gemma-3n-E2B-it for a
-    real tutor", and after a reopened page the Dataset tab's "Max tokens per row" said "each clip takes ~192"
-    (Gemma 3n's) beside a Gemma 4 build's "~25 per second of audio". Every text that depends on the family
-    follows the model picked: the real model named is the family's, the clip cost follows the picker when it
-    changes and when the tab opens (the page restores the model before the tab is shown)."""
+    real tutor", and the Dataset tab's "Max tokens per row" was seen saying "each clip takes ~192" (Gemma 3n's)
+    beside a Gemma 4 build's "~25 per second of audio". Every text that depends on the family follows the model
+    picked: the real model named is the family's; the clip cost follows the picker when it changes (a reopened
+    page's restored model too: checked in a browser) and when the tab opens."""
     ui = TutorApp(tmp_path / "ws")
     note = ui.state.describe_model(str(tiny_gemma4_dir))
     assert "google/gemma-4-E2B-it" in note and "gemma-3n" not in note, note
