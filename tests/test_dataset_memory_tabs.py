@@ -290,7 +290,7 @@ def test_a_test_share_far_from_the_held_out_share_says_why_and_an_empty_tab_says
               "speakers": {"train": ["a", "b"], "eval": ["c"]}, "excluded": [], "length_stats": {}, "path": "x",
               "model": "m"}
     summary = dataset_view.summary_markdown(report)
-    assert "34% of the recordings kept, not the **Held-out share** of 20%" in summary, summary
+    assert "34 % of the recordings kept, not the **Held-out share** of 0.2 (20 %)" in summary, summary
     assert "whole learners go to the test set" in summary and "1 learner of 3 is the nearest" in summary
     near = {**report, "splits": {"train": 50, "eval": 14}}
     assert "Held-out share" not in dataset_view.summary_markdown(near), "14 of 64 (22 %) is near enough: no note"

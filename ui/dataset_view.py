@@ -74,8 +74,8 @@ def share_note(report: Mapping[str, Any]) -> str:
         return ""
     speakers = report.get("speakers") or {}
     kept_apart, learners = len(speakers.get("eval") or []), len(set().union(*(set(v) for v in speakers.values())))
-    return (f". That is {held_out / (train + held_out):.0%} of the recordings kept, not the **Held-out share** of "
-            f"{asked:.0%}: whole learners go to the test set so that no learner is in both, and here "
+    return (f". That is {100 * held_out / (train + held_out):.0f} % of the recordings kept, not the **Held-out share** "
+            f"of {asked:g} ({100 * asked:.0f} %): whole learners go to the test set so that no learner is in both, and here "
             f"{plural(kept_apart, 'learner')} of {learners} {'is' if kept_apart == 1 else 'are'} the nearest to it.")
 
 
