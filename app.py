@@ -163,7 +163,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: --workspace, --host, --port, --share."""
     parser = argparse.ArgumentParser(
         prog="python app.py",
-        description="Pronunciation Tutor Studio: record, build, check memory, fine-tune Gemma 3n, try the tutor.",
+        description="Pronunciation Tutor Studio: record, build, check memory, fine-tune Gemma 3n or Gemma 4, try the tutor.",
     )
     parser.add_argument("--workspace", default=str(DEFAULT_WORKSPACE),
                         help=f"folder holding samples, dataset and runs (default: {DEFAULT_WORKSPACE})")

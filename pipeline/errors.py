@@ -1,7 +1,7 @@
 """Typed errors raised by `pipeline/`; `app.py` turns them into `gr.Error` in one place.
 
 Every message names the offending value, what was expected and how to fix it, e.g.
-"Clip `kate_03.m4a` is 41.2 s; Gemma 3n hears at most 30 s. Trim it or split it."
+"Clip `kate_03.m4a` is 41.2 s; Gemma hears at most 30 s (3n and 4 alike). Trim it or split it."
 A value of unbounded size (a metadata cell, embedded audio bytes) is shown through `shorten`.
 """
 

@@ -190,7 +190,7 @@ def test_import_reports_each_file(ui, tmp_path):
     (folder / "quiet.txt").write_text("A silent one.", encoding="utf-8")
     summary, table, samples = ui.import_folder(str(folder), "auto")
     rows = {row[0]: row[1:] for row in table.value["data"]}
-    assert "Imported **1 clip**" in summary and "skipped **1**" in summary
+    assert "Imported **1 recording**" in summary and "skipped **1**" in summary
     assert len(samples) == 2
     assert rows["quiet.wav"][0] == "skipped" and "silent" in rows["quiet.wav"][1]
     assert sorted(r[0] for r in rows.values()) == ["imported", "skipped"]
@@ -202,7 +202,7 @@ def test_import_reports_each_file(ui, tmp_path):
 def test_sample_pack_then_build_dataset_with_the_tiny_model(tmp_path, tiny_model_dir):
     ui = TutorApp(tmp_path / "ws")
     summary, table, samples = ui.load_sample_pack()
-    assert "Imported **8 clips**" in summary and "speechocean762" in summary and len(samples) == 8
+    assert "Imported **8 recordings**" in summary and "speechocean762" in summary and len(samples) == 8
     text, speakers, figure, excluded, exports, memory_max = ui.build_dataset(str(tiny_model_dir), 0.2, 42, 1024)
     assert " to train on, " in text and " to test the tutor with" in text and "longest" in text
     assert set(speakers["split"]) == {"train", "test"}

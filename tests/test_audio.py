@@ -196,7 +196,7 @@ CHECK_CASES = [
      r"silent: .*-6\d\.\d dBFS"),
     ("clipped", _clipped_clip(), r"clipped: \d+\.\d% of samples .*Lower the input volume"),
     ("too-short-0.1s", (16000, to_int16(speech_like(0.1, 16000))), r"0\.10 s long; .*at least 0\.3 s"),
-    ("too-long-31s", (16000, to_int16(speech_like(31.0, 16000))), r"31\.0 s; Gemma 3n hears at most 30 s"),
+    ("too-long-31s", (16000, to_int16(speech_like(31.0, 16000))), r"31\.0 s; Gemma hears at most 30 s \(3n and 4 alike\)"),
     ("nan", _nan_clip(), r"1 NaN or infinite samples"),
     ("inf", _inf_clip(), r"1 NaN or infinite samples"),
     ("corrupt-bytes", b"RIFF\x10\x00\x00\x00WAVEfmt garbage" + bytes(range(256)) * 4, r"looks like a WAV file but cannot be decoded: it is damaged"),
@@ -354,7 +354,9 @@ def test_a_saved_clips_length_has_one_rounding_in_the_status_its_checks_and_the_
     status = saved_markdown(sample)
     lengths = re.findall(r"\((\d+\.\d+) s\)", status) + re.findall(r"\| duration \| (\d+\.\d+) s", status)
     assert lengths == ["2.58", "2.58"], status
-    assert samples_frame([sample])["seconds"].tolist() == [2.58]
+    assert samples_frame([sample])["seconds"].tolist() == ["2.58"]
+    # a whole number of seconds keeps its decimals (the table showed "3" beside "2.58")
+    assert samples_frame([{**sample, "duration_s": 3.0}])["seconds"].tolist() == ["3.00"]
 
 
 def test_the_source_line_gives_the_rate_in_the_unit_it_becomes():

@@ -46,8 +46,8 @@ def test_real_messages_count_in_words():
     from ui.judge_view import saved_status_markdown
     from ui.samples_view import import_summary
 
-    assert import_summary({"imported": ["a"], "skipped": [], "format": None}, "x").startswith("Imported **1 clip** ")
-    assert "Imported **51 clips**" in import_summary({"imported": list(range(51)), "skipped": [], "format": None}, "x")
+    assert import_summary({"imported": ["a"], "skipped": [], "format": None}, "x").startswith("Imported **1 recording** ")
+    assert "Imported **51 recordings**" in import_summary({"imported": list(range(51)), "skipped": [], "format": None}, "x")
     shown = [{"run": None, "model": "m", "clips": 3}]
     assert saved_status_markdown(shown, "k", []).startswith("1 saved evaluation on this")
     assert plural(2, "child", "children") == "2 children"
@@ -82,3 +82,15 @@ def test_a_small_file_shows_a_true_size_not_zero():
     tiny = {"format": "merged", "path": "p", "bytes": 20_000, "run": "r", "notes": [], "base_model": "m"}
     assert "(20 KiB)" in summary_text(tiny) and "0.0" not in summary_text(tiny)
     assert "0.0" not in "\n".join(gguf_summary({**gguf, "files": {"r.gguf": 900}}))
+
+
+def test_the_import_summary_says_what_it_read_in_a_teachers_words():
+    """New-user pass: "Imported 8 clips from … (kaldi layout)", "(chat layout)": an engineer's word for the
+    folder's layout. Every format the importers read has its words, the format's name in brackets."""
+    from pipeline.data.importers import FORMATS
+    from ui.samples_view import IMPORT_FORMAT_WORDS, import_summary
+
+    assert set(IMPORT_FORMAT_WORDS) == set(FORMATS)
+    line = import_summary({"imported": ["a"], "skipped": [], "format": "kaldi"}, "x")
+    assert "layout" not in line and "read as a speech-research corpus of sentences read aloud (Kaldi)" in line
+    assert "(chat JSON)" in import_summary({"imported": ["a"], "skipped": [], "format": "chat"}, "x")

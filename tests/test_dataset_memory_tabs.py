@@ -117,13 +117,14 @@ def test_app_wording_examples():
 
 
 def test_left_out_rows_are_not_counted_among_a_kinds_rows(tmp_path):
-    """"read aloud: 9 rows (train 6, eval 3, excluded 1)" read as if 1 of the 9 was left out: it is a 10th."""
+    """"read aloud: 9 rows (train 6, eval 3, excluded 1)" read as if 1 of the 9 was left out: it is a 10th, and
+    a kind's recordings count it, as the Samples tab does."""
     ui = TutorApp(tmp_path / "ws")
     report = {"splits": {"train": 6, "eval": 3}, "split_method": "speaker", "seed": 42, "excluded": [
         {"id": "s-1", "reason": "feedback is empty"}], "length_stats": {}, "path": "x", "model": "m",
         "kinds": {"read_aloud": {"rows": 9, "train": 6, "eval": 3, "excluded": 1}}}
     summary = ui.dataset._dataset_outputs(report)[0]
-    assert "**read aloud:** 9 recordings (6 to train on, 3 to test with; 1 more left out)" in summary
+    assert "**read aloud:** 10 recordings (6 to train on, 3 to test with, 1 left out)" in summary
     report["kinds"]["read_aloud"]["excluded"] = 0
     assert "**read aloud:** 9 recordings (6 to train on, 3 to test with)" in ui.dataset._dataset_outputs(report)[0]
 
@@ -245,3 +246,72 @@ def test_the_memory_answer_and_the_speakers_table_say_what_the_other_tabs_say(tm
     note = ui.dataset.model_note("google/gemma-4-E2B-it")
     assert "**Build dataset**" in note and "Dataset tab" not in note, "the Dataset tab's note does not name itself"
     assert list(speakers_frame({"train": ["a", "b"], "eval": ["c"]})["split"]) == ["train", "test"]
+
+
+def test_samples_dataset_and_train_give_one_count_of_recordings_with_a_left_out_row(tmp_path, tiny_model_dir):
+    """New-user pass: Samples said "65 recordings from 3 learners", the Dataset tab and the Train headline "64
+    recordings ...: 42 to train on, 22 to test the tutor with (1 more left out)": the left-out recording was
+    not counted. A recording is one library sample (a dialogue of several clips too); every screen counts all."""
+    import re
+
+    from pipeline.data.samples import SampleLibrary
+
+    ui = TutorApp(tmp_path / "ws")
+    ui.load_sample_pack()
+    library = SampleLibrary(ui.ws)
+    left_out = library.list()[0]
+    library.update(left_out.id, feedback="")  # no tutor feedback: the build leaves it out
+    total = len(library.list())
+    samples_line = ui.samples.library_summary().splitlines()[0]
+    ui.build_dataset(str(tiny_model_dir), 0.25, 42, 1024)
+    dataset_line, train_line = ui.dataset.headline(), ui.train.headline()
+    for line in (samples_line, dataset_line, train_line):
+        assert re.match(rf"\*\*{total} recordings from \d learners\*\*", line), line
+    learners = re.match(r"\*\*\d+ recordings from (\d) learners", samples_line).group(1)
+    assert f"from {learners} learners" in dataset_line and f"from {learners} learners" in train_line
+    train, test, out = map(int, re.search(r"(\d+) to train on, (\d+) to test the tutor with, (\d+) left out",
+                                          dataset_line).groups())
+    assert (train + test + out, out) == (total, 1), dataset_line
+    assert "more left out" not in dataset_line + train_line
+    summary = ui.dataset.dataset_on_load()[0]
+    kinds = re.findall(r"\*\*[a-z ]+:\*\* (\d+) recordings", summary)
+    assert sum(map(int, kinds)) == total, summary
+
+
+def test_a_test_share_far_from_the_held_out_share_says_why_and_an_empty_tab_says_no_dataset_once(tmp_path):
+    """New-user pass: "Held-out share 0.2" gave 22 of 64 (34 %) with no word why (whole learners go to the
+    test set); the empty Dataset tab said "No dataset yet" and "Nothing built yet" one above the other."""
+    from ui import dataset_view
+
+    ui = TutorApp(tmp_path / "ws")
+    assert ui.dataset.headline().startswith("No dataset yet")
+    assert ui.dataset.library_changes() == "", "the headline says it once"
+    report = {"splits": {"train": 42, "eval": 22}, "split_method": "speaker", "seed": 42, "eval_fraction": 0.2,
+              "speakers": {"train": ["a", "b"], "eval": ["c"]}, "excluded": [], "length_stats": {}, "path": "x",
+              "model": "m"}
+    summary = dataset_view.summary_markdown(report)
+    assert "34 % of the recordings kept, not the **Held-out share** of 0.2 (20 %)" in summary, summary
+    assert "whole learners go to the test set" in summary and "1 learner of 3 is the nearest" in summary
+    near = {**report, "splits": {"train": 50, "eval": 14}}
+    assert "Held-out share" not in dataset_view.summary_markdown(near), "14 of 64 (22 %) is near enough: no note"
+
+
+def test_gemma4_picked_leaves_no_gemma3n_text_behind(tmp_path, tiny_model_dir, tiny_gemma4_dir):
+    """New-user pass: with the tiny Gemma 4 picked the note at the top said "Pick google/gemma-3n-E2B-it for a
+    real tutor", and the Dataset tab's "Max tokens per row" was seen saying "each clip takes ~192" (Gemma 3n's)
+    beside a Gemma 4 build's "~25 per second of audio". Every text that depends on the family follows the model
+    picked: the real model named is the family's; the clip cost follows the picker when it changes (a reopened
+    page's restored model too: checked in a browser) and when the tab opens."""
+    ui = TutorApp(tmp_path / "ws")
+    note = ui.state.describe_model(str(tiny_gemma4_dir))
+    assert "google/gemma-4-E2B-it" in note and "gemma-3n" not in note, note
+    assert "google/gemma-3n-E2B-it" in ui.state.describe_model(str(tiny_model_dir))
+    info = ui.dataset.max_length_update(str(tiny_gemma4_dir))["info"]
+    assert "~25 per second of audio, at most 752" in info and "~192" not in info, info
+
+    demo = app_module.build_ui(ui)
+    box_id = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == "build-max-length")
+    triggers = {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
+                if getattr(dep.fn, "__name__", "") == "max_length_update" and any(o._id == box_id for o in dep.outputs)
+                for target, event in dep.targets}
+    assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers

@@ -94,6 +94,14 @@ def test_the_studio_as_a_teacher_meets_it(running_app, old_run, studio_page, spe
     assert "duration" not in _text(page, "#session-checks"), _text(page, "#session-checks")
     shot(page, "studio-2-samples")
 
+    # New-user pass: the empty Dataset tab said there is no dataset under its headline, beside Build and under it
+    # ("No dataset yet…", "Nothing built yet…", "No dataset built yet."): once now, in the headline.
+    open_tab(page, "2 · Dataset")
+    wait_text(page, "#dataset-headline", r"No dataset yet", timeout_s=30)
+    time.sleep(1)  # the texts beside Build are filled by the tab's opening
+    said = page.locator("#tab-dataset").inner_text()
+    assert said.count("No dataset yet") == 1 and "uilt yet" not in said, said
+
     # Train: the teacher's choices first, the machine-learning settings behind "Advanced settings".
     open_tab(page, "4 · Train")
     wait_text(page, "#train-headline", r"No dataset yet", timeout_s=30)

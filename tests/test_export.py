@@ -367,3 +367,48 @@ def test_an_imports_report_says_its_differences_in_words():
                             "notes": ["config.json's model `x` becomes `m`"]})
     assert "config.json" not in text and "another version of this base model" in text
     assert "build one on the **2 · Dataset** tab" in text and "not on this computer yet" in text
+
+
+def test_the_export_preview_gives_this_runs_sizes_and_whether_its_gguf_hears(tmp_path, tiny_model_dir, tiny_gemma4_dir):
+    """New-user pass: the export choices offered "~11 GB for E2B (Merged model)" for a tiny run, and GGUF to a
+    Gemma 3n run only to refuse it. `export_preview` says, before anything is made, this run's merged size (from
+    its own base) and whether its GGUF would hear; the app's choices are to read it."""
+    from pipeline.export.tutor import export_preview, merged_size_bytes
+    from pipeline.units import format_bytes
+
+    ws = tmp_path / "ws"
+    for run, base in (("t3n", tiny_model_dir), ("t4", tiny_gemma4_dir), ("real", "google/gemma-4-E2B-it"),
+                      ("moved", tmp_path / "gone")):
+        (ws / "runs" / run).mkdir(parents=True)
+        (ws / "runs" / run / "config.json").write_text(json.dumps({"model": str(base)}))
+    tiny3, tiny4 = export_preview(ws, "t3n"), export_preview(ws, "t4")
+    assert (tiny3["family"], tiny3["gguf"], tiny4["family"], tiny4["gguf"]) == ("Gemma 3n", False, "Gemma 4", True)
+    assert tiny3["merged_bytes"] == merged_size_bytes(str(tiny_model_dir)) < 1e9, format_bytes(tiny3["merged_bytes"])
+    assert export_preview(ws, "real")["merged_bytes"] > 5e9  # the real E2B: gigabytes
+    assert export_preview(ws, "moved") == {"base_model": str(tmp_path / "gone"), "family": None, "merged_bytes": None,
+                                           "gguf": False}
+    with pytest.raises(ExportError, match="does not exist"):
+        export_preview(ws, "nope")
+
+
+def test_the_export_choices_give_this_runs_size_and_offer_no_gguf_a_gemma3n_run_cannot_have(tmp_path, tiny_model_dir,
+                                                                                               tiny_gemma4_dir):
+    """New-user pass: "~11 GB for E2B (Merged model)" for a tiny run; GGUF offered to a Gemma 3n run only to be
+    refused; "Vertex AI" with no words. The choices (`ui.common.export_choices`) follow the run picked."""
+    from pipeline.export.tutor import merged_size_bytes
+    from pipeline.units import format_bytes
+    from ui.common import export_choices, export_choices_note
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    for run, base in (("t3n", tiny_model_dir), ("t4", tiny_gemma4_dir)):
+        (ws.root / "runs" / run).mkdir(parents=True)
+        (ws.root / "runs" / run / "config.json").write_text(json.dumps({"model": str(base)}))
+    t3n, t4 = dict((v, k) for k, v in export_choices(ws, "t3n")), dict((v, k) for k, v in export_choices(ws, "t4"))
+    assert "gguf" not in t3n and "Gemma 3n tutor" in export_choices_note(ws, "t3n")
+    assert "gguf" in t4 and "Gemma 4 tutors only" not in t4["gguf"] and export_choices_note(ws, "t4") == ""
+    assert f"{format_bytes(merged_size_bytes(str(tiny_model_dir)))} for this tutor" in t3n["merged"]
+    assert all("11 GB" not in label and "E2B" not in label for label in [*t3n.values(), *t4.values()])
+    assert t3n["bundle"].startswith("To train on a rented GPU machine or Google Cloud")
+    unknown = dict((v, k) for k, v in export_choices(ws, None))
+    assert set(unknown) == {"adapter", "merged", "bundle", "gguf"} and "Gemma 4 tutors only" in unknown["gguf"]

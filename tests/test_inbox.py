@@ -419,7 +419,23 @@ def test_an_attempt_already_in_the_library_says_which_sample_and_is_marked_done(
     assert done.status == "accepted" and done.same_as == mine.id and inbox.list("pending") == [new]
     with pytest.raises(SampleError, match="marked done.*nothing to reject"):
         inbox.reject(again.id)
-    inbox.delete(again.id)  # deleting the attempt keeps the teacher's sample
+    # New-user pass: kim's "My kept attempts" said "Your teacher: kept as a sample", and the note above it that a
+    # delete removes it "also from the teacher's library", where the teacher's own sample stays: each true now.
+    from ui.practice_page import CONSENT_LABEL, build_practice
+    from ui.practice_view import MINE_NOTE
+
+    student = build_practice(app.ws).handlers
+    table, _choices, _status = student.my_attempts("kim", None)
+    assert "Your teacher: already had this recording, so nothing was added" in table and "kept as a sample" not in table
+    assert "also from the teacher's library" not in MINE_NOTE and "if they kept it as one" in MINE_NOTE
+    assert "Untick" not in CONSENT_LABEL and CONSENT_LABEL.startswith("Tick to keep"), "the box starts unticked"
+    *_rest, status = student.delete_mine(again.id, "kim", None)  # deleting the attempt keeps the teacher's sample
+    assert "Your teacher's own copy of this recording stays in their library." in status, status
+    assert [s.id for s in library.list()] == [mine.id]
+    app.inbox_accept(new.id, "Kept")  # a sample made from lee's attempt: deleting it removes that sample too
+    assert len(library.list()) == 2
+    *_rest, status = student.delete_mine(new.id, "lee", None)
+    assert "and so is the sample your teacher made from it." in status, status
     assert [s.id for s in library.list()] == [mine.id]
     # The library's duplicate message, shown on the Samples tab, speaks of that screen, not "(in the app: …)".
     with pytest.raises(SampleError) as refused:

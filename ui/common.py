@@ -275,22 +275,26 @@ def chat_messages(turns: list[dict]) -> list[dict]:
 
 def dataset_sentence(report: dict | None, where_left_out: str = "see the Dataset tab", here: str | None = None) -> str:
     """The built dataset in a teacher's words, from its build report (`pipeline.data.dataset.load_build_report`):
-    "72 recordings from 5 learners: 47 to train on, 23 to test the tutor with (2 more left out: see the Dataset tab)."
+    "65 recordings from 3 learners: 42 to train on, 22 to test the tutor with, 1 left out (see the Dataset tab)."
+    A recording is one library sample (a dialogue with several clips is one), so the count is every sample
+    the build read (kept and left out), the same count the Samples tab's summary gives
+    (`ui.samples_view.library_markdown`); the learners are those of the kept rows and of the rows left out.
     `where_left_out` says where the left-out rows are listed (the Dataset tab itself says "listed below").
     None (no build yet) gives the sentence that says to build one (`here`: on the Dataset tab, with the
     button below rather than the tab)."""
     if not report:
         if here == "Dataset tab":
-            return "No dataset yet: **Build dataset** below splits your recordings into training and test."
+            return "No dataset yet: click **Build dataset** below."  # the line under it says what a build does
         return "No dataset yet: build one on the **2 · Dataset** tab (it splits your recordings into training and test)."
     splits = report.get("splits") or {}
     train, held_out = int(splits.get("train") or 0), int(splits.get("eval") or 0)
-    learners = set().union(*(set(v) for v in (report.get("speakers") or {}).values()))
+    excluded = report.get("excluded") or []
+    learners = set().union(*(set(v) for v in (report.get("speakers") or {}).values()),
+                           {e["speaker"] for e in excluded if e.get("speaker")})
     who = f" from {plural(len(learners), 'learner')}" if learners else ""
-    text = f"**{plural(train + held_out, 'recording')}{who}**: {train} to train on, " + (
+    text = f"**{plural(train + held_out + len(excluded), 'recording')}{who}**: {train} to train on, " + (
         f"{held_out} to test the tutor with" if held_out else "none kept apart to test the tutor with")
-    left_out = len(report.get("excluded") or [])
-    return text + (f" ({left_out} more left out: {where_left_out})." if left_out else ".")
+    return text + (f", {len(excluded)} left out ({where_left_out})." if excluded else ".")
 
 
 def dataset_family_note(report: dict | None, model: str | None) -> str:
@@ -452,3 +456,45 @@ def as_it_grows(call: Callable[..., Any], *args: Any, **kwargs: Any):
 
 class _Left(Exception):
     """Raised in an answer's thread when the page no longer listens (`as_it_grows` was closed)."""
+
+
+def export_choices(ws: Workspace, run: str | None) -> list[tuple[str, str]]:
+    """The Try tab's export choices for `run`, each led by what it is for, the format's name in brackets, with
+    this run's own figures (`pipeline.export.tutor.export_preview`): the merged model's size from the run's base
+    (a tiny test model's MB, not E2B's GB; `pipeline.units.format_bytes`), and the Ollama / llama.cpp file only
+    for a run whose GGUF hears (Gemma 4); a Gemma 3n run is told it is not offered, and why, in the label of no
+    choice (`export_choices_note`). No run, or one that cannot be read: the choices without figures.
+    Returns `gr.Radio` choices, `(label, value)` with values adapter / merged / bundle / gguf."""
+    from pipeline.export.tutor import export_preview
+    from pipeline.units import format_bytes
+
+    try:
+        preview = export_preview(ws, run) if run else {}
+    except PipelineError:
+        preview = {}
+    size = f", {format_bytes(preview['merged_bytes'])} for this tutor" if preview.get("merged_bytes") else ""
+    choices = [
+        ("To share: the small learned part only, for a computer that has the same base model (adapter zip)", "adapter"),
+        (f"To run with Python anywhere: the whole tutor in one folder{size} (merged model)", "merged"),
+        ("To train on a rented GPU machine or Google Cloud: these settings and recordings in one archive "
+         "(cloud job bundle, with the commands for a GPU machine and for Vertex AI)", "bundle"),
+    ]
+    if preview.get("gguf") or not preview.get("family"):
+        only = "" if preview.get("gguf") else ", Gemma 4 tutors only"
+        choices.append((f"For Ollama / LM Studio / llama.cpp on students' laptops{only} (GGUF file)", "gguf"))
+    return choices
+
+
+def export_choices_note(ws: Workspace, run: str | None) -> str:
+    """Under the export choices: why a run has no Ollama / llama.cpp choice (its family's audio does not run
+    there: Gemma 3n, `pipeline.export.gguf.GEMMA3N_DEAF`), "" otherwise (Markdown)."""
+    from pipeline.export.tutor import export_preview
+
+    try:
+        preview = export_preview(ws, run) if run else {}
+    except PipelineError:
+        return ""
+    if preview.get("family") and not preview.get("gguf"):
+        return (f"No file for Ollama or LM Studio: **{run}** is a {preview['family']} tutor, and they cannot hear "
+                f"with {preview['family']} yet. Train a tutor on Gemma 4 for one.")
+    return ""

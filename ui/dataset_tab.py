@@ -207,7 +207,9 @@ def wire_dataset_tab(handlers: DatasetHandlers, tab: SimpleNamespace, model: gr.
         handlers.build_dataset, inputs=[model, tab.eval_fraction, tab.seed, tab.build_max_length],
         outputs=outputs).then(tab.refresh[0], outputs=tab.refresh[1], show_progress="hidden").then(
         handlers.model_note, inputs=model, outputs=tab.model_note, show_progress="hidden")
-    model.change(handlers.max_length_update, inputs=model, outputs=tab.build_max_length, show_progress="hidden")
+    # what a clip costs follows the picker on a model change (a reopened page's restored model is one) and, as the
+    # model note, when the tab opens
     for event in (model.change, tab.tab.select):
+        event(handlers.max_length_update, inputs=model, outputs=tab.build_max_length, show_progress="hidden")
         event(handlers.model_note, inputs=model, outputs=tab.model_note, show_progress="hidden")
     return outputs

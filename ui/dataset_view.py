@@ -28,7 +28,8 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
     excluded = len(report.get("excluded", []))
     lines = [
         f"**Split:** {splits.get('train', 0)} to train on, {splits.get('eval', 0)} to test the tutor with"
-        + (f"; {excluded} left out (listed below, with the reason)" if excluded else "; none left out"),
+        + (f"; {excluded} left out (listed below, with the reason)" if excluded else "; none left out")
+        + share_note(report),
     ]
     advanced = [f"Split by {report.get('split_method', '?')} with **Split seed** {report.get('seed')} "
                 "(the same seed and recordings give the same split): " + ", ".join(
@@ -45,9 +46,10 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
                         f"{stats['p90']} (9 rows in 10 are at most this long), longest {stats['max']}{longest_train}.")
     for kind, k in (report.get("kinds") or {}).items():  # per sample kind (read aloud, free speech, dialogue)
         t = k.get("tokens") or {}
-        left_out = f"; {k['excluded']} more left out" if k["excluded"] else ""  # not among the rows counted
-        lines.append(f"**{kind.replace('_', ' ')}:** {plural(k['rows'], 'recording')} ({k['train']} to train on, {k['eval']} "
-                     f"to test with{left_out})" + (f", {t['min']}–{t['max']} tokens" if t else ""))
+        # every recording of the kind, kept (`rows`) and left out, as the Samples tab counts them
+        left_out = f", {k['excluded']} left out" if k["excluded"] else ""
+        lines.append(f"**{kind.replace('_', ' ')}:** {plural(k['rows'] + k['excluded'], 'recording')} ({k['train']} to train "
+                     f"on, {k['eval']} to test with{left_out})" + (f", {t['min']}–{t['max']} tokens" if t else ""))
     lines += [f"- {note}" for note in notes]
     lines += moves_lines(report.get("split_changes"))
     advanced.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
@@ -55,12 +57,34 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
     return "\n\n".join(lines)
 
 
+SHARE_SLACK = 0.05
+"""How far (as a share of the kept rows) the test set may be from the **Held-out share** asked for before
+the summary says why: 5 percentage points, under which the difference is rounding."""
+
+
+def share_note(report: Mapping[str, Any]) -> str:
+    """Why the test set's share of the kept rows differs from the **Held-out share** asked for (the report's
+    `eval_fraction`), when it does by more than `SHARE_SLACK` and the split was by learner: whole learners go
+    to the test set, so the share is as near as they allow (`pipeline.data.dataset.split_ids`). A sentence
+    starting with ". " to end the Split line, or "" (the share is near, or the split was not by learner)."""
+    splits = report.get("splits") or {}
+    train, held_out = int(splits.get("train") or 0), int(splits.get("eval") or 0)
+    asked = float(report.get("eval_fraction") or 0)
+    if report.get("split_method") != "speaker" or not train + held_out or abs(held_out / (train + held_out) - asked) <= SHARE_SLACK:
+        return ""
+    speakers = report.get("speakers") or {}
+    kept_apart, learners = len(speakers.get("eval") or []), len(set().union(*(set(v) for v in speakers.values())))
+    return (f". That is {100 * held_out / (train + held_out):.0f} % of the recordings kept, not the **Held-out share** "
+            f"of {asked:g} ({100 * asked:.0f} %): whole learners go to the test set so that no learner is in both, and here "
+            f"{plural(kept_apart, 'learner')} of {learners} {'is' if kept_apart == 1 else 'are'} the nearest to it.")
+
+
 def library_changes_markdown(changes: Mapping[str, Any] | None) -> str:
     """Beside Build: how the sample library changed since the last build (`pipeline.data.dataset.library_changes`:
-    added, edited, deleted sample ids, whether edits are known), that it did not, or (None) that nothing is
-    built yet (Markdown)."""
+    added, edited, deleted sample ids, whether edits are known), that it did not, or (None: nothing is built
+    yet) "", since the tab's headline says so (Markdown)."""
     if changes is None:
-        return "Nothing built yet: **Build dataset** splits your recordings into training and test."
+        return ""  # the tab's headline says "No dataset yet" (`ui.common.dataset_sentence`): said once
     if not changes["changed"]:
         return "The library has not changed since the last build."
     parts = [f"{plural(len(changes[key]), 'sample')} {word} ({some_ids(changes[key], 6)})"

@@ -34,8 +34,9 @@ ANSWERS_AT_ONCE = 16
 """Students answered at the same time: the tutor generates up to 8 answers together
 (`pipeline.tutor.batching.DEFAULT_MAX_BATCH`) and the next ones wait there, read as soon as a row frees,
 instead of in the page's queue."""
-CONSENT_LABEL = ("Keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and the time). "
-                 "Untick: nothing is stored.")
+CONSENT_LABEL = ("Tick to keep my recordings for my teacher (each attempt's clip, exercise, the tutor's answer and "
+                 "the time). Left unticked, nothing is stored.")
+"""The consent box's label: it starts unticked (this browser remembers a tick), so it says what ticking does."""
 
 
 def _login(request: gr.Request | None) -> str | None:
@@ -169,7 +170,7 @@ class PracticeHandlers:
             raise ConfigError("Pick the attempt to delete first.")
         deleted = Inbox(self.ws).delete(attempt_id, student=self._student(name, request))
         table, choices, _status = self.my_attempts(name, request)
-        return table, choices, view.deleted_status(deleted.exercise)
+        return table, choices, view.deleted_status(deleted)
 
 
 def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks:
@@ -202,8 +203,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
             widget.input(lambda who, agreed: {"name": (who or "").strip(), "consent": bool(agreed)},
                          inputs=[name, consent], outputs=remembered, show_progress="hidden")
         with gr.Accordion("My kept attempts", open=False, elem_id="practice-mine"):
-            gr.Markdown("What your teacher can see. Delete any of them: its recording, the exercise and the "
-                        "tutor's answer are removed, also from the teacher's library.")
+            gr.Markdown(view.MINE_NOTE)
             mine_table = gr.Markdown(elem_id="practice-mine-table")  # a list: a table was cut off on a phone
             with gr.Row():
                 mine_choice = gr.Dropdown([], label="Attempt", elem_id="practice-mine-choice", scale=3)

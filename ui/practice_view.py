@@ -44,6 +44,23 @@ ANSWERING = "The tutor is answering…"
 
 
 _DECISIONS = {"pending": "not seen yet", "accepted": "kept as a sample", "rejected": "set aside"}
+ALREADY_THERE = "already had this recording, so nothing was added (their copy stays if you delete this)"
+"""What the teacher did with an attempt whose recording was in the library already (`Attempt.same_as`): the
+Inbox marked it done and added nothing, and deleting the attempt leaves the teacher's own sample."""
+
+
+def decision_words(attempt: Any) -> str:
+    """What the teacher did with an attempt, as its student reads it: not seen yet, kept as a sample, set aside,
+    or (`same_as`) that the teacher already had the recording (`ALREADY_THERE`)."""
+    if attempt.status == "accepted" and getattr(attempt, "same_as", None):
+        return ALREADY_THERE
+    return _DECISIONS.get(attempt.status, attempt.status)
+
+
+MINE_NOTE = ("What your teacher can see. Delete any of them: its recording, the exercise and the tutor's answer "
+             "are removed, and so is the sample your teacher made from it, if they kept it as one.")
+"""Above the student's kept attempts: what a delete removes (`pipeline.inbox.store.Inbox.delete`: the attempt,
+and the library sample made from it; a sample the teacher had already, `Attempt.same_as`, stays)."""
 ANSWER_SHOWN = 60
 """Characters of the tutor's answer a kept attempt shows (the student heard it whole already)."""
 
@@ -60,7 +77,7 @@ def mine_markdown(attempts: Sequence[Any]) -> str:
         lines.append(f"- **{time.strftime('%Y-%m-%d %H:%M', time.localtime(a.created_at))}** · "
                      f"*{html.escape(str(a.exercise))}*  \n"
                      f"  Tutor: {html.escape(answer) or '(no answer)'}  \n"
-                     f"  Your teacher: {_DECISIONS.get(a.status, a.status)}")
+                     f"  Your teacher: {decision_words(a)}")
     return "\n".join(lines)
 
 
@@ -74,9 +91,16 @@ def mine_status(count: int) -> str:
     return {0: "Nothing of yours is kept."}.get(count, f"{count} attempt{'s' if count != 1 else ''} kept for your teacher.")
 
 
-def deleted_status(exercise: str) -> str:
-    """After a student deleted one of their attempts."""
-    return f"✓ Deleted your attempt at *{exercise}*: its recording and the tutor's answer are gone."
+def deleted_status(attempt: Any) -> str:
+    """After a student deleted one of their attempts (`pipeline.inbox.store.Attempt`, as `Inbox.delete` returns
+    it): what went, and what happened to the library sample: removed when it was made from the attempt, kept
+    when it is the teacher's own recording (`same_as`)."""
+    text = f"✓ Deleted your attempt at *{html.escape(str(attempt.exercise))}*: its recording and the tutor's answer are gone"
+    if attempt.status == "accepted" and getattr(attempt, "same_as", None):
+        return text + ". Your teacher's own copy of this recording stays in their library."
+    if attempt.status == "accepted":
+        return text + ", and so is the sample your teacher made from it."
+    return text + "."
 
 
 def answer_status(kept: bool, stand_in: bool, not_kept: str | None = None) -> str:

@@ -108,7 +108,7 @@ def saved_markdown(sample: Any, after: str = ".") -> str:
 def samples_frame(samples: Iterable[Any]):
     """Table of saved samples for the library view: one row per `Sample` (dict or object).
 
-    Columns: id, speaker, duration (s), target sentence, feedback (first 80 characters), warnings.
+    Columns: id, speaker, duration (s, two decimals as `clip_seconds` writes it, "3.00"), target sentence, feedback (first 80 characters), warnings.
     """
     import pandas as pd
 
@@ -121,7 +121,8 @@ def samples_frame(samples: Iterable[Any]):
             {
                 "id": get_field(sample, "id"),
                 "speaker": get_field(sample, "speaker") or "",
-                "seconds": round(float(get_field(sample, "duration_s") or 0.0), 2),
+                # text, not a number: the table would write 3.00 as "3" beside "2.58" (one rounding, `clip_seconds`)
+                "seconds": clip_seconds(get_field(sample, "duration_s")).removesuffix(" s"),
                 "target sentence": _sample_title(sample),
                 "feedback": feedback if len(feedback) <= 80 else feedback[:79] + "…",
                 "warnings": "; ".join(levels_aside(str(w))[0] for w in warnings),
@@ -152,13 +153,27 @@ def import_report_frame(report: Any):
     return pd.DataFrame(rows, columns=["file / sample", "result", "reason"])
 
 
+IMPORT_FORMAT_WORDS = {
+    "kaldi": "a speech-research corpus of sentences read aloud (Kaldi)",
+    "audiofolder": "a folder of clips with a table of their sentences (audiofolder)",
+    "ljspeech": "a list of clips and their sentences (LJSpeech)",
+    "commonvoice": "a Common Voice download (Common Voice)",
+    "folder": "clips with a text file of the sentence beside each (folder)",
+    "chat": "a file of conversations with the tutor (chat JSON)",
+}
+"""How the import summary names each layout `pipeline.data.importers.detect_format` reads
+(`pipeline.data.importers.FORMATS`): what the teacher gave first, the format's name in brackets."""
+
+
 def import_summary(report: Any, source: str) -> str:
-    """One Markdown line: how many clips were imported and skipped from `source`."""
+    """One Markdown line: how many recordings (library samples: a dialogue of several clips is one, as the
+    library summary counts them) were imported and skipped from `source`, and what it was read as
+    (`IMPORT_FORMAT_WORDS`; a format not listed there is named as it is)."""
     imported = len(get_field(report, "imported") or [])
     skipped = len(get_field(report, "skipped") or [])
     fmt = get_field(report, "format")
-    fmt_text = f" ({fmt} layout)" if fmt else ""
-    line = f"Imported **{plural(imported, 'clip')}** from `{source}`{fmt_text}; skipped **{skipped}**."
+    fmt_text = f", read as {IMPORT_FORMAT_WORDS.get(fmt, fmt)}" if fmt else ""
+    line = f"Imported **{plural(imported, 'recording')}** from `{source}`{fmt_text}; skipped **{skipped}**."
     if skipped:
         line += " The table below says why each skipped file was left out."
     return line

@@ -24,6 +24,18 @@ TINY_MODEL_SUBDIR = Path("models") / DEFAULT_FAMILY.tiny_dir_name
 SETTINGS_FILE = "settings.json"
 
 
+
+def real_model_of(model: str) -> str:
+    """The real checkpoint of `model`'s family (a tiny stand-in's family: `google/gemma-4-E2B-it` for the tiny
+    Gemma 4), the family's first hub id (`pipeline.model.family.ModelFamily.default_model`); `DEFAULT_MODEL`
+    when the family cannot be read (`pipeline.model.catalog.family_for` raised)."""
+    from pipeline.model.catalog import family_for
+
+    try:
+        return family_for(model).default_model
+    except PipelineError:
+        return DEFAULT_MODEL
+
 class AppState:
     """One workspace folder as the app sees it: where things are saved, the remembered settings, the models."""
 
@@ -121,7 +133,7 @@ class AppState:
                         "runs end to end, but its feedback is meaningless text.")
             return (
                 "⚠ **Offline tiny test model with random weights.** Everything runs end to end, "
-                f"but its feedback is meaningless text. Pick `{DEFAULT_MODEL}` for a real tutor."
+                f"but its feedback is meaningless text. Pick `{real_model_of(model)}` for a real tutor."
             )
         from pipeline.model.hub import _hub_offline, foreign_path_message, foreign_path_reason, is_local_model
 

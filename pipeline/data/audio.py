@@ -291,7 +291,7 @@ def _check_source(frames: np.ndarray, rate: int, n_source: int, label: str, trim
     source_duration_s = n_source / rate
     if source_duration_s > max_s and not trim:  # from the container: nothing was decoded (or up to the cap)
         length = f"{source_duration_s:.1f} s" if length_known else f"longer than {max_s:g} s (it does not state its length)"
-        limit = f"Gemma 3n hears at most {MAX_DURATION_S:.0f} s" if max_s >= MAX_DURATION_S else f"at most {max_s:g} s is taken here"
+        limit = f"Gemma hears at most {MAX_DURATION_S:.0f} s (3n and 4 alike)" if max_s >= MAX_DURATION_S else f"at most {max_s:g} s is taken here"
         raise ClipTooLongError(f"`{label}` is {length}; {limit}. Trim it or split it into shorter clips.", source_duration_s)
     bad = int(np.count_nonzero(~np.isfinite(frames)))
     if bad:

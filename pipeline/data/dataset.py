@@ -238,7 +238,7 @@ def _sample_split(ids: list[str], eval_fraction: float, rng: random.Random) -> t
 class BuildReport:
     """What `build_dataset` made: where, how many rows per split, what was left out and why.
 
-    `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?}]`. `speakers`: split
+    `splits`: split name -> rows. `excluded`: `[{id, reason, num_tokens?, speaker}]` (speaker: the sample's learner or None). `speakers`: split
     name -> sorted speaker names. `length_stats`: `LengthDistribution` dict over the kept rows (tokens).
     `split_method`: "speaker" (speaker-disjoint), "sample" or "none" (no eval split).
     `lengths`: every kept row's tokens, sorted (for histograms and the memory estimate).
@@ -474,7 +474,8 @@ def build_dataset(
     candidates, excluded = render_rows(samples, library, counter, report_progress)
     report_progress(len(samples), len(samples), "counting tokens")
     rows, too_long, seen_tokens = rows_that_fit(candidates, counter, max_length)
-    excluded = sorted(excluded + too_long, key=lambda e: e["id"])
+    speaker_of = {s.id: s.speaker for s in samples}
+    excluded = sorted(({**e, "speaker": speaker_of.get(e["id"])} for e in excluded + too_long), key=lambda e: e["id"])
 
     if not rows:
         reasons = "; ".join(f"{e['id']}: {e['reason']}" for e in excluded[:5])

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ExportError
+from pipeline.errors import ExportError, PipelineError
 from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
 from pipeline.fileio import atomic_write_json, atomic_write_text
 from pipeline.training.run_folder import RUN_FILES, has_adapter
@@ -183,6 +183,35 @@ def merged_size_bytes(model_id: str) -> int:
     from pipeline.model.catalog import load_model_config, model_shape, part_params
 
     return 2 * sum(part.total for part in part_params(model_shape(load_model_config(model_id))).values())
+
+
+def export_preview(workspace, run: str) -> dict[str, Any]:
+    """What `run`'s exports would be, said before one is made (nothing loaded; the app's export choices read it
+    so that they give this run's sizes and offer only what it can have):
+    `{"base_model": the run's base (hub id or folder), "family": its family's label ("Gemma 4"), "merged_bytes":
+    the merged model's bytes in bf16 (`merged_size_bytes` of the run's own base: a tiny test model's are a few
+    MB, E2B's ~11 GB), "gguf": whether a GGUF of it hears (`ModelFamily.gguf_audio`: Gemma 4 yes, Gemma 3n no,
+    `pipeline.export.gguf.GEMMA3N_DEAF`)}`. `merged_bytes`, `family` are None and `gguf` False when the base's
+    config cannot be read (a folder moved away).
+
+    Raises:
+        ExportError: no such run (`read_run`; a run without an adapter yet is previewed all the same).
+    """
+    from pipeline.model.base_identity import run_base_model
+    from pipeline.model.catalog import family_for
+
+    info = read_run(workspace, run, need_adapter=False)
+    try:
+        base = run_base_model(info["dir"], run)
+    except PipelineError:
+        base = info["settings"].get("model")
+        return {"base_model": base, "family": None, "merged_bytes": None, "gguf": False}
+    try:
+        family = family_for(base)
+        merged = merged_size_bytes(base)
+    except (PipelineError, OSError, ValueError):
+        return {"base_model": base, "family": None, "merged_bytes": None, "gguf": False}
+    return {"base_model": base, "family": family.label, "merged_bytes": merged, "gguf": bool(family.gguf_audio)}
 
 
 def merged_tutor(workspace, run: str, *, device: str = "cpu", model: str | None = None, dtype: str = "bfloat16",
