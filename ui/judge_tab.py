@@ -184,8 +184,8 @@ class JudgeHandlers:
         if job is None:
             return "No evaluation is running."
         request_cancel(self.ws, job)
-        return ("Cancelling: the evaluation stops at its next generated token; the answers given so far are kept, "
-                "marked partial.")
+        return ("Cancelling: the evaluation stops within the answer it is writing; the answers given so far are "
+                "kept, marked partial.")
 
     def on_load(self):
         """Page (re)opened: re-attach to a running evaluation job (else show how the last one ended, when it was
@@ -252,7 +252,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             with gr.Column(scale=2):
                 max_tokens = gr.Number(value=256, precision=0, label=MAX_TOKENS_LABEL, elem_id="judge-max-tokens",
                                        info=f"From {MAX_TOKENS_RANGE[0]} to {MAX_TOKENS_RANGE[1]}. A token is a piece "
-                                            "of a word; the feedback template needs ~40-120.")
+                                            "of a word; the tutor's usual feedback needs ~40-120.")
                 max_tokens_note = gr.Markdown(elem_id="judge-max-tokens-note")
         hearing = gr.Checkbox(False, label="Also check that the tutor hears the learner (slower: up to 4x)",
                               info="After the test recordings, up to 3 listening checks each: the tutor answers noise "

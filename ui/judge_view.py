@@ -85,7 +85,7 @@ def _num(value: float | None, digits: int = 2) -> str:
 def _with_ci(value: float | None, interval: Sequence[float] | None, reason: str | None = None) -> str:
     if value is None:
         return f"– ({reason})" if reason else "–"
-    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no CI: too few clips]")
+    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no likely range: too few clips]")
 
 
 def unreadable(result: Mapping[str, Any]) -> bool:
