@@ -426,6 +426,8 @@ def test_a_job_running_on_an_earlier_build_is_said_as_such_and_its_end_is_said(f
         assert "clips" not in line
         progress, timer, _, *_ = fresh.judge.poll("judge-old", "")
         assert "on an earlier build of the dataset" in progress and timer.active
+        refused = fresh.judge.evaluate(["run:t3n-b"], 16)[2]  # a second job is refused without its folder's id
+        assert "still running" in refused and "judge-old" not in refused and "press Cancel" in refused
     finally:
         process.kill()
         process.wait(timeout=30)
@@ -521,3 +523,21 @@ def test_judge_and_try_speak_a_teachers_words(tmp_path):
     assert "your tuned tutor" in said and "likely ranges overlap" in said  # the texts were read
     found = [word for word in ENGINEER_WORDS if word in said]
     assert not found, found
+
+
+def test_how_a_job_ended_names_no_file_of_its_folder():
+    """Issue 32 (no message names a file the user never saw): a failed or cancelled job's bar repeated the
+    command line's "See /ws/eval_jobs/ID/process.log." and "in /ws/eval_jobs/ID/partial-0.json"."""
+    folder = "/tmp/nu2/ws/eval_jobs/judge-1"
+    status = {"job": "judge-1", "state": "failed", "targets": [{"model": "m"}], "done": 3, "total": 22,
+              "created_at": 1.0, "finished_at": 9.0, "job_dir": folder,
+              "reason": f"The evaluation process ended without writing its result (it was killed, or the machine ran "
+                        f"out of memory); the answers it had given are kept. See {folder}/process.log."}
+    bar = view.job_progress_html(status)
+    assert folder not in bar and "/tmp" not in bar and "the answers it had given are kept." in bar
+    crashed = dict(status, reason=f"RuntimeError: boom (see {folder}/process.log)")
+    assert "/tmp" not in view.job_progress_html(crashed) and "boom" in view.job_progress_html(crashed)
+    kept = dict(status, state="cancelled", reason=f"Cancelled during run r1 after 3 of 22 answers; those answers are "
+                                                   f"kept in {folder}/partial-0.json (the fuller evaluation saved before "
+                                                   "stays shown), marked partial.")
+    assert "/tmp" not in view.job_progress_html(kept) and "kept in the evaluation&#x27;s own folder" in view.job_progress_html(kept)

@@ -161,8 +161,11 @@ class JudgeHandlers:
         own process, so closing the page or restarting the app does not stop it); returns (job id,
         progress, status, timer, seen) and the timer's `poll` follows it. `grounding`: also ask the
         probes that show whether the tutor hears the recording (`pipeline.tutor.grounding`)."""
-        from pipeline.tutor.eval_jobs import job_status, start_job
+        from pipeline.tutor.eval_jobs import active_job, job_status, start_job
 
+        if active_job(self.ws):  # the pipeline's refusal names the job's folder id, which the teacher never saw
+            raise EvaluationError("An evaluation is still running (progress above); one runs at a time. Wait for it "
+                                  "to finish, or press Cancel, then press Evaluate again.")
         if not selected:
             raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
                                   "or both), then press Evaluate.")

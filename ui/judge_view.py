@@ -419,6 +419,21 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
     return status
 
 
+def reason_words(status: Mapping[str, Any]) -> str:
+    """How a job ended (`status["reason"]`, the command line's sentence) without the paths of its folder, which
+    the teacher never saw: "(see .../process.log)" and "See .../process.log." are dropped, any other file of
+    the job's folder (`status["job_dir"]`) is "the evaluation's own folder"."""
+    import re
+
+    reason, folder = str(status.get("reason") or ""), str(status.get("job_dir") or "")
+    if not folder:
+        return reason
+    path = re.escape(folder) + r"[^\s)]*"
+    reason = re.sub(r"\s*\(see " + path + r"\)", "", reason)
+    reason = re.sub(r"\s*See " + path + r"\.?", "", reason)
+    return re.sub(path, "the evaluation's own folder", reason).strip()
+
+
 def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None, *,
                       current_key: str | None = None) -> str:
     """The progress bar of an evaluation job (`pipeline.tutor.eval_jobs.job_status`): answers of the model
@@ -448,7 +463,7 @@ def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None
         message = f"✓ done: {' and '.join(names) or 'every model'} evaluated; the results are below"
     else:
         message = {"cancelled": "cancelled", "failed": "failed"}[state]
-        message += f": {status['reason']}" if status.get("reason") else ""
+        message += f": {reason_words(status)}" if status.get("reason") else ""
     if current_key and status.get("dataset_key") and status["dataset_key"] != current_key:
         message = "on an earlier build of the dataset · " + message.replace(
             "the results are below", "the results are listed with the evaluations on other data below")
