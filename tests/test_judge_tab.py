@@ -463,7 +463,10 @@ def test_the_time_left_comes_from_the_evaluations_own_pace():
     bar = view.job_progress_html(status, now=100.0)
     assert "about 3 min 36 s left (from this evaluation's pace so far)" in bar and "1 min 39 s so far" in bar
     assert "measuring the pace" in view.job_progress_html(dict(status, answer_times=[60.0, 72.0]), now=100.0)
-    assert " left" not in view.job_progress_html(dict(status, state="completed", done=22, finished_at=400.0))
+    done = view.job_progress_html(dict(status, state="completed", done=22, finished_at=400.0))
+    assert " left" not in done and "took 6 min 39 s" in done
+    starting = view.job_progress_html(dict(status, done=0, total=0, answer_times=[]), now=5.0)
+    assert "4 s so far" in starting and "took" not in starting  # running, before the count is known
 
 
 def test_the_verdict_names_the_model_as_the_teacher_knows_it_and_ends_once():

@@ -291,18 +291,19 @@ def _quote(text: str) -> str:
 
 
 def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None, *,
-                  checks: tuple[int, int] = (0, 0), left: str = "") -> str:
+                  checks: tuple[int, int] = (0, 0), left: str = "", ended: bool = False) -> str:
     """The evaluation's progress bar: test recordings answered of all to answer (the count the headline's "test
     recordings answered" shows when it is done), the listening checks `(done, total)` named apart when the
     evaluation asks them (`pipeline.tutor.eval_jobs.count_words`); the bar and its % cover both. Then what
     happens now (`message`, plain text: its code marks are dropped, since HTML shows no Markdown) and, while
-    it runs, about how long is left (`left`: `pipeline.tutor.eval_jobs.time_left_words`)."""
+    it runs, about how long is left (`left`: `pipeline.tutor.eval_jobs.time_left_words`). `elapsed_s`: seconds
+    "so far", or, once `ended`, how long it "took"."""
     from pipeline.tutor.eval_jobs import count_words
 
     work, work_done = total + checks[1], done + checks[0]
     fraction = min(1.0, work_done / work) if total else 0.0
-    elapsed = f" · {format_seconds(elapsed_s)} so far" if elapsed_s is not None and left else (
-        f" · took {format_seconds(elapsed_s)}" if elapsed_s is not None else "")
+    elapsed = "" if elapsed_s is None else (f" · took {format_seconds(elapsed_s)}" if ended else
+                                            f" · {format_seconds(elapsed_s)} so far")
     elapsed += f" · {left}" if left else ""
     return (
         '<div class="judge-progress">'
@@ -469,7 +470,8 @@ def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None
             "the results are below", "the results are listed with the evaluations on other data below")
     started = status.get("created_at")
     end = status.get("finished_at") or (now if now is not None else time.time())
-    return progress_html(done, total, message, (end - started) if started else None, checks=checks, left=left)
+    return progress_html(done, total, message, (end - started) if started else None, checks=checks, left=left,
+                         ended=state not in ("running", "cancelling"))
 
 
 def earlier_job_line(status: Mapping[str, Any]) -> str:
