@@ -544,3 +544,13 @@ def test_how_a_job_ended_names_no_file_of_its_folder():
                                                    f"kept in {folder}/partial-0.json (the fuller evaluation saved before "
                                                    "stays shown), marked partial.")
     assert "/tmp" not in view.job_progress_html(kept) and "kept in the evaluation&#x27;s own folder" in view.job_progress_html(kept)
+
+
+def test_the_jobs_progress_names_a_local_base_model_by_its_folder_name():
+    """Issue 32 (no message names a path the user never saw): a job's progress and reasons named a base model
+    by its workspace path ("loading base model /tmp/nu2/ws/models/tiny-gemma3n"); the hub id stays as it is."""
+    from pipeline.tutor.eval_jobs import target_label
+
+    assert target_label({"model": "/tmp/nu2/ws/models/tiny-gemma3n"}) == "base model tiny-gemma3n"
+    assert target_label({"model": "google/gemma-3n-E2B-it"}) == "base model google/gemma-3n-E2B-it"
+    assert target_label({"run": "t3n-b", "model": "/tmp/m"}) == "run t3n-b"

@@ -215,7 +215,9 @@ def evaluate_tutor(
     data, rows, key = _split_rows(ws, split, limit)
     tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     stop = should_stop or (lambda: False)
-    who = f"run `{run}`" if run else f"base model `{model}`"
+    from pipeline.tutor.verdict import model_name  # a local folder by its name: no workspace path in progress
+
+    who = f"run `{run}`" if run else f"base model `{model_name(model)}`"
     started = time.perf_counter()
     # One count of recordings (what the headline counts); with the grounding probes the listening checks are
     # counted apart (`checks`), planned as 3 per clip from the start so a bar over both never falls back.
