@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import math
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipeline.conversation.messages import KIND_LABELS
@@ -25,10 +24,10 @@ _COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#
 
 
 def model_label(result: Mapping[str, Any]) -> str:
-    """`base · NAME` for a base model (a local folder by its name, `pipeline.tutor.verdict.model_name`), `run ·
+    """`base · NAME` for a base model (a local folder by its name, `pipeline.tutor.evaluate.model_name`), `run ·
     NAME` for a tuned run; a partial evaluation (cancelled or stopped, `result["partial"]`) adds ` · partial 3
     of 6`: test recordings answered (`answered_count`, the count every other place shows) of all."""
-    from pipeline.tutor.verdict import model_name
+    from pipeline.tutor.evaluate import model_name
 
     partial = result.get("partial")
     mark = f" · partial {answered_count(result)} of {partial['of']}" if partial else ""

@@ -86,8 +86,8 @@ def job_dir(workspace: Workspace | str | os.PathLike, job_id: str) -> Path:
 
 def target_label(target: dict) -> str:
     """`run NAME` or `base model M`: how a job names what it evaluates (a local model folder by its name,
-    `pipeline.tutor.verdict.model_name`, so its progress and reasons show no workspace path)."""
-    from pipeline.tutor.verdict import model_name
+    `pipeline.tutor.evaluate.model_name`, so its progress and reasons show no workspace path)."""
+    from pipeline.tutor.evaluate import model_name
 
     return f"run {target['run']}" if target.get("run") else f"base model {model_name(target.get('model'))}"
 

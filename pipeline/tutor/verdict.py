@@ -20,7 +20,6 @@ Pure: dicts in (`pipeline.tutor.evaluate` results), a dict out; no model, no fil
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 VERDICT_ASPECT = "total"
@@ -77,17 +76,6 @@ def _figure(result: Mapping[str, Any]) -> str:
     return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no likely range: too few clips)")
 
 
-def model_name(model: Any) -> str:
-    """A model as the studio names it to the teacher: a local folder (an absolute path) by its folder name
-    (`/ws/models/tiny-gemma3n` -> `tiny-gemma3n`, as the Judge tab's "base · tiny-gemma3n"), a hub id as it
-    is (`google/gemma-3n-E2B-it`); "?" when unknown. No workspace path reaches the screen."""
-    text = str(model or "").strip()
-    if not text:
-        return "?"
-    path = Path(text.rstrip("/\\"))
-    return path.name if path.is_absolute() or text.startswith(("~", ".")) else text
-
-
 def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None) -> dict[str, Any]:
     """Whether a tuned run agrees with the experts better than its base model, in one line.
 
@@ -100,6 +88,8 @@ def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None
         None}`. `line` names the figure the verdict rests on (the total-score PCC of both, with their
         intervals); `more_recordings` is the estimate of `more_recordings_needed` when they overlap.
     """
+    from pipeline.tutor.evaluate import model_name
+
     if base_result is None:
         return {"outcome": "no_base", "more_recordings": None,
                 "line": f"can't tell yet: the base model ({model_name(run_result.get('model'))}) has no "
