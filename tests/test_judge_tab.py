@@ -423,7 +423,7 @@ def test_a_job_running_on_an_earlier_build_is_said_as_such_and_its_end_is_said(f
         assert "each model's results appear here" not in status and "Being evaluated now" not in status
         line = next(li for li in status.splitlines() if "t3n-b" in li)
         assert "partial 3 of 4" in line and "3 test recordings answered (2 read aloud)" in line, line
-        assert "clips" not in line
+        assert "clips" not in line and "–" not in line and "not measurable" in line  # no figure for no data
         progress, timer, _, *_ = fresh.judge.poll("judge-old", "")
         assert "on an earlier build of the dataset" in progress and timer.active
         refused = fresh.judge.evaluate(["run:t3n-b"], 16)[2]  # a second job is refused without its folder's id

@@ -351,8 +351,10 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
         where = (f"on the first {other.rsplit('-first', 1)[1]} clips of this build" if other.startswith(key + "-first")
                  else "on an earlier build of the dataset")
         total = result["scores"]["total"]
-        figure = ("total scores agree with the experts' (PCC) "
-                  f"{_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}")
+        if total.get("pcc") is None or unreadable(result):  # no figure for missing data: the reason in words
+            figure = f"total scores' agreement with the experts (PCC): {total.get('reason') or NOT_MEASURABLE}"
+        else:
+            figure = f"total scores agree with the experts' (PCC) {_with_ci(total['pcc'], total['pcc_ci'])}"
         lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: "
                      f"{plural(answered_count(result), 'test recording')} answered{_read_aloud_aside(result)}, "
                      f"{figure}")
