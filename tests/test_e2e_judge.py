@@ -75,7 +75,9 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
         assert "Being evaluated now" in status and "answered so far" in status, status
         assert "Partial" not in status and "cancelled" not in status and "Evaluate again" not in status, status
         assert not re.search(r"⚠[^\n]*(Partial|answered so far)", status), status  # the stand-in's own ⚠ may stay
-    wait_text(page, "#judge-progress", r"(\d+) of \1 answered .* done", timeout_s=600)
+    # Issue 32 (the new-user pass): the end is said with what was evaluated, and how long it took.
+    wait_text(page, "#judge-progress", r"(\d+) of \1 answered .* took .* ✓ done: base · tiny-gemma3n evaluated",
+              timeout_s=600)
     wait_text(page, "#judge-headline", r"base · tiny-gemma3n[\s\S]*what it means", timeout_s=60)
     wait_text(page, "#judge-headline", r"rise and fall with the experts")
     wait_text(page, "#judge-status", r"1 saved evaluation")

@@ -144,7 +144,7 @@ def test_evaluations_of_an_earlier_build_stay_listed_marked(ws):
     status, verdict, headline, *_ = TutorApp(ws.root).judge.show_saved()
     assert status.startswith("No evaluation on this dataset's test recordings")
     assert "2 evaluations made on other data" in status
-    assert "on an earlier build of the dataset" in status and "3 clips" in status
+    assert "on an earlier build of the dataset" in status and "3 test recordings answered" in status
     assert "eval-0123456789ab" not in status and ev.split_key(ws) not in status  # no build id on screen
     assert "on the first 3 clips of this build" in status
     assert headline.value["headers"] == ["figure", "what it means"] and verdict == ""  # not compared with this build

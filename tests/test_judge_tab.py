@@ -356,7 +356,7 @@ def test_the_stand_ins_note_names_the_button_not_the_command(saved):
 def test_an_ended_job_of_an_earlier_build_leaves_no_bar(fresh):
     """The new-user pass after the merges: after a rebuild, "3 of 3 answered · 100 % · done" stood above "No
     evaluation on this dataset's test recordings yet". An ended job's bar shows only while its dataset build is
-    the one built now (on page load, tab open and Refresh)."""
+    the one built now (on page load, tab open and Refresh); for an earlier build one line says it ended there."""
     from pipeline.fileio import atomic_write_json
     from pipeline.tutor.eval_jobs import JOB_FILES, job_dir
     from pipeline.tutor.evaluate import split_key
@@ -371,4 +371,186 @@ def test_an_ended_job_of_an_earlier_build_leaves_no_bar(fresh):
     assert "3 of 3 answered" in fresh.judge.on_load()[1]
     atomic_write_json(folder / JOB_FILES["job"], {"targets": [{"model": "m"}], "dataset_key": "an-earlier-build",
                                                   "created_at": 1.0})
-    assert fresh.judge.last_job_progress() == "" and fresh.judge.on_load()[1] == ""
+    earlier = fresh.judge.last_job_progress()  # one line saying where it went, not a bar of the old counts
+    assert "3 of 3" not in earlier and "<progress" not in earlier and "earlier build" in earlier
+    assert fresh.judge.on_load()[1] == earlier
+
+
+def _evaluation(run, key, *, clips, others=0, partial=None, finished_at=1_790_000_000.0):
+    """A saved evaluation of `run` on build `key`: `clips` read-aloud answers nothing could read, plus
+    `others` dialogue recordings (two tutor turns each), marked `partial` ({"answered", "of"}) when given."""
+    from pipeline.tutor.metrics import evaluate_answers
+
+    reference = "Scores (0-10): accuracy 6, fluency 7, prosody 7, total 5\nWords to practise: none\nAdvice: ok."
+    read = [{"id": f"r{i}", "kind": "read_aloud", "answer": "zzz", "reference_feedback": reference,
+             "reference": reference} for i in range(clips)]
+    dialogue = [{"id": f"d{i}", "kind": "dialogue", "turn": t, "answer": "Again.", "reference_feedback": "Again."}
+                for i in range(others) for t in (1, 3)]
+    result = dict(evaluate_answers(read, resamples=20), model="google/gemma-3n-E2B-it", run=run, dataset_key=key,
+                  answers=read + dialogue, finished_at=finished_at)
+    return dict(result, partial=partial) if partial else result
+
+
+def test_a_job_running_on_an_earlier_build_is_said_as_such_and_its_end_is_said(fresh):
+    """Issue 32, the new-user pass: the teacher rebuilt the dataset while run t3n-b was evaluated. Judge said
+    "No evaluation ... yet: one is running (progress above)" of a job on the OLD build, "partial 20 of 22 ...:
+    19 clips" in one line (20 recordings answered, 19 of them read aloud), then "20 clips" beside a bar of 22,
+    and nothing said it had finished. The running job is said to be on an earlier build (status and bar), one
+    count per evaluation (N of M and the recordings answered are one computation), and its end is said."""
+    import os
+    import sys
+
+    from pipeline import jobs
+    from pipeline.fileio import atomic_write_json
+    from pipeline.tutor.eval_jobs import JOB_FILES, job_dir
+    from pipeline.tutor.evaluate import save_evaluation
+
+    ws = fresh.ws
+    folder = job_dir(ws.root, "judge-old")
+    folder.mkdir(parents=True)
+    atomic_write_json(folder / JOB_FILES["job"], {"targets": [{"run": "t3n-b"}], "dataset_key": "eval-earlier00000",
+                                                  "created_at": 1.0})
+    atomic_write_json(folder / JOB_FILES["progress"], {"done": 3, "total": 4, "message": "run t3n-b: answered r2"})
+    save_evaluation(ws, _evaluation("t3n-b", "eval-earlier00000", clips=2, others=1, partial={"answered": 3, "of": 4}))
+    process = jobs.start(folder, [sys.executable, "-c", "import time; time.sleep(120)", "eval-job", "judge-old"],
+                         env=dict(os.environ))
+    try:
+        job, bar, timer = fresh.judge.on_load()
+        assert job == "judge-old" and timer.active and "on an earlier build of the dataset" in bar and "t3n-b" in bar
+        status = fresh.judge.show_saved()[0]
+        assert "No evaluation on this dataset's test recordings yet" in status
+        assert "running now (progress above) is of an earlier build of the dataset" in status
+        assert "each model's results appear here" not in status and "Being evaluated now" not in status
+        line = next(li for li in status.splitlines() if "t3n-b" in li)
+        assert "partial 3 of 4" in line and "3 test recordings answered (2 read aloud)" in line, line
+        assert "clips" not in line and "–" not in line and "not measurable" in line  # no figure for no data
+        progress, timer, _, *_ = fresh.judge.poll("judge-old", "")
+        assert "on an earlier build of the dataset" in progress and timer.active
+        refused = fresh.judge.evaluate(["run:t3n-b"], 16)[2]  # a second job is refused without its folder's id
+        assert "still running" in refused and "judge-old" not in refused and "press Cancel" in refused
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    save_evaluation(ws, _evaluation("t3n-b", "eval-earlier00000", clips=2, others=2))  # the job's last answers
+    atomic_write_json(folder / JOB_FILES["progress"], {"done": 4, "total": 4, "message": "run t3n-b: answered d1"})
+    atomic_write_json(folder / JOB_FILES["result"], {"status": "completed", "finished_at": 300.0})
+    progress, timer, _, status, *_ = fresh.judge.poll("judge-old", "")
+    assert not timer.active and "✓ done: run · t3n-b evaluated" in progress and "earlier build" in progress
+    line = next(li for li in status.splitlines() if "t3n-b" in li)  # the saved list refreshed: the whole evaluation
+    assert "partial" not in line and "4 test recordings answered (2 read aloud)" in line, line
+    assert "running now" not in status and "tick models and press Evaluate" in status
+    later = fresh.judge.last_job_progress()  # tab opened again: one line, not a bar of another build's counts
+    assert "finished on an earlier build" in later and "run · t3n-b" in later and "<progress" not in later
+
+
+def test_the_time_left_comes_from_the_evaluations_own_pace():
+    """Issue 32, the new-user pass: "1 of 22 answered · 5 % · 90 s" said nothing of the ~5 min left. Before a few
+    answers it says it is measuring; then about how long is left from the gaps between answers, and how sure."""
+    from pipeline.tutor.eval_jobs import PACE_MIN_ANSWERS, time_left, time_left_words
+
+    assert time_left([], 10) is None and time_left([0.0, 10.0, 20.0], 10) is None  # 2 gaps: still measuring
+    assert "measuring the pace" in time_left_words([0.0, 10.0], 10)
+    steady = [100.0 + 12.0 * i for i in range(PACE_MIN_ANSWERS + 1)]
+    seconds, give_or_take = time_left(steady, 18)
+    assert seconds == pytest.approx(18 * 12.0) and give_or_take == pytest.approx(0.0)
+    uneven = [0.0, 10.0, 24.0, 32.0, 46.0]
+    seconds, give_or_take = time_left(uneven, 10)
+    assert seconds == pytest.approx(115.0) and give_or_take > 0
+    assert time_left_words(uneven, 10).startswith("about 1 min 55 s left (give or take")
+    assert time_left(uneven, 0) is None and time_left_words(uneven, 0) == ""
+    status = {"job": "j", "state": "running", "targets": [{"model": "m"}], "target_index": 0, "done": 4, "total": 22,
+              "message": "base model m: answered c4", "created_at": 1.0, "answer_times": [60.0, 72.0, 84.0, 96.0]}
+    bar = view.job_progress_html(status, now=100.0)
+    assert "about 3 min 36 s left (from this evaluation's pace so far)" in bar and "1 min 39 s so far" in bar
+    assert "measuring the pace" in view.job_progress_html(dict(status, answer_times=[60.0, 72.0]), now=100.0)
+    done = view.job_progress_html(dict(status, state="completed", done=22, finished_at=400.0))
+    assert " left" not in done and "took 6 min 39 s" in done
+    starting = view.job_progress_html(dict(status, done=0, total=0, answer_times=[]), now=5.0)
+    assert "4 s so far" in starting and "took" not in starting  # running, before the count is known
+
+
+def test_the_verdict_names_the_model_as_the_teacher_knows_it_and_ends_once():
+    """Issue 32, the new-user pass: "the base model /tmp/nu2/ws/models/tiny-gemma3n has no evaluation on this
+    dataset build to compare with; tick it and press Evaluate.." named a workspace path and ended in "..". The
+    verdict names the model as the Judge tab's checkbox does and ends with one full stop."""
+    run = dict(_evaluation("t3n-b", "k", clips=2), model="/tmp/nu2/ws/models/tiny-gemma3n")
+    text = view.verdict_markdown([run])
+    assert "tiny-gemma3n" in text and "/tmp" not in text and ".." not in text and text.rstrip().endswith(".")
+    hub = view.verdict_markdown([_evaluation("t3n-b", "k", clips=2)])
+    assert "(google/gemma-3n-E2B-it)" in hub and ".." not in hub
+    assert view.full_stop("tick it and press Evaluate.") == "tick it and press Evaluate."
+    assert view.full_stop("better than the base model (PCC 0.5)") == "better than the base model (PCC 0.5)."
+
+
+def test_judge_before_a_build_shows_no_workspace_path_nor_field_names(tmp_path):
+    """Issue 32, the new-user pass: Judge's empty state said "(its eval rows) in /tmp/nu2/ws/dataset" and a
+    command: words and a path the teacher never saw. It says what to do in the app's words."""
+    from tests.studio_app import fresh_app
+
+    app = fresh_app(tmp_path / "ws")
+    status = app.judge.show_saved()[0]
+    assert "build the dataset first" in status and "**2 · Dataset**" in status
+    assert str(tmp_path) not in status and "eval rows" not in status and "python -m" not in status and "`" not in status
+
+
+ENGINEER_WORDS = ("generated token", "feedback template", "eval rows", "re-attach", "intervals", "no interval",
+                  "[no ci", "your adapter", "fine-tuning", "agreement of the total score")
+"""Engineer's words the new-user pass met on Judge and Try without a click (issue 32: a teacher's words first,
+the field's term in brackets after them or behind "Why?")."""
+
+
+def test_judge_and_try_speak_a_teachers_words(tmp_path):
+    """Issue 32, the new-user pass: Judge and Try showed "generated token", "feedback template", "(its eval rows)",
+    "Tuned tutor (your adapter)", "Base model (no fine-tuning)" and a verdict on "intervals" before any click.
+    Every label, hint and text of both tabs, Cancel's answer and each kind of verdict line say it in words."""
+    import app as app_module
+    from pipeline.tutor.verdict import verdict
+    from tests.studio_app import fresh_app
+
+    ui = fresh_app(tmp_path / "ws")
+    demo = app_module.build_ui(ui)
+    texts = []
+    for block in demo.blocks.values():
+        if str(getattr(block, "elem_id", None) or "").startswith(("judge", "try", "tuned-", "base-")):
+            texts += [str(getattr(block, name, "") or "") for name in ("label", "info", "value")]
+    texts.append(ui.judge.cancel())
+    texts.append(ui.judge.show_saved()[0])
+
+    def scored(pcc, ci, n=20):
+        return {"run": "r", "model": "m", "clips": n, "unparsed": 0,
+                "scores": {"total": {"pcc": pcc, "pcc_ci": ci, "n": n, "coverage": 1.0}}}
+    for run, base in ((scored(0.5, [0.2, 0.7]), scored(0.4, [0.1, 0.6])), (scored(0.5, None), scored(0.4, None)),
+                      (scored(0.5, [0.2, 0.7]), None)):
+        texts.append(verdict(run, base)["line"])
+    said = "\n".join(texts).lower()
+    assert "your tuned tutor" in said and "likely ranges overlap" in said  # the texts were read
+    found = [word for word in ENGINEER_WORDS if word in said]
+    assert not found, found
+
+
+def test_how_a_job_ended_names_no_file_of_its_folder():
+    """Issue 32 (no message names a file the user never saw): a failed or cancelled job's bar repeated the
+    command line's "See /ws/eval_jobs/ID/process.log." and "in /ws/eval_jobs/ID/partial-0.json"."""
+    folder = "/tmp/nu2/ws/eval_jobs/judge-1"
+    status = {"job": "judge-1", "state": "failed", "targets": [{"model": "m"}], "done": 3, "total": 22,
+              "created_at": 1.0, "finished_at": 9.0, "job_dir": folder,
+              "reason": f"The evaluation process ended without writing its result (it was killed, or the machine ran "
+                        f"out of memory); the answers it had given are kept. See {folder}/process.log."}
+    bar = view.job_progress_html(status)
+    assert folder not in bar and "/tmp" not in bar and "the answers it had given are kept." in bar
+    crashed = dict(status, reason=f"RuntimeError: boom (see {folder}/process.log)")
+    assert "/tmp" not in view.job_progress_html(crashed) and "boom" in view.job_progress_html(crashed)
+    kept = dict(status, state="cancelled", reason=f"Cancelled during run r1 after 3 of 22 answers; those answers are "
+                                                   f"kept in {folder}/partial-0.json (the fuller evaluation saved before "
+                                                   "stays shown), marked partial.")
+    assert "/tmp" not in view.job_progress_html(kept) and "kept in the evaluation&#x27;s own folder" in view.job_progress_html(kept)
+
+
+def test_the_jobs_progress_names_a_local_base_model_by_its_folder_name():
+    """Issue 32 (no message names a path the user never saw): a job's progress and reasons named a base model
+    by its workspace path ("loading base model /tmp/nu2/ws/models/tiny-gemma3n"); the hub id stays as it is."""
+    from pipeline.tutor.eval_jobs import target_label
+
+    assert target_label({"model": "/tmp/nu2/ws/models/tiny-gemma3n"}) == "base model tiny-gemma3n"
+    assert target_label({"model": "google/gemma-3n-E2B-it"}) == "base model google/gemma-3n-E2B-it"
+    assert target_label({"run": "t3n-b", "model": "/tmp/m"}) == "run t3n-b"

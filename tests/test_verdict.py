@@ -36,7 +36,7 @@ def test_cant_tell_when_the_intervals_overlap_with_an_estimate_of_the_recordings
     # of 0.1, so the intervals touch at n' = 20 * (0.4 / 0.1) ** 2 = 320 clips and part at 321: 301 more.
     v = verdict(result("r1", 0.6, [0.4, 0.8]), result(None, 0.5, [0.3, 0.7]))
     assert v["outcome"] == "cant_tell" and v["more_recordings"] == 301
-    assert v["line"].startswith("can't tell yet: the intervals overlap; about 301 more test recordings would help")
+    assert v["line"].startswith("can't tell yet: their likely ranges overlap; about 301 more test recordings would help")
     assert "estimate" in v["line"] and "0.60 [0.40, 0.80]" in v["line"]
     # Only half of the answers could be read: twice the recordings for the same number of scores.
     half = verdict(result("r1", 0.6, [0.4, 0.8], coverage=0.5), result(None, 0.5, [0.3, 0.7]))
@@ -90,7 +90,7 @@ def test_the_verdict_comes_as_one_line_per_run_before_the_table():
     lines = [line for line in text.splitlines() if line.startswith("- ")]
     assert len(lines) == 2
     assert lines[0].startswith("- ✓ **run · r1**: better than the base model")
-    assert lines[1].startswith("- ? **run · r2**: can't tell yet: the intervals overlap; about ")
+    assert lines[1].startswith("- ? **run · r2**: can't tell yet: their likely ranges overlap; about ")
     assert view.verdict_markdown(results[:1]) == ""  # no run evaluated: no verdict
 
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from pipeline.errors import EvaluationError, PipelineError
+from pipeline.errors import DatasetError, EvaluationError, PipelineError
 from ui import judge_view as view
 from ui.common import (POLL_SECONDS, error_panel, list_runs, model_text, range_note, run_settings, ui_errors,
                        whole_number_in_range)
@@ -30,6 +30,10 @@ from ui.wording import app_wording
 from pipeline.units import plural
 
 BASE, RUN = "base:", "run:"
+NO_TEST_RECORDINGS = ("No test recordings to evaluate on yet: build the dataset first (**2 · Dataset**, **Build "
+                      "dataset**); it keeps some learners' clips apart as test recordings.")
+"""Judge's state before a dataset is built, in the teacher's words (the pipeline's message names the folder
+and the split's field name, for the command line)."""
 
 
 def app_note(result: dict) -> str | None:
@@ -98,6 +102,9 @@ class JudgeHandlers:
 
         try:
             key = split_key(self.ws, "eval")
+        except DatasetError:  # its message is the command line's: a folder path and the split's field name
+            return (NO_TEST_RECORDINGS, "", self._headline_table([]), view.scatter_figure([]), self._clips_table([], []),
+                    [], None, view.clip_markdown(None))
         except PipelineError as error:
             return (error_panel(error), "", self._headline_table([]), view.scatter_figure([]), self._clips_table([], []),
                     [], None, view.clip_markdown(None))
@@ -107,10 +114,11 @@ class JudgeHandlers:
         rows = view.clip_rows(order)
         labels = [view.model_label(r) for r in order]
         running = active_job(self.ws)
-        targets = (job_status(self.ws, running).get("targets") or []) if running else []
+        job = job_status(self.ws, running) if running else {}
         status = view.saved_status_markdown([dict(r, note=app_note(r)) for r in order], key,
                                             [r for r in every if r.get("dataset_key") != key],
-                                            job_running=bool(running), running_targets=targets)
+                                            job_running=bool(running), running_targets=job.get("targets") or [],
+                                            job_on_earlier_build=bool(job.get("dataset_key")) and job["dataset_key"] != key)
         first = rows[0] if rows else None
         verdict = "\n\n".join(part for part in (view.verdict_markdown(order), view.hearing_markdown(order)) if part)
         return (status, verdict, self._headline_table(order), view.scatter_figure(order),
@@ -153,8 +161,11 @@ class JudgeHandlers:
         own process, so closing the page or restarting the app does not stop it); returns (job id,
         progress, status, timer, seen) and the timer's `poll` follows it. `grounding`: also ask the
         probes that show whether the tutor hears the recording (`pipeline.tutor.grounding`)."""
-        from pipeline.tutor.eval_jobs import job_status, start_job
+        from pipeline.tutor.eval_jobs import active_job, job_status, start_job
 
+        if active_job(self.ws):  # the pipeline's refusal names the job's folder id, which the teacher never saw
+            raise EvaluationError("An evaluation is still running (progress above); one runs at a time. Wait for it "
+                                  "to finish, or press Cancel, then press Evaluate again.")
         if not selected:
             raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
                                   "or both), then press Evaluate.")
@@ -176,8 +187,8 @@ class JudgeHandlers:
         if job is None:
             return "No evaluation is running."
         request_cancel(self.ws, job)
-        return ("Cancelling: the evaluation stops at its next generated token; the answers given so far are kept, "
-                "marked partial.")
+        return ("Cancelling: the evaluation stops within the answer it is writing; the answers given so far are "
+                "kept, marked partial.")
 
     def on_load(self):
         """Page (re)opened: re-attach to a running evaluation job (else show how the last one ended, when it was
@@ -188,24 +199,31 @@ class JudgeHandlers:
         job = next((j for j in jobs if j["alive"]), jobs[0] if jobs else None)
         return (job["job"] if job else "", self.last_job_progress(job), gr.Timer(active=bool(job and job["alive"])))
 
-    def last_job_progress(self, job: dict | None = None) -> str:
-        """The progress bar for `job` (a `job_status` dict; None: the newest job): a running job's, or how an
-        ended one ended, but empty when that ended job evaluated an earlier build of the dataset, so "3 of 3
-        answered · done" never stands above "No evaluation on this dataset's test recordings yet"."""
-        from pipeline.tutor.eval_jobs import list_jobs
+    def _current_key(self) -> str | None:
+        """The dataset build now (`split_key` of its test recordings), None when nothing is built."""
         from pipeline.tutor.evaluate import split_key
+
+        try:
+            return split_key(self.ws, "eval")
+        except PipelineError:
+            return None
+
+    def last_job_progress(self, job: dict | None = None) -> str:
+        """The progress bar for `job` (a `job_status` dict; None: the newest job): a running job's (marked
+        when it evaluates an earlier build of the dataset), or how an ended one ended; an ended job of an
+        earlier build gets one line instead of a bar, so "3 of 3 answered · done" never stands above "No
+        evaluation on this dataset's test recordings yet"."""
+        from pipeline.tutor.eval_jobs import list_jobs
 
         if job is None:
             jobs = list_jobs(self.ws)
             job = next((j for j in jobs if j["alive"]), jobs[0] if jobs else None)
-        if job and not job["alive"] and job.get("dataset_key"):
-            try:
-                current = split_key(self.ws, "eval")
-            except PipelineError:
-                current = None
-            if current != job["dataset_key"]:
-                return ""
-        return view.job_progress_html(job) if job else ""
+        if not job:
+            return ""
+        current = self._current_key()
+        if not job["alive"] and job.get("dataset_key") and current != job["dataset_key"]:
+            return view.earlier_job_line(job)
+        return view.job_progress_html(job, current_key=current)
 
     def poll(self, job_id: str, seen: str | None):
         """Timer tick: the job's progress, and the saved evaluations again when one was written (a model
@@ -217,7 +235,8 @@ class JudgeHandlers:
         status = job_status(self.ws, job_id)
         signature = self._saved_signature()
         shown = self.show_saved() if signature != seen or not status["alive"] else (gr.skip(),) * 8
-        return (view.job_progress_html(status), gr.Timer(active=status["alive"]), signature, *shown)
+        return (view.job_progress_html(status, current_key=self._current_key()), gr.Timer(active=status["alive"]),
+                signature, *shown)
 
 
 def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
@@ -236,7 +255,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             with gr.Column(scale=2):
                 max_tokens = gr.Number(value=256, precision=0, label=MAX_TOKENS_LABEL, elem_id="judge-max-tokens",
                                        info=f"From {MAX_TOKENS_RANGE[0]} to {MAX_TOKENS_RANGE[1]}. A token is a piece "
-                                            "of a word; the feedback template needs ~40-120.")
+                                            "of a word; the tutor's usual feedback needs ~40-120.")
                 max_tokens_note = gr.Markdown(elem_id="judge-max-tokens-note")
         hearing = gr.Checkbox(False, label="Also check that the tutor hears the learner (slower: up to 4x)",
                               info="After the test recordings, up to 3 listening checks each: the tutor answers noise "

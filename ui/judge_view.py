@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import html
 import math
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pipeline.conversation.messages import KIND_LABELS
 from pipeline.tutor.metrics import NOT_MEASURABLE
-from pipeline.units import plural
+from pipeline.units import format_seconds, plural
 
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
 UNPARSED_DISAGREEMENT = 10.0
@@ -25,14 +24,29 @@ _COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#
 
 
 def model_label(result: Mapping[str, Any]) -> str:
-    """`base · NAME` for a base model (a local folder by its name), `run · NAME` for a tuned run; a partial
-    evaluation (cancelled or stopped, `result["partial"]`) adds ` · partial 3 of 6`."""
+    """`base · NAME` for a base model (a local folder by its name, `pipeline.tutor.evaluate.model_name`), `run ·
+    NAME` for a tuned run; a partial evaluation (cancelled or stopped, `result["partial"]`) adds ` · partial 3
+    of 6`: test recordings answered (`answered_count`, the count every other place shows) of all."""
+    from pipeline.tutor.evaluate import model_name
+
     partial = result.get("partial")
-    mark = f" · partial {partial['answered']} of {partial['of']}" if partial else ""
+    mark = f" · partial {answered_count(result)} of {partial['of']}" if partial else ""
     if result.get("run"):
         return f"run · {result['run']}{mark}"
-    model = str(result.get("model") or "?")
-    return f"base · {Path(model).name if '/' in model and Path(model).is_absolute() else model}{mark}"
+    return f"base · {model_name(result.get('model'))}{mark}"
+
+
+def answered_count(result: Mapping[str, Any]) -> int:
+    """How many test recordings `result` answered, every kind together: its read-aloud clips (`clips`, the
+    ones the experts scored) plus the recordings of other kinds (a dialogue of several tutor turns counts
+    once). The one count behind "partial N of M", "N answered so far", "test recordings answered" and the
+    list of evaluations on other data; it is what the progress bar counted (a saved result without its
+    answers falls back on the count its job recorded, `partial.answered`)."""
+    others = {str(a.get("id")) for a in result.get("answers") or () if a.get("kind", "read_aloud") != "read_aloud"}
+    clips = result.get("clips")
+    if clips is None and result.get("partial"):
+        return int(result["partial"].get("answered") or 0)
+    return int(clips or 0) + len(others)
 
 
 MEANINGS = {
@@ -70,7 +84,7 @@ def _num(value: float | None, digits: int = 2) -> str:
 def _with_ci(value: float | None, interval: Sequence[float] | None, reason: str | None = None) -> str:
     if value is None:
         return f"– ({reason})" if reason else "–"
-    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no CI: too few clips]")
+    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no likely range: too few clips]")
 
 
 def unreadable(result: Mapping[str, Any]) -> bool:
@@ -83,11 +97,10 @@ def recordings_answered(result: Mapping[str, Any]) -> str:
     """How many test recordings `result` answered, every kind together: the count the progress bar went up to
     (one per recording, a dialogue of several tutor turns included), with the read-aloud ones the score
     figures count when other kinds are there: `22 (20 read aloud, 2 of other kinds)`."""
-    others = {str(a.get("id")) for a in result.get("answers") or () if a.get("kind", "read_aloud") != "read_aloud"}
-    clips = int(result.get("clips") or 0)
-    if not others:
-        return str(clips)
-    return f"{clips + len(others)} ({clips} read aloud, {len(others)} of other kinds)"
+    total, clips = answered_count(result), int(result.get("clips") or 0)
+    if total == clips:
+        return str(total)
+    return f"{total} ({clips} read aloud, {total - clips} of other kinds)"
 
 
 def _mae(score: Mapping[str, Any]) -> str:
@@ -277,22 +290,33 @@ def _quote(text: str) -> str:
 
 
 def progress_html(done: int, total: int, message: str, elapsed_s: float | None = None, *,
-                  checks: tuple[int, int] = (0, 0)) -> str:
+                  checks: tuple[int, int] = (0, 0), left: str = "", ended: bool = False) -> str:
     """The evaluation's progress bar: test recordings answered of all to answer (the count the headline's "test
     recordings answered" shows when it is done), the listening checks `(done, total)` named apart when the
     evaluation asks them (`pipeline.tutor.eval_jobs.count_words`); the bar and its % cover both. Then what
-    happens now (`message`, plain text: its code marks are dropped, since HTML shows no Markdown)."""
+    happens now (`message`, plain text: its code marks are dropped, since HTML shows no Markdown) and, while
+    it runs, about how long is left (`left`: `pipeline.tutor.eval_jobs.time_left_words`). `elapsed_s`: seconds
+    "so far", or, once `ended`, how long it "took"."""
     from pipeline.tutor.eval_jobs import count_words
 
     work, work_done = total + checks[1], done + checks[0]
     fraction = min(1.0, work_done / work) if total else 0.0
-    elapsed = f" · {elapsed_s:.0f} s" if elapsed_s is not None else ""
+    elapsed = "" if elapsed_s is None else (f" · took {format_seconds(elapsed_s)}" if ended else
+                                            f" · {format_seconds(elapsed_s)} so far")
+    elapsed += f" · {left}" if left else ""
     return (
         '<div class="judge-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
         f"<div>{html.escape(count_words(done, total, *checks))} · {fraction * 100:.0f} %{elapsed} · "
         f"{html.escape(str(message).replace('`', ''))}</div></div>"
     )
+
+
+def full_stop(text: str) -> str:
+    """`text` ending with one full stop: "tick it and press Evaluate." stays as it is, and a fragment gets
+    one (joining a sentence that has one already gave "Evaluate..")."""
+    text = str(text).rstrip()
+    return text if text.endswith((".", "!", "?", "…")) else text + "."
 
 
 VERDICT_WORDS = {"better": "✓", "worse": "✗", "cant_tell": "?", "no_base": "?"}
@@ -305,7 +329,7 @@ def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
     from pipeline.tutor.verdict import verdicts
 
     labels = {r["run"]: model_label(r) for r in results if r.get("run")}  # marks a partial evaluation
-    lines = [f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {v['line']}." for v in verdicts(results)]
+    lines = [f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {full_stop(v['line'])}" for v in verdicts(results)]
     return "**Verdict**\n\n" + "\n".join(lines) if lines else ""
 
 
@@ -327,12 +351,22 @@ def other_builds_markdown(others: Sequence[Mapping[str, Any]], key: str) -> str:
         where = (f"on the first {other.rsplit('-first', 1)[1]} clips of this build" if other.startswith(key + "-first")
                  else "on an earlier build of the dataset")
         total = result["scores"]["total"]
-        figure = ("total scores agree with the experts' (PCC) "
-                  f"{_with_ci(total['pcc'], total['pcc_ci'], total.get('reason'))}")
+        if total.get("pcc") is None or unreadable(result):  # no figure for missing data: the reason in words
+            figure = f"total scores' agreement with the experts (PCC): {total.get('reason') or NOT_MEASURABLE}"
+        else:
+            figure = f"total scores agree with the experts' (PCC) {_with_ci(total['pcc'], total['pcc_ci'])}"
         lines.append(f"- **{model_label(result)}**, {where}, {_when(result.get('finished_at'))}: "
-                     f"{plural(int(result['clips']), 'clip')}, {figure}")
+                     f"{plural(answered_count(result), 'test recording')} answered{_read_aloud_aside(result)}, "
+                     f"{figure}")
     return (f"**{plural(len(others), 'evaluation')} made on other data**, kept but not compared with the ones above "
             "(their test recordings differ; evaluate again to compare):\n\n" + "\n".join(lines))
+
+
+def _read_aloud_aside(result: Mapping[str, Any]) -> str:
+    """" (19 read aloud)" when the recordings answered (`answered_count`) include other kinds than the
+    read-aloud clips the score figures count; "" when they are all read aloud."""
+    clips = int(result.get("clips") or 0)
+    return f" ({clips} read aloud)" if answered_count(result) != clips else ""
 
 
 def _same_target(result: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
@@ -343,24 +377,35 @@ def _same_target(result: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
 
 
 def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: Sequence[Mapping[str, Any]], *,
-                          job_running: bool = False, running_targets: Sequence[Mapping[str, Any]] = ()) -> str:
+                          job_running: bool = False, running_targets: Sequence[Mapping[str, Any]] = (),
+                          job_on_earlier_build: bool = False) -> str:
     """The status above the saved evaluations: how many of the current build's eval split `key` are `shown`
     (or, with none, what to do: tick models and press Evaluate, or wait for the `job_running`), which are
     partial, the first note among them, then the `others` made on other data (`other_builds_markdown`).
 
     A partial evaluation of a model the running job still evaluates (`running_targets`, the job's targets)
     is its answers so far: said as such, with no warning and no invitation to evaluate again (a second job
-    would only wait). One that was cancelled, or whose job ended without finishing it, gets the warning."""
+    would only wait). One that was cancelled, or whose job ended without finishing it, gets the warning.
+
+    `job_on_earlier_build`: the running job evaluates an earlier build of the dataset (rebuilt since it
+    started): said as such, since its results will not be these test recordings' (they join the list of
+    evaluations on other data), and Evaluate waits for it to end."""
     # While a job runs (a page reopened during an evaluation) "press Evaluate" would contradict the progress bar.
-    waiting = ("one is running (progress above): each model's results appear here when it is done."
-               if job_running else "tick models and press Evaluate.")
+    if job_running and job_on_earlier_build:
+        waiting = ("the evaluation running now (progress above) is of an earlier build of the dataset, so its "
+                   "results will be listed with the evaluations on other data. When it has finished, or after "
+                   "Cancel, tick models and press Evaluate.")
+    elif job_running:
+        waiting = "one is running (progress above): each model's results appear here when it is done."
+    else:
+        waiting = "tick models and press Evaluate."
     status = (f"{plural(len(shown), 'saved evaluation')} on this dataset's test recordings." if shown else
               f"No evaluation on this dataset's test recordings yet: {waiting}")
     growing = [r for r in shown if r.get("partial") and not r["partial"].get("reason") and job_running
-               and any(_same_target(r, target) for target in running_targets)]
+               and not job_on_earlier_build and any(_same_target(r, target) for target in running_targets)]
     if growing:
         status += ("\n\nBeing evaluated now (progress above): " + ", ".join(
-            f"{model_label(dict(r, partial=None))}, {r['partial']['answered']} of {r['partial']['of']} answered so far"
+            f"{model_label(dict(r, partial=None))}, {answered_count(r)} of {r['partial']['of']} answered so far"
             for r in growing) + ". Its figures below grow as it goes; they are final when it is done.")
     ended = [r for r in shown if r.get("partial") and r not in growing]
     if ended:
@@ -376,26 +421,67 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
     return status
 
 
-def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None) -> str:
+def reason_words(status: Mapping[str, Any]) -> str:
+    """How a job ended (`status["reason"]`, the command line's sentence) without the paths of its folder, which
+    the teacher never saw: "(see .../process.log)" and "See .../process.log." are dropped, any other file of
+    the job's folder (`status["job_dir"]`) is "the evaluation's own folder"."""
+    import re
+
+    reason, folder = str(status.get("reason") or ""), str(status.get("job_dir") or "")
+    if not folder:
+        return reason
+    path = re.escape(folder) + r"[^\s)]*"
+    reason = re.sub(r"\s*\(see " + path + r"\)", "", reason)
+    reason = re.sub(r"\s*See " + path + r"\.?", "", reason)
+    return re.sub(path, "the evaluation's own folder", reason).strip()
+
+
+def job_progress_html(status: Mapping[str, Any] | None, now: float | None = None, *,
+                      current_key: str | None = None) -> str:
     """The progress bar of an evaluation job (`pipeline.tutor.eval_jobs.job_status`): answers of the model
-    being evaluated, which model of how many, and how the job stands or ended (with its reason)."""
+    being evaluated, which model of how many, about how long is left while it runs (from its own pace,
+    `time_left_words`), and how the job stands or ended: "✓ done: run · r1 and base · m evaluated" (with
+    the reason of a cancel or failure). When the job's dataset build is not `current_key` (the build
+    now; None: not known) the bar says it is about an earlier build of the dataset."""
     import time
+
+    from pipeline.tutor.eval_jobs import time_left_words
 
     if not status or status.get("state") == "not_started":
         return progress_html(0, 0, "not started")
     done, total, state = int(status.get("done") or 0), int(status.get("total") or 0), status["state"]
     count = len(status.get("targets") or [])
     which = f"model {int(status.get('target_index') or 0) + 1} of {count}" if count > 1 else ""
+    checks = (int(status.get("checks_done") or 0), int(status.get("checks_total") or 0))
+    left = ""
     if state in ("running", "cancelling"):
         message = ": ".join(part for part in (which, status.get("message") or "") if part)
         message += " · cancelling" if state == "cancelling" else ""
+        if state == "running" and total:
+            left = time_left_words(status.get("answer_times") or [], (total - done) + (checks[1] - checks[0]),
+                                   " for this model" if count > 1 else "")
+    elif state == "completed":
+        names = [model_label(t) for t in status.get("targets") or []]
+        message = f"✓ done: {' and '.join(names) or 'every model'} evaluated; the results are below"
     else:
-        message = {"completed": "done", "cancelled": "cancelled", "failed": "failed"}[state]
-        message += f": {status['reason']}" if status.get("reason") else ""
+        message = {"cancelled": "cancelled", "failed": "failed"}[state]
+        message += f": {reason_words(status)}" if status.get("reason") else ""
+    if current_key and status.get("dataset_key") and status["dataset_key"] != current_key:
+        message = "on an earlier build of the dataset · " + message.replace(
+            "the results are below", "the results are listed with the evaluations on other data below")
     started = status.get("created_at")
     end = status.get("finished_at") or (now if now is not None else time.time())
-    return progress_html(done, total, message, (end - started) if started else None,
-                         checks=(int(status.get("checks_done") or 0), int(status.get("checks_total") or 0)))
+    return progress_html(done, total, message, (end - started) if started else None, checks=checks, left=left,
+                         ended=state not in ("running", "cancelling"))
+
+
+def earlier_job_line(status: Mapping[str, Any]) -> str:
+    """An ended evaluation job of an earlier dataset build, in one line instead of its bar (its figures are
+    not this build's): what it evaluated, how it ended, and where its results are."""
+    names = " and ".join(model_label(t) for t in status.get("targets") or []) or "the models"
+    how = {"completed": "finished", "cancelled": "was cancelled", "failed": "failed"}.get(status.get("state"), "ended")
+    return (f'<div class="judge-progress">The last evaluation ({html.escape(names)}) {how} on an earlier build of '
+            "the dataset; what it answered is listed with the evaluations on other data below.</div>")
 
 
 def column_widths(frame, *, min_px: int = 90, max_px: int = 320, char_px: int = 9) -> list[str]:

@@ -95,15 +95,15 @@ def try_tab(handlers: TryHandlers, export_handlers=None, model=None) -> SimpleNa
                     try_max_tokens = gr.Number(256, precision=0, label=MAX_TOKENS_LABEL, elem_id="try-max-tokens",
                                                info=f"From {low} to {high}. How long the tutor may talk: a longer "
                                                     "limit lets a rambling answer run on (and takes longer); the "
-                                                    "feedback template needs about 40-120 tokens (a token is about "
+                                                    "tutor's usual feedback needs about 40-120 tokens (a token is about "
                                                     "¾ of a word).")
                     max_tokens_note = gr.Markdown(elem_id="try-max-tokens-note")
                 try_button = gr.Button("Get feedback", variant="primary", elem_id="try-button")
         dialogue = dialogue_section(handlers.dialogue)
         try_note = gr.Markdown(elem_id="try-note")
         with gr.Row() as single_outputs:
-            tuned_out = gr.Textbox(label="Tuned tutor (your adapter)", lines=8, elem_id="tuned-feedback")
-            base_out = gr.Textbox(label="Base model (no fine-tuning)", lines=8, elem_id="base-feedback")
+            tuned_out = gr.Textbox(label="Your tuned tutor", lines=8, elem_id="tuned-feedback")
+            base_out = gr.Textbox(label="Base model (before your training)", lines=8, elem_id="base-feedback")
         exports = None
         if export_handlers is not None:
             exports = export_section(export_handlers, try_run)

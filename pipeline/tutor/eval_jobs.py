@@ -58,6 +58,12 @@ JOB_FILES = {"job": "job.json", "pid": jobs.PID_FILE, "progress": "progress.json
 DEFAULT_CANCEL_TIMEOUT_S = 120.0
 """Seconds `request_cancel` waits for the job to stop by itself (it checks after every generated token;
 loading a model does not look) before killing its process; what was answered is saved already."""
+PACE_WINDOW = 20
+"""The last answers whose pace `time_left` measures (a model's first answers, slower while it warms up,
+drop out of it as more come)."""
+PACE_MIN_ANSWERS = 3
+"""Answers after the first needed before `time_left` forecasts: before that it says it is measuring (the
+first answer also holds the model's loading, so only the gaps after it count)."""
 STATES = ("not_started", "running", "cancelling", "completed", "cancelled", "failed")
 EVALUATION_JOB = jobs.JobKind(words=("eval-job",), stop_file=JOB_FILES["cancel"], stop_word="cancel")
 """An evaluation as a background job: its process's command line holds `eval-job` (and the job's id);
@@ -79,8 +85,11 @@ def job_dir(workspace: Workspace | str | os.PathLike, job_id: str) -> Path:
 
 
 def target_label(target: dict) -> str:
-    """`run NAME` or `base model M`: how a job names what it evaluates."""
-    return f"run {target['run']}" if target.get("run") else f"base model {target.get('model')}"
+    """`run NAME` or `base model M`: how a job names what it evaluates (a local model folder by its name,
+    `pipeline.tutor.evaluate.model_name`, so its progress and reasons show no workspace path)."""
+    from pipeline.tutor.evaluate import model_name
+
+    return f"run {target['run']}" if target.get("run") else f"base model {model_name(target.get('model'))}"
 
 
 def job_alive(pid: int | None, job_id: str) -> bool:
@@ -101,7 +110,7 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         ended without writing its result: killed, or out of memory); `done`/`total` are the test
         recordings answered by the model being evaluated (`target_index`, 0-based, of `targets`), and
         `checks_done`/`checks_total` its listening checks (the grounding probes, asked after the
-        recordings; 0 of 0 without them).
+        recordings; 0 of 0 without them); `answer_times`: unix seconds of the model's last answers (`time_left`).
 
     Raises:
         EvaluationError: `job_id` is not a job folder name.
@@ -128,6 +137,7 @@ def job_status(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[st
         "target_index": progress.get("target_index", 0), "label": progress.get("label"),
         "done": progress.get("done", 0), "total": progress.get("total", 0),
         "checks_done": progress.get("checks_done", 0), "checks_total": progress.get("checks_total", 0),
+        "answer_times": progress.get("answer_times") or [],
         "message": progress.get("message") or ("waiting to start" if process.alive else ""),
         "reason": reason, "saved": (result or {}).get("saved", []), "created_at": job.get("created_at"),
         "dataset_key": job.get("dataset_key"),
@@ -285,11 +295,17 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
         for index, target in enumerate(targets):
             label = target_label(target)
 
-            def progress(done: int, total: int, message: str, index=index, label=label, checks=(0, 0)) -> None:
+            answer_times: list[float] = []  # when each answer of this model came (`time_left`)
+
+            def progress(done: int, total: int, message: str, index=index, label=label, checks=(0, 0),
+                         answer_times=answer_times) -> None:
+                now = time.time()
+                if done + checks[0] > len(answer_times):
+                    answer_times.append(now)
                 atomic_write_json(folder / JOB_FILES["progress"], {
                     "target_index": index, "targets": len(targets), "label": label, "done": done, "total": total,
                     "checks_done": checks[0], "checks_total": checks[1], "message": message,
-                    "updated_at": time.time()})
+                    "answer_times": answer_times[-PACE_WINDOW - 1:], "updated_at": now})
 
             def partial(result: dict, index=index) -> Path | None:
                 result["job"] = job_id
@@ -346,3 +362,36 @@ def describe(status: dict[str, Any]) -> str:
                 f"{len(status['targets'])}): " + count_words(status["done"], status["total"],
                                                              status.get("checks_done", 0), status.get("checks_total", 0))
     return line + (f" · {status['reason']}" if status.get("reason") else "")
+
+
+def time_left(answer_times: list[float], left: int) -> tuple[float, float] | None:
+    """About how long the `left` answers still to give take, from this evaluation's own pace: the gaps
+    between its recorded answers (`answer_times`, unix seconds, oldest first; the last `PACE_WINDOW`).
+
+    Returns `(seconds, give_or_take)` in seconds, `give_or_take` about one standard deviation of that
+    forecast (the mean gap's uncertainty times `left`, plus the spread of `left` gaps of their own); None
+    while fewer than `PACE_MIN_ANSWERS` gaps are measured (say it is measuring), or with nothing left.
+    """
+    times = [float(t) for t in answer_times or []][-PACE_WINDOW - 1:]
+    gaps = [b - a for a, b in zip(times, times[1:]) if b >= a]
+    if left <= 0 or len(gaps) < PACE_MIN_ANSWERS:
+        return None
+    mean = sum(gaps) / len(gaps)
+    spread = (sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)) ** 0.5
+    return mean * left, left * spread / len(gaps) ** 0.5 + spread * left ** 0.5
+
+
+def time_left_words(answer_times: list[float], left: int, of_what: str = "") -> str:
+    """`time_left` in a teacher's words: "about 4 min 10 s left (give or take 40 s, from this evaluation's
+    pace so far)", "measuring the pace: time left after 4 answers" before there are enough, "" with
+    nothing left. `of_what`: words after "left" (" for this model" when the job evaluates several)."""
+    from pipeline.units import format_seconds
+
+    if left <= 0:
+        return ""
+    forecast = time_left(answer_times, left)
+    if forecast is None:
+        return f"measuring the pace: time left after {plural(PACE_MIN_ANSWERS + 1, 'answer')}"
+    seconds, give_or_take = forecast
+    sure = f"give or take {format_seconds(give_or_take)}, " if give_or_take >= 1 else ""  # "± 0 s" says nothing
+    return f"about {format_seconds(seconds)} left{of_what} ({sure}from this evaluation's pace so far)"

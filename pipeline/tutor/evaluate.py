@@ -80,6 +80,17 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
     return f"{split}-{digest.hexdigest()[:12]}" + (f"-first{limit}" if limit else "")
 
 
+def model_name(model: Any) -> str:
+    """A model as the studio names it to the teacher: a local folder (an absolute path) by its folder name
+    (`/ws/models/tiny-gemma3n` -> `tiny-gemma3n`, as the Judge tab's "base · tiny-gemma3n"), a hub id as it
+    is (`google/gemma-3n-E2B-it`); "?" when unknown. No workspace path reaches the screen."""
+    text = str(model or "").strip()
+    if not text:
+        return "?"
+    path = Path(text.rstrip("/\\"))
+    return path.name if path.is_absolute() or text.startswith(("~", ".")) else text
+
+
 def model_slug(model: str) -> str:
     """A folder name for a base model: `google/gemma-3n-E2B-it` -> `google--gemma-3n-E2B-it`; a local
     folder -> its name plus a hash of its full path (two folders of the same name stay apart)."""
@@ -215,7 +226,7 @@ def evaluate_tutor(
     data, rows, key = _split_rows(ws, split, limit)
     tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     stop = should_stop or (lambda: False)
-    who = f"run `{run}`" if run else f"base model `{model}`"
+    who = f"run `{run}`" if run else f"base model `{model_name(model)}`"
     started = time.perf_counter()
     # One count of recordings (what the headline counts); with the grounding probes the listening checks are
     # counted apart (`checks`), planned as 3 per clip from the start so a bar over both never falls back.

@@ -73,7 +73,7 @@ def _figure(result: Mapping[str, Any]) -> str:
             return f"– (none of its {result['clips']} answers could be read)"  # no number for missing data
         return f"no readable total score ({result.get('unparsed', '?')} of {result.get('clips', '?')} answers unparsed)"
     interval = score.get("pcc_ci")
-    return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no interval: too few clips)")
+    return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no likely range: too few clips)")
 
 
 def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -88,13 +88,15 @@ def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None
         None}`. `line` names the figure the verdict rests on (the total-score PCC of both, with their
         intervals); `more_recordings` is the estimate of `more_recordings_needed` when they overlap.
     """
+    from pipeline.tutor.evaluate import model_name
+
     if base_result is None:
         return {"outcome": "no_base", "more_recordings": None,
-                "line": f"can't tell yet: the base model `{run_result.get('model')}` has no evaluation on this "
-                        "dataset build to compare with; tick it and press Evaluate."}
+                "line": f"can't tell yet: the base model ({model_name(run_result.get('model'))}) has no "
+                        "evaluation on these test recordings to compare with; tick it and press Evaluate"}
     run_score, base_score = run_result["scores"][VERDICT_ASPECT], base_result["scores"][VERDICT_ASPECT]
-    rests = (f"(agreement of the total score with the experts, PCC: {_figure(run_result)} against the base "
-             f"model's {_figure(base_result)})")
+    rests = (f"(how well the total score agrees with the experts' (PCC) [likely range]: {_figure(run_result)} "
+             f"against the base model's {_figure(base_result)})")
     run_pcc, base_pcc = run_score.get("pcc"), base_score.get("pcc")
     if run_pcc is not None and base_pcc is None:
         return {"outcome": "better", "more_recordings": None, "line": f"better than the base model {rests}"}
@@ -106,7 +108,7 @@ def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None
     run_ci, base_ci = run_score.get("pcc_ci"), base_score.get("pcc_ci")
     if not run_ci or not base_ci:
         return {"outcome": "cant_tell", "more_recordings": None,
-                "line": f"can't tell yet: too few clips for an interval; more test recordings would help {rests}"}
+                "line": f"can't tell yet: too few test recordings for a likely range; more would help {rests}"}
     if run_ci[0] > base_ci[1]:
         return {"outcome": "better", "more_recordings": None, "line": f"better than the base model {rests}"}
     if run_ci[1] < base_ci[0]:
@@ -119,10 +121,10 @@ def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None
     if more is None:
         advice = "both agree with the experts equally so far, so more recordings may not separate them"
     else:
-        advice = (f"about {more} more test recording{'s' if more != 1 else ''} would help (an estimate: intervals "
-                  "narrow about as 1/√n, if the difference stays as it is)")
+        advice = (f"about {more} more test recording{'s' if more != 1 else ''} would help (an estimate, if the "
+                  "difference stays as it is; Why? a likely range narrows about as 1/√n)")
     return {"outcome": "cant_tell", "more_recordings": more,
-            "line": f"can't tell yet: the intervals overlap; {advice} {rests}"}
+            "line": f"can't tell yet: their likely ranges overlap; {advice} {rests}"}
 
 
 def verdicts(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
