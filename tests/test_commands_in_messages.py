@@ -111,7 +111,7 @@ def test_a_teachers_words_lead_and_the_engineers_wait_behind_why():
     from ui.common import error_panel
     from ui.get_model_view import progress_html
     from ui.samples_view import checks_markdown
-    from ui.try_export import FORMAT_CHOICES
+    from ui.common import export_choices
     from ui.try_view import export_markdown
     from ui.wording import app_wording
     from pipeline.errors import AudioError
@@ -121,7 +121,7 @@ def test_a_teachers_words_lead_and_the_engineers_wait_behind_why():
 
     header = app._header_html(__import__("pathlib").Path("/ws"))
     assert "LoRA" not in header and "3n or 4" in header
-    labels = dict((value, label) for label, value in FORMAT_CHOICES)
+    labels = dict((value, label) for label, value in export_choices(None, None))
     assert labels["gguf"].startswith("For Ollama / LM Studio") and labels["adapter"].startswith("To share")
     disk = app_wording("The disk is full: free some space (or point HF_HOME at a larger disk) and start again.")
     assert "HF_HOME" not in lead(disk) and "HF_HOME" in disk and "larger disk" in lead(disk)

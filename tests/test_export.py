@@ -306,7 +306,7 @@ def test_a_gemma3n_runs_gguf_refusal_names_the_try_tabs_choices_and_the_last_exp
     monkeypatch.setattr(export_cli, "export_run", refuse)
     app = TutorApp(tmp_path / "ws")
     note, _download = app.export.export("walk-run", "gguf")
-    assert "Merged model" in note and "walk-run" in note, note
+    assert "(merged model)" in note and "walk-run" in note, note
     for engineer in ("Layout", "Samples tab", "--format", "python -m", "gguf-text-only", "clip.cpp"):
         assert engineer not in note, (engineer, note)
 
@@ -412,3 +412,20 @@ def test_the_export_choices_give_this_runs_size_and_offer_no_gguf_a_gemma3n_run_
     assert t3n["bundle"].startswith("To train on a rented GPU machine or Google Cloud")
     unknown = dict((v, k) for k, v in export_choices(ws, None))
     assert set(unknown) == {"adapter", "merged", "bundle", "gguf"} and "Gemma 4 tutors only" in unknown["gguf"]
+
+
+def test_the_try_tab_offers_the_picked_runs_own_choices(tmp_path, tiny_model_dir, tiny_gemma4_dir):
+    """The Try tab's export radio follows the run picked (`ExportHandlers.choices`): a Gemma 3n run gets no GGUF
+    choice and the note why, and a picked GGUF falls back to the adapter zip; a Gemma 4 run keeps what was picked."""
+    from ui.state import AppState
+    from ui.try_export import ExportHandlers
+
+    handlers = ExportHandlers(AppState(tmp_path / "ws"))
+    for run, base in (("t3n", tiny_model_dir), ("t4", tiny_gemma4_dir)):
+        (handlers.state.ws.root / "runs" / run).mkdir(parents=True)
+        (handlers.state.ws.root / "runs" / run / "config.json").write_text(json.dumps({"model": str(base)}))
+    radio, note = handlers.choices("t3n", "gguf")
+    assert "gguf" not in [value for _, value in radio["choices"]] and radio["value"] == "adapter"
+    assert "Gemma 3n tutor" in note and "11 GB" not in str(radio["choices"])
+    radio, note = handlers.choices("t4", "gguf")
+    assert "gguf" in [value for _, value in radio["choices"]] and radio["value"] == "gguf" and note == ""

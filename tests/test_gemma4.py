@@ -247,14 +247,14 @@ def test_the_app_makes_the_tiny_gemma4_and_offers_the_gguf_export(tmp_path):
     """The model picker's second tiny-model button writes the tiny Gemma 4 into the workspace and selects it;
     the export section offers the GGUF (the browser walk of a Gemma 4 run: tests/test_e2e_gemma4.py)."""
     from pipeline.model.catalog import family_for
-    from ui.try_export import FORMAT_CHOICES
+    from ui.common import export_choices
     from ui.tutor_app import TutorApp
 
     ui = TutorApp(tmp_path / "ws")
     picker, note = ui.make_tiny_gemma4(progress=None)
     assert family_for(picker.value).name == "gemma4" and "random weights" in note
     assert picker.value in picker.choices or picker.value in [c[0] if isinstance(c, tuple) else c for c in picker.choices]
-    assert "gguf" in [value for _, value in FORMAT_CHOICES]
+    assert "gguf" in [value for _, value in export_choices(ui.state.ws, None)]
 
 
 def test_a_gemma3n_run_is_refused_a_gguf_with_the_reason_and_the_name_to_ask_for(tiny_model_dir, tmp_path):

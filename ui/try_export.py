@@ -14,18 +14,8 @@ import gradio as gr
 
 from pipeline.errors import ExportError, ImportRunError
 from ui import try_view as view
-from ui.common import cleared, ui_errors
+from ui.common import cleared, export_choices, export_choices_note, ui_errors
 from ui.state import AppState
-
-FORMAT_CHOICES = [
-    ("To share: the small learned part only, for a computer that has the same base model (adapter zip)", "adapter"),
-    ("To run with Python anywhere: the whole tutor in one folder, ~11 GB for E2B (Merged model)", "merged"),
-    ("To train on a rented GPU machine or Vertex AI: these settings and recordings in one archive (cloud job bundle)",
-     "bundle"),
-    ("For Ollama / LM Studio / llama.cpp on students' laptops, Gemma 4 tutors only (GGUF file)", "gguf"),
-]
-"""The export choices, each by what it is for, its format's name last."""
-
 
 class ExportHandlers:
     """Export the chosen run; import a run folder or archive into this workspace."""
@@ -59,6 +49,14 @@ class ExportHandlers:
             download = None  # the app serves files from the workspace only
         return view.export_markdown(run_name, result, downloadable=bool(download)), download
 
+    def choices(self, run_name: str | None, fmt: str | None) -> tuple[dict, str]:
+        """The export choices for the picked run (`ui.common.export_choices`: its own merged size, the Ollama /
+        llama.cpp file only for a tutor that hears there) and the note of why a choice is missing; the picked
+        choice stays when the run still offers it, else the adapter zip. Returns (radio update, Markdown)."""
+        offered = export_choices(self.state.ws, run_name or None)
+        value = fmt if fmt in {value for _, value in offered} else "adapter"
+        return gr.update(choices=offered, value=value), export_choices_note(self.state.ws, run_name or None)
+
     @ui_errors(message_at=0, outputs=1)
     def import_run(self, source: str, name: str = "") -> str:
         """Copy a run trained elsewhere (its folder or a .tar.gz) into this workspace; returns markdown
@@ -81,9 +79,11 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
     returns the import button, whose success the page wires to refresh the run lists."""
     with gr.Accordion("Take the tutor out: export a run, or bring one back", open=False, elem_id="export-section"):
         with gr.Row():
-            fmt = gr.Radio(FORMAT_CHOICES, value="adapter", label="Export the tuned run above as", elem_id="export-format")
+            fmt = gr.Radio(export_choices(handlers.state.ws, None), value="adapter", label="Export the tuned run above as",
+                           elem_id="export-format")
             out_dir = gr.Textbox(label="Output folder (optional)", placeholder="empty: the exports folder of your workspace folder",
                                  elem_id="export-out")
+        choices_note = gr.Markdown(elem_id="export-choices-note")
         export_button = gr.Button("Export", elem_id="export-button")
         export_note = gr.Markdown(elem_id="export-note")
         export_file = gr.File(label="Download", interactive=False, elem_id="export-file")
@@ -96,5 +96,6 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
     # The note and the file of the export before never stand beside this one's (a ✗ beside the last zip).
     export_button.click(cleared("", None), outputs=[export_note, export_file], show_progress="hidden").then(
         handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
+    run.change(handlers.choices, inputs=[run, fmt], outputs=[fmt, choices_note], show_progress="hidden")
     imported = import_button.click(handlers.import_run, inputs=[source, name], outputs=import_note)
     return SimpleNamespace(imported=imported)

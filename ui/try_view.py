@@ -53,7 +53,7 @@ def no_gguf_for_gemma3n(run_name: str) -> str:
     message (`pipeline.export.gguf.GEMMA3N_DEAF`) names the CLI's `--format merged`, `--format gguf-text-only`
     (no choice here) and `python -m pipeline serve`, which the app rewrote into the Samples tab's import Layout."""
     return (f"**{html.escape(run_name)}** is a Gemma 3n tutor, and llama.cpp and Ollama cannot hear with Gemma 3n yet: "
-            "a file for them would not hear the learner. Keep trying it here, choose **To run with Python anywhere** (Merged model) above to "
+            "a file for them would not hear the learner. Keep trying it here, choose **To run with Python anywhere** (merged model) above to "
             "run it with Python, or train a tutor on google/gemma-4-E2B-it, whose file for Ollama hears.")
 
 
