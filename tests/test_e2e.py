@@ -161,7 +161,7 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     page.reload()  # a reloaded page re-attaches to the running job
     page.wait_for_selector("#load-pack")
     open_tab(page, "4 · Train")
-    wait_text(page, "#train-status", r"Re-attached to the running job e2e-run", timeout_s=60)
+    wait_text(page, "#train-status", r"Picked up e2e-run, still training", timeout_s=60)
     wait_text(page, "#train-progress", r"e2e-run · step \d+ of 60", timeout_s=60)
     # The settings (grad accumulation 1 typed on the Memory tab; the Train tab's summary of the next run)
     # and the tiny model survive the reload.

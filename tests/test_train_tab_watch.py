@@ -208,6 +208,33 @@ def test_next_run_names_the_vision_tower_and_the_watched_run_shows_its_own_setti
     assert "This run: google/gemma-3n-E2B-it" in progress and "Adafactor" in progress and "AdamW" not in progress
 
 
+def test_the_line_under_the_buttons_follows_the_run_to_its_end(tmp_path):
+    """Issue 32 (a new user's pass): the run had completed and the progress said "status: completed", while
+    the line under the buttons still said "Started t3n in its own process; the first step follows a check of
+    the longest batch." (after a reload: "Re-attached to the running job t3n-b."). The watcher's tick
+    replaces it once the run ends, and the words are a teacher's."""
+    ui = TutorApp(tmp_path / "ws")
+    run_dir = ui.ws.run_dir("t3n")
+    run_dir.mkdir(parents=True)
+    config = common.config_from_values(_settings("google/gemma-3n-E2B-it")).to_dict()
+    (run_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    for state, said in (("completed", "has finished"), ("stopped", "Resume"), ("failed", "did not finish")):
+        (run_dir / "result.json").write_text(json.dumps({"status": state, "reason": "stopped by request"}))
+        outputs = ui.poll("t3n", -1)
+        assert len(outputs) == 13, "the status line is the tick's last output"
+        status = outputs[-1]
+        assert "t3n" in status and said in status and "Started" not in status and "process" not in status, status
+    # The page wires the tick to the status line.
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws2"))
+    ids = {getattr(block, "elem_id", None): block._id for block in demo.blocks.values()}
+    ticks = [dep for dep in demo.fns.values() if ids["train-progress"] in [o._id for o in dep.outputs]
+             and len(dep.outputs) > 7]
+    assert ticks and all(ids["train-status"] == dep.outputs[-1]._id for dep in ticks)
+    # While it trains, the line speaks of it as training, in a teacher's words.
+    for line in (view.started_line("t3n"), view.started_line("t3n", resumed=True), view.started_line("t3n", picked_up=True)):
+        assert "Re-attached" not in line and "job" not in line and "process" not in line, line
+
+
 def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
     """A reloaded page starts with the widgets' defaults (adamw); a tab click or a change event that runs
     before `restore_settings` has filled them in must not overwrite the saved settings (adafactor)."""
@@ -310,7 +337,7 @@ def test_the_run_summary_names_its_settings_in_words():
     for raw in (" · none · ", " · auto · ", "LoRA r ", "accumulation", " · adamw · ", " linear"):
         assert raw not in words, (raw, words)
     for said in ("full-size weights (no compression)", "on the best device here (auto)", "adapter rank 16, strength 32",
-                 "1 recording per step, 4 steps per update", "standard updates (AdamW)", "lowered steadily to 0"):
+                 "4 recordings per step, 1 at a time", "standard updates (AdamW)", "lowered steadily to 0"):
         assert said in words, (said, words)
     # Leftover of issue 32: the machine-learning settings sit behind "Advanced", the lead is in a teacher's words.
     lead, shown = view.settings_lead(config.to_dict()), view.settings_markdown(config.to_dict())

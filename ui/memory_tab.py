@@ -90,8 +90,9 @@ SETTING_INFO = {
                     "(more memory, slower steps).",
     "optimizer": "How updates are computed: adamw is the standard; adamw_8bit and adafactor keep less "
                  "state (a little less memory).",
-    "batch_size": "Recordings per step: more is faster per recording and needs more memory.",
-    "grad_accum": "Steps added up before each update: like a bigger batch for quality, with no extra memory.",
+    "batch_size": "Recordings in memory at a time: more is faster per recording and needs more memory.",
+    "grad_accum": "Batches added up into one training step: like a bigger batch for quality, with no extra "
+                  "memory.",
     "max_length": "The longest recording plus text a training row may have; longer rows are left out, never cut. "
                   "A dataset build sets it to the longest row.",
 }

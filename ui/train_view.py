@@ -58,7 +58,7 @@ def settings_words(config: Mapping[str, Any]) -> str:
 def settings_lead(config: Mapping[str, Any]) -> str:
     """What a teacher decides on in a run's settings, in words (a `TrainConfig.to_dict()`): "tiny-gemma3n · 3
     passes over the recordings · full-size weights (no compression) · on the best device here (auto) · 1
-    recording per step, 4 steps per update · recordings up to 512 tokens · memory saver on: slower steps"."""
+    recordings per step, 1 at a time · recordings up to 512 tokens · memory saver on: slower steps"."""
     length = (_plural(config["max_steps"], "step", "steps") if config.get("max_steps", -1) > 0
               else _plural(config.get("epochs"), "pass over the recordings", "passes over the recordings"))
     model = str(config["model"])
@@ -72,8 +72,7 @@ def settings_lead(config: Mapping[str, Any]) -> str:
         model, length,
         WEIGHTS_WORDS.get(config["quantization"], config["quantization"]),
         DEVICE_WORDS.get(config["device"], f"on {config['device']}"),
-        f"{_plural(config['batch_size'], 'recording', 'recordings')} per step, "
-        f"{_plural(config['grad_accum'], 'step', 'steps')} per update",
+        step_words(config["batch_size"], config["grad_accum"]),
         f"recordings up to {config['max_length']} tokens",
         "memory saver on: slower steps" if config["gradient_checkpointing"] else "memory saver off: faster, more memory",
     ]
@@ -84,6 +83,14 @@ def settings_lead(config: Mapping[str, Any]) -> str:
     if config.get("low_memory_heap"):
         parts.append("low-memory mode")
     return " · ".join(parts)
+
+
+def step_words(batch_size: int, grad_accum: int) -> str:
+    """How many recordings one training step learns from, in words: a step is one update of the tutor (an
+    optimizer step, what the progress, the forecast and the loss chart count), over `batch_size` x
+    `grad_accum` recordings, `batch_size` of them in memory at a time: "4 recordings per step, 1 at a time"."""
+    batch_size, grad_accum = int(batch_size), int(grad_accum)
+    return plural(batch_size * grad_accum, "recording") + " per step" + (f", {batch_size} at a time" if grad_accum > 1 else "")
 
 
 def settings_details(config: Mapping[str, Any]) -> str:
@@ -214,6 +221,30 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     )
 
 
+def started_line(run: str, *, resumed: bool = False, picked_up: bool = False) -> str:
+    """The line under Start/Stop while run `run` trains: started, resumed (`resumed`) or found still training
+    when the page was opened again (`picked_up`). True for as long as the run trains; `ended_line` replaces it
+    once it ends (the watcher's tick)."""
+    if picked_up:
+        return f"Picked up **{run}**, still training on its own; the progress below follows it."
+    what = "Continued" if resumed else "Started"
+    return (f"{what} **{run}**{' from its last checkpoint' if resumed else ''}: it trains on its own, so you can "
+            "close this page and come back; the progress below follows it.")
+
+
+ENDED_WORDS = {"completed": "**{run}** has finished: its tutor is ready in Try and Judge.",
+               "stopped": "**{run}** stopped and saved a checkpoint: **Resume** continues it.",
+               "failed": "**{run}** did not finish: what happened and what to do are below.",
+               "not_started": ""}
+"""The line under Start/Stop once a run has ended, by its state (`pipeline.training.run_folder.RUN_STATES`)."""
+
+
+def ended_line(run: str, state: str) -> str:
+    """The line under Start/Stop once run `run` is no longer training (its `state`): it replaces
+    `started_line`, which spoke of it as training; empty for a state with nothing to add."""
+    return ENDED_WORDS.get(state, "").format(run=run)
+
+
 def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None) -> str:
     """A run's state for its progress line ("not started", "running"), with the seconds its process has
     spent loading before the first step while it does (`loading_s`, None once it has logged a step), and
@@ -256,7 +287,7 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel("training step")
     ax.set_ylabel("loss (tutor's answer)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -427,7 +458,7 @@ def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
         ax.set_axis_off()
         return fig
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel("training step")
     ax.set_ylabel("loss (tutor's answer)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
