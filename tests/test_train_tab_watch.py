@@ -235,6 +235,39 @@ def test_the_line_under_the_buttons_follows_the_run_to_its_end(tmp_path):
         assert "Re-attached" not in line and "job" not in line and "process" not in line, line
 
 
+def test_a_resumed_run_keeps_its_peak_and_estimate_and_says_it_loads_again(tmp_path):
+    """Issue 32 (a new user's pass): before Stop "it peaked at 1.03 GiB ... (98 %)"; after Resume "One training
+    step: 1.03 GiB." with the estimate missing, then "it peaked at 1.01 GiB"; and while the model loaded again
+    the progress said "step 5 of 33 · 15 % ... about 47 s left", frozen. A resumed run is one run: its peak is
+    the largest of all its parts, its first estimate stays shown, and the reload is said and counted."""
+    from types import SimpleNamespace
+
+    from pipeline.training.run_folder import measured_memory
+    from pipeline.training.train import _earlier_parts
+
+    gib = 2**30
+    first = {"phase_peak_bytes": {"load": int(0.5 * gib), "step": int(1.03 * gib)}, "peak_phase": "step",
+             "peak_bytes": int(1.03 * gib), "memory_kind": "process RSS"}
+    estimate = {"peak_bytes": int(1.05 * gib), "phase_bytes": {"step": int(1.0 * gib)}}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"status": "stopped", "memory": first, "memory_estimate": estimate}))
+    carried = _earlier_parts(path)
+    assert carried["memory_estimate"] == estimate and carried["earlier_memory"]["peak_bytes"] == int(1.03 * gib)
+    # The resumed process logs lower peaks: the run's peak stays the first part's.
+    rows = [{"step": 6, "phase_peak_bytes": {"load": int(0.5 * gib), "step": int(1.01 * gib)}, "memory_kind": "process RSS"}]
+    result = dict(carried, status="running")
+    memory = measured_memory(rows, result)
+    assert memory["peak_bytes"] == int(1.03 * gib) and memory["peak_phase"] == "step"
+    ended = dict(result, memory=dict(rows[0], peak_bytes=int(1.01 * gib), peak_phase="step"))
+    assert measured_memory(rows, ended)["peak_bytes"] == int(1.03 * gib)
+    # Reloading after Resume: said, and the time left counts the loading still to come.
+    run = SimpleNamespace(run="t3n-b", step=5, max_steps=33, elapsed_s=60.0, eta_s=47.0, loading_s=4.0,
+                          state="running", settings=None)
+    html = view.run_progress_html(run, expected_load_s=14.0)
+    assert "loading the model again" in html and "about 57 s left" in html, html
+    assert "about 47 s left" not in view.run_progress_html(run, expected_load_s=None)
+
+
 def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
     """A reloaded page starts with the widgets' defaults (adamw); a tab click or a change event that runs
     before `restore_settings` has filled them in must not overwrite the saved settings (adafactor)."""

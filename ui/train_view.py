@@ -195,20 +195,28 @@ def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = Non
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
-                  loading: bool = False) -> str:
+                  loading: bool = False, eta_counts_loading: bool = False) -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
     config.json), a second line with the settings this run uses. `loading` (its process has logged no step
-    yet): a run with no step done says "loading the model", not "step 0 of ?"."""
+    yet): a run with no step done says "loading the model", not "step 0 of ?"; a resumed run with steps done
+    says it is loading the model again before its next step. `eta_counts_loading`: `eta_s` includes the
+    loading still to come (`run_progress_html`)."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
-    eta_text = (f" · about {format_seconds(eta_s)} left (from this run's steps so far)" if eta_s  # none once ended
-                else "")
-    steps_text = ("<b>loading the model</b>" if loading and not step
-                  else f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %")
+    basis = ("from this run's steps so far, plus loading as long as last time" if eta_counts_loading
+             else "from this run's steps so far")
+    eta_text = f" · about {format_seconds(eta_s)} left ({basis})" if eta_s else ""  # none once ended
+    if loading and not step:
+        steps_text = "<b>loading the model</b>"
+    elif loading:  # resumed: this process has not logged a step yet
+        steps_text = (f"<b>loading the model again</b> to continue after step <b>{step}</b> of <b>{total or '?'}</b>"
+                      f" · {fraction * 100:.0f} %")
+    else:
+        steps_text = f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %"
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
@@ -259,10 +267,17 @@ def state_words(state: str, loading_s: float | None, expected_load_s: float | No
 def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
     """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
-    it loads) and its own settings."""
-    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s,
+    it loads) and its own settings. While a resumed run loads the model again, the time left is its last
+    forecast of the steps plus the loading still to come (`expected_load_s` less the seconds loaded so far);
+    no time left is shown when how long loading takes is not known (the steps' forecast alone would stand
+    still while it loads)."""
+    eta, counts_loading = run.eta_s, False
+    if run.loading_s is not None:
+        counts_loading = bool(eta and expected_load_s)
+        eta = eta + max(0.0, expected_load_s - run.loading_s) if counts_loading else None
+    return progress_html(run.step, run.max_steps, run.elapsed_s, eta,
                          state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
-                         loading=run.loading_s is not None)
+                         loading=run.loading_s is not None, eta_counts_loading=counts_loading)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
