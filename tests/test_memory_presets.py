@@ -153,6 +153,56 @@ def test_the_verdict_names_model_machine_precision_and_calibration(app):
     assert "this computer (CPU)" in verdict and "**Calibrate this machine** (below)" in verdict
 
 
+def _shown_sums_add_up(verdict: str, where: str) -> None:
+    """Every figure the answer shows twice is equal and every sum it shows adds up, to the 0.01 GiB shown."""
+    import re
+
+    def cents(text: str) -> int:
+        return round(float(text) * 100)
+
+    head = re.search(r"needs about \*\*([\d.]+) GiB\*\* at its peak, of \*\*([\d.]+) GiB\*\* usable: ([\d.]+) GiB "
+                     r"(to spare|too much)", verdict)
+    assert head, f"{where}: no headline in {verdict!r}"
+    total, usable, margin = cents(head[1]), cents(head[2]), cents(head[3])
+    assert margin == (usable - total if head[4] == "to spare" else total - usable), f"{where}: {head[0]}"
+    line = re.search(r"Usable ([\d.]+) GiB = ([\d.]+) GiB \(([^)]*)\) minus ([\d.]+) GiB kept free", verdict)
+    assert line, f"{where}: no usable line in {verdict!r}"
+    assert cents(line[1]) == usable, f"{where}: usable {line[1]} beside {head[2]}"
+    assert cents(line[2]) - cents(line[4]) == usable, f"{where}: {line[0]}"
+    rule = re.search(r"headroom rule: ([\d.]+) GiB", verdict)
+    assert not rule or cents(rule[1]) == cents(line[4]), f"{where}: {rule[0]} beside {line[4]} GiB kept free"
+    assert not re.search(r"headroom rule: [\d.]+ [KM]i?B", verdict), f"{where}: kept back in another unit"
+    if re.search(r"\d GB", verdict.split("<details>")[0]):  # a machine's GB said in the answer's unit too
+        assert "memory sizes in GB count GiB" in verdict, f"{where}: GB beside GiB, unexplained"
+    step = re.search(r"One training step alone needs ([\d.]+) GiB", verdict)
+    adds = re.search(r"adds ([\d.]+) GiB", verdict)
+    if step and adds:
+        assert cents(step[1]) + cents(adds[1]) == total, f"{where}: {step[0]} ... {adds[0]} beside {head[1]}"
+    if step:
+        assert cents(step[1]) != total, f"{where}: the step's figure is the headline's, said twice"
+
+
+def test_walking_the_presets_every_figure_agrees_and_every_sum_adds_up(app):
+    """Issue 32's done-when (the Memory tab through presets): "NVIDIA GPU, 8 GB" said "7.75 GiB usable" with no
+    word that its 8 GB are GiB; "Usable 18.48 GiB = 20.84 GiB ... minus 2.35 GiB" (18.49); "One training step
+    alone needs 1.00 GiB ... adds 0.05 GiB" beside "about 1.04 GiB". Every preset, a typed budget, each model
+    and precision the page offers by default: what is shown twice is equal, and shown sums add up."""
+    for model in (E2B, "google/gemma-3n-E4B-it"):
+        for machine in [*MACHINE_PRESETS, CUSTOM_MACHINE]:
+            values = _page_values(model=model)
+            memory_gb = _pick_machine(app, machine, values) or (8 if machine == CUSTOM_MACHINE else 0)
+            verdict = _ask_app(app, memory_gb, values)[1]
+            _shown_sums_add_up(verdict, f"{model} on {machine}")
+            if machine == CUSTOM_MACHINE:
+                assert "the 8 GB you typed" in verdict, verdict
+    # The same rules on answers whose figures round apart (a step just under its whole run; a budget of odd bytes).
+    gib_ = 2**30
+    data = {"model": E2B, "verdict": "fits", "total_bytes": int(1.044 * gib_), "step_bytes": int(1.004 * gib_),
+            "usable_bytes": int(18.484 * gib_), "run_peak_phase": "step",
+            "device_memory": {"free_bytes": int(20.835 * gib_), "source": "measured", "headroom_note": "rule"}}
+    _shown_sums_add_up(memory_view.memory_answer_markdown(data, "this computer (CPU)"), "rounding apart")
+
+
 def test_a_calibrated_estimate_says_so(app, capsys):
     """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")
@@ -180,7 +230,9 @@ def test_one_headline_number_and_the_step_explained_under_it(app, capsys):
     assert text.count(gib(data["step_bytes"])) == 1, "the step's figure once, under the headline"
     under = text.split("<details>")[1]
     assert "When the peak comes" in under and f"One training step alone needs {gib(data['step_bytes'])}" in under
-    assert gib(data["total_bytes"] - data["step_bytes"]) in under, "the difference, explained"
+    from pipeline.units import gib_minus
+
+    assert f"adds {gib_minus(data['total_bytes'], data['step_bytes'])}" in under, "the difference of the shown figures"
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu", "mps"])

@@ -98,7 +98,8 @@ def test_each_change_is_listed_once_with_its_own_cost(app):
 
 def test_a_typed_budget_shows_what_is_held_back(app):
     _, verdict, *_ = _estimate(app, 8, _values())
-    assert "Usable 6.00 GiB = 8.00 GiB (the budget you typed) minus 2.00 GiB kept free for the system" in verdict
+    assert ("Usable 6.00 GiB = 8.00 GiB (the 8 GB you typed: memory sizes in GB count GiB, so 8 GB = 8.00 GiB = 8192 MiB) "
+            "minus 2.00 GiB kept free for the system") in verdict
     assert "left to the OS and open apps" in verdict.split("(technically, the headroom rule")[1], "the rule's words after"
 
 

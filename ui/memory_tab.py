@@ -288,7 +288,8 @@ class MemoryHandlers:
         machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
         preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
         verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
-                                              budget_words="the machine's memory" if preset and memory_gb else None)
+                                              budget_words=view.budget_gb_words(memory_gb, typed=not preset)
+                                              if memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{plural(data['excluded_rows'], 'row')}**."
         verdict += view.length_note(data)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from pipeline.memory.budget import FIT_FRACTION
-from pipeline.units import GIB, format_bytes, format_gib, gib_difference
+from pipeline.units import GIB, format_bytes, format_gib, gib_difference, gib_minus
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -70,6 +70,15 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None) -> st
     if device == "mps":
         return f"a Mac with {gb:g} GB of unified memory"
     return f"a computer with {gb:g} GB of RAM (training on the CPU)"
+
+
+def budget_gb_words(memory_gb: float, *, typed: bool = False) -> str:
+    """A machine's memory in GB (a preset's or the figure typed, `typed`) said in the unit the answer's figures
+    use: GPUs and Macs count their "GB" in GiB, so "8 GB" is 8 GiB (8192 MiB), the figure the usable memory
+    is taken from (`pipeline.memory.budget.device_memory`)."""
+    gb = float(memory_gb)
+    whose = f"the {gb:g} GB you typed" if typed else f"the machine's {gb:g} GB"
+    return f"{whose}: memory sizes in GB count GiB, so {gb:g} GB = {format_gib(gb * GIB)} = {gb * 1024:.0f} MiB"
 
 
 def precision_words(settings: Mapping[str, Any], compute_dtype: str | None = None) -> str:
@@ -181,10 +190,10 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     phase = data.get("run_peak_phase") or "step"
     if total:
         peak = f"- **When the peak comes.** {PEAK_PHASE_WORDS.get(phase, phase)[:1].upper()}{PEAK_PHASE_WORDS.get(phase, phase)[1:]}."
-        if step and step != total:
+        if step and gib(step) != gib(total):  # one figure when the two show the same
             peak += f" One training step alone needs {gib(step)}"
             peak += " (what **Calibrate this machine** measures)" if data.get("this_machine", True) else ""
-            peak += (f"; over a whole run, what stays from step to step adds {gib(total - step)} (technically: kernel "
+            peak += (f"; over a whole run, what stays from step to step adds {gib_minus(total, step)} (technically: kernel "
                      "caches for every row length and the largest batch's memory)." if phase == "step" and total > step
                      else ".")
         elif step:
@@ -295,12 +304,12 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
                      "free for the system and other apps takes the whole budget.")
     elif total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
-            tail = f"{gib(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
+            tail = f"{gib_minus(usable_bytes, total_bytes)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
             if name == "tight":
                 tail += (f" Under {100 - 100 * FIT_FRACTION:.0f} % to spare is called tight: it should fit, with little "
                          "room (how far the figure may be off is under How sure).")
         else:
-            tail = f"{gib(-margin)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
+            tail = f"{gib_minus(total_bytes, usable_bytes)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
         parts.append(f"{subject} about **{gib(total_bytes)}** at its peak, of **{gib(usable_bytes)}** usable: {tail}")
     usable = usable_words(usable_bytes, device, budget_words=budget_words) if device else ""
     if usable:
@@ -314,12 +323,11 @@ def usable_words(usable_bytes: int | None, device: Mapping[str, Any] | None, *, 
     what the device has now, or the budget typed in; `budget_words` names a preset's memory); "" without it."""
     if not device or usable_bytes is None or not device.get("free_bytes"):
         return ""
-    held = int(device["free_bytes"]) - int(usable_bytes)
     what = "free now"
     if str(device.get("source", "")).startswith("--memory-gb"):
         what = budget_words or "the budget you typed"
     note = str(device.get("headroom_note") or "").strip()
-    return (f"Usable {gib(usable_bytes)} = {gib(device['free_bytes'])} ({what}) minus {gib(held)} kept free for the "
+    return (f"Usable {gib(usable_bytes)} = {gib(device['free_bytes'])} ({what}) minus {gib_minus(device['free_bytes'], usable_bytes)} kept free for the "
             f"system and other apps" + (f" (technically, the headroom rule: {note})." if note else "."))
 
 
