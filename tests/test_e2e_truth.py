@@ -255,7 +255,7 @@ def test_the_memory_tab_shows_one_figure_per_quantity_through_the_presets(built)
     summary = wait_text(page, "#settings-summary", r"Next run: tiny-gemma3n", timeout_s=60)
     for raw in (" · none · ", " · auto · ", "LoRA r ", " linear", " · adamw · "):
         assert raw not in summary, f"{raw!r} in the run summary: {summary!r}"
-    assert "full-size weights" in summary and "per update" in summary
+    assert "full-size weights" in summary and "per step" in summary and "per update" not in summary
     lead = (page.locator("#settings-summary").text_content() or "").split("Why?")[0]
     assert "float32" not in lead and "bfloat16" not in lead and "bf16" not in lead, lead
 

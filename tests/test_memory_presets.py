@@ -203,6 +203,34 @@ def test_walking_the_presets_every_figure_agrees_and_every_sum_adds_up(app):
     _shown_sums_add_up(memory_view.memory_answer_markdown(data, "this computer (CPU)"), "rounding apart")
 
 
+def test_another_machine_after_a_preset_asks_for_its_memory_and_answers_about_it(app):
+    """Issue 32 (a new user's pass): "Mac, 48 GB", Estimate, then "Another machine: type its memory" and Estimate:
+    the answer still said "on a Mac with 48 GB of unified memory ... 44.00 GiB usable". The box to type into
+    shows, empty; Estimate before a figure is typed asks for it; the answer then names the memory typed."""
+    values = _page_values()
+    memory_gb = _pick_machine(app, "Mac, 48 GB unified memory", values)
+    assert "a Mac with 48 GB" in app.memory.estimate_picked("Mac, 48 GB unified memory", memory_gb,
+                                                             *[values[n] for n in common.CONFIG_FIELDS])[1]
+    device, budget, quantization, verdict, *_cleared = app.memory.choose_machine(CUSTOM_MACHINE, values["quantization"], False)
+    assert budget["visible"] is True and budget["value"] is None, "an empty box to type into"
+    assert "48" not in verdict and "Type" in verdict, verdict
+    asked = app.memory.estimate_picked(CUSTOM_MACHINE, None, *[values[n] for n in common.CONFIG_FIELDS])
+    assert "Type" in asked[1] and "a Mac" not in asked[1], asked[1]
+    assert app.memory.field_message("memory_gb", None).startswith("Type"), "no ✗ for a box not typed in yet"
+    outputs = app.memory.estimate_picked(CUSTOM_MACHINE, 20, *[values[n] for n in common.CONFIG_FIELDS])
+    answer, reading = outputs[1], outputs[-1]
+    assert "another machine with 20 GB" in answer and "48" not in answer.split("<details>")[0], answer
+    assert "the 20 GB you typed" in answer, answer
+    _shown_sums_add_up(answer, "typed 20 GB")
+    plan = app.memory.plan(reading, 20, *[values[n] for n in common.CONFIG_FIELDS])
+    assert "another machine with 20 GB" in plan and "a Mac with" not in plan, plan[:400]
+    # The page's Estimate button goes through the machine picked.
+    import app as app_module
+
+    demo = app_module.build_ui(TutorApp(app.ws.root.parent / "ws2"))
+    assert "estimate_picked" in [getattr(dep.fn, "__name__", "") for dep in demo.fns.values()]
+
+
 def test_a_calibrated_estimate_says_so(app, capsys):
     """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")

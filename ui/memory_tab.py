@@ -51,6 +51,8 @@ MACHINE_PRESETS: dict[str, tuple[str, float]] = {
 i.e. GiB (`pipeline.memory.budget.device_memory`). "This computer" is `--device auto` with the memory the
 device reports; `CUSTOM_MACHINE` keeps the device and shows the budget field."""
 MACHINE_CHOICES = (*MACHINE_PRESETS, CUSTOM_MACHINE)
+TYPE_THE_MEMORY = "Type the other machine's memory in GB in the box beside **Machine**, then click **Estimate**."
+"""The answer's place once `CUSTOM_MACHINE` is picked, until a memory is typed."""
 
 N_ESTIMATE_OUTPUTS = 9 + MAX_SUGGESTIONS
 """`MemoryHandlers.estimate`'s outputs: plot, verdict, components, suggestions note, suggestions, the buttons,
@@ -163,8 +165,8 @@ class MemoryHandlers:
         machine cleared (they were about another machine). `CUSTOM_MACHINE` shows the budget field and keeps
         the device."""
         cleared = ("", "", "", "", *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
-        if machine not in MACHINE_PRESETS:
-            return (gr.skip(), gr.update(visible=True), gr.skip(), *cleared)
+        if machine not in MACHINE_PRESETS:  # the box empty: the last preset's figure is not the other machine's
+            return (gr.skip(), gr.update(value=None, visible=True), gr.skip(), TYPE_THE_MEMORY, *cleared[1:])
         device, gb = MACHINE_PRESETS[machine]
         return (gr.update(value=device), gr.update(value=gb, visible=False),
                 self.device_defaults(device, quantization, quantization_chosen), *cleared)
@@ -183,7 +185,7 @@ class MemoryHandlers:
         (`TrainConfig.validate`, `pipeline.memory.budget.device_memory`)."""
         try:
             if value is None or value == "":
-                return "✗ Type a number here."
+                return "Type the machine's memory in GB." if name == "memory_gb" else "✗ Type a number here."
             if name == "memory_gb":
                 from pipeline.memory.budget import device_memory
 
@@ -225,9 +227,11 @@ class MemoryHandlers:
         from pipeline.memory.plan import plan_for_workspace
 
         config = config_from_values(values)
+        typed = bool(reading and reading.get("typed"))  # the answer was about a memory typed for another machine
+        reading = {key: value for key, value in (reading or {}).items() if key != "typed"}
         result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None,
                                     reading=reading or None)
-        machine = view.machine_words(config.device, result["device"], memory_gb)
+        machine = view.machine_words(config.device, result["device"], memory_gb, typed=typed)
         return view.plan_markdown(result, machine=machine, current=config.to_dict())
 
     @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS)
@@ -238,6 +242,18 @@ class MemoryHandlers:
         `reading` is the device memory the answer used, which the plan table reuses (one usable figure)."""
         config = config_from_values(values)
         return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb)
+
+    def estimate_picked(self, machine: str, memory_gb: float | None, *values: Any):
+        """The Estimate button: `estimate` for the machine picked; for `CUSTOM_MACHINE` the answer names the
+        memory as typed, and with nothing typed yet it asks for it (`TYPE_THE_MEMORY`) instead of answering
+        about the machine picked before."""
+        if machine == CUSTOM_MACHINE and not memory_gb:
+            outputs = [gr.skip()] * N_ESTIMATE_OUTPUTS
+            outputs[1] = TYPE_THE_MEMORY
+            return tuple(outputs)
+        config = config_from_values(values)
+        return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb,
+                                      typed=machine == CUSTOM_MACHINE)
 
     def estimate_for_machine(self, machine: str, memory_gb: float | None, *values: Any):
         """`estimate` after a preset machine was picked (its answer at once); nothing for the custom machine,
@@ -277,7 +293,8 @@ class MemoryHandlers:
                            f"{DEFAULT_QUANTIZATION_REASON.get(device, '')}")
         return tuple(outputs)
 
-    def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None):
+    def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None,
+                          typed: bool = False):
         at_peak = data["components_at_peak"]
         figure = view.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
@@ -285,8 +302,8 @@ class MemoryHandlers:
             title=f"Whole run's peak ({data['device']}, longest train row: {data['seq_len']} tokens)",
         )
         settings = data.get("settings") or {}
-        machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
-        preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
+        machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb, typed=typed)
+        preset = not typed and preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
         verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
                                               budget_words=view.budget_gb_words(memory_gb, typed=not preset)
                                               if memory_gb else None)
@@ -306,7 +323,7 @@ class MemoryHandlers:
                 buttons.append(gr.Button(visible=False))
         hint = view.suggestions_markdown(suggestions, data["verdict"])
         return (figure, verdict, view.components_frame(data["components"]), hint, suggestions, *buttons,
-                notes, "", "", data["device_memory"])
+                notes, "", "", dict(data["device_memory"], typed=True) if typed else data["device_memory"])
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of
@@ -431,7 +448,7 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
                    progress=None) -> dict:
     """The estimate of `python -m pipeline estimate --json` for the app: one call to
     `pipeline.memory.estimate_for_workspace`, the same function the command line prints, so the two
-    cannot drift. `memory_gb` is the "Memory budget (GiB)" field: 0 or empty means the real device.
+    cannot drift. `memory_gb` is the "The machine's memory (GB)" field: 0 or empty means the real device.
     `progress` hears a calibration's parts and phases (`measure`).
     """
     from pipeline import memory
@@ -464,8 +481,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             machine = gr.Dropdown(list(MACHINE_CHOICES), value=THIS_COMPUTER, label="Machine", elem_id="machine",
                                   info="This computer, a typical GPU or Mac, or type the memory of another machine.",
                                   scale=2)
-            memory_gb = gr.Number(value=0, label="Memory budget (GiB)", visible=False, elem_id="memory-gb",
-                                  info="The machine's memory in GB as its system reports it; 0: this computer's.")
+            memory_gb = gr.Number(value=0, label="The machine's memory (GB)", visible=False, elem_id="memory-gb",
+                                  info="As its box or system says it (they count GB in GiB); 0: this computer's.")
             estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate", scale=0, min_width=160)
         memory_gb_message = gr.Markdown(elem_id="memory-gb-message", elem_classes=["field-message"])
         verdict_out = gr.Markdown(elem_id="verdict")
@@ -595,7 +612,8 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
         show_progress="hidden").then(
         handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden").then(
         handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs], outputs=memory.estimate_outputs))
-    then_plan(memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
+    then_plan(memory.estimate_button.click(handlers.estimate_picked, inputs=[memory.machine, *estimate_inputs],
+                                           outputs=memory.estimate_outputs))
     then_plan(memory.detect_button.click(handlers.detect_and_estimate, inputs=[memory.machine, *estimate_inputs],
                                          outputs=memory.estimate_outputs))
     if restored is None:

@@ -57,11 +57,15 @@ def model_words(model: str) -> str:
     return text.replace("\\", "/").split("/")[-1] or text
 
 
-def machine_words(device_asked: str, device: str, memory_gb: float | None) -> str:
+def machine_words(device_asked: str, device: str, memory_gb: float | None, *, typed: bool = False) -> str:
     """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
     unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
-    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports)."""
+    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports); `typed`: the budget
+    was typed for "another machine" ("another machine with 20 GB (an NVIDIA GPU)")."""
     gb = float(memory_gb or 0)
+    if typed and gb:
+        kind = {"cuda": "an NVIDIA GPU", "mps": "a Mac's GPU", "cpu": "training on the CPU"}.get(device, device)
+        return f"another machine with {gb:g} GB ({kind})"
     kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
     if not gb:
         return f"this computer ({kind})"

@@ -27,7 +27,7 @@ SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     # flag (without --): (widget label as shown, where it is, on/off setting)
     "model": ("Model", "top of the page", False),
     "device": ("Device", "Memory tab", False),
-    "memory-gb": ("Memory budget (GiB)", "Memory tab", False),
+    "memory-gb": ("The machine's memory (GB)", "Memory tab", False),
     "quantization": ("Quantization", "Memory tab", False),
     "lora-rank": ("LoRA rank r", "Memory tab", False),
     "lora-targets": ("LoRA on", "Memory tab", False),
