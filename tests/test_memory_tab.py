@@ -241,3 +241,28 @@ def test_the_plan_table_says_the_picked_model_has_no_row_when_it_has_none():
     tiny = memory_view.plan_markdown(result, current={"model": "/ws/models/tiny-gemma3n", "quantization": "none"})
     assert "(your settings)" not in tiny and "the row of the settings you picked" not in tiny
     assert "the model you picked (tiny-gemma3n) has no row" in tiny
+
+
+def test_the_calibration_panel_shows_every_phase_of_its_part_with_its_time(tmp_path):
+    """Issue 32 (a new user's pass): the panel showed only the phase of the moment, and a 2-s poll could miss
+    the tiny model's short "longest batch". The progress record keeps the part's phases with their seconds
+    (`phases_so_far`), and the panel shows the done ones: "loading the model ✓ 14 s · the longest batch ✓ 2 s ·
+    one measured step …"."""
+    from pipeline.memory.calibration_job import phases_so_far
+
+    seen: list[dict] = []
+    t0 = 1_000_000.0
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "load"}, t0)
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "step"}, t0 + 5)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": None}, t0 + 9)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "load"}, t0 + 10)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "load"}, t0 + 20)  # the same phase again
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "batch"}, t0 + 24)
+    record = phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "step"}, t0 + 26)
+    assert [p["phase"] for p in record["phases"]] == ["load", "batch", "step"], "this part's phases only"
+    assert [p.get("seconds") for p in record["phases"]] == [14.0, 2.0, None]
+    assert seen[1]["seconds"] == 4.0, "a part's last phase ends when the next part begins"
+    ui = TutorApp(tmp_path / "ws")
+    step = {"part": "yours", "index": 4, "of": 4, "phase": "step", **record}
+    text = ui.memory.calibration_progress({"progress": step, "started_at": t0}, now=t0 + 30)
+    assert "loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step …" in text, text

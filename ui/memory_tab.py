@@ -371,9 +371,10 @@ class MemoryHandlers:
         return text, gr.Timer(active=True)
 
     def calibration_progress(self, status: dict, now: float | None = None) -> str:
-        """The running calibration's part and phase in words, with the time since it started (Markdown):
-        "⏳ Calibrating this computer · part 2 of 4: a short trial with the offline test model · loading the
-        model (1 min 05 s so far)"."""
+        """The running calibration's part and its phases in words, the done ones with their time, with the time
+        since it started (Markdown): "⏳ Calibrating this computer · part 4 of 4: one training step of your
+        settings · loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step … (1 min 05 s so
+        far)"."""
         import time
 
         from pipeline.units import format_seconds
@@ -382,6 +383,11 @@ class MemoryHandlers:
         part = CALIBRATION_PART_WORDS.get(step.get("part"), "starting")
         phase = step.get("phase")
         phase_words = f" · {PROBE_PHASE_WORDS[phase]}" if phase in PROBE_PHASE_WORDS and phase else ""
+        shown = [entry for entry in step.get("phases") or [] if entry.get("phase") in PROBE_PHASE_WORDS]
+        if shown:  # every phase of this part so far: the done ones with their time (a short one is not missed)
+            phase_words = " · " + " · ".join(
+                f"{PROBE_PHASE_WORDS[entry['phase']]} ✓ {format_seconds(entry['seconds'])}" if "seconds" in entry
+                else f"{PROBE_PHASE_WORDS[entry['phase']]} …" for entry in shown)
         where = f" · part {step['index']} of {step['of']}: {part}" if step.get("index") else " · starting"
         since = status.get("started_at")
         clock = f" ({format_seconds((now or time.time()) - since)} so far)" if since else ""

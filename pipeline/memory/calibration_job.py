@@ -6,7 +6,8 @@ The Memory tab's **Calibrate this machine** starts `python -m pipeline calibrati
 one step of the teacher's settings) and writes, like an evaluation job (`pipeline.tutor.eval_jobs`):
 
     WS/calibration/job.json       what was asked: {"settings" (a `TrainConfig` dict), "elsewhere", "created_at"}
-    WS/calibration/progress.json  the part and phase now: `calibrate`'s progress dict + "updated_at"
+    WS/calibration/progress.json  the part and phase now: `calibrate`'s progress dict + "updated_at" and the
+                                  part's phases so far with their seconds ("phases", `phases_so_far`)
     WS/calibration/result.json    written last: {"status": completed | failed, "reason", "measured",
                                   "step_bytes", "total_bytes", "settings", "finished_at"}
     WS/calibration/pid.json, process.log   `pipeline.jobs`
@@ -50,7 +51,8 @@ def calibration_status(workspace: Workspace | str | os.PathLike) -> dict[str, An
 
     Returns:
         `{"state": "running" | "completed" | "failed" | "not_started", "alive" (its process runs),
-        "progress" (the last progress.json: `part`, `index`, `of`, `phase`, `text`, `updated_at`; {}),
+        "progress" (the last progress.json: `part`, `index`, `of`, `phase`, `text`, `updated_at`, `phases`
+        (`phases_so_far`); {}),
         "result" (result.json, or None), "settings" and "elsewhere" (job.json's), "started_at" (unix s, or
         None), "job_dir"}`. A process that ended without writing its result is `failed`, with a `reason`.
     """
@@ -107,6 +109,23 @@ def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[s
         return dict(calibration_status(ws), started=True)
 
 
+def phases_so_far(seen: list[dict], step: dict, now: float) -> dict:
+    """Record `step` (a `calibrate` progress dict: `part`, `phase`) in `seen`, the phases met so far in order,
+    and return the progress record's `updated_at` (`now`, unix seconds) and `phases`: the current part's
+    phases, each `{"phase", "at"}` plus `seconds` (how long it took, 0.1 s) once the next one began. A phase
+    shorter than the app's poll (the tiny model's longest batch: about 2 s) is kept, so the panel shows it done
+    even when no read fell inside it."""
+    part, phase = step.get("part"), step.get("phase")
+    if phase and (not seen or (seen[-1]["part"], seen[-1]["phase"]) != (part, phase)):
+        if seen and "seconds" not in seen[-1]:
+            seen[-1]["seconds"] = round(now - seen[-1]["at"], 1)
+        seen.append({"part": part, "phase": phase, "at": now})
+    elif not phase and seen and seen[-1]["part"] != part and "seconds" not in seen[-1]:
+        seen[-1]["seconds"] = round(now - seen[-1]["at"], 1)  # a new part began: the last phase is done
+    current = [{key: value for key, value in entry.items() if key != "part"} for entry in seen if entry["part"] == part]
+    return {"updated_at": now, "phases": current}
+
+
 def run_calibration(workspace: Workspace | str | os.PathLike) -> dict[str, Any]:
     """The job process's work: `estimate_for_workspace(measure=True)` for job.json's settings (which holds the
     calibration lock, `pipeline.memory.calibrate.hold_calibration`), its progress written to progress.json; returns the result.json it writes last
@@ -118,8 +137,10 @@ def run_calibration(workspace: Workspace | str | os.PathLike) -> dict[str, Any]:
     folder = job_folder(ws)
     job = jobs.read_json(folder / JOB_FILES["job"]) or {}
 
+    seen: list[dict] = []  # every phase seen, in order: {"part", "phase", "at", "seconds" once the next began}
+
     def progress(step: dict) -> None:
-        atomic_write_json(folder / JOB_FILES["progress"], dict(step, updated_at=time.time()))
+        atomic_write_json(folder / JOB_FILES["progress"], dict(step, **phases_so_far(seen, step, time.time())))
 
     def finish(result: dict) -> dict:
         result = dict(result, settings=job.get("settings") or {}, finished_at=time.time())
