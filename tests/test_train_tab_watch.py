@@ -268,6 +268,32 @@ def test_a_resumed_run_keeps_its_peak_and_estimate_and_says_it_loads_again(tmp_p
     assert "about 47 s left" not in view.run_progress_html(run, expected_load_s=None)
 
 
+def test_an_ended_runs_estimate_beside_the_memory_tabs_says_what_differs(tmp_path, monkeypatch):
+    """Issue 32 (a new user's pass): Memory said "needs about 1.04 GiB", the 3-pass run with the same settings
+    "the estimate for the whole run, made when it started, was 1.05 GiB". The same computation
+    (`run_estimate` is `estimate_for_workspace`'s; passes change nothing), made at two moments: each run adds
+    its measurements to this computer's calibration. Once the run has ended, its panel says the figure the
+    Memory tab gives now and why it differs."""
+    from pipeline.memory import run_compare
+
+    gib = 2**30
+    ui = TutorApp(tmp_path / "ws")
+    run_dir = ui.ws.run_dir("t3n-b")
+    run_dir.mkdir(parents=True)
+    config = common.config_from_values(_settings("google/gemma-3n-E2B-it", epochs=3)).to_dict()
+    (run_dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    estimate = {"total_bytes": int(1.05 * gib), "step_bytes": int(1.0 * gib), "run_peak_phase": "step", "device": "cpu"}
+    memory = {"phase_peak_bytes": {"step": int(1.03 * gib)}, "peak_phase": "step", "peak_bytes": int(1.03 * gib)}
+    (run_dir / "result.json").write_text(json.dumps({"status": "completed", "memory": memory, "memory_estimate": estimate,
+                                                     "finished_at": 1.0}))
+    monkeypatch.setattr(run_compare, "run_estimate", lambda *a, **k: {"total_bytes": int(1.04 * gib)})
+    panel = ui.poll("t3n-b", -1)[2]
+    assert "was 1.05 GiB" in panel and "the Memory tab now estimates 1.04 GiB for the same settings" in panel, panel
+    assert "measured since" in panel
+    monkeypatch.setattr(run_compare, "run_estimate", lambda *a, **k: {"total_bytes": int(1.0501 * gib)})
+    assert "Memory tab now" not in TutorApp(tmp_path / "ws").poll("t3n-b", -1)[2], "one figure: nothing to explain"
+
+
 def test_events_before_the_page_restored_its_settings_neither_show_nor_save_the_defaults(tmp_path):
     """A reloaded page starts with the widgets' defaults (adamw); a tab click or a change event that runs
     before `restore_settings` has filled them in must not overwrite the saved settings (adafactor)."""

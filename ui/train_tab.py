@@ -49,6 +49,7 @@ class TrainHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
+        self._today: dict[tuple, int | None] = {}  # (run, end) -> its estimate now (`_today_estimate`)
         self._loads: dict[tuple, float | None] = {}  # (run, process start) -> measured loading here (`_expected_load`)
 
     @property
@@ -240,7 +241,7 @@ class TrainHandlers:
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
-            view.run_memory_markdown(run),
+            view.run_memory_markdown(run, self._today_estimate(run)),
             readable_log(run.log_tail, LOG_LINES, here=self.here),
             view.failure_markdown({"status": run.state, "reason": app_wording(run.reason, here=self.here),
                                    "suggestions": [not_here(line, self.here) for line in app_lines((run.result or {}).get("suggestions") or [])]}),
@@ -255,6 +256,26 @@ class TrainHandlers:
             self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
             view.ended_line(run.run, run.state) if not alive else gr.skip(),
         )
+
+    def _today_estimate(self, run) -> int | None:
+        """The whole run's estimate in bytes for an ended run's settings on its device now
+        (`pipeline.memory.run_compare.run_estimate`, this computer's calibration as the Memory tab uses it,
+        grown by the run's own measurements since its estimate was made), computed once per ended run; None
+        while it runs, or when it cannot be estimated."""
+        from pipeline.config import TrainConfig
+        from pipeline.memory.run_compare import run_estimate
+
+        device = (run.estimate or {}).get("device")
+        if run.alive or not run.settings or device not in ("cpu", "cuda", "mps"):
+            return None
+        key = (run.run, (run.result or {}).get("finished_at"))
+        if key not in self._today:
+            try:
+                today = run_estimate(self.ws, TrainConfig.from_dict(run.settings), device, on_error=lambda error: None)
+            except PipelineError:
+                today = None
+            self._today[key] = (today or {}).get("total_bytes")
+        return self._today[key]
 
     def _expected_load(self, run) -> float | None:
         """Seconds loading took here before for the watched run's model and precision, or None: measured by

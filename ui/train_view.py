@@ -315,13 +315,15 @@ PHASE_WORDS = {"load": "loading", "preflight": "the trial step on the longest ba
 
 
 def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
-                          running: bool = False) -> str:
+                          running: bool = False, today_bytes: int | None = None) -> str:
     """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
     the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
     with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
     estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
     figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
-    finished, so the measured peak covers only the phases reached so far."""
+    finished, so the measured peak covers only the phases reached so far. `today_bytes`: the whole run's
+    estimate for the same settings now (the Memory tab's figure: this computer's calibration has grown since,
+    this run's measurements included), said beside the run's own when the two show different figures."""
     from pipeline.memory.run_compare import compare
 
     comparison = compare(memory, estimate)
@@ -338,6 +340,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
             text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
         if measured and gib_difference(measured, total):
             text += f": measured, {gib_difference(measured, total)}"
+        if today_bytes and format_gib(today_bytes) != format_gib(total):
+            text += (f". With what this computer has measured since (this run included), the Memory tab now "
+                     f"estimates {format_gib(today_bytes)} for the same settings")
     lines = [text + "."]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
@@ -382,10 +387,11 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
             f"{plural(last['clips'], 'test recording')} in {format_seconds(last['seconds'])}.")
 
 
-def run_memory_markdown(run: Any) -> str:
+def run_memory_markdown(run: Any, today_bytes: int | None = None) -> str:
     """The memory panel of the run being watched (a `RunReading`): with `--keep-best` the step it keeps
-    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`)."""
-    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive)
+    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`, with
+    `today_bytes`, the Memory tab's estimate for its settings now)."""
+    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive, today_bytes=today_bytes)
     kept = kept_markdown(run.rows, run.result or {})
     return f"{kept}\n\n{memory}" if kept else memory
 
