@@ -248,6 +248,34 @@ def test_the_memory_tab_and_a_runs_estimate_are_one_computation(app):
     assert len(figures) == 1, figures
 
 
+def test_how_sure_says_where_the_measurements_come_from_and_the_last_calibration_returns(app):
+    """Issue 32 (a new user's pass): before this project calibrated anything, How sure said "calibrated on this
+    computer ... (27 measurements ... 4 of them in another project folder on this computer)"; after calibrating
+    and reloading, the line under Calibrate was empty. Before this project measured anything, the words say
+    the measurements are from before and elsewhere; the last calibration's result comes back with the answer."""
+    from pipeline.memory.calibration_job import JOB_FILES, job_folder
+
+    data = {"calibration": {"date": "2026-12-02T10:00", "n_measurements": 27,
+                            "places": {"here": 0, "elsewhere": 4, "unknown": 23}}, "uncertainty_percent": 3}
+    words = memory_view.how_sure(data, offer=True)
+    assert "calibrated on this computer" not in words and "nothing was measured in this project yet" in words, words
+    assert "27 measurements" in words and "Calibrate this machine" in words, words
+    data["calibration"]["places"] = {"here": 5, "elsewhere": 4, "unknown": 18}
+    assert "calibrated on this computer on 2026-12-02" in memory_view.how_sure(data)
+    # A finished calibration of these settings: a reopened page's answer shows its result again.
+    values = _page_values(device="cpu")
+    config = common.config_from_values([values[n] for n in common.CONFIG_FIELDS]).replace(device="auto")
+    folder = job_folder(app.ws)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / JOB_FILES["job"]).write_text(json.dumps({"settings": config.to_dict()}))
+    (folder / JOB_FILES["result"]).write_text(json.dumps({"status": "completed", "settings": config.to_dict(),
+                                                          "measured": {"peak_bytes": 3 * 2**30}}))
+    measured = _ask_app(app, 0, values)[-2]
+    assert "3.00 GiB" in measured, measured
+    assert _ask_app(app, 0, _page_values(device="cpu", lora_rank=8))[-2] == "", "other settings: not its figure"
+    assert _ask_app(app, 16, values)[-2] == "", "another machine: not this computer's measurement"
+
+
 def test_a_calibrated_estimate_says_so(app, capsys):
     """The estimate's `calibration` keys (branch i19cal) are shown when the report has them."""
     data = _ask_cli(app.ws, capsys, "--device", "cpu", "--memory-gb", "16")

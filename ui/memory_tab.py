@@ -323,7 +323,28 @@ class MemoryHandlers:
                 buttons.append(gr.Button(visible=False))
         hint = view.suggestions_markdown(suggestions, data["verdict"])
         return (figure, verdict, view.components_frame(data["components"]), hint, suggestions, *buttons,
-                notes, "", "", dict(data["device_memory"], typed=True) if typed else data["device_memory"])
+                notes, "", "" if memory_gb else self.last_calibration_text(data),
+                dict(data["device_memory"], typed=True) if typed else data["device_memory"])
+
+    def last_calibration_text(self, data: dict) -> str:
+        """The measured panel for an answer about this computer (`data`, `estimate_for_workspace`'s dict): the
+        last calibration's measured peak against this answer's step (`view.measured_markdown`) when it measured
+        these settings, so a reopened page shows it again; "" when there is none, it failed or is running, or it
+        measured other settings (its figure would be about them)."""
+        from pipeline.memory.calibration_job import calibration_status
+
+        status = calibration_status(self.ws)
+        result = status["result"] or {}
+        if status["alive"] or status["state"] != "completed":
+            return ""
+        if {**(result.get("settings") or {}), "device": "auto"} != {**(data.get("settings") or {}), "device": "auto"}:
+            return ""
+        measured = result.get("measured") or {}
+        peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
+        if not peak:
+            return ""
+        step = data.get("step_bytes") or data["total_bytes"]
+        return view.measured_markdown(peak, step, measured)
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from pipeline.memory.budget import FIT_FRACTION
-from pipeline.units import GIB, format_bytes, format_gib, gib_difference, gib_minus
+from pipeline.units import GIB, format_bytes, format_gib, gib_difference, gib_minus, plural
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -144,7 +144,13 @@ def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
     percent = data.get("uncertainty_percent")
     if calibration:
         count = calibration.get("n_measurements", "?")
-        where = elsewhere_words(calibration.get("places"), count if isinstance(count, int) else 0)
+        places = calibration.get("places") or {}
+        if places and not places.get("here") and isinstance(count, int):  # nothing measured in this project yet
+            return (f"**How sure:** from what this computer measured before, for other projects and the app's own "
+                    f"trials ({plural(count, 'measurement')}, the last on {str(calibration.get('date', '?'))[:10]}, "
+                    f"each within {percent or 1} % of its estimate); nothing was measured in this project yet"
+                    + (": **Calibrate this machine** (below) measures these settings here." if offer else "."))
+        where = elsewhere_words(places, count if isinstance(count, int) else 0)
         return (f"**How sure:** calibrated on this computer on {str(calibration.get('date', '?'))[:10]} "
                 f"({count} measurement{'s' if count != 1 else ''}, each within {percent or 1} % of its estimate"
                 f"{'; ' + where if where else ''}).")
