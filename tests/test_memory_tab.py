@@ -266,3 +266,21 @@ def test_the_calibration_panel_shows_every_phase_of_its_part_with_its_time(tmp_p
     step = {"part": "yours", "index": 4, "of": 4, "phase": "step", **record}
     text = ui.memory.calibration_progress({"progress": step, "started_at": t0}, now=t0 + 30)
     assert "loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step …" in text, text
+
+
+def test_the_calibrations_forecast_is_this_computers_last_one(tmp_path):
+    """Issue 32 (a new user's pass): the calibration took ~1.5 min against "about 3" (a figure for another
+    computer). The panel now says how long the last calibration took here (`last_calibration_seconds`)."""
+    from pipeline.memory.calibration_job import last_calibration_seconds
+
+    done = {"state": "completed", "created_at": 1000.0, "result": {"finished_at": 1092.0}}
+    assert last_calibration_seconds(done) == 92.0
+    assert last_calibration_seconds({"state": "failed", "last_seconds": 80.0, "result": {}}) == 80.0
+    assert last_calibration_seconds({"state": "not_started", "result": None}) is None
+    ui = TutorApp(tmp_path / "ws")
+    text = ui.memory.calibration_progress({"progress": {}, "started_at": 1000.0, "last_seconds": 92.0}, now=1030.0)
+    assert "30 s so far, of about 1 min 32 s last time here" in text, text
+    assert "last time" not in ui.memory.calibration_progress({"progress": {}, "started_at": 1000.0}, now=1030.0)
+    from ui.memory_tab import CALIBRATE_NOTE
+
+    assert "about 3" not in CALIBRATE_NOTE and "2-core" not in CALIBRATE_NOTE

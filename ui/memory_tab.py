@@ -67,9 +67,9 @@ PLAN_WORKING = ("⏳ Working out what fits this machine: each model, four ways t
 
 CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatever machine is picked above: a check "
                   "of its number formats, two short trials with the offline test model, then one real training step "
-                  "of your settings, compared with the estimate. It takes a few minutes (about 3 on a 2-core computer "
-                  "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the line under it shows each part, and "
-                  "it goes on if you close or reload the page.")
+                  "of your settings, compared with the estimate. It takes a few minutes; the line under it shows each part, "
+                  "and from the second time on how long the last one took here. It goes on if you close or reload "
+                  "the page.")
 CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
 """The answer's place while a calibration runs (after the click, or a page reopened during one)."""
 RESTORING = "Your saved settings are still loading: click **Estimate** for the answer in a moment."
@@ -411,7 +411,9 @@ class MemoryHandlers:
                 else f"{PROBE_PHASE_WORDS[entry['phase']]} …" for entry in shown)
         where = f" · part {step['index']} of {step['of']}: {part}" if step.get("index") else " · starting"
         since = status.get("started_at")
-        clock = f" ({format_seconds((now or time.time()) - since)} so far)" if since else ""
+        last = status.get("last_seconds")
+        of = f", of about {format_seconds(last)} last time here" if last else ""
+        clock = f" ({format_seconds((now or time.time()) - since)} so far{of})" if since else ""
         return (f"⏳ **Calibrating this computer**{where}{phase_words}{clock}. It goes on if you close or reload "
                 "this page; the answer above is refreshed when it is done.")
 

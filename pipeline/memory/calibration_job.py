@@ -53,8 +53,9 @@ def calibration_status(workspace: Workspace | str | os.PathLike) -> dict[str, An
         `{"state": "running" | "completed" | "failed" | "not_started", "alive" (its process runs),
         "progress" (the last progress.json: `part`, `index`, `of`, `phase`, `text`, `updated_at`, `phases`
         (`phases_so_far`); {}),
-        "result" (result.json, or None), "settings" and "elsewhere" (job.json's), "started_at" (unix s, or
-        None), "job_dir"}`. A process that ended without writing its result is `failed`, with a `reason`.
+        "result" (result.json, or None), "settings", "elsewhere", "created_at" and "last_seconds" (job.json's:
+        how long the calibration before it took, `last_calibration_seconds`), "started_at" (unix s, or None),
+        "job_dir"}`. A process that ended without writing its result is `failed`, with a `reason`.
     """
     folder = job_folder(workspace)
     job = jobs.read_json(folder / JOB_FILES["job"]) or {}
@@ -72,7 +73,20 @@ def calibration_status(workspace: Workspace | str | os.PathLike) -> dict[str, An
         state = "not_started"
     return {"state": state, "alive": process.alive, "progress": jobs.read_json(folder / JOB_FILES["progress"]) or {},
             "result": result if isinstance(result, dict) else None, "settings": job.get("settings") or {},
-            "elsewhere": job.get("elsewhere") or "", "started_at": process.started_at, "job_dir": str(folder)}
+            "elsewhere": job.get("elsewhere") or "", "started_at": process.started_at, "job_dir": str(folder),
+            "created_at": job.get("created_at"), "last_seconds": job.get("last_seconds")}
+
+
+def last_calibration_seconds(status: dict[str, Any]) -> float | None:
+    """How long the calibration before this one took here, in seconds (`calibration_status` of the job
+    folder before a new start): its measured time from its job's creation to its result when it completed,
+    else what the one before it measured (job.json's `last_seconds`); None when none completed yet. The
+    forecast of the next one comes from this computer, not from a figure for another."""
+    result = status.get("result") or {}
+    created = status.get("created_at")
+    if status.get("state") == "completed" and result.get("finished_at") and created:
+        return round(float(result["finished_at"]) - float(created), 1)
+    return status.get("last_seconds")
 
 
 def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[str, Any], *, elsewhere: str = "",
@@ -100,10 +114,12 @@ def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[s
         if holder is not None:
             raise TrainingError(f"This computer is being calibrated already (process {holder.get('pid')}, from "
                                 "another window or the command line); wait for it to end, then estimate again.")
+        last = last_calibration_seconds(status)
         for name in ("progress", "result", "cancel"):
             (folder / JOB_FILES[name]).unlink(missing_ok=True)
         atomic_write_json(folder / JOB_FILES["job"], {"settings": dict(settings, device="auto"),
-                                                      "elsewhere": elsewhere, "created_at": time.time()})
+                                                      "elsewhere": elsewhere, "created_at": time.time(),
+                                                      "last_seconds": last})
         command = [python or sys.executable, "-m", "pipeline", "calibration-job", "run", "--workspace", str(ws.root)]
         jobs.start(folder, command, env=jobs.job_env())
         return dict(calibration_status(ws), started=True)
