@@ -123,7 +123,9 @@ def test_the_log_box_shows_the_last_lines_readably():
     assert len(lines) == 4 and lines[-1] == "11:00:58  Run t1 completed at step 3."
     assert lines[0].startswith("10:59:57  Preflight on the longest batch: batch rows 000050122")
     assert "peak memory 1.01 GiB" in lines[0] and "memory (RAM) it held at once" in lines[0]
-    assert "loss 7.629" in lines[1] and "grad norm 6.159" in lines[1]
+    assert lines[1] == "11:00:20  step 1 of 3: loss 7.629, memory so far 1.03 GiB, about 40 s left", lines[1]
+    # Issue 32: the learning rate and gradient norm are the engineer's (they stay in train.log).
+    assert "grad" not in text and " lr " not in text and "eta" not in text
     for raw in ("INFO", "pipeline.training", "{", "cpu_max_rss", "it/s", "2026-11-30", "7.628849506378174"):
         assert raw not in text, raw
     first = readable_log(TRAIN_LOG, lines=2_000).splitlines()
@@ -137,7 +139,7 @@ def test_the_log_box_gives_memory_in_the_panels_unit():
     trainer's own line now."""
     text = readable_log(TRAIN_LOG, lines=2_000)
     assert "MiB" not in text
-    assert "peak 1.03 GiB" in text and "peak 1.06 GiB" in text
+    assert "memory so far 1.03 GiB" in text and "memory so far 1.06 GiB" in text
     small = readable_log('2026-11-30 10:59:57,948 INFO pipeline.training.train: Preflight on the longest batch: '
                          '{"peak_memory_bytes": 1021000000, "memory_kind": "cpu_max_rss"}')
     assert "peak memory 0.95 GiB" in small and "MiB" not in small
