@@ -163,7 +163,7 @@ def test_the_trainers_step_line_gives_its_peak_in_gib(tmp_path, caplog):
     with caplog.at_level("INFO", logger="pipeline.training.train"):
         callback.on_log(None, state, None, logs={"loss": 7.6, "learning_rate": 2e-4, "grad_norm": 6.1})
     assert "peak so far 1.00 GiB eta" in caplog.text and "MiB" not in caplog.text
-    assert "peak so far 1.00 GiB" in readable_log(caplog.records[-1].getMessage())
+    assert "memory so far 1.00 GiB" in readable_log(caplog.records[-1].getMessage())
 
 
 def test_failure_and_log_use_the_apps_words():

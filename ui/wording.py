@@ -268,12 +268,12 @@ def _step_words(message: str) -> str | None:
             peak = format_gib(float(peak.split()[0]) * MIB)
         parts = [f"loss {format_loss(float(loss))}" if _is_number(loss) else None,
                  f"memory so far {peak}" if peak != "–" else None,
-                 f"about {format_seconds(float(eta))} left" if _is_number(eta) else None]
+                 f"about {format_seconds(float(eta))} left" if _is_number(eta) and float(eta) > 0 else None]
         return f"step {step} of {steps}: " + ", ".join(part for part in parts if part)
     match = _EVAL_LINE.match(message.strip())
     if match:
         step, steps, loss = match.groups()
-        return f"step {step} of {steps}: loss on the test recordings {format_loss(float(loss))}"
+        return f"step {step} of {steps}: eval loss {format_loss(float(loss))}"  # the chart's and panel's word
     return None
 
 
