@@ -284,3 +284,28 @@ def test_the_calibrations_forecast_is_this_computers_last_one(tmp_path):
     from ui.memory_tab import CALIBRATE_NOTE
 
     assert "about 3" not in CALIBRATE_NOTE and "2-core" not in CALIBRATE_NOTE
+
+
+def test_every_suggestion_leads_with_a_teachers_words(monkeypatch):
+    """Issue 32 (a new user's pass): "What else fits" showed "(8-bit AdamW) (cost: none in practice (bitsandbytes;
+    same results))", "LoRA adapter", "QLoRA", "frozen audio encoder" with no words first. Every change a
+    suggestion or a plan row can name says what it does first; the field's term follows in brackets."""
+    from pipeline.config import TrainConfig
+    from pipeline.memory import search
+    from pipeline.memory.inputs import LengthStats
+
+    monkeypatch.setattr(search, "heap_can_follow_live_tensors", lambda: True)
+    jargon = ("LoRA", "AdamW", "bitsandbytes", "encoder", "embeddings", "accumulation", "Batch size", "gradient",
+              "Adafactor", "dropout")
+    configs = [TrainConfig(model="google/gemma-3n-E2B-it", device=device, finetuning_type=kind, batch_size=4,
+                           lora_targets=targets, quantization="none", gradient_checkpointing=False)
+               for device in ("cpu", "cuda") for kind in ("full", "lora") for targets in ("language", "language+audio")]
+    for config in configs:
+        for move in search._candidate_moves(config, LengthStats(400, 10.0), config.device):
+            lead = move.what.split(" (")[0]
+            for term in jargon:
+                assert term not in lead, (term, move.what)
+            assert "bitsandbytes" not in move.cost and "(" not in move.cost, move.cost
+    note = memory_view.PLAN_KIND_NOTE
+    for term in ("LoRA adapter", "QLoRA"):
+        assert f"(a {term})" in note or f": {term})" in note, (term, note)

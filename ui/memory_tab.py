@@ -85,8 +85,8 @@ PROBE_PHASE_SHARE = {None: 0.0, "load": 0.05, "batch": 0.6, "step": 0.8, "shapes
 
 SETTING_INFO = {
     "device": "Where training runs. The machine above sets it; pick one here to ask about another device.",
-    "quantization": "How the model's weights are stored: 4bit (NF4) takes about a quarter of the memory of none "
-                    "(bf16) for the text model; quality stays close (QLoRA); speed depends on the device.",
+    "quantization": "How the model is stored: 4bit takes about a quarter of the memory of none (full size) for "
+                    "the text model, with quality close to it; speed depends on the device (technically: NF4, QLoRA).",
     "lora_rank": "How much the tutor can change: a higher rank learns more, for a little more memory and time.",
     "lora_targets": "language: the tutor learns how to answer; language+audio also how to listen "
                     "(more memory, slower steps).",

@@ -431,9 +431,9 @@ PLAN_KIND_WORDS = {("full", "none"): "every weight", ("lora", "none"): "add-on, 
 the terms): no number format, since the format is the machine's (the answer's Why? says which)."""
 
 PLAN_KIND_NOTE = ("*Every weight*: a full fine-tune, estimated only (training here trains an add-on), to show whether "
-                  "one would fit. *Add-on*: a LoRA adapter, a small set of extra weights trained beside the model, "
-                  "which stays as it is. *8-bit* and *4-bit* (QLoRA) models are stored smaller, for slower steps and "
-                  "a small loss of quality.")
+                  "one would fit. *Add-on*: a small set of extra weights trained beside the model, which stays as it "
+                  "is (a LoRA adapter). *8-bit* and *4-bit* models are stored smaller, for slower steps and a small "
+                  "loss of quality (4-bit with an add-on: QLoRA).")
 """The words under the plan table: what its kinds of fine-tune are, with the field's terms."""
 
 ESTIMATE_ONLY_MARK = "†"
