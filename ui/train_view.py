@@ -235,7 +235,7 @@ def started_line(run: str, *, resumed: bool = False, picked_up: bool = False) ->
     once it ends (the watcher's tick)."""
     if picked_up:
         return f"Picked up **{run}**, still training on its own; the progress below follows it."
-    what = "Continued" if resumed else "Started"
+    what = "Resumed" if resumed else "Started"
     return (f"{what} **{run}**{' from its last checkpoint' if resumed else ''}: it trains on its own, so you can "
             "close this page and come back; the progress below follows it.")
 
