@@ -102,7 +102,7 @@ def build_ui(app: TutorApp, logins: bool = False) -> gr.Blocks:
 
         # The run lists: the Past runs table, the run to resume, and the Try tab's run.
         run_lists = [train.runs_df, train.resume_choice, tryout.run]
-        poll_outputs = [*train.poll_outputs, *run_lists, train.headline, train.settings_note]
+        poll_outputs = [*train.poll_outputs, *run_lists, train.headline, train.settings_note, train.train_status]
         train.start_button.click(app.train.start_training, inputs=[train.run_name, *setting_widgets],
                                  outputs=train.started).then(app.train.headline, inputs=model, outputs=train.headline,
                                                              show_progress="hidden")

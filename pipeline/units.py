@@ -40,6 +40,14 @@ def format_gib(n: float | int | None) -> str:
     return f"{float(n) / GIB:.2f} GiB"
 
 
+def gib_minus(a: float | int, b: float | int) -> str:
+    """`a - b` bytes in GiB as the two `format_gib` figures shown beside it subtract: each rounded to 0.01 GiB
+    first, so a line "X = Y minus Z" or "Y, of which Z ... adds X" adds up on screen (18.49 = 20.84 minus
+    2.35, never 18.48 beside them)."""
+    shown = round(float(a) / GIB, 2) - round(float(b) / GIB, 2)
+    return f"{shown + 0.0:.2f} GiB"
+
+
 def gib_difference(measured: float | int | None, estimate: float | int | None) -> str:
     """How a measured figure compares with its estimate, in words that agree with the two `format_gib` figures
     shown beside it: "the same to 0.01 GiB" when both show the same figure, else "2 % more" / "3 % less" (the

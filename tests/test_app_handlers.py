@@ -402,7 +402,7 @@ def test_a_failed_run_shows_the_reason_in_the_train_tab(tmp_path, tiny_model_dir
         weights.write_bytes(weights.read_bytes()[:64])
     ui.start_training("broken", *_settings(str(damaged)))
     assert wait_for_run(ui.ws, "broken", timeout_s=180)["state"] == "failed"
-    progress, curves, memory, log, failure, seen, timer, table, resume, try_run, headline, next_run = ui.poll("broken", -1)
+    progress, curves, memory, log, failure, seen, timer, table, resume, try_run, headline, next_run, status = ui.poll("broken", -1)
     assert "failed" in progress and "Training failed" in failure and "damaged-model" in failure, failure
     assert timer.active is False and list(table["run"]) == ["broken"] and "failed" in list(table["state"])[0]
 

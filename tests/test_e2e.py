@@ -154,18 +154,18 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     assert elapsed == sorted(elapsed), f"the clock went back: {elapsed}"
     assert loading and elapsed[-1] >= loading[-1], f"the clock leaves out the loading: {elapsed} after {loading}"
     wait_text(page, "#train-progress", r"step \d+ of 60", timeout_s=240)
-    wait_text(page, "#log-tail", r"step \d+/60 loss", timeout_s=60)
+    wait_text(page, "#log-tail", r"step \d+ of 60: loss", timeout_s=60)
     page.wait_for_selector("#loss-plot img")
     shot(page, "4-train-running")
     _step("progress seen")
     page.reload()  # a reloaded page re-attaches to the running job
     page.wait_for_selector("#load-pack")
     open_tab(page, "4 · Train")
-    wait_text(page, "#train-status", r"Re-attached to the running job e2e-run", timeout_s=60)
+    wait_text(page, "#train-status", r"Picked up e2e-run, still training", timeout_s=60)
     wait_text(page, "#train-progress", r"e2e-run · step \d+ of 60", timeout_s=60)
     # The settings (grad accumulation 1 typed on the Memory tab; the Train tab's summary of the next run)
     # and the tiny model survive the reload.
-    wait_text(page, "#settings-summary", r"1 step per update", timeout_s=30)
+    wait_text(page, "#settings-summary", r"1 recording per step", timeout_s=30)
     assert "tiny-gemma3n" in page.locator("#model input").first.input_value()
     _step("re-attached after reload")
     page.click("#stop-training")
@@ -184,6 +184,9 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     wait_text(page, "#train-headline", r"e2e-run is training now", timeout_s=30)
     wait_text(page, "#train-progress", r"step 60 of 60 .*status: completed", timeout_s=420)
     wait_text(page, "#runs-table", r"completed")
+    # Issue 32: the line under the buttons follows the run to its end (it said "Resumed ... " beside "completed").
+    status = wait_text(page, "#train-status", r"e2e-run has finished", timeout_s=10)
+    assert "Resumed" not in status, status
     headline = wait_text(page, "#train-headline", r"1 tutor of tiny-gemma3n trained so far\.", timeout_s=10)
     assert "training now" not in headline, headline
     # Item 7: the next run's forecast counts the loading, from this run's measured times, and says how sure.

@@ -98,7 +98,8 @@ def test_each_change_is_listed_once_with_its_own_cost(app):
 
 def test_a_typed_budget_shows_what_is_held_back(app):
     _, verdict, *_ = _estimate(app, 8, _values())
-    assert "Usable 6.00 GiB = 8.00 GiB (the budget you typed) minus 2.00 GiB kept free for the system" in verdict
+    assert ("Usable 6.00 GiB = 8.00 GiB (the 8 GB you typed: memory sizes in GB count GiB, so 8 GB = 8.00 GiB = 8192 MiB) "
+            "minus 2.00 GiB kept free for the system") in verdict
     assert "left to the OS and open apps" in verdict.split("(technically, the headroom rule")[1], "the rule's words after"
 
 
@@ -240,3 +241,71 @@ def test_the_plan_table_says_the_picked_model_has_no_row_when_it_has_none():
     tiny = memory_view.plan_markdown(result, current={"model": "/ws/models/tiny-gemma3n", "quantization": "none"})
     assert "(your settings)" not in tiny and "the row of the settings you picked" not in tiny
     assert "the model you picked (tiny-gemma3n) has no row" in tiny
+
+
+def test_the_calibration_panel_shows_every_phase_of_its_part_with_its_time(tmp_path):
+    """Issue 32 (a new user's pass): the panel showed only the phase of the moment, and a 2-s poll could miss
+    the tiny model's short "longest batch". The progress record keeps the part's phases with their seconds
+    (`phases_so_far`), and the panel shows the done ones: "loading the model ✓ 14 s · the longest batch ✓ 2 s ·
+    one measured step …"."""
+    from pipeline.memory.calibration_job import phases_so_far
+
+    seen: list[dict] = []
+    t0 = 1_000_000.0
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "load"}, t0)
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "step"}, t0 + 5)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": None}, t0 + 9)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "load"}, t0 + 10)
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "load"}, t0 + 20)  # the same phase again
+    phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "batch"}, t0 + 24)
+    record = phases_so_far(seen, {"part": "yours", "index": 4, "of": 4, "phase": "step"}, t0 + 26)
+    assert [p["phase"] for p in record["phases"]] == ["load", "batch", "step"], "this part's phases only"
+    assert [p.get("seconds") for p in record["phases"]] == [14.0, 2.0, None]
+    assert seen[1]["seconds"] == 4.0, "a part's last phase ends when the next part begins"
+    ui = TutorApp(tmp_path / "ws")
+    step = {"part": "yours", "index": 4, "of": 4, "phase": "step", **record}
+    text = ui.memory.calibration_progress({"progress": step, "started_at": t0}, now=t0 + 30)
+    assert "loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step …" in text, text
+
+
+def test_the_calibrations_forecast_is_this_computers_last_one(tmp_path):
+    """Issue 32 (a new user's pass): the calibration took ~1.5 min against "about 3" (a figure for another
+    computer). The panel now says how long the last calibration took here (`last_calibration_seconds`)."""
+    from pipeline.memory.calibration_job import last_calibration_seconds
+
+    done = {"state": "completed", "created_at": 1000.0, "result": {"finished_at": 1092.0}}
+    assert last_calibration_seconds(done) == 92.0
+    assert last_calibration_seconds({"state": "failed", "last_seconds": 80.0, "result": {}}) == 80.0
+    assert last_calibration_seconds({"state": "not_started", "result": None}) is None
+    ui = TutorApp(tmp_path / "ws")
+    text = ui.memory.calibration_progress({"progress": {}, "started_at": 1000.0, "last_seconds": 92.0}, now=1030.0)
+    assert "30 s so far, of about 1 min 32 s last time here" in text, text
+    assert "last time" not in ui.memory.calibration_progress({"progress": {}, "started_at": 1000.0}, now=1030.0)
+    from ui.memory_tab import CALIBRATE_NOTE
+
+    assert "about 3" not in CALIBRATE_NOTE and "2-core" not in CALIBRATE_NOTE
+
+
+def test_every_suggestion_leads_with_a_teachers_words(monkeypatch):
+    """Issue 32 (a new user's pass): "What else fits" showed "(8-bit AdamW) (cost: none in practice (bitsandbytes;
+    same results))", "LoRA adapter", "QLoRA", "frozen audio encoder" with no words first. Every change a
+    suggestion or a plan row can name says what it does first; the field's term follows in brackets."""
+    from pipeline.config import TrainConfig
+    from pipeline.memory import search
+    from pipeline.memory.inputs import LengthStats
+
+    monkeypatch.setattr(search, "heap_can_follow_live_tensors", lambda: True)
+    jargon = ("LoRA", "AdamW", "bitsandbytes", "encoder", "embeddings", "accumulation", "Batch size", "gradient",
+              "Adafactor", "dropout")
+    configs = [TrainConfig(model="google/gemma-3n-E2B-it", device=device, finetuning_type=kind, batch_size=4,
+                           lora_targets=targets, quantization="none", gradient_checkpointing=False)
+               for device in ("cpu", "cuda") for kind in ("full", "lora") for targets in ("language", "language+audio")]
+    for config in configs:
+        for move in search._candidate_moves(config, LengthStats(400, 10.0), config.device):
+            lead = move.what.split(" (")[0]
+            for term in jargon:
+                assert term not in lead, (term, move.what)
+            assert "bitsandbytes" not in move.cost and "(" not in move.cost, move.cost
+    note = memory_view.PLAN_KIND_NOTE
+    for term in ("LoRA adapter", "QLoRA"):
+        assert f"(a {term})" in note or f": {term})" in note, (term, note)

@@ -51,6 +51,8 @@ MACHINE_PRESETS: dict[str, tuple[str, float]] = {
 i.e. GiB (`pipeline.memory.budget.device_memory`). "This computer" is `--device auto` with the memory the
 device reports; `CUSTOM_MACHINE` keeps the device and shows the budget field."""
 MACHINE_CHOICES = (*MACHINE_PRESETS, CUSTOM_MACHINE)
+TYPE_THE_MEMORY = "Type the other machine's memory in GB in the box beside **Machine**, then click **Estimate**."
+"""The answer's place once `CUSTOM_MACHINE` is picked, until a memory is typed."""
 
 N_ESTIMATE_OUTPUTS = 9 + MAX_SUGGESTIONS
 """`MemoryHandlers.estimate`'s outputs: plot, verdict, components, suggestions note, suggestions, the buttons,
@@ -65,9 +67,9 @@ PLAN_WORKING = ("⏳ Working out what fits this machine: each model, four ways t
 
 CALIBRATE_NOTE = ("**Calibrate this machine** measures **this computer**, whatever machine is picked above: a check "
                   "of its number formats, two short trials with the offline test model, then one real training step "
-                  "of your settings, compared with the estimate. It takes a few minutes (about 3 on a 2-core computer "
-                  "with the offline tiny test model, 5-10 for Gemma 3n E2B on a CPU); the line under it shows each part, and "
-                  "it goes on if you close or reload the page.")
+                  "of your settings, compared with the estimate. It takes a few minutes; the line under it shows each part, "
+                  "and from the second time on how long the last one took here. It goes on if you close or reload "
+                  "the page.")
 CALIBRATING = "Calibrating **this computer**: the answer for it follows when the measurement is done."
 """The answer's place while a calibration runs (after the click, or a page reopened during one)."""
 RESTORING = "Your saved settings are still loading: click **Estimate** for the answer in a moment."
@@ -83,15 +85,16 @@ PROBE_PHASE_SHARE = {None: 0.0, "load": 0.05, "batch": 0.6, "step": 0.8, "shapes
 
 SETTING_INFO = {
     "device": "Where training runs. The machine above sets it; pick one here to ask about another device.",
-    "quantization": "How the model's weights are stored: 4bit (NF4) takes about a quarter of the memory of none "
-                    "(bf16) for the text model; quality stays close (QLoRA); speed depends on the device.",
+    "quantization": "How the model is stored: 4bit takes about a quarter of the memory of none (full size) for "
+                    "the text model, with quality close to it; speed depends on the device (technically: NF4, QLoRA).",
     "lora_rank": "How much the tutor can change: a higher rank learns more, for a little more memory and time.",
     "lora_targets": "language: the tutor learns how to answer; language+audio also how to listen "
                     "(more memory, slower steps).",
     "optimizer": "How updates are computed: adamw is the standard; adamw_8bit and adafactor keep less "
                  "state (a little less memory).",
-    "batch_size": "Recordings per step: more is faster per recording and needs more memory.",
-    "grad_accum": "Steps added up before each update: like a bigger batch for quality, with no extra memory.",
+    "batch_size": "Recordings in memory at a time: more is faster per recording and needs more memory.",
+    "grad_accum": "Batches added up into one training step: like a bigger batch for quality, with no extra "
+                  "memory.",
     "max_length": "The longest recording plus text a training row may have; longer rows are left out, never cut. "
                   "A dataset build sets it to the longest row.",
 }
@@ -162,8 +165,8 @@ class MemoryHandlers:
         machine cleared (they were about another machine). `CUSTOM_MACHINE` shows the budget field and keeps
         the device."""
         cleared = ("", "", "", "", *(gr.update(visible=False) for _ in range(MAX_SUGGESTIONS)))
-        if machine not in MACHINE_PRESETS:
-            return (gr.skip(), gr.update(visible=True), gr.skip(), *cleared)
+        if machine not in MACHINE_PRESETS:  # the box empty: the last preset's figure is not the other machine's
+            return (gr.skip(), gr.update(value=None, visible=True), gr.skip(), TYPE_THE_MEMORY, *cleared[1:])
         device, gb = MACHINE_PRESETS[machine]
         return (gr.update(value=device), gr.update(value=gb, visible=False),
                 self.device_defaults(device, quantization, quantization_chosen), *cleared)
@@ -182,7 +185,7 @@ class MemoryHandlers:
         (`TrainConfig.validate`, `pipeline.memory.budget.device_memory`)."""
         try:
             if value is None or value == "":
-                return "✗ Type a number here."
+                return "Type the machine's memory in GB." if name == "memory_gb" else "✗ Type a number here."
             if name == "memory_gb":
                 from pipeline.memory.budget import device_memory
 
@@ -224,9 +227,11 @@ class MemoryHandlers:
         from pipeline.memory.plan import plan_for_workspace
 
         config = config_from_values(values)
+        typed = bool(reading and reading.get("typed"))  # the answer was about a memory typed for another machine
+        reading = {key: value for key, value in (reading or {}).items() if key != "typed"}
         result = plan_for_workspace(self.ws, config, memory_gb=float(memory_gb) if memory_gb else None,
                                     reading=reading or None)
-        machine = view.machine_words(config.device, result["device"], memory_gb)
+        machine = view.machine_words(config.device, result["device"], memory_gb, typed=typed)
         return view.plan_markdown(result, machine=machine, current=config.to_dict())
 
     @ui_errors(message_at=1, outputs=N_ESTIMATE_OUTPUTS)
@@ -237,6 +242,18 @@ class MemoryHandlers:
         `reading` is the device memory the answer used, which the plan table reuses (one usable figure)."""
         config = config_from_values(values)
         return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb)
+
+    def estimate_picked(self, machine: str, memory_gb: float | None, *values: Any):
+        """The Estimate button: `estimate` for the machine picked; for `CUSTOM_MACHINE` the answer names the
+        memory as typed, and with nothing typed yet it asks for it (`TYPE_THE_MEMORY`) instead of answering
+        about the machine picked before."""
+        if machine == CUSTOM_MACHINE and not memory_gb:
+            outputs = [gr.skip()] * N_ESTIMATE_OUTPUTS
+            outputs[1] = TYPE_THE_MEMORY
+            return tuple(outputs)
+        config = config_from_values(values)
+        return self._estimate_outputs(_memory_result(self.ws, config, memory_gb), memory_gb=memory_gb,
+                                      typed=machine == CUSTOM_MACHINE)
 
     def estimate_for_machine(self, machine: str, memory_gb: float | None, *values: Any):
         """`estimate` after a preset machine was picked (its answer at once); nothing for the custom machine,
@@ -276,7 +293,8 @@ class MemoryHandlers:
                            f"{DEFAULT_QUANTIZATION_REASON.get(device, '')}")
         return tuple(outputs)
 
-    def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None):
+    def _estimate_outputs(self, data: dict, measured: int | None = None, memory_gb: float | None = None,
+                          typed: bool = False):
         at_peak = data["components_at_peak"]
         figure = view.memory_bar(
             at_peak, data.get("usable_bytes"), device_total_bytes=data["device_memory"]["total_bytes"],
@@ -284,10 +302,11 @@ class MemoryHandlers:
             title=f"Whole run's peak ({data['device']}, longest train row: {data['seq_len']} tokens)",
         )
         settings = data.get("settings") or {}
-        machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb)
-        preset = preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
+        machine = view.machine_words(settings.get("device", data["device"]), data["device"], memory_gb, typed=typed)
+        preset = not typed and preset_for(settings.get("device", data["device"]), memory_gb) != CUSTOM_MACHINE
         verdict = view.memory_answer_markdown(data, machine, offer_calibration=not memory_gb,
-                                              budget_words="the machine's memory" if preset and memory_gb else None)
+                                              budget_words=view.budget_gb_words(memory_gb, typed=not preset)
+                                              if memory_gb else None)
         if data.get("excluded_rows"):
             verdict += f"\n\nMax tokens per row {data['max_length']} leaves out **{plural(data['excluded_rows'], 'row')}**."
         verdict += view.length_note(data)
@@ -304,7 +323,28 @@ class MemoryHandlers:
                 buttons.append(gr.Button(visible=False))
         hint = view.suggestions_markdown(suggestions, data["verdict"])
         return (figure, verdict, view.components_frame(data["components"]), hint, suggestions, *buttons,
-                notes, "", "", data["device_memory"])
+                notes, "", "" if memory_gb else self.last_calibration_text(data),
+                dict(data["device_memory"], typed=True) if typed else data["device_memory"])
+
+    def last_calibration_text(self, data: dict) -> str:
+        """The measured panel for an answer about this computer (`data`, `estimate_for_workspace`'s dict): the
+        last calibration's measured peak against this answer's step (`view.measured_markdown`) when it measured
+        these settings, so a reopened page shows it again; "" when there is none, it failed or is running, or it
+        measured other settings (its figure would be about them)."""
+        from pipeline.memory.calibration_job import calibration_status
+
+        status = calibration_status(self.ws)
+        result = status["result"] or {}
+        if status["alive"] or status["state"] != "completed":
+            return ""
+        if {**(result.get("settings") or {}), "device": "auto"} != {**(data.get("settings") or {}), "device": "auto"}:
+            return ""
+        measured = result.get("measured") or {}
+        peak = measured.get("peak_bytes") or measured.get("peak_memory_bytes")
+        if not peak:
+            return ""
+        step = data.get("step_bytes") or data["total_bytes"]
+        return view.measured_markdown(peak, step, measured)
 
     def apply_suggestion(self, index: int, suggestions: list[dict]):
         """Set the widgets to suggestion `index`'s settings (one click); returns one update per setting of
@@ -352,9 +392,10 @@ class MemoryHandlers:
         return text, gr.Timer(active=True)
 
     def calibration_progress(self, status: dict, now: float | None = None) -> str:
-        """The running calibration's part and phase in words, with the time since it started (Markdown):
-        "⏳ Calibrating this computer · part 2 of 4: a short trial with the offline test model · loading the
-        model (1 min 05 s so far)"."""
+        """The running calibration's part and its phases in words, the done ones with their time, with the time
+        since it started (Markdown): "⏳ Calibrating this computer · part 4 of 4: one training step of your
+        settings · loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step … (1 min 05 s so
+        far)"."""
         import time
 
         from pipeline.units import format_seconds
@@ -363,9 +404,16 @@ class MemoryHandlers:
         part = CALIBRATION_PART_WORDS.get(step.get("part"), "starting")
         phase = step.get("phase")
         phase_words = f" · {PROBE_PHASE_WORDS[phase]}" if phase in PROBE_PHASE_WORDS and phase else ""
+        shown = [entry for entry in step.get("phases") or [] if entry.get("phase") in PROBE_PHASE_WORDS]
+        if shown:  # every phase of this part so far: the done ones with their time (a short one is not missed)
+            phase_words = " · " + " · ".join(
+                f"{PROBE_PHASE_WORDS[entry['phase']]} ✓ {format_seconds(entry['seconds'])}" if "seconds" in entry
+                else f"{PROBE_PHASE_WORDS[entry['phase']]} …" for entry in shown)
         where = f" · part {step['index']} of {step['of']}: {part}" if step.get("index") else " · starting"
         since = status.get("started_at")
-        clock = f" ({format_seconds((now or time.time()) - since)} so far)" if since else ""
+        last = status.get("last_seconds")
+        of = f", of about {format_seconds(last)} last time here" if last else ""
+        clock = f" ({format_seconds((now or time.time()) - since)} so far{of})" if since else ""
         return (f"⏳ **Calibrating this computer**{where}{phase_words}{clock}. It goes on if you close or reload "
                 "this page; the answer above is refreshed when it is done.")
 
@@ -429,7 +477,7 @@ def _memory_result(ws: Workspace, config: TrainConfig, memory_gb: float | None, 
                    progress=None) -> dict:
     """The estimate of `python -m pipeline estimate --json` for the app: one call to
     `pipeline.memory.estimate_for_workspace`, the same function the command line prints, so the two
-    cannot drift. `memory_gb` is the "Memory budget (GiB)" field: 0 or empty means the real device.
+    cannot drift. `memory_gb` is the "The machine's memory (GB)" field: 0 or empty means the real device.
     `progress` hears a calibration's parts and phases (`measure`).
     """
     from pipeline import memory
@@ -462,8 +510,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
             machine = gr.Dropdown(list(MACHINE_CHOICES), value=THIS_COMPUTER, label="Machine", elem_id="machine",
                                   info="This computer, a typical GPU or Mac, or type the memory of another machine.",
                                   scale=2)
-            memory_gb = gr.Number(value=0, label="Memory budget (GiB)", visible=False, elem_id="memory-gb",
-                                  info="The machine's memory in GB as its system reports it; 0: this computer's.")
+            memory_gb = gr.Number(value=0, label="The machine's memory (GB)", visible=False, elem_id="memory-gb",
+                                  info="As its box or system says it (they count GB in GiB); 0: this computer's.")
             estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate", scale=0, min_width=160)
         memory_gb_message = gr.Markdown(elem_id="memory-gb-message", elem_classes=["field-message"])
         verdict_out = gr.Markdown(elem_id="verdict")
@@ -593,7 +641,8 @@ def wire_memory_tab(handlers: MemoryHandlers, memory: SimpleNamespace, model: gr
         show_progress="hidden").then(
         handlers.question, inputs=[model, memory.machine], outputs=memory.question, show_progress="hidden").then(
         handlers.estimate_for_machine, inputs=[memory.machine, *estimate_inputs], outputs=memory.estimate_outputs))
-    then_plan(memory.estimate_button.click(handlers.estimate, inputs=estimate_inputs, outputs=memory.estimate_outputs))
+    then_plan(memory.estimate_button.click(handlers.estimate_picked, inputs=[memory.machine, *estimate_inputs],
+                                           outputs=memory.estimate_outputs))
     then_plan(memory.detect_button.click(handlers.detect_and_estimate, inputs=[memory.machine, *estimate_inputs],
                                          outputs=memory.estimate_outputs))
     if restored is None:

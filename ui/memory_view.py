@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from pipeline.memory.budget import FIT_FRACTION
-from pipeline.units import GIB, format_bytes, format_gib, gib_difference
+from pipeline.units import GIB, format_bytes, format_gib, gib_difference, gib_minus, plural
 from ui.fields import get_field
 from ui.memory_counters import memory_counter_words
 
@@ -57,11 +57,15 @@ def model_words(model: str) -> str:
     return text.replace("\\", "/").split("/")[-1] or text
 
 
-def machine_words(device_asked: str, device: str, memory_gb: float | None) -> str:
+def machine_words(device_asked: str, device: str, memory_gb: float | None, *, typed: bool = False) -> str:
     """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
     unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
-    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports)."""
+    the one it resolved to, `memory_gb` the budget (0 or None: what the device reports); `typed`: the budget
+    was typed for "another machine" ("another machine with 20 GB (an NVIDIA GPU)")."""
     gb = float(memory_gb or 0)
+    if typed and gb:
+        kind = {"cuda": "an NVIDIA GPU", "mps": "a Mac's GPU", "cpu": "training on the CPU"}.get(device, device)
+        return f"another machine with {gb:g} GB ({kind})"
     kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
     if not gb:
         return f"this computer ({kind})"
@@ -70,6 +74,15 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None) -> st
     if device == "mps":
         return f"a Mac with {gb:g} GB of unified memory"
     return f"a computer with {gb:g} GB of RAM (training on the CPU)"
+
+
+def budget_gb_words(memory_gb: float, *, typed: bool = False) -> str:
+    """A machine's memory in GB (a preset's or the figure typed, `typed`) said in the unit the answer's figures
+    use: GPUs and Macs count their "GB" in GiB, so "8 GB" is 8 GiB (8192 MiB), the figure the usable memory
+    is taken from (`pipeline.memory.budget.device_memory`)."""
+    gb = float(memory_gb)
+    whose = f"the {gb:g} GB you typed" if typed else f"the machine's {gb:g} GB"
+    return f"{whose}: memory sizes in GB count GiB, so {gb:g} GB = {format_gib(gb * GIB)} = {gb * 1024:.0f} MiB"
 
 
 def precision_words(settings: Mapping[str, Any], compute_dtype: str | None = None) -> str:
@@ -131,7 +144,13 @@ def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
     percent = data.get("uncertainty_percent")
     if calibration:
         count = calibration.get("n_measurements", "?")
-        where = elsewhere_words(calibration.get("places"), count if isinstance(count, int) else 0)
+        places = calibration.get("places") or {}
+        if places and not places.get("here") and isinstance(count, int):  # nothing measured in this project yet
+            return (f"**How sure:** from what this computer measured before, for other projects and the app's own "
+                    f"trials ({plural(count, 'measurement')}, the last on {str(calibration.get('date', '?'))[:10]}, "
+                    f"each within {percent or 1} % of its estimate); nothing was measured in this project yet"
+                    + (": **Calibrate this machine** (below) measures these settings here." if offer else "."))
+        where = elsewhere_words(places, count if isinstance(count, int) else 0)
         return (f"**How sure:** calibrated on this computer on {str(calibration.get('date', '?'))[:10]} "
                 f"({count} measurement{'s' if count != 1 else ''}, each within {percent or 1} % of its estimate"
                 f"{'; ' + where if where else ''}).")
@@ -181,10 +200,10 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     phase = data.get("run_peak_phase") or "step"
     if total:
         peak = f"- **When the peak comes.** {PEAK_PHASE_WORDS.get(phase, phase)[:1].upper()}{PEAK_PHASE_WORDS.get(phase, phase)[1:]}."
-        if step and step != total:
+        if step and gib(step) != gib(total):  # one figure when the two show the same
             peak += f" One training step alone needs {gib(step)}"
             peak += " (what **Calibrate this machine** measures)" if data.get("this_machine", True) else ""
-            peak += (f"; over a whole run, what stays from step to step adds {gib(total - step)} (technically: kernel "
+            peak += (f"; over a whole run, what stays from step to step adds {gib_minus(total, step)} (technically: kernel "
                      "caches for every row length and the largest batch's memory)." if phase == "step" and total > step
                      else ".")
         elif step:
@@ -295,12 +314,12 @@ def verdict_markdown(verdict: Any, total_bytes: int | None, usable_bytes: int | 
                      "free for the system and other apps takes the whole budget.")
     elif total_bytes is not None and usable_bytes:
         if (margin or 0) >= 0:
-            tail = f"{gib(margin)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
+            tail = f"{gib_minus(usable_bytes, total_bytes)} to spare ({100.0 * margin / usable_bytes:.0f} % of it)."
             if name == "tight":
                 tail += (f" Under {100 - 100 * FIT_FRACTION:.0f} % to spare is called tight: it should fit, with little "
                          "room (how far the figure may be off is under How sure).")
         else:
-            tail = f"{gib(-margin)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
+            tail = f"{gib_minus(total_bytes, usable_bytes)} too much ({total_bytes / usable_bytes:.1f}× what is usable)."
         parts.append(f"{subject} about **{gib(total_bytes)}** at its peak, of **{gib(usable_bytes)}** usable: {tail}")
     usable = usable_words(usable_bytes, device, budget_words=budget_words) if device else ""
     if usable:
@@ -314,12 +333,11 @@ def usable_words(usable_bytes: int | None, device: Mapping[str, Any] | None, *, 
     what the device has now, or the budget typed in; `budget_words` names a preset's memory); "" without it."""
     if not device or usable_bytes is None or not device.get("free_bytes"):
         return ""
-    held = int(device["free_bytes"]) - int(usable_bytes)
     what = "free now"
     if str(device.get("source", "")).startswith("--memory-gb"):
         what = budget_words or "the budget you typed"
     note = str(device.get("headroom_note") or "").strip()
-    return (f"Usable {gib(usable_bytes)} = {gib(device['free_bytes'])} ({what}) minus {gib(held)} kept free for the "
+    return (f"Usable {gib(usable_bytes)} = {gib(device['free_bytes'])} ({what}) minus {gib_minus(device['free_bytes'], usable_bytes)} kept free for the "
             f"system and other apps" + (f" (technically, the headroom rule: {note})." if note else "."))
 
 
@@ -413,9 +431,9 @@ PLAN_KIND_WORDS = {("full", "none"): "every weight", ("lora", "none"): "add-on, 
 the terms): no number format, since the format is the machine's (the answer's Why? says which)."""
 
 PLAN_KIND_NOTE = ("*Every weight*: a full fine-tune, estimated only (training here trains an add-on), to show whether "
-                  "one would fit. *Add-on*: a LoRA adapter, a small set of extra weights trained beside the model, "
-                  "which stays as it is. *8-bit* and *4-bit* (QLoRA) models are stored smaller, for slower steps and "
-                  "a small loss of quality.")
+                  "one would fit. *Add-on*: a small set of extra weights trained beside the model, which stays as it "
+                  "is (a LoRA adapter). *8-bit* and *4-bit* models are stored smaller, for slower steps and a small "
+                  "loss of quality (4-bit with an add-on: QLoRA).")
 """The words under the plan table: what its kinds of fine-tune are, with the field's terms."""
 
 ESTIMATE_ONLY_MARK = "†"

@@ -49,6 +49,7 @@ class TrainHandlers:
     def __init__(self, state: AppState):
         self.state = state
         self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
+        self._today: dict[tuple, int | None] = {}  # (run, end) -> its estimate now (`_today_estimate`)
         self._loads: dict[tuple, float | None] = {}  # (run, process start) -> measured loading here (`_expected_load`)
 
     @property
@@ -160,8 +161,7 @@ class TrainHandlers:
             return (name, f"**{name}** is already training (started by the first click); watching it.",
                     gr.Timer(active=True), gr.skip(), gr.skip())
         released = start_run(self.ws, name, config).get("released")  # a Try/Judge tutor let go of the GPU
-        return (name, f"Started **{name}** in its own process; the first step follows a check of the longest batch."
-                + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
+        return (name, view.started_line(name) + (f" {released}" if released else ""), gr.Timer(active=True), "", -1)
 
     @ui_errors(message_at=0, outputs=1)
     def stop_training(self, run_name: str) -> str:
@@ -189,7 +189,7 @@ class TrainHandlers:
             raise TrainingError("No run picked to resume: choose a stopped run in **Stopped run to continue** "
                                 "first (runs that stopped or failed after a checkpoint are listed there).")
         released = start_run(self.ws, run_name, None, resume=True, allow_dataset_change=bool(allow_dataset_change)).get("released")
-        return (run_name, f"Resumed **{run_name}** from its last checkpoint." + (f" {released}" if released else ""),
+        return (run_name, view.started_line(run_name, resumed=True) + (f" {released}" if released else ""),
                 gr.Timer(active=True), "", -1, gr.update(value=False))
 
     @ui_errors(message_at=0, outputs=4)
@@ -225,22 +225,23 @@ class TrainHandlers:
 
     def poll(self, run_name: str, seen: int | None, restored: bool = False, *values: Any):
         """Timer tick: read the run folder once (`read_run`); returns (progress, curves, memory, log, failure,
-        seen, timer, runs table, resume choice, Try's run, headline, next run's line): once the run has ended,
-        the headline (it named the run as training) and the "Next run" line (its forecast now has this run's
-        measured times; `page_settings_summary` of the page's settings `values`, once `restored`) again."""
+        seen, timer, runs table, resume choice, Try's run, headline, next run's line, status line): once the run
+        has ended, the headline (it named the run as training), the "Next run" line (its forecast now has this
+        run's measured times; `page_settings_summary` of the page's settings `values`, once `restored`) and the
+        line under the buttons (it said the run was starting: `view.ended_line` replaces it) again."""
         from pipeline.training.run_folder import read_run
 
         if not run_name:
-            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 5
+            return (gr.skip(),) * 5 + (seen, gr.Timer(active=False)) + (gr.skip(),) * 6
         try:
             run = read_run(self.ws, run_name, log_lines=LOG_SOURCE_LINES, estimates=self._estimates)
         except PipelineError as error:
-            return (gr.skip(),) * 4 + (error_panel(error, here=self.here), seen, gr.Timer(active=False)) + (gr.skip(),) * 5
+            return (gr.skip(),) * 4 + (error_panel(error, here=self.here), seen, gr.Timer(active=False)) + (gr.skip(),) * 6
         rows, alive = run.rows, run.alive
         return (
             view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
-            view.run_memory_markdown(run),
+            view.run_memory_markdown(run, self._today_estimate(run)),
             readable_log(run.log_tail, LOG_LINES, here=self.here),
             view.failure_markdown({"status": run.state, "reason": app_wording(run.reason, here=self.here),
                                    "suggestions": [not_here(line, self.here) for line in app_lines((run.result or {}).get("suggestions") or [])]}),
@@ -253,7 +254,28 @@ class TrainHandlers:
             # The headline counts the tutors and names the one training: again once the run has ended.
             self.headline(values[0] if values else None) if not alive else gr.skip(),
             self.page_settings_summary(restored, *values) if not alive and values else gr.skip(),
+            view.ended_line(run.run, run.state) if not alive else gr.skip(),
         )
+
+    def _today_estimate(self, run) -> int | None:
+        """The whole run's estimate in bytes for an ended run's settings on its device now
+        (`pipeline.memory.run_compare.run_estimate`, this computer's calibration as the Memory tab uses it,
+        grown by the run's own measurements since its estimate was made), computed once per ended run; None
+        while it runs, or when it cannot be estimated."""
+        from pipeline.config import TrainConfig
+        from pipeline.memory.run_compare import run_estimate
+
+        device = (run.estimate or {}).get("device")
+        if run.alive or not run.settings or device not in ("cpu", "cuda", "mps"):
+            return None
+        key = (run.run, (run.result or {}).get("finished_at"))
+        if key not in self._today:
+            try:
+                today = run_estimate(self.ws, TrainConfig.from_dict(run.settings), device, on_error=lambda error: None)
+            except PipelineError:
+                today = None
+            self._today[key] = (today or {}).get("total_bytes")
+        return self._today[key]
 
     def _expected_load(self, run) -> float | None:
         """Seconds loading took here before for the watched run's model and precision, or None: measured by
@@ -288,7 +310,7 @@ class TrainHandlers:
         runs = list_runs(self.ws)
         active = active_run(self.ws)
         name = active or (runs[0]["run"] if runs else "")
-        status = f"Re-attached to the running job **{active}**." if active else ""
+        status = view.started_line(active, picked_up=True) if active else ""
         table, resume, adapters = self._run_lists()
         return name, gr.Timer(active=bool(active)), status, table, adapters, resume, -1
 

@@ -58,7 +58,7 @@ def settings_words(config: Mapping[str, Any]) -> str:
 def settings_lead(config: Mapping[str, Any]) -> str:
     """What a teacher decides on in a run's settings, in words (a `TrainConfig.to_dict()`): "tiny-gemma3n · 3
     passes over the recordings · full-size weights (no compression) · on the best device here (auto) · 1
-    recording per step, 4 steps per update · recordings up to 512 tokens · memory saver on: slower steps"."""
+    recordings per step, 1 at a time · recordings up to 512 tokens · memory saver on: slower steps"."""
     length = (_plural(config["max_steps"], "step", "steps") if config.get("max_steps", -1) > 0
               else _plural(config.get("epochs"), "pass over the recordings", "passes over the recordings"))
     model = str(config["model"])
@@ -72,8 +72,7 @@ def settings_lead(config: Mapping[str, Any]) -> str:
         model, length,
         WEIGHTS_WORDS.get(config["quantization"], config["quantization"]),
         DEVICE_WORDS.get(config["device"], f"on {config['device']}"),
-        f"{_plural(config['batch_size'], 'recording', 'recordings')} per step, "
-        f"{_plural(config['grad_accum'], 'step', 'steps')} per update",
+        step_words(config["batch_size"], config["grad_accum"]),
         f"recordings up to {config['max_length']} tokens",
         "memory saver on: slower steps" if config["gradient_checkpointing"] else "memory saver off: faster, more memory",
     ]
@@ -84,6 +83,14 @@ def settings_lead(config: Mapping[str, Any]) -> str:
     if config.get("low_memory_heap"):
         parts.append("low-memory mode")
     return " · ".join(parts)
+
+
+def step_words(batch_size: int, grad_accum: int) -> str:
+    """How many recordings one training step learns from, in words: a step is one update of the tutor (an
+    optimizer step, what the progress, the forecast and the loss chart count), over `batch_size` x
+    `grad_accum` recordings, `batch_size` of them in memory at a time: "4 recordings per step, 1 at a time"."""
+    batch_size, grad_accum = int(batch_size), int(grad_accum)
+    return plural(batch_size * grad_accum, "recording") + " per step" + (f", {batch_size} at a time" if grad_accum > 1 else "")
 
 
 def settings_details(config: Mapping[str, Any]) -> str:
@@ -188,20 +195,28 @@ def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = Non
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
-                  loading: bool = False) -> str:
+                  loading: bool = False, eta_counts_loading: bool = False) -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
     config.json), a second line with the settings this run uses. `loading` (its process has logged no step
-    yet): a run with no step done says "loading the model", not "step 0 of ?"."""
+    yet): a run with no step done says "loading the model", not "step 0 of ?"; a resumed run with steps done
+    says it is loading the model again before its next step. `eta_counts_loading`: `eta_s` includes the
+    loading still to come (`run_progress_html`)."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
-    eta_text = (f" · about {format_seconds(eta_s)} left (from this run's steps so far)" if eta_s  # none once ended
-                else "")
-    steps_text = ("<b>loading the model</b>" if loading and not step
-                  else f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %")
+    basis = ("from this run's steps so far, plus loading as long as last time" if eta_counts_loading
+             else "from this run's steps so far")
+    eta_text = f" · about {format_seconds(eta_s)} left ({basis})" if eta_s else ""  # none once ended
+    if loading and not step:
+        steps_text = "<b>loading the model</b>"
+    elif loading:  # resumed: this process has not logged a step yet
+        steps_text = (f"<b>loading the model again</b> to continue after step <b>{step}</b> of <b>{total or '?'}</b>"
+                      f" · {fraction * 100:.0f} %")
+    else:
+        steps_text = f"step <b>{step}</b> of <b>{total or '?'}</b> · {fraction * 100:.0f} %"
     return (
         '<div class="train-progress">'
         f'<progress value="{fraction * 100:.1f}" max="100" style="width:100%;height:1.4em"></progress>'
@@ -212,6 +227,30 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
            if settings else "")
         + "</div>"
     )
+
+
+def started_line(run: str, *, resumed: bool = False, picked_up: bool = False) -> str:
+    """The line under Start/Stop while run `run` trains: started, resumed (`resumed`) or found still training
+    when the page was opened again (`picked_up`). True for as long as the run trains; `ended_line` replaces it
+    once it ends (the watcher's tick)."""
+    if picked_up:
+        return f"Picked up **{run}**, still training on its own; the progress below follows it."
+    what = "Resumed" if resumed else "Started"
+    return (f"{what} **{run}**{' from its last checkpoint' if resumed else ''}: it trains on its own, so you can "
+            "close this page and come back; the progress below follows it.")
+
+
+ENDED_WORDS = {"completed": "**{run}** has finished: its tutor is ready in Try and Judge.",
+               "stopped": "**{run}** stopped and saved a checkpoint: **Resume** continues it.",
+               "failed": "**{run}** did not finish: what happened and what to do are below.",
+               "not_started": ""}
+"""The line under Start/Stop once a run has ended, by its state (`pipeline.training.run_folder.RUN_STATES`)."""
+
+
+def ended_line(run: str, state: str) -> str:
+    """The line under Start/Stop once run `run` is no longer training (its `state`): it replaces
+    `started_line`, which spoke of it as training; empty for a state with nothing to add."""
+    return ENDED_WORDS.get(state, "").format(run=run)
 
 
 def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None) -> str:
@@ -228,10 +267,17 @@ def state_words(state: str, loading_s: float | None, expected_load_s: float | No
 def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
     """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
-    it loads) and its own settings."""
-    return progress_html(run.step, run.max_steps, run.elapsed_s, run.eta_s,
+    it loads) and its own settings. While a resumed run loads the model again, the time left is its last
+    forecast of the steps plus the loading still to come (`expected_load_s` less the seconds loaded so far);
+    no time left is shown when how long loading takes is not known (the steps' forecast alone would stand
+    still while it loads)."""
+    eta, counts_loading = run.eta_s, False
+    if run.loading_s is not None:
+        counts_loading = bool(eta and expected_load_s)
+        eta = eta + max(0.0, expected_load_s - run.loading_s) if counts_loading else None
+    return progress_html(run.step, run.max_steps, run.elapsed_s, eta,
                          state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
-                         loading=run.loading_s is not None)
+                         loading=run.loading_s is not None, eta_counts_loading=counts_loading)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
@@ -256,7 +302,7 @@ def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel("training step")
     ax.set_ylabel("loss (tutor's answer)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -269,13 +315,15 @@ PHASE_WORDS = {"load": "loading", "preflight": "the trial step on the longest ba
 
 
 def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None, *,
-                          running: bool = False) -> str:
+                          running: bool = False, today_bytes: int | None = None) -> str:
     """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
     the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
     with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
     estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
     figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
-    finished, so the measured peak covers only the phases reached so far."""
+    finished, so the measured peak covers only the phases reached so far. `today_bytes`: the whole run's
+    estimate for the same settings now (the Memory tab's figure: this computer's calibration has grown since,
+    this run's measurements included), said beside the run's own when the two show different figures."""
     from pipeline.memory.run_compare import compare
 
     comparison = compare(memory, estimate)
@@ -292,6 +340,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
             text += f" ({PHASE_WORDS.get(comparison['estimate_phase'], comparison['estimate_phase'])})"
         if measured and gib_difference(measured, total):
             text += f": measured, {gib_difference(measured, total)}"
+        if today_bytes and format_gib(today_bytes) != format_gib(total):
+            text += (f". With what this computer has measured since (this run included), the Memory tab now "
+                     f"estimates {format_gib(today_bytes)} for the same settings")
     lines = [text + "."]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
@@ -336,10 +387,11 @@ def kept_markdown(rows: list[dict], result: dict) -> str:
             f"{plural(last['clips'], 'test recording')} in {format_seconds(last['seconds'])}.")
 
 
-def run_memory_markdown(run: Any) -> str:
+def run_memory_markdown(run: Any, today_bytes: int | None = None) -> str:
     """The memory panel of the run being watched (a `RunReading`): with `--keep-best` the step it keeps
-    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`)."""
-    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive)
+    (`kept_markdown`) first, then its measured memory against the estimate (`train_memory_markdown`, with
+    `today_bytes`, the Memory tab's estimate for its settings now)."""
+    memory = train_memory_markdown(run.memory, run.estimate, running=run.alive, today_bytes=today_bytes)
     kept = kept_markdown(run.rows, run.result or {})
     return f"{kept}\n\n{memory}" if kept else memory
 
@@ -427,7 +479,7 @@ def compare_loss_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]]):
         ax.set_axis_off()
         return fig
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("optimizer step")
+    ax.set_xlabel("training step")
     ax.set_ylabel("loss (tutor's answer)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

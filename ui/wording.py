@@ -20,14 +20,14 @@ from typing import Iterable
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
 from pipeline.model.download import OFFLINE_FIX, OFFLINE_ON
 from pipeline.model.hub import OFFLINE_MODE
-from pipeline.units import MIB, format_gib, format_loss
+from pipeline.units import MIB, format_gib, format_loss, format_seconds
 from ui.memory_counters import memory_counter_words
 
 SETTING_WIDGETS: dict[str, tuple[str, str, bool]] = {
     # flag (without --): (widget label as shown, where it is, on/off setting)
     "model": ("Model", "top of the page", False),
     "device": ("Device", "Memory tab", False),
-    "memory-gb": ("Memory budget (GiB)", "Memory tab", False),
+    "memory-gb": ("The machine's memory (GB)", "Memory tab", False),
     "quantization": ("Quantization", "Memory tab", False),
     "lora-rank": ("LoRA rank r", "Memory tab", False),
     "lora-targets": ("LoRA on", "Memory tab", False),
@@ -253,6 +253,36 @@ _LONG_FLOAT = re.compile(r"(?<![\w.])(-?\d+\.\d{5,})(?![\d])")
 _LOGGED_MIB = re.compile(r"\b(peak) (\d+(?:\.\d+)?) MiB\b")  # a step line of a run trained before the GiB log line
 _LOGGED_LOSS = re.compile(r"\b(loss) (-?\d+\.\d+)\b")  # a step's loss: one rounding (`format_loss`) on every screen
 _LEVEL_MARK = {"WARNING": "⚠ ", "ERROR": "✗ ", "CRITICAL": "✗ "}
+_STEP_LINE = re.compile(  # `pipeline.training.progress`'s line per step; lr and grad norm stay in train.log
+    r"^step (\d+)/(\d+) loss (\S+) lr \S+ grad_norm \S+ peak(?: so far)? ([\d.]+ [GM]iB|–) eta (\S+) s$")
+_EVAL_LINE = re.compile(r"^step (\d+)/(\d+) eval_loss (\S+)$")
+
+
+def _step_words(message: str) -> str | None:
+    """A training step's log line in a teacher's words ("step 5 of 33: loss 2.345, memory so far 1.03 GiB,
+    about 23 s left"; the learning rate and gradient norm only in train.log), or None for another line."""
+    match = _STEP_LINE.match(message.strip())
+    if match:
+        step, steps, loss, peak, eta = match.groups()
+        if peak.endswith("MiB"):  # a run trained before the GiB log line: the panel's unit
+            peak = format_gib(float(peak.split()[0]) * MIB)
+        parts = [f"loss {format_loss(float(loss))}" if _is_number(loss) else None,
+                 f"memory so far {peak}" if peak != "–" else None,
+                 f"about {format_seconds(float(eta))} left" if _is_number(eta) and float(eta) > 0 else None]
+        return f"step {step} of {steps}: " + ", ".join(part for part in parts if part)
+    match = _EVAL_LINE.match(message.strip())
+    if match:
+        step, steps, loss = match.groups()
+        return f"step {step} of {steps}: eval loss {format_loss(float(loss))}"  # the chart's and panel's word
+    return None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.lower() not in ("nan", "inf", "-inf", "none")
 
 
 def _number(value: float) -> str:
@@ -298,6 +328,9 @@ def stop_words(text: str | None) -> str:
 
 
 def _readable_message(message: str, here: str | None = None) -> str:
+    step = _step_words(message)
+    if step is not None:
+        return step
     start = message.find(" {")
     if start >= 0 and message.rstrip().endswith("}"):
         try:

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from pipeline.errors import ConfigError
-from pipeline.units import GIB, MIB, format_bytes
+from pipeline.units import GIB, MIB
 
 # Verdict thresholds as fractions of the usable budget. Below FIT_FRACTION the run "fits" with a
 # margin larger than this model's worst measured error (see benchmarks/memory_accuracy.py);
@@ -46,13 +46,17 @@ def usable_budget(device: str, total_bytes: int, free_bytes: int) -> tuple[int, 
       leaves ~25 % of unified memory to macOS; apps in use need a few GiB more.
     * cpu: free (MemAvailable) minus max(2 GiB, 10 % of total): the desktop, browser running the
       app and the page cache need room, or the machine swaps instead of failing cleanly.
+
+    The reason states the rule, not its figure in bytes: the screen shows what is kept back as the
+    difference of the two figures it shows (`pipeline.units.gib_minus`), and a second figure for it,
+    rounded apart, could read 0.01 GiB off.
     """
     if device == "cuda":
-        return max(0, free_bytes - 256 * MIB), "256 MiB left for the display and allocator block rounding"
+        return max(0, free_bytes - 256 * MIB), "0.25 GiB left for the display and allocator block rounding"
     if device == "mps":
         return max(0, min(free_bytes, total_bytes - 4 * GIB)), "4 GiB of unified memory left to macOS and open apps"
     headroom = max(2 * GIB, int(0.10 * total_bytes))
-    return max(0, free_bytes - headroom), f"{format_bytes(headroom)} (10 % of RAM, at least 2 GiB) left to the OS and open apps"
+    return max(0, free_bytes - headroom), "10 % of RAM, at least 2 GiB, left to the OS and open apps"
 
 
 def _proc_meminfo() -> tuple[int, int]:

@@ -6,7 +6,8 @@ The Memory tab's **Calibrate this machine** starts `python -m pipeline calibrati
 one step of the teacher's settings) and writes, like an evaluation job (`pipeline.tutor.eval_jobs`):
 
     WS/calibration/job.json       what was asked: {"settings" (a `TrainConfig` dict), "elsewhere", "created_at"}
-    WS/calibration/progress.json  the part and phase now: `calibrate`'s progress dict + "updated_at"
+    WS/calibration/progress.json  the part and phase now: `calibrate`'s progress dict + "updated_at" and the
+                                  part's phases so far with their seconds ("phases", `phases_so_far`)
     WS/calibration/result.json    written last: {"status": completed | failed, "reason", "measured",
                                   "step_bytes", "total_bytes", "settings", "finished_at"}
     WS/calibration/pid.json, process.log   `pipeline.jobs`
@@ -50,9 +51,11 @@ def calibration_status(workspace: Workspace | str | os.PathLike) -> dict[str, An
 
     Returns:
         `{"state": "running" | "completed" | "failed" | "not_started", "alive" (its process runs),
-        "progress" (the last progress.json: `part`, `index`, `of`, `phase`, `text`, `updated_at`; {}),
-        "result" (result.json, or None), "settings" and "elsewhere" (job.json's), "started_at" (unix s, or
-        None), "job_dir"}`. A process that ended without writing its result is `failed`, with a `reason`.
+        "progress" (the last progress.json: `part`, `index`, `of`, `phase`, `text`, `updated_at`, `phases`
+        (`phases_so_far`); {}),
+        "result" (result.json, or None), "settings", "elsewhere", "created_at" and "last_seconds" (job.json's:
+        how long the calibration before it took, `last_calibration_seconds`), "started_at" (unix s, or None),
+        "job_dir"}`. A process that ended without writing its result is `failed`, with a `reason`.
     """
     folder = job_folder(workspace)
     job = jobs.read_json(folder / JOB_FILES["job"]) or {}
@@ -70,7 +73,20 @@ def calibration_status(workspace: Workspace | str | os.PathLike) -> dict[str, An
         state = "not_started"
     return {"state": state, "alive": process.alive, "progress": jobs.read_json(folder / JOB_FILES["progress"]) or {},
             "result": result if isinstance(result, dict) else None, "settings": job.get("settings") or {},
-            "elsewhere": job.get("elsewhere") or "", "started_at": process.started_at, "job_dir": str(folder)}
+            "elsewhere": job.get("elsewhere") or "", "started_at": process.started_at, "job_dir": str(folder),
+            "created_at": job.get("created_at"), "last_seconds": job.get("last_seconds")}
+
+
+def last_calibration_seconds(status: dict[str, Any]) -> float | None:
+    """How long the calibration before this one took here, in seconds (`calibration_status` of the job
+    folder before a new start): its measured time from its job's creation to its result when it completed,
+    else what the one before it measured (job.json's `last_seconds`); None when none completed yet. The
+    forecast of the next one comes from this computer, not from a figure for another."""
+    result = status.get("result") or {}
+    created = status.get("created_at")
+    if status.get("state") == "completed" and result.get("finished_at") and created:
+        return round(float(result["finished_at"]) - float(created), 1)
+    return status.get("last_seconds")
 
 
 def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[str, Any], *, elsewhere: str = "",
@@ -98,13 +114,32 @@ def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[s
         if holder is not None:
             raise TrainingError(f"This computer is being calibrated already (process {holder.get('pid')}, from "
                                 "another window or the command line); wait for it to end, then estimate again.")
+        last = last_calibration_seconds(status)
         for name in ("progress", "result", "cancel"):
             (folder / JOB_FILES[name]).unlink(missing_ok=True)
         atomic_write_json(folder / JOB_FILES["job"], {"settings": dict(settings, device="auto"),
-                                                      "elsewhere": elsewhere, "created_at": time.time()})
+                                                      "elsewhere": elsewhere, "created_at": time.time(),
+                                                      "last_seconds": last})
         command = [python or sys.executable, "-m", "pipeline", "calibration-job", "run", "--workspace", str(ws.root)]
         jobs.start(folder, command, env=jobs.job_env())
         return dict(calibration_status(ws), started=True)
+
+
+def phases_so_far(seen: list[dict], step: dict, now: float) -> dict:
+    """Record `step` (a `calibrate` progress dict: `part`, `phase`) in `seen`, the phases met so far in order,
+    and return the progress record's `updated_at` (`now`, unix seconds) and `phases`: the current part's
+    phases, each `{"phase", "at"}` plus `seconds` (how long it took, 0.1 s) once the next one began. A phase
+    shorter than the app's poll (the tiny model's longest batch: about 2 s) is kept, so the panel shows it done
+    even when no read fell inside it."""
+    part, phase = step.get("part"), step.get("phase")
+    if phase and (not seen or (seen[-1]["part"], seen[-1]["phase"]) != (part, phase)):
+        if seen and "seconds" not in seen[-1]:
+            seen[-1]["seconds"] = round(now - seen[-1]["at"], 1)
+        seen.append({"part": part, "phase": phase, "at": now})
+    elif not phase and seen and seen[-1]["part"] != part and "seconds" not in seen[-1]:
+        seen[-1]["seconds"] = round(now - seen[-1]["at"], 1)  # a new part began: the last phase is done
+    current = [{key: value for key, value in entry.items() if key != "part"} for entry in seen if entry["part"] == part]
+    return {"updated_at": now, "phases": current}
 
 
 def run_calibration(workspace: Workspace | str | os.PathLike) -> dict[str, Any]:
@@ -118,8 +153,10 @@ def run_calibration(workspace: Workspace | str | os.PathLike) -> dict[str, Any]:
     folder = job_folder(ws)
     job = jobs.read_json(folder / JOB_FILES["job"]) or {}
 
+    seen: list[dict] = []  # every phase seen, in order: {"part", "phase", "at", "seconds" once the next began}
+
     def progress(step: dict) -> None:
-        atomic_write_json(folder / JOB_FILES["progress"], dict(step, updated_at=time.time()))
+        atomic_write_json(folder / JOB_FILES["progress"], dict(step, **phases_so_far(seen, step, time.time())))
 
     def finish(result: dict) -> dict:
         result = dict(result, settings=job.get("settings") or {}, finished_at=time.time())

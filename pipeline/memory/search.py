@@ -19,6 +19,7 @@ from pipeline.memory.budget import verdict
 from pipeline.memory.inputs import EstimateOptions, LengthStats
 from pipeline.memory.phases import estimate_memory
 from pipeline.host.free_heap import heap_can_follow_live_tensors
+from pipeline.units import plural
 
 SUGGESTION_LIMIT = 4  # suggestions shown by the command line and the app alike
 
@@ -72,43 +73,43 @@ def _candidate_moves(config: TrainConfig, lengths: LengthStats, device: str,
                           "slower steps: about twice as long on a 2-core server CPU", LOW_MEMORY_HEAP_SCORE))
     full = config.finetuning_type == "full"
     if full:
-        moves.append(Move({"finetuning_type": "lora"}, "Train LoRA adapters instead of every weight",
+        moves.append(Move({"finetuning_type": "lora"}, "Train a small add-on instead of every weight (LoRA)",
                           "the usual way to fine-tune on a small dataset; the tutor learns less than a full fine-tune "
                           "could, with far fewer examples needed", 3.0))
     if config.vision_tower:
         moves.append(Move({"vision_tower": False}, "Leave out the image part of the model (vision tower)", "none: the tutor never sees images", 0.0))
     if device == "cuda" and not config.ple_on_cpu:
-        moves.append(Move({"ple_on_cpu": True}, "Keep the per-layer embeddings in CPU memory",
+        moves.append(Move({"ple_on_cpu": True}, "Keep part of the model in the computer's memory, not the GPU's (per-layer embeddings in CPU memory)",
                           "slightly slower steps: each step copies its rows to the GPU", 0.5))
     if not config.gradient_checkpointing:
-        moves.append(Move({"gradient_checkpointing": True}, "Recompute instead of keep (gradient checkpointing)",
-                          "about 30 % slower steps (activations are recomputed)", 1.0))
+        moves.append(Move({"gradient_checkpointing": True}, "Recompute instead of keeping in memory (gradient checkpointing)",
+                          "about 30 % slower steps: parts are worked out again", 1.0))
     if config.quantization == "none":
         moves.append(Move({"quantization": "8bit"}, "Store the model in 8 bits", "slower steps", 1.5))
-        moves.append(Move({"quantization": "4bit"}, "Store the model in 4 bits (QLoRA)",
+        moves.append(Move({"quantization": "4bit"}, "Store the model in 4 bits, a quarter of its size (QLoRA)",
                           "slower steps and a small loss of quality", 1.6))
     elif config.quantization == "8bit":
         moves.append(Move({"quantization": "4bit"}, "Store the model in 4 bits instead of 8 (QLoRA)",
                           "a small loss of quality", 1.0))
     if not config.quantize_audio_encoder and config.lora_targets == "language" and not full:
-        moves.append(Move({"quantize_audio_encoder": True}, "Store the frozen audio encoder in 4/8 bits too",
+        moves.append(Move({"quantize_audio_encoder": True}, "Store the listening part smaller too (the frozen audio encoder in 4/8 bits)",
                           "slower audio encoding and a small loss of quality in what the model hears", 1.2))
     if config.optimizer == "adamw":
-        moves.append(Move({"optimizer": "adamw_8bit"}, "Keep the training state in 8 bits (8-bit AdamW)",
-                          "none in practice (bitsandbytes; same results)", 0.5))
+        moves.append(Move({"optimizer": "adamw_8bit"}, "Keep the training's bookkeeping in 8 bits (8-bit AdamW)",
+                          "none in practice: the same results", 0.5))
         moves.append(Move({"optimizer": "adafactor"}, "Keep a smaller training state (Adafactor)",
                           "may need a different learning rate", 1.0))
     if config.lora_dropout > 0 and not full:
-        moves.append(Move({"lora_dropout": 0.0}, "Turn off LoRA dropout", "less protection against overfitting a small dataset", 0.8))
+        moves.append(Move({"lora_dropout": 0.0}, "Turn off the add-on's random drop-out (LoRA dropout)", "less protection against overfitting a small dataset", 0.8))
     if config.lora_targets == "language+audio" and not full:
-        moves.append(Move({"lora_targets": "language"}, "Train the language model only (freeze the audio encoder)",
+        moves.append(Move({"lora_targets": "language"}, "Train how it answers only, not how it listens (freeze the audio encoder)",
                           "the model adapts less to your learners' accents", 2.0))
     b = config.batch_size
     for new_b in sorted({1, b // 2, b // 4} - {0, b}):
         ga = config.grad_accum * b // new_b
         moves.append(Move({"batch_size": new_b, "grad_accum": ga},
-                          f"Batch size {new_b} with {ga} accumulation steps",
-                          f"slower steps; the same {b * config.grad_accum} rows per update", 0.7))
+                          f"{plural(new_b, 'recording')} at a time, added up {ga} times (batch size {new_b}, accumulation {ga})",
+                          f"slower steps; the same {plural(b * config.grad_accum, 'recording')} per step", 0.7))
     if not full:
         for new_r in (config.lora_rank // 2, config.lora_rank // 4):
             if new_r >= 4:

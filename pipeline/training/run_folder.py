@@ -165,7 +165,7 @@ def summary_text(result: dict) -> str:
             f"  steps {result['steps']}/{result.get('max_steps')}, final loss {format_loss(result.get('final_loss'))}, "
             f"eval loss {format_loss(result.get('eval_loss'))}, peak memory {format_gib(result.get('peak_memory_bytes') or 0)}"
         )
-    memory = comparison_text(compare(result.get("memory"), result.get("memory_estimate")))
+    memory = comparison_text(compare(measured_memory([], result), result.get("memory_estimate")))
     if memory:
         lines += ["  " + line for line in memory.splitlines()]
     if result.get("adapter_dir"):
@@ -303,17 +303,50 @@ def process_started_at(result: dict, run_dir: Path) -> float | None:
 
 
 def measured_memory(rows: list[dict], result: dict) -> dict | None:
-    """The run's measured memory per phase (bytes): result.json's `memory` when the run has ended, else
-    the last progress line's figures so far (runs from before phases were recorded: the largest
-    `peak_memory_bytes`, with no phase); None when nothing was measured yet."""
-    if result.get("memory"):
-        return result["memory"]
-    last = next((r for r in reversed(rows) if r.get("phase_peak_bytes")), None)
-    if last is not None:
-        return {"phase_peak_bytes": last["phase_peak_bytes"], "peak_phase": last.get("peak_phase"),
-                "peak_bytes": last.get("peak_memory_bytes"), "memory_kind": last.get("memory_kind")}
+    """The run's measured memory per phase (bytes), over all its parts: a resumed run is one run, so its peak
+    is the largest of every process's (result.json's `earlier_memory`, carried over by each resume), this
+    process's `memory` once it has ended, and every progress line's figures so far (`merge_memory`); runs
+    from before phases were recorded: the largest `peak_memory_bytes`, with no phase. None when nothing was
+    measured yet."""
+    parts = [result.get("earlier_memory"), result.get("memory")]
+    parts += [{"phase_peak_bytes": r["phase_peak_bytes"], "memory_kind": r.get("memory_kind")}
+              for r in rows if r.get("phase_peak_bytes")]
+    merged = merge_memory(parts)
+    if merged is not None:
+        return merged
     peak = max([r.get("peak_memory_bytes") or 0 for r in rows] + [result.get("peak_memory_bytes") or 0])
     return {"peak_bytes": peak} if peak else None
+
+
+def merge_memory(parts: list[dict | None]) -> dict | None:
+    """One memory record (`pipeline.training.peak_memory.PeakMemory.to_dict`'s keys) of several measured
+    parts of one run (the processes before and after a Resume, progress lines): each phase's largest peak in
+    bytes, the phase that set the largest, its `exact` and `details` from the part that measured it, the other
+    keys from the latest part. None when no part measured a phase."""
+    parts = [part for part in parts if part and part.get("phase_peak_bytes")]
+    if not parts:
+        return None
+    merged = dict(parts[-1])
+    peaks: dict[str, int] = {}
+    exact: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    for part in parts:
+        for phase, value in part["phase_peak_bytes"].items():
+            if value and value >= peaks.get(phase, 0):
+                peaks[phase] = value
+                if phase in (part.get("exact") or {}):
+                    exact[phase] = part["exact"][phase]
+                if phase in (part.get("details") or {}):
+                    details[phase] = part["details"][phase]
+    if not peaks:
+        return None
+    peak_phase = max(peaks, key=peaks.get)
+    merged.update(phase_peak_bytes=peaks, peak_phase=peak_phase, peak_bytes=peaks[peak_phase])
+    if exact:
+        merged["exact"] = exact
+    if details:
+        merged["details"] = details
+    return merged
 
 
 def _run_estimate(ws: Workspace, run_name: str, result: dict, estimates: dict | None) -> dict | None:

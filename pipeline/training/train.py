@@ -62,6 +62,7 @@ from pipeline.training.run_log import close_run_log as _remove_log_file
 from pipeline.training.run_log import open_run_log as _setup_log_file
 from pipeline.training.run_folder import (
     last_checkpoint,
+    merge_memory,
     remove_stale_stop,
     run_paths,
     trim_progress_to_step,
@@ -291,6 +292,8 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
         "processes": distributed.world_size(),
         "global_batch_size": config.effective_batch_size * distributed.world_size(),
     }
+    if main and resume:  # one run across its parts: its first estimate and every earlier part's peaks stay shown
+        base.update(_earlier_parts(paths["result"]))
     if main:
         atomic_write_json(paths["result"], base)
     handler = _setup_log_file(paths["log"]) if main else None
@@ -307,6 +310,23 @@ def _open_run(config: TrainConfig | None, ws: Workspace, run_name: str, resume: 
     result = dict(base, tiny_random_model=is_tiny_random_model(config.model), dataset_change=start.dataset_change)
     return _Run(ws, run_name, paths, config, resume, dataset_dir, device, main, start.checkpoint, start.recorded_model,
                 result, started_at, handler)
+
+
+def _earlier_parts(result_path: Path) -> dict:
+    """What a resumed run carries over from its earlier processes' result.json: `memory_estimate` (the
+    estimate made when the run first started, so the Train tab keeps showing it while the model loads again)
+    and `earlier_memory`, the largest peaks per phase of every earlier part (`merge_memory`), so the run's
+    peak never goes down after a Resume. Empty when there is no earlier result."""
+    from pipeline.jobs import read_json
+
+    previous = read_json(result_path) or {}
+    carried = {}
+    if previous.get("memory_estimate"):
+        carried["memory_estimate"] = previous["memory_estimate"]
+    earlier = merge_memory([previous.get("earlier_memory"), previous.get("memory")])
+    if earlier:
+        carried["earlier_memory"] = earlier
+    return carried
 
 
 def _load(run: _Run) -> Session:
@@ -344,8 +364,9 @@ def _load(run: _Run) -> Session:
         trainable = int(session.lora.trainable_params)
         check_free_disk(paths["dir"], checkpoint_bytes(paths["checkpoints"], trainable) + trainable * 4,
                         f"run `{run.name}` (a checkpoint and the adapter)")
-    result["memory_estimate"] = run_estimate(run.ws, config, session.device, dataset_dir=run.dataset_dir,
-                                             on_error=lambda e: log.warning("No memory estimate: %s", e))
+    if not result.get("memory_estimate"):  # a resumed run keeps the one made when it first started
+        result["memory_estimate"] = run_estimate(run.ws, config, session.device, dataset_dir=run.dataset_dir,
+                                                 on_error=lambda e: log.warning("No memory estimate: %s", e))
     if run.main:
         atomic_write_json(paths["result"], result)  # the app compares the run's memory with it while it runs
     return session
@@ -493,7 +514,9 @@ def _close_run(run: _Run) -> None:
     result = run.result
     if run.memory is not None:  # the whole run's peak and the phase that set it
         result["memory"] = run.memory.to_dict()
-        result.update(peak_memory_bytes=result["memory"]["peak_bytes"], memory_kind=result["memory"]["memory_kind"])
+        whole = merge_memory([result.get("earlier_memory"), result["memory"]])  # a resumed run: all its parts
+        result.update(peak_memory_bytes=whole["peak_bytes"] if whole else result["memory"]["peak_bytes"],
+                      memory_kind=result["memory"]["memory_kind"])
     result["seconds"] = round(time.time() - run.started_at, 3)
     result["finished_at"] = time.time()
     result.pop("pid", None)
