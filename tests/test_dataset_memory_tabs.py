@@ -92,16 +92,16 @@ def test_what_the_build_leaves_out_names_the_dataset_tabs_max_tokens_box(tmp_pat
     ui.load_sample_pack()
     summary, _speakers, _figure, excluded, _exports, _memory = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 380)
     reasons = " ".join(excluded["reason"].tolist())
-    assert "tokens > Max tokens per row: 380" in reasons, reasons
+    assert "tokens > Longest row to keep: 380" in reasons, reasons
     assert "Memory tab" not in reasons
-    assert "longer than **Max tokens per row: 380**" in summary and "Max length" not in summary
+    assert "longer than **Longest row to keep: 380**" in summary and "Max length" not in summary
     failed = ui.build_dataset(str(tiny_model_dir), 0.25, 42, 300)[0]
-    assert failed.startswith("**✗") and "Max tokens per row" in failed and "Memory tab" not in failed, failed
+    assert failed.startswith("**✗") and "Longest row to keep" in failed and "Memory tab" not in failed, failed
     # Shown on the Dataset tab, none of them sends the teacher to the Dataset tab (issue 32's leftovers, item 11).
     for text in (reasons, summary, failed):
         assert "Dataset tab" not in text and "Dataset** tab" not in text, text
     assert app_wording("raise `--max-length` to 420", widgets=BUILD_WIDGETS) == (
-        "raise **Max tokens per row** (Dataset tab) to 420")
+        "raise **Longest row to keep** (Dataset tab) to 420")
 
 
 def test_app_wording_examples():
@@ -315,3 +315,14 @@ def test_gemma4_picked_leaves_no_gemma3n_text_behind(tmp_path, tiny_model_dir, t
                 if getattr(dep.fn, "__name__", "") == "max_length_update" and any(o._id == box_id for o in dep.outputs)
                 for target, event in dep.targets}
     assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers
+
+
+def test_the_builds_limit_and_the_trainings_limit_have_two_names():
+    """New-user pass: "Max tokens per row" was the Dataset tab's build limit (512) and the Memory tab's training
+    limit (382, set by the build) at once, three values for one name. The build's box is "Longest row to keep",
+    and its help says the build sets the Memory tab's box."""
+    from ui.dataset_tab import BUILD_MAX_LENGTH_LABEL, max_length_info
+    from ui.wording import BUILD_WIDGETS
+
+    assert BUILD_MAX_LENGTH_LABEL == "Longest row to keep" == BUILD_WIDGETS["max-length"][0]
+    assert "Max tokens per row" not in BUILD_MAX_LENGTH_LABEL and "Max tokens per row" in max_length_info(None)

@@ -105,7 +105,7 @@ def test_numbers_out_of_range_are_answered_beside_their_box_with_the_range(ui, t
     reply = ui.try_dialogue_send(audio, "", [], "some-run", 0)
     assert reply[-1].startswith("**✗") and "from 16 to 1024, got 0" in reply[-1]
     built = ui.build_dataset("/no/model", 0.2, 42, 100)
-    assert built[0].startswith("**✗") and "**Max tokens per row** must be a whole number from 256 to 32768, got 100" in built[0]
+    assert built[0].startswith("**✗") and "**Longest row to keep** must be a whole number from 256 to 32768, got 100" in built[0]
     assert range_note(*MAX_TOKENS_RANGE, "Longest answer (tokens)")(-5).startswith("✗ **Longest answer")
     assert range_note(*MAX_TOKENS_RANGE, "Longest answer (tokens)")(256) == ""
     assert range_note(*BUILD_MAX_LENGTH_RANGE, "Max tokens per row")(300.5).startswith("✗")

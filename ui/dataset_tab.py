@@ -20,13 +20,15 @@ from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording, not_here
 
 BUILD_MAX_LENGTH_RANGE = (256, 32768)
-"""The Dataset tab's "Max tokens per row": a row holds a clip's tokens (`clip_tokens_text`: ~192 on Gemma 3n) plus
+"""The Dataset tab's "Longest row to keep" (tokens; the build's `--max-length`, a name apart from the Memory
+tab's "Max tokens per row", the training's limit, which a build sets to its longest row): a row holds a clip's
+tokens (`clip_tokens_text`: ~192 on Gemma 3n) plus
 the texts (a read-aloud row of the sample pack is ~370), and Gemma 3n reads at most 32,768 tokens."""
-BUILD_MAX_LENGTH_LABEL = "Max tokens per row"
-BUILD_MAX_LENGTH_INFO = ("From {low} to {high}. A token is a piece of a word; each clip takes {clip_tokens}. "
-                         "Longer recordings are listed below and left out, never cut; a higher limit needs more "
-                         "memory to train.")
-"""The text under "Max tokens per row" (`low`, `high`: `BUILD_MAX_LENGTH_RANGE`; `clip_tokens`: `clip_tokens_text`)."""
+BUILD_MAX_LENGTH_LABEL = "Longest row to keep"
+BUILD_MAX_LENGTH_INFO = ("From {low} to {high} tokens. A token is a piece of a word; each clip takes {clip_tokens}. "
+                         "Longer recordings are listed below and left out, never cut. The build then sets the Memory "
+                         "tab's Max tokens per row to the longest row it kept.")
+"""The text under "Longest row to keep" (`low`, `high`: `BUILD_MAX_LENGTH_RANGE`; `clip_tokens`: `clip_tokens_text`)."""
 
 
 def clip_tokens_text(model: str | None) -> str:
@@ -43,7 +45,7 @@ def clip_tokens_text(model: str | None) -> str:
 
 
 def max_length_info(model: str | None) -> str:
-    """The text under "Max tokens per row" for `model` (`BUILD_MAX_LENGTH_INFO`)."""
+    """The text under "Longest row to keep" for `model` (`BUILD_MAX_LENGTH_INFO`)."""
     low, high = BUILD_MAX_LENGTH_RANGE
     return BUILD_MAX_LENGTH_INFO.format(low=low, high=high, clip_tokens=clip_tokens_text(model))
 EVAL_SHARE_RANGE = (0.0, 0.5)
@@ -84,7 +86,7 @@ class DatasetHandlers:
 
     @staticmethod
     def max_length_update(model: str | None):
-        """The model box changed: "Max tokens per row" says that model's clip cost (`max_length_info`)."""
+        """The model box changed: "Longest row to keep" says that model's clip cost (`max_length_info`)."""
         return gr.update(info=max_length_info(model))
 
     def headline(self) -> str:

@@ -37,7 +37,7 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
     train_lengths = stats.get("row_tokens") or []
     if stats.get("count"):
         lines.append(
-            f"**Length:** the longest recording takes **{stats['max']}** tokens (the limit is "
+            f"**Length:** the longest recording takes **{stats['max']}** tokens (Longest row to keep: "
             f"{report.get('max_length')}); half take at most {stats['median']:g}. "
             f"*A token is a piece of a word, and each clip takes {clip_tokens}.*"
         )

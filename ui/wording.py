@@ -170,7 +170,7 @@ def _command(match: re.Match) -> str:
 
 
 BUILD_WIDGETS: dict[str, tuple[str, str, bool]] = {
-    "max-length": ("Max tokens per row", "Dataset tab", False),
+    "max-length": ("Longest row to keep", "Dataset tab", False),
 }
 """Where the Dataset tab's build has its own widget for a flag: `--max-length` of `build` decides which
 rows the build leaves out, and that is the Dataset tab's box, not the Memory tab's training limit (pass
