@@ -554,3 +554,34 @@ def test_the_jobs_progress_names_a_local_base_model_by_its_folder_name():
     assert target_label({"model": "/tmp/nu2/ws/models/tiny-gemma3n"}) == "base model tiny-gemma3n"
     assert target_label({"model": "google/gemma-3n-E2B-it"}) == "base model google/gemma-3n-E2B-it"
     assert target_label({"run": "t3n-b", "model": "/tmp/m"}) == "run t3n-b"
+
+
+def test_an_evaluation_still_running_is_not_counted_as_saved():
+    """New-user pass item 1: the page reloaded while the base model's evaluation was at 4 of 22, nothing
+    finished, said "1 saved evaluation on this dataset's test recordings.". Finished, stopped and running
+    evaluations are counted apart."""
+    from ui.judge_view import saved_status_markdown
+
+    growing = {"model": "m", "partial": {"answered": 4, "of": 22}, "clips": 4}
+    text = saved_status_markdown([growing], "k", [], job_running=True, running_targets=[{"model": "m"}])
+    assert "saved evaluation" not in text
+    assert text.startswith("Evaluations on this dataset's test recordings: none finished yet; one is running.")
+    done = {"run": "r1", "model": "m", "clips": 20}
+    stopped = {"run": "r2", "model": "m", "partial": {"answered": 1, "of": 22, "reason": "cancelled"}, "clips": 1}
+    text = saved_status_markdown([done, stopped, growing], "k", [], job_running=True,
+                                 running_targets=[{"model": "m"}])
+    assert text.startswith("Evaluations on this dataset's test recordings: 1 finished; "
+                           "1 stopped before the end (partial); one is running.")
+    assert saved_status_markdown([done], "k", []).startswith("1 saved evaluation on this dataset's test recordings.")
+
+
+def test_the_judge_intro_says_likely_ranges_in_a_teachers_words(tmp_path):
+    """New-user pass item 3: the intro said "when their 95 % ranges overlap"; the words first, the figure in
+    brackets after them, as the headline's rows say "likely range"."""
+    import app as app_module
+    from tests.studio_app import fresh_app
+
+    demo = app_module.build_ui(fresh_app(tmp_path / "ws"))
+    intro = next(str(b.value) for b in demo.blocks.values()
+                 if str(getattr(b, "value", "") or "").startswith("Is the tuned tutor better"))
+    assert "95 % ranges" not in intro and "likely ranges (95 %) overlap" in intro

@@ -64,10 +64,11 @@ def test_no_difference_gives_no_number():
 def test_unreadable_scores_decide_when_only_one_side_has_them():
     base_unparsed = result(None, None, None, n=0, unparsed=20)
     v = verdict(result("r1", 0.4, [0.1, 0.6]), base_unparsed)
-    assert v["outcome"] == "better" and "– (none of its 20 answers could be read)" in v["line"]
+    # the 20 are the read-aloud recordings (the only ones with expert scores), not all the test recordings
+    assert v["outcome"] == "better" and "– (none of its 20 answers to read-aloud recordings could be read)" in v["line"]
     assert verdict(result("r1", None, None, n=0, unparsed=20), result(None, 0.4, [0.1, 0.6]))["outcome"] == "worse"
     some = verdict(result("r1", 0.4, [0.1, 0.6]), result(None, None, None, n=2, unparsed=18))
-    assert "no readable total score (18 of 20 answers unparsed)" in some["line"]
+    assert "no readable total score (18 of its 20 answers to read-aloud recordings could not be read)" in some["line"]
     neither = verdict(result("r1", None, None, n=0), base_unparsed)
     assert neither["outcome"] == "cant_tell" and "neither" in neither["line"]
 

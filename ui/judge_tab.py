@@ -249,7 +249,7 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             "learners' clips no run trained on) against the experts' scores. The evaluation runs in the background: "
             "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
             "**not readable** (unparsed) and counts as a miss. The verdict compares each run with its base model; when their "
-            "95 % ranges overlap, these recordings cannot tell them apart yet.")
+            "likely ranges (95 %) overlap, these recordings cannot tell them apart yet.")
         with gr.Row(equal_height=True):
             choices = gr.CheckboxGroup([], label="Models to evaluate", elem_id="judge-models", scale=3)
             with gr.Column(scale=2):

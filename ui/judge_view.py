@@ -376,6 +376,22 @@ def _same_target(result: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
     return not result.get("run") and str(result.get("model")) == str(target.get("model"))
 
 
+def _saved_count_words(shown: Sequence[Mapping[str, Any]], growing: Sequence[Mapping[str, Any]]) -> str:
+    """The first line of the status: the `shown` evaluations counted apart, finished ones, partial ones
+    (stopped before the end) and the ones being evaluated now (`growing`): an unfinished evaluation is not a
+    saved one. "2 saved evaluations on this dataset's test recordings." when all are finished."""
+    finished = [r for r in shown if not r.get("partial")]
+    stopped = [r for r in shown if r.get("partial") and r not in growing]
+    if not stopped and not growing:
+        return f"{plural(len(finished), 'saved evaluation')} on this dataset's test recordings."
+    parts = [f"{len(finished)} finished" if finished else "none finished yet"]
+    if stopped:
+        parts.append(f"{len(stopped)} stopped before the end (partial)")
+    if growing:
+        parts.append("one is running" if len(growing) == 1 else f"{len(growing)} are running")
+    return "Evaluations on this dataset's test recordings: " + "; ".join(parts) + "."
+
+
 def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: Sequence[Mapping[str, Any]], *,
                           job_running: bool = False, running_targets: Sequence[Mapping[str, Any]] = (),
                           job_on_earlier_build: bool = False) -> str:
@@ -399,10 +415,10 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
         waiting = "one is running (progress above): each model's results appear here when it is done."
     else:
         waiting = "tick models and press Evaluate."
-    status = (f"{plural(len(shown), 'saved evaluation')} on this dataset's test recordings." if shown else
-              f"No evaluation on this dataset's test recordings yet: {waiting}")
     growing = [r for r in shown if r.get("partial") and not r["partial"].get("reason") and job_running
                and not job_on_earlier_build and any(_same_target(r, target) for target in running_targets)]
+    status = (_saved_count_words(shown, growing) if shown else
+              f"No evaluation on this dataset's test recordings yet: {waiting}")
     if growing:
         status += ("\n\nBeing evaluated now (progress above): " + ", ".join(
             f"{model_label(dict(r, partial=None))}, {answered_count(r)} of {r['partial']['of']} answered so far"

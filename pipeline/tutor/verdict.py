@@ -70,8 +70,9 @@ def _figure(result: Mapping[str, Any]) -> str:
     score = result["scores"][VERDICT_ASPECT]
     if score.get("pcc") is None:
         if result.get("clips") and result.get("unparsed") == result.get("clips"):
-            return f"– (none of its {result['clips']} answers could be read)"  # no number for missing data
-        return f"no readable total score ({result.get('unparsed', '?')} of {result.get('clips', '?')} answers unparsed)"
+            return f"– (none of its {result['clips']} answers to read-aloud recordings could be read)"  # no number for missing data
+        return (f"no readable total score ({result.get('unparsed', '?')} of its {result.get('clips', '?')} answers to "
+                "read-aloud recordings could not be read)")
     interval = score.get("pcc_ci")
     return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no likely range: too few clips)")
 
