@@ -585,3 +585,20 @@ def test_the_judge_intro_says_likely_ranges_in_a_teachers_words(tmp_path):
     intro = next(str(b.value) for b in demo.blocks.values()
                  if str(getattr(b, "value", "") or "").startswith("Is the tuned tutor better"))
     assert "95 % ranges" not in intro and "likely ranges (95 %) overlap" in intro
+
+
+def test_the_verdict_and_scatter_say_their_counts_are_of_read_aloud_recordings():
+    """New-user pass item 2: the verdict said "none of its 20 answers could be read" beside "test recordings
+    answered 22": the 20 are the read-aloud recordings (the only ones with expert scores). Each figure that counts
+    a subset of the test recordings says which."""
+    from pipeline.tutor.verdict import verdict
+    from ui.judge_view import scatter_figure
+
+    def result(run, unparsed):
+        return {"run": run, "model": "m", "dataset_key": "k", "clips": 20, "unparsed": unparsed, "answered": 22,
+                "scores": {"total": {"pcc": None if unparsed else 0.4, "pcc_ci": [0.1, 0.6], "n": 20 - unparsed}}}
+    line = verdict(result("r1", 0), result(None, 20))["line"]
+    assert "none of its 20 answers to read-aloud recordings could be read" in line
+    clip = {"scores": {"total": {"expert": 6.0, "tutor": 5.0}}, "parsed": True}
+    title = scatter_figure([dict(result(None, 0), per_clip=[clip])]).axes[0].get_title()
+    assert "read-aloud recording" in title

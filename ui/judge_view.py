@@ -202,7 +202,7 @@ def scatter_figure(results: Sequence[Mapping[str, Any]]):
     ax.set_yticks([-1, 0, 2, 4, 6, 8, 10], ["not readable", "0", "2", "4", "6", "8", "10"])
     ax.set_xlabel("experts' total score (points of 10)")
     ax.set_ylabel("tutor's total score (points of 10)")
-    ax.set_title("Expert vs tutor: total score per clip")
+    ax.set_title("Expert vs tutor: total score per read-aloud recording")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     return fig
