@@ -290,7 +290,8 @@ def test_a_test_share_far_from_the_held_out_share_says_why_and_an_empty_tab_says
               "speakers": {"train": ["a", "b"], "eval": ["c"]}, "excluded": [], "length_stats": {}, "path": "x",
               "model": "m"}
     summary = dataset_view.summary_markdown(report)
-    assert "34 % of the recordings kept, not the **Held-out share** of 0.2 (20 %)" in summary, summary
+    # "kept" read as kept for training: the 34 % are the recordings set apart for testing (new-user pass item 4)
+    assert "34 % of the recordings set apart for testing, not the **Held-out share** of 0.2 (20 %)" in summary, summary
     assert "whole learners go to the test set" in summary and "1 learner of 3 is the nearest" in summary
     near = {**report, "splits": {"train": 50, "eval": 14}}
     assert "Held-out share" not in dataset_view.summary_markdown(near), "14 of 64 (22 %) is near enough: no note"
@@ -326,3 +327,17 @@ def test_the_builds_limit_and_the_trainings_limit_have_two_names():
 
     assert BUILD_MAX_LENGTH_LABEL == "Longest row to keep" == BUILD_WIDGETS["max-length"][0]
     assert "Max tokens per row" not in BUILD_MAX_LENGTH_LABEL and "Max tokens per row" in max_length_info(None)
+
+
+def test_after_a_first_build_nothing_is_said_of_a_last_build():
+    """New-user pass item 4: right after the very first build the tab said "The library has not changed since the
+    last build."; a first build has no last build to speak of. After a later build the sentence stays."""
+    from pipeline.data.build_changes import library_changes
+    from ui.dataset_view import library_changes_markdown
+
+    first = {"sample_digests": {}, "row_ids": {"train": [], "eval": []}, "split_changes": None}
+    assert library_changes([], first)["first_build"] and library_changes_markdown(library_changes([], first)) == ""
+    later = {**first, "split_changes": {"moved": False}}
+    assert library_changes_markdown(library_changes([], later)) == "The library has not changed since the last build."
+    old = {k: v for k, v in first.items() if k != "split_changes"}  # a report from before the field: as before
+    assert library_changes_markdown(library_changes([], old)) == "The library has not changed since the last build."

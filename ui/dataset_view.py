@@ -74,19 +74,20 @@ def share_note(report: Mapping[str, Any]) -> str:
         return ""
     speakers = report.get("speakers") or {}
     kept_apart, learners = len(speakers.get("eval") or []), len(set().union(*(set(v) for v in speakers.values())))
-    return (f". That is {100 * held_out / (train + held_out):.0f} % of the recordings kept, not the **Held-out share** "
+    return (f". That is {100 * held_out / (train + held_out):.0f} % of the recordings set apart for testing, not the **Held-out "
+            f"share** "
             f"of {asked:g} ({100 * asked:.0f} %): whole learners go to the test set so that no learner is in both, and here "
             f"{plural(kept_apart, 'learner')} of {learners} {'is' if kept_apart == 1 else 'are'} the nearest to it.")
 
 
 def library_changes_markdown(changes: Mapping[str, Any] | None) -> str:
     """Beside Build: how the sample library changed since the last build (`pipeline.data.dataset.library_changes`:
-    added, edited, deleted sample ids, whether edits are known), that it did not, or (None: nothing is built
-    yet) "", since the tab's headline says so (Markdown)."""
+    added, edited, deleted sample ids, whether edits are known), that it did not, or "" when nothing is built
+    yet (None: the tab's headline says so) or the build was the first and nothing changed since (Markdown)."""
     if changes is None:
         return ""  # the tab's headline says "No dataset yet" (`ui.common.dataset_sentence`): said once
-    if not changes["changed"]:
-        return "The library has not changed since the last build."
+    if not changes["changed"]:  # after a first build there is no "last build" to speak of: nothing to say
+        return "" if changes.get("first_build") else "The library has not changed since the last build."
     parts = [f"{plural(len(changes[key]), 'sample')} {word} ({some_ids(changes[key], 6)})"
              for key, word in (("added", "added"), ("edited", "edited"), ("deleted", "deleted")) if changes[key]]
     unknown = "" if changes["edits_known"] else " (edits are not known for a build this old)"

@@ -38,7 +38,8 @@ def library_changes(samples: Iterable[Any], report: dict) -> dict:
     the build whose report is `report` (`BuildReport.to_dict()`).
 
     Returns `{"added", "edited", "deleted"}` (sorted sample ids), `"changed"` (any of the three) and
-    `"built_at"` (unix seconds of that build). A build made before reports recorded each sample
+    `"built_at"` (unix seconds of that build), `"first_build"` (that build had no build before it: its
+    `split_changes` is None; a report older than that field says False). A build made before reports recorded each sample
     (`sample_digests`) is compared by ids only: `"edits_known"` is then False and `edited` empty.
     """
     samples = {s.id: s for s in samples}
@@ -52,7 +53,8 @@ def library_changes(samples: Iterable[Any], report: dict) -> dict:
         edited = []
     added, deleted = sorted(set(samples) - before), sorted(before - set(samples))
     return {"added": added, "edited": edited, "deleted": deleted, "changed": bool(added or edited or deleted),
-            "edits_known": bool(digests), "built_at": report.get("built_at") or None}
+            "edits_known": bool(digests), "built_at": report.get("built_at") or None,
+            "first_build": "split_changes" in report and report["split_changes"] is None}
 
 
 def split_changes(previous: dict | None, current: dict, speaker_of: dict[str, str | None] | None = None) -> dict | None:
