@@ -94,3 +94,15 @@ def test_the_import_summary_says_what_it_read_in_a_teachers_words():
     line = import_summary({"imported": ["a"], "skipped": [], "format": "kaldi"}, "x")
     assert "layout" not in line and "read as a speech-research corpus of sentences read aloud (Kaldi)" in line
     assert "(chat JSON)" in import_summary({"imported": ["a"], "skipped": [], "format": "chat"}, "x")
+
+
+def test_the_skipped_files_come_first_in_the_import_table():
+    """New-user pass item 5: "skipped 9 ... The table below says why", but the short table showed only imported rows
+    (the skipped ones came after them, out of sight). The skipped rows come first, with their reasons."""
+    from ui.samples_view import import_report_frame, import_summary
+
+    report = {"imported": [f"s{i}" for i in range(40)], "format": None,
+              "skipped": [{"file": "a.wav", "reason": "no sentence beside it"}]}
+    frame = import_report_frame(report)
+    assert list(frame["result"][:1]) == ["skipped"] and frame["reason"].iloc[0] == "no sentence beside it"
+    assert len(frame) == 41 and "skipped files first" in import_summary(report, "x")

@@ -142,14 +142,15 @@ def _sample_title(sample: Any) -> str:
 
 
 def import_report_frame(report: Any):
-    """Per-file table of an `ImportReport`: imported ids then skipped files with the reason."""
+    """Per-file table of an `ImportReport`: the skipped files with the reason first, then the imported ids (the
+    table is short on screen: skipped rows after many imported ones were out of sight)."""
     import pandas as pd
 
     kinds = {r["id"]: r["kind"] for r in get_field(report, "rows") or [] if r["kind"] != "read_aloud"}
-    rows = [{"file / sample": sid, "result": f"imported ({kinds[sid].replace('_', ' ')})" if sid in kinds else "imported",
-             "reason": ""} for sid in get_field(report, "imported") or []]
-    for item in get_field(report, "skipped") or []:
-        rows.append({"file / sample": get_field(item, "file"), "result": "skipped", "reason": get_field(item, "reason")})
+    rows = [{"file / sample": get_field(item, "file"), "result": "skipped", "reason": get_field(item, "reason")}
+            for item in get_field(report, "skipped") or []]
+    rows += [{"file / sample": sid, "result": f"imported ({kinds[sid].replace('_', ' ')})" if sid in kinds else "imported",
+              "reason": ""} for sid in get_field(report, "imported") or []]
     return pd.DataFrame(rows, columns=["file / sample", "result", "reason"])
 
 
@@ -175,7 +176,7 @@ def import_summary(report: Any, source: str) -> str:
     fmt_text = f", read as {IMPORT_FORMAT_WORDS.get(fmt, fmt)}" if fmt else ""
     line = f"Imported **{plural(imported, 'recording')}** from `{source}`{fmt_text}; skipped **{skipped}**."
     if skipped:
-        line += " The table below says why each skipped file was left out."
+        line += " The table below lists the skipped files first, each with why it was left out."
     return line
 
 
