@@ -447,7 +447,7 @@ def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path,
     first = ds.build_dataset(ws, processor, eval_fraction=0.25, seed=seed, max_length=512)
     assert first.split_changes is None and set(first.sample_digests) == {s[0] for s in specs}
     assert ds.library_changes(ws) == {"added": [], "edited": [], "deleted": [], "changed": False, "edits_known": True,
-                                      "built_at": first.built_at}
+                                      "built_at": first.built_at, "first_build": True}
     library = SampleLibrary(ws)
     library.update("ann1", feedback="Better: stress the first word.")
     library.delete("bob2")
@@ -459,6 +459,7 @@ def test_a_build_says_how_the_library_changed_and_which_learners_moved(tmp_path,
 
     report = ds.build_dataset(ws, processor, eval_fraction=0.25, seed=seed, max_length=512)
     assert ds.library_changes(ws)["changed"] is False, "the new build takes the library as it is"
+    assert ds.library_changes(ws)["first_build"] is False, "a second build has a last build to speak of"
     moved = report.split_changes
     assert moved["moved"] and set(moved["to_eval"]) | set(moved["to_train"]) <= {"ann", "bob", "cal", "dan"}, moved
     assert "eve" not in moved["to_eval"] + moved["to_train"], "eve is new: she did not move"
