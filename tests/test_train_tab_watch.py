@@ -551,7 +551,7 @@ def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
     text = view.train_memory_markdown(
         {"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30, "memory_kind": "cpu_max_rss"},
         {"total_bytes": int(1.06 * 2**30), "run_peak_phase": "step", "step_bytes": int(1.06 * 2**30)})
-    assert "1.06 GiB estimated when the run started" in text and "made when it started" in text, text
+    assert "1.06 GiB estimated for them when the run started" in text and "made when it started" in text, text
     assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]
 
 

@@ -324,7 +324,7 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     finished, so the measured peak covers only the phases reached so far. `today_bytes`: the whole run's
     estimate for the same settings now (the Memory tab's figure: this computer's calibration has grown since,
     this run's measurements included), said beside the run's own when the two show different figures."""
-    from pipeline.memory.run_compare import compare
+    from pipeline.memory.run_compare import STEPS_LABEL, compare, one_step_words
 
     comparison = compare(memory, estimate)
     measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
@@ -346,9 +346,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     lines = [text + "."]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
-        step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
+        step = f"**{STEPS_LABEL}:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_gib(step_estimate)} estimated when the run started"
+            step += f" against {format_gib(step_estimate)} estimated for them when the run started"
             if step_measured and gib_difference(step_measured, step_estimate):
                 step += f" ({gib_difference(step_measured, step_estimate)})"
         lines.append(step + ".")
@@ -356,6 +356,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     kind = (memory or {}).get("memory_kind")
     if kind:
         why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
+    one_step = (estimate or {}).get("step_bytes")
+    if step_measured and one_step and step_estimate and format_gib(one_step) != format_gib(step_estimate):
+        why.append(one_step_words(one_step))
     if comparison.get("calibration_text"):
         why.append(f"The estimate: {comparison['calibration_text']}.")
     if total or step_estimate:  # the Memory tab's answer is today's: it may differ a little (one figure per moment)
