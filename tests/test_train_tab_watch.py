@@ -573,3 +573,12 @@ def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypa
     atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
     text = ui.train.forecast(config)
     assert "about **1 min 21 s** from Start" in text and "loading about 1 min 01 s" in text, text
+
+
+def test_before_a_run_starts_the_bar_counts_nothing():
+    """The new-user pass: before Start the bar read "step 0 of ? · 0 % · elapsed … · status: not started" beside
+    "How long: … the last of its 33 steps". Before a run starts the bar says only that it has not started."""
+    for html_text in (view.progress_html(0, 0, None, None, None), view.progress_html(0, None, None, None, "not started")):
+        assert "status: <b>not started</b>" in html_text, html_text
+        assert "step" not in html_text and "?" not in html_text and "elapsed" not in html_text, html_text
+    assert "step <b>3</b> of <b>10</b>" in view.progress_html(3, 10, 20, 5, "running")

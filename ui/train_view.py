@@ -201,7 +201,8 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     config.json), a second line with the settings this run uses. `loading` (its process has logged no step
     yet): a run with no step done says "loading the model", not "step 0 of ?"; a resumed run with steps done
     says it is loading the model again before its next step. `eta_counts_loading`: `eta_s` includes the
-    loading still to come (`run_progress_html`)."""
+    loading still to come (`run_progress_html`). Before a run starts (no step, status "not started") the line
+    says only that: no "step 0 of ?" and no clock."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
@@ -210,6 +211,13 @@ def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | No
     basis = ("from this run's steps so far, plus loading as long as last time" if eta_counts_loading
              else "from this run's steps so far")
     eta_text = f" · about {format_seconds(eta_s)} left ({basis})" if eta_s else ""  # none once ended
+    if not loading and not step and status_text == "not started":  # nothing to count yet: no "step 0 of ?"
+        return ('<div class="train-progress">'
+                '<progress value="0" max="100" style="width:100%;height:1.4em"></progress>'
+                f'<div class="train-progress-text">{label_text}status: <b>not started</b></div>'
+                + (f'<div class="train-progress-settings"><small>{settings_html(settings, "This run:")}</small></div>'
+                   if settings else "")
+                + "</div>")
     if loading and not step:
         steps_text = "<b>loading the model</b>"
     elif loading:  # resumed: this process has not logged a step yet
