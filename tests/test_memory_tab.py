@@ -328,3 +328,20 @@ def test_every_suggestion_leads_with_a_teachers_words(monkeypatch):
     note = memory_view.PLAN_KIND_NOTE
     for term in ("LoRA adapter", "QLoRA"):
         assert f"(a {term})" in note or f": {term})" in note, (term, note)
+
+
+def test_how_sure_and_why_tell_one_story_about_where_the_calibration_was_measured():
+    """The new-user pass: How sure said "(75 measurements…); nothing was measured in this project yet" while Why?
+    said "Calibrated on this machine on 2026-12-03 (75 measurements)". Both now say the same computer and that
+    none of the measurements was made in this project."""
+    from ui.memory_view import calibration_words, how_sure
+
+    data = {"calibration": {"n_measurements": 75, "date": "2026-12-03T10:00:00", "places": {"here": 0, "elsewhere": 0,
+                                                                                         "unknown": 75}},
+            "calibration_text": "calibrated on this machine on 2026-12-03 (75 measurements)", "uncertainty_percent": 3}
+    sure, why = how_sure(data), calibration_words(data)
+    assert "nothing was measured in this project yet" in sure and "this computer" in sure, sure
+    assert "this machine" not in why and "on this computer on 2026-12-03" in why, why
+    assert "None of these measurements was made in this project yet" in why, why
+    data["calibration"]["places"] = {"here": 5, "elsewhere": 0, "unknown": 70}
+    assert "None of these" not in calibration_words(data)

@@ -166,13 +166,19 @@ def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
 def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
     """The estimate's own sentence about its calibration (`calibration_text`: "calibrated on this machine on
     DATE (N measurements)" or "not calibrated: the device's share is assumed, expect up to ±N %"), as a
-    sentence; the technical account under Why? (`how_sure` says it in a teacher's words)."""
+    sentence; the technical account under Why? (`how_sure` says it in a teacher's words, and both say when none
+    of the measurements was made in this project)."""
     text = str(data.get("calibration_text") or "").strip()
     if not text and data.get("calibration"):
         calibration = data["calibration"]
         text = (f"calibrated on this machine on {calibration.get('date', '?')} "
                 f"({calibration.get('n_measurements', '?')} measurements)")
+    text = text.replace("on this machine", "on this computer")  # `how_sure`'s word for the same computer
     text = text[:1].upper() + text[1:].rstrip(".") + "." if text else ""
+    places = (data.get("calibration") or {}).get("places") or {}
+    if text and places and not places.get("here"):  # the story `how_sure` tells: none measured in this project
+        text += (" None of these measurements was made in this project yet: they come from other projects on this "
+                 "computer and the app's own trials.")
     if offer and not data.get("calibration"):
         text += " **Calibrate this machine** (below) measures it here."
     return text
