@@ -61,11 +61,10 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None, *, ty
     """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
     unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
     the one it resolved to, `memory_gb` the budget (0 or None: what the device reports); `typed`: the budget
-    was typed for "another machine" ("another machine with 20 GB (an NVIDIA GPU)")."""
+    was typed for "another machine" ("another machine with 20 GB": no kind of machine the user did not pick)."""
     gb = float(memory_gb or 0)
-    if typed and gb:
-        kind = {"cuda": "an NVIDIA GPU", "mps": "a Mac's GPU", "cpu": "training on the CPU"}.get(device, device)
-        return f"another machine with {gb:g} GB ({kind})"
+    if typed and gb:  # the user picked no kind of machine: none is named
+        return f"another machine with {gb:g} GB"
     kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
     if not gb:
         return f"this computer ({kind})"
