@@ -463,3 +463,18 @@ def test_a_reopened_page_shows_one_machine_and_no_markdown_in_a_pop_up(app, monk
     assert "restore_settings" in chain, f"the calibration re-attaches outside the restore: {chain}"
     before = app.memory.estimate_when_restored(False, THIS_COMPUTER, 0, *[values[n] for n in common.CONFIG_FIELDS])
     assert all(out == gr.skip() for index, out in enumerate(before) if index != 1) and "saved settings" in before[1]
+
+
+def test_with_no_dataset_the_answer_says_what_length_it_assumes(tmp_path, app):
+    """The new-user pass: with no dataset built the answer gave a verdict under "The answer uses your dataset's
+    longest recording". It now says the row it assumes (Max tokens per row, a 30-second clip); with a dataset
+    built it says nothing of the kind."""
+    from tests.studio_app import fresh_app
+
+    values = _page_values(max_length=512)
+    bare = fresh_app(tmp_path / "bare")
+    answer = bare.memory.estimate_picked("NVIDIA GPU, 8 GB", 8, *[values[n] for n in common.CONFIG_FIELDS])[1]
+    assert "**Length assumed:** no dataset is built yet" in answer and "**512**" in answer, answer
+    assert answer.index("Length assumed") < answer.index("How sure"), "beside the verdict, before How sure"
+    built = app.memory.estimate_picked("NVIDIA GPU, 8 GB", 8, *[values[n] for n in common.CONFIG_FIELDS])[1]
+    assert "Length assumed" not in built, built

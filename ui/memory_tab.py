@@ -506,8 +506,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     here = likely_device()
     with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory") as tab:
         question = gr.Markdown(handlers.question(d.model), elem_id="memory-question")
-        gr.Markdown("Pick the machine the tutor will be trained on. The answer uses your dataset's **longest** "
-                    "recording, not the average: that is the one that runs out of memory hours in.")
+        gr.Markdown("Pick the machine the tutor will be trained on. The answer is for the **longest** training row "
+                    "(a recording with its text), not the average: that is the one that runs out of memory hours in.")
         with gr.Row(equal_height=True):
             machine = gr.Dropdown(list(MACHINE_CHOICES), value=THIS_COMPUTER, label="Machine", elem_id="machine",
                                   info="This computer, a typical GPU or Mac, or type the memory of another machine.",

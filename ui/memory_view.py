@@ -195,6 +195,8 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     name = str(data.get("verdict", "")).replace("_", " ")
     parts = [verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"),
                               who=f"{model} on {machine}")]
+    if data.get("dataset_built") is False:  # no recordings to take the longest of: say what is assumed instead
+        parts.append(no_dataset_words(data))
     parts.append(how_sure(data, offer=offer_calibration))
     if name == "does not fit":
         parts.append("**What to do:** click a suggestion below to make it fit, or pick a machine with more memory.")
@@ -223,6 +225,14 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     parts.append("<details><summary>Why? (precision, when the peak comes, usable memory)</summary>\n\n"
                  + "\n".join(why) + "\n\n</details>")
     return "\n\n".join(parts)
+
+
+def no_dataset_words(data: Mapping[str, Any]) -> str:
+    """The length an answer assumes when no dataset is built (`dataset_built` False): a row of Max tokens per row
+    tokens with a 30-second clip, in place of the dataset's longest recording."""
+    return (f"**Length assumed:** no dataset is built yet, so the answer assumes a row of **{data.get('max_length')}** "
+            "tokens (**Max tokens per row**) with a 30-second clip. Build the dataset (tab 2) for an answer about "
+            "your own longest recording.")
 
 
 def length_note(data: Mapping[str, Any]) -> str:
