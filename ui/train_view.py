@@ -152,18 +152,28 @@ def sureness_words(step: Mapping[str, Any] | None, workspace: Any = None) -> str
             + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
 
 
+def load_from_words(source: str | None, measurements: int | None = None) -> str:
+    """Where a loading forecast comes from, in words, always loads of the same model and quantization
+    (`pipeline.calibration.expected_load_seconds`, `pipeline.training.runs.measured_load_seconds`): "the
+    calibration's load of this model" (`source` "probe") or "your last run" / "your last N runs" (runs)."""
+    if source == "probe":
+        return "the calibration's load of this model"
+    return "your last run" if (measurements or 1) == 1 else f"your last {measurements} runs"
+
+
 def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = None) -> str:
     """Before a run starts, a teacher's decision first: how long it will take from Start to its last step
     (loading included) and how sure that is, then behind "Why?" the parts of that time and the precision
     the run computes in on `device`, and why (`plan`: `pipeline.calibration.forecast_run`'s dict:
     `compute_dtype`, `compute_dtype_reason`, `seconds` (the steps), `load_seconds`, `total_seconds`,
-    `steps`, `step` (the measured step's record), `load` (the measured loading's)); `workspace`: the project
+    `steps`, `step` (the measured step's record), `load` (the measured loading's), `load_from` (where the loading
+    figure comes from, `load_from_words`)); `workspace`: the project
     folder asking, against which "How sure" says where its measurements were made (`sureness_words`)."""
     steps = plan.get("steps")
     total, load = plan.get("total_seconds"), plan.get("load_seconds")
     if plan.get("seconds") is not None and total is not None:
         text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
-                f"(loading about {format_seconds(load)}, then the steps about {format_seconds(plan['seconds'])}; "
+                f"(loading about {format_seconds(load)}{', as ' + plan['load_from'] if plan.get('load_from') else ''}, then the steps about {format_seconds(plan['seconds'])}; "
                 f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif plan.get("seconds") is not None:
         text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
@@ -195,20 +205,20 @@ def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = Non
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
-                  loading: bool = False, eta_counts_loading: bool = False) -> str:
+                  loading: bool = False, eta_counts_loading: bool = False, load_from: str = "") -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
     config.json), a second line with the settings this run uses. `loading` (its process has logged no step
     yet): a run with no step done says "loading the model", not "step 0 of ?"; a resumed run with steps done
     says it is loading the model again before its next step. `eta_counts_loading`: `eta_s` includes the
-    loading still to come (`run_progress_html`). Before a run starts (no step, status "not started") the line
+    loading still to come (`run_progress_html`), as long as `load_from` says (`load_from_words`). Before a run starts (no step, status "not started") the line
     says only that: no "step 0 of ?" and no clock."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
-    basis = ("from this run's steps so far, plus loading as long as last time" if eta_counts_loading
+    basis = (f"from this run's steps so far, plus loading as long as {load_from or 'before here'}" if eta_counts_loading
              else "from this run's steps so far")
     eta_text = f" · about {format_seconds(eta_s)} left ({basis})" if eta_s else ""  # none once ended
     if not loading and not step and status_text == "not started":  # nothing to count yet: no "step 0 of ?"
@@ -261,18 +271,21 @@ def ended_line(run: str, state: str) -> str:
     return ENDED_WORDS.get(state, "").format(run=run)
 
 
-def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None) -> str:
+def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None,
+                expected_from: str = "") -> str:
     """A run's state for its progress line ("not started", "running"), with the seconds its process has
     spent loading before the first step while it does (`loading_s`, None once it has logged a step), and
-    how long loading took here before (`expected_load_s`, `pipeline.calibration.expected_load_seconds`)."""
+    how long loading took here before (`expected_load_s`, `pipeline.calibration.expected_load_seconds`) and where
+    that figure comes from (`expected_from`, `load_from_words`)."""
     words = state.replace("_", " ")
     if loading_s is not None:
-        expected = f" of about {format_seconds(expected_load_s)} last time" if expected_load_s else ""
+        expected = (f" of about {format_seconds(expected_load_s)}, as {expected_from or 'before here'}"
+                    if expected_load_s else "")
         words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)}{expected})"
     return words
 
 
-def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
+def run_progress_html(run: Any, expected_load_s: float | None = None, expected_from: str = "") -> str:
     """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
     it loads) and its own settings. While a resumed run loads the model again, the time left is its last
@@ -284,8 +297,9 @@ def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
         counts_loading = bool(eta and expected_load_s)
         eta = eta + max(0.0, expected_load_s - run.loading_s) if counts_loading else None
     return progress_html(run.step, run.max_steps, run.elapsed_s, eta,
-                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
-                         loading=run.loading_s is not None, eta_counts_loading=counts_loading)
+                         state_words(run.state, run.loading_s, expected_load_s, expected_from), label=run.run,
+                         settings=run.settings, loading=run.loading_s is not None, eta_counts_loading=counts_loading,
+                         load_from=expected_from)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
