@@ -610,3 +610,12 @@ def test_the_loading_forecast_says_where_it_comes_from(tmp_path, monkeypatch):
                               state="running", settings=None)
     html = view.run_progress_html(loading, 17.0, view.load_from_words("probe"))
     assert "of about 17 s, as the calibration&#x27;s load of this model" in html and "last time" not in html, html
+
+
+def test_the_next_runs_time_is_labelled_a_forecast():
+    """The new-user pass: after a run ended, "How long: about 1 min 24 s" stood under its "elapsed 2 min 26 s".
+    The line is the next run's forecast and says so."""
+    plan = {"compute_dtype": "float32", "compute_dtype_reason": "", "steps": 33, "seconds": 60.0,
+            "load_seconds": 24.0, "total_seconds": 84.0, "load_from": "your last run"}
+    text = view.forecast_markdown(plan, "cpu")
+    assert text.startswith("**How long the next run takes (forecast):** about **1 min 24 s**"), text

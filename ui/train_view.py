@@ -172,17 +172,17 @@ def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = Non
     steps = plan.get("steps")
     total, load = plan.get("total_seconds"), plan.get("load_seconds")
     if plan.get("seconds") is not None and total is not None:
-        text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
+        text = (f"**How long the next run takes (forecast):** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
                 f"(loading about {format_seconds(load)}{', as ' + plan['load_from'] if plan.get('load_from') else ''}, then the steps about {format_seconds(plan['seconds'])}; "
                 f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif plan.get("seconds") is not None:
-        text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
+        text = (f"**How long the next run takes (forecast):** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
                 f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif steps is not None:
-        text = (f"**How long:** {steps} steps; how long they take has not been measured on this computer for these "
+        text = (f"**How long the next run takes (forecast):** {steps} steps; how long they take has not been measured on this computer for these "
                 "settings yet: **Calibrate this machine** on the Memory tab measures it, and so does a first run.")
     else:
-        text = "**How long:** known once the dataset is built (Dataset tab)."
+        text = "**How long the next run takes (forecast):** known once the dataset is built (Dataset tab)."
     where = f"this computer's {device.upper() if device != 'cpu' else 'processor (CPU)'}"
     dtype = plan["compute_dtype"]
     reason = str(plan.get("compute_dtype_reason") or "").split(": ", 1)[-1].rstrip(".")
