@@ -340,7 +340,8 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
                           running: bool = False, today_bytes: int | None = None) -> str:
     """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
     the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
-    with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
+    with the phase that set it, and the run's training steps (the largest of them) against the estimate for the
+    run's steps (`pipeline.memory.run_compare.compare`; one step alone, the Memory tab's figure, under Why?); the
     estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
     figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
     finished, so the measured peak covers only the phases reached so far. `today_bytes`: the whole run's

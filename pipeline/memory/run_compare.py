@@ -4,8 +4,8 @@ The trainer records the peak of every phase of the run (`pipeline.training.peak_
 load, preflight, step, eval, save, resume) and, when it starts, the estimate of the same phases for
 the same settings, dataset and device (`run_estimate`, written into result.json as
 `memory_estimate`). `compare` puts the two side by side: the whole run's peak against the
-estimate's whole-run peak, each naming the phase that set it, and one training step against one
-step. The Train tab and `python -m pipeline train`'s summary both print `comparison_text`, so they
+estimate's whole-run peak, each naming the phase that set it, and the run's training steps (the largest
+of them) against the estimate of the run's steps (`STEPS_LABEL`). The Train tab and `python -m pipeline train`'s summary both print `comparison_text`, so they
 cannot disagree. Torch-free (the app imports it).
 """
 
@@ -118,7 +118,7 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
 
 def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, markdown: bool = False) -> str:
     """Two lines: the whole run's peak against the estimate's whole-run peak, each with the phase
-    that set it, then one training step against one step. `running`: the run has not finished, so
+    that set it, then the run's training steps (the largest of them) against the estimate for them. `running`: the run has not finished, so
     the measured peak covers only the phases reached so far. Every figure in GiB (`format_gib`: one unit for
     figures compared with one another); the estimate is the one made when the run started (`run_estimate`),
     which the Memory tab's answer of today may differ from as this computer's calibration grows."""
