@@ -203,6 +203,22 @@ def test_walking_the_presets_every_figure_agrees_and_every_sum_adds_up(app):
     _shown_sums_add_up(memory_view.memory_answer_markdown(data, "this computer (CPU)"), "rounding apart")
 
 
+def test_another_machine_is_asked_for_once_and_named_by_what_was_typed(app):
+    """The new-user pass: "Type the machine's memory in GB." under the box and "Type the other machine's memory
+    in GB in the box beside Machine…" (the box was below) said one thing twice; "(they count GB in GiB)" puzzled;
+    typing 6 answered "another machine with 6 GB (an NVIDIA GPU)", a kind never asked about."""
+    from ui import memory_tab
+    from ui.memory_view import machine_words
+
+    assert app.memory.field_message("memory_gb", None) == ""
+    assert "beside" not in memory_tab.TYPE_THE_MEMORY and memory_tab.MEMORY_GB_LABEL in memory_tab.TYPE_THE_MEMORY
+    for device in ("cuda", "mps", "cpu"):
+        assert machine_words("auto", device, 6, typed=True) == "another machine with 6 GB"
+    import inspect
+
+    assert "count GB in GiB" not in inspect.getsource(memory_tab)
+
+
 def test_another_machine_after_a_preset_asks_for_its_memory_and_answers_about_it(app):
     """Issue 32 (a new user's pass): "Mac, 48 GB", Estimate, then "Another machine: type its memory" and Estimate:
     the answer still said "on a Mac with 48 GB of unified memory ... 44.00 GiB usable". The box to type into
@@ -216,11 +232,12 @@ def test_another_machine_after_a_preset_asks_for_its_memory_and_answers_about_it
     assert "48" not in verdict and "Type" in verdict, verdict
     asked = app.memory.estimate_picked(CUSTOM_MACHINE, None, *[values[n] for n in common.CONFIG_FIELDS])
     assert "Type" in asked[1] and "a Mac" not in asked[1], asked[1]
-    assert app.memory.field_message("memory_gb", None).startswith("Type"), "no ✗ for a box not typed in yet"
+    assert app.memory.field_message("memory_gb", None) == "", "no ✗ (and the answer alone asks) for an empty box"
     outputs = app.memory.estimate_picked(CUSTOM_MACHINE, 20, *[values[n] for n in common.CONFIG_FIELDS])
     answer, reading = outputs[1], outputs[-1]
     assert "another machine with 20 GB" in answer and "48" not in answer.split("<details>")[0], answer
     assert "the 20 GB you typed" in answer, answer
+    assert "GPU" not in answer.split("<details>")[0] and "Mac" not in answer.split("<details>")[0], "no kind not picked"
     _shown_sums_add_up(answer, "typed 20 GB")
     plan = app.memory.plan(reading, 20, *[values[n] for n in common.CONFIG_FIELDS])
     assert "another machine with 20 GB" in plan and "a Mac with" not in plan, plan[:400]
@@ -446,3 +463,18 @@ def test_a_reopened_page_shows_one_machine_and_no_markdown_in_a_pop_up(app, monk
     assert "restore_settings" in chain, f"the calibration re-attaches outside the restore: {chain}"
     before = app.memory.estimate_when_restored(False, THIS_COMPUTER, 0, *[values[n] for n in common.CONFIG_FIELDS])
     assert all(out == gr.skip() for index, out in enumerate(before) if index != 1) and "saved settings" in before[1]
+
+
+def test_with_no_dataset_the_answer_says_what_length_it_assumes(tmp_path, app):
+    """The new-user pass: with no dataset built the answer gave a verdict under "The answer uses your dataset's
+    longest recording". It now says the row it assumes (Max tokens per row, a 30-second clip); with a dataset
+    built it says nothing of the kind."""
+    from tests.studio_app import fresh_app
+
+    values = _page_values(max_length=512)
+    bare = fresh_app(tmp_path / "bare")
+    answer = bare.memory.estimate_picked("NVIDIA GPU, 8 GB", 8, *[values[n] for n in common.CONFIG_FIELDS])[1]
+    assert "**Length assumed:** no dataset is built yet" in answer and "**512**" in answer, answer
+    assert answer.index("Length assumed") < answer.index("How sure"), "beside the verdict, before How sure"
+    built = app.memory.estimate_picked("NVIDIA GPU, 8 GB", 8, *[values[n] for n in common.CONFIG_FIELDS])[1]
+    assert "Length assumed" not in built, built

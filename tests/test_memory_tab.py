@@ -268,6 +268,25 @@ def test_the_calibration_panel_shows_every_phase_of_its_part_with_its_time(tmp_p
     assert "loading the model ✓ 14 s · the longest batch ✓ 2 s · one measured step …" in text, text
 
 
+def test_the_calibration_panels_part_number_and_phases_are_of_one_part(tmp_path):
+    """The new-user pass: "part 3 of 4: a short trial…" stood beside the ✓ phases of part 2: the stand-in's two
+    probes (parts 2 and 3) share a name, and the phases were kept by name. They are kept by part number now."""
+    from pipeline.memory.calibration_job import phases_so_far
+
+    seen: list[dict] = []
+    t0 = 1_000_000.0
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "load"}, t0)
+    phases_so_far(seen, {"part": "stand-in", "index": 2, "of": 4, "phase": "step"}, t0 + 5)
+    record = phases_so_far(seen, {"part": "stand-in", "index": 3, "of": 4, "phase": None}, t0 + 9)
+    assert record["phases"] == [] and seen[1]["seconds"] == 4.0, (record, seen)
+    record = phases_so_far(seen, {"part": "stand-in", "index": 3, "of": 4, "phase": "load"}, t0 + 10)
+    assert [(p["phase"], p.get("seconds")) for p in record["phases"]] == [("load", None)], record
+    ui = TutorApp(tmp_path / "ws")
+    step = {"part": "stand-in", "index": 3, "of": 4, "phase": "load", **record}
+    text = ui.memory.calibration_progress({"progress": step, "started_at": t0}, now=t0 + 12)
+    assert "part 3 of 4" in text and "✓" not in text and "loading the model …" in text, text
+
+
 def test_the_calibrations_forecast_is_this_computers_last_one(tmp_path):
     """Issue 32 (a new user's pass): the calibration took ~1.5 min against "about 3" (a figure for another
     computer). The panel now says how long the last calibration took here (`last_calibration_seconds`)."""
@@ -309,3 +328,20 @@ def test_every_suggestion_leads_with_a_teachers_words(monkeypatch):
     note = memory_view.PLAN_KIND_NOTE
     for term in ("LoRA adapter", "QLoRA"):
         assert f"(a {term})" in note or f": {term})" in note, (term, note)
+
+
+def test_how_sure_and_why_tell_one_story_about_where_the_calibration_was_measured():
+    """The new-user pass: How sure said "(75 measurements…); nothing was measured in this project yet" while Why?
+    said "Calibrated on this machine on 2026-12-03 (75 measurements)". Both now say the same computer and that
+    none of the measurements was made in this project."""
+    from ui.memory_view import calibration_words, how_sure
+
+    data = {"calibration": {"n_measurements": 75, "date": "2026-12-03T10:00:00", "places": {"here": 0, "elsewhere": 0,
+                                                                                         "unknown": 75}},
+            "calibration_text": "calibrated on this machine on 2026-12-03 (75 measurements)", "uncertainty_percent": 3}
+    sure, why = how_sure(data), calibration_words(data)
+    assert "nothing was measured in this project yet" in sure and "this computer" in sure, sure
+    assert "this machine" not in why and "on this computer on 2026-12-03" in why, why
+    assert "None of these measurements was made in this project yet" in why, why
+    data["calibration"]["places"] = {"here": 5, "elsewhere": 0, "unknown": 70}
+    assert "None of these" not in calibration_words(data)

@@ -315,3 +315,19 @@ def test_the_try_tabs_answers_are_cleared_when_the_clip_sentence_or_tutor_change
                 cleared_by[getattr(blocks.get(target_id), "elem_id", None)] = event
     assert {key: cleared_by.get(key) for key in ("try-audio", "try-target", "try-run")} == {
         "try-audio": "input", "try-target": "input", "try-run": "input"}, cleared_by
+
+
+def test_timer_ticks_never_show_gradios_progress_timers(tmp_path):
+    """The new-user pass: "processing | 0.9/1.2s" and "queue: 1/1" flashed inside the Train tab's headline,
+    status and memory lines and the Memory tab's calibration line. Every timer tick (and anything chained after
+    one) refreshes with `show_progress="hidden"`, the Train and Memory panels included."""
+    import app as app_module
+    from ui.tutor_app import TutorApp
+
+    demo = app_module.build_ui(TutorApp(tmp_path / "ws"))
+    ticks = {i for i, dep in demo.fns.items() if any(event == "tick" for _, event in dep.targets)}
+    chained = {i for i, dep in demo.fns.items() if dep.trigger_after in ticks}
+    outputs = {getattr(out, "elem_id", None) for i in ticks for out in demo.fns[i].outputs}
+    assert {"train-headline", "train-status", "train-memory", "measured"} <= outputs, outputs
+    for i in ticks | chained:
+        assert demo.fns[i].show_progress == "hidden", [getattr(o, "elem_id", None) for o in demo.fns[i].outputs]

@@ -551,7 +551,7 @@ def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
     text = view.train_memory_markdown(
         {"phase_peak_bytes": {"step": 2**30}, "peak_phase": "step", "peak_bytes": 2**30, "memory_kind": "cpu_max_rss"},
         {"total_bytes": int(1.06 * 2**30), "run_peak_phase": "step", "step_bytes": int(1.06 * 2**30)})
-    assert "1.06 GiB estimated when the run started" in text and "made when it started" in text, text
+    assert "1.06 GiB estimated for them when the run started" in text and "made when it started" in text, text
     assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]
 
 
@@ -573,3 +573,49 @@ def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypa
     atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
     text = ui.train.forecast(config)
     assert "about **1 min 21 s** from Start" in text and "loading about 1 min 01 s" in text, text
+
+
+def test_before_a_run_starts_the_bar_counts_nothing():
+    """The new-user pass: before Start the bar read "step 0 of ? · 0 % · elapsed … · status: not started" beside
+    "How long: … the last of its 33 steps". Before a run starts the bar says only that it has not started."""
+    for html_text in (view.progress_html(0, 0, None, None, None), view.progress_html(0, None, None, None, "not started")):
+        assert "status: <b>not started</b>" in html_text, html_text
+        assert "step" not in html_text and "?" not in html_text and "elapsed" not in html_text, html_text
+    assert "step <b>3</b> of <b>10</b>" in view.progress_html(3, 10, 20, 5, "running")
+
+
+def test_the_loading_forecast_says_where_it_comes_from(tmp_path, monkeypatch):
+    """The new-user pass: "loading about 17 s … last time" on a first run that took 55 s: "last time" was the
+    calibration's load. The loading figure is always of the same model and quantization and says whose it is:
+    "the calibration's load of this model" or "your last run(s)"."""
+    from pipeline.fileio import atomic_write_json
+    from ui import train_tab
+
+    assert view.load_from_words("probe", 1) == "the calibration's load of this model"
+    assert view.load_from_words("run", 1) == "your last run" and view.load_from_words("run", 3) == "your last 3 runs"
+    ui = TutorApp(tmp_path / "ws")
+    config = common.config_from_values({**{n: getattr(common.DEFAULTS, n) for n in common.CONFIG_FIELDS},
+                                        "model": "m", "max_steps": 10})
+    monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400]}})
+    monkeypatch.setattr("pipeline.calibration.forecast_run", lambda config, lengths, device: {
+        "compute_dtype": "float32", "compute_dtype_reason": "", "steps": 10, "seconds": 20.0, "step": {"source": "run"},
+        "load": {"seconds": 17.0, "source": "probe", "measurements": 1}, "load_seconds": 17.0, "total_seconds": 37.0})
+    assert "loading about 17 s, as the calibration's load of this model, then" in ui.train.forecast(config)
+    atomic_write_json(ui.ws.runs_dir / "a" / "result.json", {"run": "a", "status": "completed", "load_seconds": 55.0})
+    atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
+    assert "loading about 55 s, as your last run, then" in ui.train.forecast(config)
+    from types import SimpleNamespace
+
+    loading = SimpleNamespace(run="b", step=0, max_steps=10, elapsed_s=9.0, eta_s=None, loading_s=9.0,
+                              state="running", settings=None)
+    html = view.run_progress_html(loading, 17.0, view.load_from_words("probe"))
+    assert "of about 17 s, as the calibration&#x27;s load of this model" in html and "last time" not in html, html
+
+
+def test_the_next_runs_time_is_labelled_a_forecast():
+    """The new-user pass: after a run ended, "How long: about 1 min 24 s" stood under its "elapsed 2 min 26 s".
+    The line is the next run's forecast and says so."""
+    plan = {"compute_dtype": "float32", "compute_dtype_reason": "", "steps": 33, "seconds": 60.0,
+            "load_seconds": 24.0, "total_seconds": 84.0, "load_from": "your last run"}
+    text = view.forecast_markdown(plan, "cpu")
+    assert text.startswith("**How long the next run takes (forecast):** about **1 min 24 s**"), text

@@ -51,8 +51,10 @@ MACHINE_PRESETS: dict[str, tuple[str, float]] = {
 i.e. GiB (`pipeline.memory.budget.device_memory`). "This computer" is `--device auto` with the memory the
 device reports; `CUSTOM_MACHINE` keeps the device and shows the budget field."""
 MACHINE_CHOICES = (*MACHINE_PRESETS, CUSTOM_MACHINE)
-TYPE_THE_MEMORY = "Type the other machine's memory in GB in the box beside **Machine**, then click **Estimate**."
-"""The answer's place once `CUSTOM_MACHINE` is picked, until a memory is typed."""
+MEMORY_GB_LABEL = "The machine's memory (GB)"
+TYPE_THE_MEMORY = f"Type the other machine's memory in the box **{MEMORY_GB_LABEL}**, then click **Estimate**."
+"""The answer's place once `CUSTOM_MACHINE` is picked, until a memory is typed (said once: the box's own message
+stays empty until something is typed; the box is named by its label, wherever the page's width puts it)."""
 
 N_ESTIMATE_OUTPUTS = 9 + MAX_SUGGESTIONS
 """`MemoryHandlers.estimate`'s outputs: plot, verdict, components, suggestions note, suggestions, the buttons,
@@ -185,7 +187,7 @@ class MemoryHandlers:
         (`TrainConfig.validate`, `pipeline.memory.budget.device_memory`)."""
         try:
             if value is None or value == "":
-                return "Type the machine's memory in GB." if name == "memory_gb" else "✗ Type a number here."
+                return "" if name == "memory_gb" else "✗ Type a number here."  # the answer asks (TYPE_THE_MEMORY)
             if name == "memory_gb":
                 from pipeline.memory.budget import device_memory
 
@@ -504,14 +506,14 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     here = likely_device()
     with gr.Tab("3 · Memory", id="memory", elem_id="tab-memory") as tab:
         question = gr.Markdown(handlers.question(d.model), elem_id="memory-question")
-        gr.Markdown("Pick the machine the tutor will be trained on. The answer uses your dataset's **longest** "
-                    "recording, not the average: that is the one that runs out of memory hours in.")
+        gr.Markdown("Pick the machine the tutor will be trained on. The answer is for the **longest** training row "
+                    "(a recording with its text), not the average: that is the one that runs out of memory hours in.")
         with gr.Row(equal_height=True):
             machine = gr.Dropdown(list(MACHINE_CHOICES), value=THIS_COMPUTER, label="Machine", elem_id="machine",
                                   info="This computer, a typical GPU or Mac, or type the memory of another machine.",
                                   scale=2)
-            memory_gb = gr.Number(value=0, label="The machine's memory (GB)", visible=False, elem_id="memory-gb",
-                                  info="As its box or system says it (they count GB in GiB); 0: this computer's.")
+            memory_gb = gr.Number(value=0, label=MEMORY_GB_LABEL, visible=False, elem_id="memory-gb",
+                                  info="As its box or system says it; 0: this computer's.")
             estimate_button = gr.Button("Estimate", variant="primary", elem_id="estimate", scale=0, min_width=160)
         memory_gb_message = gr.Markdown(elem_id="memory-gb-message", elem_classes=["field-message"])
         verdict_out = gr.Markdown(elem_id="verdict")

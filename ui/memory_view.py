@@ -61,11 +61,10 @@ def machine_words(device_asked: str, device: str, memory_gb: float | None, *, ty
     """The machine an estimate is for, in plain words: "an NVIDIA GPU with 8 GB", "a Mac with 16 GB of
     unified memory", "this computer (CPU)". `device_asked` is the Device setting (may be auto), `device`
     the one it resolved to, `memory_gb` the budget (0 or None: what the device reports); `typed`: the budget
-    was typed for "another machine" ("another machine with 20 GB (an NVIDIA GPU)")."""
+    was typed for "another machine" ("another machine with 20 GB": no kind of machine the user did not pick)."""
     gb = float(memory_gb or 0)
-    if typed and gb:
-        kind = {"cuda": "an NVIDIA GPU", "mps": "a Mac's GPU", "cpu": "training on the CPU"}.get(device, device)
-        return f"another machine with {gb:g} GB ({kind})"
+    if typed and gb:  # the user picked no kind of machine: none is named
+        return f"another machine with {gb:g} GB"
     kind = {"cuda": "GPU", "mps": "Apple GPU", "cpu": "CPU"}.get(device, device)
     if not gb:
         return f"this computer ({kind})"
@@ -166,13 +165,19 @@ def how_sure(data: Mapping[str, Any], *, offer: bool = False) -> str:
 def calibration_words(data: Mapping[str, Any], *, offer: bool = False) -> str:
     """The estimate's own sentence about its calibration (`calibration_text`: "calibrated on this machine on
     DATE (N measurements)" or "not calibrated: the device's share is assumed, expect up to ±N %"), as a
-    sentence; the technical account under Why? (`how_sure` says it in a teacher's words)."""
+    sentence; the technical account under Why? (`how_sure` says it in a teacher's words, and both say when none
+    of the measurements was made in this project)."""
     text = str(data.get("calibration_text") or "").strip()
     if not text and data.get("calibration"):
         calibration = data["calibration"]
         text = (f"calibrated on this machine on {calibration.get('date', '?')} "
                 f"({calibration.get('n_measurements', '?')} measurements)")
+    text = text.replace("on this machine", "on this computer")  # `how_sure`'s word for the same computer
     text = text[:1].upper() + text[1:].rstrip(".") + "." if text else ""
+    places = (data.get("calibration") or {}).get("places") or {}
+    if text and places and not places.get("here"):  # the story `how_sure` tells: none measured in this project
+        text += (" None of these measurements was made in this project yet: they come from other projects on this "
+                 "computer and the app's own trials.")
     if offer and not data.get("calibration"):
         text += " **Calibrate this machine** (below) measures it here."
     return text
@@ -190,6 +195,8 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     name = str(data.get("verdict", "")).replace("_", " ")
     parts = [verdict_markdown(data.get("verdict"), data.get("total_bytes"), data.get("usable_bytes"),
                               who=f"{model} on {machine}")]
+    if data.get("dataset_built") is False:  # no recordings to take the longest of: say what is assumed instead
+        parts.append(no_dataset_words(data))
     parts.append(how_sure(data, offer=offer_calibration))
     if name == "does not fit":
         parts.append("**What to do:** click a suggestion below to make it fit, or pick a machine with more memory.")
@@ -218,6 +225,14 @@ def memory_answer_markdown(data: Mapping[str, Any], machine: str, *, offer_calib
     parts.append("<details><summary>Why? (precision, when the peak comes, usable memory)</summary>\n\n"
                  + "\n".join(why) + "\n\n</details>")
     return "\n\n".join(parts)
+
+
+def no_dataset_words(data: Mapping[str, Any]) -> str:
+    """The length an answer assumes when no dataset is built (`dataset_built` False): a row of Max tokens per row
+    tokens with a 30-second clip, in place of the dataset's longest recording."""
+    return (f"**Length assumed:** no dataset is built yet, so the answer assumes a row of **{data.get('max_length')}** "
+            "tokens (**Max tokens per row**) with a 30-second clip. Build the dataset (tab 2) for an answer about "
+            "your own longest recording.")
 
 
 def length_note(data: Mapping[str, Any]) -> str:

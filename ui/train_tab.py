@@ -131,9 +131,12 @@ class TrainHandlers:
         device = likely_device() if config.device == "auto" else config.device
         report = built_report(self.ws) or {}
         plan = forecast_run(config, report.get("length_stats"), device)
+        if plan.get("load"):  # the calibration's (or a run's) load of this model and quantization, said so
+            plan = {**plan, "load_from": view.load_from_words(plan["load"].get("source"), plan["load"].get("measurements"))}
         here = measured_load_seconds(self.ws, config.to_dict())  # as the watched run's loading guess (`_expected_load`)
         if here:
             plan = {**plan, "load_seconds": here["seconds"], "load": None,
+                    "load_from": view.load_from_words("run", here["measurements"]),
                     "total_seconds": here["seconds"] + plan["seconds"] if plan.get("seconds") is not None else None}
         return view.forecast_markdown(plan, device, self.ws)
 
@@ -239,7 +242,7 @@ class TrainHandlers:
             return (gr.skip(),) * 4 + (error_panel(error, here=self.here), seen, gr.Timer(active=False)) + (gr.skip(),) * 6
         rows, alive = run.rows, run.alive
         return (
-            view.run_progress_html(run, self._expected_load(run) if run.loading_s is not None else None),
+            view.run_progress_html(run, *(self._expected_load(run) if run.loading_s is not None else (None, ""))),
             view.loss_curves(rows) if len(rows) != seen or not alive else gr.skip(),
             view.run_memory_markdown(run, self._today_estimate(run)),
             readable_log(run.log_tail, LOG_LINES, here=self.here),
@@ -277,27 +280,28 @@ class TrainHandlers:
             self._today[key] = (today or {}).get("total_bytes")
         return self._today[key]
 
-    def _expected_load(self, run) -> float | None:
-        """Seconds loading took here before for the watched run's model and precision, or None: measured by
-        this workspace's runs of those settings (`pipeline.training.runs.measured_load_seconds`, read once per
-        watched run), else by this computer's calibration (`pipeline.calibration.expected_load_seconds`)."""
+    def _expected_load(self, run) -> tuple[float | None, str]:
+        """(Seconds loading took here before for the watched run's model and precision, or None; where that
+        comes from in words, `view.load_from_words`): measured by this workspace's runs of those settings
+        (`pipeline.training.runs.measured_load_seconds`, read once per watched run), else by this computer's
+        calibration's load of the same model and quantization (`pipeline.calibration.expected_load_seconds`)."""
         from pipeline.calibration import expected_load_seconds
         from pipeline.config import likely_device
         from pipeline.training.runs import measured_load_seconds
 
         settings = run.settings or {}
         if not settings.get("model"):
-            return None
+            return None, ""
         key = (run.run, (run.result or {}).get("started_at"))  # once per process of the run
         if key not in self._loads:
             here = measured_load_seconds(self.ws, settings)
-            self._loads[key] = here["seconds"] if here else None
+            self._loads[key] = (here["seconds"], view.load_from_words("run", here["measurements"])) if here else None
         if self._loads[key]:
             return self._loads[key]
         device = likely_device() if settings.get("device", "auto") == "auto" else settings["device"]
         load = expected_load_seconds(settings["model"], settings.get("quantization", "none"), device,
                                      bool(settings.get("low_memory_heap")))
-        return load["seconds"] if load else None
+        return (load["seconds"], view.load_from_words(load.get("source"), load.get("measurements"))) if load else (None, "")
 
     def runs_table(self):
         """Past runs with their results (newest first)."""

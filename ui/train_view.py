@@ -152,27 +152,37 @@ def sureness_words(step: Mapping[str, Any] | None, workspace: Any = None) -> str
             + (f", varying by up to ±{spread} %" if spread else "") + "; a busier computer takes longer")
 
 
+def load_from_words(source: str | None, measurements: int | None = None) -> str:
+    """Where a loading forecast comes from, in words, always loads of the same model and quantization
+    (`pipeline.calibration.expected_load_seconds`, `pipeline.training.runs.measured_load_seconds`): "the
+    calibration's load of this model" (`source` "probe") or "your last run" / "your last N runs" (runs)."""
+    if source == "probe":
+        return "the calibration's load of this model"
+    return "your last run" if (measurements or 1) == 1 else f"your last {measurements} runs"
+
+
 def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = None) -> str:
     """Before a run starts, a teacher's decision first: how long it will take from Start to its last step
     (loading included) and how sure that is, then behind "Why?" the parts of that time and the precision
     the run computes in on `device`, and why (`plan`: `pipeline.calibration.forecast_run`'s dict:
     `compute_dtype`, `compute_dtype_reason`, `seconds` (the steps), `load_seconds`, `total_seconds`,
-    `steps`, `step` (the measured step's record), `load` (the measured loading's)); `workspace`: the project
+    `steps`, `step` (the measured step's record), `load` (the measured loading's), `load_from` (where the loading
+    figure comes from, `load_from_words`)); `workspace`: the project
     folder asking, against which "How sure" says where its measurements were made (`sureness_words`)."""
     steps = plan.get("steps")
     total, load = plan.get("total_seconds"), plan.get("load_seconds")
     if plan.get("seconds") is not None and total is not None:
-        text = (f"**How long:** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
-                f"(loading about {format_seconds(load)}, then the steps about {format_seconds(plan['seconds'])}; "
+        text = (f"**How long the next run takes (forecast):** about **{format_seconds(total)}** from Start to the last of its {steps} steps "
+                f"(loading about {format_seconds(load)}{', as ' + plan['load_from'] if plan.get('load_from') else ''}, then the steps about {format_seconds(plan['seconds'])}; "
                 f"evaluations and saving add a little). **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif plan.get("seconds") is not None:
-        text = (f"**How long:** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
+        text = (f"**How long the next run takes (forecast):** the {steps} steps take about **{format_seconds(plan['seconds'])}**, plus loading, which "
                 f"has not been timed here yet. **How sure:** {sureness_words(plan.get('step'), workspace)}.")
     elif steps is not None:
-        text = (f"**How long:** {steps} steps; how long they take has not been measured on this computer for these "
+        text = (f"**How long the next run takes (forecast):** {steps} steps; how long they take has not been measured on this computer for these "
                 "settings yet: **Calibrate this machine** on the Memory tab measures it, and so does a first run.")
     else:
-        text = "**How long:** known once the dataset is built (Dataset tab)."
+        text = "**How long the next run takes (forecast):** known once the dataset is built (Dataset tab)."
     where = f"this computer's {device.upper() if device != 'cpu' else 'processor (CPU)'}"
     dtype = plan["compute_dtype"]
     reason = str(plan.get("compute_dtype_reason") or "").split(": ", 1)[-1].rstrip(".")
@@ -195,21 +205,29 @@ def forecast_markdown(plan: Mapping[str, Any], device: str, workspace: Any = Non
 
 def progress_html(step: int | None, max_steps: int | None, elapsed_s: float | None, eta_s: float | None,
                   status: str | None, *, label: str = "", settings: Mapping[str, Any] | None = None,
-                  loading: bool = False, eta_counts_loading: bool = False) -> str:
+                  loading: bool = False, eta_counts_loading: bool = False, load_from: str = "") -> str:
     """A progress bar (HTML `<progress>` plus a line of text): steps done, elapsed time (since Start, loading
     included), the time left (from this run's own steps so far), status; with `settings` (the run's
     config.json), a second line with the settings this run uses. `loading` (its process has logged no step
     yet): a run with no step done says "loading the model", not "step 0 of ?"; a resumed run with steps done
     says it is loading the model again before its next step. `eta_counts_loading`: `eta_s` includes the
-    loading still to come (`run_progress_html`)."""
+    loading still to come (`run_progress_html`), as long as `load_from` says (`load_from_words`). Before a run starts (no step, status "not started") the line
+    says only that: no "step 0 of ?" and no clock."""
     step = int(step or 0)
     total = int(max_steps or 0)
     fraction = min(1.0, step / total) if total > 0 else 0.0
     status_text = html.escape(status or "not started")
     label_text = f"<b>{html.escape(label)}</b> · " if label else ""
-    basis = ("from this run's steps so far, plus loading as long as last time" if eta_counts_loading
+    basis = (f"from this run's steps so far, plus loading as long as {load_from or 'before here'}" if eta_counts_loading
              else "from this run's steps so far")
     eta_text = f" · about {format_seconds(eta_s)} left ({basis})" if eta_s else ""  # none once ended
+    if not loading and not step and status_text == "not started":  # nothing to count yet: no "step 0 of ?"
+        return ('<div class="train-progress">'
+                '<progress value="0" max="100" style="width:100%;height:1.4em"></progress>'
+                f'<div class="train-progress-text">{label_text}status: <b>not started</b></div>'
+                + (f'<div class="train-progress-settings"><small>{settings_html(settings, "This run:")}</small></div>'
+                   if settings else "")
+                + "</div>")
     if loading and not step:
         steps_text = "<b>loading the model</b>"
     elif loading:  # resumed: this process has not logged a step yet
@@ -253,18 +271,21 @@ def ended_line(run: str, state: str) -> str:
     return ENDED_WORDS.get(state, "").format(run=run)
 
 
-def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None) -> str:
+def state_words(state: str, loading_s: float | None, expected_load_s: float | None = None,
+                expected_from: str = "") -> str:
     """A run's state for its progress line ("not started", "running"), with the seconds its process has
     spent loading before the first step while it does (`loading_s`, None once it has logged a step), and
-    how long loading took here before (`expected_load_s`, `pipeline.calibration.expected_load_seconds`)."""
+    how long loading took here before (`expected_load_s`, `pipeline.calibration.expected_load_seconds`) and where
+    that figure comes from (`expected_from`, `load_from_words`)."""
     words = state.replace("_", " ")
     if loading_s is not None:
-        expected = f" of about {format_seconds(expected_load_s)} last time" if expected_load_s else ""
+        expected = (f" of about {format_seconds(expected_load_s)}, as {expected_from or 'before here'}"
+                    if expected_load_s else "")
         words += f" (loading the model and checking the longest batch: {format_seconds(loading_s)}{expected})"
     return words
 
 
-def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
+def run_progress_html(run: Any, expected_load_s: float | None = None, expected_from: str = "") -> str:
     """`progress_html` of the run being watched (a `pipeline.training.run_folder.RunReading`): its step of
     its steps, its clock since Start, the time left while it runs, its state (with `expected_load_s` while
     it loads) and its own settings. While a resumed run loads the model again, the time left is its last
@@ -276,8 +297,9 @@ def run_progress_html(run: Any, expected_load_s: float | None = None) -> str:
         counts_loading = bool(eta and expected_load_s)
         eta = eta + max(0.0, expected_load_s - run.loading_s) if counts_loading else None
     return progress_html(run.step, run.max_steps, run.elapsed_s, eta,
-                         state_words(run.state, run.loading_s, expected_load_s), label=run.run, settings=run.settings,
-                         loading=run.loading_s is not None, eta_counts_loading=counts_loading)
+                         state_words(run.state, run.loading_s, expected_load_s, expected_from), label=run.run,
+                         settings=run.settings, loading=run.loading_s is not None, eta_counts_loading=counts_loading,
+                         load_from=expected_from)
 
 
 def loss_curves(progress_rows: Sequence[Mapping[str, Any]]):
@@ -318,13 +340,14 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
                           running: bool = False, today_bytes: int | None = None) -> str:
     """A run's measured memory against the estimate for its settings, like with like, a teacher's words first:
     the whole run's peak against the estimate's whole-run peak, each in GiB (`pipeline.units.format_gib`)
-    with the phase that set it, and one step against one step (`pipeline.memory.run_compare.compare`); the
+    with the phase that set it, and the run's training steps (the largest of them) against the estimate for the
+    run's steps (`pipeline.memory.run_compare.compare`; one step alone, the Memory tab's figure, under Why?); the
     estimate's calibration and precision behind "Why?". `memory`: result.json's `memory` (or the progress
     figures so far, with `memory_kind`); `estimate`: its `memory_estimate`. `running`: the run has not
     finished, so the measured peak covers only the phases reached so far. `today_bytes`: the whole run's
     estimate for the same settings now (the Memory tab's figure: this computer's calibration has grown since,
     this run's measurements included), said beside the run's own when the two show different figures."""
-    from pipeline.memory.run_compare import compare
+    from pipeline.memory.run_compare import STEPS_LABEL, compare, one_step_words
 
     comparison = compare(memory, estimate)
     measured, total = comparison.get("measured_bytes"), comparison.get("estimate_bytes")
@@ -346,9 +369,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     lines = [text + "."]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
-        step = f"**One training step:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
+        step = f"**{STEPS_LABEL}:** {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_gib(step_estimate)} estimated when the run started"
+            step += f" against {format_gib(step_estimate)} estimated for them when the run started"
             if step_measured and gib_difference(step_measured, step_estimate):
                 step += f" ({gib_difference(step_measured, step_estimate)})"
         lines.append(step + ".")
@@ -356,6 +379,9 @@ def train_memory_markdown(memory: Mapping[str, Any] | None, estimate: Mapping[st
     kind = (memory or {}).get("memory_kind")
     if kind:
         why.append(f"Peaks {memory_counter_words(kind)}, in each phase of the run.")
+    one_step = (estimate or {}).get("step_bytes")
+    if step_measured and one_step and step_estimate and format_gib(one_step) != format_gib(step_estimate):
+        why.append(one_step_words(one_step))
     if comparison.get("calibration_text"):
         why.append(f"The estimate: {comparison['calibration_text']}.")
     if total or step_estimate:  # the Memory tab's answer is today's: it may differ a little (one figure per moment)

@@ -126,12 +126,12 @@ def start_calibration(workspace: Workspace | str | os.PathLike, settings: dict[s
 
 
 def phases_so_far(seen: list[dict], step: dict, now: float) -> dict:
-    """Record `step` (a `calibrate` progress dict: `part`, `phase`) in `seen`, the phases met so far in order,
-    and return the progress record's `updated_at` (`now`, unix seconds) and `phases`: the current part's
-    phases, each `{"phase", "at"}` plus `seconds` (how long it took, 0.1 s) once the next one began. A phase
+    """Record `step` (a `calibrate` progress dict: `part`, `index`, `phase`) in `seen`, the phases met so far in
+    order, and return the progress record's `updated_at` (`now`, unix seconds) and `phases`: the current part's
+    (its name and number: the stand-in's two probes share a name) phases, each `{"phase", "at"}` plus `seconds` (how long it took, 0.1 s) once the next one began. A phase
     shorter than the app's poll (the tiny model's longest batch: about 2 s) is kept, so the panel shows it done
     even when no read fell inside it."""
-    part, phase = step.get("part"), step.get("phase")
+    part, phase = (step.get("part"), step.get("index")), step.get("phase")  # two parts can share a name (two probes)
     if phase and (not seen or (seen[-1]["part"], seen[-1]["phase"]) != (part, phase)):
         if seen and "seconds" not in seen[-1]:
             seen[-1]["seconds"] = round(now - seen[-1]["at"], 1)

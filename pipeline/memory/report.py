@@ -127,6 +127,7 @@ def estimate_for_workspace(
         "max_length": config.max_length,
         "settings": config.to_dict(),
         "lengths_source": lengths.source,
+        "dataset_built": bool(lengths.row_tokens),  # False: rows of max_length tokens and 30 s clips are assumed
         "excluded_rows": lengths.excluded(config.max_length),
         "options": est.options,
         "notes": est.notes,

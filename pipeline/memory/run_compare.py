@@ -4,8 +4,8 @@ The trainer records the peak of every phase of the run (`pipeline.training.peak_
 load, preflight, step, eval, save, resume) and, when it starts, the estimate of the same phases for
 the same settings, dataset and device (`run_estimate`, written into result.json as
 `memory_estimate`). `compare` puts the two side by side: the whole run's peak against the
-estimate's whole-run peak, each naming the phase that set it, and one training step against one
-step. The Train tab and `python -m pipeline train`'s summary both print `comparison_text`, so they
+estimate's whole-run peak, each naming the phase that set it, and the run's training steps (the largest
+of them) against the estimate of the run's steps (`STEPS_LABEL`). The Train tab and `python -m pipeline train`'s summary both print `comparison_text`, so they
 cannot disagree. Torch-free (the app imports it).
 """
 
@@ -15,6 +15,20 @@ from typing import Any, Callable, Mapping
 
 from pipeline.errors import PipelineError
 from pipeline.units import format_gib, gib_difference
+
+
+STEPS_LABEL = "The training steps (the largest of the run)"
+"""What the measured `step` phase is: the peak over all the run's optimizer steps (`PhaseMemory` keeps the
+largest), so it is compared with the estimate of the run's step phase (`run_phases["step"]`), never with
+one step alone (`step_bytes`, the Memory tab's "One training step alone")."""
+
+
+def one_step_words(step_bytes: int) -> str:
+    """Why the Memory tab's "One training step alone" (`step_bytes`) is not the figure the run's steps are
+    compared with: one step on the longest batch, without what the run keeps from step to step."""
+    return (f"One training step alone (the Memory tab's figure) is estimated at {format_gib(step_bytes)}; over a run, "
+            "what stays from step to step (kernel caches for every row length) comes on top, so the run's steps are "
+            "compared with the estimate for all of them.")
 
 
 def run_estimate(workspace, config, device: str, on_error: Callable[[PipelineError], Any] | None = None,
@@ -66,7 +80,8 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
         estimate: `run_estimate`'s dict.
     Returns:
         `{"measured_bytes", "measured_phase", "estimate_bytes", "estimate_phase", "percent",
-        "step_measured_bytes", "step_estimate_bytes", "step_percent", "phases": {phase:
+        "step_measured_bytes" (the peak of all the run's steps), "step_estimate_bytes" (the estimate of the run's step
+        phase), "step_percent", "one_step_estimate_bytes" (one step alone, `step_bytes`), "phases": {phase:
         {"measured", "estimate"}}, "method"}`; a figure is None where a side is missing, and
         `percent` is measured as a percentage of the estimate.
     """
@@ -90,6 +105,7 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
         "percent": percent(measured, total),
         "step_measured_bytes": step_measured,
         "step_estimate_bytes": step_estimate,
+        "one_step_estimate_bytes": estimate.get("step_bytes"),
         "step_percent": percent(step_measured, step_estimate),
         "phases": {p: {"measured": measured_phases.get(p), "estimate": estimate_phases.get(p)}
                    for p in list(estimate_phases) + [p for p in measured_phases if p not in estimate_phases]},
@@ -102,7 +118,7 @@ def compare(memory: Mapping[str, Any] | None, estimate: Mapping[str, Any] | None
 
 def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, markdown: bool = False) -> str:
     """Two lines: the whole run's peak against the estimate's whole-run peak, each with the phase
-    that set it, then one training step against one step. `running`: the run has not finished, so
+    that set it, then the run's training steps (the largest of them) against the estimate for them. `running`: the run has not finished, so
     the measured peak covers only the phases reached so far. Every figure in GiB (`format_gib`: one unit for
     figures compared with one another); the estimate is the one made when the run started (`run_estimate`),
     which the Memory tab's answer of today may differ from as this computer's calibration grows."""
@@ -125,12 +141,15 @@ def comparison_text(comparison: Mapping[str, Any], *, running: bool = False, mar
     lines = [text]
     step_measured, step_estimate = comparison.get("step_measured_bytes"), comparison.get("step_estimate_bytes")
     if step_measured or step_estimate:
-        step = f"{b('One training step:')} {format_gib(step_measured) if step_measured else 'not reached yet'}"
+        step = f"{b(STEPS_LABEL + ':')} {format_gib(step_measured) if step_measured else 'not reached yet'}"
         if step_estimate:
-            step += f" against {format_gib(step_estimate)} estimated when the run started"
+            step += f" against {format_gib(step_estimate)} estimated for them when the run started"
             if step_measured and gib_difference(step_measured, step_estimate):
                 step += f" ({gib_difference(step_measured, step_estimate)})"
         lines.append(step)
+        one_step = comparison.get("one_step_estimate_bytes")
+        if step_measured and one_step and step_estimate and format_gib(one_step) != format_gib(step_estimate):
+            lines.append(one_step_words(one_step))
     if comparison.get("compute_dtype"):
         lines.append(f"{b('Precision:')} {comparison['compute_dtype']} ({comparison.get('compute_dtype_reason') or ''})")
     return ("  \n" if markdown else "\n").join(lines)
