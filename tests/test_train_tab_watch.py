@@ -555,10 +555,9 @@ def test_one_loss_one_rounding_and_the_runs_estimate_says_when_it_was_made():
     assert "Memory tab estimates with what this computer has measured since" in text.split("Why?")[1]
 
 
-def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypatch):
-    """The new-user pass: the loading guess was half the real one (the calibration's probe). Once runs of these
-    settings loaded in this workspace, the "Next run" forecast and the watched run's line use their median."""
-    from pipeline.fileio import atomic_write_json
+def _app_forecasting(tmp_path, monkeypatch, load: dict):
+    """An app whose workspace has a 400-token build and whose forecast is 10 steps of 20 s after `load`
+    (`forecast_run`'s load record); returns (app, a 10-step config of model "m")."""
     from ui import train_tab
 
     ui = TutorApp(tmp_path / "ws")
@@ -567,7 +566,16 @@ def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypa
     monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400]}})
     monkeypatch.setattr("pipeline.calibration.forecast_run", lambda config, lengths, device: {
         "compute_dtype": "float32", "compute_dtype_reason": "", "steps": 10, "seconds": 20.0, "step": {"source": "run"},
-        "load": {"seconds": 30.0, "date": "2026-12-01"}, "load_seconds": 30.0, "total_seconds": 50.0})
+        "load": load, "load_seconds": load["seconds"], "total_seconds": load["seconds"] + 20.0})
+    return ui, config
+
+
+def test_the_next_runs_loading_is_the_workspaces_measured_one(tmp_path, monkeypatch):
+    """The new-user pass: the loading guess was half the real one (the calibration's probe). Once runs of these
+    settings loaded in this workspace, the "Next run" forecast and the watched run's line use their median."""
+    from pipeline.fileio import atomic_write_json
+
+    ui, config = _app_forecasting(tmp_path, monkeypatch, {"seconds": 30.0, "date": "2026-12-01"})
     assert "loading about 30 s" in ui.train.forecast(config)
     atomic_write_json(ui.ws.runs_dir / "a" / "result.json", {"run": "a", "status": "completed", "load_seconds": 61.0})
     atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
@@ -589,17 +597,10 @@ def test_the_loading_forecast_says_where_it_comes_from(tmp_path, monkeypatch):
     calibration's load. The loading figure is always of the same model and quantization and says whose it is:
     "the calibration's load of this model" or "your last run(s)"."""
     from pipeline.fileio import atomic_write_json
-    from ui import train_tab
 
     assert view.load_from_words("probe", 1) == "the calibration's load of this model"
     assert view.load_from_words("run", 1) == "your last run" and view.load_from_words("run", 3) == "your last 3 runs"
-    ui = TutorApp(tmp_path / "ws")
-    config = common.config_from_values({**{n: getattr(common.DEFAULTS, n) for n in common.CONFIG_FIELDS},
-                                        "model": "m", "max_steps": 10})
-    monkeypatch.setattr(train_tab, "built_report", lambda ws: {"length_stats": {"row_tokens": [400]}})
-    monkeypatch.setattr("pipeline.calibration.forecast_run", lambda config, lengths, device: {
-        "compute_dtype": "float32", "compute_dtype_reason": "", "steps": 10, "seconds": 20.0, "step": {"source": "run"},
-        "load": {"seconds": 17.0, "source": "probe", "measurements": 1}, "load_seconds": 17.0, "total_seconds": 37.0})
+    ui, config = _app_forecasting(tmp_path, monkeypatch, {"seconds": 17.0, "source": "probe", "measurements": 1})
     assert "loading about 17 s, as the calibration's load of this model, then" in ui.train.forecast(config)
     atomic_write_json(ui.ws.runs_dir / "a" / "result.json", {"run": "a", "status": "completed", "load_seconds": 55.0})
     atomic_write_json(ui.ws.runs_dir / "a" / "config.json", config.to_dict())
