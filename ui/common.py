@@ -458,20 +458,28 @@ class _Left(Exception):
     """Raised in an answer's thread when the page no longer listens (`as_it_grows` was closed)."""
 
 
-def export_choices(ws: Workspace, run: str | None) -> list[tuple[str, str]]:
+def export_preview(ws: Workspace, run: str | None) -> dict:
+    """`pipeline.export.tutor.export_preview` for `run` (its base model's merged size, family, whether its GGUF
+    hears), or {} when no run is picked or it cannot be read."""
+    from pipeline.export.tutor import export_preview as preview_of
+
+    try:
+        return preview_of(ws, run) if run else {}
+    except PipelineError:
+        return {}
+
+
+def export_choices(ws: Workspace, run: str | None, preview: dict | None = None) -> list[tuple[str, str]]:
     """The Try tab's export choices for `run`, each led by what it is for, the format's name in brackets, with
     this run's own figures (`pipeline.export.tutor.export_preview`): the merged model's size from the run's base
     (a tiny test model's MB, not E2B's GB; `pipeline.units.format_bytes`), and the Ollama / llama.cpp file only
     for a run whose GGUF hears (Gemma 4); a Gemma 3n run is told it is not offered, and why, in the label of no
     choice (`export_choices_note`). No run, or one that cannot be read: the choices without figures.
-    Returns `gr.Radio` choices, `(label, value)` with values adapter / merged / bundle / gguf."""
-    from pipeline.export.tutor import export_preview
+    `preview`: the run's `export_preview` when the caller already read it. Returns `gr.Radio` choices,
+    `(label, value)` with values adapter / merged / bundle / gguf."""
     from pipeline.units import format_bytes
 
-    try:
-        preview = export_preview(ws, run) if run else {}
-    except PipelineError:
-        preview = {}
+    preview = export_preview(ws, run) if preview is None else preview
     size = f", {format_bytes(preview['merged_bytes'])} for this tutor" if preview.get("merged_bytes") else ""
     choices = [
         ("To share: the small learned part only, for a computer that has the same base model (adapter zip)", "adapter"),
@@ -485,15 +493,11 @@ def export_choices(ws: Workspace, run: str | None) -> list[tuple[str, str]]:
     return choices
 
 
-def export_choices_note(ws: Workspace, run: str | None) -> str:
+def export_choices_note(ws: Workspace, run: str | None, preview: dict | None = None) -> str:
     """Under the export choices: why a run has no Ollama / llama.cpp choice (its family's audio does not run
-    there: Gemma 3n, `pipeline.export.gguf.GEMMA3N_DEAF`), "" otherwise (Markdown)."""
-    from pipeline.export.tutor import export_preview
-
-    try:
-        preview = export_preview(ws, run) if run else {}
-    except PipelineError:
-        return ""
+    there: Gemma 3n, `pipeline.export.gguf.GEMMA3N_DEAF`), "" otherwise (Markdown); `preview` as for
+    `export_choices`."""
+    preview = export_preview(ws, run) if preview is None else preview
     if preview.get("family") and not preview.get("gguf"):
         return (f"No file for Ollama or LM Studio: **{run}** is a {preview['family']} tutor, and they cannot hear "
                 f"with {preview['family']} yet. Train a tutor on Gemma 4 for one.")

@@ -14,7 +14,7 @@ import gradio as gr
 
 from pipeline.errors import ExportError, ImportRunError
 from ui import try_view as view
-from ui.common import cleared, export_choices, export_choices_note, ui_errors
+from ui.common import cleared, export_choices, export_choices_note, export_preview, ui_errors
 from ui.state import AppState
 
 class ExportHandlers:
@@ -53,9 +53,10 @@ class ExportHandlers:
         """The export choices for the picked run (`ui.common.export_choices`: its own merged size, the Ollama /
         llama.cpp file only for a tutor that hears there) and the note of why a choice is missing; the picked
         choice stays when the run still offers it, else the adapter zip. Returns (radio update, Markdown)."""
-        offered = export_choices(self.state.ws, run_name or None)
+        preview = export_preview(self.state.ws, run_name or None)
+        offered = export_choices(self.state.ws, run_name or None, preview)
         value = fmt if fmt in {value for _, value in offered} else "adapter"
-        return gr.update(choices=offered, value=value), export_choices_note(self.state.ws, run_name or None)
+        return gr.update(choices=offered, value=value), export_choices_note(self.state.ws, run_name or None, preview)
 
     @ui_errors(message_at=0, outputs=1)
     def import_run(self, source: str, name: str = "") -> str:
