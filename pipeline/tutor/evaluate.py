@@ -61,8 +61,8 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
     """`"eval-<12 hex>"`: the split's name and the SHA-256 of its data files (`WS/dataset/SPLIT/*.arrow`),
     i.e. the rows and audio of the dataset build an evaluation used; `-firstN` is appended for `--limit N`.
 
-    Reads only those files (no `datasets` import; each version of them once, `_SPLIT_DIGESTS`), so the app
-    can tell which saved evaluations belong to the current build at once. Raises `DatasetError` when the split has no data files.
+    Reads only those files (no `datasets` import), so the app can tell which saved evaluations belong to
+    the current build at once. Raises `DatasetError` when the split has no data files.
     """
     ws = _ws(workspace)
     files = sorted((ws.dataset_dir / split).glob("*.arrow")) if split and "/" not in split else []
@@ -71,22 +71,13 @@ def split_key(workspace: Workspace | str | os.PathLike, split: str = "eval", lim
             f"No built dataset with test recordings (its `{split}` rows) in {ws.dataset_dir} yet; build the dataset "
             f"first: `python -m pipeline build --workspace {shlex.quote(str(ws.root))}`."
         )
-    stamp = tuple((str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files)
-    if stamp not in _SPLIT_DIGESTS:
-        digest = hashlib.sha256()
-        for path in files:
-            digest.update(path.name.encode())
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        _SPLIT_DIGESTS[stamp] = digest.hexdigest()[:12]
-    return f"{split}-{_SPLIT_DIGESTS[stamp]}" + (f"-first{limit}" if limit else "")
-
-
-_SPLIT_DIGESTS: dict[tuple, str] = {}
-"""`split_key`'s digests by the files' (path, size, modification time in ns): the Judge tab asks at every
-timer tick, and a build's audio is read and hashed once, not every two seconds (a rebuild writes new files,
-so a new stamp)."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return f"{split}-{digest.hexdigest()[:12]}" + (f"-first{limit}" if limit else "")
 
 
 def model_name(model: Any) -> str:
