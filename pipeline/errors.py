@@ -121,6 +121,11 @@ class EvaluationError(PipelineError):
     """An evaluation cannot run or was cancelled (no eval rows, another evaluation running, Cancel)."""
 
 
+class ScoringError(PipelineError):
+    """The classical scorer cannot do what was asked (no map to score with, too few scored clips to fit,
+    an unknown scorer map file); a clip it cannot score is not an error but an answer with a reason."""
+
+
 class ExportError(PipelineError):
     """An export or an import cannot be made (not enough disk, no adapter, a run that does not fit here)."""
 
