@@ -8,6 +8,9 @@ Layout:
     WS/runs/<name>/              one training run (config.json, progress.jsonl, train.log,
                                  checkpoints/, adapter/, result.json, STOP, tensorboard/, eval/)
     WS/evals/<model>/<key>.json  saved evaluations of base models (`pipeline.tutor.evaluate`)
+    WS/scoring/map.json          the classical scorer's map, fitted on the build's train split (`pipeline.scoring`)
+    WS/scoring/lexicon.txt       pronunciations of words outside CMUdict (an import's `resource/lexicon.txt`, a teacher's)
+    WS/scoring/drafts.json       the scorer's draft feedback for samples without any (never trained on until accepted)
 """
 
 from __future__ import annotations
@@ -62,6 +65,22 @@ class Workspace:
                 " (e.g. `run-1`)."
             )
         return self.runs_dir / name
+
+    @property
+    def scoring_dir(self) -> Path:
+        return self.root / "scoring"
+
+    @property
+    def scorer_map_path(self) -> Path:
+        return self.scoring_dir / "map.json"
+
+    @property
+    def lexicon_path(self) -> Path:
+        return self.scoring_dir / "lexicon.txt"
+
+    @property
+    def drafts_path(self) -> Path:
+        return self.scoring_dir / "drafts.json"
 
     def ensure(self) -> "Workspace":
         """Create the workspace folders if missing; returns self."""

@@ -1,0 +1,182 @@
+"""The classical scorer: one clip and its sentence in, the feedback template (or one sentence why not) out.
+
+`Scorer(score_map, lexicon).score(audio, text)`:
+
+1. the audio goes through the product's own decoding and checks (`pipeline.data.audio.load_audio`:
+   any format the product reads, 16 kHz mono; silence, a clip under 0.3 s or over the product's 30 s
+   limit are refused there, and the first sentence of that refusal is the reason given);
+2. each word is pronounced (CMUdict, the workspace lexicon, else "not scored: not in the dictionary")
+   and the clip is force-aligned (`pipeline.scoring.engine`); no path through the sentence, or a mean
+   GOP below `WRONG_TEXT_GOP`, gives "does not fit / does not sound like the sentence";
+3. the features (`pipeline.scoring.features`) go through the map (`pipeline.scoring.score_map`):
+   sentence accuracy, fluency, prosody, total (0-10), each word's accuracy (0-10), each phone's (0-2);
+4. the answer is the product's feedback template, written by `pipeline.conversation.feedback` from
+   those scores exactly as from an expert's, so `parse_feedback` reads it back unchanged. A phone scored
+   below 1 is written `X weak` (its GOP was low); the scorer never writes `X as Y`: measured on
+   speechocean762, pocketsphinx's phone loop named the phone actually heard in about 1 substitution
+   of 12, so such claims would be wrong far more often than right.
+
+`WRONG_TEXT_GOP`: on speechocean762-mini every one of the 60 clips read against its own sentence had a
+mean GOP above -36, while 21 of the 40 clips that aligned to another clip's sentence fell below -45
+(the other 20 found no path at all); below -45 is refused as not the sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.conversation.feedback import SENTENCE_KEYS, feedback_from_scores
+from pipeline.errors import AudioError, ScoringError
+from pipeline.scoring import engine
+from pipeline.scoring.features import phone_features, sentence_features, word_features
+from pipeline.scoring.score_map import ScoreMap
+from pipeline.workspace import Workspace
+
+WRONG_TEXT_GOP = -45.0
+"""A clip whose phones' mean GOP is below this does not sound like its sentence (module docstring)."""
+SCORER_NAME = "Classical scorer (no fine-tuning)"
+"""How every surface names the scorer as a tutor."""
+SCORER_MODEL_ID = "classical-scorer"
+"""The scorer's id where a model id goes (a saved evaluation's `model`, the API's model list)."""
+DEFAULT_MAP_PATH = Path(__file__).resolve().parents[2] / "assets" / "scorer_default_map.json"
+"""The shipped map, fitted on the sample data (speechocean762-mini's train speakers); its `note` says so."""
+
+
+def _first_sentence(message: str) -> str:
+    text = str(message).strip()
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+@dataclass
+class ScoredClip:
+    """The scorer's answer for one clip.
+
+    `scored`: False when the clip could not be scored, `reason` then says why in one sentence and
+    `text` is "Not scored: REASON". Otherwise `text` is the feedback template; `scores` the sentence
+    scores 0-10 (`accuracy`, `fluency`, `prosody`, `total`); `words` per prompt word `{word, scored,
+    note, accuracy (0-10 or None), start_s, duration_s, phones: [{phone, start_s, duration_s, accuracy
+    (0-2), gop}]}`; `notes` what a reader should know (the map's provenance, words not scored)."""
+
+    text: str
+    scored: bool
+    reason: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    words: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _not_scored(reason: str, notes: list[str], duration_s: float = 0.0) -> ScoredClip:
+    return ScoredClip(text=f"Not scored: {reason}", scored=False, reason=reason, notes=notes, duration_s=duration_s)
+
+
+class Scorer:
+    """Scores clips with one map and one lexicon (see the module docstring)."""
+
+    def __init__(self, score_map: ScoreMap, lexicon: dict[str, list[str]] | None = None):
+        self.score_map = score_map
+        self.lexicon = lexicon or {}
+
+    @property
+    def note(self) -> str:
+        return self.score_map.note
+
+    def score(self, audio: Any, text: str) -> ScoredClip:
+        """Score one clip read from `text`.
+
+        Args:
+            audio: anything `pipeline.data.audio.load_audio` takes (a path, file bytes, `(rate, samples)`, `Audio`).
+            text: the sentence the learner read.
+
+        Returns:
+            `ScoredClip`; never raises for a bad clip or text (the reason is in the answer).
+        """
+        from pipeline.data.audio import load_audio
+
+        notes = [self.note]
+        try:
+            clip = load_audio(audio)
+        except AudioError as error:
+            return _not_scored(_first_sentence(str(error)), notes)
+        words = engine.prompt_words(text)
+        pronunciations = engine.pronounce(words, self.lexicon)
+        missing = [p.word for p in pronunciations if not p.scored]
+        notes += [f'"{word}": {engine.NOT_IN_DICTIONARY}' for word in missing]
+        if words and not any(p.scored for p in pronunciations):
+            return _not_scored("None of the sentence's words is in the dictionary, so none can be scored; "
+                               "add their pronunciations to the workspace lexicon.", notes, clip.duration_s)
+        try:
+            alignment = engine.align(clip.samples, pronunciations)
+        except engine.NotAlignable as error:
+            return _not_scored(str(error), notes, clip.duration_s)
+        sentence = sentence_features(alignment)
+        if sentence["gop"] < WRONG_TEXT_GOP:
+            return _not_scored("The recording does not sound like the sentence (its sounds match the sentence's far "
+                               "less than any clip read right); check the sentence typed, or record it again.",
+                               notes, clip.duration_s)
+        return self._answer(text, alignment, sentence, notes, clip.duration_s)
+
+    def _answer(self, text: str, alignment: engine.Alignment, sentence: dict, notes: list[str],
+                duration_s: float) -> ScoredClip:
+        """The scored answer: map the features, then write the template from the scores."""
+        scores = {key: round(self.score_map.sentence[key].predict(sentence)) for key in SENTENCE_KEYS}
+        words, template_words = [], []
+        for word in alignment.words:
+            entry = {"word": word.word, "scored": word.scored, "note": None if word.scored else engine.NOT_IN_DICTIONARY,
+                     "accuracy": None, "start_s": round(word.start_s, 2), "duration_s": round(word.duration_s, 2),
+                     "phones": []}
+            if word.scored:
+                entry["accuracy"] = round(self.score_map.word.predict(word_features(word)))
+                entry["phones"] = [{"phone": p.phone, "start_s": round(p.start_s, 2), "duration_s": round(p.duration_s, 2),
+                                    "accuracy": round(self.score_map.phone.predict(phone_features(p)), 2),
+                                    "gop": round(p.gop, 2)} for p in word.phones]
+                template_words.append({"text": word.word.upper(), "accuracy": entry["accuracy"],
+                                       "phones": [p["phone"] for p in entry["phones"]],
+                                       "phones-accuracy": [p["accuracy"] for p in entry["phones"]]})
+            words.append(entry)
+        expert_layout = {"accuracy": scores["accuracy"], "fluency": scores["fluency"], "prosodic": scores["prosody"],
+                         "total": scores["total"], "words": template_words}
+        return ScoredClip(text=feedback_from_scores(text, expert_layout), scored=True, scores=scores, words=words,
+                          notes=notes, duration_s=duration_s)
+
+
+def load_default_map() -> ScoreMap:
+    """The map shipped in `assets/scorer_default_map.json` (fitted on the sample data; its `note` says so).
+
+    Raises:
+        ScoringError: the file is missing or not a map (a damaged checkout)."""
+    return _read_map(DEFAULT_MAP_PATH)
+
+
+def _read_map(path: Path) -> ScoreMap:
+    try:
+        return ScoreMap.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ScoringError(f"The scorer map `{path}` cannot be read ({type(error).__name__}: {error}); fit it again "
+                           "with `python -m pipeline score --workspace WS --fit`, or restore the file from the "
+                           "repository.") from None
+
+
+def load_scorer(workspace: Workspace | str | os.PathLike | None = None) -> Scorer:
+    """The scorer of a workspace: its fitted map (`WS/scoring/map.json`) when there is one, else the shipped
+    default (its note says so, and that it was fitted on the sample data); its lexicon (`WS/scoring/lexicon.txt`).
+
+    Raises:
+        ScoringError: a map file that cannot be read."""
+    if workspace is None:
+        return Scorer(load_default_map())
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    if ws.scorer_map_path.is_file():
+        score_map = _read_map(ws.scorer_map_path)
+    else:
+        score_map = load_default_map()
+        score_map.note += " (this workspace has no map of its own yet: `python -m pipeline score --fit`)"
+    return Scorer(score_map, engine.read_lexicon(ws.lexicon_path))
