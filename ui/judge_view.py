@@ -33,6 +33,8 @@ def model_label(result: Mapping[str, Any]) -> str:
     mark = f" · partial {answered_count(result)} of {partial['of']}" if partial else ""
     if result.get("run"):
         return f"run · {result['run']}{mark}"
+    if result.get("model") == "classical-scorer":
+        return f"Classical scorer (no fine-tuning){mark}"
     return f"base · {model_name(result.get('model'))}{mark}"
 
 
@@ -319,7 +321,7 @@ def full_stop(text: str) -> str:
     return text if text.endswith((".", "!", "?", "…")) else text + "."
 
 
-VERDICT_WORDS = {"better": "✓", "worse": "✗", "cant_tell": "?", "no_base": "?"}
+VERDICT_WORDS = {"better": "✓", "worse": "✗", "cant_tell": "?", "no_base": "?", "no_scorer": "?"}
 
 
 def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
@@ -329,7 +331,11 @@ def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
     from pipeline.tutor.verdict import verdicts
 
     labels = {r["run"]: model_label(r) for r in results if r.get("run")}  # marks a partial evaluation
-    lines = [f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {full_stop(v['line'])}" for v in verdicts(results)]
+    lines = []
+    for v in verdicts(results):
+        lines.append(f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {full_stop(v['line'])}")
+        if v["scorer"]["outcome"] != "no_scorer":  # the yardstick, once the classical scorer was judged on this build
+            lines.append(f"  - {VERDICT_WORDS[v['scorer']['outcome']]} against the classical scorer: {full_stop(v['scorer']['line'])}")
     return "**Verdict**\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -180,3 +180,43 @@ def load_scorer(workspace: Workspace | str | os.PathLike | None = None) -> Score
         score_map = load_default_map()
         score_map.note += " (this workspace has no map of its own yet: `python -m pipeline score --fit`)"
     return Scorer(score_map, engine.read_lexicon(ws.lexicon_path))
+
+
+@dataclass
+class ScorerAnswer:
+    """An answer of the scorer where a tutor's answer goes: its `text` (the template, or "Not scored: ...")
+    and `note` (the map's provenance)."""
+
+    text: str
+    note: str | None = None
+    scored: ScoredClip | None = None
+
+
+class ScorerTutor:
+    """The scorer behind a tutor's interface (`pipeline.tutor.infer.Tutor`'s `feedback`,
+    `free_speech_feedback`, `dialogue_reply`, `model_id`...), so Judge, Try, the practice page and the API
+    ask it like a model. Only read-aloud clips are scored (the scorer needs the sentence read); a free-speech
+    clip or a dialogue gets a one-sentence "Not scored" answer."""
+
+    model_id = SCORER_MODEL_ID
+    run = None
+    adapter_dir = None
+    device = "cpu"
+    quantization = "none"
+    tiny_random_model = False
+
+    def __init__(self, scorer: Scorer):
+        self.scorer = scorer
+
+    def feedback(self, audio: Any, target_text: str, **_: Any) -> ScorerAnswer:
+        """The template for a read-aloud clip (generation options such as `max_new_tokens` are ignored)."""
+        clip = self.scorer.score(audio, target_text)
+        return ScorerAnswer(clip.text, self.scorer.note, clip)
+
+    def free_speech_feedback(self, audio: Any, prompt: str, **_: Any) -> ScorerAnswer:
+        return ScorerAnswer("Not scored: the classical scorer scores clips read aloud from a sentence, not free answers.",
+                            self.scorer.note)
+
+    def dialogue_reply(self, turns: list, **_: Any) -> ScorerAnswer:
+        return ScorerAnswer("Not scored: the classical scorer scores clips read aloud from a sentence, not dialogues.",
+                            self.scorer.note)

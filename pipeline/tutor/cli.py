@@ -97,6 +97,8 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
     parser.add_argument("--model", default=None, help="base model (default: the run's model, else google/gemma-3n-E2B-it)")
     parser.add_argument("--run", default=None, help="training run whose adapter to evaluate (default: the base model)")
+    parser.add_argument("--scorer", action="store_true",
+                        help="judge the classical scorer (pocketsphinx, no fine-tuning) instead of a model")
     parser.add_argument("--split", default="eval", help="dataset split (default eval)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: the run's, else auto")
@@ -117,7 +119,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     result = evaluate_tutor(
         ws, args.model, run=args.run, split=args.split, limit=args.limit, device=args.device,
         quantization=args.quantization, max_new_tokens=args.max_new_tokens,
-        progress=None if args.json else progress, grounding=args.grounding,
+        progress=None if args.json else progress, grounding=args.grounding, scorer=args.scorer,
     )
     saved = [] if args.no_save else [save_evaluation(ws, result)]
     if args.out:
@@ -127,7 +129,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
-        who = f"run {args.run}" if args.run else f"base model {result['model']}"
+        who = "the classical scorer" if args.scorer else f"run {args.run}" if args.run else f"base model {result['model']}"
         print(f"Evaluated {who} on {result['clips']} {args.split} clips ({result['dataset_key']}) in {result['seconds']} s")
         from pipeline.tutor.by_kind import by_kind_summary
 
@@ -153,6 +155,7 @@ def eval_job_main(argv: list[str] | None = None) -> int:
     start = commands.add_parser("start", help="start evaluating base models and runs in a background process")
     start.add_argument("--model", action="append", default=[], help="a base model to evaluate (repeatable)")
     start.add_argument("--run", action="append", default=[], help="a run to evaluate (repeatable)")
+    start.add_argument("--scorer", action="store_true", help="also judge the classical scorer (the yardstick)")
     start.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default 256)")
     start.add_argument("--limit", type=int, default=None, help="evaluate only the first N clips")
     start.add_argument("--grounding", action="store_true",
@@ -176,7 +179,8 @@ def eval_job_main(argv: list[str] | None = None) -> int:
         show(result, f"{args.job}: {result['status']}" + (f" ({result['reason']})" if result["reason"] else ""))
         return 0 if result["status"] != "failed" else 1
     if args.command == "start":
-        started = start_job(ws, [{"model": m} for m in args.model] + [{"run": r} for r in args.run],
+        started = start_job(ws, [{"scorer": True}] * args.scorer + [{"model": m} for m in args.model]
+                            + [{"run": r} for r in args.run],
                             max_new_tokens=args.max_new_tokens, limit=args.limit, grounding=args.grounding)
         show(started, f"started evaluation job {started['job']} (pid {started['pid']}); follow it with "
                       f"`python -m pipeline eval-job status --workspace {ws.root} --job {started['job']}`")

@@ -89,6 +89,8 @@ def target_label(target: dict) -> str:
     `pipeline.tutor.evaluate.model_name`, so its progress and reasons show no workspace path)."""
     from pipeline.tutor.evaluate import model_name
 
+    if target.get("scorer"):
+        return "the classical scorer"
     return f"run {target['run']}" if target.get("run") else f"base model {model_name(target.get('model'))}"
 
 
@@ -170,7 +172,7 @@ def start_job(
 
     Args:
         targets: what to evaluate, in order: `{"model": M}` (a base model) or `{"run": NAME}` (a run's
-            adapter on its base), each optionally with both.
+            adapter on its base), each optionally with both; `{"scorer": True}` the classical scorer.
         max_new_tokens: longest answer in tokens (None: `pipeline.tutor.infer`'s default, 256).
         limit: evaluate only the first N clips of the eval split.
         grounding: also ask the grounding probes (`pipeline.tutor.grounding`: does the tutor hear the
@@ -190,10 +192,11 @@ def start_job(
     from pipeline.tutor.evaluate import split_key
 
     ws = jobs.as_workspace(workspace)
-    targets = [{"model": t.get("model") or None, "run": t.get("run") or None} for t in targets or []]
+    targets = [{"model": t.get("model") or None, "run": t.get("run") or None, **({"scorer": True} if t.get("scorer") else {})}
+               for t in targets or []]
     if not targets:
         raise EvaluationError("Nothing to evaluate: give at least one base model (`--model M`) or run (`--run NAME`).")
-    if any(not (t["model"] or t["run"]) for t in targets):
+    if any(not (t["model"] or t["run"] or t.get("scorer")) for t in targets):
         raise EvaluationError(f"Each thing to evaluate needs a base model or a run, got {targets}.")
     if limit is not None and limit < 1:
         raise EvaluationError(f"`--limit` must be >= 1, got {limit}; leave it out to evaluate every clip.")
@@ -315,7 +318,8 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
             progress(0, 0, f"starting {label}")
             result = evaluate_tutor(ws, target.get("model"), run=target.get("run"), limit=job.get("limit"),
                                     max_new_tokens=job.get("max_new_tokens"), progress=progress,
-                                    should_stop=cancel.exists, partial=partial, grounding=bool(job.get("grounding")))
+                                    should_stop=cancel.exists, partial=partial, grounding=bool(job.get("grounding")),
+                                    scorer=bool(target.get("scorer")))
             result["job"] = job_id
             if result.get("partial"):  # cancelled: keep what was answered, start nothing more
                 answered = result["partial"]

@@ -178,6 +178,7 @@ def evaluate_tutor(
     should_stop: Callable[[], bool] | None = None,
     grounding: bool = False,
     partial: Callable[[dict], Any] | None = None,
+    scorer: bool = False,
 ) -> dict:
     """Answer every clip of a built dataset split with a tutor and score the answers.
 
@@ -200,6 +201,9 @@ def evaluate_tutor(
         grounding: also ask the grounding probes for every read-aloud clip (`pipeline.tutor.grounding`:
             low noise instead of the clip, another learner's clip of the same sentence, the clip with
             another sentence): up to 3 more answers per clip, so up to 4x the time.
+        scorer: judge the classical scorer (`pipeline.scoring`, no model: `model` and `run` are ignored) the same
+            way; its result's `model` is `classical-scorer`, saved under `WS/evals/classical-scorer/`, and its
+            `note` says which map scored it.
 
     Returns:
         `evaluate_answers`'s metrics over the read-aloud rows (`clips`, `unparsed`,
@@ -226,7 +230,7 @@ def evaluate_tutor(
     data, rows, key = _split_rows(ws, split, limit)
     tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     stop = should_stop or (lambda: False)
-    who = f"run `{run}`" if run else f"base model `{model_name(model)}`"
+    who = "the classical scorer" if scorer else f"run `{run}`" if run else f"base model `{model_name(model)}`"
     started = time.perf_counter()
     # One count of recordings (what the headline counts); with the grounding probes the listening checks are
     # counted apart (`checks`), planned as 3 per clip from the start so a bar over both never falls back.
@@ -239,8 +243,14 @@ def evaluate_tutor(
     planned_total = len(rows)
     if progress is not None:
         progress(0, planned_total, f"loading {who}")
-    tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
-                       quantization=quantization)
+    if scorer:
+        from pipeline.scoring.scorer import ScorerTutor, load_scorer
+
+        run = None
+        tutor = ScorerTutor(load_scorer(ws))
+    else:
+        tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
+                           quantization=quantization)
     evaluation = _Evaluation(tutor, run=run, split=split, key=key, max_new_tokens=tokens, rows=len(rows),
                              started=started)
     cancelled_at = _answer_rows(evaluation, rows, stop=stop, who=who, partial=partial, progress=progress,
@@ -320,7 +330,7 @@ class _Evaluation:
             "max_new_tokens": self.max_new_tokens,
             "seconds": round(time.perf_counter() - self.started, 2),
             "finished_at": round(time.time(), 3),
-            "note": TINY_NOTE if tutor.tiny_random_model else None,
+            "note": TINY_NOTE if tutor.tiny_random_model else getattr(getattr(tutor, "scorer", None), "note", None),
             "tiny_random_model": bool(tutor.tiny_random_model),
             **metrics,
             "by_kind": metrics_by_kind(self.answers, {k: v for k, v in metrics.items() if k != "per_clip"}),

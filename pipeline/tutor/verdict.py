@@ -32,6 +32,36 @@ def _key(model: Any) -> str:
     return model_slug(str(model or ""))
 
 
+SCORER_MODEL = "classical-scorer"
+"""A saved evaluation's `model` when it is the classical scorer's (`pipeline.scoring.scorer.SCORER_MODEL_ID`)."""
+
+
+def scorer_for(run_result: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The classical scorer's evaluation on the same dataset build as `run_result` among `results`, or None."""
+    for result in results:
+        if result.get("model") == SCORER_MODEL and not result.get("run") and result.get("dataset_key") == run_result.get("dataset_key"):
+            return result
+    return None
+
+
+def against_scorer(run_result: Mapping[str, Any], scorer_result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Whether a run beats the classical scorer, the yardstick: the same rule as `verdict` (total-score PCC
+    intervals), worded for the scorer. `{"outcome": "better" | "worse" | "cant_tell" | "no_scorer", "line",
+    "more_recordings"}`; `line` starts "beats the classical scorer", "worse than the classical scorer" or
+    "can't tell yet"."""
+    if scorer_result is None:
+        return {"outcome": "no_scorer", "more_recordings": None,
+                "line": "can't tell yet against the classical scorer: it has no evaluation on these test recordings; "
+                        "tick it and press Evaluate (`evaluate --scorer`)"}
+    out = dict(verdict(run_result, scorer_result))
+    out["line"] = (out["line"].replace("better than the base model", "beats the classical scorer")
+                   .replace("worse than the base model", "worse than the classical scorer")
+                   .replace("the base model's", "the classical scorer's").replace("the base model", "the classical scorer"))
+    if out["outcome"] == "cant_tell":
+        out["line"] = out["line"].replace("can't tell yet:", "can't tell yet whether it beats the classical scorer:", 1)
+    return out
+
+
 def base_for(run_result: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The evaluation of `run_result`'s base model on the same dataset build among `results`, or None."""
     for result in results:
@@ -129,6 +159,8 @@ def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None
 
 
 def verdicts(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """`verdict` of every run among `results` against its base model's evaluation there, each with `run`."""
-    return [dict(verdict(result, base_for(result, results)), run=result["run"])
+    """`verdict` of every run among `results` against its base model's evaluation there, each with `run`, and
+    `scorer`: `against_scorer` (the run against the classical scorer on the same build)."""
+    return [dict(verdict(result, base_for(result, results)), run=result["run"],
+                 scorer=against_scorer(result, scorer_for(result, results)))
             for result in results if result.get("run")]
