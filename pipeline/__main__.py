@@ -24,6 +24,7 @@ COMMANDS = {
     "plan": ("pipeline.memory.cli", "plan_main", "what can this machine do? full / LoRA / int8 / QLoRA of E2B and E4B"),
     "train": ("pipeline.training.cli", "train_main", "LoRA fine-tune Gemma 3n or Gemma 4 on the built dataset"),
     "delete-run": ("pipeline.training.cli", "delete_run_main", "delete a run folder (refused while the run is training)"),
+    "score": ("pipeline.scoring.cli", "score_main", "the classical scorer (pocketsphinx, no fine-tuning): --fit, score a clip, --draft"),
     "infer": ("pipeline.tutor.cli", "infer_main", "tutor feedback for one clip, base or tuned"),
     "evaluate": ("pipeline.tutor.cli", "evaluate_main", "score a run's feedback against expert scores on the eval split"),
     "eval-job": ("pipeline.tutor.cli", "eval_job_main", "evaluations as background jobs: start, status, list, cancel"),

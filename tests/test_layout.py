@@ -93,6 +93,7 @@ FLOORS = (
     ("pipeline.model",),
     ("pipeline.config",),
     ("pipeline.data",),
+    ("pipeline.scoring",),
     ("pipeline.tutor",),
     ("pipeline.memory",),
     ("pipeline.serving", "pipeline.inbox"),

@@ -2,7 +2,8 @@
 
 Formats (`detect_format` picks one; `--format` forces it):
 - `kaldi`: Kaldi data folder(s) with `wav.scp`, `text`, optional `utt2spk`, e.g. speechocean762
-  (the source itself, or its subfolders such as `train/` and `test/`). Expert scores are read from
+  (the source itself, or its subfolders such as `train/` and `test/`); a `lexicon.txt` beside the
+  scores is added to the workspace's lexicon for the classical scorer. Expert scores are read from
   `resource/scores.json` (or `scores.json`) in the data folder or any folder above it, up to two
   folders above the source; a scored utterance gets `feedback.feedback_from_scores` as its feedback and keeps
   the scores structured in `Sample.scores`. `wav.scp` paths are resolved against the data folder,
@@ -514,6 +515,34 @@ _READERS: dict[str, Callable[[Path], Items]] = {
 }
 
 
+def _keep_lexicon(workspace: Workspace | str | Path, root: Path) -> None:
+    """Add the corpus's `resource/lexicon.txt` (speechocean762; searched like `scores.json`) to the workspace's
+    lexicon `WS/scoring/lexicon.txt`, which the classical scorer reads for words outside CMUdict: lines
+    it lacks are appended (atomically, under its lock), a teacher's own lines are kept."""
+    from pipeline.fileio import atomic_write_text, locked
+
+    found = None
+    for data_dir in _kaldi_dirs(root) or [root]:
+        scores = _find_scores(data_dir, root)
+        if scores is not None and (scores.parent / "lexicon.txt").is_file():
+            found = scores.parent / "lexicon.txt"
+            break
+    if found is None:
+        return
+    try:
+        new = [line.rstrip() for line in found.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError):
+        return
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    ws.scoring_dir.mkdir(parents=True, exist_ok=True)
+    with locked(ws.lexicon_path):
+        old = ws.lexicon_path.read_text(encoding="utf-8").splitlines() if ws.lexicon_path.is_file() else []
+        have = set(old)
+        lines = old + [line for line in new if line not in have]
+        if len(lines) > len(old):
+            atomic_write_text(ws.lexicon_path, "\n".join(lines) + "\n")
+
+
 TOO_LONG_IMPORT_HINT = "Or import again with `--trim` to keep its first 30 s."
 """Added to the reason of a clip skipped as longer than 30 s (the import's own way to keep it)."""
 
@@ -551,6 +580,8 @@ def import_folder(
     if format not in _READERS:
         raise ImportFormatError(f"Unknown import format `{format}`; expected auto or one of {', '.join(FORMATS)}.")
     items, skipped = _READERS[format](root)
+    if format == "kaldi":
+        _keep_lexicon(workspace, root)
     for item in items:
         item["trim"] = trim
         if not trim:

@@ -1,0 +1,93 @@
+"""The classical scorer's command line: `python -m pipeline score`.
+
+    python -m pipeline score --workspace WS --fit                          fit the map on the build's train split
+    python -m pipeline score --workspace WS --audio CLIP --text "PROMPT"   score one clip ([--json])
+    python -m pipeline score --workspace WS --draft                        draft feedback for clips without any
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipeline.errors import ScoringError
+from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
+
+
+def draft_all(ws: Workspace) -> dict:
+    """Score every read-aloud sample of the library that has no feedback and keep the answers as drafts in
+    `WS/scoring/drafts.json` (`{sample_id: {"text", "scored", "note"}}`, written atomically under its lock).
+    A draft is not the sample's feedback: the sample stays left out of the build until a teacher accepts
+    or edits it. Returns `{"drafted": [ids], "not_scored": {id: reason}, "path"}`."""
+    from pipeline.data.samples import SampleLibrary
+    from pipeline.fileio import atomic_write_json, locked
+    from pipeline.scoring.scorer import load_scorer
+
+    library = SampleLibrary(ws)
+    scorer = load_scorer(ws)
+    drafts, not_scored = {}, {}
+    for sample in library.list():
+        if (sample.feedback or "").strip() or sample.kind != "read_aloud" or not (sample.target_text or "").strip():
+            continue
+        clip = scorer.score(library.audio_path(sample.id), sample.target_text)
+        drafts[sample.id] = {"text": clip.text, "scored": clip.scored, "note": scorer.note}
+        if not clip.scored:
+            not_scored[sample.id] = clip.reason
+    ws.scoring_dir.mkdir(parents=True, exist_ok=True)
+    with locked(ws.drafts_path):
+        saved = json.loads(ws.drafts_path.read_text(encoding="utf-8")) if ws.drafts_path.is_file() else {}
+        saved.update(drafts)
+        atomic_write_json(ws.drafts_path, saved)
+    return {"drafted": sorted(drafts), "not_scored": not_scored, "path": str(ws.drafts_path)}
+
+
+def score_main(argv: list[str] | None = None) -> int:
+    """`python -m pipeline score --workspace WS (--fit | --audio CLIP --text PROMPT [--json] | --draft)`."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline score",
+                                     description="The classical pronunciation scorer (pocketsphinx; no fine-tuning).")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--fit", action="store_true", help="fit the map on the built dataset's train split and save it")
+    what.add_argument("--audio", default=None, help="score this clip (any format the app reads); needs --text")
+    what.add_argument("--draft", action="store_true", help="draft feedback for every clip of the library without any")
+    parser.add_argument("--text", default=None, help="the sentence the learner read (with --audio)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    ws = Workspace(args.workspace)
+    if args.fit:
+        from pipeline.scoring.fit import fit_workspace
+
+        def progress(done: int, clip_id: str) -> None:
+            print(f"[{done}] aligned {clip_id}", file=sys.stderr, flush=True)
+
+        score_map = fit_workspace(ws, progress=None if args.json else progress)
+        if args.json:
+            print(json.dumps(score_map.to_dict(), ensure_ascii=False))
+        else:
+            print(f"{score_map.note}; saved to {ws.scorer_map_path}\ncross-validated across learners "
+                  f"(mean absolute error beside predicting the mean, Pearson's r):\n{score_map.cv_summary()}")
+        return 0
+    if args.draft:
+        result = draft_all(ws)
+        if args.json:
+            print(json.dumps(result, ensure_ascii=False))
+        else:
+            print(f"drafted {len(result['drafted'])} clips without feedback into {result['path']} (drafts are not "
+                  "trained on until accepted)")
+            for sample_id, reason in result["not_scored"].items():
+                print(f"  {sample_id}: {reason}")
+        return 0
+    if not (args.text or "").strip():
+        raise ScoringError("`--audio` needs `--text \"SENTENCE\"`: the sentence the learner read.")
+    from pipeline.scoring.scorer import load_scorer
+
+    clip = load_scorer(ws).score(args.audio, args.text)
+    if args.json:
+        print(json.dumps(clip.to_dict(), ensure_ascii=False))
+    else:
+        print(clip.text)
+        for note in clip.notes:
+            print(f"note: {note}")
+    return 0
