@@ -1,0 +1,228 @@
+"""The classical scorer (pipeline/scoring/): real clips align and score, the template round-trips, every bad
+input gets its documented outcome, the map stays monotone, and a fitted map never sees an eval-split clip.
+
+One default scorer is shared by the module (pocketsphinx loads once, each clip aligns in about 0.15 s)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.conversation.feedback import parse_feedback, render_feedback
+from pipeline.scoring import engine
+from pipeline.scoring.scorer import SCORER_MODEL_ID, Scorer, ScorerTutor, load_default_map, load_scorer
+
+PACK = Path(__file__).resolve().parent.parent / "sample_data" / "speechocean762-pack"
+
+
+def _pack_clips() -> list[tuple[Path, str]]:
+    texts = dict(line.split("\t", 1) for line in (PACK / "text").read_text(encoding="utf-8").splitlines() if line.strip())
+    return [(PACK / "WAVE" / f"SPEAKER{utt[1:5]}" / f"{utt}.WAV", text.strip()) for utt, text in sorted(texts.items())]
+
+
+@pytest.fixture(scope="module")
+def scorer() -> Scorer:
+    return load_scorer(None)
+
+
+@pytest.fixture(scope="module")
+def pack_scores(scorer):
+    return [(text, scorer.score(path, text)) for path, text in _pack_clips()]
+
+
+def test_every_real_clip_of_the_sample_pack_aligns_and_scores(pack_scores):
+    assert len(pack_scores) == 8
+    for text, clip in pack_scores:
+        assert clip.scored, (text, clip.reason)
+        assert set(clip.scores) == {"accuracy", "fluency", "prosody", "total"}
+        assert all(0 <= v <= 10 for v in clip.scores.values())
+        assert [w["word"].upper() for w in clip.words] == engine.prompt_words(text)
+        for word in clip.words:
+            assert word["scored"] and 0 <= word["accuracy"] <= 10 and word["phones"]
+            assert all(0 <= p["accuracy"] <= 2 and p["duration_s"] > 0 for p in word["phones"])
+            starts = [p["start_s"] for p in word["phones"]]
+            assert starts == sorted(starts) and starts[0] == pytest.approx(word["start_s"])
+        assert "Default map fitted on the sample data" in clip.notes[0]  # the map's provenance goes with it
+
+
+def test_the_answer_is_the_template_and_parse_feedback_reads_it_back_unchanged(pack_scores):
+    for _, clip in pack_scores:
+        parsed = parse_feedback(clip.text)
+        assert render_feedback(parsed) == clip.text
+        assert parsed.scores == {k: float(v) for k, v in clip.scores.items()}
+        flagged = {w["word"].upper() for w in clip.words if w["accuracy"] < 7 or any(p["accuracy"] < 1 for p in w["phones"])}
+        assert set(parsed.flagged_words) == flagged
+        # Only "weak" phone notes (a low GOP), never "X as Y": the phone loop names the sound heard ~1 in 12.
+        assert all(heard is None for _, _, heard in parsed.phone_errors)
+        assert " as " not in clip.text.splitlines()[1]
+
+
+def test_a_low_gop_phone_is_written_weak(scorer):
+    path, text = _pack_clips()[0]
+    clip = scorer.score(path, text)
+    worst = min((p for w in clip.words for p in w["phones"]), key=lambda p: p["gop"])
+    best = max((p for w in clip.words for p in w["phones"]), key=lambda p: p["gop"])
+    assert worst["accuracy"] <= best["accuracy"]  # the phone map is monotone in GOP
+
+
+def test_a_word_outside_every_dictionary_is_named_not_scored_and_a_lexicon_word_is_scored(scorer):
+    path, _ = _pack_clips()[0]  # "WE CALL IT BEAR"
+    clip = scorer.score(path, "We call it zorbleck bear")
+    assert clip.scored
+    missing = [w for w in clip.words if w["word"] == "zorbleck"]
+    assert missing and not missing[0]["scored"] and missing[0]["note"] == "not scored: not in the dictionary"
+    assert missing[0]["accuracy"] is None and not missing[0]["phones"]
+    assert '"zorbleck": not scored: not in the dictionary' in clip.notes
+    assert "ZORBLECK" not in clip.text
+    with_lexicon = Scorer(scorer.score_map, {"zorbleck": ["IH"]}).score(path, "We call it zorbleck bear")
+    word = next(w for w in with_lexicon.words if w["word"] == "zorbleck")
+    assert word["scored"] and [p["phone"] for p in word["phones"]] == ["IH"]
+
+
+def test_read_lexicon_takes_speechocean762s_file(speechocean_dir):
+    lexicon = engine.read_lexicon(speechocean_dir / "resource" / "lexicon.txt")
+    assert lexicon["ability"] == ["AH", "B", "IH", "L", "AH", "T", "IY"] and lexicon["a"] == ["AH"]
+    assert engine.read_lexicon(speechocean_dir / "no-such-file.txt") == {}
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: (16000, np.zeros(32000, np.int16)), "silent"),
+    (lambda: (16000, (np.sin(np.arange(3200) / 5) * 8000).astype(np.int16)), "0.20 s long"),
+    (lambda: (16000, (np.sin(np.arange(16000 * 31) / 5) * 8000).astype(np.int16)), "30 s"),
+])
+def test_a_clip_the_product_refuses_gets_one_sentence_why(scorer, make, words):
+    clip = scorer.score(make(), "We call it bear")
+    assert not clip.scored and words in clip.reason and clip.text == f"Not scored: {clip.reason}"
+    assert clip.reason.count(". ") == 0  # one sentence
+
+
+@pytest.mark.parametrize("text, words", [
+    ("the government announced new economic policies yesterday", "does not fit the sentence"),
+    ("I like apples", "does not sound like the sentence"),
+])
+def test_the_wrong_sentence_gets_one_sentence_why(scorer, text, words):
+    path, _ = _pack_clips()[0]
+    clip = scorer.score(path, text)
+    assert not clip.scored and words in clip.reason and not clip.scores
+
+
+def test_the_map_drops_a_feature_of_the_wrong_sign_and_clips_to_the_scale():
+    from pipeline.scoring.score_map import fit_linear
+
+    rng = np.random.default_rng(0)
+    good = rng.normal(size=40)
+    rows = [{"score_per_frame": g, "pause_per_word_s": g} for g in good]  # a pause feature that rises with the score
+    targets = list(np.clip(7 + 2 * good, 0, 10))
+    linear = fit_linear(rows, targets, [str(i % 4) for i in range(40)], ("score_per_frame", "pause_per_word_s"), (1, -1), 0, 10)
+    assert linear.dropped == ["pause_per_word_s"] and linear.features == ["score_per_frame"]
+    assert linear.weight[0] > 0 and linear.cv["n"] == 40 and linear.cv["mae"] < linear.cv["mean_mae"]
+    assert linear.predict({"score_per_frame": 100.0}) == 10 and linear.predict({"score_per_frame": -100.0}) == 0
+
+
+def test_the_shipped_default_map_is_labelled_and_monotone():
+    score_map = load_default_map()
+    assert score_map.default and "sample data" in score_map.note
+    from pipeline.scoring.features import ASPECT_FEATURES
+
+    for key, linear in score_map.sentence.items():
+        signs = dict(zip(*ASPECT_FEATURES[key]))
+        assert all(w * signs[f] >= 0 for f, w in zip(linear.features, linear.weight)), key
+
+
+def test_the_scorer_answers_like_a_tutor(scorer):
+    tutor = ScorerTutor(scorer)
+    path, text = _pack_clips()[0]
+    answer = tutor.feedback(str(path), text, max_new_tokens=8)
+    assert answer.text.startswith("Scores (0-10):") and tutor.model_id == SCORER_MODEL_ID
+    assert tutor.free_speech_feedback(str(path), "What do you like?").text.startswith("Not scored:")
+
+
+def test_score_command_prints_json_with_words_phones_and_the_template(tmp_path, capsys):
+    from pipeline.scoring.cli import score_main
+
+    path, text = _pack_clips()[1]
+    assert score_main(["--workspace", str(tmp_path / "ws"), "--audio", str(path), "--text", text, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"scores", "words", "text", "scored", "notes"} <= set(out) and out["scored"]
+    assert out["words"][0]["phones"][0].keys() >= {"phone", "start_s", "duration_s", "accuracy", "gop"}
+    assert parse_feedback(out["text"]).total == out["scores"]["total"]
+
+
+@pytest.fixture(scope="module")
+def built_ws(tmp_path_factory, tiny_model_dir, speechocean_dir):
+    """Speaker 0003's 20 clips imported (with the corpus lexicon) and built half and half, sample by sample."""
+    from pipeline.data.dataset import build_dataset
+    from pipeline.data.importers import import_folder
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path_factory.mktemp("scoring") / "ws")
+    import_folder(ws, speechocean_dir / "test", format="kaldi")
+    build_dataset(ws, str(tiny_model_dir), eval_fraction=0.5, seed=0, max_length=2048)
+    return ws
+
+
+def test_the_import_keeps_the_corpus_lexicon_for_the_scorer(built_ws):
+    assert "ABILITY" in built_ws.lexicon_path.read_text(encoding="utf-8")
+    assert load_scorer(built_ws).lexicon["ability"]
+
+
+def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
+    from pipeline.data.dataset import build_identity
+    from pipeline.errors import ScoringError
+    from pipeline.scoring import fit
+
+    with pytest.raises(ScoringError, match="needs at least 20"):  # 10 train clips: too few, the default stays
+        fit.fit_workspace(built_ws)
+    assert not built_ws.scorer_map_path.exists() and load_scorer(built_ws).score_map.default
+    seen = []
+    real_items = fit.fit_items
+    monkeypatch.setattr(fit, "fit_items", lambda entries, *a, **k: real_items([seen.append(e[0]) or e for e in entries], *a, **k))
+    monkeypatch.setattr(fit, "MIN_FIT_CLIPS", 5)
+    score_map = fit.fit_workspace(built_ws)
+    identity = build_identity(built_ws)
+    train, evals = set(identity["row_ids"]["train"]), set(identity["row_ids"]["eval"])
+    assert seen and set(seen) <= train and not set(seen) & evals
+    assert set(score_map.build["clip_ids"]) <= train and score_map.build["fingerprint"] == identity["fingerprint"]
+    assert load_scorer(built_ws).note.startswith("Classical scorer map fitted on this workspace's training split")
+    # A build that lists a train clip among the eval ids is refused before anything is aligned.
+    damaged = dict(identity, row_ids={"train": identity["row_ids"]["train"], "eval": [*evals, sorted(train)[0]]})
+    monkeypatch.setattr("pipeline.data.dataset.build_identity", lambda ws: damaged)
+    with pytest.raises(ScoringError, match="both the train and the eval split"):
+        fit.fit_workspace(built_ws)
+
+
+def test_evaluate_judges_the_scorer_like_a_model_and_the_verdict_names_it(built_ws, capsys):
+    from pipeline.tutor import evaluate as ev
+    from pipeline.tutor.cli import evaluate_main
+    from pipeline.tutor.verdict import against_scorer, scorer_for
+
+    assert evaluate_main(["--workspace", str(built_ws.root), "--scorer", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == SCORER_MODEL_ID and result["run"] is None and result["clips"] == 10
+    assert result["unparsed"] == 0 and result["scores"]["total"]["n"] == 10 and "map" in result["note"]
+    assert result["saved"] == [str(ev.evaluation_path(built_ws, result["dataset_key"], model=SCORER_MODEL_ID))]
+    run = dict(result, run="r1", model="google/gemma-3n-E2B-it")
+    found = scorer_for(run, ev.saved_evaluations(built_ws))
+    assert found is not None and found["model"] == SCORER_MODEL_ID
+    line = against_scorer(run, found)["line"]
+    assert "classical scorer" in line and line.startswith("can't tell yet")  # the same figures: no difference
+    assert against_scorer(run, None)["outcome"] == "no_scorer"
+
+
+def test_draft_writes_feedback_for_clips_without_any_and_keeps_them_apart(tmp_path):
+    from pipeline.data.samples import SampleLibrary
+    from pipeline.scoring.cli import draft_all
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    path, text = _pack_clips()[0]
+    library = SampleLibrary(ws)
+    sample = library.add(path, target_text=text, feedback="")
+    result = draft_all(ws)
+    assert result["drafted"] == [sample.id]
+    drafts = json.loads(ws.drafts_path.read_text(encoding="utf-8"))
+    assert parse_feedback(drafts[sample.id]["text"]).total is not None
+    assert SampleLibrary(ws).get(sample.id).feedback == ""  # a draft is not the sample's feedback until accepted
