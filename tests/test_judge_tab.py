@@ -67,7 +67,7 @@ def stop_jobs(built):
 def test_evaluate_the_base_model_then_reopen_and_see_it_without_rerunning(built, tiny_model_dir, stop_jobs):
     model = str(tiny_model_dir)
     choices = built.judge_candidates(model)
-    assert choices == [(f"base · {Path(model).name}", f"base:{model}")]
+    assert choices == [(f"base · {Path(model).name}", f"base:{model}"), ("Classical scorer (no fine-tuning)", "scorer:classical")]
     status, verdict, headline, *_ = built.saved_evaluations()
     assert "No evaluation" in status and list(_frame(headline).columns) == ["figure", "what it means"]
 

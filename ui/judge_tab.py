@@ -30,6 +30,8 @@ from ui.wording import app_wording
 from pipeline.units import plural
 
 BASE, RUN = "base:", "run:"
+SCORER = "scorer:classical"
+"""The Judge's value for the classical scorer (`pipeline.scoring`), the yardstick offered beside the models."""
 NO_TEST_RECORDINGS = ("No test recordings to evaluate on yet: build the dataset first (**2 · Dataset**, **Build "
                       "dataset**); it keeps some learners' clips apart as test recordings.")
 """Judge's state before a dataset is built, in the teacher's words (the pipeline's message names the folder
@@ -66,7 +68,8 @@ class JudgeHandlers:
 
     def candidates(self, model: str | None) -> list[tuple[str, str]]:
         """(label, value) of what can be evaluated: the picked base model, the base models of the runs,
-        then every run with an adapter. Values are `base:MODEL` or `run:NAME`."""
+        then every run with an adapter, then the classical scorer (no fine-tuning: the yardstick every run is
+        judged against). Values are `base:MODEL`, `run:NAME` or `SCORER`."""
         runs = [r for r in list_runs(self.ws) if (Path(r["run_dir"]) / "adapter" / "adapter_config.json").is_file()]
         bases = [model_text(model)] if model_text(model) else []
         for run in runs:
@@ -74,7 +77,8 @@ class JudgeHandlers:
             if base and str(base) not in bases:
                 bases.append(str(base))
         choices = [(view.model_label({"model": base}), BASE + base) for base in bases]
-        return choices + [(view.model_label({"run": r["run"]}), RUN + r["run"]) for r in runs]
+        return (choices + [(view.model_label({"run": r["run"]}), RUN + r["run"]) for r in runs]
+                + [(view.model_label({"model": "classical-scorer"}), SCORER)])
 
     def refresh_choices(self, model: str | None, selected: list[str] | None):
         """The model checkboxes for the picked base `model`, keeping what is still offered ticked (the
@@ -169,7 +173,8 @@ class JudgeHandlers:
         if not selected:
             raise EvaluationError("No model is ticked: tick at least one model to evaluate (the base model, a run, "
                                   "or both), then press Evaluate.")
-        targets = [{"run": c[len(RUN):]} if c.startswith(RUN) else {"model": c[len(BASE):]} for c in selected]
+        targets = [{"scorer": True} if c == SCORER else {"run": c[len(RUN):]} if c.startswith(RUN)
+                   else {"model": c[len(BASE):]} for c in selected]
         tokens = whole_number_in_range(256 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
                                        MAX_TOKENS_LABEL)
         started = start_job(self.ws, targets, max_new_tokens=tokens, grounding=bool(grounding))
@@ -248,7 +253,8 @@ def judge_tab(handlers: JudgeHandlers, model: gr.Dropdown) -> SimpleNamespace:
             "Is the tuned tutor better than the base model? Evaluate both on the **test recordings** (the "
             "learners' clips no run trained on) against the experts' scores. The evaluation runs in the background: "
             "you can close this page and come back. Every answer counts: an answer whose scores cannot be read is "
-            "**not readable** (unparsed) and counts as a miss. The verdict compares each run with its base model; when their "
+            "**not readable** (unparsed) and counts as a miss. The verdict compares each run with its base model and, once it "
+            "is evaluated too, with the **Classical scorer (no fine-tuning)**, the yardstick a tuned tutor must beat; when their "
             "likely ranges (95 %) overlap, these recordings cannot tell them apart yet.")
         with gr.Row(equal_height=True):
             choices = gr.CheckboxGroup([], label="Models to evaluate", elem_id="judge-models", scale=3)
