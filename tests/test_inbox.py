@@ -206,7 +206,8 @@ def test_the_practice_setups_tutor_list_is_asked_again_and_offer_without_a_pick_
         (app.ws.runs_dir / run / "adapter").mkdir(parents=True)
         (app.ws.runs_dir / run / "adapter" / "adapter_config.json").write_text("{}")
     choices = app.inbox.run_choices()
-    assert sorted(value for _, value in choices["choices"]) == ["r1", "r2"] and choices["value"] in ("r1", "r2")
+    assert sorted(value for _, value in choices["choices"]) == ["classical-scorer", "r1", "r2"] and choices["value"] in ("r1", "r2")
+    assert choices["choices"][-1] == ("Classical scorer (no fine-tuning)", "classical-scorer")
     assert app.inbox.run_choices("r1")["value"] == "r1"  # the teacher's pick stays
     status = app.practice_setup("", "Read aloud (sentences)", "A sentence.")
     assert status.startswith("✗ No tutor picked") and "runs" not in status and "``" not in status
@@ -463,6 +464,6 @@ def test_the_practice_setup_offers_the_newest_completed_run_and_labels_unfinishe
     choices = app.inbox.run_choices()
     assert choices["value"] == "done", choices  # the newest completed run, not the newer stopped one
     assert choices["choices"] == [("z-stopped · unfinished: stopped before the end", "z-stopped"), ("done", "done"),
-                                  ("c-old", "c-old")]
+                                  ("c-old", "c-old"), ("Classical scorer (no fine-tuning)", "classical-scorer")]
     assert app.inbox.run_choices("z-stopped")["value"] == "z-stopped"  # the teacher may still pick it, knowingly
 

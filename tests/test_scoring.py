@@ -226,3 +226,33 @@ def test_draft_writes_feedback_for_clips_without_any_and_keeps_them_apart(tmp_pa
     drafts = json.loads(ws.drafts_path.read_text(encoding="utf-8"))
     assert parse_feedback(drafts[sample.id]["text"]).total is not None
     assert SampleLibrary(ws).get(sample.id).feedback == ""  # a draft is not the sample's feedback until accepted
+
+
+def test_try_answers_with_the_scorer_picked_and_labels_it(tmp_path):
+    from ui.try_view import SCORER_CHOICE
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(tmp_path / "ws")
+    path, text = _pack_clips()[0]
+    tuned, note, base = app.try_feedback(str(path), text, SCORER_CHOICE, 16)
+    assert tuned.startswith("Scores (0-10):") and render_feedback(parse_feedback(tuned)) == tuned
+    assert "Classical scorer (no fine-tuning)" in note and "sample data" in note and "no base model" in base
+    lists = app.train._run_lists()
+    assert lists[2].choices[-1][0] == SCORER_CHOICE  # the Try tab's tutor list offers it without any run
+
+
+def test_the_practice_page_answers_with_the_scorer_chosen(tmp_path):
+    from pipeline.inbox.practice import answer_attempt, load_setup, save_setup
+    from pipeline.inbox.store import Inbox
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    path, text = _pack_clips()[0]
+    save_setup(ws, SCORER_MODEL_ID, [text])
+    assert load_setup(ws).run == SCORER_MODEL_ID
+    grown = []
+    answer = answer_attempt(ws, str(path), 0, student="kim", consent=True, on_text=grown.append)
+    assert answer["text"].startswith("Scores (0-10):") and grown == [answer["text"]]
+    assert "sample data" in answer["note"] and not answer["tiny_random_model"]
+    kept = Inbox(ws).get(answer["attempt"])
+    assert kept.model == SCORER_MODEL_ID and kept.answer == answer["text"]

@@ -93,7 +93,7 @@ class InboxHandlers:
 
     def run_choices(self, current: str | None = None) -> Any:
         """The runs that can answer (they have an adapter), newest first, an unfinished one (stopped, failed, still
-        training) labelled so: `current` (the one picked on the page) selected while it can still answer, else the
+        training) labelled so, then the Classical scorer (no fine-tuning): `current` (the one picked on the page) selected while it can still answer, else the
         saved one, else the newest completed run (the newest run when none completed). Asked again each time the
         tab opens, so a run trained since the page loaded is there to pick (the list was the page load's)."""
         from pipeline.inbox.practice import load_setup
@@ -104,9 +104,14 @@ class InboxHandlers:
         usable = set(usable_runs(self.state.ws))
         states = {r["run"]: r.get("state") for r in list_runs(self.state.ws) if r.get("run") in usable}
         runs = [*states, *sorted(usable - set(states))]  # newest first (a run whose status cannot be read last)
-        picked = next((run for run in (current, setup.run if setup else None) if run and run in usable), None)
+        from pipeline.scoring.scorer import SCORER_MODEL_ID, SCORER_NAME
+
+        picked = next((run for run in (current, setup.run if setup else None)
+                       if run and (run in usable or run == SCORER_MODEL_ID)), None)
         newest = next((run for run in runs if states.get(run) == "completed"), runs[0] if runs else None)
-        return gr.update(choices=[(view.run_label(run, states.get(run)), run) for run in runs], value=picked or newest)
+        # The classical scorer last: it answers with no run trained, so a class can practise on day one.
+        choices = [(view.run_label(run, states.get(run)), run) for run in runs] + [(SCORER_NAME, SCORER_MODEL_ID)]
+        return gr.update(choices=choices, value=picked or newest)
 
     def setup_fields(self) -> tuple[Any, Any, Any, str]:
         """Page load: (run choices, kind, exercises text, status) from the saved setup."""

@@ -334,14 +334,18 @@ class TrainHandlers:
         return view.compare_loss_curves({name: read_progress(self.ws, name) for name in names or []})
 
     def _run_lists(self, selected: str | None = None):
-        """(runs table, resume dropdown, try dropdown); `selected` is preselected where it fits."""
+        """(runs table, resume dropdown, try dropdown: the runs with an adapter, then the Classical scorer (no
+        fine-tuning), `ui.try_view.SCORER_CHOICE`); `selected` is preselected where it fits."""
+        from ui.try_view import SCORER_CHOICE
+
         runs = list_runs(self.ws)
         resumable = resumable_runs(runs)
         adapters = [r["run"] for r in runs if r["has_adapter"]]  # a tutor to try, newest first
         return (
             _runs_frame(runs),
             gr.Dropdown(choices=resumable, value=selected if selected in resumable else None),
-            gr.Dropdown(choices=adapters, value=selected if selected in adapters else (adapters[0] if adapters else None)),
+            gr.Dropdown(choices=[*adapters, SCORER_CHOICE],  # the classical scorer last: a tutor with no run trained
+                        value=selected if selected in adapters else (adapters[0] if adapters else None)),
         )
 
 

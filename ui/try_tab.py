@@ -56,6 +56,9 @@ class TryHandlers:
         from pipeline.tutor.infer import compare_feedback
         from ui.common import as_it_grows
 
+        if run_name == view.SCORER_CHOICE:  # the classical scorer: scores at once, labelled with its map
+            yield self._scorer_feedback(audio, target_text, kind_label)
+            return
         if not run_name:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
                               "(the Train tab makes one; a stopped run has an adapter too).")
@@ -69,6 +72,22 @@ class TryHandlers:
             else:
                 yield (result["tuned"]["text"], self.state.answered_by(result["model"], picked_model),
                        result["base"]["text"])
+
+
+    def _scorer_feedback(self, audio: Any, target_text: str, kind_label: str) -> tuple[str, str, str]:
+        """(the scorer's template or its "Not scored" sentence, the note naming it and its map, the base box's note).
+
+        Raises:
+            AudioError: no clip given (`load_audio`'s message says what to do)."""
+        from pipeline.data.audio import load_audio
+        from pipeline.scoring.scorer import load_scorer
+
+        scorer = load_scorer(self.state.ws)
+        if TRY_KINDS.get(kind_label, "read_aloud") != "read_aloud":
+            text = "Not scored: the classical scorer scores clips read aloud from a sentence, not free answers."
+        else:
+            text = scorer.score(load_audio(audio), target_text or "").text
+        return text, f"Answered by the {view.SCORER_CHOICE}. {scorer.note}.", view.SCORER_BASE_NOTE
 
 
 def try_tab(handlers: TryHandlers, export_handlers=None, model=None) -> SimpleNamespace:

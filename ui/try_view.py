@@ -16,6 +16,11 @@ from pipeline.units import plural, format_bytes
 from ui.wording import app_wording
 
 
+SCORER_CHOICE = "Classical scorer (no fine-tuning)"
+"""The Try tab's tutor list's last entry: the classical scorer (`pipeline.scoring`), which needs no run."""
+SCORER_BASE_NOTE = "(the classical scorer has no base model: it needs no fine-tuning)"
+"""What the base model's box says when the classical scorer answered."""
+
 ANSWERING = "The tutors are answering… (both answers grow as they are generated)"
 """The note under the button while the answers are being generated."""
 

@@ -37,7 +37,7 @@ class PracticeSetup:
     """What the practice page offers.
 
     Attributes:
-        run: the run whose tutor answers (it has an adapter).
+        run: the run whose tutor answers (it has an adapter), or `classical-scorer` (`pipeline.scoring`: no run needed).
         kind: `read_aloud` (items are sentences to read) or `free_speech` (items are prompts).
         items: the exercises, in order.
         source: where the list came from (`session` or a file name), for the teacher.
@@ -82,10 +82,11 @@ def save_setup(workspace: Workspace | str | Path, run: str, items: list[str], ki
         ConfigError: a run without an adapter (names the usable ones), an empty list, or a kind other than
             read_aloud / free_speech.
     """
+    from pipeline.scoring.scorer import SCORER_MODEL_ID
     from pipeline.tutor.infer import usable_runs
 
     ws = _ws(workspace)
-    runs = usable_runs(ws)
+    runs = usable_runs(ws) + [SCORER_MODEL_ID]  # the classical scorer answers with no run trained
     if not run or run not in runs:
         shown = ", ".join(runs) if runs else "none yet (train one in the Train tab)"
         raise ConfigError(f"Run `{run or ''}` has no trained adapter in {ws.runs_dir}; pick one of: {shown}.")
@@ -192,6 +193,7 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
         ModelLoadError: the run's model cannot load.
     """
     from pipeline.data.audio import load_audio
+    from pipeline.scoring.scorer import SCORER_MODEL_ID
     from pipeline.tutor.infer import load_tutor
 
     ws = _ws(workspace)
@@ -207,7 +209,12 @@ def answer_attempt(workspace: Workspace | str | Path, audio: Any, exercise: int,
     if rate is not None:
         rate.take((student or "").strip() or "(no name)")
     clip = load_audio(audio)  # a bad clip is refused before the model loads
-    tutor = load_tutor(None, run=setup.run, workspace=ws)
+    if setup.run == SCORER_MODEL_ID:  # the classical scorer (no fine-tuning): a class practises on day one
+        from pipeline.scoring.scorer import ScorerTutor, load_scorer
+
+        tutor = ScorerTutor(load_scorer(ws))
+    else:
+        tutor = load_tutor(None, run=setup.run, workspace=ws)
     ask = tutor.feedback if setup.kind == "read_aloud" else tutor.free_speech_feedback
     answer = ask(clip, text, max_new_tokens=int(max_new_tokens), on_text=on_text)
     attempt, not_kept = None, None

@@ -184,12 +184,16 @@ def load_scorer(workspace: Workspace | str | os.PathLike | None = None) -> Score
 
 @dataclass
 class ScorerAnswer:
-    """An answer of the scorer where a tutor's answer goes: its `text` (the template, or "Not scored: ...")
-    and `note` (the map's provenance)."""
+    """An answer of the scorer where a tutor's answer goes (`pipeline.tutor.infer.Feedback`'s fields that
+    callers read): its `text` (the template, or "Not scored: ..."), `note` (the map's provenance), `model`
+    (`SCORER_MODEL_ID`); `scored` the full `ScoredClip` for a read-aloud clip."""
 
     text: str
     note: str | None = None
     scored: ScoredClip | None = None
+    model: str = SCORER_MODEL_ID
+    run: str | None = None
+    tiny_random_model: bool = False
 
 
 class ScorerTutor:
@@ -208,9 +212,12 @@ class ScorerTutor:
     def __init__(self, scorer: Scorer):
         self.scorer = scorer
 
-    def feedback(self, audio: Any, target_text: str, **_: Any) -> ScorerAnswer:
-        """The template for a read-aloud clip (generation options such as `max_new_tokens` are ignored)."""
+    def feedback(self, audio: Any, target_text: str, *, on_text: Any = None, **_: Any) -> ScorerAnswer:
+        """The template for a read-aloud clip (generation options such as `max_new_tokens` are ignored;
+        `on_text(text)`, when given, is called once with the whole answer)."""
         clip = self.scorer.score(audio, target_text)
+        if on_text is not None:
+            on_text(clip.text)
         return ScorerAnswer(clip.text, self.scorer.note, clip)
 
     def free_speech_feedback(self, audio: Any, prompt: str, **_: Any) -> ScorerAnswer:
