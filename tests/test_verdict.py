@@ -107,3 +107,23 @@ def test_every_headline_figure_has_a_meaning_in_a_teachers_words():
     assert "experts'" in meanings["total score: agrees with the experts' (PCC) [likely range]"]
     assert "order" in meanings["total score: ranks recordings as the experts do (SCC) [likely range]"]
     assert "points (of 10)" in meanings["total score: average difference, points of 10 (MAE) (scores read, % read)"]
+
+
+def test_each_run_is_also_judged_against_the_classical_scorer_once_it_was_evaluated():
+    from pipeline.tutor.verdict import against_scorer, scorer_for
+
+    scorer = result(None, 0.3, [0.1, 0.5], model="classical-scorer")
+    results = [result(None, 0.3, [0.1, 0.5]), scorer, result("r1", 0.8, [0.7, 0.9]), result("r2", -0.1, [-0.3, 0.05])]
+    assert scorer_for(results[2], results) is scorer and base_for(results[2], results) is results[0]
+    found = {v["run"]: v["scorer"] for v in verdicts(results)}
+    assert found["r1"]["outcome"] == "better" and found["r1"]["line"].startswith("beats the classical scorer")
+    assert "the classical scorer's 0.30 [0.10, 0.50]" in found["r1"]["line"]
+    assert found["r2"]["outcome"] == "worse" and found["r2"]["line"].startswith("worse than the classical scorer")
+    overlap = against_scorer(result("r3", 0.35, [0.2, 0.5]), scorer)
+    assert overlap["line"].startswith("can't tell yet whether it beats the classical scorer")
+    text = view.verdict_markdown(results)
+    assert "  - ✓ against the classical scorer: beats the classical scorer" in text
+    assert "  - ✗ against the classical scorer: worse than the classical scorer" in text
+    assert "Classical scorer (no fine-tuning)" == view.model_label(scorer)
+    # No scorer evaluated on this build: the verdict says nothing about it (the base model's line stays as it was).
+    assert "classical scorer" not in view.verdict_markdown([results[0], results[2]])
