@@ -212,20 +212,29 @@ def test_evaluate_judges_the_scorer_like_a_model_and_the_verdict_names_it(built_
     assert against_scorer(run, None)["outcome"] == "no_scorer"
 
 
-def test_draft_writes_feedback_for_clips_without_any_and_keeps_them_apart(tmp_path):
+def test_draft_writes_feedback_for_clips_without_any_never_trained_on_until_accepted(tmp_path, tiny_model_dir):
+    from pipeline.data.dataset import build_dataset
     from pipeline.data.samples import SampleLibrary
-    from pipeline.scoring.cli import draft_all
+    from pipeline.scoring.drafts import accept_draft, draft_all
     from pipeline.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws")
-    path, text = _pack_clips()[0]
+    (path, text), (other, other_text) = _pack_clips()[:2]
     library = SampleLibrary(ws)
-    sample = library.add(path, target_text=text, feedback="")
+    sample = library.add(path, target_text=text, feedback="", speaker="a")
+    library.add(other, target_text=other_text, feedback="Scores (0-10): accuracy 8, fluency 8, prosody 8, total 8",
+                speaker="b")
     result = draft_all(ws)
     assert result["drafted"] == [sample.id]
     drafts = json.loads(ws.drafts_path.read_text(encoding="utf-8"))
     assert parse_feedback(drafts[sample.id]["text"]).total is not None
     assert SampleLibrary(ws).get(sample.id).feedback == ""  # a draft is not the sample's feedback until accepted
+    report = build_dataset(ws, str(tiny_model_dir), eval_fraction=0.0, max_length=2048)
+    assert report.drafts == 1 and "1 draft of feedback waiting" in report.summary()
+    assert sample.id not in report.row_ids["train"] + report.row_ids["eval"]  # never trained on
+    edited = drafts[sample.id]["text"].replace("Advice:", "Advice: Well read.", 1)
+    assert accept_draft(ws, sample.id, edited).feedback == edited
+    assert json.loads(ws.drafts_path.read_text(encoding="utf-8")) == {}  # accepted: no longer a draft
 
 
 def test_try_answers_with_the_scorer_picked_and_labels_it(tmp_path):

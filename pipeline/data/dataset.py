@@ -247,6 +247,8 @@ class BuildReport:
     `fingerprint`: SHA-256 of the rows' content per split (`fingerprint_rows`), `row_ids`: split
     name -> sorted ids, `built_at`: unix seconds; a run records them and a resume compares them
     (`pipeline.training.resume`). `sample_digests`, `split_changes`: see `pipeline.data.build_changes`.
+    `drafts`: samples left out for want of feedback that have the classical scorer's draft waiting for a
+    teacher (`WS/scoring/drafts.json`, `pipeline.scoring.drafts`): a draft is never trained on until accepted.
     Reports written before these fields existed load with them empty.
     """
 
@@ -270,6 +272,7 @@ class BuildReport:
     built_at: float = 0.0
     sample_digests: dict[str, str] = field(default_factory=dict)
     split_changes: dict | None = None
+    drafts: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -302,6 +305,8 @@ class BuildReport:
             if len(self.excluded) > len(shown):
                 lines.append(f"    ... and {len(self.excluded) - len(shown)} more (all listed with --json)")
         lines.extend(f"  note: {n}" for n in self.notes)
+        if self.drafts:
+            lines.append(f"  {plural(self.drafts, 'draft')} of feedback waiting to be accepted (left out until accepted)")
         moved = self.split_changes or {}
         lines.extend(f"  moved to {side[3:]} since the last build: {', '.join(moved[side] + moved['rows_' + side])}"
                      for side in ("to_eval", "to_train") if moved.get(side) or moved.get("rows_" + side))
@@ -504,6 +509,7 @@ def build_dataset(
         row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
         built_at=round(time.time(), 3),
         sample_digests={s.id: sample_digest(s) for s in samples},
+        drafts=_drafts_waiting(ws, samples),
     )
 
     previous = load_build_report(ws) if (ws.dataset_dir / BUILD_REPORT_NAME).exists() else None  # first build: None
@@ -521,6 +527,15 @@ def build_dataset(
     atomic_write_json(ws.dataset_dir / BUILD_REPORT_NAME, report.to_dict())
     report_progress(len(samples), len(samples), "done")
     return report
+
+
+def _drafts_waiting(ws: Workspace, samples: list) -> int:
+    """How many samples without feedback have a draft in `WS/scoring/drafts.json` (an unreadable file: 0)."""
+    try:
+        drafts = json.loads(ws.drafts_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for s in samples if isinstance(drafts, dict) and s.id in drafts and not (s.feedback or "").strip())
 
 
 def _to_dataset_dict(split_rows: dict[str, list[dict]]):

@@ -16,33 +16,6 @@ from pipeline.errors import ScoringError
 from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 
-def draft_all(ws: Workspace) -> dict:
-    """Score every read-aloud sample of the library that has no feedback and keep the answers as drafts in
-    `WS/scoring/drafts.json` (`{sample_id: {"text", "scored", "note"}}`, written atomically under its lock).
-    A draft is not the sample's feedback: the sample stays left out of the build until a teacher accepts
-    or edits it. Returns `{"drafted": [ids], "not_scored": {id: reason}, "path"}`."""
-    from pipeline.data.samples import SampleLibrary
-    from pipeline.fileio import atomic_write_json, locked
-    from pipeline.scoring.scorer import load_scorer
-
-    library = SampleLibrary(ws)
-    scorer = load_scorer(ws)
-    drafts, not_scored = {}, {}
-    for sample in library.list():
-        if (sample.feedback or "").strip() or sample.kind != "read_aloud" or not (sample.target_text or "").strip():
-            continue
-        clip = scorer.score(library.audio_path(sample.id), sample.target_text)
-        drafts[sample.id] = {"text": clip.text, "scored": clip.scored, "note": scorer.note}
-        if not clip.scored:
-            not_scored[sample.id] = clip.reason
-    ws.scoring_dir.mkdir(parents=True, exist_ok=True)
-    with locked(ws.drafts_path):
-        saved = json.loads(ws.drafts_path.read_text(encoding="utf-8")) if ws.drafts_path.is_file() else {}
-        saved.update(drafts)
-        atomic_write_json(ws.drafts_path, saved)
-    return {"drafted": sorted(drafts), "not_scored": not_scored, "path": str(ws.drafts_path)}
-
-
 def score_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline score --workspace WS (--fit | --audio CLIP --text PROMPT [--json] | --draft)`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline score",
@@ -70,6 +43,8 @@ def score_main(argv: list[str] | None = None) -> int:
                   f"(mean absolute error beside predicting the mean, Pearson's r):\n{score_map.cv_summary()}")
         return 0
     if args.draft:
+        from pipeline.scoring.drafts import draft_all
+
         result = draft_all(ws)
         if args.json:
             print(json.dumps(result, ensure_ascii=False))
