@@ -265,3 +265,23 @@ def test_the_practice_page_answers_with_the_scorer_chosen(tmp_path):
     assert "sample data" in answer["note"] and not answer["tiny_random_model"]
     kept = Inbox(ws).get(answer["attempt"])
     assert kept.model == SCORER_MODEL_ID and kept.answer == answer["text"]
+
+
+def test_the_dataset_tab_drafts_shows_and_accepts_feedback(tmp_path):
+    from pipeline.data.samples import SampleLibrary
+    from ui.tutor_app import TutorApp
+
+    app = TutorApp(tmp_path / "ws")
+    path, text = _pack_clips()[0]
+    sample = SampleLibrary(app.ws).add(path, target_text=text, feedback="")
+    handlers = app.dataset.drafts
+    assert "No draft picked" in handlers.accept(None, "x")[0]
+    status, pick = handlers.draft()
+    assert "Drafted feedback for 1 recording" in status and "**draft**" in status and "sample data" in status
+    assert pick["value"] == sample.id and pick["choices"][0][1] == sample.id
+    draft, audio, sentence = handlers.show(sample.id)
+    assert draft.startswith("Scores (0-10):") and audio.endswith(".wav") and text in sentence
+    status, pick = handlers.accept(sample.id, draft + " Well done.")
+    assert status.startswith("✓ Accepted") and pick["choices"] == [] and pick["value"] is None
+    assert SampleLibrary(app.ws).get(sample.id).feedback.endswith("Well done.")
+    assert "nothing to draft" in handlers.draft()[0]

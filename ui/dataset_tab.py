@@ -2,7 +2,8 @@
 
 A build also sets the Memory tab's "Max tokens per row" to the longest row (at least 256), so the estimate
 that follows is for the batch that actually runs; `build_ui` wires that output across the tabs. The
-tab's text, tables and histogram are `ui/dataset_view.py`.
+tab's text, tables and histogram are `ui/dataset_view.py`; its Draft feedback section (the Classical scorer's drafts
+for recordings without feedback) is `ui/dataset_drafts.py`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gradio as gr
 
 from pipeline.errors import PipelineError
 from ui import dataset_view as view
+from ui.dataset_drafts import DraftHandlers, drafts_section
 from ui.common import (DEFAULTS, LOADING, built_report, dataset_family_note, dataset_sentence, filled_on_load,
                        model_text, progress_callback, range_note, share_in_range, ui_errors, whole_number_in_range)
 from ui.state import AppState
@@ -60,6 +62,7 @@ class DatasetHandlers:
     """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
+        self.drafts = DraftHandlers(state)
         self.state = state
 
     @property
@@ -183,6 +186,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
                                            interactive=False, elem_id="excluded-table", wrap=True)
         export_files = gr.File(label="Export (JSONL with messages; Parquet with audio)",
                                file_count="multiple", interactive=False, elem_id="exports")
+        drafts = drafts_section(handlers.drafts)
     eval_fraction.change(range_note(*EVAL_SHARE_RANGE, EVAL_SHARE_LABEL, check=share_in_range), inputs=eval_fraction,
                          outputs=eval_fraction_note, show_progress="hidden")
     build_max_length.change(range_note(*BUILD_MAX_LENGTH_RANGE, BUILD_MAX_LENGTH_LABEL), inputs=build_max_length,
@@ -190,7 +194,7 @@ def dataset_tab(handlers: DatasetHandlers) -> SimpleNamespace:
     tab.select(handlers.library_changes, outputs=changes, show_progress="hidden")
     tab.select(handlers.headline, outputs=headline, show_progress="hidden")
     return SimpleNamespace(
-        tab=tab, refresh=(handlers.refresh, [headline, changes]), model_note=model_note,
+        tab=tab, refresh=(handlers.refresh, [headline, changes]), model_note=model_note, drafts=drafts,
         eval_fraction=eval_fraction, seed=seed_in, build_max_length=build_max_length, build_button=build_button,
         # The first five outputs of `build_dataset` / `dataset_on_load`, in order (the sixth is Memory's max length).
         outputs=[dataset_summary, speakers_df, length_plot, excluded_df, export_files],
