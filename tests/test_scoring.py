@@ -285,3 +285,44 @@ def test_the_dataset_tab_drafts_shows_and_accepts_feedback(tmp_path):
     assert status.startswith("✓ Accepted") and pick["choices"] == [] and pick["value"] is None
     assert SampleLibrary(app.ws).get(sample.id).feedback.endswith("Well done.")
     assert "nothing to draft" in handlers.draft()[0]
+
+
+def test_the_api_lists_and_answers_with_the_scorer(tmp_path):
+    """`serve --scorer`: the Classical scorer (no fine-tuning) in the model list, labelled, answering a clip."""
+    import base64
+    import threading
+
+    import openai
+    import uvicorn
+
+    from pipeline.serving.app import create_app
+    from pipeline.serving.cli import bind
+    from pipeline.serving.models import load_served
+    from pipeline.serving.protocol import RequestLimits
+    from tests.processes import wait_until
+
+    served = load_served(tmp_path / "ws", [], scorer=True, queue_size=1)
+    assert list(served) == [SCORER_MODEL_ID]
+    sock = bind("127.0.0.1", 0)
+    app = create_app(served, api_key="k" * 24, max_body_bytes=4_000_000,
+                     limits=RequestLimits(max_clips=2, max_audio_s=30.0, max_text_chars=400))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, timeout_s=60)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}/v1", api_key="k" * 24, max_retries=0)
+        card = client.models.list().data[0].model_dump()
+        assert card["id"] == SCORER_MODEL_ID and card["label"] == "Classical scorer (no fine-tuning)"
+        path, text = _pack_clips()[0]
+        audio = {"type": "input_audio", "input_audio": {"data": base64.b64encode(path.read_bytes()).decode(), "format": "wav"}}
+        reply = client.chat.completions.create(model=SCORER_MODEL_ID, messages=[
+            {"role": "user", "content": [audio, {"type": "text", "text": text}]}])
+        answer = reply.choices[0].message.content
+        assert answer.startswith("Scores (0-10):") and render_feedback(parse_feedback(answer)) == answer
+        assert "sample data" in reply.model_dump()["tutor"]["note"]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        served[SCORER_MODEL_ID].worker.close(timeout_s=10)
+        sock.close()

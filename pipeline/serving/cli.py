@@ -113,6 +113,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help=f"workspace folder (default: {DEFAULT_WORKSPACE})")
     parser.add_argument("--run", action="append", default=[], help="a trained run to serve, named by its run name; repeat for several")
     parser.add_argument("--model", default=None, help="the base model served as `base` (default: the first run's base)")
+    parser.add_argument("--scorer", action="store_true",
+                        help="also serve the Classical scorer (no fine-tuning) as `classical-scorer` (needs no run)")
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default=None, help="default: each run's own")
     parser.add_argument("--quantization", choices=("4bit", "8bit", "none"), default=None, help="default: each run's own")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
@@ -160,7 +162,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     workers = []
     try:
         served = load_served(args.workspace, args.run, model=args.model, device=args.device,
-                             quantization=args.quantization, queue_size=args.queue_size, max_batch=args.max_batch)
+                             quantization=args.quantization, queue_size=args.queue_size, max_batch=args.max_batch,
+                             scorer=args.scorer)
         workers = loaded_workers(served)
         threads = share_threads(len(workers))
         app = create_app(served, api_key=api_key, max_body_bytes=int(args.max_body_mb * 1e6), limits=limits)

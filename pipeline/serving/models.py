@@ -155,6 +155,81 @@ class ModelWorker:
             time.sleep(0.05)
 
 
+class _ScorerPending:
+    """A classical scorer's answer under way, as the server reads a `PendingFeedback`: `as_feedback` gives it."""
+
+    def __init__(self):
+        self.feedback: Any = None
+
+    def cancel(self) -> None:
+        """Nothing to stop: the scorer answers in a fraction of a second, in one piece."""
+
+    def as_feedback(self, _generated: Any) -> Any:
+        return self.feedback
+
+
+class ScorerWorker(ModelWorker):
+    """The Classical scorer (no fine-tuning, `pipeline.scoring`) behind a worker's interface: the same admission
+    (at most 1 + `queue_size` requests at a time, 429 beyond), each request scored in a thread of its own so the
+    server's event loop never waits; its answer comes as one piece of text, then the end."""
+
+    def __init__(self, tutor: Any, *, queue_size: int = DEFAULT_QUEUE_SIZE):
+        if not isinstance(queue_size, int) or queue_size < 1:
+            raise ConfigError(f"`--queue-size` must be a whole number >= 1, got {queue_size!r}.")
+        self.tutor, self.label, self.queue_size = tutor, tutor.model_id, queue_size
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._closed = False
+        self._answers: set = set()
+
+    @property
+    def max_batch(self) -> int:
+        return 1
+
+    def ask(self, ticket: Ticket, request: TutorRequest, *, use_adapter: bool,
+            notify: Callable[[tuple[str, Any]], None] | None = None) -> Any:
+        """Score the admitted `request` in a thread; `notify` hears ("text", answer), then ("done", None) or
+        ("error", the error). The `ticket` is released when it ends."""
+        import time
+
+        from pipeline.tutor.infer import Feedback
+
+        pending = _ScorerPending()
+        tell = notify or (lambda event: None)
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                if request.kind == "read_aloud":
+                    answer = self.tutor.feedback(request.clips[0], request.text or "")
+                else:
+                    answer = self.tutor.free_speech_feedback(None, request.text or "")
+                pending.feedback = Feedback(
+                    text=answer.text, model=self.tutor.model_id, run=None, adapter_dir=None, tiny_random_model=False,
+                    device="cpu", quantization="none", new_tokens=0, seconds=round(time.perf_counter() - started, 3),
+                    audio_duration_s=round(request.audio_seconds, 3), note=answer.note)
+            except Exception as error:  # noqa: BLE001 - the answer's fault goes to its request, as a model's does
+                ticket.release()
+                tell(("error", error))
+                return
+            ticket.release()
+            tell(("text", pending.feedback.text))
+            tell(("done", None))
+
+        threading.Thread(target=work, name="classical-scorer", daemon=True).start()
+        return pending
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Refuse new requests (503); waits up to `timeout_s` seconds for those being scored."""
+        import time
+
+        with self._lock:
+            self._closed = True
+        deadline = time.monotonic() + timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 @dataclass
 class ServedModel:
     """A name this server answers as: `worker` (its loaded model and admission), whether the run's adapter is used
@@ -169,11 +244,15 @@ class ServedModel:
     base_model: str
     adapter_sha256: str | None
     created: int
+    label: str | None = None
+    """How the model is named to people, where its id does not say it (the Classical scorer (no fine-tuning))."""
 
     def card(self) -> dict[str, Any]:
-        """This model as `GET /v1/models` lists it (OpenAI's model object plus `run` and `base_model`)."""
-        return {"id": self.name, "object": "model", "created": self.created, "owned_by": "pronunciation-tutor",
+        """This model as `GET /v1/models` lists it (OpenAI's model object plus `run` and `base_model`; `label`
+        when it has one)."""
+        card = {"id": self.name, "object": "model", "created": self.created, "owned_by": "pronunciation-tutor",
                 "run": self.run, "base_model": public_model_name(self.base_model), "adapter_sha256": self.adapter_sha256}
+        return card | ({"label": self.label} if self.label else {})
 
 
 def public_model_name(model: str | None) -> str | None:
@@ -201,7 +280,7 @@ def adapter_sha256(adapter_dir: str | os.PathLike) -> str | None:
 
 def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | None = None, device: str | None = None,
                 quantization: str | None = None, queue_size: int = DEFAULT_QUEUE_SIZE,
-                max_batch: int | None = None) -> dict[str, ServedModel]:
+                max_batch: int | None = None, scorer: bool = False) -> dict[str, ServedModel]:
     """Load every run (and the base) to serve, each loaded model with its worker.
 
     Args:
@@ -213,9 +292,12 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
         queue_size: requests that may wait per loaded model beyond those being answered.
         max_batch: answers generated together per loaded model (None: `TUTOR_MAX_BATCH`, else 8; 1
             answers one at a time).
+        scorer: also serve the Classical scorer (no fine-tuning) as `classical-scorer` (`ScorerWorker`; it
+            needs no run, so it may be served alone).
 
     Returns:
-        `{name: ServedModel}`: the runs in the order given, then `base`.
+        `{name: ServedModel}`: the runs in the order given, then `base` (when a run or model is given), then
+        `classical-scorer`.
 
     Raises:
         ConfigError: no run and no model, a run given twice or named `base`, an unknown run, a run
@@ -225,9 +307,9 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
 
     from pipeline.tutor.infer import load_tutor
 
-    if not runs and not model:
+    if not runs and not model and not scorer:
         raise ConfigError("Nothing to serve: give `--run NAME` (a trained run; repeat it for several) "
-                          "and/or `--model BASE` (the base model alone).")
+                          "and/or `--model BASE` (the base model alone), or `--scorer` (the classical scorer).")
     duplicates = sorted({run for run in runs if runs.count(run) > 1})
     if duplicates:
         raise ConfigError(f"`--run {duplicates[0]}` is given twice; name each run once.")
@@ -244,15 +326,23 @@ def load_served(workspace: str | os.PathLike, runs: list[str], *, model: str | N
             base_model=tutor.model_id, adapter_sha256=adapter_sha256(tutor.adapter_dir),
             created=int(adapter_file.stat().st_mtime) if adapter_file.exists() else int(time.time()),
         )
-    base_id = str(model) if model else next(iter(served.values())).base_model
-    sharing = next((s for s in served.values() if s.base_model == base_id), None)
-    if sharing is not None:
-        worker = sharing.worker
-    else:
-        worker = ModelWorker(load_tutor(base_id, device=device, quantization=quantization, use_cache=False),
-                             queue_size=queue_size, max_batch=max_batch, label=BASE_NAME)
-    served[BASE_NAME] = ServedModel(name=BASE_NAME, worker=worker, use_adapter=False, run=None, base_model=base_id,
-                                    adapter_sha256=None, created=int(time.time()))
+    if runs or model:
+        base_id = str(model) if model else next(iter(served.values())).base_model
+        sharing = next((s for s in served.values() if s.base_model == base_id), None)
+        if sharing is not None:
+            worker = sharing.worker
+        else:
+            worker = ModelWorker(load_tutor(base_id, device=device, quantization=quantization, use_cache=False),
+                                 queue_size=queue_size, max_batch=max_batch, label=BASE_NAME)
+        served[BASE_NAME] = ServedModel(name=BASE_NAME, worker=worker, use_adapter=False, run=None, base_model=base_id,
+                                        adapter_sha256=None, created=int(time.time()))
+    if scorer:
+        from pipeline.scoring.scorer import SCORER_MODEL_ID, SCORER_NAME, ScorerTutor, load_scorer
+
+        served[SCORER_MODEL_ID] = ServedModel(
+            name=SCORER_MODEL_ID, worker=ScorerWorker(ScorerTutor(load_scorer(workspace)), queue_size=queue_size),
+            use_adapter=False, run=None, base_model=SCORER_MODEL_ID, adapter_sha256=None, created=int(time.time()),
+            label=SCORER_NAME)
     return served
 
 
