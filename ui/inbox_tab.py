@@ -30,6 +30,13 @@ def _login(request: gr.Request | None) -> str | None:
 KINDS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
 
 
+def _tutor_words(run: str) -> str:
+    """The practice page's tutor in the teacher's words: "run `NAME`", or the Classical scorer (no fine-tuning)."""
+    from pipeline.scoring.scorer import SCORER_MODEL_ID, SCORER_NAME
+
+    return f"the {SCORER_NAME}" if run == SCORER_MODEL_ID else f"run `{run}`"
+
+
 class InboxHandlers:
     """The Inbox tab's handlers; `practice_url` is where the practice page is served (None: not served)."""
 
@@ -122,7 +129,7 @@ class InboxHandlers:
             return self.run_choices(), gr.skip(), gr.skip(), self._where("Not set up yet.")
         label = next(k for k, v in KINDS.items() if v == setup.kind)
         return self.run_choices(), label, "\n".join(setup.items), self._where(
-            f"Offering {plural(len(setup.items), 'exercise')} with run `{setup.run}`.")
+            f"Offering {plural(len(setup.items), 'exercise')} with {_tutor_words(setup.run)}.")
 
     def _where(self, text: str) -> str:
         return view.where_markdown(text, self.practice_url)
@@ -149,7 +156,7 @@ class InboxHandlers:
             return view.no_tutor_picked(bool(usable_runs(self.state.ws)))
         setup = save_setup(self.state.ws, run, parse_items(text=items_text or ""), KINDS.get(kind_label, "read_aloud"),
                            source="studio")
-        return self._where(f"✓ Offering {plural(len(setup.items), 'exercise')} with run `{setup.run}`.")
+        return self._where(f"✓ Offering {plural(len(setup.items), 'exercise')} with {_tutor_words(setup.run)}.")
 
 
 def inbox_tab(handlers: InboxHandlers) -> SimpleNamespace:

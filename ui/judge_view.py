@@ -33,7 +33,7 @@ def model_label(result: Mapping[str, Any]) -> str:
     mark = f" · partial {answered_count(result)} of {partial['of']}" if partial else ""
     if result.get("run"):
         return f"run · {result['run']}{mark}"
-    if result.get("model") == "classical-scorer":
+    if result.get("scorer") or result.get("model") == "classical-scorer":  # a saved evaluation, or a job's target
         return f"Classical scorer (no fine-tuning){mark}"
     return f"base · {model_name(result.get('model'))}{mark}"
 
