@@ -17,8 +17,8 @@ phone the sentence asks for, and very negative means another sound fitted much b
 
 A word is pronounced from CMUdict, else from the workspace's lexicon (`Pronouncer`), else it is aligned
 as spoken noise (`+SPN+`, pocketsphinx's filler phone) and left unscored ("not in the dictionary"):
-never a crash, never a silent skip. No letter-to-sound library is used: none on PyPI was found
-that is well kept and runs offline (g2p_en fetches NLTK data on first use).
+never a crash, never a silent skip. No letter-to-sound library is used: the best-known one on PyPI,
+g2p_en, fetches NLTK data on its first import, so it does not run offline as installed (not tried here).
 This module knows nothing about scores 0-10 (`pipeline.scoring.features`, `score_map`).
 """
 
@@ -39,7 +39,7 @@ SAMPLE_RATE_HZ = 16000
 SPOKEN_NOISE = "+SPN+"
 """pocketsphinx's filler phone for speech that is no word; a word outside every dictionary is aligned as it."""
 NOT_IN_DICTIONARY = "not scored: not in the dictionary"
-"""A word no dictionary pronounces: the words's note in every answer."""
+"""A word no dictionary pronounces: the word's note in every answer."""
 _SILENCES = {"<sil>", "<s>", "</s>", "sil", "SIL"}
 
 
@@ -107,6 +107,7 @@ class Pronunciation:
 
     @property
     def scored(self) -> bool:
+        """Whether a dictionary pronounces the word (else it is aligned as spoken noise, unscored)."""
         return self.source != "none"
 
 
@@ -141,10 +142,12 @@ class AlignedPhone:
 
     @property
     def gop(self) -> float:
+        """(forced score - phone loop's score) / frames: 0 or more fits; very negative, another sound fitted better."""
         return (self.score - self.loop_score) / max(1, self.frames)
 
     @property
     def score_per_frame(self) -> float:
+        """The forced acoustic score per 10 ms frame (pocketsphinx's log scale)."""
         return self.score / max(1, self.frames)
 
 

@@ -133,6 +133,7 @@ class ScoreMap:
     version: int = MAP_VERSION
 
     def to_dict(self) -> dict:
+        """Plain JSON-safe dict (`WS/scoring/map.json`, `assets/scorer_default_map.json`)."""
         return asdict(self)
 
     @classmethod

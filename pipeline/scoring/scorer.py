@@ -71,6 +71,7 @@ class ScoredClip:
     duration_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict (what `score --json` prints)."""
         return asdict(self)
 
 
@@ -87,6 +88,7 @@ class Scorer:
 
     @property
     def note(self) -> str:
+        """What the map was fitted on (shown with every answer)."""
         return self.score_map.note
 
     def score(self, audio: Any, text: str) -> ScoredClip:
@@ -221,9 +223,11 @@ class ScorerTutor:
         return ScorerAnswer(clip.text, self.scorer.note, clip)
 
     def free_speech_feedback(self, audio: Any, prompt: str, **_: Any) -> ScorerAnswer:
+        """A one-sentence "Not scored" answer: a free answer has no sentence to align to."""
         return ScorerAnswer("Not scored: the classical scorer scores clips read aloud from a sentence, not free answers.",
                             self.scorer.note)
 
     def dialogue_reply(self, turns: list, **_: Any) -> ScorerAnswer:
+        """A one-sentence "Not scored" answer: a dialogue has no sentence to align to."""
         return ScorerAnswer("Not scored: the classical scorer scores clips read aloud from a sentence, not dialogues.",
                             self.scorer.note)
