@@ -11,8 +11,8 @@
 3. the features (`pipeline.scoring.features`) go through the map (`pipeline.scoring.score_map`):
    sentence accuracy, fluency, prosody, total (0-10), each word's accuracy (0-10), each phone's (0-2);
 4. the answer is the product's feedback template, written by `pipeline.conversation.feedback` from
-   those scores exactly as from an expert's, so `parse_feedback` reads it back unchanged. A phone scored
-   below 1 is written `X weak` (its GOP was low); the scorer never writes `X as Y`: measured on
+   those scores exactly as from an expert's, so `parse_feedback` reads it back unchanged. A phone is written
+   `X weak` only when its GOP is below `WEAK_GOP`; the scorer never writes `X as Y`: measured on
    speechocean762, pocketsphinx's phone loop named the phone actually heard in about 1 substitution
    of 12, so such claims would be wrong far more often than right.
 
@@ -36,6 +36,13 @@ from pipeline.scoring.features import phone_features, sentence_features, word_fe
 from pipeline.scoring.score_map import ScoreMap
 from pipeline.workspace import Workspace
 
+WEAK_GOP = -150.0
+"""A phone whose GOP (per frame) is below this is written `X weak` in the template, and only such a phone: the
+phone loop fitted its frames far better than the phone asked for. Measured on speechocean762-mini's fitting
+speakers (0001, 0005; the 443 phones whose experts' phones match CMUdict's, 9 scored below 1 by the experts):
+below -150, 1 phone, scored wrong by the experts; below -120, 2 (1 wrong); below -100, 6 (2 wrong). Over all 60
+clips the template says `weak` twice: the N of WENT in 000050122 (experts: 0.8 of 2, the word 2/10) and the V
+of SEVEN in 000050028 (experts: 1.8, right with an accent), so right 1 time of 2; rare on children who read well."""
 WRONG_TEXT_GOP = -45.0
 """A clip whose phones' mean GOP is below this does not sound like its sentence (module docstring)."""
 SCORER_NAME = "Classical scorer (no fine-tuning)"
@@ -60,7 +67,7 @@ class ScoredClip:
     `text` is "Not scored: REASON". Otherwise `text` is the feedback template; `scores` the sentence
     scores 0-10 (`accuracy`, `fluency`, `prosody`, `total`); `words` per prompt word `{word, scored,
     note, accuracy (0-10 or None), start_s, duration_s, phones: [{phone, start_s, duration_s, accuracy
-    (0-2), gop}]}`; `notes` what a reader should know (the map's provenance, words not scored)."""
+    (0-2, the map's), gop, weak (written `X weak`: GOP below `WEAK_GOP`)}]}`; `notes` what a reader should know (the map's provenance, words not scored)."""
 
     text: str
     scored: bool
@@ -139,10 +146,12 @@ class Scorer:
                 entry["accuracy"] = round(self.score_map.word.predict(word_features(word)))
                 entry["phones"] = [{"phone": p.phone, "start_s": round(p.start_s, 2), "duration_s": round(p.duration_s, 2),
                                     "accuracy": round(self.score_map.phone.predict(phone_features(p)), 2),
-                                    "gop": round(p.gop, 2)} for p in word.phones]
+                                    "gop": round(p.gop, 2), "weak": p.gop < WEAK_GOP} for p in word.phones]
+                # The template names a phone only on the engine's evidence: weak (below 1 of 2) iff its GOP is low.
                 template_words.append({"text": word.word.upper(), "accuracy": entry["accuracy"],
                                        "phones": [p["phone"] for p in entry["phones"]],
-                                       "phones-accuracy": [p["accuracy"] for p in entry["phones"]]})
+                                       "phones-accuracy": [min(p["accuracy"], 0.5) if p["weak"] else max(p["accuracy"], 1.0)
+                                                           for p in entry["phones"]]})
             words.append(entry)
         expert_layout = {"accuracy": scores["accuracy"], "fluency": scores["fluency"], "prosodic": scores["prosody"],
                          "total": scores["total"], "words": template_words}
