@@ -237,6 +237,9 @@ def test_draft_writes_feedback_for_clips_without_any_never_trained_on_until_acce
     assert SampleLibrary(ws).get(sample.id).feedback == ""  # a draft is not the sample's feedback until accepted
     report = build_dataset(ws, str(tiny_model_dir), eval_fraction=0.0, max_length=2048)
     assert report.drafts == 1 and "1 draft of feedback waiting" in report.summary()
+    from ui.dataset_view import summary_markdown
+
+    assert "**Drafts:** 1 recording with draft feedback waiting" in summary_markdown(report.to_dict())
     assert sample.id not in report.row_ids["train"] + report.row_ids["eval"]  # never trained on
     edited = drafts[sample.id]["text"].replace("Advice:", "Advice: Well read.", 1)
     assert accept_draft(ws, sample.id, edited).feedback == edited

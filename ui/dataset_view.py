@@ -50,6 +50,9 @@ def summary_markdown(report: Mapping[str, Any], notes: Sequence[str] = (), clip_
         left_out = f", {k['excluded']} left out" if k["excluded"] else ""
         lines.append(f"**{kind.replace('_', ' ')}:** {plural(k['rows'] + k['excluded'], 'recording')} ({k['train']} to train "
                      f"on, {k['eval']} to test with{left_out})" + (f", {t['min']}–{t['max']} tokens" if t else ""))
+    if report.get("drafts"):  # the Classical scorer's drafts, left out until a teacher accepts them
+        lines.append(f"**Drafts:** {plural(report['drafts'], 'recording')} with draft feedback waiting for you to accept "
+                     "it (**Draft feedback** below); left out until accepted.")
     lines += [f"- {note}" for note in notes]
     lines += moves_lines(report.get("split_changes"))
     advanced.append(f"Saved to `{report.get('path')}` (model `{report.get('model')}`).")
