@@ -257,6 +257,8 @@ def test_try_answers_with_the_scorer_picked_and_labels_it(tmp_path):
     assert "Classical scorer (no fine-tuning)" in note and "sample data" in note and "no base model" in base
     lists = app.train._run_lists()
     assert lists[2].choices[-1][0] == SCORER_CHOICE  # the Try tab's tutor list offers it without any run
+    note = app.try_dialogue_send(str(path), "", [], SCORER_CHOICE, 16)[4]
+    assert "holds no conversation" in note  # a conversation needs a trained run: said, not "no such run"
 
 
 def test_the_practice_page_answers_with_the_scorer_chosen(tmp_path):

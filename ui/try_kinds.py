@@ -61,6 +61,11 @@ class DialogueTryHandlers:
         if not run_name:
             raise ConfigError("No tuned run picked: choose a trained run in **Tuned run (adapter)** above "
                               "(the Train tab makes one; a stopped run has an adapter too).")
+        from ui.try_view import SCORER_CHOICE
+
+        if run_name == SCORER_CHOICE:
+            raise ConfigError("The Classical scorer (no fine-tuning) scores a sentence read aloud; it holds no "
+                              "conversation. Choose a trained run in **Tuned run (adapter)** above to talk with.")
         if audio is None and not (text or "").strip():
             raise SampleError("Record what the learner says (or type it), then send.")
         tokens = whole_number_in_range(128 if max_new_tokens is None else max_new_tokens, *MAX_TOKENS_RANGE,
