@@ -80,8 +80,8 @@ def test_judge_shows_the_scorers_row_and_the_verdict_against_it(module_app, modu
     page.reload()
     page.wait_for_selector("#load-pack")
     open_tab(page, "6 · Judge")
-    wait_text(page, "#judge-verdict", r"against the classical scorer: can't tell yet whether it beats the classical "
-                                      r"scorer", timeout_s=60)
+    wait_text(page, "#judge-verdict", r"run · r1\W*: can't tell yet whether it beats the classical scorer[\s\S]*"
+                                      r"against the base model: can't tell yet", timeout_s=60)
     shot(page, "6-judge-scorer")
     shutil.rmtree(workspace / "runs" / "r1")
 

@@ -121,9 +121,9 @@ def test_each_run_is_also_judged_against_the_classical_scorer_once_it_was_evalua
     assert found["r2"]["outcome"] == "worse" and found["r2"]["line"].startswith("worse than the classical scorer")
     overlap = against_scorer(result("r3", 0.35, [0.2, 0.5]), scorer)
     assert overlap["line"].startswith("can't tell yet whether it beats the classical scorer")
-    text = view.verdict_markdown(results)
-    assert "  - ✓ against the classical scorer: beats the classical scorer" in text
-    assert "  - ✗ against the classical scorer: worse than the classical scorer" in text
+    text = view.verdict_markdown(results)  # the scorer is the main yardstick, the base model a line under it
+    assert "- ✓ **run · r1**: beats the classical scorer" in text and "  - ✓ against the base model: better than" in text
+    assert "- ✗ **run · r2**: worse than the classical scorer" in text
     assert "Classical scorer (no fine-tuning)" == view.model_label(scorer)
     # No scorer evaluated on this build: the verdict says nothing about it (the base model's line stays as it was).
     assert "classical scorer" not in view.verdict_markdown([results[0], results[2]])

@@ -327,15 +327,21 @@ VERDICT_WORDS = {"better": "✓", "worse": "✗", "cant_tell": "?", "no_base": "
 def verdict_markdown(results: Sequence[Mapping[str, Any]]) -> str:
     """The verdict before the statistics: one line per run among `results` (`pipeline.tutor.verdict`):
     better than its base model, worse, or can't tell yet (with how many more test recordings would
-    help), each with the figure it rests on. Empty when no run was evaluated."""
+    help), each with the figure it rests on. Once the classical scorer was evaluated on the same build it is the
+    main yardstick (beats it, worse, can't tell yet), with the base model's line under it. Empty when no run
+    was evaluated."""
     from pipeline.tutor.verdict import verdicts
 
     labels = {r["run"]: model_label(r) for r in results if r.get("run")}  # marks a partial evaluation
     lines = []
     for v in verdicts(results):
-        lines.append(f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {full_stop(v['line'])}")
-        if v["scorer"]["outcome"] != "no_scorer":  # the yardstick, once the classical scorer was judged on this build
-            lines.append(f"  - {VERDICT_WORDS[v['scorer']['outcome']]} against the classical scorer: {full_stop(v['scorer']['line'])}")
+        yardstick = v["scorer"]
+        if yardstick["outcome"] == "no_scorer":  # the classical scorer not judged on this build: the base model alone
+            lines.append(f"- {VERDICT_WORDS[v['outcome']]} **{labels[v['run']]}**: {full_stop(v['line'])}")
+            continue
+        # The classical scorer is the main yardstick; the base model stays a line under it.
+        lines.append(f"- {VERDICT_WORDS[yardstick['outcome']]} **{labels[v['run']]}**: {full_stop(yardstick['line'])}")
+        lines.append(f"  - {VERDICT_WORDS[v['outcome']]} against the base model: {full_stop(v['line'])}")
     return "**Verdict**\n\n" + "\n".join(lines) if lines else ""
 
 
