@@ -203,7 +203,8 @@ def child_baseline(args) -> dict:
 
     from pipeline.data.dataset import load_built_dataset
     from pipeline.training.collate import ChatCollator
-    from pipeline.model.loading import LANGUAGE_LORA_REGEX, load_processor
+    from pipeline.model.gemma import LANGUAGE_LORA_REGEX
+    from pipeline.model.loading import load_processor
 
     from pipeline.model.loading import compute_dtype
 
