@@ -12,7 +12,7 @@ Every row supervises only its last `--answer-tokens` tokens (default 64, a typic
 as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
 only where the next token is supervised); the estimate gets the same answer length.
 
-Models: the tiny random Gemma 3n (`pipeline.model.tiny_model.make_tiny_model`), a mid-size random Gemma
+Models: the tiny random Gemma 3n (`pipeline.model.tiny_gemma3n.make_tiny_gemma3n`), a mid-size random Gemma
 3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
 row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
 conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
@@ -214,11 +214,11 @@ CALIBRATION = None
 
 
 def tiny_model_dir() -> Path:
-    from pipeline.model.tiny_model import make_tiny_model
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n
 
     out = CACHE / "tiny"
     if not (out / "config.json").exists():
-        make_tiny_model(out)
+        make_tiny_gemma3n(out)
     return out
 
 
@@ -296,7 +296,7 @@ def give_tokenizer_the_models_ids(folder: Path) -> Path:
     """Move the multimodal block of the tiny tokenizer copied into `folder` to the ids of `folder`'s
     own config, so that real rows (the whole-run column trains through the processor and collator)
     put `<audio_soft_token>` where the model looks for it. The tiny tokenizer holds its vision block
-    at [T0, T0 + M0) and its audio block at [T0 + M0, T0 + 2 M0) (`make_tiny_model`); the model at
+    at [T0, T0 + M0) and its audio block at [T0 + M0, T0 + 2 M0) (`pipeline.model.tiny_gemma3n`); the model at
     [T, T + M) and [T + M, T + 2 M), with T = `eoi_token_id` and T + M = `eoa_token_id` in both
     configs. Text ids stay as they are. Idempotent; returns `folder`."""
     model = json.loads((folder / "config.json").read_text())

@@ -89,10 +89,10 @@ def model_class() -> type:
 
 
 def make_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write the tiny random Gemma 3n with its processor (`pipeline.model.tiny_model.make_tiny_model`)."""
-    from pipeline.model.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when writing
+    """Write the tiny random Gemma 3n with its processor (`pipeline.model.tiny_gemma3n.make_tiny_gemma3n`)."""
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n  # noqa: PLC0415 - torch, only when writing
 
-    return make_tiny_model(out_dir, seed=seed)
+    return make_tiny_gemma3n(out_dir, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------------
