@@ -32,10 +32,9 @@ from pipeline.host.allocator import training_allocator
 from pipeline.units import plural
 from pipeline.workspace import Workspace
 from ui import memory_view as view
-from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
+from ui.common import (TabHandlers, CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
                        error_panel, setting_message,
                        ui_errors)
-from ui.state import AppState
 from ui.wording import app_wording
 
 MAX_SUGGESTIONS = 4
@@ -122,20 +121,11 @@ def _resolved(device: str) -> str:
     return auto_device()
 
 
-class MemoryHandlers:
+class MemoryHandlers(TabHandlers):
     """The Memory tab's handlers: pick a machine (with its device's defaults), detect the device, estimate,
     calibrate (measure), the plan table, apply a suggestion, the messages next to number fields."""
 
     here = "Memory tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
-
-    @property
-    def ws(self):
-        """The workspace whose built dataset gives the longest row."""
-        return self.state.ws
 
     def question(self, model: str | None, machine: str | None = THIS_COMPUTER) -> str:
         """The tab's headline question: "Will MODEL fit on MACHINE?" (Markdown)."""
