@@ -33,12 +33,13 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError
+from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError, in_words, shorten
 from pipeline.fileio import atomic_write_text, disk_room
 from pipeline.model.hub import _hub_offline, is_local_model
 from pipeline.model.local_copy import cache_dir, resolved_file, storage_folder, wanted
@@ -177,10 +178,13 @@ def save_token(token: str) -> str:
     token = (token or "").strip()
     if not token:
         raise ModelAccessError(f"The Hugging Face token is empty: make a Read token at {TOKENS_PAGE} and paste it.")
-    with hub_errors("", token=token):
-        name = whoami(token=token).get("name") or "?"
+    with hub_errors("", token=token, what="checking the token (the login check)"):
+        account = whoami(token=token)
+        name = account.get("name") if isinstance(account, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"whoami answered {shorten(account, 80)}")
         login(token=token, add_to_git_credential=False)
-    return str(name)
+    return name
 
 
 def _git_blob_id(path: Path, size: int, should_stop: Callable[[], None]) -> str:
@@ -226,11 +230,21 @@ def hub_model(model_id: str, *, token: str | bool | None = None, endpoint: str |
     model_id = check_hub_id(model_id)
     if _hub_offline():
         raise HubUnreachableError(_offline_message(model_id))
-    with hub_errors(model_id, token=token):
+    with hub_errors(model_id, token=token, what=f"asking for `{model_id}`'s files and licence (the model's "
+                    "information)", endpoint=endpoint):
         info = HfApi(endpoint=endpoint).model_info(model_id, files_metadata=True, token=token, timeout=timeout_s)
-    files = [HubFile(s.rfilename, int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
-                     s.blob_id) for s in (info.siblings or [])]
-    return HubModel(model_id, str(info.sha), bool(info.gated), tuple(wanted(files, key=lambda f: f.path)))
+        files = [HubFile(str(s.rfilename), int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
+                         s.blob_id) for s in (info.siblings or [])]
+        listing = HubModel(model_id, str(info.sha), bool(info.gated), tuple(wanted(files, key=lambda f: f.path)))
+        if not re.fullmatch(r"[0-9a-f]{40}", listing.commit) or not listing.files or info.gated not in GATED_VALUES:
+            raise ValueError(f"model_info gave commit {shorten(info.sha, 60)}, {len(files)} files, gated "
+                             f"{shorten(info.gated, 40)}")
+    return listing
+
+
+GATED_VALUES = (False, None, "auto", "manual", True)
+"""What the hub's `gated` field holds (huggingface_hub's `ModelInfo.gated`: False, "auto" or "manual"); anything
+else is an answer that did not come from the hub."""
 
 
 def check_access(model_id: str, *, token: str | bool | None = None, endpoint: str | None = None) -> HubModel:
@@ -289,56 +303,96 @@ def _kept(done: tuple[int, int] | None) -> str:
 
 @contextlib.contextmanager
 def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable[[], tuple[int, int]] | None = None,
-               cache: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn what the hub, the network and the disk raise while `model_id` is listed or fetched into one
-    sentence with its fix: `ModelAccessError` (401/403, a refused token), `HubUnreachableError` (offline mode,
-    no network) or `ModelLoadError` (an unknown model, a full disk, a server error). `done()` gives (bytes here, bytes in all)
-    for the message; our own errors pass through unchanged."""
+               cache: str | os.PathLike | None = None, what: str | Callable[[], str] = "asking Hugging Face",
+               endpoint: str | None = None) -> Iterator[None]:
+    """Turn whatever the hub, the network and the disk raise while `model_id` is listed or fetched into one
+    sentence that names what failed (`what`, e.g. "checking the token (the login check)", or a callable giving
+    the step in progress) and what to do: `ModelAccessError` (401/403, a refused token), `HubUnreachableError`
+    (offline mode, no network, a dropped connection, a time-out) or `ModelLoadError` (an unknown model, a full
+    disk, any other HTTP status, a body that is not what was asked for: a proxy's or a captive portal's page,
+    JSON of another shape). `done()` gives (bytes here, bytes in all) for the message; `endpoint`: the hub's
+    address the calls use (default `HF_ENDPOINT`). Our own errors, a cancel and Ctrl+C pass through unchanged;
+    nothing else does, so no hub answer ever reaches a person as a traceback."""
+    try:
+        yield
+    except (ModelLoadError, KeyboardInterrupt, _Stop):
+        raise
+    except Exception as error:  # noqa: BLE001 - every failure becomes one sentence (`_hub_failure`)
+        step = what() if callable(what) else what
+        raise _hub_failure(error, model_id, step, token=token, kept=_kept(done() if done else None), cache=cache,
+                           endpoint=endpoint) from None
+
+
+def _hub_failure(error: Exception, model_id: str, step: str, *, token, kept: str, cache, endpoint) -> ModelLoadError:
+    """The typed error with one sentence for `error`, raised while `step` (see `hub_errors`)."""
     import httpx2
     from huggingface_hub import constants
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
                                         RepositoryNotFoundError)
 
+    chain = list(_chain(error))
+    address = endpoint or constants.ENDPOINT
+    has_token = bool(token) if token is not None else saved_token() is not None
+    status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
+                   if isinstance(e, HfHubHTTPError)), None)
+    if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
+        return HubUnreachableError(_offline_message(model_id or "the model"))
+    if any(isinstance(e, GatedRepoError) for e in chain):  # 401: no token or a refused one; 403: no licence
+        return ModelAccessError(_access_message(model_id, status, has_token))
+    if model_id and any(isinstance(e, RepositoryNotFoundError) for e in chain):  # (401 for a private one)
+        return ModelLoadError(f"`{model_id}` is not a model on Hugging Face (or it is private to another account): "
+                              "check its name, e.g. google/gemma-3n-E2B-it.")
+    if status in (401, 403):  # whoami refusing the token itself, or a file refused to it
+        return ModelAccessError(_access_message(model_id, status, True))
+    full = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)), None)
+    if full is not None:
+        where = cache_dir(cache)
+        if full.errno == errno.EFBIG:
+            return ModelLoadError(f"The file system at {where} cannot hold a file this big (a FAT32 disk holds at most "
+                                  f"4 GiB per file): point HF_HOME at a folder on another disk and start the download "
+                                  f"again.{kept}")
+        return ModelLoadError(f"The disk at {where} is full: free some space (or point HF_HOME at a larger disk) and "
+                              f"start the download again.{kept}")
+    transport = next((e for e in chain if isinstance(e, httpx2.TransportError)), None)
+    if transport is not None:
+        how = "no answer in time" if isinstance(transport, httpx2.TimeoutException) else \
+            "the connection closed" if isinstance(transport, httpx2.RemoteProtocolError) else "no connection"
+        return HubUnreachableError(
+            f"Hugging Face ({address}) cannot be reached from this computer ({how} while {step}, "
+            f"{type(transport).__name__}): check the internet connection (or the proxy), then start again.{kept}")
+    if any(isinstance(e, OSError) and str(e).startswith("Consistency check failed") for e in chain):
+        return ModelLoadError(f"A file of `{model_id}` arrived shorter than Hugging Face announced while {step} (the "
+                              f"connection broke, or something other than the hub answered): start the download "
+                              f"again.{kept}")
+    if status is not None:
+        return ModelLoadError(_status_message(status, step, address, kept))
+    disk = next((e for e in chain if isinstance(e, OSError) and e.errno is not None and not isinstance(e, httpx2.HTTPError)), None)
+    if disk is not None:
+        return ModelLoadError(f"The Hugging Face cache at {cache_dir(cache)} cannot be written while {step} "
+                              f"({disk.strerror or disk}): check that folder's permissions, or point HF_HOME at a "
+                              f"folder you can write, then start again.{kept}")
+    return ModelLoadError(
+        f"Hugging Face's answer while {step} was not what was asked for ({type(error).__name__}): something other "
+        f"than the hub answered at {address} (a proxy, a mirror, or a network's sign-in page); open that address in a "
+        f"browser and sign in to the network if it asks, check HF_ENDPOINT, then start again.{kept}")
+
+
+def _status_message(status: int, step: str, address: str, kept: str) -> str:
+    """The sentence for HTTP `status` answered while `step` (401/403 are the access messages)."""
+    from http import HTTPStatus
+
     try:
-        yield
-    except (ModelLoadError, KeyboardInterrupt):
-        raise
-    except Exception as error:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        chain = list(_chain(error))
-        has_token = bool(token) if token is not None else saved_token() is not None
-        kept = _kept(done() if done else None)
-        status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
-                       if isinstance(e, HfHubHTTPError)), None)
-        if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
-            raise HubUnreachableError(_offline_message(model_id or "the model")) from None
-        if any(isinstance(e, GatedRepoError) for e in chain):  # 401: no token or a refused one; 403: no licence
-            raise ModelAccessError(_access_message(model_id, status, has_token)) from None
-        if any(isinstance(e, RepositoryNotFoundError) for e in chain):  # (the hub answers 401 for a private one)
-            raise ModelLoadError(f"`{model_id}` is not a model on Hugging Face (or it is private to another account): "
-                                 "check its name, e.g. google/gemma-3n-E2B-it.") from None
-        if status in (401, 403):  # whoami refusing the token itself, or a file refused to it
-            raise ModelAccessError(_access_message(model_id, status, True)) from None
-        full = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)), None)
-        if full is not None:
-            where = cache_dir(cache)
-            if full.errno == errno.EFBIG:
-                raise ModelLoadError(f"The file system at {where} cannot hold a file this big (a FAT32 disk holds at most "
-                                     "4 GiB per file): point HF_HOME at a folder on another disk and start the "
-                                     f"download again.{kept}") from None
-            raise ModelLoadError(f"The disk at {where} is full: free some space (or point HF_HOME at a larger disk) and "
-                                 f"start the download again.{kept}") from None
-        transport = next((e for e in chain if isinstance(e, httpx2.TransportError)), None)
-        if transport is not None:
-            raise HubUnreachableError(f"Hugging Face ({constants.ENDPOINT}) cannot be reached from this computer "
-                                 f"({type(transport).__name__}): check the internet connection (or the proxy), then "
-                                 f"start the download again.{kept}") from None
-        if any(isinstance(e, OSError) and str(e).startswith("Consistency check failed") for e in chain):
-            raise ModelLoadError(f"A file of `{model_id}` arrived shorter than Hugging Face announced (the connection "
-                                 f"broke): start the download again.{kept}") from None
-        if status is not None and status >= 500:
-            raise ModelLoadError(f"Hugging Face answered HTTP {status} (a problem on its side): try again in a few "
-                                 f"minutes.{kept}") from None
-        raise
+        phrase = f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        phrase = f"HTTP {status}"
+    if status == 429:
+        return (f"Hugging Face answered {phrase} while {step}: it is limiting the requests from this network for "
+                f"a while; wait a few minutes, then start again.{kept}")
+    if status >= 500:
+        return f"Hugging Face answered {phrase} while {step} (a problem on its side): try again in a few minutes.{kept}"
+    return (f"Hugging Face ({address}) answered {phrase} while {step}, which the hub does not answer there: a proxy "
+            f"or a mirror may stand in between, or HF_ENDPOINT may name another server; check them, then start "
+            f"again.{kept}")
 
 
 class _Stop(Exception):
@@ -524,9 +578,10 @@ def _fetch(file: HubFile, listing: HubModel, storage: Path, token, endpoint: str
             progress.bar.total += size  # the bytes that arrived stay counted as fetched; as many must come again
             progress.current = 0
             progress.at("fetching", file, progress.state.file_number)
-    raise ModelLoadError(f"`{file.path}` of `{listing.model}` arrived damaged {ATTEMPTS} times (its "
-                         f"{'sha256' if file.sha256 else 'git hash'} is not the one Hugging Face lists): the connection "
-                         "may be unreliable; start the download again later.")
+    raise ModelLoadError(f"Fetching `{file.path}` of `{listing.model}` failed: it arrived damaged {ATTEMPTS} times (its "
+                         f"{'sha256' if file.sha256 else 'git hash'} is not the one Hugging Face lists), so the "
+                         "connection is unreliable or something other than the hub answers; start the download again "
+                         "later.")
 
 
 def _place(listing: HubModel, cache: Path, token, endpoint: str | None, revision: str) -> Path:
@@ -544,6 +599,12 @@ def _place(listing: HubModel, cache: Path, token, endpoint: str | None, revision
     folder = Path(snapshot_download(listing.model, revision=listing.commit, cache_dir=cache, token=token,
                                     endpoint=endpoint, allow_patterns=[f.path for f in listing.files],
                                     tqdm_class=_Silent))
+    missing = [f.path for f in listing.files if not (folder / f.path).is_file()]
+    if missing:  # snapshot_download lays out what the listing named; a listing it could not get names nothing
+        raise ModelLoadError(
+            f"Laying out `{listing.model}` in the cache failed at the file listing: Hugging Face's list of its files "
+            f"left out {in_words(missing, limit=3)} (the connection broke, or something other than the hub "
+            "answered). Every file is here and checked: start the download again, it fetches nothing twice.")
     storage = storage_folder(listing.model, cache)
     atomic_write_text(storage / "refs" / revision, listing.commit)
     for file in listing.files:
@@ -560,6 +621,15 @@ def _check_disk(listing: HubModel, storage: Path, to_fetch: int, progress: _Prog
             f"Getting `{listing.model}` needs {format_bytes(to_fetch)} more on the disk at {storage.parent}, and only "
             f"{format_bytes(free)} is free: free some space (or point HF_HOME at a larger disk) and start again."
             + _kept((progress.good + progress.current, listing.total_bytes)))
+
+
+def _step(state: DownloadProgress) -> str:
+    """What a download was doing at `state`, for a message: "fetching `model.safetensors` (file 3 of 5)"."""
+    if state.phase == "placing":
+        return "listing the model's files to lay them out in the cache (the file listing)"
+    where = f" (file {state.file_number} of {state.files})" if state.file_number else ""
+    return f"{'checking' if state.phase == 'checking' else 'fetching'} `{state.file}`{where}" if state.file else \
+        "getting ready to fetch the files"
 
 
 def download_model(model_id: str, *, token: str | bool | None = None, endpoint: str | None = None,
@@ -596,7 +666,8 @@ def download_model(model_id: str, *, token: str | bool | None = None, endpoint: 
     progress = _Progress(listing.model, listing.total_bytes, len(listing.files), on_progress, should_stop, bar_file)
     done = lambda: (progress.good + progress.current, listing.total_bytes)  # noqa: E731
     try:
-        with hub_errors(listing.model, token=token, done=done, cache=cache_path), _chunks_of(CHUNK_BYTES):
+        with hub_errors(listing.model, token=token, done=done, cache=cache_path, what=lambda: _step(progress.state),
+                        endpoint=endpoint), _chunks_of(CHUNK_BYTES):
             missing = []
             if bar_file is not None:
                 print(f"Checking what of {listing.model} is here against Hugging Face's checksums…", file=bar_file)
