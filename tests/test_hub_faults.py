@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from tests.hub_server import ENDPOINTS, FAULTS, GOOD_TOKEN, SERVED_MODEL
+from tests.hub_server import ENDPOINTS, FAULTS, GOOD_TOKEN, OPEN_MODEL, SERVED_MODEL
 
 WEIGHTS = "model.safetensors"
 STEP_WORDS = {"whoami": ("the login check",), "info": ("the model's information",), "tree": ("the file listing",),
@@ -176,3 +176,24 @@ def test_a_download_job_that_fails_shows_the_command_line_s_sentence_in_the_pane
     assert "HTTP 503 Service Unavailable while fetching `" in cli
     bar = TutorApp(ws).get_model.show(SERVED_MODEL)[4]
     assert html.escape(app_wording(cli, markdown=False)) in bar, (cli, bar)
+
+
+@pytest.mark.parametrize("endpoint, fault", [("info", "html"), ("info", "json-list"), ("head", "status:418"),
+                                             ("get", "status:410"), ("get", "drop")])
+def test_loading_a_model_that_is_not_here_meets_a_fault_with_one_sentence(hub, monkeypatch, endpoint, fault):
+    """A load of a hub id not in the cache asks the hub too (its information, then the files through
+    transformers): each fault there is one sentence, never a traceback."""
+    from huggingface_hub import constants
+    from transformers import AutoConfig
+
+    from pipeline.errors import ModelLoadError
+    from pipeline.model.hub import from_pretrained_cached_first, translate_load_errors
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    hub.faults[endpoint] = fault
+    with pytest.raises(ModelLoadError) as failed, translate_load_errors(OPEN_MODEL, "configuration"):
+        from_pretrained_cached_first(AutoConfig.from_pretrained, OPEN_MODEL)
+    message = str(failed.value)
+    assert "Traceback" not in message and "\n" not in message and OPEN_MODEL in message, message
+    assert any(fix in message for fix in FIXES + ("copy a downloaded model folder",)), message

@@ -20,7 +20,10 @@ only the size):
   between two chunks of `CHUNK_BYTES`.
 Errors a person can fix are `ModelAccessError` (no token, a token the hub refuses, the licence not
 accepted) or `ModelLoadError` (offline mode, no network, a full disk, a damaged file), one sentence each
-with its fix. Which model ids exist and their licence pages are the families' (`pipeline.model.catalog`);
+with its fix; so is whatever else the hub (or what stands in its place) answers to any call (the login check,
+the model's information and licence, a file's metadata and bytes, a resumed file, the file listing): any HTTP
+status, a body that is not what was asked for, a dropped or stalled connection (`hub_errors`, `hub_failure`:
+the sentence names the step that failed; tests/test_hub_faults.py makes each happen at each endpoint). Which model ids exist and their licence pages are the families' (`pipeline.model.catalog`);
 sizes and gating are the hub's answer, so any family's model downloads the same way.
 
 Not here: what is on this computer already (`pipeline.model.local_copy`), the download as a background job
@@ -30,7 +33,6 @@ Not here: what is on this computer already (`pipeline.model.local_copy`), the do
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import re
@@ -42,11 +44,10 @@ from typing import Callable, Iterator
 from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError, in_words, shorten
 from pipeline.fileio import atomic_write_text, disk_room
 from pipeline.model.hub import _hub_offline, is_local_model
+from pipeline.model.hub_failures import TOKENS_PAGE, access_message, hub_errors, kept_words, offline_message, saved_token
 from pipeline.model.local_copy import cache_dir, resolved_file, storage_folder, wanted
 from pipeline.units import MIB, format_bytes
 
-TOKENS_PAGE = "https://huggingface.co/settings/tokens"
-"""Where a person makes a Read token."""
 HUB_TIMEOUT_S = 10.0
 """Seconds one metadata request to the hub may take before we say the hub cannot be reached."""
 CHUNK_BYTES = 1 * MIB
@@ -158,13 +159,6 @@ def check_hub_id(model_id: str) -> str:
     return model_id
 
 
-def saved_token() -> str | None:
-    """The token huggingface_hub would send (`HF_TOKEN`, else the one `login` saved); None when there is none."""
-    from huggingface_hub import get_token
-
-    return get_token()
-
-
 def save_token(token: str) -> str:
     """Check `token` with the hub and save it with huggingface_hub's own `login` (in `HF_HOME`, never in a
     workspace; not added to git's credentials); returns the account's name. The token is never printed.
@@ -178,7 +172,7 @@ def save_token(token: str) -> str:
     token = (token or "").strip()
     if not token:
         raise ModelAccessError(f"The Hugging Face token is empty: make a Read token at {TOKENS_PAGE} and paste it.")
-    with hub_errors("", token=token, what="checking the token (the login check)"):
+    with hub_errors("", token=token, what="checking the token (the login check)"):  # no model: no licence page
         account = whoami(token=token)
         name = account.get("name") if isinstance(account, dict) else None
         if not isinstance(name, str) or not name:
@@ -229,9 +223,9 @@ def hub_model(model_id: str, *, token: str | bool | None = None, endpoint: str |
 
     model_id = check_hub_id(model_id)
     if _hub_offline():
-        raise HubUnreachableError(_offline_message(model_id))
+        raise HubUnreachableError(offline_message(model_id))
     with hub_errors(model_id, token=token, what=f"asking for `{model_id}`'s files and licence (the model's "
-                    "information)", endpoint=endpoint):
+                    "information)", endpoint=endpoint, licence=licence_url(model_id)):
         info = HfApi(endpoint=endpoint).model_info(model_id, files_metadata=True, token=token, timeout=timeout_s)
         files = [HubFile(str(s.rfilename), int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
                          s.blob_id) for s in (info.siblings or [])]
@@ -257,142 +251,8 @@ def check_access(model_id: str, *, token: str | bool | None = None, endpoint: st
     """
     listing = hub_model(model_id, token=token, endpoint=endpoint)
     if listing.gated and not (token if token is not None else saved_token()):
-        raise ModelAccessError(_access_message(listing.model, None, False))
+        raise ModelAccessError(access_message(listing.model, None, False, licence_url(listing.model)))
     return listing
-
-
-OFFLINE_ON = "Offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)"
-"""The start of `_offline_message`, naming the variables (`ui.wording.app_wording` rewords it for the app)."""
-OFFLINE_FIX = "unset both variables (or set them to 0) and start the download again."
-"""The end of `_offline_message`, in the command line's words (`ui.wording.app_wording` rewords it for the app)."""
-
-
-def _offline_message(model_id: str) -> str:
-    return f"{OFFLINE_ON}, so `{model_id}` cannot be downloaded: {OFFLINE_FIX}"
-
-
-def _access_message(model_id: str, status: int | None, has_token: bool) -> str:
-    licence = licence_url(model_id)
-    if status == 403:
-        return (f"Your Hugging Face account has not accepted the licence of `{model_id}` yet: open {licence}, accept "
-                "it with the account that made the token (access is usually granted at once), then start the "
-                "download again.")
-    if has_token:
-        return (f"Hugging Face did not accept the token (mistyped, revoked or expired): make a new Read token at "
-                f"{TOKENS_PAGE} and paste it into the Hugging Face token box at the top of the app (on the "
-                "command line: `--token-stdin`).")
-    return (f"`{model_id}` is a gated model: Hugging Face serves it only to an account that accepted its licence. "
-            f"Accept the licence at {licence} with your Hugging Face account, make a Read token at {TOKENS_PAGE}, "
-            "then paste it into the Hugging Face token box at the top of the app (on the command line: "
-            "`--token-stdin`).")
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def _kept(done: tuple[int, int] | None) -> str:
-    if not done or not done[0]:
-        return ""
-    return f" The {format_bytes(done[0])} of {format_bytes(done[1])} fetched so far are kept and the next download continues from there."
-
-
-@contextlib.contextmanager
-def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable[[], tuple[int, int]] | None = None,
-               cache: str | os.PathLike | None = None, what: str | Callable[[], str] = "asking Hugging Face",
-               endpoint: str | None = None) -> Iterator[None]:
-    """Turn whatever the hub, the network and the disk raise while `model_id` is listed or fetched into one
-    sentence that names what failed (`what`, e.g. "checking the token (the login check)", or a callable giving
-    the step in progress) and what to do: `ModelAccessError` (401/403, a refused token), `HubUnreachableError`
-    (offline mode, no network, a dropped connection, a time-out) or `ModelLoadError` (an unknown model, a full
-    disk, any other HTTP status, a body that is not what was asked for: a proxy's or a captive portal's page,
-    JSON of another shape). `done()` gives (bytes here, bytes in all) for the message; `endpoint`: the hub's
-    address the calls use (default `HF_ENDPOINT`). Our own errors, a cancel and Ctrl+C pass through unchanged;
-    nothing else does, so no hub answer ever reaches a person as a traceback."""
-    try:
-        yield
-    except (ModelLoadError, KeyboardInterrupt, _Stop):
-        raise
-    except Exception as error:  # noqa: BLE001 - every failure becomes one sentence (`_hub_failure`)
-        step = what() if callable(what) else what
-        raise _hub_failure(error, model_id, step, token=token, kept=_kept(done() if done else None), cache=cache,
-                           endpoint=endpoint) from None
-
-
-def _hub_failure(error: Exception, model_id: str, step: str, *, token, kept: str, cache, endpoint) -> ModelLoadError:
-    """The typed error with one sentence for `error`, raised while `step` (see `hub_errors`)."""
-    import httpx2
-    from huggingface_hub import constants
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
-                                        RepositoryNotFoundError)
-
-    chain = list(_chain(error))
-    address = endpoint or constants.ENDPOINT
-    has_token = bool(token) if token is not None else saved_token() is not None
-    status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
-                   if isinstance(e, HfHubHTTPError)), None)
-    if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
-        return HubUnreachableError(_offline_message(model_id or "the model"))
-    if any(isinstance(e, GatedRepoError) for e in chain):  # 401: no token or a refused one; 403: no licence
-        return ModelAccessError(_access_message(model_id, status, has_token))
-    if model_id and any(isinstance(e, RepositoryNotFoundError) for e in chain):  # (401 for a private one)
-        return ModelLoadError(f"`{model_id}` is not a model on Hugging Face (or it is private to another account): "
-                              "check its name, e.g. google/gemma-3n-E2B-it.")
-    if status in (401, 403):  # whoami refusing the token itself, or a file refused to it
-        return ModelAccessError(_access_message(model_id, status, True))
-    full = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)), None)
-    if full is not None:
-        where = cache_dir(cache)
-        if full.errno == errno.EFBIG:
-            return ModelLoadError(f"The file system at {where} cannot hold a file this big (a FAT32 disk holds at most "
-                                  f"4 GiB per file): point HF_HOME at a folder on another disk and start the download "
-                                  f"again.{kept}")
-        return ModelLoadError(f"The disk at {where} is full: free some space (or point HF_HOME at a larger disk) and "
-                              f"start the download again.{kept}")
-    transport = next((e for e in chain if isinstance(e, httpx2.TransportError)), None)
-    if transport is not None:
-        how = "no answer in time" if isinstance(transport, httpx2.TimeoutException) else \
-            "the connection closed" if isinstance(transport, httpx2.RemoteProtocolError) else "no connection"
-        return HubUnreachableError(
-            f"Hugging Face ({address}) cannot be reached from this computer ({how} while {step}, "
-            f"{type(transport).__name__}): check the internet connection (or the proxy), then start again.{kept}")
-    if any(isinstance(e, OSError) and str(e).startswith("Consistency check failed") for e in chain):
-        return ModelLoadError(f"A file of `{model_id}` arrived shorter than Hugging Face announced while {step} (the "
-                              f"connection broke, or something other than the hub answered): start the download "
-                              f"again.{kept}")
-    if status is not None:
-        return ModelLoadError(_status_message(status, step, address, kept))
-    disk = next((e for e in chain if isinstance(e, OSError) and e.errno is not None and not isinstance(e, httpx2.HTTPError)), None)
-    if disk is not None:
-        return ModelLoadError(f"The Hugging Face cache at {cache_dir(cache)} cannot be written while {step} "
-                              f"({disk.strerror or disk}): check that folder's permissions, or point HF_HOME at a "
-                              f"folder you can write, then start again.{kept}")
-    return ModelLoadError(
-        f"Hugging Face's answer while {step} was not what was asked for ({type(error).__name__}): something other "
-        f"than the hub answered at {address} (a proxy, a mirror, or a network's sign-in page); open that address in a "
-        f"browser and sign in to the network if it asks, check HF_ENDPOINT, then start again.{kept}")
-
-
-def _status_message(status: int, step: str, address: str, kept: str) -> str:
-    """The sentence for HTTP `status` answered while `step` (401/403 are the access messages)."""
-    from http import HTTPStatus
-
-    try:
-        phrase = f"HTTP {status} {HTTPStatus(status).phrase}"
-    except ValueError:
-        phrase = f"HTTP {status}"
-    if status == 429:
-        return (f"Hugging Face answered {phrase} while {step}: it is limiting the requests from this network for "
-                f"a while; wait a few minutes, then start again.{kept}")
-    if status >= 500:
-        return f"Hugging Face answered {phrase} while {step} (a problem on its side): try again in a few minutes.{kept}"
-    return (f"Hugging Face ({address}) answered {phrase} while {step}, which the hub does not answer there: a proxy "
-            f"or a mirror may stand in between, or HF_ENDPOINT may name another server; check them, then start "
-            f"again.{kept}")
 
 
 class _Stop(Exception):
@@ -620,7 +480,7 @@ def _check_disk(listing: HubModel, storage: Path, to_fetch: int, progress: _Prog
         raise ModelLoadError(
             f"Getting `{listing.model}` needs {format_bytes(to_fetch)} more on the disk at {storage.parent}, and only "
             f"{format_bytes(free)} is free: free some space (or point HF_HOME at a larger disk) and start again."
-            + _kept((progress.good + progress.current, listing.total_bytes)))
+            + kept_words((progress.good + progress.current, listing.total_bytes)))
 
 
 def _step(state: DownloadProgress) -> str:
@@ -667,7 +527,7 @@ def download_model(model_id: str, *, token: str | bool | None = None, endpoint: 
     done = lambda: (progress.good + progress.current, listing.total_bytes)  # noqa: E731
     try:
         with hub_errors(listing.model, token=token, done=done, cache=cache_path, what=lambda: _step(progress.state),
-                        endpoint=endpoint), _chunks_of(CHUNK_BYTES):
+                        endpoint=endpoint, passes=(_Stop,), licence=licence_url(listing.model)), _chunks_of(CHUNK_BYTES):
             missing = []
             if bar_file is not None:
                 print(f"Checking what of {listing.model} is here against Hugging Face's checksums…", file=bar_file)
