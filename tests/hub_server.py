@@ -31,6 +31,8 @@ since huggingface_hub retries some requests): the endpoints are `ENDPOINTS` (`wh
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -75,11 +77,11 @@ class ServedFile:
     data: bytes
     lfs: bool
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    @property
+    @functools.cached_property
     def etag(self) -> str:
         return self.sha256 if self.lfs else git_blob_id(self.data)
 
@@ -322,6 +324,13 @@ class _Handler(BaseHTTPRequestHandler):
 def fake_hub(tiny_model_dir):
     """A `FakeHub` serving the tiny model as the gated `SERVED_MODEL` and the open `OPEN_MODEL` on a free
     port of 127.0.0.1; its `url` is set. Stopped at teardown whatever the outcome."""
+    with serving(tiny_model_dir) as hub:
+        yield hub
+
+
+@contextlib.contextmanager
+def serving(tiny_model_dir: Path):
+    """`fake_hub`'s server, for a fixture of another scope (a module's tests that reset `faults` and `requests`)."""
     hub = FakeHub({SERVED_MODEL: repo_from_folder(SERVED_MODEL, tiny_model_dir, gated=True),
                    OPEN_MODEL: repo_from_folder(OPEN_MODEL, tiny_model_dir, gated=False)})
     handler = type("Handler", (_Handler,), {"hub": hub})

@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from tests.hub_server import ENDPOINTS, FAULTS, GOOD_TOKEN, OPEN_MODEL, SERVED_MODEL
+from tests.hub_server import ENDPOINTS, FAULTS, GOOD_TOKEN, OPEN_MODEL, SERVED_MODEL, serving
 
 WEIGHTS = "model.safetensors"
 STEP_WORDS = {"whoami": ("the login check",), "info": ("the model's information",), "tree": ("the file listing",),
@@ -27,8 +27,15 @@ FIXES = ("start again", "try again", "start the download again", "fetches nothin
 """Every message ends with what to do: one of these."""
 
 
+@pytest.fixture(scope="module")
+def module_hub(tiny_model_dir):
+    """One fake hub for this module's tests (each resets its faults and its log: `hub`)."""
+    with serving(tiny_model_dir) as served:
+        yield served
+
+
 @pytest.fixture()
-def hub(fake_hub, tmp_path, monkeypatch):
+def hub(module_hub, tmp_path, monkeypatch):
     """The fake hub, huggingface_hub online with its cache in a temporary folder, no saved token, its address for
     the login check (downloads name it with `endpoint=`), a stall shorter than the time-outs,
     and huggingface_hub's 1 s pauses between a file's retries skipped."""
@@ -43,13 +50,16 @@ def hub(fake_hub, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
-    monkeypatch.setattr(hf_api.api, "endpoint", fake_hub.url)  # `whoami`/`login`'s HfApi, made at import from HF_ENDPOINT
+    monkeypatch.setattr(hf_api.api, "endpoint", module_hub.url)  # `whoami`/`login`'s HfApi, made at import from HF_ENDPOINT
     monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 0.5)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 0.5)
     monkeypatch.setattr(download, "HUB_TIMEOUT_S", 0.5)
     hf_time = types.SimpleNamespace(**{**vars(time), "sleep": lambda _s: None})  # hf's own 1 s waits between retries
     monkeypatch.setattr(file_download, "time", hf_time)
     monkeypatch.setattr(hf_http, "time", hf_time)  # and its backoff on 429 and 5xx (1+2+4+8+8 s)
+    fake_hub = module_hub
+    fake_hub.faults.clear()
+    fake_hub.requests.clear()
     fake_hub.stall_s = 0.8
     return fake_hub
 
