@@ -154,3 +154,18 @@ def test_a_file_in_no_readable_encoding_says_which_setting_to_change_and_changes
     assert "CSV UTF-8 (Comma delimited)" in message and "Unicode (UTF-8)" in message and "line 2" in message
     assert "codec" not in message and message.count(". ") <= 1, message
     assert SampleLibrary(ws).list() == before
+
+
+def test_a_common_voice_tsv_saved_again_from_excel_in_its_code_page_imports(tmp_path):
+    """A Common Voice TSV edited in Excel and saved as "Text (Tab delimited)" is in the system code page [DONAT]
+    ([MS-FMT] xlText): it raised a bare UnicodeDecodeError; now its sentences arrive with their accents."""
+    from pipeline.data.importers import import_folder
+    from pipeline.data.samples import SampleLibrary
+    from tests.test_importers import write_audio
+
+    source = tmp_path / "cv"
+    write_audio(source / "clips" / "one.wav", 300)
+    (source / "train.tsv").write_bytes("client_id\tpath\tsentence\r\nspk\tone.wav\tOù est la gare ?\r\n".encode("cp1252"))
+    report = import_folder(tmp_path / "ws", source)
+    assert report.format == "commonvoice" and len(report.imported) == 1, report.skipped
+    assert [s.target_text for s in SampleLibrary(tmp_path / "ws").list()] == ["Où est la gare ?"]

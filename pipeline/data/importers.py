@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ from pipeline.data.metadata_table import (
     metadata_row_item,
     norm_header,
     pick_column,
+    read_spreadsheet_text,
     read_table,
     rel_path,
 )
@@ -447,8 +449,12 @@ def _read_commonvoice(root: Path) -> Items:
     resolver = PathResolver([clips, root])
     items, skipped, seen = [], [], set()
     for tsv in tsvs:
-        frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
-                            encoding="utf-8-sig")
+        try:
+            frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
+                                encoding="utf-8-sig")
+        except UnicodeDecodeError:  # saved again from a spreadsheet program in its code page
+            frame = pd.read_csv(io.StringIO(read_spreadsheet_text(tsv)), sep="\t", dtype=str, keep_default_na=False,
+                                quoting=csv.QUOTE_NONE)
         frame.columns = [norm_header(c) for c in frame.columns]
         for row in frame.to_dict(orient="records"):
             name = cell_text(row.get("path"))
