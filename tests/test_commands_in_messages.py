@@ -84,7 +84,7 @@ def test_messages_shown_in_the_app_speak_of_the_app_as_the_screen_they_are_on(tm
     "Stop in the app, or create /…/STOP" (a file the teacher never saw). In the app each says the app's own
     words once; on the command line the command stays."""
     from pipeline.host.workspace_lock import _busy_error
-    from pipeline.model.download import _access_message
+    from pipeline.model.hub_failures import access_message as _access_message
     from pipeline.training.runs import require_built_dataset
     from pipeline.tutor.infer import _runs_hint
     from pipeline.workspace import Workspace
