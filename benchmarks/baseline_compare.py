@@ -77,20 +77,23 @@ LORA = {"lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05, "lora_targets":
 def mid_chat_model_dir() -> Path:
     """A mid-size random Gemma 3n with a working processor: the dimensions of benchmarks/memory_accuracy.py's
     "mid" model (hidden 512, 8 layers, MLP 2,048, 65,792-entry vocabulary, 2-block audio encoder of
-    hidden 256) written by `make_tiny_model` with its text block widened to 65,536 ids, so the
+    hidden 256) written by the tiny Gemma 3n's builder (`TINY_GEMMA3N`) with its text block widened to 65,536 ids, so the
     processor's special-token ids (audio soft tokens, turn markers) are the model's and real rows
     from the sample pack train on it."""
     out = CACHE / "mid-chat"
     if (out / "config.json").exists():
         return out
-    import pipeline.model.tiny_model as tiny
+    from dataclasses import replace
+
     from transformers import Gemma3nConfig
 
-    layers = 8
-    original = (tiny._build_config, tiny._TARGET_TEXT_VOCAB, tiny._MULTIMODAL_VOCAB)
+    from pipeline.model.tiny_gemma3n import TINY_GEMMA3N
+    from pipeline.model.tiny_model import build_stand_in
 
-    def mid_config(tokenizer, text_vocab):
-        data = original[0](tokenizer, text_vocab).to_dict()
+    layers = 8
+
+    def mid_config(ids, spec):
+        data = TINY_GEMMA3N.config(ids, spec).to_dict()
         data["text_config"].update(
             hidden_size=512, intermediate_size=[2048] * layers, num_hidden_layers=layers, num_attention_heads=4,
             num_key_value_heads=2, head_dim=128, hidden_size_per_layer_input=256, laurel_rank=32,
@@ -101,11 +104,7 @@ def mid_chat_model_dir() -> Path:
                                     sscp_conv_channel_size=[64, 16])
         return Gemma3nConfig.from_dict(data)
 
-    tiny._build_config, tiny._TARGET_TEXT_VOCAB, tiny._MULTIMODAL_VOCAB = mid_config, 65536, 128
-    try:
-        tiny.make_tiny_model(out)
-    finally:
-        tiny._build_config, tiny._TARGET_TEXT_VOCAB, tiny._MULTIMODAL_VOCAB = original
+    build_stand_in(out, replace(TINY_GEMMA3N, text_vocab=65536, multimodal_vocab=128, config=mid_config))
     return out
 
 
@@ -203,7 +202,8 @@ def child_baseline(args) -> dict:
 
     from pipeline.data.dataset import load_built_dataset
     from pipeline.training.collate import ChatCollator
-    from pipeline.model.loading import LANGUAGE_LORA_REGEX, load_processor
+    from pipeline.model.gemma import LANGUAGE_LORA_REGEX
+    from pipeline.model.loading import load_processor
 
     from pipeline.model.loading import compute_dtype
 

@@ -59,6 +59,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+from printout import print_report  # noqa: E402
+
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 KEY = "classroom-key-0123456789"
@@ -352,6 +354,23 @@ def seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
+CLASSROOM_COLUMNS = [
+    ("path", ">5", lambda level: level["path"]),
+    ("students", ">8", lambda level: level["students"]),
+    ("batching", ">9", lambda level: f"{level['batching']} ({level['max_batch']})"),
+    ("answers/min", ">11", lambda level: f"{level['answers_per_minute']:.1f}"),
+    ("TTFT p50", ">9", lambda level: seconds(level["ttft_p50_s"])),
+    ("p95", ">6", lambda level: seconds(level["ttft_p95_s"])),
+    ("whole p50", ">10", lambda level: seconds(level["whole_p50_s"])),
+    ("p95", ">6", lambda level: seconds(level["whole_p95_s"])),
+    ("peak RSS", ">10", lambda level: gib(level["peak_rss_bytes"])),
+    ("CPU s/ans", ">9", lambda level: seconds(level["cpu_s_per_answer"])),
+    ("refused", ">7", lambda level: level["refused"]),
+    ("load", ">11", lambda level: f"{level['load_before']:>5.1f}-{level['load_after']:<5.1f}"),
+]
+"""The table's columns (`printout.print_report`): one row per level (students x path x batching on / off)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, nargs="+", default=[30, 8], help="students per level (default 30 8)")
@@ -392,19 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": available_cores(),
               "threads": inference_threads(False), "model": str(model), "max_tokens": args.max_tokens,
               "seconds": args.seconds, "levels": levels}
+    print_report(result, as_json=args.json, columns=CLASSROOM_COLUMNS, rows=levels, title=[
+        f"classroom, {Path(result['model']).name}, {result['date']}, {result['cores']} cores, {result['threads']} torch "
+        f"thread(s) answering, {args.max_tokens}-token answers, {args.seconds:g} s per level"])
     if args.json:
-        print(json.dumps(result))
         return 0
-    print(f"classroom, {Path(result['model']).name}, {result['date']}, {result['cores']} cores, {result['threads']} torch "
-          f"thread(s) answering, {args.max_tokens}-token answers, {args.seconds:g} s per level")
-    print(f"{'path':>5} {'students':>8} {'batching':>9} {'answers/min':>11} {'TTFT p50':>9} {'p95':>6} "
-          f"{'whole p50':>10} {'p95':>6} {'peak RSS':>10} {'CPU s/ans':>9} {'refused':>7} {'load':>11}")
-    for level in levels:
-        print(f"{level['path']:>5} {level['students']:>8} {level['batching'] + ' (' + str(level['max_batch']) + ')':>9} "
-              f"{level['answers_per_minute']:>11.1f} {seconds(level['ttft_p50_s']):>9} {seconds(level['ttft_p95_s']):>6} "
-              f"{seconds(level['whole_p50_s']):>10} {seconds(level['whole_p95_s']):>6} {gib(level['peak_rss_bytes']):>10} "
-              f"{seconds(level['cpu_s_per_answer']):>9} "
-              f"{level['refused']:>7} {level['load_before']:>5.1f}-{level['load_after']:<5.1f}")
     for students in args.students:
         for path in args.paths:
             on, off = (next(x for x in levels if (x["students"], x["path"], x["batching"]) == (students, path, mode))

@@ -33,12 +33,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from printout import print_report  # benchmarks/, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 PACK = REPO / "sample_data" / "speechocean762-pack"
 CLIP = next(iter(sorted(PACK.glob("WAVE/*/*.WAV"))), None)
+
+POLICY_COLUMNS = [
+    ("policy", "<8", lambda r: r["policy"]),
+    ("step s, alone", ">14", lambda r: r["step_s_alone"]),
+    ("step s, with Try", ">17", lambda r: r["step_s_with_try"]),
+    ("answer s, training", ">19", lambda r: r["answer_s_during_training"]),
+    ("answer s, alone", ">16", lambda r: r["answer_s_alone"]),
+]
+"""The table's columns (`printout.print_report`): one row per thread policy (before / after)."""
 
 
 def worker(ws: str, model: str, out: str, new_tokens: int) -> None:
@@ -156,17 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     report = {"cores": cores, "load_average": [round(x, 2) for x in load], "steps": args.steps,
               "rule": {"trainer_threads": trainer_threads(cores), "inference_threads_while_training": inference_threads(True, cores)},
               "rows": rows}
-    if args.json:
-        print(json.dumps(report))
-        return 0
-    print(f"{cores} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; tiny Gemma 3n, {args.steps} steps, "
-          f"{args.new_tokens}-token answers")
-    print(f"rule: trainer {trainer_threads(cores)} thread(s), inference {inference_threads(True, cores)} while training, "
-          f"{inference_threads(False, cores)} otherwise; 'before' = {cores} threads in every process")
-    print(f"{'policy':<8} {'step s, alone':>14} {'step s, with Try':>17} {'answer s, training':>19} {'answer s, alone':>16}")
-    for r in rows:
-        print(f"{r['policy']:<8} {r['step_s_alone']!s:>14} {r['step_s_with_try']!s:>17} "
-              f"{r['answer_s_during_training']!s:>19} {r['answer_s_alone']!s:>16}")
+    print_report(report, as_json=args.json, columns=POLICY_COLUMNS, rows=rows, title=[
+        f"{cores} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; tiny Gemma 3n, {args.steps} steps, "
+        f"{args.new_tokens}-token answers",
+        f"rule: trainer {trainer_threads(cores)} thread(s), inference {inference_threads(True, cores)} while training, "
+        f"{inference_threads(False, cores)} otherwise; 'before' = {cores} threads in every process"])
     return 0
 
 

@@ -12,7 +12,7 @@ Every row supervises only its last `--answer-tokens` tokens (default 64, a typic
 as the collator labels a real row, and trains with the training code's loss (`answer_loss`: logits
 only where the next token is supervised); the estimate gets the same answer length.
 
-Models: the tiny random Gemma 3n (`pipeline.model.tiny_model.make_tiny_model`), a mid-size random Gemma
+Models: the tiny random Gemma 3n (`pipeline.model.tiny_gemma3n.make_tiny_gemma3n`), a mid-size random Gemma
 3n scaled from the real architecture (~0.2 B parameters: hidden 512, 8 layers, MLP 2048, a 65,536
 row per-layer embedding table; all Gemma 3n parts: AltUp, LAuReL, KV sharing, sparse MLP, audio
 conformer, vision stub), and one step of full-size Gemma 3n E2B with random weights built from
@@ -214,11 +214,11 @@ CALIBRATION = None
 
 
 def tiny_model_dir() -> Path:
-    from pipeline.model.tiny_model import make_tiny_model
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n
 
     out = CACHE / "tiny"
     if not (out / "config.json").exists():
-        make_tiny_model(out)
+        make_tiny_gemma3n(out)
     return out
 
 
@@ -296,7 +296,7 @@ def give_tokenizer_the_models_ids(folder: Path) -> Path:
     """Move the multimodal block of the tiny tokenizer copied into `folder` to the ids of `folder`'s
     own config, so that real rows (the whole-run column trains through the processor and collator)
     put `<audio_soft_token>` where the model looks for it. The tiny tokenizer holds its vision block
-    at [T0, T0 + M0) and its audio block at [T0 + M0, T0 + 2 M0) (`make_tiny_model`); the model at
+    at [T0, T0 + M0) and its audio block at [T0 + M0, T0 + 2 M0) (`pipeline.model.tiny_gemma3n`); the model at
     [T, T + M) and [T + M, T + 2 M), with T = `eoi_token_id` and T + M = `eoa_token_id` in both
     configs. Text ids stay as they are. Idempotent; returns `folder`."""
     model = json.loads((folder / "config.json").read_text())
@@ -474,7 +474,15 @@ class _ModelPaths(dict):
         return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def _row_key(row: dict) -> tuple:
+    """What names a row of the grid (model, seq_len, batch, gc, quant, rank, clip_s, low_memory_heap): a saved
+    record is found again by it."""
+    return (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"],
+            bool(row.get("low_memory_heap", False)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's flags (`--help` says each)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-full", action="store_true", help="skip the full-size E2B row")
     parser.add_argument("--only", type=int, nargs="*", help="row indices to run")
@@ -500,7 +508,68 @@ def main(argv: list[str] | None = None) -> int:
                              "mmap threshold pinned, the estimate counts no retained heap; slower steps)")
     parser.add_argument("--malloc-fixed", action="store_true",
                         help="diagnostic: fix glibc's mmap threshold in the children (RSS then follows live tensors)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _pooled(files: list[Path]) -> dict[tuple, dict]:
+    """The measurements saved by `--json` in `files`, one record per row (`_row_key`): the median of its step
+    probes (`median_run`) and of its whole runs (`median_whole_run`) over every file."""
+    saved = {}
+    pooled: dict[tuple, dict] = {}
+    for path in files:
+        for rec in json.loads(path.read_text()):
+            key = _row_key(rec)
+            pool = pooled.setdefault(key, {"steps": [], "wholes": []})
+            if "peak_bytes" in rec:
+                pool["steps"] += [dict(rec, peak_bytes=p) for p in (rec.get("peak_runs_bytes") or [rec["peak_bytes"]])]
+            if "whole_run" in rec:
+                pool["wholes"].append(rec["whole_run"])
+    for key, pool in pooled.items():
+        rec = median_run(pool["steps"]) if pool["steps"] else {}
+        if pool["wholes"]:
+            rec["whole_run"] = median_whole_run(pool["wholes"])
+        saved[key] = rec
+    return saved
+
+
+def _print_header(args) -> None:
+    """What is measured and how (`--malloc-fixed`, `--low-memory-heap`), what the error columns compare, and
+    the table's heading."""
+    print("Measurement: CPU peak RSS (VmHWM reset before the steady-state step) in a fresh child process per row"
+          + (" with MALLOC_MMAP_THRESHOLD_=65536 (RSS follows live tensors; estimate without allocator retention);"
+             if args.malloc_fixed else " with the run's low-memory heap (TrainConfig.low_memory_heap);"
+             if args.low_memory_heap else ";"))
+    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {format_bytes(device_defaults().runtime_overhead_bytes['cpu'])}); "
+          f"cal.%: with this machine's calibration ({CALIBRATION.text() if CALIBRATION else 'none: run with --calibrate'}).\n")
+    header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
+              f"{'step est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'err% range':>13} {'step moment':>14} | "
+              f"{'run est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'peak phase est/measured':>19}")
+    print(header)
+    print("-" * len(header))
+
+
+def _print_summary(results: list[dict]) -> None:
+    """Per error column (step, whole run; uncalibrated, calibrated): the largest error and how many rows are
+    within 10 % and 5 %, and for repeated step probes the range over every run."""
+    for label, key in (("step", "error_percent"), ("step calibrated", "calibrated_error_percent"),
+                       ("whole run", "run_error_percent"), ("whole run calibrated", "run_calibrated_error_percent")):
+        done = [r for r in results if key in r]
+        if not done:
+            continue
+        worst = max(done, key=lambda r: abs(r[key]))
+        print(f"\n{label}: largest absolute error {worst[key]:+.1f} % (row {worst['model']} seq {worst['seq_len']}); "
+              f"rows within 10 %: {sum(abs(r[key]) <= 10 for r in done)}/{len(done)}; "
+              f"within 5 %: {sum(abs(r[key]) <= 5 for r in done)}/{len(done)}; "
+              f"more than 5 % under: {sum(r[key] < -5 for r in done)}/{len(done)}")
+        if key == "error_percent" and any(len(r.get("peak_runs_bytes") or []) > 1 for r in done):
+            runs = [e for r in done for e in (r.get("error_range_percent") or [r["error_percent"]])]
+            every = sum(max(abs(e) for e in r["error_range_percent"]) <= 10 for r in done)
+            print(f"step: rows whose every run is within 10 %: {every}/{len(done)}; "
+                  f"error over all runs: {min(runs):+.1f} .. {max(runs):+.1f} %")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     global CALIBRATION
     os.environ.setdefault("TUTOR_CALIBRATION_DIR", str(CACHE / "calibration"))
     if args.calibrate:
@@ -526,37 +595,13 @@ def main(argv: list[str] | None = None) -> int:
         paths["E2B-ckpt"] = str(e2b_checkpoint_dir())
     saved = {}
     if args.from_json:
-        pooled: dict[tuple, dict] = {}
-        for path in args.from_json:
-            for rec in json.loads(path.read_text()):
-                key = (rec["model"], rec["seq_len"], rec["batch"], rec["gc"], rec["quant"], rec["rank"], rec["clip_s"],
-                       bool(rec.get("low_memory_heap", False)))
-                pool = pooled.setdefault(key, {"steps": [], "wholes": []})
-                if "peak_bytes" in rec:
-                    pool["steps"] += [dict(rec, peak_bytes=p) for p in (rec.get("peak_runs_bytes") or [rec["peak_bytes"]])]
-                if "whole_run" in rec:
-                    pool["wholes"].append(rec["whole_run"])
-        for key, pool in pooled.items():
-            rec = median_run(pool["steps"]) if pool["steps"] else {}
-            if pool["wholes"]:
-                rec["whole_run"] = median_whole_run(pool["wholes"])
-            saved[key] = rec
+        saved = _pooled(args.from_json)
         if args.e2b_4bit or any(k[0] == "E2B-ckpt" for k in saved):
             paths["E2B-ckpt"] = str(CACHE / "e2b")
             if not args.e2b_4bit:
                 rows = rows + [dict(model="E2B-ckpt", seq_len=512, batch=1, gc=True, quant="4bit", rank=16, clip_s=30.0)]
     results = []
-    print("Measurement: CPU peak RSS (VmHWM reset before the steady-state step) in a fresh child process per row"
-          + (" with MALLOC_MMAP_THRESHOLD_=65536 (RSS follows live tensors; estimate without allocator retention);"
-             if args.malloc_fixed else " with the run's low-memory heap (TrainConfig.low_memory_heap);"
-             if args.low_memory_heap else ";"))
-    print(f"err%: the uncalibrated estimate (CPU runtime overhead constant {format_bytes(device_defaults().runtime_overhead_bytes['cpu'])}); "
-          f"cal.%: with this machine's calibration ({CALIBRATION.text() if CALIBRATION else 'none: run with --calibrate'}).\n")
-    header = (f"{'#':>2} {'model':5} {'seq':>5} {'B':>2} {'GC':>3} {'quant':5} {'r':>3} {'clip':>4} | "
-              f"{'step est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'err% range':>13} {'step moment':>14} | "
-              f"{'run est.':>10} {'measured':>10} {'err%':>6} {'cal.%':>6} {'peak phase est/measured':>19}")
-    print(header)
-    print("-" * len(header))
+    _print_header(args)
     for i, row in enumerate(rows):
         if args.only is not None and i not in args.only:
             continue
@@ -580,8 +625,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"90 % of the {format_bytes(available_ram())} of RAM available", flush=True)
             continue
         started = time.perf_counter()
-        key = (row["model"], row["seq_len"], row["batch"], row["gc"], row["quant"], row["rank"], row["clip_s"],
-               bool(row.get("low_memory_heap", False)))
+        key = _row_key(row)
         if args.from_json:
             if key not in saved:
                 continue
@@ -618,21 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             run = _run_cells(rec, rec["whole_run"], estimate_again=bool(args.from_json))
         print(f"{i:>2} {row['model']:5} {row['seq_len']:>5} {row['batch']:>2} {'on' if row['gc'] else 'off':>3} "
               f"{row['quant']:5} {row['rank']:>3} {row['clip_s']:>4.0f} | {step or ' ' * 57} | {run}", flush=True)
-    for label, key in (("step", "error_percent"), ("step calibrated", "calibrated_error_percent"),
-                       ("whole run", "run_error_percent"), ("whole run calibrated", "run_calibrated_error_percent")):
-        done = [r for r in results if key in r]
-        if not done:
-            continue
-        worst = max(done, key=lambda r: abs(r[key]))
-        print(f"\n{label}: largest absolute error {worst[key]:+.1f} % (row {worst['model']} seq {worst['seq_len']}); "
-              f"rows within 10 %: {sum(abs(r[key]) <= 10 for r in done)}/{len(done)}; "
-              f"within 5 %: {sum(abs(r[key]) <= 5 for r in done)}/{len(done)}; "
-              f"more than 5 % under: {sum(r[key] < -5 for r in done)}/{len(done)}")
-        if key == "error_percent" and any(len(r.get("peak_runs_bytes") or []) > 1 for r in done):
-            runs = [e for r in done for e in (r.get("error_range_percent") or [r["error_percent"]])]
-            every = sum(max(abs(e) for e in r["error_range_percent"]) <= 10 for r in done)
-            print(f"step: rows whose every run is within 10 %: {every}/{len(done)}; "
-                  f"error over all runs: {min(runs):+.1f} .. {max(runs):+.1f} %")
+    _print_summary(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -31,12 +31,23 @@ import threading
 import time
 from pathlib import Path
 
+from printout import print_report  # benchmarks/, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 PACK = REPO / "sample_data" / "speechocean762-pack"
 KEY = "benchmark-key-0123456789"
+LEVEL_COLUMNS = [
+    ("clients", ">8", lambda level: level["clients"]),
+    ("answers", ">8", lambda level: level["answers"]),
+    ("p50 s", ">8", lambda level: f"{level['p50_s']:.2f}"),
+    ("p95 s", ">8", lambda level: f"{level['p95_s']:.2f}"),
+    ("answers/min", ">12", lambda level: f"{level['answers_per_minute']:.1f}"),
+    ("tokens/answer", ">14", lambda level: f"{level['mean_completion_tokens']:.1f}"),
+]
+"""The table's columns (`printout.print_report`): one row per number of concurrent clients."""
 
 
 def _run(*args: str) -> None:
@@ -143,15 +154,9 @@ def main(argv: list[str] | None = None) -> int:
               "load_average": [round(x, 2) for x in os.getloadavg()], "server_threads": inference_threads(False),
               "model": "tiny random stand-in" if args.workspace is None else f"{ws} run {run}",
               "max_tokens": args.max_tokens, "levels": levels}
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"serve latency, {result['model']}, {result['date']}, {result['cores']} cores "
-          f"(load average {result['load_average'][0]}), {result['server_threads']} torch thread(s), max_tokens {args.max_tokens}")
-    print(f"{'clients':>8} {'answers':>8} {'p50 s':>8} {'p95 s':>8} {'answers/min':>12} {'tokens/answer':>14}")
-    for level in levels:
-        print(f"{level['clients']:>8} {level['answers']:>8} {level['p50_s']:>8.2f} {level['p95_s']:>8.2f} "
-              f"{level['answers_per_minute']:>12.1f} {level['mean_completion_tokens']:>14.1f}")
+    print_report(result, as_json=args.json, columns=LEVEL_COLUMNS, rows=levels, title=[
+        f"serve latency, {result['model']}, {result['date']}, {result['cores']} cores "
+        f"(load average {result['load_average'][0]}), {result['server_threads']} torch thread(s), max_tokens {args.max_tokens}"])
     return 0
 
 

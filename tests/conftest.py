@@ -93,10 +93,10 @@ def speechocean_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Gemma 3n + processor written by `make-tiny-model`, built once per test session."""
-    from pipeline.model.tiny_model import make_tiny_model
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n
 
     out = tmp_path_factory.mktemp("tiny-gemma3n")
-    make_tiny_model(out)
+    make_tiny_gemma3n(out)
     return out
 
 

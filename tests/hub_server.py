@@ -18,10 +18,21 @@ Faults a test sets on the server (each applies to the next GET of that file, the
 `truncate_once` (the connection closes halfway through the body), `corrupt_once` (the body of the right
 length with one byte flipped; `corrupt_always`: every time); `throttle_bytes_per_s` slows every body (read
 at each piece, so a test may change it mid-body), so a download can be watched, cancelled and resumed.
+
+Faults of every kind, at any endpoint (`FakeHub.faults`: endpoint -> fault, kept until the test removes it,
+since huggingface_hub retries some requests): the endpoints are `ENDPOINTS` (`whoami`, `info`, `tree`,
+`head` and `get` of a file, `resume`: a GET with a `Range`), the faults `FAULTS`:
+- `status:NNN`: that HTTP status, with a JSON error body but no `X-Error-Code` (a proxy's or mirror's answer);
+- `html`: 200 with a web page (a captive portal's sign-in page; for a HEAD, no ETag and no commit);
+- `json-list`, `json-empty`, `json-cut`: 200 with JSON of the wrong shape (`["unexpected"]`, `{}`) or cut short;
+- `drop`: the connection closes before any answer; `stall`: no answer for `stall_s` seconds, then it closes;
+- `ignore-range` (`resume` only): 200 with the whole file to a `Range` request, as some CDNs answer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -46,6 +57,15 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".model", ".gguf")
 """Files stored with Git LFS on the hub (sha256 ETag, `lfs` metadata); the rest are plain git blobs."""
 
 
+ENDPOINTS = ("whoami", "info", "tree", "head", "get", "resume")
+"""Where a fault can be set (`FakeHub.faults`): the login check, the model's information (and its licence: the
+`gated` field), the file listing, a file's metadata (HEAD), its bytes (GET), and a resumed GET (with `Range`)."""
+FAULTS = ("status:204", "status:302", "status:400", "status:404", "status:410", "status:418", "status:429",
+          "status:500", "status:503", "html", "json-list", "json-empty", "json-cut", "drop", "stall")
+"""Every kind of fault each endpoint is tested with (see the module docstring); `ignore-range` is `resume`'s own."""
+CAPTIVE_PORTAL = b"<!DOCTYPE html><html><body><h1>Sign in to the school network</h1></body></html>"
+
+
 def git_blob_id(data: bytes) -> str:
     """The git object id of a file's bytes: sha1 of `blob <size>\\0` + the bytes (what the hub lists as `oid`)."""
     return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()
@@ -57,11 +77,11 @@ class ServedFile:
     data: bytes
     lfs: bool
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
-    @property
+    @functools.cached_property
     def etag(self) -> str:
         return self.sha256 if self.lfs else git_blob_id(self.data)
 
@@ -89,6 +109,10 @@ class FakeHub:
     truncate_once: set[str] = field(default_factory=set)
     corrupt_once: set[str] = field(default_factory=set)
     corrupt_always: set[str] = field(default_factory=set)
+    faults: dict[str, str] = field(default_factory=dict)
+    """endpoint (`ENDPOINTS`) -> fault (`FAULTS`, or `ignore-range`), answered to every request there until removed."""
+    stall_s: float = 2.0
+    """Seconds a `stall` fault keeps the request waiting before it closes the connection."""
     requests: list[dict] = field(default_factory=list)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -152,6 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
             hub.requests.append({"method": self.command, "path": path, "range": self.headers.get("Range"),
                                  "auth": self._token() is not None})
         try:
+            fault = hub.faults.get(self._endpoint(path))
+            if fault is not None and fault != "ignore-range":
+                return self._fault(fault)
             if path == "/api/whoami-v2":
                 return self._whoami()
             match = re.fullmatch(r"/api/models/(.+?)/tree/([^/]+)(?:/.*)?", path)
@@ -166,6 +193,34 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "NotFound", f"no route {path}")
         except (BrokenPipeError, ConnectionResetError):  # the client went away (a cancelled download)
             self.close_connection = True
+
+    def _endpoint(self, path: str) -> str | None:
+        """Which of `ENDPOINTS` `path` is (None for an unknown route)."""
+        if path == "/api/whoami-v2":
+            return "whoami"
+        if re.fullmatch(r"/api/models/(.+?)/tree/([^/]+)(?:/.*)?", path):
+            return "tree"
+        if path.startswith("/api/models/"):
+            return "info"
+        if "/resolve/" in path:
+            return "head" if self.command == "HEAD" else "resume" if self.headers.get("Range") else "get"
+        return None
+
+    def _fault(self, fault: str):
+        """Answer with `fault` (see the module docstring) instead of the hub's answer."""
+        if fault in ("drop", "stall"):
+            if fault == "stall":
+                time.sleep(self.hub.stall_s)
+            self.close_connection = True
+            self.connection.shutdown(2)  # closed with nothing written: the client sees the connection end
+            return
+        if fault.startswith("status:"):
+            status = int(fault.split(":", 1)[1])
+            body = b"" if status in (204, 304) else json.dumps({"error": f"HTTP {status} from a proxy"}).encode()
+            return self._send(status, body)
+        bodies = {"html": CAPTIVE_PORTAL, "json-list": b'["unexpected"]', "json-empty": b"{}",
+                  "json-cut": b'{"id": "google/gemma-3n-E2B-it", "sha": "0123'}
+        self._send(200, bodies[fault], content_type="text/html" if fault == "html" else "application/json")
 
     def _repo(self, repo_id: str) -> Repo | None:
         repo = self.hub.repos.get(repo_id)
@@ -224,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._head(headers, size)
         start = 0
         wanted = self.headers.get("Range")
-        if wanted:
+        if wanted and hub.faults.get("resume") != "ignore-range":
             start = int(re.fullmatch(r"bytes=(\d+)-", wanted.strip()).group(1))
         with hub.lock:
             truncate = filename in hub.truncate_once
@@ -269,6 +324,13 @@ class _Handler(BaseHTTPRequestHandler):
 def fake_hub(tiny_model_dir):
     """A `FakeHub` serving the tiny model as the gated `SERVED_MODEL` and the open `OPEN_MODEL` on a free
     port of 127.0.0.1; its `url` is set. Stopped at teardown whatever the outcome."""
+    with serving(tiny_model_dir) as hub:
+        yield hub
+
+
+@contextlib.contextmanager
+def serving(tiny_model_dir: Path):
+    """`fake_hub`'s server, for a fixture of another scope (a module's tests that reset `faults` and `requests`)."""
     hub = FakeHub({SERVED_MODEL: repo_from_folder(SERVED_MODEL, tiny_model_dir, gated=True),
                    OPEN_MODEL: repo_from_folder(OPEN_MODEL, tiny_model_dir, gated=False)})
     handler = type("Handler", (_Handler,), {"hub": hub})

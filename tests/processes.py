@@ -90,36 +90,31 @@ def stop_workspace_runs(workspace: Path) -> list[int]:
 def stop_workspace_eval_jobs(workspace: Path) -> list[int]:
     """Stop every evaluation job process of `workspace` (`pipeline.tutor.eval_jobs`: detached like a run; their
     pids are in `WS/eval_jobs/*/pid.json`) and reap those this process started; returns the pids stopped."""
-    from pipeline import jobs
     from pipeline.tutor import eval_jobs
 
-    stopped = []
-    for pid_file in sorted((Path(workspace) / eval_jobs.JOBS_DIR).glob("*/pid.json")):
-        try:
-            pid = json.loads(pid_file.read_text(encoding="utf-8"))["pid"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if eval_jobs.job_alive(pid, pid_file.parent.name) and stop_process_group(pid):
-            stopped.append(pid)
-        child = jobs._CHILDREN.pop(pid, None)
-        if child is not None:
-            child.wait(timeout=30)
-    return stopped
+    return _stop_jobs(sorted((Path(workspace) / eval_jobs.JOBS_DIR).glob("*/pid.json")), eval_jobs.job_alive)
 
 
 def stop_workspace_downloads(workspace: Path) -> list[int]:
     """Stop every model download process of `workspace` (`pipeline.model.download_job`: detached like a run; their
     pids are in `WS/downloads/OWNER/NAME/pid.json`) and reap those this process started; returns the pids stopped."""
-    from pipeline import jobs
     from pipeline.model.download_job import GET_MODEL
 
+    return _stop_jobs(sorted((Path(workspace) / "downloads").glob("**/pid.json")), GET_MODEL.alive)
+
+
+def _stop_jobs(pid_files: list[Path], alive) -> list[int]:
+    """Stop the process group of each `pid.json` in `pid_files` whose job is still alive (`alive(pid, job
+    folder name)`), and reap those this process started (`pipeline.jobs`); returns the pids stopped."""
+    from pipeline import jobs
+
     stopped = []
-    for pid_file in sorted((Path(workspace) / "downloads").glob("**/pid.json")):
+    for pid_file in pid_files:
         try:
             pid = json.loads(pid_file.read_text(encoding="utf-8"))["pid"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if GET_MODEL.alive(pid, pid_file.parent.name) and stop_process_group(pid):
+        if alive(pid, pid_file.parent.name) and stop_process_group(pid):
             stopped.append(pid)
         child = jobs._CHILDREN.pop(pid, None)
         if child is not None:

@@ -270,14 +270,14 @@ def test_messages_name_no_environment_variable_the_apps_user_never_set(monkeypat
     """Build, Train and Try refused a model that is not here with "offline mode (HF_HUB_OFFLINE=1) is on", and
     Get the model with "unset both variables": in the app they say the app was started offline."""
     from pipeline.errors import ModelLoadError
-    from pipeline.model import download, hub
+    from pipeline.model import hub, hub_failures
     from ui.common import error_panel
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(ModelLoadError) as refused:
         hub._check_hub_reachable("google/gemma-3n-E2B-it")
-    for message in (str(refused.value), download._offline_message("google/gemma-3n-E2B-it")):
+    for message in (str(refused.value), hub_failures.offline_message("google/gemma-3n-E2B-it")):
         assert "HF_HUB_OFFLINE" in message  # the command line's words name the variable its user set
         shown = error_panel(ModelLoadError(message))
         assert "HF_HUB_OFFLINE" not in shown and "TRANSFORMERS_OFFLINE" not in shown and "variables" not in shown

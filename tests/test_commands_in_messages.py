@@ -54,11 +54,11 @@ def test_the_resume_refusal_command_keeps_the_path_and_run_whole(tmp_path, space
 
 
 def test_make_tiny_model_prints_a_model_path_that_pastes_whole(tmp_path, capsys, monkeypatch):
-    from pipeline.model import tiny_model
+    from pipeline.model import tiny_gemma3n
     from pipeline.model.cli import make_tiny_model_main
 
     out = tmp_path / "my models" / "tiny"
-    monkeypatch.setattr(tiny_model, "make_tiny_model", lambda out_dir, seed=0: _fake_tiny(out_dir))
+    monkeypatch.setattr(tiny_gemma3n, "make_tiny_gemma3n", lambda out_dir, seed=0: _fake_tiny(out_dir))
     make_tiny_model_main([str(out)])
     printed = capsys.readouterr().out
     line = next(line for line in printed.splitlines() if "--model" in line)
@@ -84,7 +84,7 @@ def test_messages_shown_in_the_app_speak_of_the_app_as_the_screen_they_are_on(tm
     "Stop in the app, or create /…/STOP" (a file the teacher never saw). In the app each says the app's own
     words once; on the command line the command stays."""
     from pipeline.host.workspace_lock import _busy_error
-    from pipeline.model.download import _access_message
+    from pipeline.model.hub_failures import access_message as _access_message
     from pipeline.training.runs import require_built_dataset
     from pipeline.tutor.infer import _runs_hint
     from pipeline.workspace import Workspace

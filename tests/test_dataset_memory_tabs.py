@@ -198,12 +198,16 @@ def test_a_dataset_built_for_the_other_model_family_says_so_on_dataset_and_train
     assert note.replace("**Build dataset**", "**Build dataset** (Dataset tab)") in summary, "Train names the tab"
     assert "built for" not in ui.train.settings_summary(*[values[n] for n in common.CONFIG_FIELDS], remember=False)
 
-    demo = app_module.build_ui(ui)
-    note_id = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == "dataset-model-note")
-    triggers = {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
-                if getattr(dep.fn, "__name__", "") == "model_note" and any(o._id == note_id for o in dep.outputs)
-                for target, event in dep.targets}
+    triggers = _triggers(app_module.build_ui(ui), "model_note", "dataset-model-note")
     assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers
+
+
+def _triggers(demo, handler: str, elem_id: str) -> set[tuple[str | None, str]]:
+    """The (widget elem_id, event) pairs of `demo` whose handler named `handler` updates the widget `elem_id`."""
+    widget = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == elem_id)
+    return {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
+            if getattr(dep.fn, "__name__", "") == handler and any(o._id == widget for o in dep.outputs)
+            for target, event in dep.targets}
 
 
 def test_a_message_never_sends_the_reader_to_the_tab_it_is_on():
@@ -310,11 +314,7 @@ def test_gemma4_picked_leaves_no_gemma3n_text_behind(tmp_path, tiny_model_dir, t
     info = ui.dataset.max_length_update(str(tiny_gemma4_dir))["info"]
     assert "~25 per second of audio, at most 752" in info and "~192" not in info, info
 
-    demo = app_module.build_ui(ui)
-    box_id = next(block._id for block in demo.blocks.values() if getattr(block, "elem_id", None) == "build-max-length")
-    triggers = {(getattr(demo.blocks.get(target), "elem_id", None), event) for dep in demo.fns.values()
-                if getattr(dep.fn, "__name__", "") == "max_length_update" and any(o._id == box_id for o in dep.outputs)
-                for target, event in dep.targets}
+    triggers = _triggers(app_module.build_ui(ui), "max_length_update", "build-max-length")
     assert {("model", "change"), ("tab-dataset", "select")} <= triggers, triggers
 
 

@@ -50,6 +50,20 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     print(f"[e2e] first page served {first_page_s:.1f} s after `python app.py` started", flush=True)
     assert first_page_s < 30, f"first page took {first_page_s:.1f} s"
 
+    _model_and_samples(page, workspace)
+    _dataset_and_memory(page, workspace)
+    _train(page, workspace)
+    _try(page)
+    _judge(page, workspace)
+
+    # After the whole flow, every tab still speaks a teacher's words and never names itself.
+    teachers_words(page)
+    _step("every tab in a teacher's words")
+
+
+def _model_and_samples(page, workspace) -> None:
+    """The Model box makes the offline tiny test model; the Samples tab loads the pack, says a failed save in one
+    message, checks, saves, edits and deletes an uploaded recording."""
     # Model: create the offline tiny test model; the picker selects it and says it is random.
     _step("page loaded")
     page.click("#make-tiny")
@@ -103,6 +117,9 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     assert "The quick brown fox" not in page.locator("#samples-table").inner_text()
     _step("edited and deleted it")
 
+
+def _dataset_and_memory(page, workspace) -> None:
+    """The Dataset tab builds with the tiny model; the Memory tab detects the device and estimates."""
     # 2 Dataset: build with the tiny model.
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
@@ -125,6 +142,10 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     _step("memory estimated")
     fill_number(page, "set-grad-accum", "1")  # one row per optimizer step: a short CPU run
 
+
+def _train(page, workspace) -> None:
+    """The Train tab: a short run in its own process, its progress and clock, re-attached after a reload,
+    stopped, resumed and completed, and the next run's forecast."""
     # 4 Train: a short run in its own process; progress appears; stop; resume; it completes.
     open_tab(page, "4 · Train")
     page.locator("#run-name input, #run-name textarea").first.fill("e2e-run")
@@ -196,6 +217,9 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     shot(page, "4-train-done")
     _step("resumed and completed")
 
+
+def _try(page) -> None:
+    """The Try tab: the tuned and the base model's answers side by side."""
     # 5 Try: upload a clip, type the sentence, get tuned and base feedback side by side.
     open_tab(page, "5 · Try")
     page.locator("#try-audio button[aria-label='Upload file']").click()
@@ -217,6 +241,9 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     shot(page, "5-try")
     _step("feedback received")
 
+
+def _judge(page, workspace) -> None:
+    """The Judge tab evaluates the base model and the run; a reopened page shows the saved evaluations."""
     # 6 Judge: evaluate the base model and the run on the eval split, short answers; both columns show.
     open_tab(page, "6 · Judge")
     wait_text(page, "#judge-models", r"base · tiny-gemma3n[\s\S]*run · e2e-run", timeout_s=60)
@@ -246,6 +273,3 @@ def test_full_flow_in_the_browser(running_app, studio_page):
     wait_text(page, "#judge-headline", both, timeout_s=60)
     assert "done" in page.locator("#judge-progress").inner_text()  # how the last evaluation ended
     _step("saved evaluations shown after reload")
-    # After the whole flow, every tab still speaks a teacher's words and never names itself.
-    teachers_words(page)
-    _step("every tab in a teacher's words")

@@ -479,16 +479,17 @@ def test_metadata_saved_as_unicode_text_imports_with_its_accents(tmp_path, encod
     assert (sample.target_text, sample.feedback) == ("Café au lait", "Très bien")
 
 
-def test_a_legacy_code_page_file_is_refused_with_the_line_and_the_fix_not_codec_internals(tmp_path):
+def test_a_legacy_code_page_file_imports_with_its_accents(tmp_path):
+    """Excel's default "CSV (Comma delimited)" is Windows-1252: refused until issue 44, read now (every program's
+    kind, and the refusal of a file in no readable encoding: tests/test_spreadsheet_csv.py)."""
     source = tmp_path / "clips"
     source.mkdir()
     _voiced_wav(source / "a.wav")
-    (source / "metadata.csv").write_bytes("file_name,sentence,feedback\na.wav,Café au lait,Bien\n".encode("cp1252"))
-    with pytest.raises(ImportFormatError) as caught:
-        import_folder(tmp_path / "ws", source)
-    message = str(caught.value)
-    assert "line 2, after 'a.wav,Caf'" in message and "CSV UTF-8" in message and "codec" not in message, message
-    assert not (tmp_path / "ws" / "samples" / "manifest.json").exists() or not SampleLibrary(tmp_path / "ws").list()
+    (source / "metadata.csv").write_bytes("file_name,sentence,feedback\na.wav,Café au lait,Très bien\n".encode("cp1252"))
+    report = import_folder(tmp_path / "ws", source)
+    assert len(report.imported) == 1, report.skipped
+    (sample,) = SampleLibrary(tmp_path / "ws").list()
+    assert (sample.target_text, sample.feedback) == ("Café au lait", "Très bien")
 
 
 def test_a_session_list_saved_as_unicode_text_is_read(tmp_path):

@@ -165,6 +165,23 @@ def _here(args: tuple) -> str | None:
     return here if isinstance(here, str) else None
 
 
+class TabHandlers:
+    """The handlers of one tab: they hold the app's state (`ui.state.AppState`, given) and name the tab their
+    messages show on (`here`, read by `ui_errors`)."""
+
+    here: str | None = None
+    """The tab this handler's messages show on ("Dataset tab"): they never point to it (`ui_errors`); None:
+    messages may point to any tab."""
+
+    def __init__(self, state: Any):
+        self.state = state
+
+    @property
+    def ws(self) -> Workspace:
+        """The app's workspace (`AppState.ws`): where the samples, the dataset and the runs live."""
+        return self.state.ws
+
+
 _MODELS_CONFINED_TO: list[Path] = []
 """The workspace a studio shared beyond this computer is confined to (set by `AppState(shared=True)`,
 `confine_model_folders`): a model folder typed into the Model box must lie inside it too."""

@@ -14,26 +14,21 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import SampleError
-from ui.common import ui_errors
-from ui.state import AppState
+from ui.common import TabHandlers, ui_errors
 
 
-class DraftHandlers:
+class DraftHandlers(TabHandlers):
     """Draft feedback for recordings without any, and accepting a draft (as it is or edited)."""
 
     here = "Dataset tab"
-    """The tab this handler's messages show on (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
 
     def _choices(self, selected: str | None = None) -> Any:
         from pipeline.data.samples import SampleLibrary
         from pipeline.scoring.drafts import load_drafts, waiting_drafts
 
-        samples = {s.id: s for s in SampleLibrary(self.state.ws).list()}
-        waiting = waiting_drafts(self.state.ws, {i: s.feedback for i, s in samples.items()})
-        drafts = load_drafts(self.state.ws)
+        samples = {s.id: s for s in SampleLibrary(self.ws).list()}
+        waiting = waiting_drafts(self.ws, {i: s.feedback for i, s in samples.items()})
+        drafts = load_drafts(self.ws)
         choices = [(f"{i} · {samples[i].target_text}" + ("" if drafts[i].get("scored") else " · not scored"), i)
                    for i in waiting]
         return gr.update(choices=choices, value=selected if selected in waiting else (waiting[0] if waiting else None))
@@ -44,7 +39,7 @@ class DraftHandlers:
         from pipeline.scoring.drafts import draft_all
         from pipeline.units import plural
 
-        result = draft_all(self.state.ws)
+        result = draft_all(self.ws)
         lines = [f"✓ Drafted feedback for {plural(len(result['drafted']), 'recording')} without any. Each is a "
                  "**draft**: listen, edit it if needed, then **Accept draft**; until then it is not trained on.",
                  f"({result['note']}.)"]
@@ -58,10 +53,10 @@ class DraftHandlers:
         from pipeline.data.samples import SampleLibrary
         from pipeline.scoring.drafts import load_drafts
 
-        draft = load_drafts(self.state.ws).get(sample_id or "")
+        draft = load_drafts(self.ws).get(sample_id or "")
         if not draft:
             return "", None, ""
-        library = SampleLibrary(self.state.ws)
+        library = SampleLibrary(self.ws)
         try:
             sample = library.get(sample_id)
         except SampleError:
@@ -75,7 +70,7 @@ class DraftHandlers:
 
         if not sample_id:
             raise SampleError("No draft picked: press **Draft feedback**, then pick a recording to check.")
-        accept_draft(self.state.ws, sample_id, text)
+        accept_draft(self.ws, sample_id, text)
         return f"✓ Accepted the feedback of {sample_id}: it joins the training set at the next build.", self._choices()
 
 

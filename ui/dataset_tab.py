@@ -16,9 +16,8 @@ import gradio as gr
 from pipeline.errors import PipelineError
 from ui import dataset_view as view
 from ui.dataset_drafts import DraftHandlers, drafts_section
-from ui.common import (DEFAULTS, LOADING, built_report, dataset_family_note, dataset_sentence, filled_on_load,
+from ui.common import (TabHandlers, DEFAULTS, LOADING, built_report, dataset_family_note, dataset_sentence, filled_on_load,
                        model_text, progress_callback, range_note, share_in_range, ui_errors, whole_number_in_range)
-from ui.state import AppState
 from ui.wording import BUILD_WIDGETS, app_wording, not_here
 
 BUILD_MAX_LENGTH_RANGE = (256, 32768)
@@ -55,20 +54,14 @@ EVAL_SHARE_RANGE = (0.0, 0.5)
 EVAL_SHARE_LABEL = "Held-out share"
 
 
-class DatasetHandlers:
+class DatasetHandlers(TabHandlers):
     """The Dataset tab's handlers: build the dataset, and show the last build when the page opens."""
 
     here = "Dataset tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
-    def __init__(self, state: AppState):
+    def __init__(self, state):
+        super().__init__(state)
         self.drafts = DraftHandlers(state)
-        self.state = state
-
-    @property
-    def ws(self):
-        """The workspace whose samples are built into `WS/dataset`."""
-        return self.state.ws
 
     @ui_errors(message_at=0, outputs=6, widgets=BUILD_WIDGETS)
     def build_dataset(self, model: str, eval_fraction: float, seed: float, max_length: float,

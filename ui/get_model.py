@@ -16,8 +16,7 @@ import gradio as gr
 
 from pipeline.errors import ModelLoadError, PipelineError
 from ui import get_model_view as view
-from ui.common import model_text, ui_errors
-from ui.state import AppState
+from ui.common import TabHandlers, model_text, ui_errors
 from ui.wording import app_wording
 
 POLL_S = 1.0
@@ -45,15 +44,8 @@ class GetModelPanel:
                 self.get_button]
 
 
-class GetModelHandlers:
+class GetModelHandlers(TabHandlers):
     """The panel's handlers; each asks `pipeline.model.download_job` once and lays the answer out with the view."""
-
-    def __init__(self, state: AppState):
-        self.state = state
-
-    @property
-    def ws(self):
-        return self.state.ws
 
     def _facts(self, model: str | None) -> dict:
         from pipeline.model.download_job import model_facts

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 
-from pipeline.model.download import TOKENS_PAGE, ready_line
+from pipeline.model.download import ready_line
+from pipeline.model.hub_failures import TOKENS_PAGE
 from pipeline.units import format_bytes, format_seconds
 from ui.wording import ENVIRONMENT_FIXES, app_wording
 

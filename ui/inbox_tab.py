@@ -18,7 +18,7 @@ import gradio as gr
 from pipeline.errors import PipelineError
 from pipeline.inbox.store import Inbox
 from ui import inbox_view as view
-from ui.common import ui_errors
+from ui.common import TabHandlers, ui_errors
 from ui.state import AppState
 from pipeline.units import plural
 
@@ -37,14 +37,13 @@ def _tutor_words(run: str) -> str:
     return f"the {SCORER_NAME}" if run == SCORER_MODEL_ID else f"run `{run}`"
 
 
-class InboxHandlers:
+class InboxHandlers(TabHandlers):
     """The Inbox tab's handlers; `practice_url` is where the practice page is served (None: not served)."""
 
     here = "Inbox tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState, practice_url: str | None = None):
-        self.state = state
+        super().__init__(state)
         self.practice_url = practice_url
 
     @property

@@ -22,9 +22,8 @@ import gradio as gr
 
 from pipeline.errors import DatasetError, EvaluationError, PipelineError
 from ui import judge_view as view
-from ui.common import (POLL_SECONDS, error_panel, list_runs, model_text, range_note, run_settings, ui_errors,
+from ui.common import (TabHandlers, POLL_SECONDS, error_panel, list_runs, model_text, range_note, run_settings, ui_errors,
                        whole_number_in_range)
-from ui.state import AppState
 from ui.try_kinds import MAX_TOKENS_LABEL, MAX_TOKENS_RANGE
 from ui.wording import app_wording
 from pipeline.units import plural
@@ -51,20 +50,11 @@ def app_note(result: dict) -> str | None:
     return app_wording(note) if note else None
 
 
-class JudgeHandlers:
+class JudgeHandlers(TabHandlers):
     """The Judge tab's handlers: what can be evaluated, start/cancel/follow evaluation jobs, show saved ones,
     one clip."""
 
     here = "Judge tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
-
-    @property
-    def ws(self):
-        """The workspace whose dataset and runs are judged."""
-        return self.state.ws
 
     def candidates(self, model: str | None) -> list[tuple[str, str]]:
         """(label, value) of what can be evaluated: the picked base model, the base models of the runs,

@@ -32,10 +32,9 @@ from pipeline.host.allocator import training_allocator
 from pipeline.units import plural
 from pipeline.workspace import Workspace
 from ui import memory_view as view
-from ui.common import (CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
+from ui.common import (TabHandlers, CONFIG_FIELDS, DEFAULTS, POLL_SECONDS, built_report, config_from_values, dataset_family_note,
                        error_panel, setting_message,
                        ui_errors)
-from ui.state import AppState
 from ui.wording import app_wording
 
 MAX_SUGGESTIONS = 4
@@ -122,20 +121,11 @@ def _resolved(device: str) -> str:
     return auto_device()
 
 
-class MemoryHandlers:
+class MemoryHandlers(TabHandlers):
     """The Memory tab's handlers: pick a machine (with its device's defaults), detect the device, estimate,
     calibrate (measure), the plan table, apply a suggestion, the messages next to number fields."""
 
     here = "Memory tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
-
-    @property
-    def ws(self):
-        """The workspace whose built dataset gives the longest row."""
-        return self.state.ws
 
     def question(self, model: str | None, machine: str | None = THIS_COMPUTER) -> str:
         """The tab's headline question: "Will MODEL fit on MACHINE?" (Markdown)."""
@@ -498,6 +488,36 @@ def _number(field: str, label: str, **kwargs: Any) -> tuple[gr.Number, gr.Markdo
     return number, message
 
 
+def _training_switches(d) -> tuple:
+    """The Advanced settings' switches, made in the row the caller opened, with their defaults `d`:
+    `(gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder, low_memory_heap)`."""
+    gradient_checkpointing = gr.Checkbox(
+        value=d.gradient_checkpointing, label="Gradient checkpointing (less memory, ~30 % slower)",
+        info="Recomputes in the backward pass instead of keeping: much less memory, slower steps.")
+    vision_tower = gr.Checkbox(value=d.vision_tower, label="Load the vision tower",
+                               info="The tutor never sees images: untick to free ~0.55 GiB.")
+    ple_on_cpu = gr.Checkbox(value=d.ple_on_cpu, label="Per-layer embeddings in CPU RAM (CUDA)",
+                             info="~3.75 GiB off the GPU on E2B, from loading on; slightly slower steps.")
+    quantize_audio_encoder = gr.Checkbox(
+        value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
+        info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
+             "encoding.")
+    low_memory_heap = gr.Checkbox(  # nothing to give back where training runs on TCMalloc
+        value=d.low_memory_heap, visible=training_allocator() != "tcmalloc",
+        label="Low-memory mode (training on this computer's processor)",
+        info="Gives freed memory back at once: 0.5-2 GiB less, steps about twice as long. Not used on "
+             "a GPU (technically: glibc's mmap threshold pinned at 64 KiB).")
+    return gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder, low_memory_heap
+
+
+def _wire_field_messages(handlers: MemoryHandlers, fields: dict[str, tuple]) -> None:
+    """Each number box says what is wrong with its value below it as it changes: `fields` is
+    `{field name: (box, its message)}` (`handlers.field_message`)."""
+    for name, (widget, message) in fields.items():
+        widget.change(lambda value, name=name: handlers.field_message(name, value), inputs=widget,
+                      outputs=message, show_progress="hidden")
+
+
 def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     """Lay out the Memory tab and wire what stays inside it (machine presets, device defaults, field
     messages, Detect device); returns its widgets. The estimate, plan, calibrate and suggestion buttons need
@@ -550,22 +570,8 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
                 grad_accum, grad_accum_message = _number("grad_accum", "Gradient accumulation")
                 max_length, max_length_message = _number("max_length", "Max tokens per row", elem_id="max-length")
             with gr.Row():
-                gradient_checkpointing = gr.Checkbox(
-                    value=d.gradient_checkpointing, label="Gradient checkpointing (less memory, ~30 % slower)",
-                    info="Recomputes in the backward pass instead of keeping: much less memory, slower steps.")
-                vision_tower = gr.Checkbox(value=d.vision_tower, label="Load the vision tower",
-                                           info="The tutor never sees images: untick to free ~0.55 GiB.")
-                ple_on_cpu = gr.Checkbox(value=d.ple_on_cpu, label="Per-layer embeddings in CPU RAM (CUDA)",
-                                         info="~3.75 GiB off the GPU on E2B, from loading on; slightly slower steps.")
-                quantize_audio_encoder = gr.Checkbox(
-                    value=d.quantize_audio_encoder, label="Quantize the audio encoder too",
-                    info="With 4bit/8bit and LoRA on the language model only: ~0.9 GiB less on E2B; slower audio "
-                         "encoding.")
-                low_memory_heap = gr.Checkbox(  # nothing to give back where training runs on TCMalloc
-                    value=d.low_memory_heap, visible=training_allocator() != "tcmalloc",
-                    label="Low-memory mode (training on this computer's processor)",
-                    info="Gives freed memory back at once: 0.5-2 GiB less, steps about twice as long. Not used on "
-                         "a GPU (technically: glibc's mmap threshold pinned at 64 KiB).")
+                (gradient_checkpointing, vision_tower, ple_on_cpu, quantize_audio_encoder,
+                 low_memory_heap) = _training_switches(d)
             memory_plot = gr.Plot(label="What the peak is made of, against the usable memory", show_label=False,
                                   elem_id="memory-plot")
             with gr.Accordion("Details of the estimate: per component, and what each figure rests on", open=False):
@@ -581,12 +587,10 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
         elsewhere = gr.State("")  # the machine picked before Calibrate this machine switched to this computer
         calibration_timer = gr.Timer(POLL_SECONDS, active=False)  # follows a calibration running in its own process
 
-    messages = {"lora_rank": lora_rank_message, "batch_size": batch_size_message,
-                "grad_accum": grad_accum_message, "max_length": max_length_message}
-    numbers = {"lora_rank": lora_rank, "batch_size": batch_size, "grad_accum": grad_accum, "max_length": max_length}
-    for name, widget in numbers.items():
-        widget.change(lambda value, name=name: handlers.field_message(name, value), inputs=widget,
-                      outputs=messages[name], show_progress="hidden")
+    _wire_field_messages(handlers, {
+        "lora_rank": (lora_rank, lora_rank_message), "batch_size": (batch_size, batch_size_message),
+        "grad_accum": (grad_accum, grad_accum_message), "max_length": (max_length, max_length_message),
+        "memory_gb": (memory_gb, memory_gb_message)})
     settings = {"device": device, "quantization": quantization, "lora_rank": lora_rank,
                 "lora_targets": lora_targets, "batch_size": batch_size, "grad_accum": grad_accum,
                 "max_length": max_length, "gradient_checkpointing": gradient_checkpointing,
@@ -596,8 +600,6 @@ def memory_tab(handlers: MemoryHandlers) -> SimpleNamespace:
     stale = [verdict_out, suggestions_note, measured_out, memory_plot, *suggestion_buttons, plan_out]
     for widget in (memory_gb, *settings.values()):
         widget.input(handlers.settings_changed, outputs=stale, show_progress="hidden")
-    memory_gb.change(lambda value: handlers.field_message("memory_gb", value), inputs=memory_gb,
-                     outputs=memory_gb_message, show_progress="hidden")
     quantization.change(handlers.note_quantization, inputs=[quantization_chosen, device, quantization],
                         outputs=quantization_chosen, show_progress="hidden")
     # by hand only (`.input`): a preset sets the device and the budget together, restored settings keep theirs

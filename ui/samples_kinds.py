@@ -18,7 +18,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ClipTooLongError, SampleError
 from ui import samples_view as view
-from ui.common import chat_messages, ui_errors
+from ui.common import TabHandlers, chat_messages, ui_errors
 from ui.state import AppState
 from pipeline.units import plural
 
@@ -27,14 +27,13 @@ TRIM_HINTS = {ClipTooLongError: "Or tick **Trim clips longer than 30 s** to keep
 """Where a clip is refused as too long, the Samples tab's own way to keep it."""
 
 
-class SampleKindHandlers:
+class SampleKindHandlers(TabHandlers):
     """Saving a read-aloud or free-speech clip (then clearing the form) and editing a dialogue."""
 
     here = "Samples tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState, check_clip: Any = None):
-        self.state = state
+        super().__init__(state)
         self._check_read_aloud = check_clip  # the Samples tab's "Check clip" for a read-aloud sample
 
     def _table(self):

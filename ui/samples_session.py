@@ -15,21 +15,16 @@ import gradio as gr
 
 from pipeline.errors import AudioError
 from ui import samples_view as view
-from ui.common import cleared, ui_errors
+from ui.common import TabHandlers, cleared, ui_errors
 from ui.samples_kinds import TRIM_HINTS
-from ui.state import AppState
 
 SESSION_KIND_LABELS = {"Read aloud (sentences)": "read_aloud", "Free speech (prompts)": "free_speech"}
 
 
-class SessionHandlers:
+class SessionHandlers(TabHandlers):
     """Handlers of the recording session: start, save and next, skip, back, restore on page load."""
 
     here = "Samples tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
 
     def _store(self):
         from pipeline.data.session import SessionStore

@@ -18,7 +18,7 @@ import gradio as gr
 
 from pipeline.errors import AudioError, ImportFormatError, PipelineError, SampleError
 from ui import samples_view as view
-from ui.common import (CANCELLED, LOADING, REPO_ROOT, cleared, confirm_js, error_panel, filled_on_load,
+from ui.common import (TabHandlers, CANCELLED, LOADING, REPO_ROOT, cleared, confirm_js, error_panel, filled_on_load,
                        progress_callback, ui_errors)
 from ui.samples_kinds import TRIM_HINTS, SampleKindHandlers, dialogue_editor, free_speech_fields, kind_selector
 from ui.samples_session import SessionHandlers, session_section
@@ -35,21 +35,15 @@ _TRIM_HINTS = TRIM_HINTS
 _CONFIRM_DELETE_JS = confirm_js("Delete sample {} and its audio? This cannot be undone.")
 
 
-class SamplesHandlers:
+class SamplesHandlers(TabHandlers):
     """The Samples tab's handlers: each takes widget values, calls the sample library, returns widget values."""
 
     here = "Samples tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
-        self.state = state
+        super().__init__(state)
         self.kinds = SampleKindHandlers(state, check_clip=self.check_clip)
         self.session = SessionHandlers(state)
-
-    @property
-    def ws(self):
-        """The workspace the sample library lives in."""
-        return self.state.ws
 
     @ui_errors(message_at=0, outputs=1, hints=_TRIM_HINTS)
     def check_clip(self, audio: Any, target_text: str | None = None, feedback: str | None = None,

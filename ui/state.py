@@ -79,11 +79,11 @@ class AppState:
     @ui_errors(message_at=1, outputs=2)
     def make_tiny_model(self, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Write the offline tiny random Gemma 3n into the workspace and select it."""
-        from pipeline.model.tiny_model import make_tiny_model
+        from pipeline.model.tiny_gemma3n import make_tiny_gemma3n
 
         if progress is not None:
             progress(None, desc="Writing the tiny random Gemma 3n (a few seconds)…")
-        path = make_tiny_model(self.tiny_model_dir)
+        path = make_tiny_gemma3n(self.tiny_model_dir)
         self.remember_model(str(path))
         return gr.Dropdown(choices=self.model_choices(), value=str(path)), self.describe_model(str(path))
 

@@ -19,7 +19,7 @@ from pipeline.config import LR_SCHEDULES
 from pipeline.errors import PipelineError, TrainingError
 from ui import train_view as view
 from ui.memory_view import model_words
-from ui.common import (CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report, config_from_values, confirm_js,
+from ui.common import (TabHandlers, CANCELLED, DEFAULTS, LOADING, POLL_SECONDS, built_report, config_from_values, confirm_js,
                        dataset_family_note, dataset_sentence, error_panel, filled_on_load, list_runs, plural,
                        setting_message, ui_errors)
 from pipeline.units import format_bytes
@@ -40,22 +40,16 @@ RUNS_COLUMN_WIDTHS = ["13%", "9%", "8%", "9%", "9%", "10%", "13%", "29%"]
 the numbers on one line however long a note is (the note wraps)."""
 
 
-class TrainHandlers:
+class TrainHandlers(TabHandlers):
     """The Train tab's handlers: the settings summary, start/stop/resume, the timer's poll, the run lists."""
 
     here = "Train tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
-        self.state = state
+        super().__init__(state)
         self._estimates: dict[str, dict | None] = {}  # run -> its estimate, for runs whose result.json has none
         self._today: dict[tuple, int | None] = {}  # (run, end) -> its estimate now (`_today_estimate`)
         self._loads: dict[tuple, float | None] = {}  # (run, process start) -> measured loading here (`_expected_load`)
-
-    @property
-    def ws(self):
-        """The workspace whose `runs/` folder holds the runs."""
-        return self.state.ws
 
     def headline(self, model: str | None = None) -> str:
         """The tab's first line, about the teacher's data: the built dataset's recordings, learners and

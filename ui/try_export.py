@@ -14,17 +14,12 @@ import gradio as gr
 
 from pipeline.errors import ExportError, ImportRunError
 from ui import try_view as view
-from ui.common import cleared, export_choices, export_choices_note, export_preview, ui_errors
-from ui.state import AppState
+from ui.common import TabHandlers, cleared, export_choices, export_choices_note, export_preview, ui_errors
 
-class ExportHandlers:
+class ExportHandlers(TabHandlers):
     """Export the chosen run; import a run folder or archive into this workspace."""
 
     here = "Try tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
 
     @ui_errors(message_at=0, outputs=2)
     def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:

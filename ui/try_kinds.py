@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from pipeline.errors import ConfigError, SampleError
-from ui.common import chat_messages, ui_errors, whole_number_in_range
+from ui.common import TabHandlers, chat_messages, ui_errors, whole_number_in_range
 from ui.state import AppState
 
 TRY_KINDS = {"Read aloud": "read_aloud", "Free speech": "free_speech", "Dialogue": "dialogue"}
@@ -29,14 +29,10 @@ limit only lets a rambling answer run on."""
 MAX_TOKENS_LABEL = "Longest answer (tokens)"
 
 
-class DialogueTryHandlers:
+class DialogueTryHandlers(TabHandlers):
     """A voice conversation with the tuned tutor: send a turn, start over."""
 
     here = "Try tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
-
-    def __init__(self, state: AppState):
-        self.state = state
 
     @staticmethod
     def kind_visibility(kind_label: str):

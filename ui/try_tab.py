@@ -16,21 +16,20 @@ import gradio as gr
 
 from pipeline.errors import ConfigError
 from ui import try_view as view
-from ui.common import LOADING, cleared, filled_on_load, range_note, ui_errors, whole_number_in_range
+from ui.common import TabHandlers, LOADING, cleared, filled_on_load, range_note, ui_errors, whole_number_in_range
 from ui.state import AppState
 from ui.try_export import export_section
 from ui.try_kinds import (AUDIO_LABELS, MAX_TOKENS_LABEL, MAX_TOKENS_RANGE, TRY_KINDS, DialogueTryHandlers,
                           dialogue_section, try_kind_selector)
 
 
-class TryHandlers:
+class TryHandlers(TabHandlers):
     """The Try tab's handler: tuned and base feedback for one clip."""
 
     here = "Try tab"
-    """The tab this handler's messages show on: they never point to it (`ui.common.ui_errors`)."""
 
     def __init__(self, state: AppState):
-        self.state = state
+        super().__init__(state)
         self.dialogue = DialogueTryHandlers(state)
 
     def headline(self) -> str:

@@ -18,7 +18,7 @@ import re
 from typing import Iterable
 
 from pipeline.config import DEVICES, LORA_TARGETS, LR_SCHEDULES, OPTIMIZERS, QUANTIZATIONS
-from pipeline.model.download import OFFLINE_FIX, OFFLINE_ON
+from pipeline.model.hub_failures import OFFLINE_FIX, OFFLINE_ON
 from pipeline.model.hub import OFFLINE_MODE
 from pipeline.units import MIB, format_gib, format_loss, format_seconds
 from ui.memory_counters import memory_counter_words
@@ -91,10 +91,14 @@ HF_HOME_WHY = ("Hugging Face keeps what it downloads in the folder the environme
                "`HF_HOME=/mnt/big/huggingface python app.py`.")
 HF_TOKEN_WHY = ("The machine reads the token from the environment variable `HF_TOKEN`: `export HF_TOKEN=hf_...` "
                 "there before the job starts (a *Read* token of an account that accepted the model's licence).")
+HF_ENDPOINT_WHY = ("huggingface_hub asks the server that the environment variable `HF_ENDPOINT` names (else "
+                   "https://huggingface.co): a mirror or a company proxy named there answers instead of the hub; start "
+                   "the app without it, or with the right address.")
 ENVIRONMENT_FIXES: list[tuple[re.Pattern, str, str]] = [
     (re.compile(r"(?:set HF_HOME to|point HF_HOME at) (?:a folder on )?(a larger|another) disk"),
      r"keep Hugging Face's downloads on \1 disk", HF_HOME_WHY),
     (re.compile(r"set HF_TOKEN there"), "give it your Hugging Face read token there", HF_TOKEN_WHY),
+    (re.compile(r"\bHF_ENDPOINT\b"), "the hub address this app was started with", HF_ENDPOINT_WHY),
 ]
 """A fix that names an environment variable: the app says it in words, the variable behind "Why?"
 (`app_wording`): (the phrase, its words, the Why? text)."""

@@ -422,6 +422,24 @@ def _processor_name(processor: Any) -> str:
     return getattr(getattr(processor, "tokenizer", None), "name_or_path", None) or type(processor).__name__
 
 
+def _library_samples(ws: Workspace):
+    """`(library, samples)`: the workspace's sample library and its samples.
+
+    Raises:
+        DatasetError: the library is empty (the message gives the import command).
+    """
+    from pipeline.data.samples import SampleLibrary
+
+    library = SampleLibrary(ws)
+    samples = library.list()
+    if not samples:
+        raise DatasetError(
+            f"The sample library in {ws.root} is empty; add or import samples first "
+            f"(e.g. `python -m pipeline import --workspace {shlex.quote(str(ws.root))} --source FOLDER`)."
+        )
+    return library, samples
+
+
 def build_dataset(
     workspace: Workspace | str | os.PathLike,
     model: Any = DEFAULT_MODEL,
@@ -457,19 +475,8 @@ def build_dataset(
         raise DatasetError(f"`--max-length` must be a whole number of tokens >= 1, got {max_length!r}; 512 is typical.")
     split_ids([], eval_fraction=eval_fraction, seed=seed)  # validates eval_fraction early
 
-    def report_progress(done: int, total: int, message: str) -> None:
-        if progress is not None:
-            progress(done, total, message)
-
-    from pipeline.data.samples import SampleLibrary
-
-    library = SampleLibrary(ws)
-    samples = library.list()
-    if not samples:
-        raise DatasetError(
-            f"The sample library in {ws.root} is empty; add or import samples first "
-            f"(e.g. `python -m pipeline import --workspace {shlex.quote(str(ws.root))} --source FOLDER`)."
-        )
+    report_progress = progress or (lambda done, total, message: None)
+    library, samples = _library_samples(ws)
     report_progress(0, len(samples), "loading the processor")
     from pipeline.model.loading import load_processor  # torch: only when a build runs, not when the app starts
 

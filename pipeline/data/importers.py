@@ -14,8 +14,10 @@ Formats (`detect_format` picks one; `--format` forces it):
   resolve, see `pipeline.data.paths`) and a target-text column (`target_text`, `sentence`, `text`,
   `transcription` ...; see `COLUMN_ALIASES`) for read-aloud rows, or a `prompt` column (the question
   answered) for free-speech rows; optional `feedback`, `speaker`, `transcript`, `scores` (JSON) and
-  `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work: UTF-8
-  BOM, `,` `;` tab or `|` delimiters (sniffed from the header), spaces and case in headers.
+  `kind` columns. A row with a prompt and no sentence is free speech. Spreadsheet CSVs work as Excel,
+  LibreOffice Calc, Google Sheets and Numbers write them: UTF-8 with or without a BOM, UTF-16 with one, the
+  Windows-1252 / Mac OS Roman / DOS code pages (`metadata_table.read_spreadsheet_text`), CR, LF or CRLF line
+  ends, `,` `;` tab or `|` delimiters (sniffed from the header), quoted cells, spaces and case in headers.
 - `chat`: a JSON Lines file or a JSON array (`.jsonl` / `.json`, the source itself, or `metadata.jsonl`
   rows with `messages` or `conversations`) in the chat format of transformers' processors, or the
   layouts of LLaMA-Factory, ms-swift, sharegpt, alpaca (with `audios`) and OpenAI `input_audio`
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +59,7 @@ from pipeline.data.metadata_table import (
     metadata_row_item,
     norm_header,
     pick_column,
+    read_spreadsheet_text,
     read_table,
     rel_path,
 )
@@ -446,8 +450,12 @@ def _read_commonvoice(root: Path) -> Items:
     resolver = PathResolver([clips, root])
     items, skipped, seen = [], [], set()
     for tsv in tsvs:
-        frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
-                            encoding="utf-8-sig")
+        try:
+            frame = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
+                                encoding="utf-8-sig")
+        except UnicodeDecodeError:  # saved again from a spreadsheet program in its code page
+            frame = pd.read_csv(io.StringIO(read_spreadsheet_text(tsv)), sep="\t", dtype=str, keep_default_na=False,
+                                quoting=csv.QUOTE_NONE)
         frame.columns = [norm_header(c) for c in frame.columns]
         for row in frame.to_dict(orient="records"):
             name = cell_text(row.get("path"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,6 +90,105 @@ def sniff_delimiter(header_line: str) -> str:
         return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
+LEGACY_CODE_PAGES = ("cp1252", "mac_roman", "cp437")
+"""The 8-bit code pages a spreadsheet program writes a CSV in when it is not told to write Unicode, tried in
+this order: Windows-1252 (Excel for Windows' "CSV (Comma delimited)" and LibreOffice's "System" character set
+on a Western Windows), Mac OS Roman (Excel for Mac's "Comma Separated Values" and Windows Excel's "CSV
+(Macintosh)"), code page 437 (Excel's "CSV (MS-DOS)"). Sources: donatstudios.com/CSV-An-Encoding-Nightmare
+("it uses your locale's Windows or Mac codepage. Win-1252 and MacRoman respectively"), Microsoft's
+`XlFileFormat` (xlCSV, xlCSVMac, xlCSVMSDOS, xlCSVUTF8). ISO-8859-1 (LibreOffice's and Numbers' "Western")
+decodes as Windows-1252 for every letter."""
+
+TYPOGRAPHY = set("\u201c\u201d\u2018\u2019\u2014\u2013\u2026\u20ac\u00ab\u00bb\u00b0\u00a3\u00a7\u00a9\u00ae\u00b7\u00bf\u00a1\u00a0")
+"""Non-ASCII characters that are not letters yet common in a teacher's text: curly quotes, dashes, the ellipsis,
+currency, guillemets, the degree sign, inverted marks, a no-break space."""
+
+RESAVE_AS_UTF8 = (
+    "save it again as UTF-8: in Excel File > Save As > 'CSV UTF-8 (Comma delimited)'; in LibreOffice Calc File > "
+    "Save As > 'Text CSV', tick 'Edit filter settings' and pick the character set 'Unicode (UTF-8)'; in Numbers "
+    "File > Export To > CSV, Advanced Options, Text Encoding 'Unicode (UTF-8)' (Google Sheets always writes UTF-8)"
+)
+"""The fix for a metadata file whose encoding cannot be told: each program's setting that writes UTF-8."""
+
+
+def _plausibility(text: str) -> int:
+    """How much `text` reads as Western European writing, summed over its non-ASCII characters:
+    common typography (`TYPOGRAPHY`) +1, or -1 wedged between two letters ("se–or" is a misread "señor");
+    a Latin-1 letter +1, but -1 as a capital after a small letter ("CafŽ", "lÈve") and 0 as a capital that
+    starts no word ("Ä5") or a letter beyond Latin-1 ("Ž", "œ"); anything else -1 (symbols, box drawing, Greek:
+    a wrong code page's marks); and -1 in the middle of a run of three non-ASCII characters (a double-byte
+    code page such as Shift-JIS read a byte at a time)."""
+    score = 0
+    for index, char in enumerate(text):
+        if ord(char) < 128:
+            continue
+        before = text[index - 1] if index else ""
+        after = text[index + 1] if index + 1 < len(text) else ""
+        if before > "\x7f" and after > "\x7f":  # inside a run of three: East Asian code pages, not Western words
+            score -= 1
+        elif char in TYPOGRAPHY:
+            score += -1 if before.isalpha() and after.isalpha() else 1
+        elif char.isalpha() and ord(char) < 0x250 and unicodedata.category(char).startswith("L"):
+            if char.isupper() and before.isalpha() and before.islower():
+                score -= 1
+            elif ord(char) > 0xFF or (char.isupper() and not after.isalpha()):
+                continue
+            else:
+                score += 1
+        else:
+            score -= 1
+    return score
+
+
+def decode_legacy(data: bytes) -> tuple[str, str] | None:
+    """`data` (not UTF-8, no byte-order mark) decoded in the `LEGACY_CODE_PAGES` code page whose letters read as
+    Western European writing best (`_plausibility`), as (text, code page); None when no code page reads as
+    writing (more odd marks than letters: e.g. a Japanese or Chinese Excel's code page).
+
+    Ties go to Mac OS Roman when the lines end with a lone CR (the classic Mac ending that Excel's Mac formats
+    write), else to Windows-1252. A library detector (charset-normalizer 3.4.7, tried with `cp_isolation` on
+    these code pages) picked the wrong one for 5 of 18 short cells such as "Über gut" and "señor niño", so the
+    choice is this short rule on the letters, which picked all 18 right (tests/test_spreadsheet_csv.py).
+    """
+    order = list(LEGACY_CODE_PAGES)
+    if b"\r" in data and b"\r\n" not in data:
+        order.remove("mac_roman")
+        order.insert(0, "mac_roman")
+    best: tuple[int, str, str] | None = None
+    for code_page in order:
+        try:
+            text = data.decode(code_page)
+        except UnicodeDecodeError:
+            continue
+        score = _plausibility(text)
+        if best is None or score > best[0]:
+            best = (score, text, code_page)
+    if best is None or best[0] < 0:
+        return None
+    return best[1], best[2]
+
+
+def read_spreadsheet_text(metadata: Path) -> str:
+    """A CSV as a spreadsheet program saved it, decoded, its lines ending in "\\n": UTF-8 with or without a BOM,
+    UTF-16 with a BOM (`pipeline.fileio.read_text`), else an 8-bit code page (`decode_legacy`).
+
+    Raises:
+        ImportFormatError: it is in none of these (the message says which setting of each program writes UTF-8).
+        OSError: it cannot be read.
+    """
+    try:
+        return read_text(metadata)
+    except UnicodeDecodeError as error:
+        where = where_not_utf8(metadata, error)
+    decoded = decode_legacy(metadata.read_bytes())
+    if decoded is None:
+        raise ImportFormatError(
+            f"`{metadata}` is neither UTF-8 nor UTF-16 nor a Western code page (from {where} its characters make no "
+            f"sense in any of them): {RESAVE_AS_UTF8}, then import again."
+        )
+    return decoded[0].replace("\r\n", "\n").replace("\r", "\n")
+
+
 def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
     """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
     import pandas as pd
@@ -113,22 +213,25 @@ def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[di
                 rows.append(row)
                 columns.extend(k for k in row if k not in columns)
             return rows, columns, bad
-        text = read_text(metadata)
+        text = read_spreadsheet_text(metadata)
         header = text.split("\n", 1)[0]
         frame = pd.read_csv(
             io.StringIO(text), sep=sniff_delimiter(header), dtype=str, keep_default_na=False,
             skipinitialspace=True, engine="python",
         )
-    except UnicodeDecodeError as error:
+    except UnicodeDecodeError as error:  # a metadata.jsonl is JSON Lines, which is UTF-8 by definition
         raise ImportFormatError(
-            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}: probably saved in an "
-            "older encoding such as Windows-1252); save it as 'CSV UTF-8' (Excel: File > Save As > CSV UTF-8) "
-            "and import again."
+            f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}); JSON Lines are UTF-8: save it "
+            "as UTF-8 and import again."
         ) from None
-    except ImportError:
-        raise  # pandas' Parquet engine missing from this Python: not a fault of the file
+    except (ImportFormatError, ImportError):
+        raise  # our own sentence; pandas' Parquet engine missing from this Python: not a fault of the file
     except Exception as error:  # pandas/pyarrow parse errors
-        raise ImportFormatError(f"`{metadata}` cannot be parsed: {shorten(str(error), 300)}. Check its format.") from None
+        fix = ("Check its format." if suffix != ".csv" else
+               "Save it again from the spreadsheet program as CSV with the field delimiter `,` (or `;`) and the text "
+               "delimiter `\"` (LibreOffice Calc: File > Save As > 'Text CSV' with 'Edit filter settings'), then "
+               "import again.")
+        raise ImportFormatError(f"`{metadata}` cannot be parsed: {shorten(str(error), 300)}. {fix}") from None
     return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
 
 

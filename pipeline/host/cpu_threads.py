@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import os
 
+from pipeline.host.env_settings import whole_number
+
 TRAIN_THREADS_ENV = "TUTOR_TRAIN_THREADS"
 INFER_THREADS_ENV = "TUTOR_INFER_THREADS"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -41,20 +43,10 @@ def available_cores() -> int:
 
 
 def _override(name: str) -> int | None:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        from pipeline.errors import ConfigError
+    """`name` (`TUTOR_TRAIN_THREADS`, `TUTOR_INFER_THREADS`) as a number of threads, or None (the rule).
 
-        raise ConfigError(f"`{name}` must be a whole number of threads >= 1, got {value!r}; unset it to use the rule.") from None
-    if number < 1:
-        from pipeline.errors import ConfigError
-
-        raise ConfigError(f"`{name}` must be a whole number of threads >= 1, got {value!r}; unset it to use the rule.")
-    return number
+    Raises ConfigError when it is set and not a whole number >= 1."""
+    return whole_number(name, unit="threads", unset="unset it to use the rule")
 
 
 def trainer_threads(cores: int | None = None) -> int:

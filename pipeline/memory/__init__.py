@@ -1,4 +1,5 @@
-"""Will it fit? Peak memory of a Gemma 3n LoRA fine-tune, per component, before the run starts.
+"""Will it fit? Peak memory of a fine-tune (LoRA or full) of any known family (Gemma 3n, Gemma 4), per
+component, before the run starts.
 
 `estimate_memory(model_config, config, lengths, device)` is a pure function of the model's
 `config.json` dict, the `TrainConfig`, the dataset's length statistics and the device kind: it loads
@@ -25,7 +26,7 @@ by full path, never through this file):
                   available RAM), `usable_budget` (headroom), `verdict` (fits / tight / does not fit).
   * `search.py`   make it fit: `suggest_fits`, the cheapest `TrainConfig` changes that fit, each
                   change (`Move`) with its words and its own cost.
-  * `plan.py`     what can this machine do? `plan_for_workspace` (E2B / E4B x full fine-tune, LoRA
+  * `plan.py`     what can this machine do? `plan_for_workspace` (every known model x full fine-tune, LoRA
                   bf16, LoRA int8, QLoRA: peak, verdict, changes), `python -m pipeline plan`.
   * `measure.py`  `measure_peak`: runs the probe (`pipeline.training.probe`, one real optimizer step)
                   in a child process and reads its peak.

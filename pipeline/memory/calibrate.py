@@ -65,11 +65,11 @@ def _speed_check(device: str) -> dict:
 
 def stand_in_model() -> Path:
     """The tiny random Gemma 3n the calibration measures, written once into the calibration folder."""
-    from pipeline.model.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when calibrating
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n  # noqa: PLC0415 - torch, only when calibrating
 
     out = calibration_dir() / "stand-in"
     if not (out / "config.json").exists():
-        make_tiny_model(out)
+        make_tiny_gemma3n(out)
     return out
 
 

@@ -89,7 +89,7 @@ def plan_parser() -> argparse.ArgumentParser:
     """The `plan` flags: `--workspace`, `--device`, `--memory-gb` (GiB), `--json`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline plan",
                                      description="What can this machine do? Full fine-tune / LoRA / int8 / QLoRA of "
-                                                 "Gemma 3n E2B and E4B: peak, verdict and the changes each needs.")
+                                                 "every known model (Gemma 3n, Gemma 4): peak, verdict and the changes each needs.")
     parser.add_argument("--workspace", default=None, help="workspace folder with the built dataset")
     parser.add_argument("--device", choices=("auto", "cuda", "mps", "cpu"), default="auto",
                         help="the device to plan for (default: this machine's)")

@@ -142,7 +142,7 @@ def estimate_memory(
     options: EstimateOptions | None = None,
     calibration: DeviceCalibration | None = None,
 ) -> MemoryEstimate:
-    """Peak memory in bytes, per component, of one fine-tuning step of a Gemma 3n or Gemma 4 model (LoRA,
+    """Peak memory in bytes, per component, of one fine-tuning step of a model of any known family (LoRA,
     or a full fine-tune with `config.finetuning_type` full), and of loading it.
 
     Args:
@@ -212,6 +212,19 @@ def estimate_memory(
     comps.update(extra)
     run_peak = max(run, key=run.get)
     total = run[run_peak]
+    notes += _setting_notes(shape, config, device, dtype, options, comps, calibration)
+    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer,
+                          run_phases=run, run_peak_phase=run_peak, run_members=members,
+                          step_bytes=max(phases[m] for m in STEP_MOMENTS) + comps["runtime_overhead"])
+
+
+def _setting_notes(shape, config: TrainConfig, device: str, dtype: str, options: EstimateOptions,
+                   comps: dict[str, int], calibration: DeviceCalibration | None) -> list[str]:
+    """The notes the settings call for, in the printout's order: an untabulated vision tower, where the
+    per-layer embeddings are, a full fine-tune, the allocator and the low-memory mode, the device's terms
+    (calibrated or the constants') and a checkpoint cast on loading. `dtype`: what `device` computes in;
+    `comps`: the estimate's components."""
+    notes: list[str] = []
     if shape.vision_architecture not in VISION_TOWER_PARAMS and not shape.vision_params and config.vision_tower:
         notes.append(f"vision tower `{shape.vision_architecture}` not tabulated; counted as built by timm.")
     if ple_on_host(config, device):
@@ -249,6 +262,4 @@ def estimate_memory(
     if not options.weights_mapped and dtype != options.checkpoint_dtype and device == "cpu":
         notes.append(f"the checkpoint stores {options.checkpoint_dtype} and this CPU computes in {dtype}: loading casts "
                      "every weight, so all of them are resident (none stay memory-mapped).")
-    return MemoryEstimate(comps, phases, peak_phase, int(total), seq_len, device, options.to_dict(), notes, answer,
-                          run_phases=run, run_peak_phase=run_peak, run_members=members,
-                          step_bytes=max(phases[m] for m in STEP_MOMENTS) + comps["runtime_overhead"])
+    return notes

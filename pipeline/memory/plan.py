@@ -1,4 +1,5 @@
-"""What can this machine do? One table: Gemma 3n E2B and E4B, each as a full fine-tune in bf16, LoRA in
+"""What can this machine do? One table: every known model (Gemma 3n and Gemma 4, E2B and E4B;
+`pipeline.model.catalog.KNOWN_MODELS`), each as a full fine-tune in bf16, LoRA in
 bf16, LoRA on int8 weights and QLoRA (NF4), with its estimated peak, its verdict on this device and
 the setting changes it needs to fit.
 

@@ -64,52 +64,28 @@ def estimate_for_workspace(
     asked (with `memory_gb`, even one this machine lacks). Raises `ConfigError` / `DatasetError`
     / `TrainingError` as the functions it calls do.
     """
+    from pipeline.calibration.this_machine import load_calibration  # noqa: PLC0415
     from pipeline.workspace import Workspace  # noqa: PLC0415
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-    device = auto_device() if config.device == "auto" else config.device
-    model_config = load_model_config(config.model)
-    lengths = length_stats_from_workspace(ws, config.max_length)
-    options = EstimateOptions()  # its defaults are the training code's (eager attention, fp32 LoRA, ...)
-    if attn:
-        options.attn_implementation = attn
-    if lengths.row_tokens and lengths.excluded(config.max_length) >= lengths.num_rows:
-        raise ConfigError(
-            f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
-            f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
-            f"Raise --max-length to at least {min(lengths.row_tokens)}.")
-    if measure and config.finetuning_type != "lora":
-        raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
-                          "a full fine-tune can be estimated (drop --measure), not measured here.")
-    from pipeline.calibration.this_machine import calibration_summary, calibration_text  # noqa: PLC0415
-    from pipeline.calibration.this_machine import compute_dtype_for, load_calibration  # noqa: PLC0415
-
+    device, model_config, lengths, options = _read_inputs(ws, config, measure=measure, attn=attn)
     measured = _calibrate_and_measure(ws, device, config, lengths, progress) if measure else None
     this_machine = not memory_gb  # another machine's budget (--memory-gb) gets no calibration of this one
     calibration = load_calibration(device) if this_machine else None
-    est = estimate_memory(model_config, config, lengths, device, options, calibration=calibration)
-    if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
-        est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
-                         "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
-    est.notes.append(PER_PROCESS_NOTE.format(grads=format_bytes(est.components.get("lora_grads", 0))))
+    est = _estimate(model_config, config, lengths, device, options, calibration)
     mem = device_memory(device, memory_gb)
     v = verdict(est.total_bytes, mem.usable_bytes)
     suggestions = [] if v.status == "fits" else suggest_fits(
         model_config, config, lengths, device, mem.usable_bytes, options,
         accept_tight=v.status == "does not fit", limit=limit, calibration=calibration)
-    at_peak = {name: est.components[name] for name in est.run_members[est.run_peak_phase]}
     if measured is not None:
         # the probe measures one optimizer step: compare it with the step's estimate (like with like)
         measured["error_percent"] = round(100.0 * est.step_bytes / measured["peak_bytes"] - 100.0, 1)
-    dtype, dtype_reason = compute_dtype_for(device)
-    peak_members = est.run_members[est.run_peak_phase]
-    uncertainty = (calibration.within_percent() if calibration is not None
-                   else uncalibrated_percent(est.components, peak_members, est.total_bytes, est.device))
     return {
         "model": config.model,
         "device": device,
         "components": est.components,
-        "components_at_peak": at_peak,
+        "components_at_peak": {name: est.components[name] for name in est.run_members[est.run_peak_phase]},
         "phases": est.phases,
         "peak_phase": est.peak_phase,
         "run_phases": est.run_phases,
@@ -134,6 +110,59 @@ def estimate_for_workspace(
         "suggestions": [s.to_dict() for s in suggestions],
         "measured": measured,
         "per_process": True,
+        **_machine_fields(ws, est, calibration, this_machine),
+    }
+
+
+def _read_inputs(ws, config: TrainConfig, *, measure: bool, attn: str | None):
+    """The estimate's inputs: `(device, model_config, lengths, options)`: the device ("auto" resolved), the
+    model's `config.json`, the built dataset's row lengths (`length_stats_from_workspace`) and the
+    training code's options (`attn` overriding its attention).
+
+    Raises:
+        ConfigError: `config.max_length` excludes every row, or `measure` with a full fine-tune (the probe
+            trains LoRA only); the message says what to change.
+    """
+    device = auto_device() if config.device == "auto" else config.device
+    model_config = load_model_config(config.model)
+    lengths = length_stats_from_workspace(ws, config.max_length)
+    options = EstimateOptions()  # its defaults are the training code's (eager attention, fp32 LoRA, ...)
+    if attn:
+        options.attn_implementation = attn
+    if lengths.row_tokens and lengths.excluded(config.max_length) >= lengths.num_rows:
+        raise ConfigError(
+            f"`--max-length {config.max_length}` excludes every row of the dataset (the shortest has "
+            f"{min(lengths.row_tokens)} tokens, the longest {max(lengths.row_tokens)}); nothing would be trained. "
+            f"Raise --max-length to at least {min(lengths.row_tokens)}.")
+    if measure and config.finetuning_type != "lora":
+        raise ConfigError("`--measure` runs one step of the training code, which fine-tunes LoRA adapters only; "
+                          "a full fine-tune can be estimated (drop --measure), not measured here.")
+    return device, model_config, lengths, options
+
+
+def _estimate(model_config: dict, config: TrainConfig, lengths, device: str, options, calibration):
+    """`estimate_memory` for these inputs, with the notes a workspace adds: row lengths counted with another
+    model's tokenizer, and that the figure is per training process (`PER_PROCESS_NOTE`)."""
+    est = estimate_memory(model_config, config, lengths, device, options, calibration=calibration)
+    if lengths.tokenizer_model and lengths.tokenizer_model != config.model:
+        est.notes.append(f"row lengths were counted with {lengths.tokenizer_model}'s tokenizer, not {config.model}'s; rebuild the "
+                         "dataset with this model for exact lengths (Gemma 3n checkpoints share one tokenizer).")
+    est.notes.append(PER_PROCESS_NOTE.format(grads=format_bytes(est.components.get("lora_grads", 0))))
+    return est
+
+
+def _machine_fields(ws, est, calibration, this_machine: bool) -> dict:
+    """The estimate's keys about the machine: `calibration` (its summary with the places it was read from),
+    `calibration_text`, `uncertainty_percent` (the calibrated fit's largest error, else the uncalibrated
+    share's), `this_machine`, `compute_dtype` and `compute_dtype_reason` (`compute_dtype_for(est.device)`)."""
+    from pipeline.calibration.this_machine import calibration_summary, calibration_text  # noqa: PLC0415
+    from pipeline.calibration.this_machine import compute_dtype_for  # noqa: PLC0415
+
+    peak_members = est.run_members[est.run_peak_phase]
+    uncertainty = (calibration.within_percent() if calibration is not None
+                   else uncalibrated_percent(est.components, peak_members, est.total_bytes, est.device))
+    dtype, dtype_reason = compute_dtype_for(est.device)
+    return {
         "calibration": _with_places(calibration_summary(calibration), calibration, ws),
         "calibration_text": calibration_text(calibration, est.components, peak_members, est.total_bytes, est.device),
         "uncertainty_percent": uncertainty,

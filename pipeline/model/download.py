@@ -20,7 +20,10 @@ only the size):
   between two chunks of `CHUNK_BYTES`.
 Errors a person can fix are `ModelAccessError` (no token, a token the hub refuses, the licence not
 accepted) or `ModelLoadError` (offline mode, no network, a full disk, a damaged file), one sentence each
-with its fix. Which model ids exist and their licence pages are the families' (`pipeline.model.catalog`);
+with its fix; so is whatever else the hub (or what stands in its place) answers to any call (the login check,
+the model's information and licence, a file's metadata and bytes, a resumed file, the file listing): any HTTP
+status, a body that is not what was asked for, a dropped or stalled connection (`hub_errors`, `hub_failure`:
+the sentence names the step that failed; tests/test_hub_faults.py makes each happen at each endpoint). Which model ids exist and their licence pages are the families' (`pipeline.model.catalog`);
 sizes and gating are the hub's answer, so any family's model downloads the same way.
 
 Not here: what is on this computer already (`pipeline.model.local_copy`), the download as a background job
@@ -30,22 +33,21 @@ Not here: what is on this computer already (`pipeline.model.local_copy`), the do
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError
+from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError, in_words, shorten
 from pipeline.fileio import atomic_write_text, disk_room
 from pipeline.model.hub import _hub_offline, is_local_model
+from pipeline.model.hub_failures import TOKENS_PAGE, access_message, hub_errors, kept_words, offline_message, saved_token
 from pipeline.model.local_copy import cache_dir, resolved_file, storage_folder, wanted
 from pipeline.units import MIB, format_bytes
 
-TOKENS_PAGE = "https://huggingface.co/settings/tokens"
-"""Where a person makes a Read token."""
 HUB_TIMEOUT_S = 10.0
 """Seconds one metadata request to the hub may take before we say the hub cannot be reached."""
 CHUNK_BYTES = 1 * MIB
@@ -157,13 +159,6 @@ def check_hub_id(model_id: str) -> str:
     return model_id
 
 
-def saved_token() -> str | None:
-    """The token huggingface_hub would send (`HF_TOKEN`, else the one `login` saved); None when there is none."""
-    from huggingface_hub import get_token
-
-    return get_token()
-
-
 def save_token(token: str) -> str:
     """Check `token` with the hub and save it with huggingface_hub's own `login` (in `HF_HOME`, never in a
     workspace; not added to git's credentials); returns the account's name. The token is never printed.
@@ -177,10 +172,13 @@ def save_token(token: str) -> str:
     token = (token or "").strip()
     if not token:
         raise ModelAccessError(f"The Hugging Face token is empty: make a Read token at {TOKENS_PAGE} and paste it.")
-    with hub_errors("", token=token):
-        name = whoami(token=token).get("name") or "?"
+    with hub_errors("", token=token, what="checking the token (the login check)"):  # no model: no licence page
+        account = whoami(token=token)
+        name = account.get("name") if isinstance(account, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"whoami answered {shorten(account, 80)}")
         login(token=token, add_to_git_credential=False)
-    return str(name)
+    return name
 
 
 def _git_blob_id(path: Path, size: int, should_stop: Callable[[], None]) -> str:
@@ -225,12 +223,22 @@ def hub_model(model_id: str, *, token: str | bool | None = None, endpoint: str |
 
     model_id = check_hub_id(model_id)
     if _hub_offline():
-        raise HubUnreachableError(_offline_message(model_id))
-    with hub_errors(model_id, token=token):
+        raise HubUnreachableError(offline_message(model_id))
+    with hub_errors(model_id, token=token, what=f"asking for `{model_id}`'s files and licence (the model's "
+                    "information)", endpoint=endpoint, licence=licence_url(model_id)):
         info = HfApi(endpoint=endpoint).model_info(model_id, files_metadata=True, token=token, timeout=timeout_s)
-    files = [HubFile(s.rfilename, int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
-                     s.blob_id) for s in (info.siblings or [])]
-    return HubModel(model_id, str(info.sha), bool(info.gated), tuple(wanted(files, key=lambda f: f.path)))
+        files = [HubFile(str(s.rfilename), int((s.lfs.size if s.lfs else s.size) or 0), s.lfs.sha256 if s.lfs else None,
+                         s.blob_id) for s in (info.siblings or [])]
+        listing = HubModel(model_id, str(info.sha), bool(info.gated), tuple(wanted(files, key=lambda f: f.path)))
+        if not re.fullmatch(r"[0-9a-f]{40}", listing.commit) or not listing.files or info.gated not in GATED_VALUES:
+            raise ValueError(f"model_info gave commit {shorten(info.sha, 60)}, {len(files)} files, gated "
+                             f"{shorten(info.gated, 40)}")
+    return listing
+
+
+GATED_VALUES = (False, None, "auto", "manual", True)
+"""What the hub's `gated` field holds (huggingface_hub's `ModelInfo.gated`: False, "auto" or "manual"); anything
+else is an answer that did not come from the hub."""
 
 
 def check_access(model_id: str, *, token: str | bool | None = None, endpoint: str | None = None) -> HubModel:
@@ -243,102 +251,8 @@ def check_access(model_id: str, *, token: str | bool | None = None, endpoint: st
     """
     listing = hub_model(model_id, token=token, endpoint=endpoint)
     if listing.gated and not (token if token is not None else saved_token()):
-        raise ModelAccessError(_access_message(listing.model, None, False))
+        raise ModelAccessError(access_message(listing.model, None, False, licence_url(listing.model)))
     return listing
-
-
-OFFLINE_ON = "Offline mode is on (HF_HUB_OFFLINE=1 or TRANSFORMERS_OFFLINE=1)"
-"""The start of `_offline_message`, naming the variables (`ui.wording.app_wording` rewords it for the app)."""
-OFFLINE_FIX = "unset both variables (or set them to 0) and start the download again."
-"""The end of `_offline_message`, in the command line's words (`ui.wording.app_wording` rewords it for the app)."""
-
-
-def _offline_message(model_id: str) -> str:
-    return f"{OFFLINE_ON}, so `{model_id}` cannot be downloaded: {OFFLINE_FIX}"
-
-
-def _access_message(model_id: str, status: int | None, has_token: bool) -> str:
-    licence = licence_url(model_id)
-    if status == 403:
-        return (f"Your Hugging Face account has not accepted the licence of `{model_id}` yet: open {licence}, accept "
-                "it with the account that made the token (access is usually granted at once), then start the "
-                "download again.")
-    if has_token:
-        return (f"Hugging Face did not accept the token (mistyped, revoked or expired): make a new Read token at "
-                f"{TOKENS_PAGE} and paste it into the Hugging Face token box at the top of the app (on the "
-                "command line: `--token-stdin`).")
-    return (f"`{model_id}` is a gated model: Hugging Face serves it only to an account that accepted its licence. "
-            f"Accept the licence at {licence} with your Hugging Face account, make a Read token at {TOKENS_PAGE}, "
-            "then paste it into the Hugging Face token box at the top of the app (on the command line: "
-            "`--token-stdin`).")
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def _kept(done: tuple[int, int] | None) -> str:
-    if not done or not done[0]:
-        return ""
-    return f" The {format_bytes(done[0])} of {format_bytes(done[1])} fetched so far are kept and the next download continues from there."
-
-
-@contextlib.contextmanager
-def hub_errors(model_id: str, *, token: str | bool | None = None, done: Callable[[], tuple[int, int]] | None = None,
-               cache: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn what the hub, the network and the disk raise while `model_id` is listed or fetched into one
-    sentence with its fix: `ModelAccessError` (401/403, a refused token), `HubUnreachableError` (offline mode,
-    no network) or `ModelLoadError` (an unknown model, a full disk, a server error). `done()` gives (bytes here, bytes in all)
-    for the message; our own errors pass through unchanged."""
-    import httpx2
-    from huggingface_hub import constants
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled,
-                                        RepositoryNotFoundError)
-
-    try:
-        yield
-    except (ModelLoadError, KeyboardInterrupt):
-        raise
-    except Exception as error:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        chain = list(_chain(error))
-        has_token = bool(token) if token is not None else saved_token() is not None
-        kept = _kept(done() if done else None)
-        status = next((getattr(getattr(e, "response", None), "status_code", None) for e in chain
-                       if isinstance(e, HfHubHTTPError)), None)
-        if any(isinstance(e, OfflineModeIsEnabled) for e in chain):
-            raise HubUnreachableError(_offline_message(model_id or "the model")) from None
-        if any(isinstance(e, GatedRepoError) for e in chain):  # 401: no token or a refused one; 403: no licence
-            raise ModelAccessError(_access_message(model_id, status, has_token)) from None
-        if any(isinstance(e, RepositoryNotFoundError) for e in chain):  # (the hub answers 401 for a private one)
-            raise ModelLoadError(f"`{model_id}` is not a model on Hugging Face (or it is private to another account): "
-                                 "check its name, e.g. google/gemma-3n-E2B-it.") from None
-        if status in (401, 403):  # whoami refusing the token itself, or a file refused to it
-            raise ModelAccessError(_access_message(model_id, status, True)) from None
-        full = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)), None)
-        if full is not None:
-            where = cache_dir(cache)
-            if full.errno == errno.EFBIG:
-                raise ModelLoadError(f"The file system at {where} cannot hold a file this big (a FAT32 disk holds at most "
-                                     "4 GiB per file): point HF_HOME at a folder on another disk and start the "
-                                     f"download again.{kept}") from None
-            raise ModelLoadError(f"The disk at {where} is full: free some space (or point HF_HOME at a larger disk) and "
-                                 f"start the download again.{kept}") from None
-        transport = next((e for e in chain if isinstance(e, httpx2.TransportError)), None)
-        if transport is not None:
-            raise HubUnreachableError(f"Hugging Face ({constants.ENDPOINT}) cannot be reached from this computer "
-                                 f"({type(transport).__name__}): check the internet connection (or the proxy), then "
-                                 f"start the download again.{kept}") from None
-        if any(isinstance(e, OSError) and str(e).startswith("Consistency check failed") for e in chain):
-            raise ModelLoadError(f"A file of `{model_id}` arrived shorter than Hugging Face announced (the connection "
-                                 f"broke): start the download again.{kept}") from None
-        if status is not None and status >= 500:
-            raise ModelLoadError(f"Hugging Face answered HTTP {status} (a problem on its side): try again in a few "
-                                 f"minutes.{kept}") from None
-        raise
 
 
 class _Stop(Exception):
@@ -524,9 +438,10 @@ def _fetch(file: HubFile, listing: HubModel, storage: Path, token, endpoint: str
             progress.bar.total += size  # the bytes that arrived stay counted as fetched; as many must come again
             progress.current = 0
             progress.at("fetching", file, progress.state.file_number)
-    raise ModelLoadError(f"`{file.path}` of `{listing.model}` arrived damaged {ATTEMPTS} times (its "
-                         f"{'sha256' if file.sha256 else 'git hash'} is not the one Hugging Face lists): the connection "
-                         "may be unreliable; start the download again later.")
+    raise ModelLoadError(f"Fetching `{file.path}` of `{listing.model}` failed: it arrived damaged {ATTEMPTS} times (its "
+                         f"{'sha256' if file.sha256 else 'git hash'} is not the one Hugging Face lists), so the "
+                         "connection is unreliable or something other than the hub answers; start the download again "
+                         "later.")
 
 
 def _place(listing: HubModel, cache: Path, token, endpoint: str | None, revision: str) -> Path:
@@ -544,6 +459,12 @@ def _place(listing: HubModel, cache: Path, token, endpoint: str | None, revision
     folder = Path(snapshot_download(listing.model, revision=listing.commit, cache_dir=cache, token=token,
                                     endpoint=endpoint, allow_patterns=[f.path for f in listing.files],
                                     tqdm_class=_Silent))
+    missing = [f.path for f in listing.files if not (folder / f.path).is_file()]
+    if missing:  # snapshot_download lays out what the listing named; a listing it could not get names nothing
+        raise ModelLoadError(
+            f"Laying out `{listing.model}` in the cache failed at the file listing: Hugging Face's list of its files "
+            f"left out {in_words(missing, limit=3)} (the connection broke, or something other than the hub "
+            "answered). Every file is here and checked: start the download again, it fetches nothing twice.")
     storage = storage_folder(listing.model, cache)
     atomic_write_text(storage / "refs" / revision, listing.commit)
     for file in listing.files:
@@ -559,7 +480,16 @@ def _check_disk(listing: HubModel, storage: Path, to_fetch: int, progress: _Prog
         raise ModelLoadError(
             f"Getting `{listing.model}` needs {format_bytes(to_fetch)} more on the disk at {storage.parent}, and only "
             f"{format_bytes(free)} is free: free some space (or point HF_HOME at a larger disk) and start again."
-            + _kept((progress.good + progress.current, listing.total_bytes)))
+            + kept_words((progress.good + progress.current, listing.total_bytes)))
+
+
+def _step(state: DownloadProgress) -> str:
+    """What a download was doing at `state`, for a message: "fetching `model.safetensors` (file 3 of 5)"."""
+    if state.phase == "placing":
+        return "listing the model's files to lay them out in the cache (the file listing)"
+    where = f" (file {state.file_number} of {state.files})" if state.file_number else ""
+    return f"{'checking' if state.phase == 'checking' else 'fetching'} `{state.file}`{where}" if state.file else \
+        "getting ready to fetch the files"
 
 
 def download_model(model_id: str, *, token: str | bool | None = None, endpoint: str | None = None,
@@ -596,7 +526,8 @@ def download_model(model_id: str, *, token: str | bool | None = None, endpoint: 
     progress = _Progress(listing.model, listing.total_bytes, len(listing.files), on_progress, should_stop, bar_file)
     done = lambda: (progress.good + progress.current, listing.total_bytes)  # noqa: E731
     try:
-        with hub_errors(listing.model, token=token, done=done, cache=cache_path), _chunks_of(CHUNK_BYTES):
+        with hub_errors(listing.model, token=token, done=done, cache=cache_path, what=lambda: _step(progress.state),
+                        endpoint=endpoint, passes=(_Stop,), licence=licence_url(listing.model)), _chunks_of(CHUNK_BYTES):
             missing = []
             if bar_file is not None:
                 print(f"Checking what of {listing.model} is here against Hugging Face's checksums…", file=bar_file)

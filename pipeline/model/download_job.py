@@ -224,7 +224,8 @@ def model_facts(workspace: Workspace | str | os.PathLike, model_id: str, *, hub_
     """
     from pipeline.fileio import disk_room, free_bytes
     from pipeline.model.catalog import FAMILIES
-    from pipeline.model.download import check_hub_id, licence_url, saved_token
+    from pipeline.model.download import check_hub_id, licence_url
+    from pipeline.model.hub_failures import saved_token
     from pipeline.model.hub import is_local_model
     from pipeline.model.local_copy import cache_dir, local_copy
 

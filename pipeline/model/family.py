@@ -7,8 +7,10 @@ costs in tokens, its `config.json` keys and parameter counts, its offline stand-
 own:
 
 `pipeline.model.catalog` finds the family of a model (`family_for`, `family_of`) among the families
-it lists. Gemma 3n (`pipeline.model.gemma3n.GEMMA3N`) is the first implementation; a second family is
-one more module beside it and one more entry in `catalog.FAMILIES`.
+it lists: Gemma 3n (`pipeline.model.gemma3n.GEMMA3N`) and Gemma 4 (`pipeline.model.gemma4.GEMMA4`), each
+made by `pipeline.model.gemma.gemma_family` from what the family declares and what every Gemma shares.
+A new family is one module of what differs, its stand-in's `TinySpec` and one more entry in
+`catalog.FAMILIES` (docs/ARCHITECTURE.md, "Adding a model family").
 
 Torch-free at import: the estimate and the app read families without loading a model library.
 """

@@ -6,6 +6,9 @@ Module paths, LoRA targets, chat turns and audio cost follow transformers 5.24's
 `part_params` read a `config.json` into the numbers the memory estimate prices, following the module
 constructors of `modeling_gemma3n.py`. The one `ModelFamily` that describes them is `GEMMA3N`.
 
+What every Gemma shares (module paths, the language LoRA targets, walking the model, the shape reader's
+common keys) is `pipeline.model.gemma`'s; this module declares what is Gemma 3n's own.
+
 Torch-free at import; `model_class` and `make_tiny` import transformers when called.
 """
 
@@ -14,8 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ModelLoadError
-from pipeline.model.family import ModelFamily
+from pipeline.model.gemma import (  # noqa: F401 - PLE_MODULE, VISION_MODULE, inner: this family's, as before
+    PLE_MODULE,
+    VISION_MODULE,
+    conformer_params,
+    decoder_parts,
+    gemma_family,
+    inner,
+    read_shape,
+    sscp_conv_params,
+)
 from pipeline.model.shape import ModelShape, PartParams, vision_tower_params
 
 MODELS = ("google/gemma-3n-E2B-it", "google/gemma-3n-E4B-it")
@@ -37,45 +48,19 @@ AUDIO_SOFT_TOKENS = 188
 `audio_soft_tokens_per_image`), whatever the clip's length; with `<start_of_audio>`,
 `<end_of_audio>` and the surrounding blank lines a clip takes ~192 positions."""
 
-MODEL_TURN_HEADER = "model\n"
-"""Text between `<start_of_turn>` and the answer in Gemma 3n's chat template."""
+ALTUP_MODULES = (r"model\.language_model\.layers\.\d+\.altup",)
+"""Kept unquantized besides every Gemma's skip list (`pipeline.model.gemma.QUANTIZATION_SKIP_MODULES`):
+AltUp's coefficient layers (`altup.prediction_coefs` etc., a few thousand parameters). In training mode
+Gemma 3n clamps their weights in place (`weight.data.clamp_`), which fails on packed 4-bit storage (found
+here with transformers 5.24 + bitsandbytes 0.50: "result type Float can't be cast to ... unsigned char")."""
 
-PLE_MODULE = "model.language_model.embed_tokens_per_layer"
-"""The per-layer embedding table (E2B: 262,144 x 7,680 bf16, 3.75 GiB)."""
-VISION_MODULE = "model.vision_tower"
-"""The vision tower (MobileNetV5-300M on E2B/E4B, 0.55 GiB bf16); the tutor never runs it."""
-AUDIO_MODULE = "model.audio_tower"
-"""The audio encoder (a USM-style conformer)."""
-
-QUANTIZATION_SKIP_MODULES = (
-    "model.audio_tower",
-    "model.vision_tower",
-    "model.embed_audio",
-    "model.embed_vision",
-    "lm_head",
-    r"model\.language_model\.layers\.\d+\.altup",
-)
-"""Full module paths (regexes, matched from the start at a module boundary) kept unquantized.
-
-Bare names match nothing in transformers 5.x and `lm_head` must be listed explicitly
-(transformers #45674; FIELD_NOTES "Quantization"). AltUp's coefficient layers (`altup.
-prediction_coefs` etc., a few thousand parameters) are kept too: in training mode Gemma 3n clamps
-their weights in place (`weight.data.clamp_`), which fails on packed 4-bit storage (found here with
-transformers 5.24 + bitsandbytes 0.50: "result type Float can't be cast to ... unsigned char")."""
-
-INT8_EXTRA_SKIP_MODULES = ("model.language_model.per_layer_model_projection",)
-"""8-bit bitsandbytes training trips over an in-place op after this projection (FIELD_NOTES)."""
-
-LANGUAGE_LORA_REGEX = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
-"""Attention + MLP projections of the text decoder (full paths; plain `q_proj` would also hit the
-audio tower's projections)."""
-
-AUDIO_LORA_REGEX = (
-    r"model\.audio_tower\.conformer\.\d+\.("
+AUDIO_LORA_PROJECTIONS = (
     r"attention\.attn\.(q|k|v)_proj|attention\.post|"
-    r"ffw_layer_(start|end)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end))"
+    r"ffw_layer_(start|end)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end)"
 )
-"""Attention, feed-forward and light-conv projections of the audio encoder's conformer blocks."""
+"""Attention, feed-forward and light-conv projections of one conformer block (`audio_tower.conformer.N`),
+the audio encoder's LoRA targets (`pipeline.model.gemma.audio_lora_regex`)."""
+
 
 def audio_tokens(seconds: float) -> int:
     """Positions one clip takes in a Gemma 3n conversation: `AUDIO_SOFT_TOKENS`, whatever its length
@@ -96,34 +81,6 @@ def audio_span(processor: Any, seconds: float) -> str:
     return span
 
 
-def inner(model: Any) -> Any:
-    """The `Gemma3nModel` inside a `Gemma3nForConditionalGeneration` (or inside a PeftModel of one; the
-    same holds for Gemma 4's `Gemma4Model`, whose family uses this function too).
-
-    Raises:
-        ModelLoadError: `model` has no `language_model` (not a Gemma 3n model).
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    base = getattr(base, "model", base)
-    if not hasattr(base, "language_model"):
-        raise ModelLoadError(f"Expected a Gemma model with a `language_model`, got {type(model).__name__}.")
-    return base
-
-
-def audio_blocks(model: Any) -> list:
-    """The conformer blocks of the audio encoder (`Gemma3nAudioConformerBlock`), in order."""
-    return list(getattr(inner(model).audio_tower, "conformer", []))
-
-
-def part_of(name: str) -> str:
-    """Which part a module path belongs to: "language", "audio" or "other"."""
-    if ".language_model." in name:
-        return "language"
-    if ".audio_tower." in name:
-        return "audio"
-    return "other"
-
-
 def model_class() -> type:
     """`transformers.Gemma3nForConditionalGeneration`."""
     from transformers import Gemma3nForConditionalGeneration  # noqa: PLC0415 - torch, only when loading
@@ -132,10 +89,10 @@ def model_class() -> type:
 
 
 def make_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write the tiny random Gemma 3n with its processor (`pipeline.model.tiny_model.make_tiny_model`)."""
-    from pipeline.model.tiny_model import make_tiny_model  # noqa: PLC0415 - torch, only when writing
+    """Write the tiny random Gemma 3n with its processor (`pipeline.model.tiny_gemma3n.make_tiny_gemma3n`)."""
+    from pipeline.model.tiny_gemma3n import make_tiny_gemma3n  # noqa: PLC0415 - torch, only when writing
 
-    return make_tiny_model(out_dir, seed=seed)
+    return make_tiny_gemma3n(out_dir, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -143,56 +100,44 @@ def make_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
 
 
 def shape(model_config: dict) -> ModelShape:
-    """Read a Gemma 3n `config.json` dict (multimodal, with `text_config`) into a `ModelShape`.
+    """Read a Gemma 3n `config.json` dict (multimodal, with `text_config`) into a `ModelShape`: the keys every
+    Gemma has (`pipeline.model.gemma.read_shape`) and Gemma 3n's own (`_own_keys`).
 
     Raises `ModelLoadError` when the dict is not a Gemma 3n config (names the missing key).
     """
-    if not isinstance(model_config, dict):
-        raise ModelLoadError(f"Model config must be a dict from config.json, got {type(model_config).__name__}.")
-    text = model_config.get("text_config", model_config)
-    audio = model_config.get("audio_config") or {}
-    vision = model_config.get("vision_config") or {}
-    try:
-        n_layers = int(text["num_hidden_layers"])
-        inter = text["intermediate_size"]
-        inter = tuple(int(x) for x in inter) if isinstance(inter, (list, tuple)) else (int(inter),) * n_layers
-        sparsity = text.get("activation_sparsity_pattern") or [0.0] * n_layers
-        if not isinstance(sparsity, (list, tuple)):
-            sparsity = [float(sparsity)] * n_layers
-        channels = audio.get("sscp_conv_channel_size", [128, 32])
-        return ModelShape(
-            vocab_size=int(text["vocab_size"]),
-            hidden_size=int(text["hidden_size"]),
-            intermediate_sizes=inter,
-            num_layers=n_layers,
-            num_heads=int(text["num_attention_heads"]),
-            num_kv_heads=int(text["num_key_value_heads"]),
-            head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"])),
-            num_kv_shared_layers=int(text.get("num_kv_shared_layers", 0)),
-            vocab_size_per_layer_input=int(text["vocab_size_per_layer_input"]),
-            hidden_size_per_layer_input=int(text["hidden_size_per_layer_input"]),
-            altup_num_inputs=int(text.get("altup_num_inputs", 4)),
-            laurel_rank=int(text.get("laurel_rank", 64)),
-            sparse_layers=sum(1 for s in sparsity if float(s) > 0.0),
-            audio_hidden=int(audio.get("hidden_size", 1536)),
-            audio_layers=int(audio.get("conf_num_hidden_layers", 12)),
-            audio_heads=int(audio.get("conf_num_attention_heads", 8)),
-            audio_conv_kernel=int(audio.get("conf_conv_kernel_size", 5)),
-            audio_sscp_channels=tuple(int(c) for c in channels),
-            audio_input_feat=int(audio.get("input_feat_size", 128)),
-            audio_vocab=int(audio.get("vocab_size", 128)),
-            audio_reduction=int(audio.get("conf_reduction_factor", 4)),
-            vision_hidden=int(vision.get("hidden_size", 2048)),
-            vision_vocab=int(vision.get("vocab_size", 128)),
-            vision_architecture=str(vision.get("architecture", "mobilenetv5_300m_enc")),
-            tie_word_embeddings=bool(model_config.get("tie_word_embeddings", text.get("tie_word_embeddings", True))),
-            dtype=str(model_config.get("dtype") or model_config.get("torch_dtype") or "bfloat16"),
-        )
-    except KeyError as missing:
-        raise ModelLoadError(
-            f"config.json is not a Gemma 3n config: its text settings (text_config) have no `{missing.args[0]}` entry. "
-            "Give google/gemma-3n-E2B-it, google/gemma-3n-E4B-it or a folder with a Gemma 3n config.json."
-        ) from None
+    return read_shape(model_config, "Gemma 3n", MODELS, _own_keys)
+
+
+def _own_keys(text: dict, audio: dict, vision: dict, common: dict) -> dict:
+    """Gemma 3n's `ModelShape` fields: per-layer MLP widths and activation sparsity, AltUp, LAuReL, the
+    USM-style audio encoder's and the timm vision tower's settings (defaults: E2B's)."""
+    n_layers = common["num_layers"]
+    inter = text["intermediate_size"]
+    inter = tuple(int(x) for x in inter) if isinstance(inter, (list, tuple)) else (int(inter),) * n_layers
+    sparsity = text.get("activation_sparsity_pattern") or [0.0] * n_layers
+    if not isinstance(sparsity, (list, tuple)):
+        sparsity = [float(sparsity)] * n_layers
+    channels = audio.get("sscp_conv_channel_size", [128, 32])
+    return dict(
+        intermediate_sizes=inter,
+        head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // int(text["num_attention_heads"])),
+        vocab_size_per_layer_input=int(text["vocab_size_per_layer_input"]),
+        hidden_size_per_layer_input=int(text["hidden_size_per_layer_input"]),
+        altup_num_inputs=int(text.get("altup_num_inputs", 4)),
+        laurel_rank=int(text.get("laurel_rank", 64)),
+        sparse_layers=sum(1 for s in sparsity if float(s) > 0.0),
+        audio_hidden=int(audio.get("hidden_size", 1536)),
+        audio_layers=int(audio.get("conf_num_hidden_layers", 12)),
+        audio_heads=int(audio.get("conf_num_attention_heads", 8)),
+        audio_conv_kernel=int(audio.get("conf_conv_kernel_size", 5)),
+        audio_sscp_channels=tuple(int(c) for c in channels),
+        audio_input_feat=int(audio.get("input_feat_size", 128)),
+        audio_vocab=int(audio.get("vocab_size", 128)),
+        audio_reduction=int(audio.get("conf_reduction_factor", 4)),
+        vision_hidden=int(vision.get("hidden_size", 2048)),
+        vision_vocab=int(vision.get("vocab_size", 128)),
+        vision_architecture=str(vision.get("architecture", "mobilenetv5_300m_enc")),
+    )
 
 
 def part_params(shape: ModelShape) -> dict[str, PartParams]:
@@ -218,15 +163,11 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
         count += 3 + (4 if owner else 2) + 2 + 2
         largest = max(largest, h * shape.intermediate_sizes[i], h * q)
         # AltUp's correction_coefs, prediction_coefs, modality_router: Linears the loader keeps in
-        # bf16 (pipeline.model.loading.QUANTIZATION_SKIP_MODULES: Gemma 3n clamps them in place).
+        # bf16 (`ALTUP_MODULES`: Gemma 3n clamps them in place).
         other += n * n + n * n * n + h * n
         # 5 hidden norms + laurel norm + AltUp router norm + correct_output_scale, q_norm, k_norm
         other += 8 * h + d + (d if owner else 0)
-    parts = {
-        "text_decoder": PartParams(lin, other, count, largest),
-        "token_embedding": PartParams(0, shape.vocab_size * h),
-        "per_layer_embedding": PartParams(0, shape.vocab_size_per_layer_input * L * p),
-    }
+    parts = decoder_parts(shape, PartParams(lin, other, count, largest))
     proj_lin = 2 * (n - 1) * h * h + h * L * p
     proj_lin += shape.audio_hidden * h + shape.vision_hidden * h
     proj_other = h + p  # final norm, per_layer_projection_norm
@@ -234,45 +175,29 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
     proj_other += shape.vision_vocab * shape.vision_hidden + 2 * shape.vision_hidden
     parts["projections"] = PartParams(proj_lin, proj_other, 2 * (n - 1) + 3, max(h * L * p, h * h))
     ha = shape.audio_hidden
-    c0, c1 = (list(shape.audio_sscp_channels) + [32, 32])[:2]
-    sscp_conv = 9 * 1 * c0 + c0 + 9 * c0 * c1 + c1  # two 3x3 convs + cumulative group norms
+    block_lin, c0, c1 = conformer_params(shape)
     sscp_lin = c1 * (shape.audio_input_feat // 4) * ha
-    # per block: 2 feed-forwards (8 h^2 each), q/k/v/post/relative pos_proj (5 h^2), lconv (3 h^2)
-    a_lin = shape.audio_layers * 24 * ha * ha + sscp_lin
-    a_other = shape.audio_layers * (9 * ha + ha * shape.audio_conv_kernel + ha // max(shape.audio_heads, 1)) + sscp_conv
+    a_lin = block_lin + sscp_lin
+    a_other = shape.audio_layers * (9 * ha + ha * shape.audio_conv_kernel + ha // max(shape.audio_heads, 1))
+    a_other += sscp_conv_params(c0, c1)  # two 3x3 convs + cumulative group norms
     parts["audio_encoder"] = PartParams(a_lin, a_other, shape.audio_layers * 10 + 1, 4 * ha * ha)
     parts["vision_tower"] = PartParams(0, vision_tower_params(shape.vision_architecture))
     return parts
 
 
-GEMMA3N = ModelFamily(
+GEMMA3N = gemma_family(
     name="gemma3n",
     label="Gemma 3n",
-    model_types=("gemma3n",),
     models=MODELS,
     shipped_configs=SHIPPED_CONFIGS,
     licence_url="https://huggingface.co/google/gemma-3n-E2B-it",
-    tiny_dir_name="tiny-gemma3n",
     max_audio_s=MAX_AUDIO_S,
-    audio_tokens=audio_tokens,
     turn_start="<start_of_turn>",
     turn_end="<end_of_turn>",
-    model_turn_header=MODEL_TURN_HEADER,
-    quantization_skip_modules=QUANTIZATION_SKIP_MODULES,
-    int8_extra_skip_modules=INT8_EXTRA_SKIP_MODULES,
-    audio_tower_module=AUDIO_MODULE,
-    language_lora_regex=LANGUAGE_LORA_REGEX,
-    audio_lora_regex=AUDIO_LORA_REGEX,
-    per_layer_embedding_module=PLE_MODULE,
-    vision_module=VISION_MODULE,
-    inner=inner,
-    audio_blocks=audio_blocks,
-    part_of=part_of,
-    shape=shape,
-    part_params=part_params,
-    make_tiny=make_tiny,
-    model_class=model_class,
-    audio_span=audio_span,
+    quantization_skip_extra=ALTUP_MODULES,
+    audio_blocks="conformer",
+    audio_lora_projections=AUDIO_LORA_PROJECTIONS,
+    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class),
     gguf_audio=False,
     clip_marker_tokens=4,
 )

@@ -11,12 +11,15 @@ How Gemma 4 differs from Gemma 3n where it matters here:
 - a clip costs `audio_tokens(seconds)` positions, 25 per second (at most 750 for 30 s), not a fixed 188;
 - turns are `<|turn>ROLE\\n ... <turn|>\\n`, the system prompt is a turn of its own;
 - the audio encoder's linears are `Gemma4ClippableLinear` (an nn.Module holding `.linear` and clamp
-  buffers), which peft 0.21.2 refuses as a LoRA target: `AUDIO_LORA_REGEX` targets the inner `.linear`,
+  buffers), which peft 0.21.2 refuses as a LoRA target: its LoRA targets are the inner `.linear` (`AUDIO_LORA_SUFFIX`),
   and the clamps still apply around it;
 - no AltUp, no LAuReL; full-attention layers have their own head size (512 on E2B, 256 on sliding
   layers), and with `use_double_wide_mlp` the KV-sharing layers' MLPs are twice as wide;
 - llama.cpp and Ollama run its audio (`tools/mtmd/models/gemma4a.cpp`), so a tuned tutor exports to GGUF
   with its audio projector (`pipeline.export.gguf`).
+
+What every Gemma shares (module paths, the language LoRA targets, walking the model, the shape reader's
+common keys) is `pipeline.model.gemma`'s; this module declares what is Gemma 4's own.
 
 Torch-free at import; `model_class` and `make_tiny` import transformers when called.
 """
@@ -26,9 +29,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ModelLoadError
-from pipeline.model.family import ModelFamily
-from pipeline.model.gemma3n import inner, part_of
+from pipeline.model.gemma import conformer_params, decoder_parts, gemma_family, read_shape, sscp_conv_params
 from pipeline.model.shape import ModelShape, PartParams
 
 MODELS = ("google/gemma-4-E2B-it", "google/gemma-4-E4B-it")
@@ -58,42 +59,16 @@ HOP_LENGTH = 160
 MAX_AUDIO_TOKENS = 750
 """`Gemma4Processor.audio_seq_length`: the cap on one clip's audio tokens (30 s)."""
 
-MODEL_TURN_HEADER = "model\n"
-"""Text between `<|turn>` and the answer in Gemma 4's chat template."""
-
-PLE_MODULE = "model.language_model.embed_tokens_per_layer"
-"""The per-layer embedding table (E2B: 262,144 x 8,960, 2.35 B parameters, 4.4 GiB in bf16)."""
-VISION_MODULE = "model.vision_tower"
-"""The vision encoder (0.17 B parameters on E2B/E4B); the tutor never runs it."""
-AUDIO_MODULE = "model.audio_tower"
-"""The audio encoder (a 12-block conformer, hidden 1,024, ~305 M parameters)."""
-
-QUANTIZATION_SKIP_MODULES = (
-    "model.audio_tower",
-    "model.vision_tower",
-    "model.embed_audio",
-    "model.embed_vision",
-    "lm_head",
-)
-"""Full module paths kept unquantized (the same rule as Gemma 3n's, FIELD_NOTES "Quantization");
-Gemma 4 has no AltUp to keep."""
-
-INT8_EXTRA_SKIP_MODULES = ("model.language_model.per_layer_model_projection",)
-"""Kept out of 8-bit as for Gemma 3n: the projection's output is scaled in place
-(`Gemma4TextModel.project_per_layer_inputs`), which LLM.int8's backward does not allow."""
-
-LANGUAGE_LORA_REGEX = r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
-"""Attention + MLP projections of the text decoder (plain nn.Linear)."""
-
-AUDIO_LORA_REGEX = (
-    r"model\.audio_tower\.layers\.\d+\.("
+AUDIO_LORA_PROJECTIONS = (
     r"self_attn\.(q_proj|k_proj|v_proj|post)|"
-    r"feed_forward(1|2)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end))\.linear"
+    r"feed_forward(1|2)\.ffw_layer_(1|2)|lconv1d\.linear_(start|end)"
 )
-"""The conformer's attention, feed-forward and light-conv projections: the nn.Linear inside each
-`Gemma4ClippableLinear` (peft 0.21.2 refuses the wrapper itself, "Target module
-Gemma4ClippableLinear(...) is not supported"; wrapping the inner Linear keeps the wrapper's input and
-output clamps around the adapted layer)."""
+"""The conformer's attention, feed-forward and light-conv projections in one block
+(`audio_tower.layers.N`), each a `Gemma4ClippableLinear`; the LoRA target is the nn.Linear inside it
+(`AUDIO_LORA_SUFFIX`)."""
+AUDIO_LORA_SUFFIX = r"\.linear"
+"""peft 0.21.2 refuses the wrapper itself ("Target module Gemma4ClippableLinear(...) is not supported");
+wrapping the inner Linear keeps the wrapper's input and output clamps around the adapted layer."""
 
 
 def audio_tokens(seconds: float) -> int:
@@ -125,11 +100,6 @@ def audio_span(processor: Any, seconds: float) -> str:
     """The text one clip becomes in the rendered conversation: `<|audio>`, `audio_tokens(seconds)`
     audio placeholders, `<audio|>` (`Gemma4Processor.replace_audio_token`; no blank lines around it)."""
     return f"{processor.boa_token}{processor.audio_token * audio_tokens(seconds)}{processor.eoa_token}"
-
-
-def audio_blocks(model: Any) -> list:
-    """The conformer blocks of the audio encoder (`Gemma4AudioLayer`), in order."""
-    return list(getattr(inner(model).audio_tower, "layers", []))
 
 
 def model_class() -> type:
@@ -170,65 +140,50 @@ def shape(model_config: dict) -> ModelShape:
     Raises:
         ModelLoadError: not a dict, or a key the shape needs is missing (named).
     """
-    if not isinstance(model_config, dict):
-        raise ModelLoadError(f"Model config must be a dict from config.json, got {type(model_config).__name__}.")
-    text = model_config.get("text_config", model_config)
-    audio = model_config.get("audio_config") or {}
-    vision = model_config.get("vision_config") or {}
-    try:
-        n_layers = int(text["num_hidden_layers"])
-        types = _layer_types(text, n_layers)
-        shared = int(text.get("num_kv_shared_layers", 0))
-        head_dim = int(text.get("head_dim", 256))
-        global_head_dim = int(text.get("global_head_dim") or _per_layer_value(text, types, "head_dim") or 512)
-        kv_heads = int(text["num_key_value_heads"])
-        global_kv = text.get("num_global_key_value_heads") if text.get("attention_k_eq_v") else None
-        global_kv = int(global_kv or _per_layer_value(text, types, "num_key_value_heads") or kv_heads)
-        inter = int(text["intermediate_size"])
-        double = bool(text.get("use_double_wide_mlp", False))
-        first_shared = n_layers - shared
-        full = [t == "full_attention" for t in types]
-        channels = audio.get("subsampling_conv_channels", [128, 32])
-        return ModelShape(
-            vocab_size=int(text["vocab_size"]),
-            hidden_size=int(text["hidden_size"]),
-            intermediate_sizes=tuple(inter * (2 if double and i >= first_shared else 1) for i in range(n_layers)),
-            num_layers=n_layers,
-            num_heads=int(text["num_attention_heads"]),
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            num_kv_shared_layers=shared,
-            vocab_size_per_layer_input=int(text.get("vocab_size_per_layer_input", text["vocab_size"])),
-            hidden_size_per_layer_input=int(text.get("hidden_size_per_layer_input") or 0),
-            altup_num_inputs=0,
-            laurel_rank=0,
-            sparse_layers=0,
-            audio_hidden=int(audio.get("hidden_size", 1024)),
-            audio_layers=int(audio.get("num_hidden_layers", 12)),
-            audio_heads=int(audio.get("num_attention_heads", 8)),
-            audio_conv_kernel=int(audio.get("conv_kernel_size", 5)),
-            audio_sscp_channels=tuple(int(c) for c in channels),
-            audio_input_feat=128,
-            audio_vocab=0,
-            audio_reduction=4,
-            vision_hidden=int(vision.get("hidden_size", 768)) if vision else 0,
-            vision_vocab=0,
-            vision_architecture="gemma4_vision",
-            tie_word_embeddings=bool(model_config.get("tie_word_embeddings", text.get("tie_word_embeddings", True))),
-            dtype=str(model_config.get("dtype") or model_config.get("torch_dtype") or "bfloat16"),
-            family="gemma4",
-            layer_head_dims=tuple(global_head_dim if f else head_dim for f in full),
-            layer_kv_heads=tuple(global_kv if f else kv_heads for f in full),
-            hidden_norms=5,
-            audio_output_dims=int(audio.get("output_proj_dims", 1536)) if audio else 0,
-            vision_params=_vision_params(vision, int(text["hidden_size"])),
-            kv_equals_value=tuple(bool(text.get("attention_k_eq_v")) and f for f in full),
-        )
-    except KeyError as missing:
-        raise ModelLoadError(
-            f"config.json is not a Gemma 4 config: its text settings (text_config) have no `{missing.args[0]}` entry. "
-            "Give google/gemma-4-E2B-it, google/gemma-4-E4B-it or a folder with a Gemma 4 config.json."
-        ) from None
+    return read_shape(model_config, "Gemma 4", MODELS, _own_keys)
+
+
+def _own_keys(text: dict, audio: dict, vision: dict, common: dict) -> dict:
+    """Gemma 4's `ModelShape` fields (beside `pipeline.model.gemma.read_shape`'s common ones): head sizes
+    and KV heads per layer, MLP widths, the audio encoder's and the vision encoder's settings."""
+    n_layers, kv_heads = common["num_layers"], common["num_kv_heads"]
+    types = _layer_types(text, n_layers)
+    head_dim = int(text.get("head_dim", 256))
+    global_head_dim = int(text.get("global_head_dim") or _per_layer_value(text, types, "head_dim") or 512)
+    global_kv = text.get("num_global_key_value_heads") if text.get("attention_k_eq_v") else None
+    global_kv = int(global_kv or _per_layer_value(text, types, "num_key_value_heads") or kv_heads)
+    inter = int(text["intermediate_size"])
+    double = bool(text.get("use_double_wide_mlp", False))
+    first_shared = n_layers - common["num_kv_shared_layers"]
+    full = [t == "full_attention" for t in types]
+    channels = audio.get("subsampling_conv_channels", [128, 32])
+    return dict(
+        intermediate_sizes=tuple(inter * (2 if double and i >= first_shared else 1) for i in range(n_layers)),
+        head_dim=head_dim,
+        vocab_size_per_layer_input=int(text.get("vocab_size_per_layer_input", text["vocab_size"])),
+        hidden_size_per_layer_input=int(text.get("hidden_size_per_layer_input") or 0),
+        altup_num_inputs=0,
+        laurel_rank=0,
+        sparse_layers=0,
+        audio_hidden=int(audio.get("hidden_size", 1024)),
+        audio_layers=int(audio.get("num_hidden_layers", 12)),
+        audio_heads=int(audio.get("num_attention_heads", 8)),
+        audio_conv_kernel=int(audio.get("conv_kernel_size", 5)),
+        audio_sscp_channels=tuple(int(c) for c in channels),
+        audio_input_feat=128,
+        audio_vocab=0,
+        audio_reduction=4,
+        vision_hidden=int(vision.get("hidden_size", 768)) if vision else 0,
+        vision_vocab=0,
+        vision_architecture="gemma4_vision",
+        family="gemma4",
+        layer_head_dims=tuple(global_head_dim if f else head_dim for f in full),
+        layer_kv_heads=tuple(global_kv if f else kv_heads for f in full),
+        hidden_norms=5,
+        audio_output_dims=int(audio.get("output_proj_dims", 1536)) if audio else 0,
+        vision_params=_vision_params(vision, int(text["hidden_size"])),
+        kv_equals_value=tuple(bool(text.get("attention_k_eq_v")) and f for f in full),
+    )
 
 
 def _per_layer_value(text: dict, types: list[str], key: str):
@@ -279,21 +234,16 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
         largest = max(largest, h * inter, h * q)
         # input, post-attention, pre/post feed-forward norms (+ post per-layer-input norm); q_norm, k_norm
         other += 4 * h + (h if p else 0) + d + (d if owner else 0)
-    parts = {
-        "text_decoder": PartParams(lin, other, count, largest),
-        "token_embedding": PartParams(0, shape.vocab_size * h),
-        "per_layer_embedding": PartParams(0, shape.vocab_size_per_layer_input * L * p),
-    }
+    parts = decoder_parts(shape, PartParams(lin, other, count, largest))
     proj_lin = h * L * p + shape.audio_output_dims * h + shape.vision_hidden * h
     proj_count = (1 if p else 0) + (1 if shape.audio_output_dims else 0) + (1 if shape.vision_hidden else 0)
     parts["projections"] = PartParams(proj_lin, h + p, proj_count, max(h * L * p, shape.audio_output_dims * h))
     ha = shape.audio_hidden
     if shape.audio_layers:
-        c0, c1 = (list(shape.audio_sscp_channels) + [32, 32])[:2]
-        sscp_other = 9 * c0 + c0 + 9 * c0 * c1 + c1  # two 3x3 convolutions without bias + their LayerNorms
+        block_lin, c0, c1 = conformer_params(shape)
+        sscp_other = sscp_conv_params(c0, c1)  # two 3x3 convolutions without bias + their LayerNorms
         sscp_lin = (c0 // 4) * c1 * ha  # `Gemma4AudioSubSampleConvProjection.input_proj_linear`
-        # per block: 2 feed-forwards (8 ha^2 each), q/k/v/post + relative_k_proj (5 ha^2), lconv (3 ha^2)
-        a_lin = shape.audio_layers * 24 * ha * ha + sscp_lin + ha * shape.audio_output_dims
+        a_lin = block_lin + sscp_lin + ha * shape.audio_output_dims
         per_block_other = 4 * ha + 2 * ha + 3 * ha + ha // max(shape.audio_heads, 1) + ha * shape.audio_conv_kernel
         a_other = shape.audio_layers * per_block_other + sscp_other + shape.audio_output_dims
         parts["audio_encoder"] = PartParams(a_lin, a_other, shape.audio_layers * 11 + 2, 4 * ha * ha)
@@ -303,34 +253,19 @@ def part_params(shape: ModelShape) -> dict[str, PartParams]:
     return parts
 
 
-GEMMA4 = ModelFamily(
+GEMMA4 = gemma_family(
     name="gemma4",
     label="Gemma 4",
-    model_types=("gemma4",),
     models=MODELS,
     shipped_configs=SHIPPED_CONFIGS,
     licence_url="",
-    tiny_dir_name="tiny-gemma4",
     max_audio_s=MAX_AUDIO_S,
-    audio_tokens=audio_tokens,
     turn_start="<|turn>",
     turn_end="<turn|>",
-    model_turn_header=MODEL_TURN_HEADER,
-    quantization_skip_modules=QUANTIZATION_SKIP_MODULES,
-    int8_extra_skip_modules=INT8_EXTRA_SKIP_MODULES,
-    audio_tower_module=AUDIO_MODULE,
-    language_lora_regex=LANGUAGE_LORA_REGEX,
-    audio_lora_regex=AUDIO_LORA_REGEX,
-    per_layer_embedding_module=PLE_MODULE,
-    vision_module=VISION_MODULE,
-    inner=inner,
-    audio_blocks=audio_blocks,
-    part_of=part_of,
-    shape=shape,
-    part_params=part_params,
-    make_tiny=make_tiny,
-    model_class=model_class,
-    audio_span=audio_span,
+    audio_blocks="layers",
+    audio_lora_projections=AUDIO_LORA_PROJECTIONS,
+    audio_lora_suffix=AUDIO_LORA_SUFFIX,
+    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class),
     gguf_audio=True,
     estimate_only=ESTIMATE_ONLY,
 )

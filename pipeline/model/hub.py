@@ -178,7 +178,9 @@ def translate_load_errors(model_id: str, what: str) -> Iterator[None]:
             ) from error
         raise ModelLoadError(f"Loading the {what} of `{model_id}` needs a package that is missing: {text}") from error
     except Exception as error:  # noqa: BLE001 - classified below, re-raised unchanged when unknown
-        from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+        import httpx2
+        from huggingface_hub.errors import (FileMetadataError, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                            RepositoryNotFoundError)
 
         chain = list(_exception_chain(error))
         text = " ".join(str(e) for e in chain)
@@ -214,6 +216,10 @@ def translate_load_errors(model_id: str, what: str) -> Iterator[None]:
         if any(isinstance(e, LocalEntryNotFoundError) for e in chain) or "couldn't connect" in text.lower():
             where = OFFLINE_MODE if _hub_offline() else "the hub cannot be reached"
             raise ModelLoadError(_not_cached_message(model_id, where)) from error
+        if any(isinstance(e, (HfHubHTTPError, httpx2.HTTPError, FileMetadataError)) for e in chain):  # any other answer
+            from pipeline.model.hub_failures import hub_failure
+
+            raise hub_failure(error, model_id, f"loading the {what} of `{model_id}` from Hugging Face") from error
         if any(type(e).__name__ == "SafetensorError" for e in chain):  # safetensors' own error: a damaged file
             raise ModelLoadError(
                 f"A weights file of `{model_id}` is damaged ({text.strip()}): it was cut short or changed after "
@@ -264,10 +270,14 @@ def _check_hub_reachable(model_id: str) -> None:
         raise
     except HfHubHTTPError:
         return
-    except Exception as error:  # noqa: BLE001 - any transport failure (httpx ConnectError, timeout, DNS)
-        raise ModelLoadError(
-            _not_cached_message(model_id, f"the hub cannot be reached ({type(error).__name__}: {error})")
-        ) from error
+    except Exception as error:  # noqa: BLE001 - a transport failure (ConnectError, timeout, DNS), or another answer
+        from pipeline.model.hub_failures import hub_failure, transport_error
+
+        if transport_error(list(_exception_chain(error))) is not None:
+            raise ModelLoadError(
+                _not_cached_message(model_id, f"the hub cannot be reached ({type(error).__name__}: {error})")
+            ) from error
+        raise hub_failure(error, model_id, f"asking for `{model_id}`'s information before loading it") from error
 
 
 def from_pretrained_cached_first(loader, model_id: str, **kwargs):

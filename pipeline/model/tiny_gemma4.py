@@ -1,4 +1,5 @@
-"""A tiny, randomly initialised Gemma 4 + processor that loads like `google/gemma-4-E2B-it`.
+"""Gemma 4's tiny stand-in: its small config, chat template and tokens (`TINY_GEMMA4`), built by
+`pipeline.model.tiny_model.build_stand_in`; it loads like `google/gemma-4-E2B-it`.
 
 `python -m pipeline make-tiny-model --family gemma4 OUT_DIR` writes `config.json`, `model.safetensors`,
 `generation_config.json`, `tokenizer.json` / `tokenizer_config.json`, `processor_config.json`,
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.model.tiny_model import save_tiny_checkpoint, train_bpe_vocab
+from pipeline.model.tiny_model import TinySpec, build_stand_in, media_token_ids, tiny_decoder, token_ids
 
 TEXT_VOCAB = 2048
 """Vocabulary size of the tiny tokenizer (every id has a per-layer embedding)."""
@@ -49,7 +50,7 @@ CONTROL_TOKENS = [
 """Gemma 4's control tokens (the chat template's and the processor's; transformers 5.24
 `models/gemma4/processing_gemma4.py`, llama.cpp `models/templates/google-gemma-4-31B-it.jinja`)."""
 
-_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"] + CONTROL_TOKENS
+_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", *CONTROL_TOKENS)
 
 AUDIO_PROJECTION_STD = 1.0
 """Spread of the tiny model's audio embedder projection (`embed_audio.embedding_projection`): its
@@ -110,26 +111,8 @@ own log-mel features) and `tests/test_gguf.py` could not compare llama.cpp's tok
 8x keeps the logits well under the 30 softcap and the top-2 margins around tenths."""
 
 
-def _build_tokenizer():
-    """The tiny `GemmaTokenizer` with Gemma 4's control tokens (all special: never split, skipped by
-    `decode(skip_special_tokens=True)`, CONTROL tokens in a GGUF)."""
-    from transformers import GemmaTokenizer
-
-    vocab, merges = train_bpe_vocab(_SPECIALS, TEXT_VOCAB)
-    named = {
-        "image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
-        "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>",
-    }
-    tokenizer = GemmaTokenizer(vocab=vocab, merges=merges, extra_special_tokens=named, padding_side="left",
-                               add_bos_token=True, add_eos_token=False)
-    # Extra special tokens, so a GGUF marks them CONTROL (llama.cpp's converter types by `all_special_ids`)
-    tokenizer.add_special_tokens({"extra_special_tokens": [t for t in CONTROL_TOKENS if t not in named.values()]},
-                                 replace_extra_special_tokens=False)
-    return tokenizer
-
-
-def _build_config(tokenizer):
-    """Tiny `Gemma4Config` whose token ids are the tokenizer's (see the module docstring)."""
+def _config(ids, spec: TinySpec):
+    """Tiny `Gemma4Config` whose token ids are the tokenizer's (`ids`; see the module docstring)."""
     from transformers import (
         Gemma4AudioConfig,
         Gemma4Config,
@@ -137,30 +120,13 @@ def _build_config(tokenizer):
         Gemma4VisionConfig,
     )
 
-    ids = tokenizer.convert_tokens_to_ids
-    eos_ids = [ids("<eos>"), ids("<turn|>")]
     text_config = Gemma4TextConfig(
-        vocab_size=TEXT_VOCAB,
-        vocab_size_per_layer_input=TEXT_VOCAB,
-        hidden_size=128,
-        intermediate_size=256,
+        vocab_size=spec.text_vocab,
+        vocab_size_per_layer_input=spec.text_vocab,
         use_double_wide_mlp=True,  # as E2B: the KV-sharing layers' MLPs are twice as wide
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
         global_head_dim=128,  # full-attention layers have their own head size, as E2B's 512 vs 256
-        hidden_size_per_layer_input=64,
-        # Sliding, full, sliding, full; the last two reuse the KV of the first two, as the last 20 of
-        # E2B's 35 layers do.
-        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        num_kv_shared_layers=2,
-        sliding_window=128,
         final_logit_softcapping=30.0,
-        max_position_embeddings=4096,
-        pad_token_id=ids("<pad>"),
-        bos_token_id=ids("<bos>"),
-        eos_token_id=eos_ids,
+        **tiny_decoder(ids, "<turn|>"),
     )
     audio_config = Gemma4AudioConfig(
         hidden_size=64,
@@ -182,58 +148,60 @@ def _build_config(tokenizer):
         text_config=text_config,
         audio_config=audio_config,
         vision_config=vision_config,
-        boi_token_id=ids("<|image>"),
-        eoi_token_id=ids("<image|>"),
-        image_token_id=ids("<|image|>"),
         video_token_id=ids("<|video|>"),
-        boa_token_id=ids("<|audio>"),
-        eoa_token_index=ids("<audio|>"),
-        audio_token_id=ids("<|audio|>"),
-        pad_token_id=ids("<pad>"),
-        bos_token_id=ids("<bos>"),
-        eos_token_id=eos_ids,
+        eoa_token_index=ids(spec.named_tokens["eoa_token"]),
+        **media_token_ids(ids, spec),
+        **token_ids(ids, "<turn|>"),
     )
 
 
-def make_tiny_gemma4(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write a tiny random Gemma 4 checkpoint + processor to `out_dir` and return its path.
+def _prepare(model) -> None:
+    """Scale the drawn weights so the answer depends on the clip and greedy decoding has margins:
+    the audio embedder's projection (`AUDIO_PROJECTION_STD`) and the final norm (`FINAL_NORM_SCALE`)."""
+    model.model.embed_audio.embedding_projection.weight.normal_(0.0, AUDIO_PROJECTION_STD)
+    model.model.language_model.norm.weight.fill_(FINAL_NORM_SCALE)
 
-    Args:
-        out_dir: folder to write (created; files of the same names are overwritten).
-        seed: torch seed for the random weights (the same seed gives the same weights).
 
-    Returns:
-        `Path(out_dir)`, loadable offline with `AutoProcessor.from_pretrained` and
-        `Gemma4ForConditionalGeneration.from_pretrained`; about 2 M parameters (8 MB in fp32).
-    """
-    import torch
+def _processor(tokenizer, spec: TinySpec):
+    """The real `Gemma4Processor` around `tokenizer`, with its audio feature extractor, image and video
+    processors at their defaults."""
     from transformers import (
         Gemma4AudioFeatureExtractor,
-        Gemma4ForConditionalGeneration,
         Gemma4ImageProcessor,
         Gemma4Processor,
         Gemma4VideoProcessor,
     )
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_tokenizer()
-    config = _build_config(tokenizer)
-    torch.manual_seed(seed)
-    model = Gemma4ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        model.model.embed_audio.embedding_projection.weight.normal_(0.0, AUDIO_PROJECTION_STD)
-        model.model.language_model.norm.weight.fill_(FINAL_NORM_SCALE)
-    processor = Gemma4Processor(
+    return Gemma4Processor(
         feature_extractor=Gemma4AudioFeatureExtractor(),
         image_processor=Gemma4ImageProcessor(),
         tokenizer=tokenizer,
         video_processor=Gemma4VideoProcessor(),
-        chat_template=GEMMA4_CHAT_TEMPLATE,
+        chat_template=spec.chat_template,
     )
-    # Gemma4Processor's constructor replaces the tokenizer's extra special tokens by `<|video|>`: add the
-    # control tokens back, so the saved tokenizer lists them (llama.cpp's converter reads it alone).
-    processor.tokenizer.add_special_tokens({"extra_special_tokens": list(CONTROL_TOKENS)},
-                                           replace_extra_special_tokens=False)
-    return save_tiny_checkpoint(out, model, config.text_config, processor, stands_in_for="google/gemma-4-E2B-it",
-                                text_vocab=TEXT_VOCAB, seed=seed, family="gemma4")
+
+
+TINY_GEMMA4 = TinySpec(
+    family="gemma4",
+    stands_in_for="google/gemma-4-E2B-it",
+    specials=_SPECIALS,
+    text_vocab=TEXT_VOCAB,
+    named_tokens={
+        "image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
+        "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>",
+    },
+    control_tokens=tuple(CONTROL_TOKENS),
+    controls_listed=True,  # a GGUF marks them CONTROL (llama.cpp's converter types by `all_special_ids`)
+    model_class="Gemma4ForConditionalGeneration",
+    config=_config,
+    processor=_processor,
+    chat_template=GEMMA4_CHAT_TEMPLATE,
+    prepare=_prepare,
+)
+"""The tiny random Gemma 4: about 2 M parameters (8 MB in fp32)."""
+
+
+def make_tiny_gemma4(out_dir: str | Path, *, seed: int = 0) -> Path:
+    """Write the tiny random Gemma 4 checkpoint + processor to `out_dir` and return its path
+    (`build_stand_in(out_dir, TINY_GEMMA4, seed=seed)`; raises what it raises)."""
+    return build_stand_in(out_dir, TINY_GEMMA4, seed=seed)

@@ -1,38 +1,32 @@
-"""A tiny, randomly initialised Gemma 3n + processor that loads exactly like the real checkpoint.
+"""One builder for the tiny, randomly initialised stand-ins of every model family, and their marker.
 
-`python -m pipeline make-tiny-model OUT_DIR` writes a folder with `config.json`,
-`model.safetensors`, `generation_config.json`, `tokenizer.json` / `tokenizer_config.json`,
-`processor_config.json` (+ feature-extractor / image-processor settings), `chat_template.jinja` and
-`tiny_model.json`. `AutoProcessor.from_pretrained(OUT_DIR)` and
-`Gemma3nForConditionalGeneration.from_pretrained(OUT_DIR)` load it with no network access, so every
-code path (chat template, 188 audio soft tokens, quantization, LoRA, training, generation) runs
-offline on a CPU in seconds.
+A family's stand-in is a `TinySpec` (its small config, its chat template, its tokens and processor:
+`pipeline.model.tiny_gemma3n.TINY_GEMMA3N`, `pipeline.model.tiny_gemma4.TINY_GEMMA4`); `build_stand_in(out_dir,
+spec)` writes it as a checkpoint loads: `config.json`, `model.safetensors`, `generation_config.json`,
+`tokenizer.json` / `tokenizer_config.json`, `processor_config.json` (+ feature-extractor settings),
+`chat_template.jinja` and `tiny_model.json`. `AutoProcessor.from_pretrained(OUT_DIR)` and the family's
+`...ForConditionalGeneration.from_pretrained(OUT_DIR)` load it with no network access, so every code path
+(chat template, audio tokens, quantization, LoRA, training, generation) runs offline on a CPU in seconds.
 
-What is real and what is small:
-- The architecture is the real `Gemma3nForConditionalGeneration` (AltUp, LAuReL, per-layer
-  embeddings, KV sharing, activation sparsity, the USM-style conformer audio encoder), only with
-  2-4 layers and hidden sizes of 32-128. The vision tower is timm's `test_vit` stub (the real
-  MobileNet-V5 adds 294 M parameters; we never feed images).
-- The audio feature extractor is the real `Gemma3nAudioFeatureExtractor` with its defaults (128 mel
-  bins, 16 kHz, 10 ms hop), so every clip still becomes `<start_of_audio>` + 188 audio soft tokens
-  + `<end_of_audio>`.
-- The tokenizer is a real `GemmaTokenizer` (BPE with byte fallback, spaces as "▁", like Gemma's
-  SentencePiece model), but its ~1,000-token vocabulary is trained here on a small English corpus
-  built in code; any text tokenizes (unknown characters fall back to UTF-8 bytes).
-- Token-id layout follows Gemma 3n's (`Gemma3nConfig` defaults): text ids `[0, T)` (these get
-  per-layer embeddings, `vocab_size_per_layer_input = T`), then the vision block
-  `[T, T + M)` starting with `<end_of_image>`, `<image_soft_token>`, then the audio block
-  `[T + M, T + 2M)` starting with `<end_of_audio>`, `<audio_soft_token>`; `vocab_size = T + 2M`.
-  The real model has T = 262,144 and M = 128; here M = 8.
+What every stand-in shares:
+- the architecture is the family's real `...ForConditionalGeneration`, only with a few layers and
+  hidden sizes of 32-128 (the spec's config);
+- the tokenizer is a real `GemmaTokenizer` (BPE with byte fallback, spaces as "▁", like Gemma's
+  SentencePiece model) whose text vocabulary is trained here on a small English corpus built in code
+  (`train_bpe_vocab`); any text tokenizes (unknown characters fall back to UTF-8 bytes);
+- the feature extractor is the family's real one with its defaults, so a clip takes as many audio
+  tokens as on the real model.
 
-The weights are random: outputs are meaningless text. `tiny_model.json` (`{"tiny_random_model":
-true, ...}`) marks the folder so the app and `infer` can say so (`is_tiny_random_model(path)`).
+The weights are random: outputs are meaningless text. `tiny_model.json` (`{"tiny_random_model": true,
+...}`) marks the folder so the app and `infer` can say so (`is_tiny_random_model(path)`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 MARKER_FILE = "tiny_model.json"
 """File in the model folder that marks it as the random stand-in (read by `is_tiny_random_model`)."""
@@ -48,68 +42,6 @@ def stand_in_note(what: str = "its answers are", made_by: str = STAND_IN_MAKER) 
     return f"The model is the tiny random stand-in made by {made_by}: {what} meaningless."
 
 # Gemma 3n's fixed special tokens, in the order of their ids in the real tokenizer's first rows
-# (pad=0, eos=1, bos=2, unk=3, mask=4); the rest get the next ids here (the real ids are larger).
-_BASE_SPECIALS = [
-    "<pad>",
-    "<eos>",
-    "<bos>",
-    "<unk>",
-    "<mask>",
-    "<start_of_turn>",
-    "<end_of_turn>",
-    "<start_of_image>",
-    "<start_of_audio>",
-]
-_MULTIMODAL_VOCAB = 8
-"""Rows of each multimodal embedder (`Gemma3nMultimodalEmbedder.vocab_size`); 128 in the real model."""
-_TARGET_TEXT_VOCAB = 2048
-"""Text vocabulary size T (ids below T get per-layer embeddings)."""
-
-# The chat template of google/gemma-3n-E2B-it (`chat_template.jinja` on the hub): `<bos>`, a system
-# message folded into the first user turn, roles user/model, each turn closed by `<end_of_turn>\n`.
-GEMMA3N_CHAT_TEMPLATE = """{{ bos_token }}
-{%- if messages[0]['role'] == 'system' -%}
-    {%- if messages[0]['content'] is string -%}
-        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
-    {%- else -%}
-        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
-    {%- endif -%}
-    {%- set loop_messages = messages[1:] -%}
-{%- else -%}
-    {%- set first_user_prefix = "" -%}
-    {%- set loop_messages = messages -%}
-{%- endif -%}
-{%- for message in loop_messages -%}
-    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
-        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
-    {%- endif -%}
-    {%- if (message['role'] == 'assistant') -%}
-        {%- set role = "model" -%}
-    {%- else -%}
-        {%- set role = message['role'] -%}
-    {%- endif -%}
-    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
-    {%- if message['content'] is string -%}
-        {{ message['content'] | trim }}
-    {%- elif message['content'] is iterable -%}
-        {%- for item in message['content'] -%}
-            {%- if item['type'] == 'audio' -%}
-                {{ '<audio_soft_token>' }}
-            {%- elif item['type'] == 'image' -%}
-                {{ '<image_soft_token>' }}
-            {%- elif item['type'] == 'text' -%}
-                {{ item['text'] | trim }}
-            {%- endif -%}
-        {%- endfor -%}
-    {%- else -%}
-        {{ raise_exception("Invalid content type") }}
-    {%- endif -%}
-    {{ '<end_of_turn>\n' }}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{'<start_of_turn>model\n'}}
-{%- endif -%}
-"""
 
 _CORPUS_WORDS = """
 the a an and or but of to in on at for with from by as is are was were be been being it this that
@@ -174,7 +106,7 @@ def train_bpe_vocab(specials: list[str], text_vocab: int) -> tuple[dict[str, int
 
     Ids: `specials` first (in order), 256 byte-fallback tokens `<0x00>`..`<0xFF>`, the learned tokens,
     then `<unusedN>` fillers up to `text_vocab`. Returns `(vocab, merges)` for `GemmaTokenizer`.
-    Shared by the tiny stand-ins of every family (`make_tiny_model`, `pipeline.model.tiny_gemma4`).
+    Shared by the tiny stand-ins of every family (`build_stand_in`).
 
     Raises:
         RuntimeError: the trainer learned more tokens than `text_vocab` holds.
@@ -213,170 +145,152 @@ def train_bpe_vocab(specials: list[str], text_vocab: int) -> tuple[dict[str, int
     return vocab, merges
 
 
-def _build_tokenizer(extra_special_tokens: dict[str, str]):
-    """Train the BPE vocabulary (`train_bpe_vocab`) and wrap it in a real `GemmaTokenizer`.
 
-    Returns `(tokenizer, text_vocab_size T)`. Ids: the Gemma specials first (pad 0, eos 1, bos 2,
-    unk 3, mask 4, turn/image/audio starts), 256 byte-fallback tokens `<0x00>`..`<0xFF>`, the learned
-    tokens, fillers up to T, then the vision block and the audio block of `_MULTIMODAL_VOCAB` ids each.
+
+@dataclass(frozen=True)
+class TinySpec:
+    """What one family's stand-in is made of; `build_stand_in` does the rest the same for every family.
+
+    Tokens (ids in this order: `specials`, 256 byte-fallback tokens, the learned tokens and fillers up to
+    `text_vocab`, then each of `multimodal_blocks` with `multimodal_vocab` ids):
+        specials: the special tokens with the first ids (pad 0, eos 1, bos 2, unk 3, mask 4, ...).
+        text_vocab: the text block's size T.
+        named_tokens: the processor's named tokens (`image_token`, `boa_token`, ...) -> token.
+        control_tokens: the other control tokens (turns, ...), all special: never split, skipped by
+            `decode(skip_special_tokens=True)`.
+        multimodal_blocks: `(block, first tokens)` per block after the text ids (Gemma 3n's image and
+            audio embedder rows; the rest of a block is `<BLOCK_reservedK>`); () for none.
+        multimodal_vocab: ids per multimodal block.
+        controls_listed: also list the control tokens among the tokenizer's extra special tokens, before
+            and after the processor is made (Gemma 4: llama.cpp's converter types tokens CONTROL by
+            `all_special_ids`, and `Gemma4Processor`'s constructor replaces the list); False: only added
+            as special tokens (Gemma 3n).
+    Model and processor:
+        model_class: the transformers class name (`Gemma3nForConditionalGeneration`).
+        config: `config(ids, spec) -> ...Config`, `ids` the tokenizer's `convert_tokens_to_ids`.
+        processor: `processor(tokenizer, spec) -> ...Processor` with `spec.chat_template`.
+        chat_template: the family's chat template (jinja).
+        prepare: `prepare(model)`, run under `torch.no_grad()` on the freshly drawn weights (None: none).
+    Marker:
+        family: the `ModelFamily.name`; stands_in_for: the hub id it stands in for.
     """
-    from transformers import GemmaTokenizer
 
-    text_vocab = _TARGET_TEXT_VOCAB
-    vocab, merges = train_bpe_vocab(_BASE_SPECIALS, text_vocab)
-    multimodal = []
-    for block, first_tokens in (("image", ["<end_of_image>", "<image_soft_token>"]), ("audio", ["<end_of_audio>", "<audio_soft_token>"])):
-        tokens = first_tokens + [f"<{block}_reserved{k}>" for k in range(_MULTIMODAL_VOCAB - len(first_tokens))]
-        multimodal += tokens
-    for offset, token in enumerate(multimodal):
-        vocab[token] = text_vocab + offset
-
-    tokenizer = GemmaTokenizer(
-        vocab=vocab,
-        merges=merges,
-        extra_special_tokens=extra_special_tokens,
-        padding_side="left",
-        add_bos_token=True,
-        add_eos_token=False,
-    )
-    # Every control token is special (never split, skipped by decode(skip_special_tokens=True)).
-    control = ["<start_of_turn>", "<end_of_turn>"] + [t for t in multimodal if t not in extra_special_tokens.values()]
-    tokenizer.add_tokens(control, special_tokens=True)
-    return tokenizer, text_vocab
+    family: str
+    stands_in_for: str
+    specials: tuple[str, ...]
+    text_vocab: int
+    named_tokens: dict[str, str]
+    control_tokens: tuple[str, ...]
+    model_class: str
+    config: Callable[[Callable[[str], int], "TinySpec"], Any]
+    processor: Callable[[Any, "TinySpec"], Any]
+    chat_template: str
+    multimodal_blocks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    multimodal_vocab: int = 0
+    controls_listed: bool = False
+    prepare: Callable[[Any], None] | None = field(default=None)
 
 
-def _build_config(tokenizer, text_vocab: int):
-    """Tiny `Gemma3nConfig` whose token ids are the tokenizer's (see the module docstring)."""
-    from transformers import (
-        Gemma3nAudioConfig,
-        Gemma3nConfig,
-        Gemma3nTextConfig,
-        Gemma3nVisionConfig,
-    )
+def tiny_decoder(ids: Callable[[str], int], turn_end: str) -> dict:
+    """The text decoder every stand-in shares, as `...TextConfig` keywords (the family adds its own):
+    hidden 128, MLP 256, 4 layers of 2 query heads and 1 KV head of size 64, per-layer inputs of 64,
+    sliding / full / sliding / full attention with the last two reusing the first two's KV (as E2B's
+    last layers do), and the token ids (`token_ids`).
 
-    ids = tokenizer.convert_tokens_to_ids
-    eos_ids = [ids("<eos>"), ids("<end_of_turn>")]
-    full_vocab = text_vocab + 2 * _MULTIMODAL_VOCAB
-    text_config = Gemma3nTextConfig(
-        vocab_size=full_vocab,
-        vocab_size_per_layer_input=text_vocab,
+    Widths are multiples of 64 like the real sizes (256, 64): bitsandbytes' CPU 4-bit kernel packs blocks
+    of 32 output rows x 64 inputs."""
+    return dict(
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=4,
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=64,
-        # Multiples of 64 like the real sizes (256, 64): bitsandbytes' CPU 4-bit kernel packs blocks of
-        # 32 output rows x 64 inputs.
         hidden_size_per_layer_input=64,
-        laurel_rank=64,
-        altup_num_inputs=4,
-        # Two sliding + two full-attention layers; the last two reuse the KV of the first two, as
-        # the last 10 layers of E2B do.
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
         num_kv_shared_layers=2,
         sliding_window=128,
-        activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0],
         max_position_embeddings=4096,
-        pad_token_id=ids("<pad>"),
-        bos_token_id=ids("<bos>"),
-        eos_token_id=eos_ids,
-    )
-    audio_config = Gemma3nAudioConfig(
-        vocab_size=_MULTIMODAL_VOCAB,
-        vocab_offset=text_vocab + _MULTIMODAL_VOCAB,
-        hidden_size=64,
-        conf_num_attention_heads=4,
-        conf_num_hidden_layers=2,
-        sscp_conv_channel_size=[32, 8],
-    )
-    vision_config = Gemma3nVisionConfig(
-        architecture="test_vit",
-        hidden_size=64,
-        vocab_size=_MULTIMODAL_VOCAB,
-        vocab_offset=text_vocab,
-    )
-    return Gemma3nConfig(
-        text_config=text_config,
-        audio_config=audio_config,
-        vision_config=vision_config,
-        audio_soft_tokens_per_image=188,
-        vision_soft_tokens_per_image=256,
-        boi_token_id=ids("<start_of_image>"),
-        eoi_token_id=ids("<end_of_image>"),
-        image_token_id=ids("<image_soft_token>"),
-        boa_token_id=ids("<start_of_audio>"),
-        eoa_token_id=ids("<end_of_audio>"),
-        audio_token_id=ids("<audio_soft_token>"),
-        pad_token_id=ids("<pad>"),
-        bos_token_id=ids("<bos>"),
-        eos_token_id=eos_ids,
+        **token_ids(ids, turn_end),
     )
 
 
-def make_tiny_model(out_dir: str | Path, *, seed: int = 0) -> Path:
-    """Write a tiny random Gemma 3n checkpoint + processor to `out_dir` and return its path.
+def token_ids(ids: Callable[[str], int], turn_end: str) -> dict:
+    """`pad_token_id`, `bos_token_id` and `eos_token_id` (`<eos>` and the turn's end, `turn_end`) as
+    config keywords, from the tokenizer's `convert_tokens_to_ids` (`ids`)."""
+    return dict(pad_token_id=ids("<pad>"), bos_token_id=ids("<bos>"), eos_token_id=[ids("<eos>"), ids(turn_end)])
+
+
+def media_token_ids(ids: Callable[[str], int], spec: TinySpec) -> dict:
+    """The image and audio marker ids a multimodal config names, from the spec's `named_tokens`:
+    `boi_token_id`, `eoi_token_id`, `image_token_id`, `boa_token_id`, `audio_token_id` (the audio end's
+    keyword differs by family: the family adds it)."""
+    named = spec.named_tokens
+    return dict(boi_token_id=ids(named["boi_token"]), eoi_token_id=ids(named["eoi_token"]),
+                image_token_id=ids(named["image_token"]), boa_token_id=ids(named["boa_token"]),
+                audio_token_id=ids(named["audio_token"]))
+
+
+def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Path:
+    """Write `spec`'s tiny random checkpoint + processor to `out_dir` and return its path.
 
     Args:
         out_dir: folder to write (created; existing files of the same names are overwritten).
+        spec: the family's stand-in (`TinySpec`).
         seed: torch seed for the random weights (the same seed gives the same weights).
 
     Returns:
-        `Path(out_dir)`, loadable with `AutoProcessor.from_pretrained` and
-        `Gemma3nForConditionalGeneration.from_pretrained` offline. ~3 M parameters (~13 MB fp32).
+        `Path(out_dir)`, loadable offline with `AutoProcessor.from_pretrained` and the family's
+        `...ForConditionalGeneration.from_pretrained`.
 
     Raises:
-        ModelLoadError: `timm` (needed by the vision stub) is not installed.
+        ModelLoadError: a package the family's stand-in needs is missing (from `spec.config`).
+        RuntimeError: the tokenizer learned more tokens than `spec.text_vocab` holds.
     """
     import torch
-    from transformers import (
-        Gemma3nAudioFeatureExtractor,
-        Gemma3nForConditionalGeneration,
-        Gemma3nProcessor,
-        SiglipImageProcessor,
-    )
-
-    from pipeline.errors import ModelLoadError
-
-    try:
-        import timm  # noqa: F401
-    except ImportError as error:  # pragma: no cover - timm is in requirements.txt
-        raise ModelLoadError(
-            "Gemma 3n's vision tower needs the `timm` package; install it with `pip install timm`."
-        ) from error
+    import transformers
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    extra = {
-        "image_token": "<image_soft_token>",
-        "boi_token": "<start_of_image>",
-        "eoi_token": "<end_of_image>",
-        "audio_token": "<audio_soft_token>",
-        "boa_token": "<start_of_audio>",
-        "eoa_token": "<end_of_audio>",
-    }
-    tokenizer, text_vocab = _build_tokenizer(extra)
-    config = _build_config(tokenizer, text_vocab)
-
+    tokenizer = _build_tokenizer(spec)
+    config = spec.config(tokenizer.convert_tokens_to_ids, spec)
     torch.manual_seed(seed)
-    model = Gemma3nForConditionalGeneration(config).eval()
-    processor = Gemma3nProcessor(
-        feature_extractor=Gemma3nAudioFeatureExtractor(),
-        image_processor=SiglipImageProcessor(size={"height": 768, "width": 768}),
-        tokenizer=tokenizer,
-        chat_template=GEMMA3N_CHAT_TEMPLATE,
-        audio_seq_length=188,
-        image_seq_length=256,
-    )
-    return save_tiny_checkpoint(out, model, config, processor, stands_in_for="google/gemma-3n-E2B-it",
-                                text_vocab=text_vocab, seed=seed)
+    model = getattr(transformers, spec.model_class)(config).eval()
+    if spec.prepare is not None:
+        with torch.no_grad():
+            spec.prepare(model)
+    processor = spec.processor(tokenizer, spec)
+    if spec.controls_listed:  # the processor's constructor replaced the list: add the control tokens back
+        processor.tokenizer.add_special_tokens({"extra_special_tokens": list(spec.control_tokens)},
+                                               replace_extra_special_tokens=False)
+    return _save(out, model, config.text_config, processor, spec, seed)
 
 
-def save_tiny_checkpoint(out: Path, model, token_config, processor, *, stands_in_for: str, text_vocab: int,
-                         seed: int, family: str | None = None) -> Path:
+def _build_tokenizer(spec: TinySpec):
+    """Train the BPE vocabulary (`train_bpe_vocab`), append the multimodal blocks, and wrap it in a real
+    `GemmaTokenizer` whose control tokens are special (see `TinySpec`)."""
+    from transformers import GemmaTokenizer
+
+    vocab, merges = train_bpe_vocab(list(spec.specials), spec.text_vocab)
+    multimodal = []
+    for block, first_tokens in spec.multimodal_blocks:
+        multimodal += list(first_tokens) + [f"<{block}_reserved{k}>" for k in range(spec.multimodal_vocab - len(first_tokens))]
+    for offset, token in enumerate(multimodal):
+        vocab[token] = spec.text_vocab + offset
+    tokenizer = GemmaTokenizer(vocab=vocab, merges=merges, extra_special_tokens=dict(spec.named_tokens),
+                               padding_side="left", add_bos_token=True, add_eos_token=False)
+    control = [t for t in (*spec.control_tokens, *multimodal) if t not in spec.named_tokens.values()]
+    if spec.controls_listed:
+        tokenizer.add_special_tokens({"extra_special_tokens": control}, replace_extra_special_tokens=False)
+    else:
+        tokenizer.add_tokens(control, special_tokens=True)
+    return tokenizer
+
+
+def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) -> Path:
     """Save a tiny random model as a checkpoint loads: greedy generation settings with the ids of
     `token_config` (bos/eos/pad), the weights, `processor`, and the marker (`MARKER_FILE`: random
-    weights, what it stands in for, its parameter count, text vocabulary and seed). Returns `out`."""
+    weights, its family, what it stands in for, its parameter count, text vocabulary and seed). Returns `out`."""
     from transformers import GenerationConfig
 
     model.generation_config = GenerationConfig(
@@ -389,10 +303,10 @@ def save_tiny_checkpoint(out: Path, model, token_config, processor, *, stands_in
     processor.save_pretrained(out)
     marker = {
         "tiny_random_model": True,
-        **({"family": family} if family else {}),
-        "note": f"Random weights: a structural stand-in for {stands_in_for}; its text is meaningless.",
+        "family": spec.family,
+        "note": f"Random weights: a structural stand-in for {spec.stands_in_for}; its text is meaningless.",
         "parameters": int(sum(p.numel() for p in model.parameters())),
-        "text_vocab_size": text_vocab,
+        "text_vocab_size": spec.text_vocab,
         "seed": seed,
     }
     (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -400,7 +314,7 @@ def save_tiny_checkpoint(out: Path, model, token_config, processor, *, stands_in
 
 
 def is_tiny_random_model(model: str | Path) -> bool:
-    """True when `model` holds the marker `make_tiny_model` writes (random weights): a local folder, or a hub id
+    """True when `model` holds the marker `build_stand_in` writes (random weights): a local folder, or a hub id
     whose files in the Hugging Face cache include it (a stand-in served from a hub, as the download tests do)."""
     path = Path(str(model)).expanduser()
     marker = path / MARKER_FILE
@@ -422,3 +336,4 @@ def is_tiny_random_model(model: str | Path) -> bool:
         return bool(json.loads(marker.read_text(encoding="utf-8")).get("tiny_random_model"))
     except (OSError, ValueError):
         return False
+

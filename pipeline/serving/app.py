@@ -141,28 +141,10 @@ def _error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
-def create_app(served: dict[str, ServedModel], *, api_key: str, max_body_bytes: int,
-               limits: RequestLimits | None = None) -> FastAPI:
-    """The FastAPI application serving `served` (from `pipeline.serving.models.load_served`).
-
-    Args:
-        served: `{name: ServedModel}`; `model` in a request picks one.
-        api_key: the key clients must send as `Authorization: Bearer KEY` (non-empty).
-        max_body_bytes: the largest request body accepted, in bytes (larger: 413).
-        limits: the bounds on one request's clips, audio seconds and text (default `RequestLimits()`).
-
-    Raises:
-        ConfigError: an empty `api_key` or a `max_body_bytes` below 1.
-    """
-    from pipeline.errors import ConfigError
-
-    if not api_key:
-        raise ConfigError("The API key is empty; give `--api-key KEY` or leave it out to have one generated.")
-    if max_body_bytes < 1:
-        raise ConfigError(f"`--max-body-mb` must be above 0, got {max_body_bytes / 1e6} MB.")
-    names = list(served)
-    limits = limits or RequestLimits()
-    app = FastAPI(title="Pronunciation tutor API (OpenAI-compatible)", docs_url=None, redoc_url=None, openapi_url=None)
+def _add_error_handlers(app: FastAPI) -> None:
+    """Answer every fault in OpenAI's error shape (`error_body`): an `ApiError` as it is, a `PipelineError` raised
+    while answering as a 4xx (`_as_api_error`), an unknown URL (404 / 405) naming the two this server answers, an
+    invalid request as 400, anything else as 500 (logged)."""
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, error: ApiError):
@@ -190,6 +172,32 @@ def create_app(served: dict[str, ServedModel], *, api_key: str, max_body_bytes: 
         LOG.exception("%s %s failed", request.method, request.url.path)
         return JSONResponse(error_body(f"The server failed to answer ({type(error).__name__}: {error}); "
                                        "the server's log has the details.", type="server_error"), status_code=500)
+
+
+def create_app(served: dict[str, ServedModel], *, api_key: str, max_body_bytes: int,
+               limits: RequestLimits | None = None) -> FastAPI:
+    """The FastAPI application serving `served` (from `pipeline.serving.models.load_served`).
+
+    Args:
+        served: `{name: ServedModel}`; `model` in a request picks one.
+        api_key: the key clients must send as `Authorization: Bearer KEY` (non-empty).
+        max_body_bytes: the largest request body accepted, in bytes (larger: 413).
+        limits: the bounds on one request's clips, audio seconds and text (default `RequestLimits()`).
+
+    Raises:
+        ConfigError: an empty `api_key` or a `max_body_bytes` below 1.
+    """
+    from pipeline.errors import ConfigError
+
+    if not api_key:
+        raise ConfigError("The API key is empty; give `--api-key KEY` or leave it out to have one generated.")
+    if max_body_bytes < 1:
+        raise ConfigError(f"`--max-body-mb` must be above 0, got {max_body_bytes / 1e6} MB.")
+    names = list(served)
+    limits = limits or RequestLimits()
+    app = FastAPI(title="Pronunciation tutor API (OpenAI-compatible)", docs_url=None, redoc_url=None, openapi_url=None)
+
+    _add_error_handlers(app)
 
     @app.get("/health")
     async def health():

@@ -95,6 +95,33 @@ def best_reason(best: dict | None) -> str | None:
     return f"the adapter is step {best['step']}'s: {why}, the best of {plural(best['evaluations'], 'evaluation')}"
 
 
+def judge_now(model, processor: Any, rows: list[dict], *, model_id: str, device: str,
+              quantization: str) -> tuple[float, float]:
+    """(agreement with the experts, seconds) of `model` as it is now, answering `rows` (`judge_rows`) as the
+    tutor does: generation with the KV cache on (restored after), torch's thread count restored, and the
+    model put back in training mode."""
+    import torch
+
+    from pipeline.tutor.infer import Tutor
+
+    threads = torch.get_num_threads()
+    caches = [c for c in (model.config, getattr(model.config, "text_config", None)) if c is not None]
+    kept = [getattr(c, "use_cache", None) for c in caches]
+    started = time.perf_counter()
+    try:
+        for c in caches:
+            c.use_cache = True
+        tutor = Tutor(model, processor, model_id=model_id, run=None, adapter_dir=None, device=device,
+                      quantization=quantization)
+        answers = [tutor.feedback(row["audio_wav"], row["target_text"]).text for row in rows]
+    finally:
+        for c, value in zip(caches, kept):
+            c.use_cache = value
+        torch.set_num_threads(threads)
+        model.train()
+    return expert_agreement(answers, rows), round(time.perf_counter() - started, 3)
+
+
 def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor: Any, eval_data: Any, device: str,
                                   quantization: str):
     """The `transformers.TrainerCallback` that judges, keeps the best adapter and stops early (module
@@ -133,27 +160,9 @@ def make_best_checkpoint_callback(paths: dict[str, Path], config: Any, processor
                     "best_reason": best_reason(self.best), "early_stopped": self.early_stopped}
 
         def judge(self, model) -> tuple[float, float]:
-            """(agreement, seconds) of the model as it is now on the subset."""
-            import torch
-
-            from pipeline.tutor.infer import Tutor
-
-            threads = torch.get_num_threads()
-            caches = [c for c in (model.config, getattr(model.config, "text_config", None)) if c is not None]
-            kept = [getattr(c, "use_cache", None) for c in caches]
-            started = time.perf_counter()
-            try:
-                for c in caches:
-                    c.use_cache = True
-                tutor = Tutor(model, processor, model_id=config.model, run=None, adapter_dir=None, device=device,
-                              quantization=quantization)
-                answers = [tutor.feedback(row["audio_wav"], row["target_text"]).text for row in self.rows]
-            finally:
-                for c, value in zip(caches, kept):
-                    c.use_cache = value
-                torch.set_num_threads(threads)
-                model.train()
-            return expert_agreement(answers, self.rows), round(time.perf_counter() - started, 3)
+            """(agreement, seconds) of the model as it is now on the subset (`judge_now`)."""
+            return judge_now(model, processor, self.rows, model_id=config.model, device=device,
+                             quantization=quantization)
 
         def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
             if self.criterion == AGREEMENT:

@@ -116,23 +116,10 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 self.micro_batches, self.last_logged_step, self.last_logged_at = 0, state.global_step, now
             left = remaining_seconds(self.step_seconds, self.step_micro_batches, run_micro_batches(
                 state.global_step, state.max_steps, self.per_epoch, self.config.grad_accum))
-            line = {
-                "kind": "eval" if "eval_loss" in logs else "train",
-                "step": state.global_step,
-                "max_steps": state.max_steps,
-                "epoch": round(float(state.epoch or 0.0), 4),
-                "loss": logs.get("loss"),
-                "learning_rate": logs.get("learning_rate"),
-                "grad_norm": logs.get("grad_norm"),
-                "eval_loss": logs.get("eval_loss"),
-                "samples_per_s": round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
-                "elapsed_s": round(self.elapsed_before_s + time.time() - self.started_at, 3),
-                "eta_s": round(left, 1) if left is not None else None,
-                "time": round(time.time(), 3),
-            }
-            memory = self.memory.to_dict()
-            line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
-                        peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
+            line = progress_line(state, logs, self.memory.to_dict(),
+                                 samples_per_s=round(steps_done * self.rows_per_step / elapsed, 4) if elapsed > 0 else None,
+                                 elapsed_s=round(self.elapsed_before_s + time.time() - self.started_at, 3),
+                                 eta_s=round(left, 1) if left is not None else None)
             if line["loss"] is not None:
                 self.last_loss = float(line["loss"])
             if line["eval_loss"] is not None:
@@ -140,13 +127,43 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
             if not distributed.is_main_process():
                 return
             append_jsonl(self.paths["progress"], line)
-            if line["kind"] == "eval":
-                log.info("step %d/%d eval_loss %.4f", state.global_step, state.max_steps, line["eval_loss"])
-            else:
-                log.info(
-                    "step %d/%d loss %s lr %s grad_norm %s peak so far %s eta %s s",
-                    state.global_step, state.max_steps, line["loss"], line["learning_rate"], line["grad_norm"],
-                    format_gib(line["peak_memory_bytes"]), line["eta_s"],
-                )
+            _log_progress(line)
 
     return ProgressCallback(paths, config, memory, started_at)
+
+
+def progress_line(state, logs: dict, memory: dict, *, samples_per_s: float | None, elapsed_s: float,
+                  eta_s: float | None) -> dict:
+    """One progress.jsonl line (`ProgressCallback`'s docstring names its keys) from the Trainer's `state`, the
+    logged values `logs` and `memory` (`PhaseMemory.to_dict()`); the three timings as the callback worked them
+    out."""
+    line = {
+        "kind": "eval" if "eval_loss" in logs else "train",
+        "step": state.global_step,
+        "max_steps": state.max_steps,
+        "epoch": round(float(state.epoch or 0.0), 4),
+        "loss": logs.get("loss"),
+        "learning_rate": logs.get("learning_rate"),
+        "grad_norm": logs.get("grad_norm"),
+        "eval_loss": logs.get("eval_loss"),
+        "samples_per_s": samples_per_s,
+        "elapsed_s": elapsed_s,
+        "eta_s": eta_s,
+        "time": round(time.time(), 3),
+    }
+    line.update(peak_memory_bytes=memory["peak_bytes"], phase_peak_bytes=memory["phase_peak_bytes"],
+                peak_phase=memory["peak_phase"], memory_kind=memory["memory_kind"])
+    return line
+
+
+def _log_progress(line: dict) -> None:
+    """Say a progress line in the run's log: an evaluation's loss, or a step's loss, learning rate, gradient
+    norm, peak memory so far and time left."""
+    if line["kind"] == "eval":
+        log.info("step %d/%d eval_loss %.4f", line["step"], line["max_steps"], line["eval_loss"])
+    else:
+        log.info(
+            "step %d/%d loss %s lr %s grad_norm %s peak so far %s eta %s s",
+            line["step"], line["max_steps"], line["loss"], line["learning_rate"], line["grad_norm"],
+            format_gib(line["peak_memory_bytes"]), line["eta_s"],
+        )

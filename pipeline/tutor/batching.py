@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from pipeline.errors import ConfigError
+from pipeline.host.env_settings import whole_number
 
 DEFAULT_MAX_BATCH = 8
 """Rows generated together per loaded model. What it buys is measured by benchmarks/classroom.py
@@ -74,17 +75,9 @@ def default_max_batch() -> int:
     """`TUTOR_MAX_BATCH` when set, else `DEFAULT_MAX_BATCH`.
 
     Raises ConfigError when `TUTOR_MAX_BATCH` is not a whole number >= 1."""
-    value = os.environ.get(MAX_BATCH_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_BATCH
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigError(f"`{MAX_BATCH_ENV}` must be a whole number of answers >= 1, got {value!r}; "
-                          f"unset it for the default ({DEFAULT_MAX_BATCH}), or 1 to answer one question at a time.")
-    return number
+    number = whole_number(MAX_BATCH_ENV, unit="answers", unset=f"unset it for the default ({DEFAULT_MAX_BATCH}), "
+                                                            "or 1 to answer one question at a time")
+    return DEFAULT_MAX_BATCH if number is None else number
 
 
 @dataclass
