@@ -20,8 +20,8 @@ from pipeline.data.rows import row_clip_lengths, row_messages, sample_row
 @dataclass
 class Rendered:
     """A sample's row (`pipeline.data.rows.sample_row`) with its conversation rendered as the
-    tokenizer sees it: `full` (with every answer) and `prompt` (up to the first answer, with the
-    generation prompt)."""
+    tokenizer sees it: `full` (the training text: every answer, the last after the generation prompt,
+    `TokenCounter.render_training`) and `prompt` (up to the first answer, with the generation prompt)."""
 
     row: dict
     full: str
@@ -47,7 +47,7 @@ def render_rows(samples: list, library: Any, counter: TokenCounter,
         try:  # the same rule as training and inference: no control token in a person's text
             tokenizer = counter.tokenizer
             lengths = row_clip_lengths(row)
-            full = counter.render(row_messages(row, lengths, tokenizer=tokenizer))
+            full = counter.render_training(row_messages(row, lengths, tokenizer=tokenizer))
             prompt = counter.render(row_messages(row, lengths, answers=False, tokenizer=tokenizer), add_generation_prompt=True)
         except PipelineError as error:
             excluded.append({"id": sample.id, "reason": str(error)})
