@@ -1,0 +1,118 @@
+"""The rule of issue 43: every supervised answer of a training row is preceded by exactly the tokens the
+product sends when it asks for that answer (`processor.apply_chat_template(history, add_generation_prompt=True,
+tokenize=True)`, what `pipeline.tutor.infer.Tutor` sends), for both families and every kind, with and without
+a system prompt, on the processors' own templates (the tiny stand-ins': Gemma 3n's, and Gemma 4's with the
+empty thought channel of thinking off); the loss covers the answer and its turn end, never the channel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+SR = 16_000
+
+
+def _clip(seconds: float, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(int(seconds * SR)) * 0.1).astype(np.float32)
+
+
+def _conversations(tokenizer):
+    """(name, messages, clips) of every kind, each with its system prompt and without it."""
+    from pipeline.conversation.messages import conversation_messages
+
+    a, b = _clip(1.37, 1), _clip(2.9, 2)
+    turns = [{"role": "learner", "clip": 0}, {"role": "tutor", "text": "Say it again."},
+             {"role": "learner", "clip": 1, "text": "bear"}, {"role": "tutor", "text": "Better, keep going."}]
+    kinds = [
+        ("read_aloud", conversation_messages("read_aloud", target_text="We call it bear.", feedback="Accuracy 7/10.",
+                                             audios=[a], tokenizer=tokenizer), [a]),
+        ("free_speech", conversation_messages("free_speech", prompt="Describe your last holiday.",
+                                              feedback="Good answer.", audios=[b], tokenizer=tokenizer), [b]),
+        ("dialogue", conversation_messages("dialogue", turns=turns, audios=[a, b], tokenizer=tokenizer), [a, b]),
+    ]
+    out = []
+    for name, messages, clips in kinds:
+        out.append((name, messages, clips))
+        out.append((f"{name} without a system prompt", messages[1:], clips))
+    return out
+
+
+def _ids(batch) -> list[int]:
+    ids = batch["input_ids"]
+    ids = ids[0] if not isinstance(ids[0], int) else ids
+    return [int(t) for t in ids]
+
+
+@pytest.fixture(scope="module", params=["gemma3n", "gemma4"])
+def processor(request, tiny_model_dir, tiny_gemma4_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(tiny_model_dir if request.param == "gemma3n" else tiny_gemma4_dir)
+
+
+def test_every_supervised_answer_follows_the_prompt_the_product_sends(processor):
+    """The training batch (`ChatCollator`, the trainer's) of each kind: each supervised span is preceded token
+    for token by the answer-time prompt of the conversation up to that answer, and holds the answer + turn end."""
+    import torch
+
+    from pipeline.model.tokens import IGNORE_INDEX, family_of_tokenizer
+    from pipeline.training.collate import ChatCollator, build_labels
+
+    tok = processor.tokenizer
+    family = family_of_tokenizer(tok)
+    collator = ChatCollator(processor)
+    for name, messages, clips in _conversations(tok):
+        ids = _ids(collator._tokenize([messages], clips))
+        labels = build_labels(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), tok)[0].tolist()
+        runs = _runs([i for i, t in enumerate(labels) if t != IGNORE_INDEX])
+        answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        # Gemma 3n asks as its history shows: every answer; the stand-in Gemma 4 asks with the empty channel,
+        # which past turns never carry: the row's last answer only
+        assert len(runs) == (len(answers) if family.name == "gemma3n" else 1), name
+        for (start, end), index in zip(runs, answers[-len(runs):]):
+            prompt = _ids(processor.apply_chat_template(messages[:index], add_generation_prompt=True, tokenize=True,
+                                                        return_dict=True))
+            assert ids[:start] == prompt, f"{family.name} {name}: the row's prefix is not the answer-time prompt"
+            assert tok.decode(ids[start:end]) == messages[index]["content"][0]["text"] + family.turn_end, name
+        assert "<|channel>" not in tok.decode([t for t in labels if t != IGNORE_INDEX])
+
+
+def _runs(positions: list[int]) -> list[tuple[int, int]]:
+    """Half-open runs of consecutive positions."""
+    runs: list[tuple[int, int]] = []
+    for p in positions:
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    return runs
+
+
+def test_the_fast_count_equals_the_training_batch(processor):
+    """`TokenCounter.render_training` (the dataset build's count, the estimate's lengths) gives exactly the
+    training batch's tokens, and `check_rows` finds every row trainable."""
+    from pipeline.model.tokens import ClipLength, TokenCounter
+    from pipeline.training.collate import ChatCollator
+
+    counter = TokenCounter(processor)
+    collator = ChatCollator(processor)
+    for name, messages, clips in _conversations(processor.tokenizer):
+        ids = _ids(collator._tokenize([messages], clips))
+        lengths = [ClipLength(len(c) / SR) for c in clips]
+        placeholders = [dict(m, content=[dict(b, audio=lengths.pop(0)) if b.get("type") == "audio" else b
+                                         for b in m["content"]]) for m in messages]
+        assert counter.encode_texts([counter.render_training(placeholders)])[0] == ids, name
+
+
+def test_the_asked_header_is_read_from_the_template(processor):
+    """Gemma 3n asks as its history shows; the stand-in Gemma 4 adds the empty thought channel of thinking off."""
+    from pipeline.model.tokens import answer_header, asked_extra, family_of_tokenizer
+
+    family = family_of_tokenizer(processor.tokenizer)
+    extra, ids = asked_extra(processor.tokenizer)
+    if family.name == "gemma3n":
+        assert (extra, ids) == ("", ()) and answer_header(processor.tokenizer) == "<start_of_turn>model\n"
+    else:
+        assert extra == "<|channel>thought\n<channel|>" and ids
+        assert answer_header(processor.tokenizer) == "<|turn>model\n<|channel>thought\n<channel|>"
