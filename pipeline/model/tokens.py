@@ -244,6 +244,18 @@ class TokenCounter:
         the generation prompt where the template asks with more than its history shows."""
         return training_text(self.render, messages, self.tokenizer)
 
+    def supervised_tokens_as_history(self, ids: Sequence[int]) -> int:
+        """Tokens a row rendered whole (`render`, every answer as the history shows it) would supervise
+        under the rule before issue 43 (every model turn after its header): the build report's before."""
+        family, start_turn, end_turn = _turn_ids(self.tokenizer)
+        total = 0
+        for position in [i for i, t in enumerate(ids) if t == start_turn]:
+            header_end = _model_header_end(list(ids), position + 1, self.tokenizer, family.model_turn_header)
+            if header_end is not None:
+                end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
+                total += (end - header_end) if end is not None else 0
+        return total
+
     def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
         """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
         return self.count_texts([self.render(m, add_generation_prompt=add_generation_prompt) for m in messages_list])
