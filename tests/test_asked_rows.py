@@ -116,3 +116,50 @@ def test_the_asked_header_is_read_from_the_template(processor):
     else:
         assert extra == "<|channel>thought\n<channel|>" and ids
         assert answer_header(processor.tokenizer) == "<|turn>model\n<|channel>thought\n<channel|>"
+
+
+def test_the_build_trains_one_row_per_tutor_answer_and_says_what_it_costs(tmp_path, tiny_model_dir, tiny_gemma4_dir):
+    """The sample pack's tutoring JSONL (dialogues with two tutor answers, free speech): built for the stand-in
+    Gemma 4, each dialogue of the train split trains one row per answer, each row within the rule; the report
+    gives rows and tokens before and after; Gemma 3n's rows are unchanged; a rebuild of a dataset made before
+    the rule says that its rows changed, and why (once)."""
+    import contextlib
+    import io
+    import json
+    from pathlib import Path
+
+    from datasets import load_from_disk
+    from transformers import AutoProcessor
+
+    from pipeline.data.cli import import_main
+    from pipeline.data.dataset import build_dataset
+    from pipeline.training.collate import check_rows
+
+    pack = Path(__file__).resolve().parents[1] / "sample_data" / "speechocean762-pack" / "tutoring.jsonl"
+    ws = tmp_path / "ws"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert import_main(["--workspace", str(ws), "--source", str(pack)]) == 0
+    before = build_dataset(ws, str(tiny_model_dir), eval_fraction=0.0, max_length=1024)
+    assert before.asked_rows["template_adds"] == "" and before.asked_rows["rows"] == before.asked_rows["rows_before"]
+    assert before.asked_rows["tokens"] == before.asked_rows["tokens_before"]
+    build_dataset(ws, str(tiny_gemma4_dir), eval_fraction=0.0, max_length=1024)
+    path = ws / "dataset" / "build_report.json"
+    old = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("row_rule", "asked_rows")}
+    path.write_text(json.dumps(old))  # a report as builds before the rule wrote it
+    report = build_dataset(ws, str(tiny_gemma4_dir), eval_fraction=0.0, max_length=1024)
+    cost = report.asked_rows
+    dialogues = [k for k in report.kinds if k == "dialogue"]
+    assert dialogues and cost["template_adds"] == "<|channel>thought\n<channel|>"
+    train = [dict(r) for r in load_from_disk(str(ws / "dataset"))["train"]]
+    cuts = [r["id"] for r in train if "@" in r["id"]]
+    assert cuts and cost["rows"] == len(train) == cost["rows_before"] + len(cuts)
+    assert cost["tokens"] == sum(r["num_tokens"] for r in train) > cost["tokens_before"]
+    assert cost["supervised"] == cost["supervised_before"]  # every answer still learned, each once
+    assert any("rows changed" in note and "thought" in note for note in report.notes), report.notes
+    assert "each trained answer follows the prompt" in report.summary()
+    processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
+    assert check_rows(processor, train, max_length=1024) == []
+    again = build_dataset(ws, str(tiny_gemma4_dir), eval_fraction=0.0, max_length=1024)
+    assert not any("rows changed" in note for note in again.notes)
+    saved = json.loads(path.read_text())
+    assert saved["row_rule"] == 2 and saved["asked_rows"] == cost
