@@ -163,3 +163,25 @@ def test_the_build_trains_one_row_per_tutor_answer_and_says_what_it_costs(tmp_pa
     assert not any("rows changed" in note for note in again.notes)
     saved = json.loads(path.read_text())
     assert saved["row_rule"] == 2 and saved["asked_rows"] == cost
+
+
+def test_the_rule_holds_on_a_gemma_4_template_google_wrote(tiny_gemma4_dir):
+    """Google's Gemma 4 chat template as llama.cpp ships it (`models/templates/google-gemma-4-31B-it.jinja` in the
+    llama.cpp source this project fetches from PyPI's llama-cpp-python sdist, `pipeline.export.llama_cpp`), put on
+    the stand-in's processor: every kind's training row still holds the rule. Skipped only where that source was
+    never fetched (`python -m pipeline llama-cpp`; `tests/test_gguf.py` fetches it)."""
+    from transformers import AutoProcessor
+
+    from pipeline.errors import ExportError
+    from pipeline.export.llama_cpp import source_dir
+    from pipeline.model.tokens import asked_extra
+
+    try:
+        template = (source_dir(fetch=False) / "models" / "templates" / "google-gemma-4-31B-it.jinja").read_text()
+    except ExportError:
+        pytest.skip("llama.cpp's source is not in the cache: run `python -m pipeline llama-cpp`")
+    processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
+    processor.chat_template = processor.tokenizer.chat_template = template
+    assert asked_extra(processor.tokenizer)[0] == "<|channel>thought\n<channel|>"
+    test_every_supervised_answer_follows_the_prompt_the_product_sends(processor)
+    test_the_fast_count_equals_the_training_batch(processor)
