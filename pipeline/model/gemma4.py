@@ -333,5 +333,6 @@ GEMMA4 = ModelFamily(
     audio_span=audio_span,
     gguf_audio=True,
     estimate_only=ESTIMATE_ONLY,
+    thought_channel=("<|channel>", "<channel|>"),
 )
 """Gemma 4 E2B / E4B (`google/gemma-4-E2B-it`, Apache 2.0, not gated)."""

@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from pipeline.conversation.feedback import without_thought_text
 from pipeline.errors import DatasetError
 from pipeline.model.catalog import FAMILIES, DEFAULT_FAMILY
 from pipeline.model.family import ModelFamily
@@ -123,6 +124,28 @@ def asked_extra(tokenizer: Any) -> tuple[str, tuple[int, ...]]:
     except TypeError:
         pass
     return cached
+
+
+def answer_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The answer a person sees for generated token `ids`: `tokenizer.decode(ids, skip_special_tokens=True)`
+    stripped, without any thought channel the model wrote (its family's `thought_channel`: from `<|channel>`
+    through `<channel|>`, or to the end while it is not closed). Gemma 4 is reported to leak one into
+    answers, notably with a system prompt; skipping special tokens alone would keep its text ("thought ...").
+    Every surface reads answers through this (Try, Judge, grounding, the practice page, the API, the inbox)."""
+    family = family_of_tokenizer(tokenizer)
+    kept = [int(t) for t in ids]
+    if family.thought_channel:
+        opening, closing = (tokenizer.convert_tokens_to_ids(t) for t in family.thought_channel)
+        out, inside = [], False
+        for token in kept:
+            if token == opening:
+                inside = True
+            elif inside:
+                inside = token != closing
+            else:
+                out.append(token)
+        kept = out
+    return without_thought_text(tokenizer.decode(kept, skip_special_tokens=True)).strip()
 
 
 def training_text(render: Any, messages: list[dict], tokenizer: Any) -> str:
