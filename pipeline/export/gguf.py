@@ -35,6 +35,7 @@ from pipeline.export import llama_cpp
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
 from pipeline.fileio import atomic_write_json, atomic_write_text
+from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS  # the tutor's longest answer: Ollama's num_predict
 from pipeline.units import format_bytes
 
 QUANTS = ("q8_0", "q4_k_m", "f16", "bf16", "f32")
@@ -60,15 +61,21 @@ def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
     return progress or (lambda _: None)
 
 
-def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
+def modelfile(run: str, system_prompt: str, *, projector: bool = True, asked_with: str = "<|channel>thought\n<channel|>",
+              num_ctx: int = 4096) -> str:
     """Ollama's Modelfile for the exported tutor: `FROM` the model (and its projector), Gemma 4's chat
-    turns as a Go template, the tutor's system prompt, greedy decoding that stops at `<turn|>`.
+    turns as a Go template, the tutor's system prompt, and the tutor's own decoding: greedy
+    (`temperature 0`, as `pipeline.tutor.infer` answers), at most `DEFAULT_MAX_NEW_TOKENS` tokens, stopping
+    at `<turn|>`, in a context of `num_ctx` tokens (the run's `--max-length` + the answer).
 
-    The template renders what the tutor was trained on, as Gemma 4's chat template does (llama.cpp's
-    `google-gemma-4-31B-it.jinja`; `tests/test_gguf.py` compares it with the prompt llama.cpp builds):
-    a system turn, the user turn, then the model turn with the empty thought channel (thinking off).
-    It uses Ollama's `.System` / `.Prompt` / `.Response` (one exchange per turn); Ollama puts the clip
-    where its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
+    The template renders what the tutor was trained on and is asked with (the rule of
+    `pipeline.model.tokens.training_text`): a system turn, the user turn, then the model turn's start with
+    `asked_with`, what the base's chat template adds there with thinking off (`asked_extra`: the empty
+    thought channel for the stand-in's template, nothing for E2B's own). Thinking stays off: the template
+    has no `<|think|>` and no `.Think` (Ollama's thinking mode is reported to empty audio replies).
+    It uses only the variables Ollama documents for a Modelfile's TEMPLATE (`.System`, `.Prompt`,
+    `.Response`; docs/modelfile.mdx, checked by `tests/test_modelfile.py`); Ollama puts the clip where
+    its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
     """
     lines = [f"# Pronunciation tutor `{run}` for Ollama: `ollama create {run} -f Modelfile` in this folder.",
              f"FROM ./{run}.gguf"]
@@ -80,13 +87,13 @@ def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
         '{{ end }}{{ if .Prompt }}<|turn>user',
         '{{ .Prompt }}<turn|>',
         '{{ end }}<|turn>model',
-        '<|channel>thought',
-        '<channel|>{{ .Response }}<turn|>',
+        asked_with + '{{ .Response }}<turn|>',
         '"""',
         f'SYSTEM """{system_prompt}"""',
         f'PARAMETER stop "{STOP_TOKEN}"',
         "PARAMETER temperature 0",
-        "PARAMETER num_predict 256",
+        f"PARAMETER num_predict {DEFAULT_MAX_NEW_TOKENS}",
+        f"PARAMETER num_ctx {int(num_ctx)}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -228,6 +235,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     """
     from pipeline.conversation.messages import SYSTEM_PROMPT
     from pipeline.model.base_identity import run_base_model
+    from pipeline.model.tokens import asked_extra
     from pipeline.model.catalog import family_for
 
     say = _say(progress)
@@ -262,6 +270,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
         template_path = merged_dir / "chat_template.jinja"
         template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
                     else done["processor"].tokenizer.chat_template)
+        asked_with = asked_extra(done["processor"].tokenizer)[0]
         atomic_write_text(template_path, tutor_chat_template(template, SYSTEM_PROMPT))
         del done
         with staged_folder(target) as staging:
@@ -275,7 +284,9 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
                 _convert(merged_dir, gguf, quant, mmproj=False, say=say)
             if projector:
                 _convert(merged_dir, staging / f"mmproj-{run}.gguf", projector, mmproj=True, say=say)
-            atomic_write_text(staging / "Modelfile", modelfile(run, SYSTEM_PROMPT, projector=bool(projector)))
+            atomic_write_text(staging / "Modelfile", modelfile(
+                run, SYSTEM_PROMPT, projector=bool(projector), asked_with=asked_with,
+                num_ctx=int(info["settings"].get("max_length") or 512) + DEFAULT_MAX_NEW_TOKENS))
             atomic_write_text(staging / "system_prompt.txt", SYSTEM_PROMPT + "\n")
             atomic_write_text(staging / "README.md", _readme(info, run, quant, bool(projector), notes))
             atomic_write_json(staging / "export.json", dict(_provenance(info, "gguf"), quant=quant, projector=projector,
