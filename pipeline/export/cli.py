@@ -119,13 +119,20 @@ def llama_cpp_main(argv: list[str] | None = None) -> int:
                                      description="llama.cpp for the GGUF export: its source, converter and tools.")
     parser.add_argument("--build", action="store_true",
                         help="fetch the source if needed and build llama-mtmd-cli and llama-quantize (minutes, cached)")
+    parser.add_argument("--portable", action="store_true",
+                        help="with --build: build the slower tools that run on any x86-64 CPU (for a tool that died "
+                             "on an illegal instruction), and use them from then on")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
+    if args.portable and not args.build:
+        parser.error("--portable goes with --build: `python -m pipeline llama-cpp --build --portable`")
     built = None
     if args.build:
         say = None if args.json else (lambda line: print(line, flush=True))
         llama_cpp.source_dir(say=say)
-        if len(llama_cpp.built_tools()) < len(llama_cpp.TOOLS):
+        if args.portable:
+            built = llama_cpp.build_tools(variants=("portable",), say=say)
+        elif len(llama_cpp.built_tools()) < len(llama_cpp.TOOLS):
             built = llama_cpp.build_tools(say=say)
     state = dict(llama_cpp.status(), built_now=built)
     if args.json:
@@ -135,10 +142,13 @@ def llama_cpp_main(argv: list[str] | None = None) -> int:
     print(f"  source:    {state['source'] or 'not fetched yet (--build fetches it)'}")
     print(f"  converter: {state['converter'] or '-'}")
     for name, path in state["tools"].items():
-        print(f"  {name}: {path or 'not built (--build)'}")
+        print(f"  {name}: {path or 'not built for this CPU (--build)'}")
+    if state["variant"]:
+        print(f"  build for this CPU ({state['cpu_key']}): {state['variant']}, proved by a smoke answer")
     for record in state["builds"][-3:]:
-        print(f"  built {', '.join(record['targets'])} in {record['seconds']:.0f} s on {record['cpus']} CPUs "
-              f"({record['jobs']} jobs, load average {record.get('load_average_at_start')}) at {record['built_at']}")
+        print(f"  built {', '.join(record['targets'])} ({record.get('variant', 'native')}) in {record['seconds']:.0f} s "
+              f"on {record['cpus']} CPUs ({record['jobs']} jobs, load average {record.get('load_average_at_start')}) "
+              f"at {record['built_at']}")
     return 0
 
 

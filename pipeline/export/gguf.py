@@ -253,6 +253,8 @@ def _quantize(source: Path, target: Path, quant: str, say: Callable[[str], None]
     binary = llama_cpp.tool("llama-quantize", say=say)
     say(f"Quantizing to {quant.upper()} with llama.cpp's llama-quantize…")
     done = subprocess.run([str(binary), str(source), str(target), quant.upper()], capture_output=True, text=True)
+    if llama_cpp.died_on_illegal_instruction(done.returncode):
+        raise ExportError(llama_cpp.illegal_instruction_advice("llama-quantize"))
     if done.returncode != 0 or not target.is_file():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
         raise ExportError(f"llama-quantize failed (exit {done.returncode}):\n{tail}")
