@@ -153,6 +153,7 @@ def test_llama_cpp_hears_two_clips_apart_and_transformers_explains_each_answer(e
         print(f"{clip.name}: {explained} of llama.cpp's tokens explained, gaps below the best {gaps}")
     # a wrong model cannot pass: one clip's answer is not explained by transformers hearing the other clip
     wrong = _explained(model, processor, CLIPS[1], answers[0], n)[0]
+    print(f"{CLIPS[0].name}'s answer heard as {CLIPS[1].name}: {wrong} tokens explained")
     assert wrong < MIN_COMPARED, f"transformers on {CLIPS[1].name} explains llama.cpp's answer to {CLIPS[0].name}"
 
 
