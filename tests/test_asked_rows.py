@@ -56,7 +56,7 @@ def test_every_supervised_answer_follows_the_prompt_the_product_sends(processor)
     for token by the answer-time prompt of the conversation up to that answer, and holds the answer + turn end."""
     import torch
 
-    from pipeline.model.tokens import IGNORE_INDEX, family_of_tokenizer
+    from pipeline.model.tokens import IGNORE_INDEX, asked_extra, family_of_tokenizer
     from pipeline.training.collate import ChatCollator, build_labels
 
     tok = processor.tokenizer
@@ -67,9 +67,9 @@ def test_every_supervised_answer_follows_the_prompt_the_product_sends(processor)
         labels = build_labels(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), tok)[0].tolist()
         runs = _runs([i for i, t in enumerate(labels) if t != IGNORE_INDEX])
         answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-        # Gemma 3n asks as its history shows: every answer; the stand-in Gemma 4 asks with the empty channel,
-        # which past turns never carry: the row's last answer only
-        assert len(runs) == (len(answers) if family.name == "gemma3n" else 1), name
+        # a template that asks as its history shows (Gemma 3n, E2B's): every answer; one that asks with the empty
+        # channel (the stand-in Gemma 4's), which past turns never carry: the row's last answer only
+        assert len(runs) == (1 if asked_extra(tok)[0] else len(answers)), name
         for (start, end), index in zip(runs, answers[-len(runs):]):
             prompt = _ids(processor.apply_chat_template(messages[:index], add_generation_prompt=True, tokenize=True,
                                                         return_dict=True))
@@ -183,5 +183,22 @@ def test_the_rule_holds_on_a_gemma_4_template_google_wrote(tiny_gemma4_dir):
     processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
     processor.chat_template = processor.tokenizer.chat_template = template
     assert asked_extra(processor.tokenizer)[0] == "<|channel>thought\n<channel|>"
+    test_every_supervised_answer_follows_the_prompt_the_product_sends(processor)
+    test_the_fast_count_equals_the_training_batch(processor)
+
+
+def test_a_gemma_4_template_that_asks_as_its_history_shows_trains_every_answer_in_one_row(tiny_gemma4_dir):
+    """Google's E2B/E4B templates end the generation prompt at `<|turn>model\\n` (no empty channel; Ollama's copies
+    of them and its PR #15560): the stand-in's template without the channel stands for them here. The rule then
+    changes nothing: rows are the rendered conversation, every tutor answer of a dialogue supervised in one row."""
+    from transformers import AutoProcessor
+
+    from pipeline.model.tokens import answer_header, asked_extra
+
+    processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
+    channel = "{{- '<|channel>thought\n<channel|>' -}}"
+    assert channel in processor.chat_template
+    processor.chat_template = processor.tokenizer.chat_template = processor.chat_template.replace(channel, "")
+    assert asked_extra(processor.tokenizer) == ("", ()) and answer_header(processor.tokenizer) == "<|turn>model\n"
     test_every_supervised_answer_follows_the_prompt_the_product_sends(processor)
     test_the_fast_count_equals_the_training_batch(processor)
