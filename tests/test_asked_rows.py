@@ -159,6 +159,12 @@ def test_the_build_trains_one_row_per_tutor_answer_and_says_what_it_costs(tmp_pa
     assert "each trained answer follows the prompt" in report.summary()
     processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
     assert check_rows(processor, train, max_length=1024) == []
+    from pipeline.training.worst_case import answer_token_counts  # the preflight's worst case counts the same
+
+    from pipeline.training.collate import ChatCollator
+
+    labels = ChatCollator(processor)(train)["labels"]
+    assert answer_token_counts(processor, train) == [int((row != -100).sum()) for row in labels]
     again = build_dataset(ws, str(tiny_gemma4_dir), eval_fraction=0.0, max_length=1024)
     assert not any("rows changed" in note for note in again.notes)
     saved = json.loads(path.read_text())
