@@ -118,6 +118,7 @@ def test_the_asked_header_is_read_from_the_template(processor):
         assert answer_header(processor.tokenizer) == "<|turn>model\n<|channel>thought\n<channel|>"
 
 
+@pytest.mark.slow
 def test_the_build_trains_one_row_per_tutor_answer_and_says_what_it_costs(tmp_path, tiny_model_dir, tiny_gemma4_dir):
     """The sample pack's tutoring JSONL (dialogues with two tutor answers, free speech): built for the stand-in
     Gemma 4, each dialogue of the train split trains one row per answer, each row within the rule; the report
