@@ -300,7 +300,7 @@ def test_a_gemma3n_runs_gguf_refusal_names_the_try_tabs_choices_and_the_last_exp
     from pipeline.export.gguf import GEMMA3N_DEAF
     from ui.tutor_app import TutorApp
 
-    def refuse(ws, run, fmt, out=None):
+    def refuse(ws, run, fmt, out=None, **_):
         raise ExportError(GEMMA3N_DEAF.format(run=run))
 
     monkeypatch.setattr(export_cli, "export_run", refuse)

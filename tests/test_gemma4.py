@@ -101,11 +101,12 @@ def _kinds_messages(tokenizer):
 
 def test_token_counts_and_answer_spans_follow_the_processor_for_every_kind(tiny_gemma4_dir):
     """TokenCounter's fast count equals apply_chat_template's for the three sample kinds (audio tokens by clip
-    length), and the supervised spans are exactly each tutor answer + `<turn|>`."""
+    length), and a training row's supervised span is exactly its last tutor answer + `<turn|>`."""
     from transformers import AutoProcessor
 
     from pipeline.data.rows import row_clip_lengths  # noqa: F401 - the build's path (ClipLength) is checked below
     from pipeline.model.tokens import ClipLength, TokenCounter, all_answer_spans, answer_spans
+    from pipeline.training.collate import ChatCollator
 
     processor = AutoProcessor.from_pretrained(tiny_gemma4_dir)
     tok = processor.tokenizer
@@ -119,8 +120,12 @@ def test_token_counts_and_answer_spans_follow_the_processor_for_every_kind(tiny_
         placeholders = [dict(m, content=[dict(b, audio=lengths.pop(0)) if b.get("type") == "audio" else b
                                          for b in m["content"]]) for m in messages]
         assert counter.count([placeholders]) == [len(ids)]
+        # the training row: the last answer after the generation prompt (the empty thought channel,
+        # tests/test_asked_rows.py); past answers as the history renders them are not supervised
+        ids = ChatCollator(processor)._tokenize([messages], clips)["input_ids"][0].tolist()
+        assert counter.encode_texts([counter.render_training(placeholders)]) == [ids]
         spans = all_answer_spans(ids, tok)
-        answers = [m for m in messages if m["role"] == "assistant"]
+        answers = [m for m in messages if m["role"] == "assistant"][-1:]
         assert len(spans) == len(answers)
         for (start, end), answer in zip(spans, answers):
             assert tok.decode(ids[start:end]) == answer["content"][0]["text"] + "<turn|>"

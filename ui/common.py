@@ -507,15 +507,37 @@ def export_choices(ws: Workspace, run: str | None, preview: dict | None = None) 
     if preview.get("gguf") or not preview.get("family"):
         only = "" if preview.get("gguf") else ", Gemma 4 tutors only"
         choices.append((f"For Ollama / LM Studio / llama.cpp on students' laptops{only} (GGUF file)", "gguf"))
+    if preview.get("family") and not preview.get("gguf"):
+        from pipeline.export.gguf import TEXT_ONLY
+
+        choices.append((f"For llama.cpp, {TEXT_ONLY}: it reads typed questions only (GGUF file without audio)",
+                        "gguf-text-only"))
     return choices
+
+
+def quant_choices(preview: dict | None) -> list[tuple[str, str]]:
+    """The GGUF export's weight types the app offers (`pipeline.export.gguf.OFFERED_QUANTS`), each with its
+    expected size for this run (`expected_gguf_bytes` of its merged size; no size when unknown) and what it is
+    for, q8_0 first (the default). `gr.Radio` choices `(label, value)`."""
+    from pipeline.export.gguf import LONG_CLIP_S, OFFERED_QUANTS, expected_gguf_bytes
+    from pipeline.units import format_bytes
+
+    merged = (preview or {}).get("merged_bytes")
+    why = {"q8_0": "closest to the tutor you tried here (default)", "q5_k_m": "smaller, still close",
+           "q4_k_m": f"smallest; not for recordings over {LONG_CLIP_S:g} s", "f16": "unquantized, biggest"}
+    return [(f"{q}: {why[q]}" + (f", about {format_bytes(expected_gguf_bytes(merged, q))}" if merged else ""), q)
+            for q in OFFERED_QUANTS]
 
 
 def export_choices_note(ws: Workspace, run: str | None, preview: dict | None = None) -> str:
     """Under the export choices: why a run has no Ollama / llama.cpp choice (its family's audio does not run
     there: Gemma 3n, `pipeline.export.gguf.GEMMA3N_DEAF`), "" otherwise (Markdown); `preview` as for
     `export_choices`."""
+    from pipeline.export.gguf import TEXT_ONLY
+
     preview = export_preview(ws, run) if preview is None else preview
     if preview.get("family") and not preview.get("gguf"):
         return (f"No file for Ollama or LM Studio: **{run}** is a {preview['family']} tutor, and they cannot hear "
-                f"with {preview['family']} yet. Train a tutor on Gemma 4 for one.")
+                f"with {preview['family']} yet. Train a tutor on Gemma 4 for one. The llama.cpp file offered is "
+                f"{TEXT_ONLY}.")
     return ""

@@ -14,7 +14,7 @@ import gradio as gr
 
 from pipeline.errors import ExportError, ImportRunError
 from ui import try_view as view
-from ui.common import TabHandlers, cleared, export_choices, export_choices_note, export_preview, ui_errors
+from ui.common import TabHandlers, cleared, export_choices, export_choices_note, export_preview, quant_choices, ui_errors
 
 class ExportHandlers(TabHandlers):
     """Export the chosen run; import a run folder or archive into this workspace."""
@@ -22,8 +22,9 @@ class ExportHandlers(TabHandlers):
     here = "Try tab"
 
     @ui_errors(message_at=0, outputs=2)
-    def export(self, run_name: str, fmt: str, out_dir: str = "") -> tuple[str, str | None]:
-        """Export `run_name` as `fmt` (adapter / merged / bundle / gguf); returns (markdown, file to download
+    def export(self, run_name: str, fmt: str, out_dir: str = "", quant: str | None = None) -> tuple[str, str | None]:
+        """Export `run_name` as `fmt` (adapter / merged / bundle / gguf / gguf-text-only; `quant`: the GGUF's
+        weight type, `ui.common.quant_choices`); returns (markdown, file to download
         or None: the zip or the .tar.gz when it lies in the workspace, which the app may serve). What went
         wrong shows in the export note, in the app's words (the button cleared the last export's file first)."""
         from pipeline.export.cli import export_run
@@ -34,7 +35,8 @@ class ExportHandlers(TabHandlers):
         from pipeline.export.gguf import GEMMA3N_DEAF
 
         try:
-            result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None)
+            result = export_run(self.state.ws, run_name, fmt or "adapter", self.state.typed_path(out_dir) or None,
+                                quant=(quant or None) if (fmt or "").startswith("gguf") else None)
         except ExportError as error:
             if str(error) == GEMMA3N_DEAF.format(run=run_name):  # said for the command line: the app's choices instead
                 raise ExportError(view.no_gguf_for_gemma3n(run_name)) from error
@@ -43,6 +45,12 @@ class ExportHandlers(TabHandlers):
         if download and not Path(download).resolve().is_relative_to(self.state.ws.root):
             download = None  # the app serves files from the workspace only
         return view.export_markdown(run_name, result, downloadable=bool(download)), download
+
+    def quants(self, run_name: str | None, fmt: str | None, quant: str | None) -> dict:
+        """The weight types with this run's expected sizes (`ui.common.quant_choices`), shown for a GGUF only."""
+        offered = quant_choices(export_preview(self.state.ws, run_name or None))
+        value = quant if quant in {value for _, value in offered} else offered[0][1]
+        return gr.update(choices=offered, value=value, visible=(fmt or "").startswith("gguf"))
 
     def choices(self, run_name: str | None, fmt: str | None) -> tuple[dict, str]:
         """The export choices for the picked run (`ui.common.export_choices`: its own merged size, the Ollama /
@@ -79,6 +87,8 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
                            elem_id="export-format")
             out_dir = gr.Textbox(label="Output folder (optional)", placeholder="empty: the exports folder of your workspace folder",
                                  elem_id="export-out")
+        quant = gr.Radio(quant_choices(None), value="q8_0", visible=False, elem_id="export-quant",
+                         label="Size of the file for llama.cpp / Ollama (the audio part always stays full size)")
         choices_note = gr.Markdown(elem_id="export-choices-note")
         export_button = gr.Button("Export", elem_id="export-button")
         export_note = gr.Markdown(elem_id="export-note")
@@ -91,7 +101,9 @@ def export_section(handlers: ExportHandlers, run: gr.Dropdown) -> SimpleNamespac
         import_note = gr.Markdown(elem_id="import-note")
     # The note and the file of the export before never stand beside this one's (a ✗ beside the last zip).
     export_button.click(cleared("", None), outputs=[export_note, export_file], show_progress="hidden").then(
-        handlers.export, inputs=[run, fmt, out_dir], outputs=[export_note, export_file])
-    run.change(handlers.choices, inputs=[run, fmt], outputs=[fmt, choices_note], show_progress="hidden")
+        handlers.export, inputs=[run, fmt, out_dir, quant], outputs=[export_note, export_file])
+    run.change(handlers.choices, inputs=[run, fmt], outputs=[fmt, choices_note], show_progress="hidden").then(
+        handlers.quants, inputs=[run, fmt, quant], outputs=quant, show_progress="hidden")
+    fmt.change(handlers.quants, inputs=[run, fmt, quant], outputs=quant, show_progress="hidden")
     imported = import_button.click(handlers.import_run, inputs=[source, name], outputs=import_note)
     return SimpleNamespace(imported=imported)

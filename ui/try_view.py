@@ -47,6 +47,10 @@ def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool
     if result.get("format") == "gguf":
         files = ", ".join(f"`{name}` ({format_bytes(size)})" for name, size in result.get("files", {}).items()
                           if name.endswith(".gguf") or name == "Modelfile")
+        if not result.get("projector"):
+            from pipeline.export.gguf import TEXT_ONLY
+
+            lines.append(f"**{TEXT_ONLY[0].upper() + TEXT_ONLY[1:]}**: it answers typed questions only.")
         lines.append(f"Copy the folder to the student's computer: {files}. Its README.md has the llama.cpp "
                      f"(`llama-mtmd-cli`, `llama-server`) and Ollama (`ollama create {html.escape(run_name)} -f Modelfile`) commands.")
     lines += [f"- {app_wording(html.escape(note))}" for note in result.get("notes", [])]

@@ -375,6 +375,17 @@ def _parse_words(text: str) -> list[FlaggedWord]:
     return words
 
 
+_THOUGHT = re.compile(r"<\|channel>.*?(?:<channel\|>|\Z)", re.S)
+
+
+def without_thought_text(text: str) -> str:
+    """`text` without a thought channel written out as text: `<|channel>...<channel|>`, or an unclosed
+    `<|channel>...` to the end (Gemma 4 is reported to leak one into answers; llama.cpp or a client may
+    hand it back with the control tokens spelled). Decoded answers are cleaned token by token first
+    (`pipeline.model.tokens.answer_text`); this is the text-side rule, which the parser applies too."""
+    return _THOUGHT.sub("", text)
+
+
 def parse_feedback(text: str | None) -> ParsedFeedback:
     """Read the template back from a tutor's answer (ours or a model's); never raises.
 
@@ -388,6 +399,7 @@ def parse_feedback(text: str | None) -> ParsedFeedback:
     result = ParsedFeedback()
     if not text or not isinstance(text, str):
         return result
+    text = without_thought_text(text)
     scores_line = _SCORES_LINE.search(text)
     scope = scores_line.group(1) if scores_line else text
     for key, pattern in _SCORE_PATTERNS.items():

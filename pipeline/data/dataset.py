@@ -34,12 +34,16 @@ from pipeline.conversation.messages import KINDS
 from pipeline.model.catalog import DEFAULT_MODEL
 from pipeline.model.tokens import TokenCounter
 from pipeline.data.build_changes import sample_digest, some_ids, split_changes
-from pipeline.data.row_lengths import render_rows, rows_that_fit
+from pipeline.data.row_lengths import asked_turn_rows, render_rows, rows_that_fit
 from pipeline.data.rows import COLUMNS, features as _features
 from pipeline.workspace import Workspace
 from pipeline.units import plural
 
 SPLITS = ("train", "eval")
+ROW_RULE = 2
+"""How rows are written: 2 (issue 43) every trained answer follows the generation prompt the tutor is
+asked with (`pipeline.data.row_lengths.asked_turn_rows`); builds before it (no `row_rule`) wrote the
+rendered conversation."""
 BUILD_REPORT_NAME = "build_report.json"
 SUMMARY_EXCLUDED_LINES = 15
 STAGING_PREFIX = ".dataset-tmp-"
@@ -249,6 +253,9 @@ class BuildReport:
     (`pipeline.training.resume`). `sample_digests`, `split_changes`: see `pipeline.data.build_changes`.
     `drafts`: samples left out for want of feedback that have the classical scorer's draft waiting for a
     teacher (`WS/scoring/drafts.json`, `pipeline.scoring.drafts`): a draft is never trained on until accepted.
+    `asked_rows`: how the train split's rows follow the answer-time prompt (`pipeline.data.row_lengths.
+    asked_turn_rows`: what the generation prompt adds, rows and tokens before and after the rule, one row
+    per tutor answer of a dialogue where needed); `row_rule`: `ROW_RULE` of the build.
     Reports written before these fields existed load with them empty.
     """
 
@@ -273,6 +280,8 @@ class BuildReport:
     sample_digests: dict[str, str] = field(default_factory=dict)
     split_changes: dict | None = None
     drafts: int = 0
+    asked_rows: dict = field(default_factory=dict)
+    row_rule: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -293,6 +302,12 @@ class BuildReport:
             left_out = f"; {k['excluded']} more excluded" if k["excluded"] else ""  # not among the rows counted
             lines.append(f"  {kind}: {plural(k['rows'], 'row')} (train {k['train']}, eval {k['eval']}{left_out})"
                          + (f", tokens min {t['min']}, median {t['median']:g}, max {t['max']}" if t else ""))
+        a = self.asked_rows
+        if a.get("template_adds"):
+            lines.append(
+                f"  each trained answer follows the prompt the tutor is asked with (it adds {a['template_adds']!r}): "
+                f"train {plural(a['rows_before'], 'row')} -> {a['rows']}, {a['tokens_before']:,} -> {a['tokens']:,} tokens, "
+                f"supervised {a['supervised_before']:,} -> {a['supervised']:,}")
         if s.get("count"):
             lines.append(
                 f"  length in tokens: min {s['min']}, median {s['median']:g}, p90 {s['p90']}, max {s['max']} "
@@ -497,12 +512,15 @@ def build_dataset(
         )
 
     split, split_rows = _split_rows(rows, too_long, eval_fraction=eval_fraction, seed=seed, max_length=max_length)
+    trained, asked = asked_turn_rows(split_rows["train"], counter)  # what the trainer reads
+    saved_rows = {**split_rows, "train": trained}
     speakers = {name: sorted({r["speaker"] for r in rs if r["speaker"]}) for name, rs in split_rows.items()}
     report = BuildReport(
         path=str(ws.dataset_dir),
         splits={name: len(rs) for name, rs in split_rows.items()},
         excluded=excluded,
-        length_stats=dict(_length_stats(rows, split_rows["train"], split_rows["eval"]).to_dict(), distinct_tokens=len(seen_tokens)),
+        length_stats=dict(_length_stats(trained + split_rows["eval"], trained, split_rows["eval"]).to_dict(),
+                          distinct_tokens=len(seen_tokens)),
         speakers=speakers,
         split_method=split.method,
         notes=split.notes,
@@ -512,19 +530,23 @@ def build_dataset(
         seed=seed,
         lengths=sorted(r["num_tokens"] for r in rows),
         kinds=_kind_stats(samples, rows, split_rows, excluded),
-        fingerprint=fingerprint_rows(split_rows),
+        fingerprint=fingerprint_rows(saved_rows),
         row_ids={name: sorted(r["id"] for r in rs) for name, rs in split_rows.items()},
         built_at=round(time.time(), 3),
         sample_digests={s.id: sample_digest(s) for s in samples},
         drafts=_drafts_waiting(ws, samples),
+        asked_rows=asked,
+        row_rule=ROW_RULE,
     )
 
     previous = load_build_report(ws) if (ws.dataset_dir / BUILD_REPORT_NAME).exists() else None  # first build: None
     report.split_changes = split_changes(previous, report.to_dict(), {r["id"]: r["speaker"] for r in rows})
+    if previous is not None and int(previous.get("row_rule") or 0) < ROW_RULE and asked.get("template_adds"):
+        report.notes.append(_rows_changed_note(asked))
 
     report_progress(len(samples), len(samples), "saving")
     _recover_interrupted_swap(ws)
-    _save_atomically(ws, split_rows, report)
+    _save_atomically(ws, saved_rows, report)
     from pipeline.data.exports import export_splits
 
     report.exports = export_splits(ws, split_rows, library)
@@ -543,6 +565,17 @@ def _drafts_waiting(ws: Workspace, samples: list) -> int:
     except (OSError, ValueError):
         return 0
     return sum(1 for s in samples if isinstance(drafts, dict) and s.id in drafts and not (s.feedback or "").strip())
+def _rows_changed_note(asked: dict) -> str:
+    """What a rebuild of a dataset made before `ROW_RULE` says: its rows changed, and why."""
+    return (
+        f"The rows changed since the last build: this model's chat template asks for an answer with "
+        f"{asked['template_adds']!r} after the model turn's start (the empty thought channel of thinking off), "
+        "which the rows of a rendered conversation lacked, so the tutor learned to answer after a prompt it is "
+        f"never sent. Each trained answer now follows that prompt (the channel itself is not learned), and a "
+        f"dialogue trains one row per tutor answer: train {plural(asked['rows_before'], 'row')} -> {asked['rows']}, "
+        f"{asked['tokens_before']:,} -> {asked['tokens']:,} tokens. Runs trained on the old rows keep them; "
+        "train again to use the new ones."
+    )
 
 
 def _to_dataset_dict(split_rows: dict[str, list[dict]]):

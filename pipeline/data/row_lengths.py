@@ -20,8 +20,8 @@ from pipeline.data.rows import row_clip_lengths, row_messages, sample_row
 @dataclass
 class Rendered:
     """A sample's row (`pipeline.data.rows.sample_row`) with its conversation rendered as the
-    tokenizer sees it: `full` (with every answer) and `prompt` (up to the first answer, with the
-    generation prompt)."""
+    tokenizer sees it: `full` (the training text: every answer, the last after the generation prompt,
+    `TokenCounter.render_training`) and `prompt` (up to the first answer, with the generation prompt)."""
 
     row: dict
     full: str
@@ -47,7 +47,7 @@ def render_rows(samples: list, library: Any, counter: TokenCounter,
         try:  # the same rule as training and inference: no control token in a person's text
             tokenizer = counter.tokenizer
             lengths = row_clip_lengths(row)
-            full = counter.render(row_messages(row, lengths, tokenizer=tokenizer))
+            full = counter.render_training(row_messages(row, lengths, tokenizer=tokenizer))
             prompt = counter.render(row_messages(row, lengths, answers=False, tokenizer=tokenizer), add_generation_prompt=True)
         except PipelineError as error:
             excluded.append({"id": sample.id, "reason": str(error)})
@@ -101,3 +101,76 @@ def rows_that_fit(rendered: list[Rendered], counter: TokenCounter,
             rows.append(row)
             seen_tokens.update(ids)
     return rows, too_long, seen_tokens
+
+
+def asked_turn_rows(rows: list[dict], counter: TokenCounter) -> tuple[list[dict], dict]:
+    """The training rows of `rows` (kept rows of the train split, `rows_that_fit`), so that every tutor
+    answer of a dialogue is supervised after exactly the prompt the tutor is asked it with.
+
+    Where the template asks as its history shows (`pipeline.model.tokens.asked_extra` empty: Gemma 3n,
+    Gemma 4 E2B's own template) the rows are returned as they are: one row supervises every tutor turn.
+    Where it asks with more (the empty thought channel), a row supervises only its last answer (past
+    answers render as history, without the channel), so a dialogue with several tutor answers becomes
+    one row per answer: the dialogue cut after each (id `ID@N`, N the number of the tutor turn that
+    ends it; the last keeps `ID`), holding the clips its learner turns name. A cut whose learner turns
+    name no clip is left out (`uncut`), its answer then only history.
+
+    Returns `(rows, cost)`: the training rows (each cut with `num_tokens`, `answer_tokens`,
+    `audio_tokens` counted as `rows_that_fit` does), and `{"template_adds", "rows_before", "rows",
+    "tokens_before", "tokens", "supervised_before", "supervised", "uncut"}`: what the generation prompt
+    adds, and rows, tokens and supervised tokens as a row rendered whole would have them (before the
+    rule) and as trained now.
+    """
+    from pipeline.model.tokens import asked_extra
+
+    extra, _ = asked_extra(counter.tokenizer)
+    whole = counter.encode_texts([counter.render(row_messages(r, row_clip_lengths(r), tokenizer=counter.tokenizer))
+                                  for r in rows])
+    out: list[dict] = []
+    uncut = 0
+    for row in rows:
+        cuts = _dialogue_cuts(row) if extra else []
+        for cut in cuts[:-1]:
+            if cut is None:
+                uncut += 1
+                continue
+            text = counter.render_training(row_messages(cut, row_clip_lengths(cut), tokenizer=counter.tokenizer))
+            ids = counter.encode_texts([text])[0]
+            cut.update(num_tokens=len(ids), answer_tokens=counter.supervised_tokens(ids),
+                       audio_tokens=sum(counter.audio_tokens(x) for x in cut["clip_seconds"]))
+            out.append(cut)
+        out.append(row)
+    cost = {"template_adds": extra, "rows_before": len(rows), "rows": len(out),
+            "tokens_before": sum(len(ids) for ids in whole), "tokens": sum(r["num_tokens"] for r in out),
+            "supervised_before": sum(counter.supervised_tokens_as_history(ids) for ids in whole),
+            "supervised": sum(r.get("answer_tokens", 0) for r in out), "uncut": uncut}
+    return out, cost
+
+
+def _dialogue_cuts(row: dict) -> list[dict | None]:
+    """A dialogue row cut after each tutor answer (consecutive tutor turns are one answer), in order; the
+    last cut is the whole row. A cut whose learner turns name no clip is None. [] for other kinds."""
+    import json
+
+    from pipeline.conversation.messages import TUTOR
+    from pipeline.data.rows import row_kind, row_turns
+
+    if row_kind(row) != "dialogue":
+        return []
+    turns = row_turns(row)
+    ends = [i for i, t in enumerate(turns) if str(t.get("role", "")).lower() == TUTOR
+            and (i + 1 == len(turns) or str(turns[i + 1].get("role", "")).lower() != TUTOR)]
+    wavs = [row["audio_wav"]] + list(row.get("extra_audio_wavs") or [])
+    seconds = list(row.get("clip_seconds") or [])
+    cuts: list[dict | None] = []
+    for end in ends:
+        kept = turns[: end + 1]
+        named = [t["clip"] for t in kept if isinstance(t.get("clip"), int)]
+        if not named:
+            cuts.append(None)
+            continue
+        n = max(named) + 1
+        cuts.append({**row, "id": f"{row['id']}@{end + 1}", "turns": json.dumps(kept, ensure_ascii=False),
+                     "audio_wav": wavs[0], "extra_audio_wavs": wavs[1:n], "clips": n, "clip_seconds": seconds[:n],
+                     "duration_s": round(sum(seconds[:n]), 3), "longest_clip_s": round(max(seconds[:n]), 3)})
+    return cuts

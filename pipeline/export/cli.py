@@ -5,7 +5,7 @@ and `python -m pipeline llama-cpp [--build] [--json]`.
 - `merged`: `NAME-merged/` (LoRA merged into a bf16 copy of the base; plain transformers loads it).
 - `bundle`: `NAME-bundle/` + `NAME-bundle.tar.gz`, a cloud job that trains the run's settings on
   any GPU machine (`pipeline.export.bundle`).
-- `gguf` (`--quant q8_0|q4_k_m|f16|bf16|f32`): `NAME-gguf/` for llama.cpp and Ollama, the model and its
+- `gguf` (`--quant q8_0|q5_k_m|q4_k_m|f16|bf16|f32`): `NAME-gguf/` for llama.cpp and Ollama, the model and its
   audio projector (`pipeline.export.gguf`); Gemma 4 runs only. `gguf-text-only`: the same without the
   projector, the one GGUF a Gemma 3n run can have (it cannot hear).
 - `llama-cpp`: where llama.cpp's source, converter and tools are (`pipeline.export.llama_cpp`); `--build`
@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from pipeline.export.gguf import BITS_PER_WEIGHT, LONG_CLIP_S, QUANTS
 from pipeline.export.import_run import import_run
 from pipeline.export.import_run import summary_text as import_summary_text
 from pipeline.workspace import DEFAULT_WORKSPACE
@@ -85,9 +86,13 @@ def export_main(argv: list[str] | None = None) -> int:
                         help="adapter: a zip to send; merged: a bf16 model with the LoRA merged in; bundle: a cloud "
                              "training job; gguf: llama.cpp / Ollama files with the audio projector (Gemma 4 runs); "
                              "gguf-text-only: without it (cannot hear; the only GGUF of a Gemma 3n run)")
-    parser.add_argument("--quant", default=None, choices=("q8_0", "q4_k_m", "f16", "bf16", "f32"),
-                        help="gguf only: the model's weight type (default q8_0; the audio projector stays BF16, "
-                             "F32 with f32)")
+    parser.add_argument("--quant", default=None, choices=QUANTS,
+                        help="gguf only: the model's weight type, each with its expected size against the bf16 "
+                             "merged model (E2B ~10 GB): " + ", ".join(
+                                 f"{q} ~{round(BITS_PER_WEIGHT[q] / 16 * 100)}%%" for q in QUANTS)
+                             + f"; default q8_0. q4_k_m warns when the dataset has a clip over {LONG_CLIP_S:g} s "
+                               "(Gemma 4's audio is reported to repeat itself there): take q5_k_m. The audio "
+                               "projector stays BF16 (F32 with f32)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: WS/exports/runs/NAME)")
     parser.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda", "mps"),
                         help="where the merge runs (merged, gguf; default cpu: it needs the bf16 model in memory)")

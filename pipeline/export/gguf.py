@@ -35,14 +35,64 @@ from pipeline.export import llama_cpp
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
 from pipeline.fileio import atomic_write_json, atomic_write_text
+from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS  # the tutor's longest answer: Ollama's num_predict
 from pipeline.units import format_bytes
 
-QUANTS = ("q8_0", "q4_k_m", "f16", "bf16", "f32")
+QUANTS = ("q8_0", "q5_k_m", "q4_k_m", "f16", "bf16", "f32")
 """`--quant` values: llama.cpp's weight types of the language model. q8_0 (the default) keeps answers
-close to the unquantized model at about half the size of bf16; q4_k_m is smallest; f16/bf16/f32 are
-unquantized (f32: the merge is done in fp32 too, for comparing with transformers)."""
+close to the unquantized model at about half the size of bf16; q5_k_m and q4_k_m are smaller (q4_k_m
+smallest, and reported to make Gemma 4's audio repeat itself on long clips: `LONG_CLIP_S`); f16/bf16/f32
+are unquantized (f32: the merge is done in fp32 too, for comparing with transformers). The audio
+projector stays BF16 whatever the choice (F32 with f32)."""
+
+OFFERED_QUANTS = ("q8_0", "q5_k_m", "q4_k_m", "f16")
+"""What the app offers (the CLI takes every one of `QUANTS`)."""
+
+BITS_PER_WEIGHT = {"q8_0": 8.5, "q5_k_m": 5.8, "q4_k_m": 4.9, "f16": 16.0, "bf16": 16.0, "f32": 32.0}
+"""Bits per weight of each type, for the expected size: ggml's block sizes (Q8_0 34 bytes per 32 weights = 8.5;
+Q5_K 176 per 256 = 5.5; Q4_K 144 per 256 = 4.5), the _M mixes rounded up for the tensors they keep at Q6_K
+(6.56); an estimate, not measured on E2B here."""
+
+QUANTIZED_BY_LLAMA_QUANTIZE = ("q5_k_m", "q4_k_m")
+"""Types the converter cannot write: converted to f16, then `llama-quantize`."""
+
+LONG_CLIP_S = 15.0
+"""A `q4_k_m` export of a dataset with a clip longer than this warns and suggests `q5_k_m`: llama.cpp's Gemma 4
+audio is reported to repeat itself at q4_k_m on clips longer than about 17 s (not measured here)."""
+
+
+def expected_gguf_bytes(merged_bytes: int | float, quant: str) -> int:
+    """About how big `NAME.gguf` + its projector will be for a merged model of `merged_bytes` in bf16:
+    every weight at `BITS_PER_WEIGHT[quant]` (the BF16 projector is counted at that rate too, so a low estimate
+    for the smaller types). Raises `ExportError` for an unknown `quant`."""
+    if quant not in BITS_PER_WEIGHT:
+        raise ExportError(f"`--quant` must be one of {', '.join(QUANTS)}, got {quant!r}.")
+    return int(merged_bytes * BITS_PER_WEIGHT[quant] / 16)
+
+
+def long_clip_warning(workspace, quant: str) -> str | None:
+    """The warning a `q4_k_m` export gets when the built dataset holds a clip over `LONG_CLIP_S` (its build
+    report's longest train and test clips); None otherwise, or when no dataset is built."""
+    if quant != "q4_k_m":
+        return None
+    from pipeline.data.dataset import load_build_report
+    from pipeline.errors import DatasetError
+
+    try:
+        stats = load_build_report(workspace).get("length_stats") or {}
+    except (DatasetError, OSError, ValueError):
+        return None
+    longest = max(float(stats.get("max_clip_s") or 0), float(stats.get("eval_max_clip_s") or 0))
+    if longest <= LONG_CLIP_S:
+        return None
+    return (f"Your recordings go up to {longest:.1f} s: llama.cpp's Gemma 4 audio is reported to repeat itself at "
+            f"q4_k_m on clips longer than about 17 s. Export with `--quant q5_k_m` instead (a little bigger).")
 
 DEFAULT_QUANT = "q8_0"
+
+TEXT_ONLY = "text only: this file cannot hear"
+"""How a GGUF without its audio projector (Gemma 3n's only GGUF, `--format gguf-text-only`) is named wherever it
+is offered or listed: the app's export choices and result, the CLI's summary, its README."""
 
 STOP_TOKEN = "<turn|>"
 """Where Gemma 4's answer ends (its chat template's turn end); Ollama's `PARAMETER stop`."""
@@ -60,15 +110,21 @@ def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
     return progress or (lambda _: None)
 
 
-def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
+def modelfile(run: str, system_prompt: str, *, projector: bool = True, asked_with: str = "<|channel>thought\n<channel|>",
+              num_ctx: int = 4096) -> str:
     """Ollama's Modelfile for the exported tutor: `FROM` the model (and its projector), Gemma 4's chat
-    turns as a Go template, the tutor's system prompt, greedy decoding that stops at `<turn|>`.
+    turns as a Go template, the tutor's system prompt, and the tutor's own decoding: greedy
+    (`temperature 0`, as `pipeline.tutor.infer` answers), at most `DEFAULT_MAX_NEW_TOKENS` tokens, stopping
+    at `<turn|>`, in a context of `num_ctx` tokens (the run's `--max-length` + the answer).
 
-    The template renders what the tutor was trained on, as Gemma 4's chat template does (llama.cpp's
-    `google-gemma-4-31B-it.jinja`; `tests/test_gguf.py` compares it with the prompt llama.cpp builds):
-    a system turn, the user turn, then the model turn with the empty thought channel (thinking off).
-    It uses Ollama's `.System` / `.Prompt` / `.Response` (one exchange per turn); Ollama puts the clip
-    where its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
+    The template renders what the tutor was trained on and is asked with (the rule of
+    `pipeline.model.tokens.training_text`): a system turn, the user turn, then the model turn's start with
+    `asked_with`, what the base's chat template adds there with thinking off (`asked_extra`: the empty
+    thought channel for the stand-in's template, nothing for E2B's own). Thinking stays off: the template
+    has no `<|think|>` and no `.Think` (Ollama's thinking mode is reported to empty audio replies).
+    It uses only the variables Ollama documents for a Modelfile's TEMPLATE (`.System`, `.Prompt`,
+    `.Response`; docs/modelfile.mdx, checked by `tests/test_modelfile.py`); Ollama puts the clip where
+    its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
     """
     lines = [f"# Pronunciation tutor `{run}` for Ollama: `ollama create {run} -f Modelfile` in this folder.",
              f"FROM ./{run}.gguf"]
@@ -80,13 +136,13 @@ def modelfile(run: str, system_prompt: str, *, projector: bool = True) -> str:
         '{{ end }}{{ if .Prompt }}<|turn>user',
         '{{ .Prompt }}<turn|>',
         '{{ end }}<|turn>model',
-        '<|channel>thought',
-        '<channel|>{{ .Response }}<turn|>',
+        asked_with + '{{ .Response }}<turn|>',
         '"""',
         f'SYSTEM """{system_prompt}"""',
         f'PARAMETER stop "{STOP_TOKEN}"',
         "PARAMETER temperature 0",
-        "PARAMETER num_predict 256",
+        f"PARAMETER num_predict {DEFAULT_MAX_NEW_TOKENS}",
+        f"PARAMETER num_ctx {int(num_ctx)}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -148,7 +204,7 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
         f"The LoRA of run `{run}` merged into `{base}` and converted with llama.cpp's own "
         f"`convert_hf_to_gguf.py` (llama.cpp from llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON}'s source). "
         + (f"`mmproj-{run}.gguf` is its audio projector (kept unquantized): pass it with every command." if projector
-           else "**Text only**: this model cannot hear audio (no projector)."), "",
+           else f"**{TEXT_ONLY[0].upper() + TEXT_ONLY[1:]}** (no audio projector): it answers typed questions only."), "",
         "## llama.cpp", "",
         "Build llama.cpp (https://github.com/ggml-org/llama.cpp) or install a release, then, in this folder:", "",
         "```bash",
@@ -230,6 +286,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     """
     from pipeline.conversation.messages import SYSTEM_PROMPT
     from pipeline.model.base_identity import run_base_model
+    from pipeline.model.tokens import asked_extra
     from pipeline.model.catalog import family_for
 
     say = _say(progress)
@@ -252,6 +309,10 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     done = merged_tutor(workspace, run, device=device, model=model, out_dir=out,
                         dtype="float32" if quant == "f32" else "bfloat16")
     notes = list(done["notes"])
+    warning = long_clip_warning(workspace, quant)
+    if warning:
+        say("⚠ " + warning)
+        notes.append(warning)
     if text_only and family.gguf_audio:
         notes.append("Text only, as asked: no audio projector was written, so this GGUF cannot hear the learner.")
     elif text_only:
@@ -264,11 +325,12 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
         template_path = merged_dir / "chat_template.jinja"
         template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
                     else done["processor"].tokenizer.chat_template)
+        asked_with = asked_extra(done["processor"].tokenizer)[0]
         atomic_write_text(template_path, tutor_chat_template(template, SYSTEM_PROMPT))
         del done
         with staged_folder(target) as staging:
             gguf = staging / f"{run}.gguf"
-            if quant == "q4_k_m":
+            if quant in QUANTIZED_BY_LLAMA_QUANTIZE:
                 unquantized = merged_dir / f"{run}-f16.gguf"
                 _convert(merged_dir, unquantized, "f16", mmproj=False, say=say)
                 _quantize(unquantized, gguf, quant, say)
@@ -277,7 +339,9 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
                 _convert(merged_dir, gguf, quant, mmproj=False, say=say)
             if projector:
                 _convert(merged_dir, staging / f"mmproj-{run}.gguf", projector, mmproj=True, say=say)
-            atomic_write_text(staging / "Modelfile", modelfile(run, SYSTEM_PROMPT, projector=bool(projector)))
+            atomic_write_text(staging / "Modelfile", modelfile(
+                run, SYSTEM_PROMPT, projector=bool(projector), asked_with=asked_with,
+                num_ctx=int(info["settings"].get("max_length") or 512) + DEFAULT_MAX_NEW_TOKENS))
             atomic_write_text(staging / "system_prompt.txt", SYSTEM_PROMPT + "\n")
             atomic_write_text(staging / "README.md", _readme(info, run, quant, bool(projector), notes))
             atomic_write_json(staging / "export.json", dict(_provenance(info, "gguf"), quant=quant, projector=projector,
@@ -297,6 +361,8 @@ def gguf_summary(result: dict) -> list[str]:
     lines = [f"  {name}: {format_bytes(size)}" for name, size in result.get("files", {}).items()
              if name.endswith(".gguf")]
     run = result["run"]
+    if not result.get("projector"):
+        lines.append(f"  {TEXT_ONLY}: llama-cli -m {run}.gguf --jinja -p TEXT")
     if result.get("projector"):
         lines.append(f"  llama.cpp: llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --audio CLIP.wav -p TEXT")
     lines.append(f"  Ollama:    ollama create {run} -f Modelfile   (in {result['path']})")

@@ -61,6 +61,9 @@ class ModelFamily:
             projector, `pipeline.export.gguf`); False: a GGUF of it is text only.
     Around a clip:
         clip_marker_tokens: tokens `audio_span` adds around the audio positions (markers, blank lines).
+    Thinking:
+        thought_channel: the control tokens that open and close a thought channel (Gemma 4's `<|channel>`,
+            `<channel|>`), never part of an answer (`pipeline.model.tokens.answer_text`); () when none.
     Support:
         estimate_only: hub ids of `models` that are priced but not a supported training target (never
             trained or measured here); `plan` marks their rows "estimate only".
@@ -95,6 +98,7 @@ class ModelFamily:
     audio_span: Callable[[Any, float], str]
     gguf_audio: bool
     clip_marker_tokens: int = 2
+    thought_channel: tuple[str, ...] = ()
     estimate_only: tuple[str, ...] = ()
 
     @property

@@ -268,5 +268,6 @@ GEMMA4 = gemma_family(
     functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class),
     gguf_audio=True,
     estimate_only=ESTIMATE_ONLY,
+    thought_channel=("<|channel>", "<channel|>"),
 )
 """Gemma 4 E2B / E4B (`google/gemma-4-E2B-it`, Apache 2.0, not gated)."""

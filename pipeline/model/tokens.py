@@ -6,6 +6,15 @@
 - `answer_spans`, `all_answer_spans`, `IGNORE_INDEX`: which tokens the training labels supervise
   (every tutor answer and its closing turn token: Gemma 3n's `<end_of_turn>`, Gemma 4's `<turn|>`;
   FIELD_NOTES "Train only on the answer"). The turn markers are the family's (`family_of_tokenizer`).
+- `answer_header`, `asked_extra`, `TokenCounter.render_training`, `training_text`: the rule that every
+  supervised answer follows exactly the tokens the product sends when it asks for it (the generation
+  prompt, `add_generation_prompt=True`). Where a chat template's generation prompt is the header its
+  history gives a past model turn (Gemma 3n; Gemma 4 E2B's own template per Ollama's copy of it), a row
+  is the rendered conversation, as before. Where it adds more (the empty thought channel
+  `<|channel>thought\\n<channel|>` of the Gemma 4 template with thinking off that the tiny stand-in
+  and llama.cpp's `google-gemma-4-31B-it.jinja` carry), the row's last answer is written after the
+  generation prompt, and only answers preceded by that whole prompt are supervised (the channel
+  never is; a past turn rendered as history is not).
 
 Torch-free: importing this module loads no model library; callers pass the processor or tokenizer
 (`pipeline.model.loading.load_processor`).
@@ -13,9 +22,11 @@ Torch-free: importing this module loads no model library; callers pass the proce
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from pipeline.conversation.feedback import without_thought_text
 from pipeline.errors import DatasetError
 from pipeline.model.catalog import FAMILIES, DEFAULT_FAMILY
 from pipeline.model.family import ModelFamily
@@ -55,6 +66,115 @@ def clip_seconds(audio: Any) -> float | None:
 
 IGNORE_INDEX = -100
 """Label value ignored by the cross-entropy loss (`torch.nn.CrossEntropyLoss(ignore_index=-100)`)."""
+
+_ASKED_EXTRA: "weakref.WeakKeyDictionary[Any, tuple[str, tuple[int, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def answer_header(tokenizer: Any) -> str:
+    """The text the tokenizer's chat template writes after the last turn when the model is asked to
+    answer (`add_generation_prompt=True`), found by rendering a one-word user turn with and without it:
+    Gemma 3n `<start_of_turn>model\\n`; a Gemma 4 template with thinking off either `<|turn>model\\n` (E2B's)
+    or `<|turn>model\\n<|channel>thought\\n<channel|>` (the stand-in's, the 12B/31B's). A tokenizer without
+    a chat template gives its family's turn start + `model_turn_header`.
+
+    Raises:
+        DatasetError: the generation prompt does not extend the rendered conversation (a template this
+            code does not know).
+    """
+    family = family_of_tokenizer(tokenizer)
+    if not getattr(tokenizer, "chat_template", None):
+        return family.turn_start + family.model_turn_header
+    probe = [{"role": "user", "content": "x"}]
+    plain = tokenizer.apply_chat_template(probe, tokenize=False)
+    asked = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    if not asked.startswith(plain):
+        raise DatasetError(
+            f"The chat template's generation prompt does not extend the conversation ({asked[-40:]!r} after "
+            f"{plain[-40:]!r}); use a {family.label} checkpoint's own template (e.g. {family.default_model})."
+        )
+    return asked[len(plain):]
+
+
+def asked_extra(tokenizer: Any) -> tuple[str, tuple[int, ...]]:
+    """What the generation prompt adds after a past model turn's header (`answer_header` minus the
+    family's turn start + `model\\n`), as text and token ids: `("", ())` where a row may simply be the
+    rendered conversation (Gemma 3n, Gemma 4 E2B's template), `("<|channel>thought\\n<channel|>", ids)`
+    where the template asks with an empty thought channel. Cached per tokenizer.
+
+    Raises:
+        DatasetError: the generation prompt does not start with a model turn's header.
+    """
+    try:
+        cached = _ASKED_EXTRA.get(tokenizer)
+    except TypeError:
+        cached = None
+    if cached is not None:
+        return cached
+    family = family_of_tokenizer(tokenizer)
+    header, base = answer_header(tokenizer), family.turn_start + family.model_turn_header
+    if not header.startswith(base):
+        raise DatasetError(
+            f"The chat template asks for an answer with {header!r}, not {base!r} + something: it is not "
+            f"{family.label}'s. Use a {family.label} checkpoint (e.g. {family.default_model})."
+        )
+    extra = header[len(base):]
+    cached = (extra, tuple(tokenizer(extra, add_special_tokens=False)["input_ids"]) if extra else ())
+    try:
+        _ASKED_EXTRA[tokenizer] = cached
+    except TypeError:
+        pass
+    return cached
+
+
+def answer_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The answer a person sees for generated token `ids`: `tokenizer.decode(ids, skip_special_tokens=True)`
+    stripped, without any thought channel the model wrote (its family's `thought_channel`: from `<|channel>`
+    through `<channel|>`, or to the end while it is not closed). Gemma 4 is reported to leak one into
+    answers, notably with a system prompt; skipping special tokens alone would keep its text ("thought ...").
+    Every surface reads answers through this (Try, Judge, grounding, the practice page, the API, the inbox)."""
+    family = family_of_tokenizer(tokenizer)
+    kept = [int(t) for t in ids]
+    if family.thought_channel:
+        opening, closing = (tokenizer.convert_tokens_to_ids(t) for t in family.thought_channel)
+        out, inside = [], False
+        for token in kept:
+            if token == opening:
+                inside = True
+            elif inside:
+                inside = token != closing
+            else:
+                out.append(token)
+        kept = out
+    return without_thought_text(tokenizer.decode(kept, skip_special_tokens=True)).strip()
+
+
+def training_text(render: Any, messages: list[dict], tokenizer: Any) -> str:
+    """A training row's text: `render(messages)` where the template asks as its history renders
+    (`asked_extra` empty); else the history before the last answer as the generation prompt renders it
+    (`render(messages[:-1], add_generation_prompt=True)`), then that answer and its turn end as the
+    template writes them. `render(messages, add_generation_prompt=...)` is a processor's
+    `apply_chat_template(..., tokenize=False)` or `TokenCounter.render`.
+
+    Raises:
+        DatasetError: the conversation does not end with an answer, or the template renders a past
+            answer in a way this code does not know.
+    """
+    extra, _ = asked_extra(tokenizer)
+    full = render(messages)
+    if not extra:
+        return full
+    if not messages or messages[-1].get("role") != "assistant":
+        raise DatasetError("A training conversation must end with the tutor's answer; add it or leave the row out.")
+    history = render(messages[:-1])
+    family = family_of_tokenizer(tokenizer)
+    header = family.turn_start + family.model_turn_header
+    turn = full[len(history):]
+    if not full.startswith(history) or not turn.startswith(header):
+        raise DatasetError(
+            f"The chat template renders the last answer as {turn[:40]!r}, not after {header!r}; use a "
+            f"{family.label} checkpoint's own template (e.g. {family.default_model})."
+        )
+    return render(messages[:-1], add_generation_prompt=True) + turn[len(header):]
 
 # --------------------------------------------------------------------------------------------------
 # Token lengths
@@ -142,6 +262,23 @@ class TokenCounter:
         (`pipeline.training.train.answer_loss`), so the memory estimate needs this count."""
         return sum(end - start for start, end in all_answer_spans(ids, self.tokenizer))
 
+    def render_training(self, messages: list[dict]) -> str:
+        """A training row's text with each audio span expanded (`training_text`): the last answer after
+        the generation prompt where the template asks with more than its history shows."""
+        return training_text(self.render, messages, self.tokenizer)
+
+    def supervised_tokens_as_history(self, ids: Sequence[int]) -> int:
+        """Tokens a row rendered whole (`render`, every answer as the history shows it) would supervise
+        under the rule before issue 43 (every model turn after its header): the build report's before."""
+        family, start_turn, end_turn = _turn_ids(self.tokenizer)
+        total = 0
+        for position in [i for i, t in enumerate(ids) if t == start_turn]:
+            header_end = _model_header_end(list(ids), position + 1, self.tokenizer, family.model_turn_header)
+            if header_end is not None:
+                end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
+                total += (end - header_end) if end is not None else 0
+        return total
+
     def count(self, messages_list: Sequence[list[dict]], *, add_generation_prompt: bool = False) -> list[int]:
         """Tokens of each conversation, equal to `len(apply_chat_template(..., tokenize=True)["input_ids"][0])`."""
         return self.count_texts([self.render(m, add_generation_prompt=add_generation_prompt) for m in messages_list])
@@ -174,6 +311,19 @@ def _model_header_end(ids: list[int], s: int, tokenizer: Any, header: str) -> in
             return j - 1
         if not header.startswith(text):
             return None
+    return None
+
+
+def _asked_answer_start(ids: list[int], header_end: int, tokenizer: Any) -> int | None:
+    """Where a model turn's answer starts when that turn is written as the product asks for it: just
+    past its header where the generation prompt adds nothing (`asked_extra`), else just past the added
+    tokens (the empty thought channel, never supervised); None when they are missing (a past answer as
+    the history renders it)."""
+    _, extra = asked_extra(tokenizer)
+    if not extra:
+        return header_end
+    if tuple(ids[header_end:header_end + len(extra)]) == extra:
+        return header_end + len(extra)
     return None
 
 
@@ -214,9 +364,12 @@ def answer_spans(input_ids: Sequence[int], tokenizer: Any) -> tuple[int, int] | 
         if head.startswith(("user", "system")):
             return None  # the conversation ends with a user turn: nothing to supervise
         raise _not_a_known_template(head[:12], family, "The last turn")
-    for k in range(header_end, len(ids)):
+    start = _asked_answer_start(ids, header_end, tokenizer)
+    if start is None:
+        return None
+    for k in range(start, len(ids)):
         if ids[k] == end_turn:
-            return header_end, k + 1
+            return start, k + 1
     return None
 
 
@@ -224,7 +377,8 @@ def all_answer_spans(input_ids: Sequence[int], tokenizer: Any) -> list[tuple[int
     """Half-open spans `[start, end)` of EVERY answer in one tokenized conversation, in order.
 
     Each model turn's answer starts after its turn start + `model\\n` and ends after the turn end that
-    follows (included). User turns (audio, prompts, learner text, Gemma 3n's system text folded into
+    follows (included). Where the template asks with more than a past turn's header (`asked_extra`, the
+    empty thought channel), only turns written with it are answers, and the span starts after it. User turns (audio, prompts, learner text, Gemma 3n's system text folded into
     the first one) and Gemma 4's system turn are never in a span. A model turn whose turn end is
     missing (cut off) gives no span. For a conversation with one answer this is
     `[answer_spans(...)]`; for a tutoring dialogue, one span per tutor turn.
@@ -244,7 +398,10 @@ def all_answer_spans(input_ids: Sequence[int], tokenizer: Any) -> list[tuple[int
             if head.startswith(("user", "system")):
                 continue
             raise _not_a_known_template(head[:12], family, "A turn")
-        end = next((k + 1 for k in range(header_end, len(ids)) if ids[k] == end_turn), None)
+        start = _asked_answer_start(ids, header_end, tokenizer)
+        if start is None:
+            continue  # a past turn as the history renders it, never asked that way: not supervised
+        end = next((k + 1 for k in range(start, len(ids)) if ids[k] == end_turn), None)
         if end is not None:
-            spans.append((header_end, end))
+            spans.append((start, end))
     return spans

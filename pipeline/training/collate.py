@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from pipeline.model.tokens import IGNORE_INDEX, TokenCounter, all_answer_spans
+from pipeline.model.tokens import IGNORE_INDEX, SAMPLE_RATE_HZ, TokenCounter, all_answer_spans, asked_extra, training_text
 from pipeline.data.rows import row_clip_lengths, row_clips, row_messages
 from pipeline.errors import DatasetError
 from pipeline.model.audio_alignment import align_audio_masks
@@ -83,16 +83,29 @@ class ChatCollator:
         clips = clips if clips is not None else [row_clips(r) for r in rows]
         return [row_messages(r, c, tokenizer=tokenizer) for r, c in zip(rows, clips)]
 
+    def _tokenize(self, conversations: list[list[dict]], clips: list[np.ndarray]) -> Any:
+        """The batch of `conversations` (padded to the longest), rendered and tokenized with their audio.
+
+        Where the template asks for an answer as its history shows one (`asked_extra` empty), one
+        `apply_chat_template(tokenize=True)` call; else each row's text is `training_text` (the last
+        answer after the generation prompt), read by the processor itself with the clips, without a
+        second `<bos>` (the text starts with it)."""
+        tokenizer = self.processor.tokenizer
+        if not asked_extra(tokenizer)[0]:
+            return self.processor.apply_chat_template(
+                conversations, tokenize=True, return_dict=True, return_tensors="pt",
+                processor_kwargs={"text_kwargs": {"padding": "longest"}},
+            )
+        render = _render_text(self.processor)
+        texts = [training_text(render, c, tokenizer) for c in conversations]
+        return self.processor(text=texts, audio=clips or None, sampling_rate=SAMPLE_RATE_HZ, padding="longest",
+                              add_special_tokens=not all(t.startswith(tokenizer.bos_token or "\0") for t in texts),
+                              return_tensors="pt")
+
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         per_row = [row_clips(r) for r in rows]
         clips = [clip for row in per_row for clip in row]  # the order of the feature rows
-        batch = self.processor.apply_chat_template(
-            self.conversations(rows, per_row),
-            tokenize=True,
-            return_dict=True,
-            return_tensors="pt",
-            processor_kwargs={"text_kwargs": {"padding": "longest"}},
-        )
+        batch = self._tokenize(self.conversations(rows, per_row), clips)
         input_ids = batch["input_ids"]
         lengths = batch["attention_mask"].sum(dim=1).tolist()
         if self.max_length is not None:
@@ -112,6 +125,13 @@ class ChatCollator:
         return out
 
 
+def _render_text(processor: Any):
+    """`render(messages, add_generation_prompt=False) -> str`: the processor's chat template as text."""
+    def render(messages: list[dict], add_generation_prompt: bool = False) -> str:
+        return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return render
+
+
 def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list[dict]:
     """Rows that cannot be trained on, as `[{"id", "reason", "too_long"}]`; [] when all are fine.
     `too_long` is True for a row over `max_length` (the trainer skips those; other problems are errors).
@@ -126,7 +146,7 @@ def check_rows(processor: Any, rows: Sequence[dict], *, max_length: int) -> list
     for row in rows:
         row_id = row.get("id", "?")
         try:
-            text = counter.render(row_messages(row, row_clip_lengths(row), tokenizer=tokenizer))
+            text = counter.render_training(row_messages(row, row_clip_lengths(row), tokenizer=tokenizer))
         except DatasetError as error:
             problems.append({"id": row_id, "reason": str(error), "too_long": False})
             continue

@@ -66,7 +66,7 @@ def answer_token_counts(processor: Any, rows: list[dict]) -> list[int]:
     labels them (`pipeline.model.tokens.TokenCounter.supervised_tokens` over the row's conversation,
     `pipeline.data.rows.row_messages`); rows need the columns of `pipeline.data.rows.TEXT_COLUMNS`."""
     counter = TokenCounter(processor)
-    texts = [counter.render(row_messages(r)) for r in rows]
+    texts = [counter.render_training(row_messages(r)) for r in rows]
     return [counter.supervised_tokens(ids) for ids in counter.encode_texts(texts)]
 
 

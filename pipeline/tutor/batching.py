@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from pipeline.errors import ConfigError
 from pipeline.host.env_settings import whole_number
+from pipeline.model.tokens import answer_text
 
 DEFAULT_MAX_BATCH = 8
 """Rows generated together per loaded model. What it buys is measured by benchmarks/classroom.py
@@ -174,8 +175,9 @@ class Answer:
 
 
 class TextDeltas:
-    """The text of a growing answer, in pieces whose concatenation is `tokenizer.decode(tokens,
-    skip_special_tokens=True).strip()`: leading whitespace is dropped, trailing whitespace and an
+    """The text of a growing answer, in pieces whose concatenation is `pipeline.model.tokens.answer_text`
+    (`tokenizer.decode(tokens, skip_special_tokens=True).strip()` without a leaked thought channel, which
+    is never streamed, closed or not): leading whitespace is dropped, trailing whitespace and an
     incomplete UTF-8 character (decoded as U+FFFD) wait for the next token."""
 
     def __init__(self, tokenizer: Any):
@@ -186,7 +188,7 @@ class TextDeltas:
     def push(self, token: int) -> str:
         """Add a token; returns the new piece of text ("" when nothing can be shown yet)."""
         self.tokens.append(int(token))
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True).strip()
+        text = answer_text(self.tokenizer, self.tokens)
         if text.endswith("\ufffd") or not text.startswith(self.sent):
             return ""
         piece, self.sent = text[len(self.sent):], text
@@ -195,7 +197,7 @@ class TextDeltas:
     def finish(self) -> tuple[str, str]:
         """The whole text and the last piece not yet sent (empty when a decode changed text already sent:
         the whole text is then still right, the pieces are not)."""
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True).strip()
+        text = answer_text(self.tokenizer, self.tokens)
         piece = text[len(self.sent):] if text.startswith(self.sent) else ""
         self.sent = text
         return text, piece

@@ -47,6 +47,7 @@ from typing import Any, Callable
 from pipeline.host.cpu_threads import apply_threads, inference_threads
 from pipeline.errors import ConfigError, ModelLoadError
 from pipeline.workspace import Workspace
+from pipeline.model.tokens import answer_text
 
 DEFAULT_MAX_NEW_TOKENS = 256
 """Longest answer generated, in tokens (the feedback template is ~40-120 tokens)."""
@@ -340,7 +341,7 @@ class Tutor:
                                              eos_token_id=self._eos_ids(),
                                              pad_token_id=self.processor.tokenizer.pad_token_id, **extra)
             new_tokens = output[0, prompt_len:]
-            text = self.processor.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+            text = answer_text(self.processor.tokenizer, new_tokens.tolist())
         from pipeline.tutor.batching import Generated
 
         generated = Generated(text=text, new_tokens=int(new_tokens.numel()), prompt_tokens=int(prompt_len),
