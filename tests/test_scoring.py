@@ -128,6 +128,29 @@ def test_the_map_drops_a_feature_of_the_wrong_sign_and_clips_to_the_scale():
     assert linear.predict({"score_per_frame": 100.0}) == 10 and linear.predict({"score_per_frame": -100.0}) == 0
 
 
+def test_a_weak_reading_replaces_words_of_about_the_same_length_and_lowers_the_labels():
+    from pipeline.scoring.augment import REPLACED_WORD_ACCURACY, _vocabulary, replace_words, weak_scores
+
+    text = "MARK IS GOING TO SEE ELEPHANT"
+    vocabulary = _vocabulary([text, "WE CALL IT BEAR", "KATE LOVES HER COAT", "THE BUS IS COMING"])
+    made = replace_words(text, 2, vocabulary, seed=3)
+    assert made == replace_words(text, 2, vocabulary, seed=3)  # the same seed, the same sentence
+    new_text, replaced = made
+    old_words, new_words = engine.prompt_words(text), engine.prompt_words(new_text)
+    assert len(replaced) == 2 and len(new_words) == len(old_words)
+    assert [i for i, (a, b) in enumerate(zip(old_words, new_words)) if a != b] == replaced
+    for i in replaced:
+        old, new = (engine.pronounce([w])[0].phones for w in (old_words[i], new_words[i]))
+        assert abs(len(old) - len(new)) <= 1 and old[0] != new[0]
+    experts = {"accuracy": 9, "fluency": 8, "prosodic": 8, "total": 9,
+               "words": [{"text": w, "accuracy": 10, "phones": [], "phones-accuracy": []} for w in old_words]}
+    labels = weak_scores(experts, new_text, replaced)
+    assert labels["accuracy"] == pytest.approx(9 - (9 - REPLACED_WORD_ACCURACY) * 2 / len(old_words), abs=0.01)
+    assert labels["fluency"] is None and labels["prosodic"] is None  # pace and pauses did not change
+    assert [w["accuracy"] for w in labels["words"]].count(REPLACED_WORD_ACCURACY) == 2
+    assert replace_words("WE CALL", 2, vocabulary, seed=0) is None  # never a whole sentence replaced
+
+
 def test_the_shipped_default_map_is_labelled_and_monotone():
     score_map = load_default_map()
     assert score_map.default and "sample data" in score_map.note
@@ -190,7 +213,8 @@ def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
     score_map = fit.fit_workspace(built_ws)
     identity = build_identity(built_ws)
     train, evals = set(identity["row_ids"]["train"]), set(identity["row_ids"]["eval"])
-    assert seen and set(seen) <= train and not set(seen) & evals
+    seen = {clip_id.split("~")[0] for clip_id in seen}  # a weak reading `ID~wN` is made from train clip ID
+    assert seen and seen <= train and not seen & evals
     assert set(score_map.build["clip_ids"]) <= train and score_map.build["fingerprint"] == identity["fingerprint"]
     assert load_scorer(built_ws).note.startswith("Classical scorer map fitted on this workspace's training split")
     # A build that lists a train clip among the eval ids is refused before anything is aligned.
@@ -198,6 +222,28 @@ def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
     monkeypatch.setattr("pipeline.data.dataset.build_identity", lambda ws: damaged)
     with pytest.raises(ScoringError, match="both the train and the eval split"):
         fit.fit_workspace(built_ws)
+
+
+def test_score_fit_warns_when_the_saved_map_was_fitted_on_an_older_build(built_ws, capsys):
+    from pipeline.errors import ScoringError
+    from pipeline.scoring.cli import score_main
+    from pipeline.scoring.fit import stale_map_warning
+
+    saved = built_ws.scorer_map_path.read_text(encoding="utf-8") if built_ws.scorer_map_path.exists() else None
+    old = load_default_map().to_dict() | {"default": False, "build": {"fingerprint": "0" * 64, "clip_ids": ["a", "b"]}}
+    built_ws.scoring_dir.mkdir(parents=True, exist_ok=True)
+    built_ws.scorer_map_path.write_text(json.dumps(old), encoding="utf-8")
+    try:
+        assert "older build of the dataset" in stale_map_warning(built_ws)
+        with pytest.raises(ScoringError, match="keeps the saved map fitted on the older build"):
+            score_main(["--workspace", str(built_ws.root), "--fit"])  # 10 train clips: too few to refit
+        assert "warning: The saved scorer map" in capsys.readouterr().err
+    finally:
+        if saved is None:
+            built_ws.scorer_map_path.unlink()
+        else:
+            built_ws.scorer_map_path.write_text(saved, encoding="utf-8")
+    assert saved is None or stale_map_warning(built_ws) is None  # a map fitted on this build: no warning
 
 
 def test_evaluate_judges_the_scorer_like_a_model_and_the_verdict_names_it(built_ws, capsys):
@@ -259,6 +305,8 @@ def test_try_answers_with_the_scorer_picked_and_labels_it(tmp_path):
     assert lists[2].choices[-1][0] == SCORER_CHOICE  # the Try tab's tutor list offers it without any run
     note = app.try_dialogue_send(str(path), "", [], SCORER_CHOICE, 16)[4]
     assert "holds no conversation" in note  # a conversation needs a trained run: said, not "no such run"
+    note = app.export.export(SCORER_CHOICE, "adapter")[0]
+    assert "has nothing to export" in note and "does not exist" not in note  # said, not "no such run"
 
 
 def test_the_practice_page_answers_with_the_scorer_chosen(tmp_path):
