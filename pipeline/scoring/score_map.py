@@ -11,6 +11,8 @@ One linear map per target: sentence `accuracy`, `fluency`, `prosody`, `total` (0
 - monotone-sane: a feature whose fitted weight has the wrong sign (`*_SIGNS`: e.g. a better GOP
   lowering the score) is dropped and the map refitted, so a reader who sounds better never scores
   lower on that feature; the map reports which it dropped;
+- weak readings (`pipeline.scoring.augment`: a clip scored against its sentence with words replaced) are
+  fitted on beside the real clips, weighing as much as the real clips together (`_balanced`);
 - predictions are clipped to the scale (0-10, 0-2).
 
 `ScoreMap` is JSON (`to_dict` / `from_dict`): `note` says what it was fitted on, and is shown wherever
