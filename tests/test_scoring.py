@@ -191,6 +191,21 @@ def test_the_shipped_default_map_is_labelled_and_monotone():
     assert accuracy.predict(mean) - accuracy.predict(worse) >= 1.0
 
 
+def test_a_saved_map_with_a_wrong_sign_is_refused_and_an_old_one_is_named(tmp_path):
+    from pipeline.errors import ScoringError
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    ws.scoring_dir.mkdir(parents=True)
+    saved = load_default_map().to_dict() | {"default": False, "version": 1, "note": "Fitted here"}
+    ws.scorer_map_path.write_text(json.dumps(saved), encoding="utf-8")
+    assert "older version of the scorer, without weak readings" in load_scorer(ws).note
+    saved["sentence"]["fluency"]["weight"][1] = 0.5  # more pauses, a higher fluency
+    ws.scorer_map_path.write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(ScoringError, match="wrong sign.*fluency: pause_per_word_s"):
+        load_scorer(ws)
+
+
 def test_the_scorer_answers_like_a_tutor(scorer):
     tutor = ScorerTutor(scorer)
     path, text = _pack_clips()[0]

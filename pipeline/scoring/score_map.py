@@ -29,7 +29,8 @@ import numpy as np
 
 from pipeline.conversation.feedback import SENTENCE_KEYS
 from pipeline.scoring.augment import is_weak
-from pipeline.scoring.features import ASPECT_FEATURES, PHONE_FEATURES, PHONE_SIGNS, WORD_FEATURES, WORD_SIGNS
+from pipeline.scoring.features import (ASPECT_FEATURES, PHONE_FEATURES, PHONE_SIGNS, SENTENCE_FEATURES, SENTENCE_SIGNS,
+                                       WORD_FEATURES, WORD_SIGNS)
 
 ALPHAS = (0.01, 0.1, 0.3, 1.0)
 """Ridge penalties tried (on standardised features, times the number of clips). Capped at 1: on clips of
@@ -37,7 +38,9 @@ readers who all read about as well (speechocean762-mini's children) cross-valida
 penalty that flattens the map to the mean, scoring a weak reader like a good one; a capped penalty
 keeps each feature's (sign-checked) direction."""
 CV_FOLDS = 5
-MAP_VERSION = 1
+MAP_VERSION = 2
+"""2: fitted with weak readings (`pipeline.scoring.augment`), fluency and prosody without the speaking rate;
+1: the first maps (real clips only; a weak reader scored almost like a good one)."""
 
 
 @dataclass
@@ -154,6 +157,17 @@ class ScoreMap:
         return cls(sentence={k: Linear(**v) for k, v in data["sentence"].items()}, word=Linear(**data["word"]),
                    phone=Linear(**data["phone"]), note=data["note"], clips=int(data["clips"]), build=data.get("build"),
                    default=bool(data.get("default")), version=int(data.get("version", MAP_VERSION)))
+
+    def wrong_signs(self) -> list[str]:
+        """`"TARGET: FEATURE"` for each weight whose sign contradicts its feature's direction (`*_SIGNS` in
+        `pipeline.scoring.features`) or whose feature is unknown; [] for a map `fit_map` wrote (it drops them)."""
+        sentence_signs = dict(zip(SENTENCE_FEATURES, SENTENCE_SIGNS))
+        targets = [(name, linear, sentence_signs) for name, linear in self.sentence.items()]
+        targets += [("word", self.word, dict(zip(WORD_FEATURES, WORD_SIGNS))),
+                    ("phone", self.phone, dict(zip(PHONE_FEATURES, PHONE_SIGNS)))]
+        return [f"{name}: {feature}" for name, linear, signs in targets
+                for feature, weight in zip(linear.features, linear.weight) if weight * signs.get(feature, 0) < 0
+                or feature not in signs]
 
     def cv_summary(self) -> str:
         """Lines with each target's cross-validated MAE (beside the mean predictor's), PCC and dropped features."""
