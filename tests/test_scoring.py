@@ -128,6 +128,48 @@ def test_the_map_drops_a_feature_of_the_wrong_sign_and_clips_to_the_scale():
     assert linear.predict({"score_per_frame": 100.0}) == 10 and linear.predict({"score_per_frame": -100.0}) == 0
 
 
+def test_a_weak_reading_replaces_words_of_about_the_same_length_and_lowers_the_labels():
+    from pipeline.scoring.augment import REPLACED_WORD_ACCURACY, _vocabulary, replace_words, weak_scores
+
+    text = "MARK IS GOING TO SEE ELEPHANT"
+    vocabulary = _vocabulary([text, "WE CALL IT BEAR", "KATE LOVES HER COAT", "THE BUS IS COMING"])
+    made = replace_words(text, 2, vocabulary, seed=3)
+    assert made == replace_words(text, 2, vocabulary, seed=3)  # the same seed, the same sentence
+    new_text, replaced = made
+    old_words, new_words = engine.prompt_words(text), engine.prompt_words(new_text)
+    assert len(replaced) == 2 and len(new_words) == len(old_words)
+    assert [i for i, (a, b) in enumerate(zip(old_words, new_words)) if a != b] == replaced
+    for i in replaced:
+        old, new = (engine.pronounce([w])[0].phones for w in (old_words[i], new_words[i]))
+        assert abs(len(old) - len(new)) <= 1 and old[0] != new[0]
+    experts = {"accuracy": 9, "fluency": 8, "prosodic": 8, "total": 9,
+               "words": [{"text": w, "accuracy": 10, "phones": [], "phones-accuracy": []} for w in old_words]}
+    labels = weak_scores(experts, new_text, replaced)
+    assert labels["accuracy"] == pytest.approx(9 - (9 - REPLACED_WORD_ACCURACY) * 2 / len(old_words), abs=0.01)
+    assert labels["fluency"] is None and labels["prosodic"] is None  # pace and pauses did not change
+    assert [w["accuracy"] for w in labels["words"]].count(REPLACED_WORD_ACCURACY) == 2
+    assert replace_words("WE CALL", 2, vocabulary, seed=0) is None  # never a whole sentence replaced
+
+
+def test_a_wholly_wrong_word_is_flagged_and_lowers_the_sentence(scorer, pack_scores):
+    """Each sample clip scored against its sentence with one word replaced (what a wholly wrong word sounds like):
+    the template's rule (a word below 7 is flagged) flags the replaced word in most clips, and the sentence
+    accuracy never rises (measured with the shipped map: 5 of 8 flagged, 6 of 8 lower)."""
+    from pipeline.conversation.feedback import LOW_WORD_ACCURACY
+    from pipeline.scoring.augment import _vocabulary, replace_words
+
+    clips = _pack_clips()
+    vocabulary = _vocabulary([text for _, text in clips])
+    flagged = lower = 0
+    for (path, text), (_, real) in zip(clips, pack_scores):
+        new_text, (index,) = replace_words(text, 1, vocabulary, seed=0)
+        weak = scorer.score(path, new_text)
+        assert weak.scored and weak.scores["accuracy"] <= real.scores["accuracy"], (text, new_text)
+        flagged += weak.words[index]["accuracy"] < LOW_WORD_ACCURACY
+        lower += weak.scores["accuracy"] < real.scores["accuracy"]
+    assert flagged >= 4 and lower >= 4, (flagged, lower)
+
+
 def test_the_shipped_default_map_is_labelled_and_monotone():
     score_map = load_default_map()
     assert score_map.default and "sample data" in score_map.note
@@ -136,6 +178,32 @@ def test_the_shipped_default_map_is_labelled_and_monotone():
     for key, linear in score_map.sentence.items():
         signs = dict(zip(*ASPECT_FEATURES[key]))
         assert all(w * signs[f] >= 0 for f, w in zip(linear.features, linear.weight)), key
+    from pipeline.scoring.features import PHONE_FEATURES, PHONE_SIGNS, WORD_FEATURES, WORD_SIGNS
+
+    for linear, names, signs in ((score_map.word, WORD_FEATURES, WORD_SIGNS), (score_map.phone, PHONE_FEATURES, PHONE_SIGNS)):
+        signs = dict(zip(names, signs))
+        assert all(w * signs[f] >= 0 for f, w in zip(linear.features, linear.weight))
+    # Fitted with weak readings too, the accuracy map has real slopes: a reading whose sounds match a whole
+    # spread (score per frame and GOP) worse scores at least 1 point lower.
+    accuracy = score_map.sentence["accuracy"]
+    mean = dict(zip(accuracy.features, accuracy.mean))
+    worse = {f: m - s for f, m, s in zip(accuracy.features, accuracy.mean, accuracy.scale)}
+    assert accuracy.predict(mean) - accuracy.predict(worse) >= 1.0
+
+
+def test_a_saved_map_with_a_wrong_sign_is_refused_and_an_old_one_is_named(tmp_path):
+    from pipeline.errors import ScoringError
+    from pipeline.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    ws.scoring_dir.mkdir(parents=True)
+    saved = load_default_map().to_dict() | {"default": False, "version": 1, "note": "Fitted here"}
+    ws.scorer_map_path.write_text(json.dumps(saved), encoding="utf-8")
+    assert "older version of the scorer, without weak readings" in load_scorer(ws).note
+    saved["sentence"]["fluency"]["weight"][1] = 0.5  # more pauses, a higher fluency
+    ws.scorer_map_path.write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(ScoringError, match="wrong sign.*fluency: pause_per_word_s"):
+        load_scorer(ws)
 
 
 def test_the_scorer_answers_like_a_tutor(scorer):
@@ -190,7 +258,8 @@ def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
     score_map = fit.fit_workspace(built_ws)
     identity = build_identity(built_ws)
     train, evals = set(identity["row_ids"]["train"]), set(identity["row_ids"]["eval"])
-    assert seen and set(seen) <= train and not set(seen) & evals
+    seen = {clip_id.split("~")[0] for clip_id in seen}  # a weak reading `ID~wN` is made from train clip ID
+    assert seen and seen <= train and not seen & evals
     assert set(score_map.build["clip_ids"]) <= train and score_map.build["fingerprint"] == identity["fingerprint"]
     assert load_scorer(built_ws).note.startswith("Classical scorer map fitted on this workspace's training split")
     # A build that lists a train clip among the eval ids is refused before anything is aligned.
@@ -198,6 +267,28 @@ def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
     monkeypatch.setattr("pipeline.data.dataset.build_identity", lambda ws: damaged)
     with pytest.raises(ScoringError, match="both the train and the eval split"):
         fit.fit_workspace(built_ws)
+
+
+def test_score_fit_warns_when_the_saved_map_was_fitted_on_an_older_build(built_ws, capsys):
+    from pipeline.errors import ScoringError
+    from pipeline.scoring.cli import score_main
+    from pipeline.scoring.fit import stale_map_warning
+
+    saved = built_ws.scorer_map_path.read_text(encoding="utf-8") if built_ws.scorer_map_path.exists() else None
+    old = load_default_map().to_dict() | {"default": False, "build": {"fingerprint": "0" * 64, "clip_ids": ["a", "b"]}}
+    built_ws.scoring_dir.mkdir(parents=True, exist_ok=True)
+    built_ws.scorer_map_path.write_text(json.dumps(old), encoding="utf-8")
+    try:
+        assert "older build of the dataset" in stale_map_warning(built_ws)
+        with pytest.raises(ScoringError, match="keeps the saved map fitted on the older build"):
+            score_main(["--workspace", str(built_ws.root), "--fit"])  # 10 train clips: too few to refit
+        assert "warning: The saved scorer map" in capsys.readouterr().err
+    finally:
+        if saved is None:
+            built_ws.scorer_map_path.unlink()
+        else:
+            built_ws.scorer_map_path.write_text(saved, encoding="utf-8")
+    assert saved is None or stale_map_warning(built_ws) is None  # a map fitted on this build: no warning
 
 
 def test_evaluate_judges_the_scorer_like_a_model_and_the_verdict_names_it(built_ws, capsys):
@@ -259,6 +350,8 @@ def test_try_answers_with_the_scorer_picked_and_labels_it(tmp_path):
     assert lists[2].choices[-1][0] == SCORER_CHOICE  # the Try tab's tutor list offers it without any run
     note = app.try_dialogue_send(str(path), "", [], SCORER_CHOICE, 16)[4]
     assert "holds no conversation" in note  # a conversation needs a trained run: said, not "no such run"
+    note = app.export.export(SCORER_CHOICE, "adapter")[0]
+    assert "has nothing to export" in note and "does not exist" not in note  # said, not "no such run"
 
 
 def test_the_practice_page_answers_with_the_scorer_chosen(tmp_path):

@@ -32,6 +32,9 @@ class ExportHandlers(TabHandlers):
         if not run_name:
             raise ExportError("No run picked: choose a trained run in **Tuned run (adapter)** above (the Train tab "
                               "makes one; a stopped run has an adapter too), then press Export.")
+        if run_name == view.SCORER_CHOICE:
+            raise ExportError(f"The {view.SCORER_CHOICE} has nothing to export: it is not a trained run, and it comes "
+                              "with the app (it needs no model file). Pick a trained run above to export a tutor.")
         from pipeline.export.gguf import GEMMA3N_DEAF
 
         try:

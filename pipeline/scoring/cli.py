@@ -30,12 +30,21 @@ def score_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ws = Workspace(args.workspace)
     if args.fit:
-        from pipeline.scoring.fit import fit_workspace
+        from pipeline.scoring.fit import fit_workspace, stale_map_warning
+
+        stale = stale_map_warning(ws)
+        if stale:
+            print(f"warning: {stale} Fitting it again now.", file=sys.stderr, flush=True)
 
         def progress(done: int, clip_id: str) -> None:
             print(f"[{done}] aligned {clip_id}", file=sys.stderr, flush=True)
 
-        score_map = fit_workspace(ws, progress=None if args.json else progress)
+        try:
+            score_map = fit_workspace(ws, progress=None if args.json else progress)
+        except ScoringError as error:
+            if stale:  # the old map stays in use: say so beside why the new one was not fitted
+                raise ScoringError(f"{error} Until then the scorer keeps the saved map fitted on the older build.") from None
+            raise
         if args.json:
             print(json.dumps(score_map.to_dict(), ensure_ascii=False))
         else:

@@ -3,7 +3,9 @@
 `fit_workspace(WS)` reads the built dataset's `train` rows that carry expert scores (never a row of the
 eval split: the ids are checked against the build's eval ids before anything is aligned, and the map
 records the ids it saw), aligns each clip (`pipeline.scoring.engine`), and fits `ScoreMap` with
-cross-validation across speakers; it is saved to `WS/scoring/map.json` with the build's fingerprint.
+cross-validation across speakers, together with weak readings made from the same train clips
+(`pipeline.scoring.augment`: words of the sentence replaced, so the map learns what a wrong word sounds
+like even from readers who read well); it is saved to `WS/scoring/map.json` with the build's fingerprint.
 With fewer than `MIN_FIT_CLIPS` scored train clips it refuses (the scorer then keeps the shipped
 default map, fitted on the sample data, and says so).
 
@@ -19,8 +21,9 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pipeline.errors import ScoringError
+from pipeline.errors import DatasetError, ScoringError
 from pipeline.scoring import engine
+from pipeline.scoring.augment import weak_entries
 from pipeline.scoring.features import phone_features, sentence_features, word_features
 from pipeline.scoring.score_map import ScoreMap, fit_map
 from pipeline.workspace import Workspace
@@ -117,7 +120,8 @@ def fit_workspace(workspace: Workspace | str | os.PathLike,
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     entries, identity = _train_entries(ws)
-    items = fit_items(entries, engine.read_lexicon(ws.lexicon_path), progress)
+    lexicon = engine.read_lexicon(ws.lexicon_path)
+    items = fit_items(entries, lexicon, progress)
     if len(items) < MIN_FIT_CLIPS:
         raise ScoringError(
             f"Only {plural(len(items), 'expert-scored training clip')} could be aligned in the build in {ws.dataset_dir}; "
@@ -128,10 +132,31 @@ def fit_workspace(workspace: Workspace | str | os.PathLike,
             f"{plural(len(speakers), 'learner')}")
     build = {"fingerprint": identity["fingerprint"], "built_at": identity.get("built_at"),
              "clip_ids": sorted(i["id"] for i in items), "eval_ids": sorted(identity["row_ids"].get("eval") or [])}
-    score_map = fit_map(items, note, build)
+    weak = fit_items(weak_entries(entries), lexicon)  # the same train clips with words replaced: weak readings
+    note += f", and {plural(len(weak), 'weak reading')} made from them (words replaced)"
+    score_map = fit_map(items + weak, note, build)
     ws.scoring_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(ws.scorer_map_path, score_map.to_dict())
     return score_map
+
+
+def stale_map_warning(workspace: Workspace | str | os.PathLike) -> str | None:
+    """One sentence when the workspace's saved map (`WS/scoring/map.json`) was fitted on another build of the
+    dataset than the one built now (its recorded `build.fingerprint` differs), else None (no saved map, no build,
+    a map that cannot be read: nothing to compare)."""
+    from pipeline.data.dataset import build_identity
+
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    try:
+        saved = (json.loads(ws.scorer_map_path.read_text(encoding="utf-8")).get("build") or {})
+        current = build_identity(ws)
+    except (OSError, ValueError, AttributeError, DatasetError):
+        return None
+    if not saved.get("fingerprint") or saved["fingerprint"] == current["fingerprint"]:
+        return None
+    return (f"The saved scorer map {ws.scorer_map_path} was fitted on an older build of the dataset "
+            f"({plural(len(saved.get('clip_ids') or []), 'clip')}; the dataset was rebuilt since), so its scores may "
+            "not match the clips trained and judged now.")
 
 
 def kaldi_entries(folder: str | os.PathLike, speakers: Iterable[str] | None = None) -> list[tuple]:

@@ -33,7 +33,7 @@ from pipeline.conversation.feedback import SENTENCE_KEYS, feedback_from_scores
 from pipeline.errors import AudioError, ScoringError
 from pipeline.scoring import engine
 from pipeline.scoring.features import phone_features, sentence_features, word_features
-from pipeline.scoring.score_map import ScoreMap
+from pipeline.scoring.score_map import MAP_VERSION, ScoreMap
 from pipeline.workspace import Workspace
 
 WEAK_GOP = -150.0
@@ -169,24 +169,34 @@ def load_default_map() -> ScoreMap:
 
 def _read_map(path: Path) -> ScoreMap:
     try:
-        return ScoreMap.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        score_map = ScoreMap.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ScoringError(f"The scorer map `{path}` cannot be read ({type(error).__name__}: {error}); fit it again "
                            "with `python -m pipeline score --workspace WS --fit`, or restore the file from the "
                            "repository.") from None
+    wrong = score_map.wrong_signs()
+    if wrong:  # a better sound scoring lower: never used (fit_map drops such weights; this file was edited)
+        raise ScoringError(f"The scorer map `{path}` has weights of the wrong sign or unknown features ({', '.join(wrong)}): "
+                           "a reader who sounds better would score lower. Fit it again with `python -m pipeline score "
+                           "--workspace WS --fit`, or restore the file from the repository.")
+    return score_map
 
 
 def load_scorer(workspace: Workspace | str | os.PathLike | None = None) -> Scorer:
-    """The scorer of a workspace: its fitted map (`WS/scoring/map.json`) when there is one, else the shipped
-    default (its note says so, and that it was fitted on the sample data); its lexicon (`WS/scoring/lexicon.txt`).
+    """The scorer of a workspace: its fitted map (`WS/scoring/map.json`) when there is one (a map of an older
+    `MAP_VERSION` says so in its note), else the shipped default (its note says so, and that it was fitted on
+    the sample data); its lexicon (`WS/scoring/lexicon.txt`).
 
     Raises:
-        ScoringError: a map file that cannot be read."""
+        ScoringError: a map file that cannot be read, or with a weight of the wrong sign."""
     if workspace is None:
         return Scorer(load_default_map())
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     if ws.scorer_map_path.is_file():
         score_map = _read_map(ws.scorer_map_path)
+        if score_map.version < MAP_VERSION:
+            score_map.note += (" (fitted by an older version of the scorer, without weak readings, so it scores weak "
+                               "readers too high; fit it again: `python -m pipeline score --fit`)")
     else:
         score_map = load_default_map()
         score_map.note += " (this workspace has no map of its own yet: `python -m pipeline score --fit`)"
