@@ -246,6 +246,10 @@ def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict, *, rate
 
 def build_practice(workspace: Workspace, *, rate: Any = None, own_files: Any = None,
                    logins: bool = False) -> SimpleNamespace:
-    """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`)."""
+    """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`). First the
+    clips of attempts whose keeping was killed half-way are removed (`Inbox.undo_killed_writes`)."""
+    from pipeline.inbox.store import Inbox
+
+    Inbox(workspace).undo_killed_writes()
     handlers = PracticeHandlers(workspace, rate=rate, own_files=own_files)
     return SimpleNamespace(page=practice_page(handlers, logins=logins), handlers=handlers)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_bytes, atomic_write_json, disk_room, locked
+from pipeline.fileio import atomic_write_bytes, atomic_write_json, disk_room, hold_point, locked, pending_files, undo_pending
 from pipeline.units import format_bytes
 from pipeline.workspace import Workspace
 
@@ -121,11 +121,18 @@ class Inbox:
         """`with inbox.locked():` holds the inbox's lock (every decision takes it; across processes)."""
         return locked(self.root / "attempts")
 
+    def undo_killed_writes(self) -> list[Path]:
+        """Remove the clips of attempts whose process was killed between the clip and its record
+        (`pipeline.fileio.undo_pending`: a clip without `attempts/ID.json`); returns the clips removed. `add`
+        calls it, and the practice page as it starts."""
+        return undo_pending(self.root, keep=lambda clip: self._path(clip.stem).is_file())
+
     def add(self, audio: Any, *, student: str, kind: str, exercise: str, answer: str, run: str | None = None,
             model: str | None = None, tiny_random_model: bool = False) -> Attempt:
         """Keep one attempt: the clip (decoded and checked by `load_audio`, stored as 16 kHz PCM16 WAV) and
         its record. The clip is written before the record, so a listed attempt always has its audio; when
-        either write fails, both are removed (no clip is left without its record).
+        either write fails, both are removed (no clip is left without its record), and a clip whose process
+        was killed before its record is removed by the next `add` (`undo_killed_writes`).
 
         Raises:
             SampleError: empty student name, exercise or kind other than read_aloud / free_speech; the disk
@@ -154,9 +161,12 @@ class Inbox:
                               f"and the clip needs {format_bytes(wanted)}. Free some space (old runs' checkpoints, "
                               "exports) and record again.")
         paths = (self.audio_path(attempt), self._path(attempt.id))
+        self.undo_killed_writes()
         try:
-            atomic_write_bytes(paths[0], data)
-            atomic_write_json(paths[1], attempt.to_dict())
+            with pending_files(self.root) as note:
+                atomic_write_bytes(note(paths[0]), data)
+                hold_point("inbox:clip")
+                atomic_write_json(paths[1], attempt.to_dict())
         except OSError as error:
             for path in paths:
                 path.unlink(missing_ok=True)
