@@ -43,12 +43,15 @@ import filelock
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` atomically (temp file in the same folder, fsync, `os.replace`).
 
-    Either the old content or the complete new content is on disk afterwards, never a mix.
-    Creates parent folders. Raises `OSError` if the folder is not writable.
+    Either the old content or the complete new content is on disk afterwards, never a mix. The temp file is
+    `.NAME.staging-PID-*.tmp`: one left by a killed writer is removed by the next process that writes
+    into the folder (`sweep_killed_writes`). Creates parent folders. Raises `OSError` if the folder is
+    not writable.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_killed_writes(path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.staging-{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -107,6 +110,35 @@ def writer_gone(pid: int) -> bool:
     except OSError:
         return False
     return False
+
+
+_SWEPT: set[tuple[int, str]] = set()
+
+
+def sweep_killed_writes(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temp files of `atomic_write_bytes` in `folder` (`.NAME.staging-PID-*.tmp`) whose writer is
+    gone (`writer_gone`: killed before its rename); once per folder and process (one listing), so a folder of
+    thousands of clips is not listed at every write. Returns the files removed; never raises."""
+    key = (os.getpid(), os.path.abspath(folder))
+    if key in _SWEPT:
+        return []
+    _SWEPT.add(key)
+    removed = []
+    try:
+        entries = [entry.name for entry in os.scandir(folder)]
+    except OSError:
+        return []
+    for name in entries:
+        if not (name.startswith(".") and name.endswith(".tmp") and ".staging-" in name):
+            continue
+        head, _, rest = name.rsplit(".staging-", 1)[1].partition("-")
+        if rest and head.isdigit() and int(head) != os.getpid() and writer_gone(int(head)):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(Path(folder) / name)
+            except OSError:
+                continue
+    return removed
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -201,6 +233,7 @@ def recover_staging(target: str | os.PathLike, *, prefix: str | None = None) -> 
     target = Path(target)
     if not target.parent.is_dir():
         return
+    sweep_killed_writes(target.parent)
     start = _staging_prefix(target, prefix)
     leftovers = sorted(target.parent.glob(glob.escape(start) + "*"))
     if not target.exists():
