@@ -291,7 +291,7 @@ def test_an_evaluation_job_killed_after_an_answer_keeps_it_partial_and_the_next_
         stop_workspace_eval_jobs(ws)
 
 
-@pytest.mark.parametrize("where", ["get-model:chunk#3", "get-model:placing"])
+@pytest.mark.parametrize("where", ["get-model:chunk:model.safetensors#2", "get-model:placing"])
 def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_start_finishes(fake_hub, tmp_path, where):
     from tests.hub_server import GOOD_TOKEN, SERVED_MODEL
 
@@ -301,6 +301,8 @@ def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_sta
     command = [PY, "-m", "pipeline", "get-model", "--model", SERVED_MODEL, "--json"]
     process, _ = held(command, where, tmp_path / "holds", env=env)
     kill_held(process)
+    partial = list(hf_home.rglob("*.incomplete"))
+    assert bool(partial) == (where != "get-model:placing"), partial
     here = [PY, "-c", "import sys; from pipeline.model.local_copy import local_copy; "
             f"print(local_copy({SERVED_MODEL!r}).complete)"]
     check = subprocess.run(here, env=env, capture_output=True, text=True, cwd=Path(__file__).parents[1])

@@ -314,7 +314,7 @@ class _Progress:
         self.bar.update(n)
         self.report()
         self.check_stop()
-        hold_point("get-model:chunk")
+        hold_point(f"get-model:chunk:{self.state.file}")
 
     def file_bar(self):
         """A class `http_get` takes as its `tqdm_class`: each chunk is counted here, and may stop the download."""
