@@ -323,11 +323,11 @@ def pending_files(folder: str | os.PathLike) -> Iterator[Any]:
         journal.unlink(missing_ok=True)
 
 
-def undo_pending(folder: str | os.PathLike, keep) -> list[Path]:
+def undo_pending(folder: str | os.PathLike, keep, remove=None) -> list[Path]:
     """Finish what killed writers left in `folder` (`pending_files`): for each journal whose writer is gone
     (`writer_gone`) or that noted nothing for `STALE_STAGING_S`, delete every file it noted for which
-    `keep(path)` (a resolved `Path`) is false, then the journal. Call it where the record is read, under
-    its lock. Returns the files deleted."""
+    `keep(path)` (a resolved `Path`) is false (`remove(path)`, default `Path.unlink`), then the journal.
+    Call it where the record is read, under its lock. Returns the files deleted."""
     folder, removed = Path(folder), []
     for journal in sorted(folder.glob(PENDING_PREFIX + "*.jsonl")) if folder.is_dir() else ():
         writer = _leftover_writer(journal, PENDING_PREFIX)
@@ -340,7 +340,7 @@ def undo_pending(folder: str | os.PathLike, keep) -> list[Path]:
         for row in read_jsonl(journal):
             path = Path(str(row.get("path", ""))) if isinstance(row, dict) else None
             if path is not None and path.is_file() and not keep(path):
-                path.unlink(missing_ok=True)
+                (remove or (lambda gone: gone.unlink(missing_ok=True)))(path)
                 removed.append(path)
         journal.unlink(missing_ok=True)
     return removed

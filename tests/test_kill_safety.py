@@ -320,3 +320,24 @@ def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_sta
         assert weights == [], "every file was here: nothing fetched again"
     else:
         assert len(weights) == 1 and weights[0] and weights[0] != "bytes=0-", "continued where it was killed"
+
+
+def test_a_recording_the_practice_page_was_answering_when_the_app_was_killed_is_deleted_at_its_next_start(tmp_path, monkeypatch):
+    """Gradio deletes a page's uploads when the app stops, not when it is killed: the one being answered is
+    noted first (`Inbox.uploads_journal`), and the practice page's next start deletes it, consent or not."""
+    from ui.practice_page import build_practice
+
+    uploads = tmp_path / "gradio"
+    upload = uploads / ("0" * 64) / "said.wav"  # Gradio's layout: UPLOAD_DIR/<sha256>/NAME
+    upload.parent.mkdir(parents=True)
+    sf.write(upload, _tone(330.0), RATE)
+    ws = tmp_path / "ws"
+    code = ("import sys; from pipeline.workspace import Workspace; from ui.practice_page import PracticeHandlers\n"
+            "list(PracticeHandlers(Workspace(sys.argv[1])).answer(sys.argv[2], 0, 'kim', True))\n")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))  # for the child and for this process
+    process, _ = held([PY, "-c", code, str(ws), str(upload)], "practice:answering", tmp_path / "holds")
+    kill_held(process)
+    assert upload.is_file()
+    build_practice(ws)
+    assert not upload.parent.exists(), "the recording and its folder are gone"
+    assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []

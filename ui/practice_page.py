@@ -116,7 +116,9 @@ class PracticeHandlers:
     def answer(self, audio: Any, exercise: Any, name: str, consent: bool, request: gr.Request = None):
         """The tutor's feedback on one attempt, shown as it is generated: yields (feedback text, status
         line) updates, the last with what became of the attempt."""
+        from pipeline.fileio import hold_point, pending_files
         from pipeline.inbox.practice import answer_attempt
+        from pipeline.inbox.store import Inbox
         from ui.common import as_it_grows
 
         if audio is None:
@@ -124,14 +126,18 @@ class PracticeHandlers:
         if exercise is None or exercise == "":
             raise ConfigError("Pick an exercise first.")
         student = _login(request) or (name or "").strip()
-        try:
-            for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
-                                            consent=bool(consent), rate=self.rate):
-                if result is None:
-                    yield text, view.ANSWERING
-                else:
-                    yield result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]),
-                                                             result.get("not_kept"))
+        try:  # the upload noted first: if the app is killed while answering, its next start deletes it
+            with pending_files(Inbox(self.ws).uploads_journal) as note:
+                if isinstance(audio, str):
+                    note(audio)
+                hold_point("practice:answering")
+                for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
+                                                consent=bool(consent), rate=self.rate):
+                    if result is None:
+                        yield text, view.ANSWERING
+                    else:
+                        yield result["text"], view.answer_status(bool(result["attempt"]),
+                                                                 bool(result["tiny_random_model"]), result.get("not_kept"))
         finally:  # answered, refused or left: Gradio's copy goes (with consent the inbox holds the only one)
             discard_upload(audio)
             if self.own_files is not None and isinstance(audio, str):
@@ -247,9 +253,10 @@ def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict, *, rate
 def build_practice(workspace: Workspace, *, rate: Any = None, own_files: Any = None,
                    logins: bool = False) -> SimpleNamespace:
     """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`). First the
-    clips of attempts whose keeping was killed half-way are removed (`Inbox.undo_killed_writes`)."""
+    clips of attempts whose keeping was killed half-way, and the uploads a killed app was answering, are
+    removed (`Inbox.undo_killed_writes`)."""
     from pipeline.inbox.store import Inbox
 
-    Inbox(workspace).undo_killed_writes()
+    Inbox(workspace).undo_killed_writes(remove_upload=discard_upload)
     handlers = PracticeHandlers(workspace, rate=rate, own_files=own_files)
     return SimpleNamespace(page=practice_page(handlers, logins=logins), handlers=handlers)

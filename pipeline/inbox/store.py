@@ -121,11 +121,21 @@ class Inbox:
         """`with inbox.locked():` holds the inbox's lock (every decision takes it; across processes)."""
         return locked(self.root / "attempts")
 
-    def undo_killed_writes(self) -> list[Path]:
+    def undo_killed_writes(self, remove_upload=None) -> list[Path]:
         """Remove the clips of attempts whose process was killed between the clip and its record
-        (`pipeline.fileio.undo_pending`: a clip without `attempts/ID.json`); returns the clips removed. `add`
-        calls it, and the practice page as it starts."""
-        return undo_pending(self.root, keep=lambda clip: self._path(clip.stem).is_file())
+        (`pipeline.fileio.undo_pending`: a clip without `attempts/ID.json`), and with `remove_upload` (the
+        practice page's `discard_upload`) the uploads an attempt being answered noted in `uploads_journal`
+        when its app was killed; returns the files removed. `add` calls it, and the practice page as it starts."""
+        removed = undo_pending(self.root, keep=lambda clip: self._path(clip.stem).is_file())
+        if remove_upload is not None:
+            removed += undo_pending(self.uploads_journal, keep=lambda upload: False, remove=remove_upload)
+        return removed
+
+    @property
+    def uploads_journal(self) -> Path:
+        """`WS/inbox/.uploads-pending/`: the journals (`pipeline.fileio.pending_files`) of the uploads being
+        answered, so a recording a killed app was answering is deleted at its next start, consent or not."""
+        return self.root / ".uploads-pending"
 
     def add(self, audio: Any, *, student: str, kind: str, exercise: str, answer: str, run: str | None = None,
             model: str | None = None, tiny_random_model: bool = False) -> Attempt:
