@@ -251,7 +251,10 @@ def test_a_run_killed_after_a_checkpoint_resumes_from_it(library, tiny_model_dir
     flags = ["--workspace", str(ws), "--run", "k", "--model", str(tiny_model_dir), "--device", "cpu",
              "--lora-rank", "4", "--lora-alpha", "8", "--batch-size", "1", "--grad-accum", "1", "--max-steps", "3",
              "--eval-steps", "0", "--save-steps", "1", "--json"]
-    process, _ = held([PY, "-m", "pipeline", "train", *flags], "train:saved#1", tmp_path / "holds")
+    process, _ = held([PY, "-m", "pipeline", "train", *flags], "write:result.json", tmp_path / "holds")
+    kill_held(process)  # killed as it starts: its settings written, not its result
+    assert read_run(ws, "k").state == "not_started"
+    process, _ = held([PY, "-m", "pipeline", "train", *flags], "train:saved#1", tmp_path / "holds")  # starts clean
     kill_held(process)
     info = read_run(ws, "k")
     assert info.state == "failed" and not info.alive, info.state
