@@ -125,8 +125,9 @@ def test_a_dataset_build_killed_at_each_phase_never_leaves_a_half_dataset(librar
     assert first.returncode == 0, first.stderr[-2000:]
     report = ds.load_build_report(ws)
     for where in ("staged:dataset", "swap:dataset"):  # saved beside the old one; between the two renames
-        process, _ = held(_build(ws, tiny_model_dir), where, tmp_path / "holds")
-        kill_held(process)
+        hang = where == "staged:dataset"  # its terminal closed there; SIGKILL at the swap
+        process, _ = held(_build(ws, tiny_model_dir), where, tmp_path / "holds", terminal=hang)
+        (hang_up if hang else kill_held)(process)
         assert (ws / "dataset").is_dir() == (where == "staged:dataset")
         data = ds.load_built_dataset(ws)  # the old one, whole (put back by the reader after the swap's kill)
         assert len(data["train"]) + len(data["eval"]) == 6
@@ -296,16 +297,19 @@ def test_an_evaluation_job_killed_after_an_answer_keeps_it_partial_and_the_next_
         stop_workspace_eval_jobs(ws)
 
 
-@pytest.mark.parametrize("where", ["get-model:chunk:model.safetensors#2", "get-model:placing"])
-def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_start_finishes(fake_hub, tmp_path, where):
+@pytest.mark.parametrize("where, hang", [("get-model:chunk:model.safetensors#2", False),
+                                         ("get-model:chunk:model.safetensors#2", True), ("get-model:placing", False)],
+                         ids=["sigkill-mid-weights", "terminal-closed-mid-weights", "sigkill-placing"])
+def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_start_finishes(fake_hub, tmp_path, where,
+                                                                                             hang):
     from tests.hub_server import GOOD_TOKEN, SERVED_MODEL
 
     hf_home = tmp_path / "hf-home"
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_CACHE", "HF_TOKEN_PATH")}
     env = {**env, **fake_hub.env(hf_home), "HF_TOKEN": GOOD_TOKEN}
     command = [PY, "-m", "pipeline", "get-model", "--model", SERVED_MODEL, "--json"]
-    process, _ = held(command, where, tmp_path / "holds", env=env)
-    kill_held(process)
+    process, _ = held(command, where, tmp_path / "holds", env=env, terminal=hang)
+    (hang_up if hang else kill_held)(process)
     partial = list(hf_home.rglob("*.incomplete"))
     assert bool(partial) == (where != "get-model:placing"), partial
     here = [PY, "-c", "import sys; from pipeline.model.local_copy import local_copy; "
