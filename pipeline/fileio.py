@@ -15,7 +15,8 @@ line and a second app never lose each other's changes.
 Killed half-way: a process killed at any moment (SIGKILL, a closed terminal's SIGHUP) runs no cleanup, so
 every path a write leaves behind is hidden and names its writer's pid (`.NAME.staging-PID-*`, a journal
 `.pending-PID-*.jsonl`); the next write removes those whose writer is gone (`recover_staging`,
-`undo_pending`). Files written one by one and made real only by a later record (an import's clips before
+`sweep_killed_writes`, `undo_pending`; a pid is asked of this system, so writers in another container that
+shares the folder are not told apart). Files written one by one and made real only by a later record (an import's clips before
 the manifest, a practice clip before its attempt's record) are noted first in such a journal
 (`pending_files`), so a killed writer's clips are removed rather than left unlisted. `hold_point` names
 the phases of long work, where the kill tests (`tests/test_kill_safety.py`) hold a process to kill it.
@@ -35,7 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import filelock
 
@@ -295,7 +296,7 @@ PENDING_PREFIX = ".pending-"
 
 
 @contextlib.contextmanager
-def pending_files(folder: str | os.PathLike) -> Iterator[Any]:
+def pending_files(folder: str | os.PathLike) -> Iterator[Callable[[str | os.PathLike], Path]]:
     """Note, before each is written, the files that a later record makes real (an import's clips, listed by
     the manifest written after them): yields `note(path) -> path`, which adds `path` to a journal
     `FOLDER/.pending-PID-*.jsonl` (fsynced) before the caller writes it. The block's end removes the journal;
@@ -323,7 +324,8 @@ def pending_files(folder: str | os.PathLike) -> Iterator[Any]:
         journal.unlink(missing_ok=True)
 
 
-def undo_pending(folder: str | os.PathLike, keep, remove=None) -> list[Path]:
+def undo_pending(folder: str | os.PathLike, keep: Callable[[Path], bool],
+                 remove: Callable[[Path], Any] | None = None) -> list[Path]:
     """Finish what killed writers left in `folder` (`pending_files`): for each journal whose writer is gone
     (`writer_gone`) or that noted nothing for `STALE_STAGING_S`, delete every file it noted for which
     `keep(path)` (a resolved `Path`) is false (`remove(path)`, default `Path.unlink`), then the journal.
