@@ -44,6 +44,18 @@ def _login(request: gr.Request | None) -> str | None:
     return getattr(request, "username", None) or None
 
 
+def is_upload(path: Any) -> bool:
+    """True when `path` (a str or Path) lies inside Gradio's upload folder (`GRADIO_TEMP_DIR`, default
+    `TMP/gradio`), below the upload's own folder: a file this page may delete."""
+    from pathlib import Path
+
+    from gradio.utils import get_upload_folder
+
+    if not isinstance(path, (str, Path)) or not str(path):
+        return False
+    return Path(get_upload_folder()).resolve() in Path(path).resolve().parent.parents
+
+
 def discard_upload(path: Any) -> None:
     """Delete a recording Gradio stored on upload, with every copy Gradio made of it (a converted format sits
     beside it, in the upload's own folder `UPLOAD_DIR/<sha256>/`). Nothing outside Gradio's upload folder
@@ -53,12 +65,10 @@ def discard_upload(path: Any) -> None:
 
     from gradio.utils import get_upload_folder
 
-    if not isinstance(path, (str, Path)) or not str(path):
+    if not is_upload(path):  # not an upload: leave it
         return
     root, file = Path(get_upload_folder()).resolve(), Path(path).resolve()
     folder = file.parent
-    if root not in folder.parents:  # not an upload: leave it
-        return
     if folder.parent == root:  # the upload's own folder (named by its content's hash)
         shutil.rmtree(folder, ignore_errors=True)
     else:
@@ -128,7 +138,7 @@ class PracticeHandlers:
         student = _login(request) or (name or "").strip()
         try:  # the upload noted first: if the app is killed while answering, its next start deletes it
             with pending_files(Inbox(self.ws).uploads_journal) as note:
-                if isinstance(audio, str):
+                if is_upload(audio):  # never a file of the workspace's, a test's or a script's
                     note(audio)
                 hold_point("practice:answering")
                 for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
