@@ -348,3 +348,32 @@ def test_a_recording_the_practice_page_was_answering_when_the_app_was_killed_is_
     build_practice(ws)
     assert not upload.parent.exists(), "the recording and its folder are gone"
     assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []
+
+
+def test_a_gguf_export_killed_before_converting_or_before_its_rename_leaves_no_gguf(library, tiny_gemma4_dir,
+                                                                                     tmp_path):
+    """The real GGUF export of a tiny Gemma 4 run (F32: llama.cpp's converter only, no tool to build), killed
+    with its merged copy written and with its GGUFs converted but not in place: no `NAME-gguf/` either time,
+    and the next export is whole and removes what the killed ones left."""
+    from pipeline.export import llama_cpp
+    from tests.training_data import copy_workspace
+
+    if not (llama_cpp.cache_dir() / "src" / "convert_hf_to_gguf.py").is_file():
+        pytest.skip("llama.cpp's source is not fetched here (`python -m pipeline llama-cpp` fetches it)")
+    ws = copy_workspace(library, tmp_path / "ws")
+    for command in (_build(ws, tiny_gemma4_dir),
+                    [PY, "-m", "pipeline", "train", "--workspace", str(ws), "--run", "g", "--model", str(tiny_gemma4_dir),
+                     "--max-steps", "1", "--lora-targets", "language+audio", "--eval-steps", "0", "--json"]):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+        assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "exports"
+    export = [PY, "-m", "pipeline", "export", "--workspace", str(ws), "--run", "g", "--format", "gguf", "--quant", "f32",
+              "--out", str(out), "--json"]
+    for where in ("write:chat_template.jinja", "staged:g-gguf"):
+        process, _ = held(export, where, tmp_path / "holds")
+        kill_held(process)
+        assert not (out / "g-gguf").exists() and _hidden(out), f"{where}: only hidden staging paths are left"
+    done = subprocess.run(export, capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = json.loads(done.stdout.strip().splitlines()[-1])["files"]
+    assert {"g.gguf", "mmproj-g.gguf", "Modelfile"} <= set(files) and _hidden(out) == []
