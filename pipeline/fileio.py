@@ -12,6 +12,15 @@ settings, an auth file, a job list) is changed under `locked(path)`: a lock held
 processes (`filelock`, an advisory `flock` on `.NAME.lock` beside the file), so the app, the command
 line and a second app never lose each other's changes.
 
+Killed half-way: a process killed at any moment (SIGKILL, a closed terminal's SIGHUP) runs no cleanup, so
+every path a write leaves behind is hidden and names its writer's pid (`.NAME.staging-PID-*`, a journal
+`.pending-PID-*.jsonl`); the next write removes those whose writer is gone (`recover_staging`,
+`sweep_killed_writes`, `undo_pending`; a pid is asked of this system, so writers in another container that
+shares the folder are not told apart). Files written one by one and made real only by a later record (an import's clips before
+the manifest, a practice clip before its attempt's record) are noted first in such a journal
+(`pending_files`), so a killed writer's clips are removed rather than left unlisted. `hold_point` names
+the phases of long work, where the kill tests (`tests/test_kill_safety.py`) hold a process to kill it.
+
 What it deliberately does not do: raise the typed error of a full disk (each caller names its own
 write and its own fix) or decide whether an existing target may be replaced (callers check first).
 """
@@ -27,7 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import filelock
 
@@ -35,17 +44,21 @@ import filelock
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` atomically (temp file in the same folder, fsync, `os.replace`).
 
-    Either the old content or the complete new content is on disk afterwards, never a mix.
-    Creates parent folders. Raises `OSError` if the folder is not writable.
+    Either the old content or the complete new content is on disk afterwards, never a mix. The temp file is
+    `.NAME.staging-PID-*.tmp`: one left by a killed writer is removed by the next process that writes
+    into the folder (`sweep_killed_writes`). Creates parent folders. Raises `OSError` if the folder is
+    not writable.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_killed_writes(path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.staging-{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        hold_point(f"write:{path.name}")
         os.replace(tmp_name, path)
     except BaseException:
         try:
@@ -53,6 +66,80 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+HOLD_AT = "TUTOR_HOLD_AT"
+"""Environment variable: the phase (`hold_point` name, shell-style pattern, optionally `#N` for its N-th
+time in the process, default the first) at which a process stops and waits to be killed. For the kill
+tests only; unset, `hold_point` does nothing."""
+HOLD_FILE = "TUTOR_HOLD_FILE"
+"""Environment variable: the file a held process writes ({"pid", "phase"}) once it waits at its phase."""
+_HOLD_COUNTS: dict[str, int] = {}
+
+
+def hold_point(name: str) -> None:
+    """Mark phase `name` of long work ("import:clip", "write:manifest.json", "swap:dataset"). When the
+    environment's `HOLD_AT` matches it (`fnmatch`; "NAME#N": its N-th time here), write `HOLD_FILE` and
+    wait there for ever, so a test kills the process at exactly this point; otherwise return at once.
+    Never raises (a `HOLD_AT` without `HOLD_FILE` holds without telling)."""
+    wanted = os.environ.get(HOLD_AT)
+    if not wanted:
+        return
+    import fnmatch  # noqa: PLC0415
+
+    pattern, _, nth = wanted.partition("#")
+    if not fnmatch.fnmatchcase(name, pattern):
+        return
+    count = _HOLD_COUNTS[pattern] = _HOLD_COUNTS.get(pattern, 0) + 1
+    if count != (int(nth) if nth.isdigit() else 1):
+        return
+    if os.environ.get(HOLD_FILE):
+        Path(os.environ[HOLD_FILE]).write_text(json.dumps({"pid": os.getpid(), "phase": name}), encoding="utf-8")
+    while True:
+        time.sleep(60)
+
+
+def writer_gone(pid: int) -> bool:
+    """True when process `pid` surely no longer runs (POSIX: `kill(pid, 0)` finds none); False when it runs,
+    belongs to another user, or this system cannot tell (Windows, where that call would end the process)."""
+    if os.name != "posix" or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+_SWEPT: set[tuple[int, str]] = set()
+
+
+def sweep_killed_writes(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temp files of `atomic_write_bytes` in `folder` (`.NAME.staging-PID-*.tmp`) whose writer is
+    gone (`writer_gone`: killed before its rename); once per folder and process (one listing), so a folder of
+    thousands of clips is not listed at every write. Returns the files removed; never raises."""
+    key = (os.getpid(), os.path.abspath(folder))
+    if key in _SWEPT:
+        return []
+    _SWEPT.add(key)
+    removed = []
+    try:
+        entries = [entry.name for entry in os.scandir(folder)]
+    except OSError:
+        return []
+    for name in entries:
+        if not (name.startswith(".") and name.endswith(".tmp") and ".staging-" in name):
+            continue
+        head, _, rest = name.rsplit(".staging-", 1)[1].partition("-")
+        if rest and head.isdigit() and int(head) != os.getpid() and writer_gone(int(head)):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(Path(folder) / name)
+            except OSError:
+                continue
+    return removed
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -122,18 +209,34 @@ def _staging_prefix(target: Path, prefix: str | None) -> str:
     return prefix or f".{target.name}.staging-"
 
 
+def staging_prefix(target: str | os.PathLike, prefix: str | None = None) -> str:
+    """The name start of this process's staging paths for `target` (`prefix`, default `.NAME.staging-`, then
+    this pid and "-"), for a caller's own scratch path (`tempfile.mkdtemp(prefix=...)` beside `target`) that
+    `recover_staging(target)` is to remove once its writer is gone."""
+    return f"{_staging_prefix(Path(target), prefix)}{os.getpid()}-"
+
+
+def _leftover_writer(leftover: Path, start: str) -> int | None:
+    """The pid in a staging path's name (`START` + "PID-..."), or None (a name written before pids were)."""
+    head = leftover.name[len(start):].split("-", 1)[0]
+    return int(head) if head.isdigit() and "-" in leftover.name[len(start):] else None
+
+
 def recover_staging(target: str | os.PathLike, *, prefix: str | None = None) -> None:
     """Undo a swap of `target` cut short by a crash, then clear crashed writes' leftovers beside it.
 
     When `target` is missing and a staging folder (`prefix`*, default `.NAME.staging-`*) holds the
-    replaced one (`PREVIOUS`), that one is put back; then every staging folder or file older than
-    `STALE_STAGING_S`, and every empty staging folder, is removed (a write running at the same
-    moment keeps its own). `staged_folder` calls it before every write; a reader of `target` may call
-    it before reading (the built dataset's loaders do)."""
+    replaced one (`PREVIOUS`), that one is put back; then every staging folder or file whose writer is
+    gone (the pid in its name, `writer_gone`: killed, crashed), or older than `STALE_STAGING_S`, and every
+    empty staging folder, is removed (a write running at the same moment keeps its own). `staged_folder`
+    calls it before every write; a reader of `target` may call it before reading (the built dataset's
+    loaders do)."""
     target = Path(target)
     if not target.parent.is_dir():
         return
-    leftovers = sorted(target.parent.glob(glob.escape(_staging_prefix(target, prefix)) + "*"))
+    sweep_killed_writes(target.parent)
+    start = _staging_prefix(target, prefix)
+    leftovers = sorted(target.parent.glob(glob.escape(start) + "*"))
     if not target.exists():
         for folder in leftovers:
             if (folder / PREVIOUS).exists():
@@ -141,7 +244,9 @@ def recover_staging(target: str | os.PathLike, *, prefix: str | None = None) -> 
                 break
     for leftover in leftovers:
         try:
-            stale = time.time() - leftover.stat().st_mtime > STALE_STAGING_S
+            writer = _leftover_writer(leftover, start)
+            stale = (time.time() - leftover.stat().st_mtime > STALE_STAGING_S
+                     or (writer is not None and writer != os.getpid() and writer_gone(writer)))
             empty = leftover.is_dir() and not any(leftover.iterdir())
         except FileNotFoundError:
             continue
@@ -166,14 +271,16 @@ def staged_folder(target: str | os.PathLike, *, prefix: str | None = None) -> It
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     recover_staging(target, prefix=prefix)
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(target, prefix), dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(target, prefix), dir=target.parent))
     try:
         new = staging / target.name
         new.mkdir()
         yield new
+        hold_point(f"staged:{target.name}")
         previous = staging / PREVIOUS
         if target.exists():
             os.replace(target, previous)
+            hold_point(f"swap:{target.name}")
         try:
             os.replace(new, target)
         except BaseException:
@@ -182,6 +289,63 @@ def staged_folder(target: str | os.PathLike, *, prefix: str | None = None) -> It
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+PENDING_PREFIX = ".pending-"
+"""A journal of files being written (`pending_files`): `.pending-PID-RANDOM.jsonl` in their folder."""
+
+
+@contextlib.contextmanager
+def pending_files(folder: str | os.PathLike) -> Iterator[Callable[[str | os.PathLike], Path]]:
+    """Note, before each is written, the files that a later record makes real (an import's clips, listed by
+    the manifest written after them): yields `note(path) -> path`, which adds `path` to a journal
+    `FOLDER/.pending-PID-*.jsonl` (fsynced) before the caller writes it. The block's end removes the journal;
+    an error in the block also removes every noted file. A process killed inside the block leaves the
+    journal, and `undo_pending(folder, keep=...)` at the next write removes the files it noted that the
+    record does not hold. Raises what the block raises, or `OSError` when the journal cannot be written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f"{PENDING_PREFIX}{os.getpid()}-", suffix=".jsonl", dir=folder)
+    os.close(fd)
+    journal, noted = Path(name), []
+
+    def note(path: str | os.PathLike) -> Path:
+        append_jsonl(journal, {"path": str(Path(path).resolve())})
+        noted.append(Path(path))
+        return Path(path)
+
+    try:
+        yield note
+    except BaseException:
+        for path in noted:
+            Path(path).unlink(missing_ok=True)
+        raise
+    finally:
+        journal.unlink(missing_ok=True)
+
+
+def undo_pending(folder: str | os.PathLike, keep: Callable[[Path], bool],
+                 remove: Callable[[Path], Any] | None = None) -> list[Path]:
+    """Finish what killed writers left in `folder` (`pending_files`): for each journal whose writer is gone
+    (`writer_gone`) or that noted nothing for `STALE_STAGING_S`, delete every file it noted for which
+    `keep(path)` (a resolved `Path`) is false (`remove(path)`, default `Path.unlink`), then the journal.
+    Call it where the record is read, under its lock. Returns the files deleted."""
+    folder, removed = Path(folder), []
+    for journal in sorted(folder.glob(PENDING_PREFIX + "*.jsonl")) if folder.is_dir() else ():
+        writer = _leftover_writer(journal, PENDING_PREFIX)
+        try:
+            stale = time.time() - journal.stat().st_mtime > STALE_STAGING_S
+        except FileNotFoundError:
+            continue
+        if not stale and (writer is None or writer == os.getpid() or not writer_gone(writer)):
+            continue
+        for row in read_jsonl(journal):
+            path = Path(str(row.get("path", ""))) if isinstance(row, dict) else None
+            if path is not None and path.is_file() and not keep(path):
+                (remove or (lambda gone: gone.unlink(missing_ok=True)))(path)
+                removed.append(path)
+        journal.unlink(missing_ok=True)
+    return removed
 
 
 DISK_MARGIN = 1.1

@@ -148,3 +148,62 @@ def wait_until(predicate, timeout_s: float = 300.0, poll_s: float = 0.2):
             return value
         time.sleep(poll_s)
     raise AssertionError(f"not reached within {timeout_s} s")
+
+
+def held(command: list[str], phase: str, folder: Path, *, env: dict | None = None, terminal: bool = False,
+         timeout_s: float = 300.0) -> tuple[subprocess.Popen, dict]:
+    """Start `command` (in this checkout, its own session) with `pipeline.fileio.HOLD_AT` = `phase`, and wait
+    until it stops there (`pipeline.fileio.hold_point`): returns the process and what it wrote ({"pid",
+    "phase"}). `terminal=True`: its stdin is a pseudo-terminal it controls, so `hang_up` closes that terminal
+    as a closed window does. Its output goes to `folder/held-*.log`; it fails with that output when the
+    process ends instead of holding."""
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    hold_file = Path(tempfile.mkstemp(prefix="held-", suffix=".json", dir=folder)[1])
+    hold_file.unlink()
+    log_path = hold_file.with_suffix(".log")
+    child_env = {**(os.environ if env is None else env), "TUTOR_HOLD_AT": phase, "TUTOR_HOLD_FILE": str(hold_file),
+                 "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    stdin, master = subprocess.DEVNULL, None
+    preexec = None
+    if terminal:
+        import fcntl
+        import pty
+        import termios
+
+        master, stdin = pty.openpty()
+        preexec = lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # noqa: E731 - after setsid: the session's terminal
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], env=child_env, stdin=stdin,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
+    if terminal:
+        os.close(stdin)
+    process.terminal = master  # type: ignore[attr-defined]
+    try:
+        wait_until(lambda: hold_file.exists() or process.poll() is not None, timeout_s=timeout_s)
+    except AssertionError:
+        stop_process_group(process.pid, grace_s=0)
+        raise
+    if not hold_file.exists():
+        raise AssertionError(f"{command} ended ({process.returncode}) before {phase}:\n"
+                             + log_path.read_text(errors="replace")[-3000:])
+    return process, json.loads(hold_file.read_text())
+
+
+def kill_held(process: subprocess.Popen) -> None:
+    """SIGKILL the held process's whole group (nothing of it may run cleanup) and reap it."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
+def hang_up(process: subprocess.Popen) -> None:
+    """Close the held process's terminal (`held(terminal=True)`): the system sends it SIGHUP, as when the
+    window it runs in is closed; reap it and check that the hang-up ended it."""
+    os.close(process.terminal)  # type: ignore[attr-defined]
+    try:
+        process.wait(timeout=60)
+    finally:
+        stop_process_group(process.pid, grace_s=0)
+    assert process.returncode == -signal.SIGHUP

@@ -44,6 +44,18 @@ def _login(request: gr.Request | None) -> str | None:
     return getattr(request, "username", None) or None
 
 
+def is_upload(path: Any) -> bool:
+    """True when `path` (a str or Path) lies inside Gradio's upload folder (`GRADIO_TEMP_DIR`, default
+    `TMP/gradio`), below the upload's own folder: a file this page may delete."""
+    from pathlib import Path
+
+    from gradio.utils import get_upload_folder
+
+    if not isinstance(path, (str, Path)) or not str(path):
+        return False
+    return Path(get_upload_folder()).resolve() in Path(path).resolve().parent.parents
+
+
 def discard_upload(path: Any) -> None:
     """Delete a recording Gradio stored on upload, with every copy Gradio made of it (a converted format sits
     beside it, in the upload's own folder `UPLOAD_DIR/<sha256>/`). Nothing outside Gradio's upload folder
@@ -53,12 +65,10 @@ def discard_upload(path: Any) -> None:
 
     from gradio.utils import get_upload_folder
 
-    if not isinstance(path, (str, Path)) or not str(path):
+    if not is_upload(path):  # not an upload: leave it
         return
     root, file = Path(get_upload_folder()).resolve(), Path(path).resolve()
     folder = file.parent
-    if root not in folder.parents:  # not an upload: leave it
-        return
     if folder.parent == root:  # the upload's own folder (named by its content's hash)
         shutil.rmtree(folder, ignore_errors=True)
     else:
@@ -116,7 +126,9 @@ class PracticeHandlers:
     def answer(self, audio: Any, exercise: Any, name: str, consent: bool, request: gr.Request = None):
         """The tutor's feedback on one attempt, shown as it is generated: yields (feedback text, status
         line) updates, the last with what became of the attempt."""
+        from pipeline.fileio import hold_point, pending_files
         from pipeline.inbox.practice import answer_attempt
+        from pipeline.inbox.store import Inbox
         from ui.common import as_it_grows
 
         if audio is None:
@@ -124,14 +136,18 @@ class PracticeHandlers:
         if exercise is None or exercise == "":
             raise ConfigError("Pick an exercise first.")
         student = _login(request) or (name or "").strip()
-        try:
-            for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
-                                            consent=bool(consent), rate=self.rate):
-                if result is None:
-                    yield text, view.ANSWERING
-                else:
-                    yield result["text"], view.answer_status(bool(result["attempt"]), bool(result["tiny_random_model"]),
-                                                             result.get("not_kept"))
+        try:  # the upload noted first: if the app is killed while answering, its next start deletes it
+            with pending_files(Inbox(self.ws).uploads_journal) as note:
+                if is_upload(audio):  # never a file of the workspace's, a test's or a script's
+                    note(audio)
+                hold_point("practice:answering")
+                for text, result in as_it_grows(answer_attempt, self.ws, audio, int(exercise), student=student,
+                                                consent=bool(consent), rate=self.rate):
+                    if result is None:
+                        yield text, view.ANSWERING
+                    else:
+                        yield result["text"], view.answer_status(bool(result["attempt"]),
+                                                                 bool(result["tiny_random_model"]), result.get("not_kept"))
         finally:  # answered, refused or left: Gradio's copy goes (with consent the inbox holds the only one)
             discard_upload(audio)
             if self.own_files is not None and isinstance(audio, str):
@@ -246,6 +262,11 @@ def serve_practice(workspace: Workspace, port: int, launch_kwargs: dict, *, rate
 
 def build_practice(workspace: Workspace, *, rate: Any = None, own_files: Any = None,
                    logins: bool = False) -> SimpleNamespace:
-    """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`)."""
+    """The page and its handlers for `workspace` (`rate`, `own_files`: see `PracticeHandlers`). First the
+    clips of attempts whose keeping was killed half-way, and the uploads a killed app was answering, are
+    removed (`Inbox.undo_killed_writes`)."""
+    from pipeline.inbox.store import Inbox
+
+    Inbox(workspace).undo_killed_writes(remove_upload=discard_upload)
     handlers = PracticeHandlers(workspace, rate=rate, own_files=own_files)
     return SimpleNamespace(page=practice_page(handlers, logins=logins), handlers=handlers)

@@ -548,7 +548,9 @@ def build_dataset(
     _recover_interrupted_swap(ws)
     _save_atomically(ws, saved_rows, report)
     from pipeline.data.exports import export_splits
+    from pipeline.fileio import hold_point
 
+    hold_point("build:exports")  # the new dataset is in place, its exports not yet written
     report.exports = export_splits(ws, split_rows, library)
     report.seconds = round(time.perf_counter() - started, 3)
     from pipeline.fileio import atomic_write_json

@@ -39,7 +39,7 @@ import numpy as np
 
 from pipeline.conversation.messages import check_user_text, is_blank
 from pipeline.errors import ClipTooLongError, PipelineError, SampleError, in_words
-from pipeline.fileio import atomic_write_bytes, atomic_write_json, locked
+from pipeline.fileio import atomic_write_bytes, atomic_write_json, hold_point, locked, pending_files, undo_pending
 from pipeline.workspace import Workspace
 from pipeline.units import plural
 
@@ -286,6 +286,12 @@ class SampleLibrary:
                 '{"version": 1, "samples": [...]}. Restore it from a backup or move it away.'
             )
         return [Sample.from_dict(entry) for entry in entries]
+
+    def _undo_killed_writes(self, samples: list[Sample]) -> None:
+        """Remove the clips an import killed before its manifest write left (`pipeline.fileio.undo_pending`:
+        noted in its journal, listed by no sample of `samples`, the manifest just read under the lock)."""
+        listed = {(self.workspace.samples_dir / name).resolve() for sample in samples for name in sample.clip_files}
+        undo_pending(self.workspace.samples_dir, keep=lambda path: path in listed)
 
     def _write(self, samples: list[Sample]) -> None:
         atomic_write_json(
@@ -552,19 +558,20 @@ class SampleLibrary:
             a check (bad audio, empty text, duplicate). One bad item never stops the others.
 
         If writing fails (disk full, interrupted), the audio files written by this call are removed
-        and the manifest is unchanged. When nothing is added the manifest is not rewritten.
+        and the manifest is unchanged; if the process is killed before the manifest is written, the
+        next change removes them (`_undo_killed_writes`). When nothing is added the manifest is not rewritten.
         """
         items = list(items)
         if len(items) <= PREDECODE_ITEMS:  # decoded before the lock: other writers wait only for the writes
             items = [_predecoded(item) for item in items]
         added: list[Sample] = []
         skipped: list[dict[str, str]] = []
-        written: list[Path] = []
         with self.locked():
             existing = self._read()
+            self._undo_killed_writes(existing)
             taken = {sample.id for sample in existing}
             hashes = {_duplicate_key(s.kind, s.audio_sha256): s.id for s in existing if s.audio_sha256}
-            try:
+            with pending_files(self.workspace.samples_dir) as note:
                 for index, item in enumerate(items):
                     item = dict(item)
                     label = item.pop("file", None)
@@ -601,20 +608,15 @@ class SampleLibrary:
                         skipped.append({"file": str(label or f"item {index + 1}"), "reason": reason})
                     else:
                         for relative, data in clips:
-                            path = self.workspace.samples_dir / relative
-                            atomic_write_bytes(path, data)
-                            written.append(path)
+                            atomic_write_bytes(note(self.workspace.samples_dir / relative), data)
                         taken.add(sample.id)
                         hashes[_duplicate_key(sample.kind, sample.audio_sha256)] = sample.id
                         added.append(sample)
                     if progress is not None:
                         progress(index + 1, len(items))
+                    hold_point("import:clip")
                 if added:
                     self._write(existing + added)
-            except BaseException:
-                for path in written:
-                    path.unlink(missing_ok=True)
-                raise
         return added, skipped
 
     def same_recording(self, audio: Any, kind: str = "read_aloud") -> Sample | None:

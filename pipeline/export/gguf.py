@@ -34,7 +34,7 @@ from pipeline.errors import ExportError
 from pipeline.export import llama_cpp
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
 from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
-from pipeline.fileio import atomic_write_json, atomic_write_text
+from pipeline.fileio import atomic_write_json, atomic_write_text, recover_staging, staging_prefix
 from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS  # the tutor's longest answer: Ollama's num_predict
 from pipeline.units import format_bytes
 
@@ -302,6 +302,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     llama_cpp.source_dir(say=say)  # fetched before the long merge, so a network problem shows at once
+    recover_staging(target)  # a killed export's merged copy (gigabytes) goes before the disk is checked
     base_bytes = merged_size_bytes(run_base_model(info["dir"], run, model))
     check_free_space(out, 2 * base_bytes * (2 if quant == "f32" else 1), f"the GGUF export of run `{run}` "
                      "(the merged model and its GGUF side by side)")
@@ -317,7 +318,8 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
         notes.append("Text only, as asked: no audio projector was written, so this GGUF cannot hear the learner.")
     elif text_only:
         notes.append(GEMMA3N_DEAF.split(" A text-only")[0].format(run=run) + " This is the text-only GGUF you asked for.")
-    merged_dir = Path(tempfile.mkdtemp(prefix=f".{run}-merged-for-gguf-", dir=out))
+    # named as the target's staging path (with this pid), so the next export removes it if this one is killed
+    merged_dir = Path(tempfile.mkdtemp(prefix=staging_prefix(target) + "merged-", dir=out))
     try:
         done["model"].save_pretrained(str(merged_dir))
         done["processor"].save_pretrained(str(merged_dir))

@@ -5,8 +5,9 @@ Every export is written into a hidden staging path beside its target (`.NAME.sta
 appears under its real name only by one rename once complete: a folder through
 `pipeline.fileio.staged_folder` (the one folder swap of the project, which the dataset build, the
 adapter and the kept best checkpoint use too), one file through `staged_file`; an error removes the
-staging path. A process killed mid-write leaves only a hidden staging path, which the next export of
-the same target removes once it is older than `pipeline.fileio.STALE_STAGING_S`. What an export adds
+staging path. A process killed mid-write leaves only a hidden staging path named with its pid, which the next export of
+the same target removes (`pipeline.fileio.recover_staging`: its writer is gone, or it is older than
+`pipeline.fileio.STALE_STAGING_S`). What an export adds
 to the swap: its files are readable by others (`_readable`: it is something to send or upload), and a
 full disk is refused before writing with `ExportError` (`check_free_space`).
 """
@@ -68,12 +69,13 @@ def staged_file(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fileio.recover_staging(target)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.staging-", dir=target.parent)
+    fd, name = tempfile.mkstemp(prefix=fileio.staging_prefix(target), dir=target.parent)
     os.close(fd)
     staging = Path(name)
     try:
         yield staging
         os.chmod(staging, 0o644)
+        fileio.hold_point(f"staged:{target.name}")
         os.replace(staging, target)
     finally:
         staging.unlink(missing_ok=True)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SampleError
-from pipeline.fileio import atomic_write_bytes, atomic_write_json, disk_room, locked
+from pipeline.fileio import atomic_write_bytes, atomic_write_json, disk_room, hold_point, locked, pending_files, undo_pending
 from pipeline.units import format_bytes
 from pipeline.workspace import Workspace
 
@@ -121,11 +121,28 @@ class Inbox:
         """`with inbox.locked():` holds the inbox's lock (every decision takes it; across processes)."""
         return locked(self.root / "attempts")
 
+    def undo_killed_writes(self, remove_upload=None) -> list[Path]:
+        """Remove the clips of attempts whose process was killed between the clip and its record
+        (`pipeline.fileio.undo_pending`: a clip without `attempts/ID.json`), and with `remove_upload` (the
+        practice page's `discard_upload`) the uploads an attempt being answered noted in `uploads_journal`
+        when its app was killed; returns the files removed. `add` calls it, and the practice page as it starts."""
+        removed = undo_pending(self.root, keep=lambda clip: self._path(clip.stem).is_file())
+        if remove_upload is not None:
+            removed += undo_pending(self.uploads_journal, keep=lambda upload: False, remove=remove_upload)
+        return removed
+
+    @property
+    def uploads_journal(self) -> Path:
+        """`WS/inbox/.uploads-pending/`: the journals (`pipeline.fileio.pending_files`) of the uploads being
+        answered, so a recording a killed app was answering is deleted at its next start, consent or not."""
+        return self.root / ".uploads-pending"
+
     def add(self, audio: Any, *, student: str, kind: str, exercise: str, answer: str, run: str | None = None,
             model: str | None = None, tiny_random_model: bool = False) -> Attempt:
         """Keep one attempt: the clip (decoded and checked by `load_audio`, stored as 16 kHz PCM16 WAV) and
         its record. The clip is written before the record, so a listed attempt always has its audio; when
-        either write fails, both are removed (no clip is left without its record).
+        either write fails, both are removed (no clip is left without its record), and a clip whose process
+        was killed before its record is removed by the next `add` (`undo_killed_writes`).
 
         Raises:
             SampleError: empty student name, exercise or kind other than read_aloud / free_speech; the disk
@@ -154,9 +171,12 @@ class Inbox:
                               f"and the clip needs {format_bytes(wanted)}. Free some space (old runs' checkpoints, "
                               "exports) and record again.")
         paths = (self.audio_path(attempt), self._path(attempt.id))
+        self.undo_killed_writes()
         try:
-            atomic_write_bytes(paths[0], data)
-            atomic_write_json(paths[1], attempt.to_dict())
+            with pending_files(self.root) as note:
+                atomic_write_bytes(note(paths[0]), data)
+                hold_point("inbox:clip")
+                atomic_write_json(paths[1], attempt.to_dict())
         except OSError as error:
             for path in paths:
                 path.unlink(missing_ok=True)

@@ -35,7 +35,7 @@ from pipeline import jobs
 from pipeline.calibration.store import calibration_dir, calibration_path, device_key, entry_for, now_iso, update_entry
 from pipeline.calibration.this_machine import calibration_summary, load_calibration, measurement_record, workspace_folder
 from pipeline.errors import TrainingError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, hold_point
 
 CALIBRATION_PROBES = ({"seq_len": 256, "quantization": "none", "clip_s": 5.0},
                       {"seq_len": 1024, "quantization": "4bit", "clip_s": 10.0})
@@ -118,6 +118,7 @@ def calibrate(device: str = "auto", *, model: str | None = None, workspace=None,
     def say(part: str, index: int, text: str, phase: str | None = None) -> None:
         if progress is not None:
             progress({"part": part, "index": index, "of": parts, "phase": phase, "text": text})
+        hold_point(f"calibrate:{part}")
 
     if timed:
         say("speed", 1, "Timing bf16 against fp32 on this machine...")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from pipeline.errors import DownloadCancelled, HubUnreachableError, ModelAccessError, ModelLoadError, in_words, shorten
-from pipeline.fileio import atomic_write_text, disk_room
+from pipeline.fileio import atomic_write_text, disk_room, hold_point
 from pipeline.model.hub import _hub_offline, is_local_model
 from pipeline.model.hub_failures import TOKENS_PAGE, access_message, hub_errors, kept_words, offline_message, saved_token
 from pipeline.model.local_copy import cache_dir, resolved_file, storage_folder, wanted
@@ -298,6 +298,7 @@ class _Progress:
         if self.bar is not None and file is not None:
             self.bar.set_description(file.path, refresh=False)
         self.report(force=True)
+        hold_point(f"get-model:{phase}")
 
     def start_fetching(self, to_fetch: int) -> None:
         from tqdm.auto import tqdm
@@ -313,6 +314,7 @@ class _Progress:
         self.bar.update(n)
         self.report()
         self.check_stop()
+        hold_point(f"get-model:chunk:{self.state.file}")
 
     def file_bar(self):
         """A class `http_get` takes as its `tqdm_class`: each chunk is counted here, and may stop the download."""

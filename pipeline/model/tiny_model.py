@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pipeline.fileio import staged_folder
+
 MARKER_FILE = "tiny_model.json"
 """File in the model folder that marks it as the random stand-in (read by `is_tiny_random_model`)."""
 STAND_IN_MAKER = "`python -m pipeline make-tiny-model`"
@@ -235,7 +237,8 @@ def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Pat
     """Write `spec`'s tiny random checkpoint + processor to `out_dir` and return its path.
 
     Args:
-        out_dir: folder to write (created; existing files of the same names are overwritten).
+        out_dir: folder to write (created, or replaced whole; written beside it and swapped in once complete,
+            `pipeline.fileio.staged_folder`, so a killed write never leaves a half-written model there).
         spec: the family's stand-in (`TinySpec`).
         seed: torch seed for the random weights (the same seed gives the same weights).
 
@@ -251,7 +254,6 @@ def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Pat
     import transformers
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(spec)
     config = spec.config(tokenizer.convert_tokens_to_ids, spec)
     torch.manual_seed(seed)
@@ -290,7 +292,8 @@ def _build_tokenizer(spec: TinySpec):
 def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) -> Path:
     """Save a tiny random model as a checkpoint loads: greedy generation settings with the ids of
     `token_config` (bos/eos/pad), the weights, `processor`, and the marker (`MARKER_FILE`: random
-    weights, its family, what it stands in for, its parameter count, text vocabulary and seed). Returns `out`."""
+    weights, its family, what it stands in for, its parameter count, text vocabulary and seed), all into a
+    staging folder swapped in whole for `out` (`pipeline.fileio.staged_folder`). Returns `out`."""
     from transformers import GenerationConfig
 
     model.generation_config = GenerationConfig(
@@ -299,8 +302,6 @@ def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) 
         pad_token_id=token_config.pad_token_id,
         do_sample=False,
     )
-    model.save_pretrained(out)
-    processor.save_pretrained(out)
     marker = {
         "tiny_random_model": True,
         "family": spec.family,
@@ -309,8 +310,11 @@ def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) 
         "text_vocab_size": spec.text_vocab,
         "seed": seed,
     }
-    (out / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    return out
+    with staged_folder(out) as staging:  # killed half-way, no half-written model is ever taken for one
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    return Path(out)
 
 
 def is_tiny_random_model(model: str | Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.calibration.this_machine import run_micro_batches
 from pipeline.config import TrainConfig
-from pipeline.fileio import append_jsonl
+from pipeline.fileio import append_jsonl, hold_point
 from pipeline.host import distributed
 from pipeline.training.peak_memory import PhaseMemory
 from pipeline.training.run_folder import logged_elapsed_s
@@ -101,6 +101,9 @@ def progress_callback(paths: dict[str, Path], config: TrainConfig, memory: Phase
                 control.should_save = True
                 control.should_training_stop = True
             return control
+
+        def on_save(self, args, state, control, **kwargs):
+            hold_point("train:saved")  # a checkpoint is on disk: where the kill tests stop a run
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             logs = dict(logs or {})

@@ -204,16 +204,18 @@ def _resume_start(config: TrainConfig | None, ws: Workspace, paths: dict[str, Pa
 
 
 def _new_start(config: TrainConfig | None, paths: dict[str, Path], run_name: str) -> _Start:
-    """What a new run starts from: `config`, for a run folder that holds no run yet.
+    """What a new run starts from: `config`, for a run folder that holds no run yet. A folder with only the
+    settings (and the dataset record) is a start killed before it wrote its result: no other start can be
+    writing it (the workspace lock is held), so it starts again, clean, with `config`.
 
     Raises:
         ConfigError: no `config`, or full fine-tuning asked for (`refuse_full_finetuning`).
-        TrainingError: the run already exists (its settings, result, checkpoints or progress).
+        TrainingError: the run already exists (its result, checkpoints or progress).
     """
     if config is None:
         raise ConfigError("No training settings given; pass a TrainConfig.")
     refuse_full_finetuning(config.finetuning_type)
-    if any(paths[k].exists() for k in ("config", "result", "checkpoints", "progress")):
+    if any(paths[k].exists() for k in ("result", "checkpoints", "progress")):
         raise TrainingError(
             f"Run `{run_name}` already exists in {paths['dir']}; continue it with --resume or choose another --run name."
         )

@@ -46,7 +46,7 @@ from typing import Any
 
 from pipeline import jobs
 from pipeline.errors import EvaluationError, PipelineError
-from pipeline.fileio import atomic_write_json, locked
+from pipeline.fileio import atomic_write_json, hold_point, locked
 from pipeline.units import plural
 from pipeline.workspace import Workspace
 
@@ -313,7 +313,9 @@ def run_job(workspace: Workspace | str | os.PathLike, job_id: str) -> dict[str, 
             def partial(result: dict, index=index) -> Path | None:
                 result["job"] = job_id
                 atomic_write_json(folder / f"partial-{index}.json", result)
-                return keep_partial(ws, result)
+                kept = keep_partial(ws, result)
+                hold_point("evaluate:answer")  # an answer is kept: where the kill tests stop a job
+                return kept
 
             progress(0, 0, f"starting {label}")
             result = evaluate_tutor(ws, target.get("model"), run=target.get("run"), limit=job.get("limit"),
