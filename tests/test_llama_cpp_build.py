@@ -6,6 +6,7 @@ build and its smoke answer run in `.ci/run` (`python -m pipeline llama-cpp --bui
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -146,3 +147,59 @@ def test_the_command_line_builds_the_portable_tools_when_asked(fake_llama, capsy
     assert fake_llama["built"] == ["portable"] and "portable, proved by a smoke answer" in out
     with pytest.raises(SystemExit):
         llama_cpp_main(["--portable"])
+
+
+def _dead_pid() -> int:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return done.pid
+
+
+def test_a_build_killed_half_way_is_built_again_from_clean(tmp_path, monkeypatch):
+    """SIGKILL or a closed terminal during `cmake --build` can leave a cut object file or binary newer than its
+    source, which make would take as built: the marker left by the killed build makes the next one clean first."""
+    monkeypatch.setenv("TUTOR_LLAMA_CPP_DIR", str(tmp_path))
+    commands = []
+    monkeypatch.setattr(llama_cpp, "_run", lambda command, out, log: commands.append(command))
+    marker = llama_cpp.build_dir("native") / llama_cpp.BUILDING_MARKER
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({"pid": _dead_pid()}))
+    lines = []
+    llama_cpp._build_variant(tmp_path / "src", "native", llama_cpp.TOOLS, 2, lines.append)
+    assert commands[0][:2] == ["cmake", "-S"], "the configure step is not run again after a kill"
+    assert "--clean-first" in commands[1] and any("stopped half-way" in line for line in lines)
+    assert not marker.exists()
+    llama_cpp._build_variant(tmp_path / "src", "native", llama_cpp.TOOLS, 2, lines.append)
+    assert "--clean-first" not in commands[3], "a build that ended cleanly was rebuilt from clean"
+
+
+def test_a_build_that_does_not_end_leaves_no_proved_tools(fake_llama, monkeypatch):
+    llama_cpp.build_tools(smoke=_smoke)
+    assert llama_cpp.built_tools()
+
+    def killed(*args):
+        raise KeyboardInterrupt  # as a build stopped half-way: the binaries may be cut
+
+    monkeypatch.setattr(llama_cpp, "_build_variant", killed)
+    with pytest.raises(KeyboardInterrupt):
+        llama_cpp.build_tools(smoke=_smoke)
+    assert llama_cpp.built_tools() == {} and llama_cpp.proved_variant() is None
+
+
+def test_a_cut_sdist_download_is_never_taken_for_the_file(tmp_path, monkeypatch):
+    folder = tmp_path / "sdist"
+    leftover = folder / f".download-{_dead_pid()}-x1"
+    leftover.mkdir(parents=True)
+    (leftover / "llama_cpp_python-cut.tar.gz").write_bytes(b"\x1f\x8b cut")
+    name = f"llama_cpp_python-{llama_cpp.LLAMA_CPP_PYTHON}.tar.gz"
+
+    def pip_download(command, **kwargs):
+        staging = Path(command[-1])
+        assert staging.parent == folder and staging.name.startswith(f".download-{os.getpid()}-")
+        (staging / name).write_bytes(b"whole")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(llama_cpp.subprocess, "run", pip_download)
+    path = llama_cpp._download_sdist(folder, None)
+    assert path == folder / name and path.read_bytes() == b"whole"
+    assert sorted(p.name for p in folder.iterdir()) == [name], "a killed download's folder was left behind"

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.errors import ExportError
-from pipeline.fileio import atomic_write_json
+from pipeline.fileio import atomic_write_json, staged_folder, writer_gone
 
 LLAMA_CPP_PYTHON = "0.3.36"
 """The llama-cpp-python release whose sdist carries the llama.cpp source used here (its `vendor/llama.cpp`)."""
@@ -147,8 +147,7 @@ def source_dir(*, fetch: bool = True, say: Callable[[str], None] | None = None) 
             return src
         sdist = _download_sdist(root / "sdist", say)
         (say or (lambda _: None))(f"Unpacking llama.cpp from {sdist.name}…")
-        staging = Path(tempfile.mkdtemp(prefix=".src.staging-", dir=root))
-        try:
+        with staged_folder(src) as staging:  # a killed unpack leaves no half `src/` (fileio.staged_folder)
             with tarfile.open(sdist) as archive:
                 members = [m for m in archive.getmembers() if m.name.startswith(SDIST_PREFIX)]
                 if not members:
@@ -156,26 +155,30 @@ def source_dir(*, fetch: bool = True, say: Callable[[str], None] | None = None) 
                 for member in members:
                     member.name = member.name[len(SDIST_PREFIX):]
                 archive.extractall(staging, members=[m for m in members if m.name], filter="data")
-            if src.exists():
-                shutil.rmtree(src)
-            staging.rename(src)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     return src
 
 
 def _download_sdist(folder: Path, say: Callable[[str], None] | None) -> Path:
+    """The sdist in `folder`, downloaded by pip into a staging folder first and moved in whole, so a download
+    that was cut (a kill, a closed terminal) is never taken for the file."""
     name = f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
     if (folder / name).is_file():
         return folder / name
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", str(folder)]
-    (say or (lambda _: None))(f"Downloading llama.cpp's source (llama-cpp-python {LLAMA_CPP_PYTHON} sdist, ~75 MB)…")
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0 or not (folder / name).is_file():
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-        raise ExportError(f"Could not download llama.cpp's source with `{' '.join(command[2:])}`:\n{tail}\n"
-                          "The package index must be reachable (pip's index settings apply).")
+    folder.mkdir(parents=True, exist_ok=True)
+    for leftover in folder.glob(".download-*-*"):  # a download killed half-way: its process is gone
+        pid = leftover.name.split("-")[1]
+        if pid.isdigit() and writer_gone(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f".download-{os.getpid()}-", dir=folder) as staging:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                   f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", staging]
+        (say or (lambda _: None))(f"Downloading llama.cpp's source (llama-cpp-python {LLAMA_CPP_PYTHON} sdist, ~75 MB)…")
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0 or not (Path(staging) / name).is_file():
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+            raise ExportError(f"Could not download llama.cpp's source with `{' '.join(command[2:-2])}`:\n{tail}\n"
+                              "The package index must be reachable (pip's index settings apply).")
+        os.replace(Path(staging) / name, folder / name)
     return folder / name
 
 
@@ -320,6 +323,7 @@ def build_tools(targets: tuple[str, ...] = TOOLS, *, jobs: int | None = None, va
         started = time.monotonic()
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         (root / "build.log").write_text("", encoding="utf-8")  # this build's log only (each variant appends)
+        _proved_path().unlink(missing_ok=True)  # proved again below: a build killed from here on proves nothing
         for variant in variants or tuple(VARIANT_OPTIONS):
             tried.append(variant)
             _build_variant(src, variant, targets, jobs, say)
@@ -342,18 +346,43 @@ def build_tools(targets: tuple[str, ...] = TOOLS, *, jobs: int | None = None, va
                       "Please report the processor (`lscpu`) with that log.")
 
 
+BUILDING_MARKER = "building.json"
+"""Written in a variant's build folder while cmake builds it (`{"pid"}`), removed when the build ends. Found
+with its process gone, it says a build was killed (SIGKILL, a closed terminal) and may have left a cut object
+file or binary newer than its source, which make would take as up to date: the next build cleans first."""
+
+
 def _build_variant(src: Path, variant: str, targets: tuple[str, ...], jobs: int, say: Callable[[str], None]) -> None:
+    """Configure and build `targets` of `variant` in `build_dir(variant)`. The configure step runs every time
+    (seconds; it is idempotent, and a killed one leaves a `CMakeCache.txt` that cannot be trusted); a build
+    that was killed half-way (`BUILDING_MARKER`) is rebuilt from clean (`--clean-first`)."""
     build = build_dir(variant)
+    build.mkdir(parents=True, exist_ok=True)
     log = cache_dir() / "build.log"
     options = list(CMAKE_OPTIONS) + list(VARIANT_OPTIONS[variant])
     if variant == "native" and platform.machine().lower() in ("x86_64", "amd64", "i686", "x86"):
         options += [f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"]
+    marker = build / BUILDING_MARKER
+    killed = _killed_build(marker)
     with open(log, "a", encoding="utf-8") as out:
-        if not (build / "CMakeCache.txt").is_file():
-            say(f"Configuring llama.cpp's {variant} build (cmake)…")
-            _run(["cmake", "-S", str(src), "-B", str(build), *options], out, log)
+        say(f"Configuring llama.cpp's {variant} build (cmake)…")
+        _run(["cmake", "-S", str(src), "-B", str(build), *options], out, log)
+        if killed:
+            say(f"The last {variant} build was stopped half-way: building it again from clean.")
         say(f"Building {', '.join(targets)} ({variant}) with {jobs} jobs (minutes on a laptop)…")
-        _run(["cmake", "--build", str(build), "--target", *targets, "-j", str(jobs)], out, log)
+        atomic_write_json(marker, {"pid": os.getpid()})
+        _run(["cmake", "--build", str(build), "--target", *targets, "-j", str(jobs)]
+             + (["--clean-first"] if killed else []), out, log)
+        marker.unlink(missing_ok=True)
+
+
+def _killed_build(marker: Path) -> bool:
+    """Whether `marker` (`BUILDING_MARKER`) says a build was killed: it is there and its writer is gone."""
+    try:
+        pid = int(json.loads(marker.read_text(encoding="utf-8"))["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return marker.exists()
+    return writer_gone(pid)
 
 
 class IllegalInstruction(ExportError):
