@@ -53,16 +53,39 @@ def clips(speechocean_dir):
     return [load_audio(path) for path in chosen]
 
 
+NEAR_TIE = 5e-3
+"""Top-2 logit margin under which the same model may pick another token when the arithmetic differs a little:
+rows generated together are padded and reduced in other orders than a row alone, which moves a random tiny
+model's logits by ~1e-5 to 1e-4 (a CPU's vector width decides how much). Up to the first near-tie the answers
+must agree token for token; after it they may part."""
+
+
 def alone(tutor, make_messages, samples, max_new_tokens):
-    """The reference: `generate` on this one conversation, greedy; (text, generated tokens)."""
+    """The reference: `generate` on this one conversation, greedy; (text, generated tokens), and the text up to
+    the first near-tie (`NEAR_TIE`; None when there is none: then the whole answer must be equal)."""
     import torch
 
     with tutor._lock, torch.inference_mode():
         inputs = tutor._inputs(make_messages, samples)
         output = tutor.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                      eos_token_id=tutor._eos_ids(), pad_token_id=tutor.processor.tokenizer.pad_token_id)
-    new = output[0, inputs["input_ids"].shape[1]:]
-    return tutor.processor.tokenizer.decode(new, skip_special_tokens=True).strip(), int(new.numel())
+                                      eos_token_id=tutor._eos_ids(), pad_token_id=tutor.processor.tokenizer.pad_token_id,
+                                      output_scores=True, return_dict_in_generate=True)
+    new = output.sequences[0, inputs["input_ids"].shape[1]:]
+    margins = [float(torch.topk(step[0].float(), 2).values.diff().abs()) for step in output.scores]
+    tie = next((k for k, margin in enumerate(margins) if margin < NEAR_TIE), None)
+    decode = tutor.processor.tokenizer.decode
+    before_tie = None if tie is None else decode(new[:tie], skip_special_tokens=True).strip()
+    return (decode(new, skip_special_tokens=True).strip(), int(new.numel())), before_tie
+
+
+def assert_same_answers(answers, expected):
+    """Each answer generated together equals the one generated alone, or, where the alone answer met a near-tie,
+    agrees with it up to that point."""
+    for answer, ((text, tokens), before_tie) in zip(answers, expected):
+        if before_tie is None:
+            assert (answer.text, answer.new_tokens) == (text, tokens)
+        else:
+            assert answer.text.startswith(before_tie.rstrip("\ufffd")), (answer.text, before_tie)
 
 
 @pytest.mark.slow  # two models, 5 answers each alone and together: ~45 s
@@ -102,9 +125,10 @@ def test_answers_generated_together_equal_answers_generated_alone(tiny_model_dir
     assert started[3].wait(600)
     ask(4)
     answers = [p.feedback() for p in pending]
-    assert [(a.text, a.new_tokens) for a in answers] == expected
+    assert_same_answers(answers, expected)
     assert tutor.engine.prefixes.hits >= 2  # the read-aloud questions continued from their kept start
-    assert [a.finish_reason for a in answers] == ["length" if n == q[2] else "stop" for (_, n), q in zip(expected, questions)]
+    assert [a.finish_reason for a, ((_, n), tie) in zip(answers, expected) if tie is None] == [
+        "length" if n == q[2] else "stop" for ((_, n), tie), q in zip(expected, questions) if tie is None]
     assert all(a.prompt_tokens > 128 for a in answers)  # past the sliding window
     assert tutor.engine.running == 0 and tutor.engine.waiting == 0
 
@@ -191,7 +215,7 @@ def test_a_kept_prompt_start_gives_the_prefill_and_the_answer_of_the_whole_promp
         expected = alone(tutor, make_messages, samples, 16)
         for _ in range(2):
             answer = tutor.ask(kind, audio=audio[0], text=text, max_new_tokens=16).feedback()
-            assert (answer.text, answer.new_tokens) == expected
+            assert_same_answers([answer], [expected])
     assert engine.prefixes.hits >= hits + 3  # the second read aloud, then the second free speech
     assert len(engine.prefixes) >= 2  # one start per kind
     for start in engine.prefixes._caches.values():  # nothing extended a kept start

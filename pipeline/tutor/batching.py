@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -174,11 +175,18 @@ class Answer:
         return self._result
 
 
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+"""A byte-fallback token's name (SentencePiece and `tokenizers`' ByteFallback: one byte of UTF-8)."""
+
+
 class TextDeltas:
     """The text of a growing answer, in pieces whose concatenation is `pipeline.model.tokens.answer_text`
     (`tokenizer.decode(tokens, skip_special_tokens=True).strip()` without a leaked thought channel, which
-    is never streamed, closed or not): leading whitespace is dropped, trailing whitespace and an
-    incomplete UTF-8 character (decoded as U+FFFD) wait for the next token."""
+    is never streamed, closed or not): leading whitespace is dropped, trailing whitespace, an
+    incomplete UTF-8 character (decoded as U+FFFD) and a run of byte-fallback tokens (`<0xHH>`) wait for
+    the next token. A run of byte tokens is decoded as one: when it is not valid UTF-8, every byte of it
+    becomes U+FFFD, a valid one (`<0x21>`, "!") included, so its text is final only once a token of
+    another kind follows (seen with a random model: "!" streamed, then "��" in the whole answer)."""
 
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
@@ -188,6 +196,8 @@ class TextDeltas:
     def push(self, token: int) -> str:
         """Add a token; returns the new piece of text ("" when nothing can be shown yet)."""
         self.tokens.append(int(token))
+        if _BYTE_TOKEN.fullmatch(str(self.tokenizer.convert_ids_to_tokens(int(token)))):
+            return ""
         text = answer_text(self.tokenizer, self.tokens)
         if text.endswith("\ufffd") or not text.startswith(self.sent):
             return ""
