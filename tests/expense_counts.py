@@ -8,6 +8,9 @@ named by `$TUTOR_TEST_COUNTS_FILE`, appended one line per event by this same mod
 - `train() call`: a call of `pipeline.training.train.train` (in-process runs, and each training process's own);
 - `model load`: a call of transformers' `PreTrainedModel.from_pretrained` (an Auto class's call counts once).
 
+Beside the counts, the slowest test files (their tests' setup, call and teardown, summed) and the slowest
+fixtures (the seconds their setups took, summed over every time each was set up), `TOP` of each.
+
 Light by design: processes are seen through Python's audit hook (`subprocess.Popen` events), the two
 functions are wrapped only once their module is imported (a meta-path finder that patches it after it
 runs), and nothing is imported that a test would not import. A child whose environment a test replaces
@@ -21,10 +24,17 @@ import importlib.abc
 import os
 import sys
 import tempfile
+import time
+from collections import Counter
 
 COUNTS_ENV = "TUTOR_TEST_COUNTS_FILE"
 KINDS = ("app start", "training process", "train() call", "model load")
 _COUNTS: dict[str, int] = dict.fromkeys(KINDS, 0)
+TOP = 15
+"""How many test files and fixtures the summary lists, slowest first."""
+_FILE_SECONDS: Counter = Counter()
+_FIXTURE_SECONDS: Counter = Counter()
+_FIXTURE_SETUPS: Counter = Counter()
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SITE_DIR = os.path.join(_HERE, "expense_counts_site")  # holds sitecustomize.py, which loads this file
 
@@ -161,10 +171,33 @@ def pytest_configure(config) -> None:
     install()
 
 
+def pytest_runtest_logreport(report) -> None:
+    """Each phase of each test adds its seconds to its file's."""
+    _FILE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def _fixture_setup(fixturedef, request):
+    """Each fixture's setup adds its seconds (not those of the fixtures it asks for: pytest sets them up first)."""
+    started = time.perf_counter()
+    yield
+    name = fixturedef.argname if fixturedef.scope == "function" else f"{fixturedef.argname} ({fixturedef.scope})"
+    _FIXTURE_SECONDS[name] += time.perf_counter() - started
+    _FIXTURE_SETUPS[name] += 1
+
+
+if "pytest" in sys.modules:  # loaded as the plugin; a child loading this file as its sitecustomize imports no pytest
+    pytest_fixture_setup = sys.modules["pytest"].hookimpl(hookwrapper=True)(_fixture_setup)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """The table: each kind's count in this process, in its children, and in all."""
+    """The tables: the slowest files and fixtures, and each kind's count in this process, in its children, and in all."""
     if getattr(config, "_expense_counts_file", None) is None:
         return
+    terminalreporter.section(f"slowest test files and fixtures (tests/expense_counts.py, top {TOP})")
+    for file, seconds in _FILE_SECONDS.most_common(TOP):
+        terminalreporter.write_line(f"{seconds:9.1f} s  {file}")
+    for name, seconds in _FIXTURE_SECONDS.most_common(TOP):
+        terminalreporter.write_line(f"{seconds:9.1f} s  fixture {name}, set up {_FIXTURE_SETUPS[name]} time(s)")
     children = _child_counts()
     terminalreporter.section("expensive starts (tests/expense_counts.py)")
     terminalreporter.write_line(f"{'':18} {'test process':>12} {'children':>9} {'total':>6}")
