@@ -197,6 +197,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for file, seconds in _FILE_SECONDS.most_common(TOP):
         terminalreporter.write_line(f"{seconds:9.1f} s  {file}")
     for name, seconds in _FIXTURE_SECONDS.most_common(TOP):
+        if seconds < 0.05:  # pytest's own (tmp_path, monkeypatch) and parameters: nothing to share
+            break
         terminalreporter.write_line(f"{seconds:9.1f} s  fixture {name}, set up {_FIXTURE_SETUPS[name]} time(s)")
     children = _child_counts()
     terminalreporter.section("expensive starts (tests/expense_counts.py)")
