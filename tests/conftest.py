@@ -23,7 +23,7 @@ atexit.register(shutil.rmtree, _SESSION_CALIBRATION, ignore_errors=True)
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-pytest_plugins = ["pytester", "tests.browser", "tests.hub_server"]  # the browser tests' app, Chromium and page; a hub on 127.0.0.1
+pytest_plugins = ["pytester", "tests.browser", "tests.hub_server", "tests.expense_counts"]  # the browser tests' app, Chromium and page; a hub on 127.0.0.1; the count of apps, runs and model loads
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from pipeline.access.accounts import Accounts
 from pipeline.data.samples import SampleLibrary
 from pipeline.inbox.store import Inbox
 from tests.browser import VIEWPORT, WAIT_MS, free_port, launch_app, open_tab, shot, wait_text, write_voice
-from tests.training_data import copy_workspace, real_workspace
+from tests.training_data import copy_workspace, one_step_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,14 +29,7 @@ EXERCISES = ["She sells sea shells.", "The quick brown fox."]
 def practice_app(tmp_path, tmp_path_factory, speechocean_dir, tiny_model_dir):
     """The app on free loopback ports in shared mode with a teacher and a student account and a trained run
     offered for practice; yields (studio URL, practice URL, workspace). Stopped at teardown."""
-    from pipeline.config import TrainConfig
-    from pipeline.training.train import train
-
-    ws = copy_workspace(real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34),
-                        tmp_path / "ws")
-    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8,
-                         batch_size=1, grad_accum=1, max_steps=1, eval_steps=0, save_steps=0, seed=1)
-    assert train(config, ws, "r1")["status"] == "completed"
+    ws = copy_workspace(one_step_run(tmp_path_factory, speechocean_dir, tiny_model_dir), tmp_path / "ws")
     accounts = Accounts()
     accounts.add("ms-lee", "teach-pass", role="teacher")
     accounts.add("kim", "kim-pass1", role="student")

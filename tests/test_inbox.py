@@ -15,7 +15,7 @@ from pipeline.errors import AudioError, ConfigError, SampleError
 from pipeline.inbox.cli import inbox_main
 from pipeline.inbox.practice import answer_attempt, load_setup, save_setup, setup_from_list
 from pipeline.inbox.store import Inbox
-from tests.training_data import copy_workspace, real_workspace
+from tests.training_data import copy_workspace, one_step_run
 
 CLIPS = ["WAVE/SPEAKER0001/000010011.WAV", "WAVE/SPEAKER0001/000010035.WAV", "WAVE/SPEAKER0001/000010053.WAV"]
 ITEMS = ["WE CALL IT BEAR", "ZERO THREE FIVE ONE", "THREE TWO TWO SEVEN"]
@@ -23,16 +23,10 @@ ITEMS = ["WE CALL IT BEAR", "ZERO THREE FIVE ONE", "THREE TWO TWO SEVEN"]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, speechocean_dir, tiny_model_dir):
-    """A workspace with run `r1` (one step on the tiny random model: an adapter that answers)."""
-    from pipeline.config import TrainConfig
-    from pipeline.training.train import train
-
-    ws = copy_workspace(real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34),
-                        tmp_path_factory.mktemp("inbox") / "ws")
-    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8,
-                         batch_size=1, grad_accum=1, max_steps=1, eval_steps=0, save_steps=0, seed=1)
-    assert train(config, ws, "r1")["status"] == "completed"
-    return ws
+    """A workspace with run `r1` (one step on the tiny random model: an adapter that answers): this module's
+    copy of the session's `one_step_run`."""
+    return copy_workspace(one_step_run(tmp_path_factory, speechocean_dir, tiny_model_dir),
+                          tmp_path_factory.mktemp("inbox") / "ws")
 
 
 @pytest.fixture()

@@ -37,7 +37,6 @@ def real_workspace(tmp_path_factory, speechocean_dir: Path, tiny_model_dir: Path
     return root
 
 
-
 def trained_run(ws: Path, tiny_model_dir: Path, run: str, **settings) -> Path:
     """`ws` with run `run` trained in this process, once (kept when its adapter exists): the tiny model on
     CPU, LoRA rank 8, 3 optimizer steps of one row, no evaluation, no checkpoints, no warm-up; `settings`
@@ -50,6 +49,24 @@ def trained_run(ws: Path, tiny_model_dir: Path, run: str, **settings) -> Path:
                                 "grad_accum": 1, "max_steps": 3, "eval_steps": 0, "save_steps": 0, "warmup_ratio": 0.0,
                                 **settings})
         assert train(config, ws, run)["status"] == "completed"
+    return ws
+def one_step_run(tmp_path_factory, speechocean_dir: Path, tiny_model_dir: Path) -> Path:
+    """A copy of the shared 6-clip workspace with run `r1`: the tiny model on CPU unquantized, LoRA rank 4
+    (alpha 8), one optimizer step of one row, seed 1, no evaluation, no checkpoints (an adapter that answers).
+    Trained once per session for the tests that need a trained run to answer with (tests/test_inbox.py,
+    tests/test_e2e_practice.py); take a `copy_workspace` of it before changing anything in it."""
+    key = ("one-step-r1", str(tiny_model_dir))
+    if key in _BUILT:
+        return _BUILT[key]
+    from pipeline.config import TrainConfig
+    from pipeline.training.train import train
+
+    ws = copy_workspace(real_workspace(tmp_path_factory, speechocean_dir, tiny_model_dir, keep=6, eval_fraction=0.34),
+                        tmp_path_factory.mktemp("one-step") / "ws")
+    config = TrainConfig(model=str(tiny_model_dir), device="cpu", quantization="none", lora_rank=4, lora_alpha=8,
+                         batch_size=1, grad_accum=1, max_steps=1, eval_steps=0, save_steps=0, seed=1)
+    assert train(config, ws, "r1")["status"] == "completed"
+    _BUILT[key] = ws
     return ws
 
 
