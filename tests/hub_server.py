@@ -129,6 +129,19 @@ class FakeHub:
                 "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
 
 
+def hub_online(monkeypatch, home: Path) -> None:
+    """huggingface_hub in this process online (the suite runs with HF_HUB_OFFLINE=1), its cache and token file in
+    `home` (no saved token, no `HF_TOKEN`): what every test that talks to a `FakeHub` starts from."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+
+
 def repo_from_folder(repo_id: str, folder: Path, *, gated: bool) -> Repo:
     """A repo serving every file of `folder` (its top level, as `make-tiny-model` writes it)."""
     files = {p.name: ServedFile(p.name, p.read_bytes(), p.suffix in LFS_SUFFIXES)

@@ -30,14 +30,9 @@ WEIGHTS = "model.safetensors"
 def online(fake_hub, tmp_path, monkeypatch):
     """huggingface_hub in this process online (the suite runs with HF_HUB_OFFLINE=1), its cache in a temporary
     folder and no saved token; the calls below name the fake hub with `endpoint=`. Returns the `FakeHub`."""
-    from huggingface_hub import constants
+    from tests.hub_server import hub_online
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    hub_online(monkeypatch, tmp_path / "hf-home")
     return fake_hub
 
 

@@ -44,12 +44,9 @@ def hub(module_hub, tmp_path, monkeypatch):
 
     from pipeline.model import download
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    from tests.hub_server import hub_online
+
+    hub_online(monkeypatch, tmp_path / "hf-home")
     monkeypatch.setattr(hf_api.api, "endpoint", module_hub.url)  # `whoami`/`login`'s HfApi, made at import from HF_ENDPOINT
     monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 0.5)
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 0.5)

@@ -69,14 +69,19 @@ class ModelWorker:
 
     def __init__(self, tutor: Any, *, queue_size: int = DEFAULT_QUEUE_SIZE, max_batch: int | None = None,
                  label: str = "tutor"):
-        if not isinstance(queue_size, int) or queue_size < 1:
-            raise ConfigError(f"`--queue-size` must be a whole number >= 1, got {queue_size!r}.")
         from pipeline.tutor.batching import default_max_batch
 
-        self.tutor = tutor
-        self.label = label
-        self.queue_size = queue_size
+        self._admit(tutor, label, queue_size)
         tutor.engine.set_max_batch(default_max_batch() if max_batch is None else max_batch)
+
+    def _admit(self, tutor: Any, label: str, queue_size: int) -> None:
+        """The admission state every worker starts with: no request in flight, none answered, open.
+
+        Raises:
+            ConfigError: `queue_size` is not a whole number >= 1."""
+        if not isinstance(queue_size, int) or queue_size < 1:
+            raise ConfigError(f"`--queue-size` must be a whole number >= 1, got {queue_size!r}.")
+        self.tutor, self.label, self.queue_size = tutor, label, queue_size
         self._lock = threading.Lock()
         self._in_flight = 0
         self._closed = False
@@ -174,13 +179,7 @@ class ScorerWorker(ModelWorker):
     server's event loop never waits; its answer comes as one piece of text, then the end."""
 
     def __init__(self, tutor: Any, *, queue_size: int = DEFAULT_QUEUE_SIZE):
-        if not isinstance(queue_size, int) or queue_size < 1:
-            raise ConfigError(f"`--queue-size` must be a whole number >= 1, got {queue_size!r}.")
-        self.tutor, self.label, self.queue_size = tutor, tutor.model_id, queue_size
-        self._lock = threading.Lock()
-        self._in_flight = 0
-        self._closed = False
-        self._answers: set = set()
+        self._admit(tutor, tutor.model_id, queue_size)
 
     @property
     def max_batch(self) -> int:
