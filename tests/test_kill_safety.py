@@ -350,6 +350,47 @@ def test_a_recording_the_practice_page_was_answering_when_the_app_was_killed_is_
     assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []
 
 
+def test_a_recording_uploaded_but_never_sent_when_the_app_was_killed_is_deleted_at_its_next_start(tmp_path,
+                                                                                                   monkeypatch):
+    """A student recorded (Gradio stored the upload, the page noted it) and never clicked Get feedback; the app is
+    killed, so Gradio's own sweep never runs: the practice page's next start deletes the recording."""
+    from ui.practice_page import build_practice
+
+    uploads = tmp_path / "gradio"
+    upload = uploads / ("1" * 64) / "recording.wav"
+    upload.parent.mkdir(parents=True)
+    sf.write(upload, _tone(330.0), RATE)
+    ws = tmp_path / "ws"
+    code = ("import sys; from pipeline.fileio import hold_point; from pipeline.workspace import Workspace\n"
+            "from ui.practice_page import PracticeHandlers\n"
+            "PracticeHandlers(Workspace(sys.argv[1])).note_upload(sys.argv[2]); hold_point('practice:unsent')\n")
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))  # for the child and for this process
+    process, _ = held([PY, "-c", code, str(ws), str(upload)], "practice:unsent", tmp_path / "holds")
+    kill_held(process)
+    assert upload.is_file()
+    build_practice(ws)
+    assert not upload.parent.exists(), "the unsent recording and its folder are gone"
+    assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []
+
+
+def test_an_upload_noted_by_a_process_that_lives_on_is_left_alone(tmp_path, monkeypatch):
+    from pipeline.workspace import Workspace
+    from ui.practice_page import PracticeHandlers, build_practice
+
+    uploads = tmp_path / "gradio"
+    upload = uploads / ("2" * 64) / "recording.wav"
+    upload.parent.mkdir(parents=True)
+    sf.write(upload, _tone(330.0), RATE)
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))
+    handlers = PracticeHandlers(Workspace(tmp_path / "ws").ensure())
+    handlers.note_upload(str(upload))
+    handlers.note_upload(str(tmp_path / "not-an-upload.wav"))  # a path outside Gradio's folder: never noted
+    build_practice(tmp_path / "ws")
+    assert upload.is_file(), "a live page's unsent upload was deleted"
+    [journal] = list((tmp_path / "ws" / "inbox" / ".uploads-pending").iterdir())
+    assert "not-an-upload" not in journal.read_text()
+
+
 def test_a_gguf_export_killed_before_converting_or_before_its_rename_leaves_no_gguf(library, tiny_gemma4_dir,
                                                                                      tmp_path):
     """The real GGUF export of a tiny Gemma 4 run (F32: llama.cpp's converter only, no tool to build), killed

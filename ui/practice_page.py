@@ -9,7 +9,8 @@ name is their login name (the name box is then locked, and the server uses the l
 
 Consent means nothing kept: once an attempt is answered, the clip Gradio stored on upload (and any copy
 it converted) is deleted, with or without consent (`discard_upload`); with consent the inbox's copy is
-the only one. An upload never sent is deleted by Gradio's own cache sweep (`UNSENT_UPLOAD_S`). Under
+the only one. An upload never sent is deleted by Gradio's own cache sweep (`UNSENT_UPLOAD_S`), or, when the
+app was killed, at the page's next start (`PracticeHandlers.note_upload`). Under
 *My kept attempts* a student sees and deletes their own attempts (consent withdrawn). An attempt rate
 per student (`pipeline.inbox.practice.AttemptRate`) is checked before any work. The page's text is
 `ui/practice_view.py`.
@@ -87,6 +88,27 @@ class PracticeHandlers:
         self.ws = workspace
         self.rate = rate
         self.own_files = own_files
+        self._uploads_noted = None  # the journal of every upload this process received (`note_upload`)
+
+    def note_upload(self, audio: Any) -> None:
+        """A recording arrived (uploaded or recorded, not sent yet): note it in this process's journal of uploads
+        (`Inbox.uploads_journal`, kept while the process lives). Gradio deletes a page's unsent uploads after
+        `UNSENT_UPLOAD_S` and when the app stops, but not when it is killed: the next start of the practice
+        page then deletes every upload the killed process noted (`build_practice`). Only files in Gradio's
+        upload folder are noted (`is_upload`)."""
+        import atexit
+        import contextlib
+
+        from pipeline.fileio import pending_files
+        from pipeline.inbox.store import Inbox
+
+        if not is_upload(audio):
+            return
+        if self._uploads_noted is None:
+            journal = contextlib.ExitStack()
+            self._uploads_noted = journal.enter_context(pending_files(Inbox(self.ws).uploads_journal))
+            atexit.register(journal.close)  # a process that ends normally leaves no journal (Gradio cleans up)
+        self._uploads_noted(audio)
 
     def _stand_in(self, run: str) -> bool:
         from pipeline.model.tiny_model import is_tiny_random_model
@@ -210,6 +232,7 @@ def practice_page(handlers: PracticeHandlers, logins: bool = False) -> gr.Blocks
         feedback = gr.Textbox(label="Your tutor says", lines=6, interactive=False, elem_id="practice-feedback")
         answered = submit.click(handlers.answer, inputs=[audio, exercise, name, consent], outputs=[feedback, status],
                                 concurrency_limit=ANSWERS_AT_ONCE)
+        audio.change(handlers.note_upload, inputs=audio, outputs=None, show_progress="hidden")  # see note_upload
         exercise.change(handlers.exercise_text, inputs=exercise, outputs=sentence, show_progress="hidden")
         # another exercise starts with a fresh recording and no earlier feedback
         exercise.input(lambda: (None, "", ""), outputs=[audio, feedback, status], show_progress="hidden")
