@@ -224,3 +224,32 @@ def test_the_api_answers_and_streams_the_clean_answer(leak, speechocean_dir):
                         pieces += [c["delta"].get("content") or "" for c in delta]
             assert not any(mark in p for p in pieces for mark in SHOWN_LEAK), pieces
             assert "".join(pieces) == ANSWER, pieces
+
+
+def test_the_api_reads_a_tutor_turn_that_leaked_as_the_clean_one(leak, speechocean_dir):
+    """A dialogue's earlier tutor turn, sent back by a client that got it from a runtime that leaks (llama.cpp,
+    Ollama): the turn is cleaned before the prompt is built, so the prompt is the clean history's."""
+    import base64
+
+    from fastapi.testclient import TestClient
+
+    from pipeline.serving.app import create_app
+
+    _, served, script = leak
+    closed = script.filler is None
+    earlier = f"<|channel>thought\nhm<channel|>{ANSWER}" if closed else f"{ANSWER}<|channel>thought\nand now I"
+    wav = base64.b64encode((speechocean_dir / CLIP).read_bytes()).decode()
+    clip = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+
+    def ask(tutor_turn: str) -> dict:
+        messages = [{"role": "user", "content": [clip]}, {"role": "assistant", "content": tutor_turn},
+                    {"role": "user", "content": [clip, {"type": "text", "text": "Is this right?"}]}]
+        with TestClient(create_app(served, api_key=KEY, max_body_bytes=4_000_000)) as client:
+            answer = client.post("/v1/chat/completions", json={"model": RUN, "messages": messages, "max_tokens": MAX_NEW},
+                                 headers={"Authorization": f"Bearer {KEY}"})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    leaked, clean = ask(earlier), ask(ANSWER)
+    assert leaked["choices"][0]["message"]["content"] == ANSWER, leaked
+    assert leaked["usage"]["prompt_tokens"] == clean["usage"]["prompt_tokens"], (leaked["usage"], clean["usage"])
