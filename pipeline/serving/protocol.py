@@ -20,6 +20,9 @@ A request is an OpenAI `POST /v1/chat/completions` body. What this tutor reads o
   * `dialogue` (the default when an `assistant` message is present): the conversation so far, user
     messages being the learner's turns (each `input_audio` part a clip, text parts what they typed)
     and assistant messages the tutor's earlier turns, ending with a user message; at least one clip.
+    An assistant message is read without a thought channel (`<|channel>...<channel|>`, or unclosed to
+    its end: `pipeline.conversation.feedback.without_thought_text`), which Gemma 4 is reported to leak
+    into answers and a client may send back as it got it (from llama.cpp or Ollama).
 - `system` / `developer` messages are dropped: the tutor is asked exactly as it was trained, with
   its kind's own instruction (`pipeline.conversation.messages`), whatever a client sends.
 - `input_audio` parts are `{"type": "input_audio", "input_audio": {"data": BASE64, "format": "wav"}}`
@@ -53,6 +56,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.conversation.feedback import without_thought_text
 from pipeline.conversation.messages import KINDS, LEARNER, TUTOR
 from pipeline.errors import ConfigError, PipelineError
 from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS
@@ -431,7 +435,10 @@ def _dialogue(model: str, kept: list[tuple[int, str, Any]], max_new_tokens: int)
     turns = []
     for i, role, content in kept:
         parts = _read_content(content, f"messages[{i}]", role)
-        text = _joined([value for kind_, value, _ in parts if kind_ == "text"], f"messages[{i}]")
+        texts = [value for kind_, value, _ in parts if kind_ == "text"]
+        if role == "assistant":  # the tutor's own earlier answer, maybe from a runtime that leaked its thought channel
+            texts = [without_thought_text("\n".join(texts))]
+        text = _joined(texts, f"messages[{i}]")
         if role == "assistant":
             _require(text != "", f"`messages[{i}]` (a tutor turn) is empty.", f"messages[{i}].content")
             turns.append({"role": TUTOR, "text": text})
