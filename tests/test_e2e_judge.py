@@ -71,10 +71,12 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
     shot(page, "6-judge-reattached")
     # Issue 32 item 3: the answers kept so far, while the job still runs, are not "cancelled or stopped".
     status = wait_text(page, "#judge-status", r"Being evaluated now|Partial|1 saved evaluation", timeout_s=300)
-    if eval_jobs.job_status(workspace, job)["alive"]:
-        assert "Being evaluated now" in status and "answered so far" in status, status
+    if "Being evaluated now" in status:
+        assert "answered so far" in status, status
         assert "Partial" not in status and "cancelled" not in status and "Evaluate again" not in status, status
         assert not re.search(r"⚠[^\n]*(Partial|answered so far)", status), status  # the stand-in's own ⚠ may stay
+    else:  # the job saved its whole evaluation between two looks (its process may still be exiting): never stopped
+        assert "Partial" not in status and "cancelled" not in status, status
     # Issue 32 (the new-user pass): the end is said with what was evaluated, and how long it took.
     wait_text(page, "#judge-progress", r"(\d+) of \1 answered .* took .* ✓ done: base · tiny-gemma3n evaluated",
               timeout_s=600)
