@@ -329,48 +329,42 @@ def test_get_model_killed_while_fetching_or_placing_is_not_here_and_the_next_sta
         assert len(weights) == 1 and weights[0] and weights[0] != "bytes=0-", "continued where it was killed"
 
 
-def test_a_recording_the_practice_page_was_answering_when_the_app_was_killed_is_deleted_at_its_next_start(tmp_path, monkeypatch):
-    """Gradio deletes a page's uploads when the app stops, not when it is killed: the one being answered is
-    noted first (`Inbox.uploads_journal`), and the practice page's next start deletes it, consent or not."""
+def _killed_practice_upload(tmp_path, monkeypatch, code: str, where: str) -> None:
+    """A recording in Gradio's upload folder (`UPLOAD_DIR/<sha256>/NAME`), a child that runs `code` (argv: the
+    workspace, the recording) on the practice page's handlers and is killed at hold point `where`: the practice
+    page's next start must delete the recording and its folder, and leave no journal."""
     from ui.practice_page import build_practice
 
     uploads = tmp_path / "gradio"
-    upload = uploads / ("0" * 64) / "said.wav"  # Gradio's layout: UPLOAD_DIR/<sha256>/NAME
+    upload = uploads / ("0" * 64) / "said.wav"
     upload.parent.mkdir(parents=True)
     sf.write(upload, _tone(330.0), RATE)
     ws = tmp_path / "ws"
-    code = ("import sys; from pipeline.workspace import Workspace; from ui.practice_page import PracticeHandlers\n"
-            "list(PracticeHandlers(Workspace(sys.argv[1])).answer(sys.argv[2], 0, 'kim', True))\n")
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))  # for the child and for this process
-    process, _ = held([PY, "-c", code, str(ws), str(upload)], "practice:answering", tmp_path / "holds")
+    process, _ = held([PY, "-c", code, str(ws), str(upload)], where, tmp_path / "holds")
     kill_held(process)
     assert upload.is_file()
     build_practice(ws)
-    assert not upload.parent.exists(), "the recording and its folder are gone"
+    assert not upload.parent.exists(), f"{where}: the recording and its folder are gone"
     assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []
+
+
+def test_a_recording_the_practice_page_was_answering_when_the_app_was_killed_is_deleted_at_its_next_start(tmp_path, monkeypatch):
+    """Gradio deletes a page's uploads when the app stops, not when it is killed: the one being answered is
+    noted first (`Inbox.uploads_journal`), and the practice page's next start deletes it, consent or not."""
+    code = ("import sys; from pipeline.workspace import Workspace; from ui.practice_page import PracticeHandlers\n"
+            "list(PracticeHandlers(Workspace(sys.argv[1])).answer(sys.argv[2], 0, 'kim', True))\n")
+    _killed_practice_upload(tmp_path, monkeypatch, code, "practice:answering")
 
 
 def test_a_recording_uploaded_but_never_sent_when_the_app_was_killed_is_deleted_at_its_next_start(tmp_path,
                                                                                                    monkeypatch):
     """A student recorded (Gradio stored the upload, the page noted it) and never clicked Get feedback; the app is
     killed, so Gradio's own sweep never runs: the practice page's next start deletes the recording."""
-    from ui.practice_page import build_practice
-
-    uploads = tmp_path / "gradio"
-    upload = uploads / ("1" * 64) / "recording.wav"
-    upload.parent.mkdir(parents=True)
-    sf.write(upload, _tone(330.0), RATE)
-    ws = tmp_path / "ws"
     code = ("import sys; from pipeline.fileio import hold_point; from pipeline.workspace import Workspace\n"
             "from ui.practice_page import PracticeHandlers\n"
             "PracticeHandlers(Workspace(sys.argv[1])).note_upload(sys.argv[2]); hold_point('practice:unsent')\n")
-    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))  # for the child and for this process
-    process, _ = held([PY, "-c", code, str(ws), str(upload)], "practice:unsent", tmp_path / "holds")
-    kill_held(process)
-    assert upload.is_file()
-    build_practice(ws)
-    assert not upload.parent.exists(), "the unsent recording and its folder are gone"
-    assert list((ws / "inbox" / ".uploads-pending").iterdir()) == []
+    _killed_practice_upload(tmp_path, monkeypatch, code, "practice:unsent")
 
 
 def test_an_upload_noted_by_a_process_that_lives_on_is_left_alone(tmp_path, monkeypatch):
