@@ -545,19 +545,25 @@ def build_dataset(
         report.notes.append(_rows_changed_note(asked))
 
     report_progress(len(samples), len(samples), "saving")
-    _recover_interrupted_swap(ws)
-    _save_atomically(ws, saved_rows, report)
-    from pipeline.data.exports import export_splits
-    from pipeline.fileio import hold_point
-
-    hold_point("build:exports")  # the new dataset is in place, its exports not yet written
-    report.exports = export_splits(ws, split_rows, library)
+    _save_and_export(ws, saved_rows, split_rows, library, report)
     report.seconds = round(time.perf_counter() - started, 3)
     from pipeline.fileio import atomic_write_json
 
     atomic_write_json(ws.dataset_dir / BUILD_REPORT_NAME, report.to_dict())
     report_progress(len(samples), len(samples), "done")
     return report
+
+
+def _save_and_export(ws: Workspace, saved_rows: dict, split_rows: dict, library: Any, report: BuildReport) -> None:
+    """Swap the new dataset in (after putting back one a killed build left half-swapped), then write its exports
+    (`report.exports`); the report is written after this, with the build's time."""
+    from pipeline.data.exports import export_splits
+    from pipeline.fileio import hold_point
+
+    _recover_interrupted_swap(ws)
+    _save_atomically(ws, saved_rows, report)
+    hold_point("build:exports")  # the new dataset is in place, its exports not yet written
+    report.exports = export_splits(ws, split_rows, library)
 
 
 def _drafts_waiting(ws: Workspace, samples: list) -> int:
