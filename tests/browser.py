@@ -257,6 +257,15 @@ def open_accordion(page, title: str, inside: str) -> None:
         page.wait_for_selector(inside, state="visible")
 
 
+def tiny_model_and_sample_pack(page, *, model_timeout_s: float = 180, pack_timeout_s: float = 120) -> None:
+    """The opening of most browser flows: click Create offline tiny test model, then Load the sample pack, and
+    wait until the page says each is done (the model note names its random weights; 8 clips imported)."""
+    page.click("#make-tiny")
+    wait_text(page, "#model-note", r"random weights", timeout_s=model_timeout_s)
+    page.click("#load-pack")
+    wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=pack_timeout_s)
+
+
 def open_tab(page, name: str) -> None:
     """Click the tab named `name` ("4 · Train") and give it 0.8 s to draw."""
     page.get_by_role("tab", name=name).click()

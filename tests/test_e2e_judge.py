@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from tests.browser import open_tab, shot, wait_text
+from tests.browser import open_tab, shot, tiny_model_and_sample_pack, wait_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -41,10 +41,7 @@ def test_judge_survives_a_reload_and_finishes_with_results_shown(running_app, st
 
     page = studio_page
     _, workspace, _, _ = running_app
-    page.click("#make-tiny")
-    wait_text(page, "#model-note", r"random weights", timeout_s=180)
-    page.click("#load-pack")
-    wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
+    tiny_model_and_sample_pack(page)
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
     wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=180)

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from pipeline.data.samples import SampleLibrary
-from tests.browser import WAIT_MS, open_tab, shot, wait_text
+from tests.browser import WAIT_MS, open_tab, shot, tiny_model_and_sample_pack, wait_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -26,10 +26,7 @@ NEW_CLIP = ("WAVE/SPEAKER0001/000010053.WAV", "SPEAKER0001")
 def test_draft_feedback_edit_accept_then_build(module_app, module_page, speechocean_dir):
     page = module_page
     _, workspace, _, _ = module_app
-    page.click("#make-tiny")
-    wait_text(page, "#model-note", r"random weights", timeout_s=180)
-    page.click("#load-pack")
-    wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=120)
+    tiny_model_and_sample_pack(page)
     texts = dict(line.split(maxsplit=1) for line in (speechocean_dir / "train" / "text").read_text().splitlines())
     sentence = texts["000010053"].strip()
     sample = SampleLibrary(workspace).add(speechocean_dir / NEW_CLIP[0], target_text=sentence, feedback="",

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import (calm, open_accordion, open_tab, pick, shot, status_texts, teachers_words, upload,
-                           wait_text, watch_status_line)
+from tests.browser import (calm, open_accordion, open_tab, pick, shot, status_texts, teachers_words,
+                           tiny_model_and_sample_pack, upload, wait_text, watch_status_line)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -43,10 +43,7 @@ def built(module_app, module_page):
     """The module's page with the offline tiny model made, the sample pack loaded and the dataset built;
     yields (page, workspace, tiny model folder)."""
     page = module_page
-    page.click("#make-tiny")
-    wait_text(page, "#model-note", r"random weights", timeout_s=300)
-    page.click("#load-pack")
-    wait_text(page, "#import-summary", r"Imported \*?\*?8", timeout_s=180)
+    tiny_model_and_sample_pack(page, model_timeout_s=300, pack_timeout_s=180)
     open_tab(page, "2 · Dataset")
     page.click("#build-dataset")
     wait_text(page, "#dataset-summary", r"\d+ to train on, \d+ to test", timeout_s=300)
