@@ -40,7 +40,7 @@ from pipeline.export.staging import check_free_space, folder_bytes, staged_file,
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO_ROOT / "pipeline"
-APP_ONLY_PACKAGES = ("gradio", "pytest", "playwright", "matplotlib")
+APP_ONLY_PACKAGES = ("gradio", "pytest", "pytest-xdist", "playwright", "matplotlib")
 """Lines of requirements.txt the training job does not need (the app, its tests and plots)."""
 SMALL_WEIGHTS_BYTES = 64 * 1024**2
 """Weight files up to this size are hashed whole in a model fingerprint; larger ones by size."""
