@@ -2,11 +2,9 @@
 train -> infer -> evaluate -> export --format gguf), and the proof that the exported tutor hears in llama.cpp
 itself: `llama-mtmd-cli` (built from the same llama.cpp source as the converter, `pipeline.export.llama_cpp`,
 cached outside the repository) answers two real clips differently, and transformers (the merged model, same
-clip, same prompt, F32 export) explains its answer token by token: at every compared position llama.cpp's
-token is one whose transformers log-probability lies within `LOGPROB_TOLERANCE` of the best, with transformers
-reading llama.cpp's own tokens so far (teacher forcing). A near-tie cannot fail it (both tokens are within the
-tolerance, and the next step follows llama.cpp's pick); a wrong model cannot pass it (the same check of one
-clip's llama.cpp answer against transformers on the other clip must fail).
+clip, same prompt, F32 export) explains its answer token by token (`tests.gguf_proof`: within
+`LOGPROB_TOLERANCE` of the best at every position, teacher-forced). A wrong model cannot pass it (the same
+check of one clip's llama.cpp answer against transformers on the other clip must fail).
 
 The first run on a clean machine fetches llama.cpp's source (the llama-cpp-python sdist, from the package
 index) and builds `llama-mtmd-cli` and `llama-quantize` (README: how long that takes)."""
@@ -22,21 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.gguf_proof import MIN_COMPARED, explained
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "sample_data" / "speechocean762-pack"
 CLIPS = [PACK / "WAVE" / "SPEAKER0005" / "000050083.WAV", PACK / "WAVE" / "SPEAKER0001" / "000010011.WAV"]
 TARGET = "We call it bear"
-LOGPROB_TOLERANCE = 0.05
-"""Nats: how far below transformers' best next token llama.cpp's token may lie. llama.cpp computes GELU from an
-fp16 table and its own log-mel features: differences of a few 1e-3 in the tiny model's logits (the greedy
-comparison this replaces failed at a top-2 margin of 0.005), while the stand-in's top-2 margins are tenths
-(`FINAL_NORM_SCALE`), so another model's or another clip's tokens fall outside it."""
-MIN_COMPARED = 6
-"""Positions llama.cpp's answer must be explained for (fewer only where its answer ends sooner)."""
-
-
 def _cli(*args: str, env: dict) -> dict:
     done = subprocess.run([sys.executable, "-m", "pipeline", *args, "--json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -88,15 +79,6 @@ def _llama_answer(folder: Path, clip: Path, n: int, verbose: bool = False) -> by
     return done.stderr if verbose else done.stdout
 
 
-def _token_bytes(tokenizer, ids: list[int]) -> bytes:
-    """The bytes `ids` spell (byte-fallback tokens `<0xHH>` as their byte, `▁` as a space), as llama.cpp prints them."""
-    out = b""
-    for token in tokenizer.convert_ids_to_tokens(ids):
-        byte = re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", token)
-        out += bytes([int(byte.group(1), 16)]) if byte else token.replace("\u2581", " ").encode("utf-8")
-    return out
-
-
 def _merged(ws: str):
     from pipeline.export.tutor import merged_tutor
 
@@ -105,11 +87,7 @@ def _merged(ws: str):
 
 
 def _explained(model, processor, clip: Path, answer: bytes, n: int) -> tuple[int, list[float]]:
-    """How many of llama.cpp's tokens transformers explains on `clip` (see the module docstring; `n` when it
-    explains the whole answer, its end included), and how far below the best each explained token lies (nats).
-    Teacher-forced: each step reads llama.cpp's tokens so far."""
-    import torch
-
+    """`gguf_proof.explained` of llama.cpp's answer on `clip` (the read-aloud prompt of `TARGET`)."""
     from pipeline.conversation.messages import prompt_messages
     from pipeline.data.audio import load_audio
 
@@ -117,29 +95,8 @@ def _explained(model, processor, clip: Path, answer: bytes, n: int) -> tuple[int
     messages = prompt_messages("read_aloud", target_text=TARGET, audios=[load_audio(clip).samples], tokenizer=tokenizer)
     inputs = processor.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=True,
                                            return_tensors="pt")
-    vocab = [_token_bytes(tokenizer, [i]) for i in range(len(tokenizer))]
     ends = {tokenizer.convert_tokens_to_ids(t) for t in ("<turn|>", "<eos>")}
-    rest, chosen, gaps = answer.lstrip(b"\n").rstrip(), [], []
-    while len(chosen) < n:
-        extra = torch.tensor([chosen], dtype=torch.long)
-        step = dict(inputs, input_ids=torch.cat([inputs["input_ids"], extra], dim=1),
-                    attention_mask=torch.cat([inputs["attention_mask"], torch.ones_like(extra)], dim=1))
-        if "mm_token_type_ids" in inputs:
-            step["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(**step).logits[0, -1].float(), dim=-1)
-        best = float(logprobs.max())
-        near = [int(t) for t in torch.nonzero(logprobs >= best - LOGPROB_TOLERANCE).flatten()]
-        if not rest:  # llama.cpp ended here: transformers must consider ending too
-            return (n, gaps + [0.0]) if ends & set(near) else (len(chosen), gaps)  # all of it explained
-        match = max((t for t in near if t not in ends and vocab[t] and rest.startswith(vocab[t])),
-                    key=lambda t: float(logprobs[t]), default=None)
-        if match is None:
-            return len(chosen), gaps
-        gaps.append(round(best - float(logprobs[match]), 4))
-        chosen.append(match)
-        rest = rest[len(vocab[match]):]
-    return len(chosen), gaps
+    return explained(model, tokenizer, inputs, answer, n, ends)
 
 
 def test_llama_cpp_hears_two_clips_apart_and_transformers_explains_each_answer(exported):

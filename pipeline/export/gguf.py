@@ -22,6 +22,7 @@ folder the converter reads lives in a temporary folder beside it and is removed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -104,6 +105,80 @@ GEMMA3N_DEAF = (
     "transformers, or train the tutor on google/gemma-4-E2B-it, whose GGUF hears. A text-only GGUF (no audio "
     "at all) is written only when you ask for it by name: `--format gguf-text-only`."
 )
+
+
+def _base_file(base: str, name: str) -> Path | None:
+    """`name` as the base model `base` ships it: in its folder, or in this computer's Hugging Face cache (never
+    downloaded here: the base was downloaded whole before it was trained). None where it has no such file."""
+    folder = Path(base).expanduser()
+    if folder.is_dir():
+        return folder / name if (folder / name).is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(base, name)
+    except Exception:  # noqa: BLE001 - not a hub id: no such file
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def copy_vocab_files(base: str, family, merged_dir: Path) -> list[str]:
+    """Copy into `merged_dir` the files of the base that llama.cpp's converter reads for the vocabulary and that
+    `save_pretrained` does not write (`ModelFamily.gguf_vocab_files`: Gemma 3n's `tokenizer.model`, without which
+    the converter refuses its tokenizer). Returns the names copied.
+
+    Raises:
+        ExportError: the base has no such file here (named, with how to get it)."""
+    copied = []
+    for name in family.gguf_vocab_files:
+        if (merged_dir / name).is_file():
+            continue
+        source = _base_file(base, name)
+        if source is None:
+            raise ExportError(f"llama.cpp's converter reads {family.label}'s vocabulary from `{name}`, and the base "
+                              f"model `{base}` has no `{name}` on this computer. Download the base again (**Get "
+                              f"model**, or `python -m pipeline get-model --model {base}`) so that its folder holds "
+                              f"`{name}`, then export again.")
+        shutil.copyfile(source, merged_dir / name)
+        copied.append(name)
+    return copied
+
+
+PLACEHOLDER_FILE = "model-llama-cpp-placeholders.safetensors"
+"""Where `add_placeholder_tensors` writes (a name llama.cpp's converter takes as a model part: `model*.safetensors`)."""
+
+
+def add_placeholder_tensors(merged_dir: Path, family) -> list[str]:
+    """Add to the saved model in `merged_dir` the tensors llama.cpp's loader requires that it lacks
+    (`ModelFamily.gguf_placeholder_tensors`, zeros in the model's dtype: llama.cpp never reads them), as
+    `PLACEHOLDER_FILE`, listed in `model.safetensors.index.json` when the model is sharded. Returns their names."""
+    if family.gguf_placeholder_tensors is None:
+        return []
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    index_path = merged_dir / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else None
+    parts = sorted(set(index["weight_map"].values())) if index else ["model.safetensors"]
+    saved, dtype = set(), torch.float32
+    for part in parts:
+        with safe_open(str(merged_dir / part), "pt") as tensors:
+            names = list(tensors.keys())
+            saved.update(names)
+            if names:
+                dtype = tensors.get_slice(names[0]).get_dtype()
+    dtype = {"BF16": torch.bfloat16, "F16": torch.float16}.get(str(dtype), torch.float32)
+    config = json.loads((merged_dir / "config.json").read_text(encoding="utf-8"))
+    missing = {name: torch.zeros(shape, dtype=dtype) for name, shape in family.gguf_placeholder_tensors(config).items()
+               if name not in saved}
+    if not missing:
+        return []
+    save_file(missing, str(merged_dir / PLACEHOLDER_FILE), metadata={"format": "pt"})
+    if index is not None:
+        index["weight_map"].update(dict.fromkeys(missing, PLACEHOLDER_FILE))
+        atomic_write_json(index_path, index)
+    return sorted(missing)
 
 
 def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
@@ -210,10 +285,12 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
         "```bash",
         (f"llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --temp 0 \\\n"
          f"  --audio learner.wav -p '{example}'" if projector else
-         f"llama-cli -m {run}.gguf --jinja --temp 0 -p '{example}'"),
+         f"llama-completion -m {run}.gguf --jinja -cnv -st --temp 0 -p 'How do I say \"thought\"?'"),
         (f"llama-server -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --port 8080" if projector else
          f"llama-server -m {run}.gguf --jinja --port 8080"),
         "```", "",
+        *([] if projector else ["`llama-completion -cnv -st` answers one typed question and stops; `llama-cli -m "
+                                f"{run}.gguf --jinja` holds a conversation.", ""]),
         "The GGUF's chat template is the base's with the tutor's defaults: thinking off and the tutor's system "
         "prompt (`system_prompt.txt`) when a request has none, so the commands above need no `-sys` "
         "(llama-mtmd-cli's `-sys` would also add a blank line between the turns the tutor never saw).", "",
@@ -324,6 +401,8 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
         done["model"].save_pretrained(str(merged_dir))
         done["processor"].save_pretrained(str(merged_dir))
         keep_special_tokens(merged_dir)
+        copy_vocab_files(run_base_model(info["dir"], run, model), family, merged_dir)
+        add_placeholder_tensors(merged_dir, family)
         template_path = merged_dir / "chat_template.jinja"
         template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
                     else done["processor"].tokenizer.chat_template)

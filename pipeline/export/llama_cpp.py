@@ -62,9 +62,11 @@ from pipeline.fileio import atomic_write_json, staged_folder, writer_gone
 LLAMA_CPP_PYTHON = "0.3.36"
 """The llama-cpp-python release whose sdist carries the llama.cpp source used here (its `vendor/llama.cpp`)."""
 
-TOOLS = ("llama-mtmd-cli", "llama-quantize")
-"""The cmake targets this project needs: the multimodal CLI (the proof that an export hears) and the
-quantizer (`--quant q4_k_m`). `llama-server` is left out: it is not needed here and doubles the build."""
+TOOLS = ("llama-mtmd-cli", "llama-quantize", "llama-completion")
+"""The cmake targets this project needs: the multimodal CLI (the proof that an export hears), the
+quantizer (`--quant q4_k_m`) and the text CLI (`llama-completion`: a Gemma 3n text-only GGUF answers a
+typed question in it; ~10 s more once the libraries are built). `llama-server` is left out: it is not
+needed here and doubles the build."""
 
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",

@@ -17,7 +17,7 @@ token it does not accept, the licence not accepted: `ModelAccessError`); other e
 
 
 def make_tiny_model_main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline make-tiny-model OUT_DIR [--family gemma3n|gemma4] [--seed N] [--json]`."""
+    """`python -m pipeline make-tiny-model OUT_DIR [--family gemma3n|gemma4] [--seed N] [--llama-cpp-shapes] [--json]`."""
     parser = argparse.ArgumentParser(
         prog="python -m pipeline make-tiny-model",
         description="Write a tiny random model + processor of a family (offline stand-in for "
@@ -27,10 +27,21 @@ def make_tiny_model_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", choices=sorted(FAMILIES), default=DEFAULT_FAMILY.name,
                         help=f"which model family to stand in for (default: {DEFAULT_FAMILY.name})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default: 0)")
+    parser.add_argument("--llama-cpp-shapes", action="store_true",
+                        help="Gemma 3n only: 22 layers and E2B's per-layer width, the shapes llama.cpp's Gemma 3n "
+                             "graph fixes, so that its text-only GGUF runs in llama.cpp (~17 M parameters)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
     family = FAMILIES[args.family]
-    out = family.make_tiny(args.out_dir, seed=args.seed)
+    if args.llama_cpp_shapes:
+        if family.name != "gemma3n":
+            parser.error(f"--llama-cpp-shapes is for --family gemma3n (llama.cpp reads {family.label}'s shapes from "
+                         "its GGUF); leave it out.")
+        from pipeline.model.tiny_gemma3n import make_tiny_gemma3n  # noqa: PLC0415 - torch, only when writing
+
+        out = make_tiny_gemma3n(args.out_dir, seed=args.seed, llama_cpp_shapes=True)
+    else:
+        out = family.make_tiny(args.out_dir, seed=args.seed)
     info = json.loads((out / MARKER_FILE).read_text(encoding="utf-8"))
     result = {"path": str(out.resolve()), "family": family.name, **info}
     if args.json:

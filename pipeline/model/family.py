@@ -59,6 +59,12 @@ class ModelFamily:
     Export:
         gguf_audio: whether llama.cpp / Ollama run the family's audio (its GGUF export keeps the audio
             projector, `pipeline.export.gguf`); False: a GGUF of it is text only.
+        gguf_vocab_files: files of the base's repository that llama.cpp's converter reads for the vocabulary and
+            `save_pretrained` does not write again (Gemma 3n: `tokenizer.model`, read by the converter's
+            SentencePiece path); the GGUF export copies them from the base into the merged folder.
+        gguf_placeholder_tensors(config) -> {name: shape}: tensors llama.cpp's loader requires that the saved
+            model lacks and that llama.cpp never reads (Gemma 3n's KV-shared layers' k/v projections); the GGUF
+            export adds them as zeros. None: none.
     Around a clip:
         clip_marker_tokens: tokens `audio_span` adds around the audio positions (markers, blank lines).
     Thinking:
@@ -98,6 +104,8 @@ class ModelFamily:
     audio_span: Callable[[Any, float], str]
     gguf_audio: bool
     clip_marker_tokens: int = 2
+    gguf_vocab_files: tuple[str, ...] = ()
+    gguf_placeholder_tensors: Callable[[dict], dict] | None = None
     thought_channel: tuple[str, ...] = ()
     estimate_only: tuple[str, ...] = ()
 

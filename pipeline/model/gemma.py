@@ -190,9 +190,10 @@ def gemma_family(*, name: str, audio_blocks: str, audio_lora_projections: str, a
         audio_lora_projections, audio_lora_suffix: the audio LoRA targets inside a block (`audio_lora_regex`).
         quantization_skip_extra: module regexes kept unquantized besides `QUANTIZATION_SKIP_MODULES`.
         functions: the family's own functions, each named as the `ModelFamily` field it fills
-            (`audio_tokens`, `audio_span`, `shape`, `part_params`, `make_tiny`, `model_class`).
+            (`audio_tokens`, `audio_span`, `shape`, `part_params`, `make_tiny`, `model_class`, and optionally
+            `gguf_placeholder_tensors`).
         declared: the other `ModelFamily` fields (label, models, shipped_configs, licence_url,
-            max_audio_s, turn_start, turn_end, gguf_audio, and optionally clip_marker_tokens,
+            max_audio_s, turn_start, turn_end, gguf_audio, and optionally clip_marker_tokens, gguf_vocab_files,
             estimate_only).
 
     Raises:

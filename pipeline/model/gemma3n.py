@@ -95,6 +95,25 @@ def make_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
     return make_tiny_gemma3n(out_dir, seed=seed)
 
 
+def gguf_placeholder_tensors(model_config: dict) -> dict[str, tuple[int, ...]]:
+    """The tensors llama.cpp's Gemma 3n loader requires and transformers no longer saves, by name -> shape: the
+    key/value projections and key norm of each layer that reuses another layer's KV (the last
+    `num_kv_shared_layers`). transformers 5 builds those layers without them (the hub's E2B checkpoint, saved by
+    transformers 4.53, still holds them); llama.cpp creates them for every layer (`src/models/gemma3n.cpp`
+    `create_tensor_qkv`, `attn_k_norm`) but never reads them in a layer without KV (it reuses the earlier
+    layer's cache), so zeros are exact. `model_config`: config.json as a dict."""
+    text = model_config.get("text_config", model_config)
+    layers, shared = int(text["num_hidden_layers"]), int(text.get("num_kv_shared_layers") or 0)
+    hidden, head_dim = int(text["hidden_size"]), int(text["head_dim"])
+    kv_width = int(text["num_key_value_heads"]) * head_dim
+    tensors: dict[str, tuple[int, ...]] = {}
+    for layer in range(layers - shared, layers):
+        prefix = f"model.language_model.layers.{layer}.self_attn."
+        tensors.update({prefix + "k_proj.weight": (kv_width, hidden), prefix + "v_proj.weight": (kv_width, hidden),
+                        prefix + "k_norm.weight": (head_dim,)})
+    return tensors
+
+
 # --------------------------------------------------------------------------------------------------
 # config.json -> ModelShape, and parameters per part
 
@@ -197,8 +216,9 @@ GEMMA3N = gemma_family(
     quantization_skip_extra=ALTUP_MODULES,
     audio_blocks="conformer",
     audio_lora_projections=AUDIO_LORA_PROJECTIONS,
-    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class),
+    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class, gguf_placeholder_tensors),
     gguf_audio=False,
+    gguf_vocab_files=("tokenizer.model",),
     clip_marker_tokens=4,
 )
 """Gemma 3n E2B / E4B (`google/gemma-3n-E2B-it`, gated: accept the licence on the hub)."""

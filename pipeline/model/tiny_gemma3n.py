@@ -24,9 +24,10 @@ Torch-free at import.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from pipeline.model.tiny_model import TinySpec, build_stand_in, media_token_ids, tiny_decoder, token_ids
+from pipeline.model.tiny_model import FINAL_NORM_SCALE, TinySpec, build_stand_in, media_token_ids, tiny_decoder, token_ids
 
 SPECIALS = (
     "<pad>",
@@ -88,8 +89,36 @@ GEMMA3N_CHAT_TEMPLATE = """{{ bos_token }}
 {%- endif -%}
 """
 
-def _config(ids, spec: TinySpec):
-    """Tiny `Gemma3nConfig` whose token ids are the tokenizer's (`ids`; see the module docstring).
+LLAMA_CPP_PER_LAYER_INPUT = 256
+LLAMA_CPP_KV_FROM_START = 20
+LLAMA_CPP_SPARSE_LAYERS = 10
+LLAMA_CPP_SWA_PATTERN = 5
+"""What llama.cpp's Gemma 3n graph takes from E2B as fixed numbers, not from the GGUF (llama.cpp
+`src/llama-hparams.h` `n_embd_altup = 256`; `src/models/gemma3n.cpp` `n_layer_kv_from_start = 20`, the swa
+pattern 5 by default; `src/models/models.h` `n_layer_sparsity = 10`): the per-layer input width, the first
+layer that reuses another's KV, the layers with activation sparsity, and every fifth layer full attention.
+A model with other values loads wrong or not at all ("per_layer_token_embd.weight has wrong shape")."""
+
+
+def llama_cpp_text_shapes() -> dict:
+    """`Gemma3nTextConfig` keywords that give the tiny decoder the shapes llama.cpp's Gemma 3n graph fixes
+    (see `LLAMA_CPP_PER_LAYER_INPUT`): 22 layers (4 sliding + 1 full, repeated), per-layer inputs of 256, the
+    last 2 layers reusing layers 18 (sliding) and 19 (full)'s KV, activation sparsity 0.95 on the first 10;
+    widths as the tiny decoder's. ~17 M parameters (the per-layer embedding: 2,048 x 22 x 256)."""
+    layers = LLAMA_CPP_KV_FROM_START + 2
+    pattern = ["sliding_attention"] * (LLAMA_CPP_SWA_PATTERN - 1) + ["full_attention"]
+    return dict(
+        num_hidden_layers=layers,
+        layer_types=[pattern[i % LLAMA_CPP_SWA_PATTERN] for i in range(layers)],
+        num_kv_shared_layers=layers - LLAMA_CPP_KV_FROM_START,
+        hidden_size_per_layer_input=LLAMA_CPP_PER_LAYER_INPUT,
+        activation_sparsity_pattern=[0.95 if i < LLAMA_CPP_SPARSE_LAYERS else 0.0 for i in range(layers)],
+    )
+
+
+def _config(ids, spec: TinySpec, **text_shapes):
+    """Tiny `Gemma3nConfig` whose token ids are the tokenizer's (`ids`; see the module docstring);
+    `text_shapes` replace the tiny decoder's keywords (`llama_cpp_text_shapes`).
 
     Raises:
         ModelLoadError: `timm` (needed by the vision stub) is not installed.
@@ -103,13 +132,13 @@ def _config(ids, spec: TinySpec):
     )
 
     text_vocab, multimodal_vocab = spec.text_vocab, spec.multimodal_vocab
+    decoder = dict(tiny_decoder(ids, "<end_of_turn>"), activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0])
     text_config = Gemma3nTextConfig(
         vocab_size=text_vocab + 2 * multimodal_vocab,
         vocab_size_per_layer_input=text_vocab,
         laurel_rank=64,
         altup_num_inputs=4,
-        activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0],
-        **tiny_decoder(ids, "<end_of_turn>"),
+        **dict(decoder, **text_shapes),
     )
     audio_config = Gemma3nAudioConfig(
         vocab_size=multimodal_vocab,
@@ -185,12 +214,40 @@ TINY_GEMMA3N = TinySpec(
     config=_config,
     processor=_processor,
     chat_template=GEMMA3N_CHAT_TEMPLATE,
+    sentencepiece_model=True,  # google/gemma-3n-E2B-it ships tokenizer.model; llama.cpp's converter reads it
 )
 """The tiny random Gemma 3n: ~3 M parameters (~13 MB fp32); text vocabulary T = 2,048 (ids below T get
 per-layer embeddings)."""
 
 
-def make_tiny_gemma3n(out_dir: str | Path, *, seed: int = 0) -> Path:
+POST_NORM_WEIGHT = 0.3
+"""Weight of the llama.cpp-shaped stand-in's norms on what each layer adds to the residual stream (after
+attention, the feed-forward, LAuReL and the per-layer input; ones by default). With ones its 22 random layers
+are chaotic: scaling every weight by a random 1e-4 relative changed transformers' own greedy answer within 0-5
+tokens, so no second implementation could be compared with it (llama.cpp's answers agreed for 0-1 tokens).
+At 0.3 each layer adds less than the stream holds, and llama.cpp's answers to three questions were explained
+token by token, 12 of 12 each (measured 2026-12-07 on the AMX Xeon)."""
+
+
+def _steady(model) -> None:
+    """Make the drawn model comparable across implementations: the post-norms at `POST_NORM_WEIGHT` and the final
+    norm at `FINAL_NORM_SCALE` (greedy answers with margins of tenths)."""
+    posts = ("post_attention_layernorm", "post_feedforward_layernorm", "post_per_layer_input_norm", "post_laurel_norm")
+    for name, module in model.model.language_model.named_modules():
+        if name.endswith(posts):
+            module.weight.fill_(POST_NORM_WEIGHT)
+    model.model.language_model.norm.weight.fill_(FINAL_NORM_SCALE)
+
+
+TINY_GEMMA3N_FOR_LLAMA_CPP = replace(TINY_GEMMA3N, config=lambda ids, spec: _config(ids, spec, **llama_cpp_text_shapes()),
+                                     prepare=_steady)
+"""The tiny random Gemma 3n with the shapes llama.cpp's Gemma 3n graph fixes (`llama_cpp_text_shapes`) and
+steadied weights (`_steady`), so that its text-only GGUF runs in llama.cpp and its answers can be compared
+(tests/test_gguf_gemma3n.py); otherwise `TINY_GEMMA3N`."""
+
+
+def make_tiny_gemma3n(out_dir: str | Path, *, seed: int = 0, llama_cpp_shapes: bool = False) -> Path:
     """Write the tiny random Gemma 3n checkpoint + processor to `out_dir` and return its path
-    (`build_stand_in(out_dir, TINY_GEMMA3N, seed=seed)`; raises what it raises)."""
-    return build_stand_in(out_dir, TINY_GEMMA3N, seed=seed)
+    (`build_stand_in(out_dir, TINY_GEMMA3N, seed=seed)`; `TINY_GEMMA3N_FOR_LLAMA_CPP` with `llama_cpp_shapes`;
+    raises what `build_stand_in` raises)."""
+    return build_stand_in(out_dir, TINY_GEMMA3N_FOR_LLAMA_CPP if llama_cpp_shapes else TINY_GEMMA3N, seed=seed)

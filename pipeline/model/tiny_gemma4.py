@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.model.tiny_model import TinySpec, build_stand_in, media_token_ids, tiny_decoder, token_ids
+from pipeline.model.tiny_model import FINAL_NORM_SCALE, TinySpec, build_stand_in, media_token_ids, tiny_decoder, token_ids
 
 TEXT_VOCAB = 2048
 """Vocabulary size of the tiny tokenizer (every id has a per-layer embedding)."""
@@ -102,14 +102,6 @@ GEMMA4_CHAT_TEMPLATE = """{{- bos_token -}}
     {%- endif -%}
 {%- endif -%}
 """
-
-FINAL_NORM_SCALE = 8.0
-"""Weight of the tiny model's final norm (`model.language_model.norm`, ones by default): it scales the
-logits. With ones, a random 128-wide model's top logits lie within hundredths of each other, so greedy
-decoding turns on differences of a few 1e-3 between implementations (llama.cpp's fp16 GELU table, its
-own log-mel features) and `tests/test_gguf.py` could not compare llama.cpp's tokens with transformers'.
-8x keeps the logits well under the 30 softcap and the top-2 margins around tenths."""
-
 
 def _config(ids, spec: TinySpec):
     """Tiny `Gemma4Config` whose token ids are the tokenizer's (`ids`; see the module docstring)."""

@@ -3,8 +3,8 @@
 A family's stand-in is a `TinySpec` (its small config, its chat template, its tokens and processor:
 `pipeline.model.tiny_gemma3n.TINY_GEMMA3N`, `pipeline.model.tiny_gemma4.TINY_GEMMA4`); `build_stand_in(out_dir,
 spec)` writes it as a checkpoint loads: `config.json`, `model.safetensors`, `generation_config.json`,
-`tokenizer.json` / `tokenizer_config.json`, `processor_config.json` (+ feature-extractor settings),
-`chat_template.jinja` and `tiny_model.json`. `AutoProcessor.from_pretrained(OUT_DIR)` and the family's
+`tokenizer.json` / `tokenizer_config.json` (+ `tokenizer.model` where the family's repository ships one),
+`processor_config.json` (+ feature-extractor settings), `chat_template.jinja` and `tiny_model.json`. `AutoProcessor.from_pretrained(OUT_DIR)` and the family's
 `...ForConditionalGeneration.from_pretrained(OUT_DIR)` load it with no network access, so every code path
 (chat template, audio tokens, quantization, LoRA, training, generation) runs offline on a CPU in seconds.
 
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.fileio import staged_folder
+from pipeline.model.sentencepiece_file import write_sentencepiece_model
 
 MARKER_FILE = "tiny_model.json"
 """File in the model folder that marks it as the random stand-in (read by `is_tiny_random_model`)."""
@@ -173,6 +174,9 @@ class TinySpec:
         processor: `processor(tokenizer, spec) -> ...Processor` with `spec.chat_template`.
         chat_template: the family's chat template (jinja).
         prepare: `prepare(model)`, run under `torch.no_grad()` on the freshly drawn weights (None: none).
+        sentencepiece_model: also write `tokenizer.model`, the same vocabulary as a SentencePiece model
+            (`pipeline.model.sentencepiece_file`), as the family's repository ships it (Gemma 3n: llama.cpp's
+            converter reads its vocabulary from that file).
     Marker:
         family: the `ModelFamily.name`; stands_in_for: the hub id it stands in for.
     """
@@ -191,6 +195,16 @@ class TinySpec:
     multimodal_vocab: int = 0
     controls_listed: bool = False
     prepare: Callable[[Any], None] | None = field(default=None)
+    sentencepiece_model: bool = False
+
+
+FINAL_NORM_SCALE = 8.0
+"""Weight of a stand-in's final norm (`model.language_model.norm`, ones by default) where its answers are compared
+with llama.cpp's (the Gemma 4 stand-in; Gemma 3n's with llama.cpp's shapes): it scales the logits. With ones, a
+random 128-wide model's top logits lie within hundredths of each other, so greedy decoding turns on differences
+of a few 1e-3 between implementations (llama.cpp's fp16 GELU table, its own log-mel features) and the GGUF
+proofs (`tests/gguf_proof.py`) could not compare llama.cpp's tokens with transformers'. 8x keeps the logits well
+under the 30 softcap and the top-2 margins around tenths."""
 
 
 def tiny_decoder(ids: Callable[[str], int], turn_end: str) -> dict:
@@ -313,6 +327,8 @@ def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) 
     with staged_folder(out) as staging:  # killed half-way, no half-written model is ever taken for one
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
+        if spec.sentencepiece_model:
+            write_sentencepiece_model(processor.tokenizer, staging)
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     return Path(out)
 
