@@ -23,6 +23,22 @@ atexit.register(shutil.rmtree, _SESSION_CALIBRATION, ignore_errors=True)
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Under `pytest -n N` (pytest-xdist) each of the N worker processes gives torch its share of the cores
+    (`available_cores() // N`, at least 1) instead of every core: N pools each asking for every core would spin
+    against each other at every parallel region (pipeline/host/cpu_threads.py). The processes a test starts
+    (training runs, the app) choose their own threads as the product does."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1:
+        import torch
+
+        from pipeline.host.cpu_threads import available_cores
+
+        torch.set_num_threads(max(1, available_cores() // workers))
+
+
 pytest_plugins = ["pytester", "tests.browser", "tests.hub_server", "tests.expense_counts"]  # the browser tests' app, Chromium and page; a hub on 127.0.0.1; the count of apps, runs and model loads
 
 

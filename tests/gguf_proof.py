@@ -7,7 +7,14 @@ cannot pass it (each test checks one prompt's llama.cpp answer against transform
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACK = ROOT / "sample_data" / "speechocean762-pack"
 
 LOGPROB_TOLERANCE = 0.05
 """Nats: how far below transformers' best next token llama.cpp's token may lie. llama.cpp computes GELU from an
@@ -16,6 +23,29 @@ comparison this replaces failed at a top-2 margin of 0.005), while the stand-in'
 (`pipeline.model.tiny_model.FINAL_NORM_SCALE`), so another model's or another prompt's tokens fall outside it."""
 MIN_COMPARED = 6
 """Positions llama.cpp's answer must be explained for (fewer only where its answer ends sooner)."""
+
+
+def cli_json(*args: str, env: dict) -> dict:
+    """Run `python -m pipeline ARGS --json` in the repository (`env` its environment) and return its JSON line;
+    fails the test with the command's last output when it fails."""
+    done = subprocess.run([sys.executable, "-m", "pipeline", *args, "--json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{args[0]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def opening_flow(root: Path, *make_args: str) -> dict:
+    """The CLI's first stages in `root`: `make-tiny-model ROOT/tiny MAKE_ARGS` (`--family gemma4`, ...), `import` of
+    the sample pack into `ROOT/ws`, `build` on the stand-in. Returns `{"env", "ws", "tiny", "made", "built"}` for the
+    stages that follow (offline, with this checkout on PYTHONPATH)."""
+    import os
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    ws, tiny = str(root / "ws"), str(root / "tiny")
+    made = cli_json("make-tiny-model", tiny, *make_args, env=env)
+    cli_json("import", "--workspace", ws, "--source", str(PACK), env=env)
+    built = cli_json("build", "--workspace", ws, "--model", tiny, env=env)
+    return {"env": env, "ws": ws, "tiny": tiny, "made": made, "built": built}
 
 
 def token_bytes(tokenizer, ids: list[int]) -> bytes:

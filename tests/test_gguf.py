@@ -11,48 +11,34 @@ index) and builds `llama-mtmd-cli` and `llama-quantize` (README: how long that t
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.gguf_proof import MIN_COMPARED, explained
+from tests.gguf_proof import MIN_COMPARED, PACK, cli_json, explained, opening_flow
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-PACK = ROOT / "sample_data" / "speechocean762-pack"
 CLIPS = [PACK / "WAVE" / "SPEAKER0005" / "000050083.WAV", PACK / "WAVE" / "SPEAKER0001" / "000010011.WAV"]
 TARGET = "We call it bear"
-def _cli(*args: str, env: dict) -> dict:
-    done = subprocess.run([sys.executable, "-m", "pipeline", *args, "--json"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{args[0]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Run every stage of the CLI on the tiny Gemma 4 and export the run as an F32 GGUF."""
     root = tmp_path_factory.mktemp("g4flow")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    ws, tiny = str(root / "ws"), str(root / "tiny")
-    done = subprocess.run([sys.executable, "-m", "pipeline", "make-tiny-model", "--family", "gemma4", tiny],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    _cli("import", "--workspace", ws, "--source", str(PACK), env=env)
-    built = _cli("build", "--workspace", ws, "--model", tiny, env=env)
-    estimate = _cli("estimate", "--workspace", ws, "--model", tiny, env=env)
-    _cli("train", "--workspace", ws, "--run", "g4", "--model", tiny, "--max-steps", "2",
-         "--lora-targets", "language+audio", "--eval-steps", "2", "--save-steps", "2", env=env)
-    answer = _cli("infer", "--workspace", ws, "--run", "g4", "--audio", str(CLIPS[0]), "--text", TARGET, env=env)
-    evaluation = _cli("evaluate", "--workspace", ws, "--run", "g4", env=env)
-    result = _cli("export", "--workspace", ws, "--run", "g4", "--format", "gguf", "--quant", "f32",
-                  "--out", str(root / "out"), env=env)
+    flow = opening_flow(root, "--family", "gemma4")
+    env, ws, tiny, built = flow["env"], flow["ws"], flow["tiny"], flow["built"]
+    estimate = cli_json("estimate", "--workspace", ws, "--model", tiny, env=env)
+    cli_json("train", "--workspace", ws, "--run", "g4", "--model", tiny, "--max-steps", "2",
+             "--lora-targets", "language+audio", "--eval-steps", "2", "--save-steps", "2", env=env)
+    answer = cli_json("infer", "--workspace", ws, "--run", "g4", "--audio", str(CLIPS[0]), "--text", TARGET, env=env)
+    evaluation = cli_json("evaluate", "--workspace", ws, "--run", "g4", env=env)
+    result = cli_json("export", "--workspace", ws, "--run", "g4", "--format", "gguf", "--quant", "f32",
+                      "--out", str(root / "out"), env=env)
     return {"ws": ws, "tiny": tiny, "built": built, "estimate": estimate, "answer": answer,
             "evaluation": evaluation, "export": result, "dir": Path(result["path"])}
 

@@ -10,46 +10,31 @@ The export says it cannot hear wherever it is written. Needs llama.cpp's tools (
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.gguf_proof import MIN_COMPARED, explained
+from tests.gguf_proof import MIN_COMPARED, cli_json, explained, opening_flow
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-PACK = ROOT / "sample_data" / "speechocean762-pack"
 QUESTIONS = ("How do I say the word bear?", "Which sound is hard in three?")
 RUN = "g3n"
-
-
-def _cli(*args: str, env: dict) -> dict:
-    done = subprocess.run([sys.executable, "-m", "pipeline", *args, "--json"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{args[0]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Every stage of the CLI on the llama.cpp-shaped tiny Gemma 3n, exported as an F32 text-only GGUF."""
     root = tmp_path_factory.mktemp("g3nflow")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    ws, tiny = str(root / "ws"), str(root / "tiny")
-    made = _cli("make-tiny-model", tiny, "--llama-cpp-shapes", env=env)
-    _cli("import", "--workspace", ws, "--source", str(PACK), env=env)
-    _cli("build", "--workspace", ws, "--model", tiny, env=env)
-    _cli("train", "--workspace", ws, "--run", RUN, "--model", tiny, "--max-steps", "2", "--eval-steps", "2",
-         "--save-steps", "2", env=env)
-    result = _cli("export", "--workspace", ws, "--run", RUN, "--format", "gguf-text-only", "--quant", "f32",
-                  "--out", str(root / "out"), env=env)
-    return {"ws": ws, "made": made, "export": result, "dir": Path(result["path"])}
+    flow = opening_flow(root, "--llama-cpp-shapes")
+    env, ws, tiny = flow["env"], flow["ws"], flow["tiny"]
+    cli_json("train", "--workspace", ws, "--run", RUN, "--model", tiny, "--max-steps", "2", "--eval-steps", "2",
+             "--save-steps", "2", env=env)
+    result = cli_json("export", "--workspace", ws, "--run", RUN, "--format", "gguf-text-only", "--quant", "f32",
+                      "--out", str(root / "out"), env=env)
+    return {"ws": ws, "made": flow["made"], "export": result, "dir": Path(result["path"])}
 
 
 def _ask(folder: Path, question: str, n: int) -> tuple[bytes, list[int]]:

@@ -289,3 +289,15 @@ def test_docs_files_lists_every_module():
         if path.name != "__init__.py" and str(path.relative_to(ROOT)) not in listed
     ]
     assert not unlisted, f"modules missing from docs/files.md: {unlisted}"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    """CI calls the test command the README shows (the brief: `.ci/run` calls the exact command)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    after = readme.split("Run the tests", 1)[1]
+    shown = re.search(r"```bash\n(.+?)\n```", after, re.S).group(1).strip()
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+    assert ci_lines[-1] == shown
