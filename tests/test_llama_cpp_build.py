@@ -203,3 +203,34 @@ def test_a_cut_sdist_download_is_never_taken_for_the_file(tmp_path, monkeypatch)
     path = llama_cpp._download_sdist(folder, None)
     assert path == folder / name and path.read_bytes() == b"whole"
     assert sorted(p.name for p in folder.iterdir()) == [name], "a killed download's folder was left behind"
+
+
+@pytest.mark.parametrize("has_data_filter", [True, False])
+def test_the_source_unpacks_on_pythons_without_tar_filters_and_nothing_lands_outside(tmp_path, monkeypatch,
+                                                                                     has_data_filter):
+    """Debian 12's Python 3.11.2 has no `extractall(filter=...)` (3.11.4+): a fresh machine's build stopped there.
+    Both ways unpack a plain archive and refuse a member that would land outside the target."""
+    import io
+    import tarfile
+
+    from pipeline.errors import ExportError
+
+    if not has_data_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+
+    def archive(names: list[str]) -> tarfile.TarFile:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name in names:
+                info = tarfile.TarInfo(name)
+                info.size = 2
+                tar.addfile(info, io.BytesIO(b"ok"))
+        buffer.seek(0)
+        return tarfile.open(fileobj=buffer)
+
+    with archive(["convert_hf_to_gguf.py", "ggml/CMakeLists.txt"]) as tar:
+        llama_cpp._extract_safely(tar, tar.getmembers(), tmp_path / "good")
+    assert (tmp_path / "good" / "ggml" / "CMakeLists.txt").read_bytes() == b"ok"
+    with archive(["../evil.py"]) as tar, pytest.raises((ExportError, tarfile.TarError)):
+        llama_cpp._extract_safely(tar, tar.getmembers(), tmp_path / "bad")
+    assert not (tmp_path / "evil.py").exists()

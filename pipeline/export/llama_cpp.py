@@ -156,8 +156,32 @@ def source_dir(*, fetch: bool = True, say: Callable[[str], None] | None = None) 
                     raise ExportError(f"{sdist} holds no {SDIST_PREFIX}: not the sdist this project expects.")
                 for member in members:
                     member.name = member.name[len(SDIST_PREFIX):]
-                archive.extractall(staging, members=[m for m in members if m.name], filter="data")
+                _extract_safely(archive, [m for m in members if m.name], staging)
     return src
+
+
+def _extract_safely(archive: tarfile.TarFile, members: list[tarfile.TarInfo], target: Path) -> None:
+    """Extract `members` of `archive` into `target`, refusing what would land outside it: with tarfile's `data`
+    filter where this Python has it (3.11.4+, 3.12+: PEP 706), else by the same rules checked here (Debian 12's
+    Python 3.11.2 has no `filter` argument): no absolute or `..` path, no link leading out, no device file.
+
+    Raises:
+        ExportError: a member breaks a rule (names it: the archive is not the source this project expects)."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(target, members=members, filter="data")
+        return
+    root = target.resolve()
+    for member in members:
+        where = (root / member.name).resolve()
+        link = (where.parent / member.linkname).resolve() if member.issym() else (root / member.linkname).resolve()
+        unsafe = (Path(member.name).is_absolute() or not where.is_relative_to(root)
+                  or (member.issym() or member.islnk()) and not link.is_relative_to(root)
+                  or not (member.isfile() or member.isdir() or member.issym() or member.islnk()))
+        if unsafe:
+            raise ExportError(f"llama.cpp's source archive holds `{member.name}`, which would be written outside "
+                              f"{target} or is not a plain file: not the sdist this project expects. Delete "
+                              f"{cache_dir() / 'sdist'} and run `python -m pipeline llama-cpp --build` again.")
+    archive.extractall(target, members=members)
 
 
 def _download_sdist(folder: Path, say: Callable[[str], None] | None) -> Path:
