@@ -32,6 +32,7 @@ from typing import Any
 
 from pipeline.errors import ImportRunError, cause_words, in_words
 from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
+from pipeline.fileio import UnsafeArchiveMember, extract_tar
 from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.workspace import Workspace
 
@@ -62,8 +63,8 @@ def _find_run_dir(root: Path) -> Path:
 def _unpack(archive: Path, into: Path) -> Path:
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(into, filter="data")  # no absolute paths, no links out of `into`
-    except (tarfile.TarError, OSError, EOFError) as error:
+            extract_tar(tar, into)  # no absolute paths, no links out of `into`, on every Python 3.11
+    except (tarfile.TarError, OSError, EOFError, UnsafeArchiveMember) as error:
         raise ImportRunError(f"`{archive}` cannot be unpacked ({cause_words(error)}); give the run folder or "
                              "a .tar.gz made with `tar czf NAME.tar.gz -C OUTPUT/runs NAME`.", "cannot_unpack",
                              path=str(archive)) from error

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.errors import ExportError
-from pipeline.fileio import atomic_write_json, staged_folder, writer_gone
+from pipeline.fileio import UnsafeArchiveMember, atomic_write_json, extract_tar, staged_folder, writer_gone
 
 LLAMA_CPP_PYTHON = "0.3.36"
 """The llama-cpp-python release whose sdist carries the llama.cpp source used here (its `vendor/llama.cpp`)."""
@@ -161,27 +161,15 @@ def source_dir(*, fetch: bool = True, say: Callable[[str], None] | None = None) 
 
 
 def _extract_safely(archive: tarfile.TarFile, members: list[tarfile.TarInfo], target: Path) -> None:
-    """Extract `members` of `archive` into `target`, refusing what would land outside it: with tarfile's `data`
-    filter where this Python has it (3.11.4+, 3.12+: PEP 706), else by the same rules checked here (Debian 12's
-    Python 3.11.2 has no `filter` argument): no absolute or `..` path, no link leading out, no device file.
+    """`pipeline.fileio.extract_tar` of `members` into `target`.
 
     Raises:
-        ExportError: a member breaks a rule (names it: the archive is not the source this project expects)."""
-    if hasattr(tarfile, "data_filter"):
-        archive.extractall(target, members=members, filter="data")
-        return
-    root = target.resolve()
-    for member in members:
-        where = (root / member.name).resolve()
-        link = (where.parent / member.linkname).resolve() if member.issym() else (root / member.linkname).resolve()
-        unsafe = (Path(member.name).is_absolute() or not where.is_relative_to(root)
-                  or (member.issym() or member.islnk()) and not link.is_relative_to(root)
-                  or not (member.isfile() or member.isdir() or member.issym() or member.islnk()))
-        if unsafe:
-            raise ExportError(f"llama.cpp's source archive holds `{member.name}`, which would be written outside "
-                              f"{target} or is not a plain file: not the sdist this project expects. Delete "
-                              f"{cache_dir() / 'sdist'} and run `python -m pipeline llama-cpp --build` again.")
-    archive.extractall(target, members=members)
+        ExportError: a member would land outside `target` or is not a plain file (named, with what to do)."""
+    try:
+        extract_tar(archive, target, members)
+    except UnsafeArchiveMember as error:
+        raise ExportError(f"llama.cpp's source archive holds {error}: not the sdist this project expects. Delete "
+                          f"{cache_dir() / 'sdist'} and run `python -m pipeline llama-cpp --build` again.") from error
 
 
 def _download_sdist(folder: Path, say: Callable[[str], None] | None) -> Path:
