@@ -17,6 +17,7 @@ import pytest
 from pipeline.config import TrainConfig
 from pipeline.export.bundle import export_bundle, train_flags
 from pipeline.export.import_run import import_run
+from pipeline.fileio import extract_tar
 from pipeline.training.run_folder import read_progress
 from pipeline.training.train import train
 from pipeline.tutor.cli import infer_main
