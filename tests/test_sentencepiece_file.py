@@ -62,3 +62,8 @@ def test_the_gguf_export_copies_tokenizer_model_from_the_base_and_names_it_when_
     assert copy_vocab_files(str(base), gemma3n, merged) == ["tokenizer.model"]
     assert (merged / "tokenizer.model").read_bytes() == b"spm"
     assert copy_vocab_files(str(base), gemma4, merged) == []  # Gemma 4's converter reads tokenizer.json
+    old_stand_in = tmp_path / "old-tiny"
+    old_stand_in.mkdir()
+    (old_stand_in / "tiny_model.json").write_text('{"tiny_random_model": true}')
+    with pytest.raises(ExportError, match="Make the stand-in again"):
+        copy_vocab_files(str(old_stand_in), gemma3n, tmp_path / "merged2")

@@ -135,10 +135,14 @@ def copy_vocab_files(base: str, family, merged_dir: Path) -> list[str]:
             continue
         source = _base_file(base, name)
         if source is None:
+            from pipeline.model.tiny_model import STAND_IN_MAKER, is_tiny_random_model
+
+            fix = (f"Make the stand-in again ({STAND_IN_MAKER}; stand-ins made before this version lack it)"
+                   if is_tiny_random_model(base) else
+                   f"Download the base again (**Get model**, or `python -m pipeline get-model --model {base}`) so "
+                   f"that its folder holds `{name}`")
             raise ExportError(f"llama.cpp's converter reads {family.label}'s vocabulary from `{name}`, and the base "
-                              f"model `{base}` has no `{name}` on this computer. Download the base again (**Get "
-                              f"model**, or `python -m pipeline get-model --model {base}`) so that its folder holds "
-                              f"`{name}`, then export again.")
+                              f"model `{base}` has no `{name}` on this computer. {fix}, then export again.")
         shutil.copyfile(source, merged_dir / name)
         copied.append(name)
     return copied
