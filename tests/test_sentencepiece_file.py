@@ -48,22 +48,21 @@ def test_the_llama_cpp_shaped_stand_in_has_the_shapes_llama_cpp_fixes():
     assert shapes["layer_types"][18:20] == ["sliding_attention", "full_attention"]
 
 
-def test_the_gguf_export_copies_tokenizer_model_from_the_base_and_names_it_when_missing(tmp_path):
+def test_the_gguf_export_finds_tokenizer_model_in_the_base_and_names_it_when_missing(tmp_path):
     from pipeline.errors import ExportError
-    from pipeline.export.gguf import copy_vocab_files
+    from pipeline.export.gguf import vocab_files
     from pipeline.model.catalog import FAMILIES
 
-    base, merged = tmp_path / "base", tmp_path / "merged"
-    base.mkdir(), merged.mkdir()
+    base = tmp_path / "base"
+    base.mkdir()
     gemma3n, gemma4 = FAMILIES["gemma3n"], FAMILIES["gemma4"]
     with pytest.raises(ExportError, match="tokenizer.model.*get-model"):
-        copy_vocab_files(str(base), gemma3n, merged)
+        vocab_files(str(base), gemma3n)
     (base / "tokenizer.model").write_bytes(b"spm")
-    assert copy_vocab_files(str(base), gemma3n, merged) == ["tokenizer.model"]
-    assert (merged / "tokenizer.model").read_bytes() == b"spm"
-    assert copy_vocab_files(str(base), gemma4, merged) == []  # Gemma 4's converter reads tokenizer.json
+    assert vocab_files(str(base), gemma3n) == {"tokenizer.model": base / "tokenizer.model"}
+    assert vocab_files(str(base), gemma4) == {}  # Gemma 4's converter reads tokenizer.json
     old_stand_in = tmp_path / "old-tiny"
     old_stand_in.mkdir()
     (old_stand_in / "tiny_model.json").write_text('{"tiny_random_model": true}')
     with pytest.raises(ExportError, match="Make the stand-in again"):
-        copy_vocab_files(str(old_stand_in), gemma3n, tmp_path / "merged2")
+        vocab_files(str(old_stand_in), gemma3n)

@@ -122,17 +122,15 @@ def _base_file(base: str, name: str) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def copy_vocab_files(base: str, family, merged_dir: Path) -> list[str]:
-    """Copy into `merged_dir` the files of the base that llama.cpp's converter reads for the vocabulary and that
-    `save_pretrained` does not write (`ModelFamily.gguf_vocab_files`: Gemma 3n's `tokenizer.model`, without which
-    the converter refuses its tokenizer). Returns the names copied.
+def vocab_files(base: str, family) -> dict[str, Path]:
+    """Where the base `base` keeps the files llama.cpp's converter reads for the vocabulary and `save_pretrained`
+    does not write (`ModelFamily.gguf_vocab_files`: Gemma 3n's `tokenizer.model`, without which the converter
+    refuses its tokenizer), by name. The export asks before its long merge, so a missing file fails at once.
 
     Raises:
         ExportError: the base has no such file here (named, with how to get it)."""
-    copied = []
+    found = {}
     for name in family.gguf_vocab_files:
-        if (merged_dir / name).is_file():
-            continue
         source = _base_file(base, name)
         if source is None:
             from pipeline.model.tiny_model import STAND_IN_MAKER, is_tiny_random_model
@@ -143,9 +141,8 @@ def copy_vocab_files(base: str, family, merged_dir: Path) -> list[str]:
                    f"that its folder holds `{name}`")
             raise ExportError(f"llama.cpp's converter reads {family.label}'s vocabulary from `{name}`, and the base "
                               f"model `{base}` has no `{name}` on this computer. {fix}, then export again.")
-        shutil.copyfile(source, merged_dir / name)
-        copied.append(name)
-    return copied
+        found[name] = source
+    return found
 
 
 PLACEHOLDER_FILE = "model-llama-cpp-placeholders.safetensors"
@@ -183,6 +180,16 @@ def add_placeholder_tensors(merged_dir: Path, family) -> list[str]:
         index["weight_map"].update(dict.fromkeys(missing, PLACEHOLDER_FILE))
         atomic_write_json(index_path, index)
     return sorted(missing)
+
+
+def _ready_for_converter(merged_dir: Path, family, vocab: dict[str, Path]) -> None:
+    """What llama.cpp's converter needs of a saved model beyond `save_pretrained`: the special tokens it types
+    (`keep_special_tokens`), the base's vocabulary files (`vocab`, from `vocab_files`) and the tensors its loader
+    requires (`add_placeholder_tensors`)."""
+    keep_special_tokens(merged_dir)
+    for name, source in vocab.items():
+        shutil.copyfile(source, merged_dir / name)
+    add_placeholder_tensors(merged_dir, family)
 
 
 def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
@@ -383,6 +390,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     llama_cpp.source_dir(say=say)  # fetched before the long merge, so a network problem shows at once
+    vocab = vocab_files(run_base_model(info["dir"], run, model), family)  # a missing one fails before the merge too
     recover_staging(target)  # a killed export's merged copy (gigabytes) goes before the disk is checked
     base_bytes = merged_size_bytes(run_base_model(info["dir"], run, model))
     check_free_space(out, 2 * base_bytes * (2 if quant == "f32" else 1), f"the GGUF export of run `{run}` "
@@ -404,9 +412,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     try:
         done["model"].save_pretrained(str(merged_dir))
         done["processor"].save_pretrained(str(merged_dir))
-        keep_special_tokens(merged_dir)
-        copy_vocab_files(run_base_model(info["dir"], run, model), family, merged_dir)
-        add_placeholder_tensors(merged_dir, family)
+        _ready_for_converter(merged_dir, family, vocab)
         template_path = merged_dir / "chat_template.jinja"
         template = (template_path.read_text(encoding="utf-8") if template_path.is_file()
                     else done["processor"].tokenizer.chat_template)
