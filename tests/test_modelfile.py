@@ -108,6 +108,33 @@ def test_filled_as_ollama_fills_it_the_template_is_the_prompt_the_tutor_is_asked
     assert "<bos>" + filled.removesuffix("<turn|>\n") == asked
 
 
+def test_a_gemma3n_modelfile_is_the_prompt_its_template_renders(tiny_model_dir):
+    """Gemma 3n (text only): its own turns and stop token, the system prompt folded into the user turn as its
+    template folds it, no projector; filled, the generation prompt of a typed question, `<bos>` aside."""
+    from transformers import AutoProcessor
+
+    from pipeline.conversation.messages import SYSTEM_PROMPT
+    from pipeline.export.gguf import modelfile
+    from pipeline.model.catalog import FAMILIES
+    from pipeline.model.tokens import asked_extra
+
+    family = FAMILIES["gemma3n"]
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    text = modelfile("t", SYSTEM_PROMPT, projector=False, asked_with=asked_extra(processor.tokenizer)[0],
+                     turn_start=family.turn_start, turn_end=family.turn_end, system_turn=family.system_turn)
+    pairs = parse_modelfile(text)
+    assert ("PARAMETER", 'stop "<end_of_turn>"') in pairs
+    assert "<|turn>" not in text and "mmproj" not in text
+    (template,) = [a for i, a in pairs if i == "TEMPLATE"]
+    (system,) = [a for i, a in pairs if i == "SYSTEM"]
+    question = "How do I say the word bear?"
+    filled = fill_template(template, {".System": system, ".Prompt": question})
+    asked = processor.apply_chat_template([{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+                                           {"role": "user", "content": [{"type": "text", "text": question}]}],
+                                          tokenize=False, add_generation_prompt=True)
+    assert "<bos>" + filled.removesuffix("<end_of_turn>\n") == asked
+
+
 def test_the_grammar_check_can_fail():
     """The checks refuse what Ollama's documentation does not allow."""
     with pytest.raises(AssertionError):

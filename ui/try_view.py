@@ -44,7 +44,7 @@ def export_markdown(run_name: str, result: Mapping[str, Any], downloadable: bool
     lines = [f"✓ Exported **{html.escape(run_name)}** as {result['format']}: `{result['path']}`{size}."]
     if result.get("archive"):
         lines.append(f"Upload `{result['archive']}`; its README.md has the GPU VM and Vertex AI commands.")
-    if result.get("format") == "gguf":
+    if result.get("format") in ("gguf", "gguf-text-only"):
         files = ", ".join(f"`{name}` ({format_bytes(size)})" for name, size in result.get("files", {}).items()
                           if name.endswith(".gguf") or name == "Modelfile")
         if not result.get("projector"):

@@ -9,7 +9,7 @@ and `python -m pipeline llama-cpp [--build] [--json]`.
   audio projector (`pipeline.export.gguf`); Gemma 4 runs only. `gguf-text-only`: the same without the
   projector, the one GGUF a Gemma 3n run can have (it cannot hear).
 - `llama-cpp`: where llama.cpp's source, converter and tools are (`pipeline.export.llama_cpp`); `--build`
-  fetches the source and builds `llama-mtmd-cli` and `llama-quantize`.
+  fetches the source and builds `llama-mtmd-cli`, `llama-quantize` and `llama-completion`.
 
 Default output folder: `WS/exports/runs/NAME/`.
 """
@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from pipeline.errors import ExportError
 from pipeline.export.gguf import BITS_PER_WEIGHT, LONG_CLIP_S, QUANTS
 from pipeline.export.import_run import import_run
 from pipeline.export.import_run import summary_text as import_summary_text
@@ -67,7 +68,7 @@ def summary_text(result: dict) -> str:
     if result.get("archive"):
         lines.append(f"  archive to upload: {result['archive']}")
     lines.append(f"  base model: {result.get('base_model')}")
-    if result.get("format") == "gguf":
+    if result.get("format") in ("gguf", "gguf-text-only"):
         from pipeline.export.gguf import gguf_summary
 
         lines += gguf_summary(result)
@@ -102,6 +103,10 @@ def export_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quant and not args.fmt.startswith("gguf"):
         parser.error(f"--quant applies to --format gguf only, not {args.fmt}")
+    blocking = next((p for p in ([args.out, *args.out.parents] if args.out else []) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise ExportError(f"`--out {args.out}`: `{blocking}` is a file, not a folder. Give a folder (it is made if "
+                          "missing), or leave --out out for WS/exports/runs/NAME.")
     say = None if args.json else (lambda line: print(line, flush=True))
     result = export_run(args.workspace, args.run, args.fmt, args.out, device=args.device, model=args.model,
                         quant=args.quant, progress=say)
@@ -112,13 +117,14 @@ def export_main(argv: list[str] | None = None) -> int:
 def llama_cpp_main(argv: list[str] | None = None) -> int:
     """`python -m pipeline llama-cpp [--build] [--json]`: where llama.cpp's source, converter and tools are
     on this computer; `--build` fetches the source (the llama-cpp-python sdist, from the package index)
-    and builds `llama-mtmd-cli` and `llama-quantize` (minutes; cached, `pipeline.export.llama_cpp`)."""
+    and builds its tools (`llama_cpp.TOOLS`: `llama-mtmd-cli`, `llama-quantize`, `llama-completion`; minutes;
+    cached, `pipeline.export.llama_cpp`)."""
     from pipeline.export import llama_cpp
 
     parser = argparse.ArgumentParser(prog="python -m pipeline llama-cpp",
                                      description="llama.cpp for the GGUF export: its source, converter and tools.")
     parser.add_argument("--build", action="store_true",
-                        help="fetch the source if needed and build llama-mtmd-cli and llama-quantize (minutes, cached)")
+                        help=f"fetch the source if needed and build {', '.join(llama_cpp.TOOLS)} (minutes, cached)")
     parser.add_argument("--portable", action="store_true",
                         help="with --build: build the slower tools that run on any x86-64 CPU (for a tool that died "
                              "on an illegal instruction), and use them from then on")

@@ -192,40 +192,61 @@ def _ready_for_converter(merged_dir: Path, family, vocab: dict[str, Path]) -> No
     add_placeholder_tensors(merged_dir, family)
 
 
+def llama_cpp_load_warning(base: str, family) -> str | None:
+    """A warning when llama.cpp will not load the GGUF of base `base` (`ModelFamily.gguf_misfit` on its
+    config.json, read where the base is a folder: the small tiny Gemma 3n stand-in), with what to do for a
+    stand-in; None where it loads or nothing says otherwise."""
+    from pipeline.model.tiny_model import is_tiny_random_model
+
+    config_path = Path(base).expanduser() / "config.json"
+    if family.gguf_misfit is None or not config_path.is_file():
+        return None
+    why = family.gguf_misfit(json.loads(config_path.read_text(encoding="utf-8")))
+    if why is None:
+        return None
+    return (f"llama.cpp will not load this GGUF: {why} (\"per_layer_token_embd.weight has wrong shape\"). The file is "
+            "written all the same." + (" For a stand-in whose GGUF loads in llama.cpp, make it with `python -m pipeline "
+                                       "make-tiny-model DIR --llama-cpp-shapes` and train on that." if is_tiny_random_model(base) else ""))
+
+
 def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
     return progress or (lambda _: None)
 
 
 def modelfile(run: str, system_prompt: str, *, projector: bool = True, asked_with: str = "<|channel>thought\n<channel|>",
-              num_ctx: int = 4096) -> str:
-    """Ollama's Modelfile for the exported tutor: `FROM` the model (and its projector), Gemma 4's chat
-    turns as a Go template, the tutor's system prompt, and the tutor's own decoding: greedy
-    (`temperature 0`, as `pipeline.tutor.infer` answers), at most `DEFAULT_MAX_NEW_TOKENS` tokens, stopping
-    at `<turn|>`, in a context of `num_ctx` tokens (the run's `--max-length` + the answer).
+              num_ctx: int = 4096, turn_start: str = "<|turn>", turn_end: str = STOP_TOKEN,
+              system_turn: bool = True) -> str:
+    """Ollama's Modelfile for the exported tutor: `FROM` the model (and its projector), the family's chat
+    turns as a Go template (Gemma 4's by default), the tutor's system prompt, and the tutor's own decoding:
+    greedy (`temperature 0`, as `pipeline.tutor.infer` answers), at most `DEFAULT_MAX_NEW_TOKENS` tokens,
+    stopping at the turn's end (`turn_end`), in a context of `num_ctx` tokens (the run's `--max-length` + the
+    answer).
 
     The template renders what the tutor was trained on and is asked with (the rule of
-    `pipeline.model.tokens.training_text`): a system turn, the user turn, then the model turn's start with
-    `asked_with`, what the base's chat template adds there with thinking off (`asked_extra`: the empty
-    thought channel for the stand-in's template, nothing for E2B's own). Thinking stays off: the template
-    has no `<|think|>` and no `.Think` (Ollama's thinking mode is reported to empty audio replies).
-    It uses only the variables Ollama documents for a Modelfile's TEMPLATE (`.System`, `.Prompt`,
-    `.Response`; docs/modelfile.mdx, checked by `tests/test_modelfile.py`); Ollama puts the clip where
-    its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
+    `pipeline.model.tokens.training_text`): a system turn (`system_turn`; Gemma 3n's template has none and
+    folds the system prompt into the first user turn, followed by a blank line), the user turn, then the model
+    turn's start with `asked_with`, what the base's chat template adds there with thinking off (`asked_extra`:
+    the empty thought channel for the Gemma 4 stand-in's template, nothing for E2B's own or Gemma 3n's).
+    Thinking stays off: the template has no `<|think|>` and no `.Think` (Ollama's thinking mode is reported
+    to empty audio replies). It uses only the variables Ollama documents for a Modelfile's TEMPLATE (`.System`,
+    `.Prompt`, `.Response`; docs/modelfile.mdx, checked by `tests/test_modelfile.py`); Ollama puts the clip
+    where its template engine places media. `<bos>` is not in it: the GGUF's tokenizer adds it.
     """
     lines = [f"# Pronunciation tutor `{run}` for Ollama: `ollama create {run} -f Modelfile` in this folder.",
              f"FROM ./{run}.gguf"]
     if projector:
         lines.append(f"FROM ./mmproj-{run}.gguf")
-    lines += [
-        'TEMPLATE """{{ if .System }}<|turn>system',
-        '{{ .System }}<turn|>',
-        '{{ end }}{{ if .Prompt }}<|turn>user',
-        '{{ .Prompt }}<turn|>',
-        '{{ end }}<|turn>model',
-        asked_with + '{{ .Response }}<turn|>',
+    if system_turn:
+        turns = [f'TEMPLATE """{{{{ if .System }}}}{turn_start}system', f'{{{{ .System }}}}{turn_end}',
+                 f'{{{{ end }}}}{{{{ if .Prompt }}}}{turn_start}user', f'{{{{ .Prompt }}}}{turn_end}', f'{{{{ end }}}}{turn_start}model']
+    else:
+        turns = [f'TEMPLATE """{turn_start}user', '{{ if .System }}{{ .System }}', '',
+                 f'{{{{ end }}}}{{{{ .Prompt }}}}{turn_end}', f'{turn_start}model']
+    lines += turns + [
+        asked_with + f'{{{{ .Response }}}}{turn_end}',
         '"""',
         f'SYSTEM """{system_prompt}"""',
-        f'PARAMETER stop "{STOP_TOKEN}"',
+        f'PARAMETER stop "{turn_end}"',
         "PARAMETER temperature 0",
         f"PARAMETER num_predict {DEFAULT_MAX_NEW_TOKENS}",
         f"PARAMETER num_ctx {int(num_ctx)}",
@@ -296,24 +317,26 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
         "```bash",
         (f"llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --temp 0 \\\n"
          f"  --audio learner.wav -p '{example}'" if projector else
-         f"llama-completion -m {run}.gguf --jinja -cnv -st --temp 0 -p 'How do I say \"thought\"?'"),
+         f"llama-completion -m {run}.gguf --jinja -cnv -st --temp 0 -n 256 -p 'How do I say \"thought\"?'"),
         (f"llama-server -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --port 8080" if projector else
          f"llama-server -m {run}.gguf --jinja --port 8080"),
         "```", "",
         *([] if projector else ["`llama-completion -cnv -st` answers one typed question and stops; `llama-cli -m "
                                 f"{run}.gguf --jinja` holds a conversation.", ""]),
         "The GGUF's chat template is the base's with the tutor's defaults: thinking off and the tutor's system "
-        "prompt (`system_prompt.txt`) when a request has none, so the commands above need no `-sys` "
-        "(llama-mtmd-cli's `-sys` would also add a blank line between the turns the tutor never saw).", "",
-        "`llama-server` answers OpenAI-style chat completions; send the clip as a user content part "
-        "`{\"type\": \"input_audio\", \"input_audio\": {\"data\": BASE64_WAV, \"format\": \"wav\"}}` followed by the "
-        "text part, with `system_prompt.txt` as the system message.", "",
+        "prompt (`system_prompt.txt`) when a request has none, so the commands above need no `-sys`"
+        + (" (llama-mtmd-cli's `-sys` would also add a blank line between the turns the tutor never saw)." if projector
+           else "."), "",
+        ("`llama-server` answers OpenAI-style chat completions; send the clip as a user content part "
+         "`{\"type\": \"input_audio\", \"input_audio\": {\"data\": BASE64_WAV, \"format\": \"wav\"}}` followed by the "
+         "text part, with `system_prompt.txt` as the system message." if projector else
+         "`llama-server` answers OpenAI-style chat completions of text: send the question as the user message."), "",
         "## Ollama", "",
         "```bash",
         f"ollama create {run} -f Modelfile",
         f"ollama run {run}",
         "```", "",
-        "The Modelfile names both files, the tutor's chat template and system prompt. It was written and checked "
+        "The Modelfile names " + ("both files" if projector else "the model file") + ", the tutor's chat template and system prompt. It was written and checked "
         "against llama.cpp's chat template handling, but `ollama create` was not run where it was made. "
         + ("If your Ollama does not attach a separate projector to an imported model, import the merged model "
            "instead (`python -m pipeline export --format merged`, then `FROM ./NAME-merged` in the Modelfile): "
@@ -321,7 +344,9 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
         "## The prompt it was trained on", "",
         "A system message (`system_prompt.txt`), then one user turn: the clip (16 kHz mono) followed by "
         f"`{example}` with the learner's sentence. Free-speech and dialogue tutors were trained with their own "
-        "system prompts; `export.json` holds the settings.",
+        "system prompts; `export.json` holds the settings."
+        + ("" if projector else " This file cannot hear the clip: it answers what is typed (a question about a "
+           "sound or a word, or the learner's sentence), as the tutor would without hearing the learner."),
     ]
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
@@ -329,7 +354,7 @@ def _readme(info: dict, run: str, quant: str, projector: bool, notes: list[str])
 
 
 def _convert(model_dir: Path, outfile: Path, outtype: str, *, mmproj: bool, say: Callable[[str], None]) -> None:
-    command = llama_cpp.converter_command(model_dir, outfile, outtype, mmproj=mmproj)
+    command = llama_cpp.converter_command(model_dir, outfile, outtype, mmproj=mmproj, model_name=model_dir.name)
     say(f"Converting {'the audio projector' if mmproj else 'the model'} to GGUF ({outtype}) with llama.cpp's converter…")
     done = subprocess.run(command, env=llama_cpp.converter_env(), capture_output=True, text=True)
     if done.returncode != 0 or not outfile.is_file():
@@ -363,7 +388,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
         progress: called with a line at each stage (download/build of llama.cpp, merge, convert, quantize).
 
     Returns:
-        `{"format": "gguf", "run", "path", "bytes", "base_model", "quant", "projector" (its dtype or None),
+        `{"format": "gguf" (or "gguf-text-only"), "run", "path", "bytes", "base_model", "quant", "projector" (its dtype or None),
         "files": {name: bytes}, "seconds", "llama_cpp": the converter's source, "notes"}`.
 
     Raises:
@@ -381,26 +406,26 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     if quant not in QUANTS:
         raise ExportError(f"`--quant` must be one of {', '.join(QUANTS)}, got {quant!r}.")
     info = read_run(workspace, run)
-    family = family_for(run_base_model(info["dir"], run, model))
+    base = run_base_model(info["dir"], run, model)
+    family = family_for(base)
     if not family.gguf_audio and not text_only:
         raise ExportError(GEMMA3N_DEAF.format(run=run))
-    projector = None if text_only else ("f32" if quant == "f32" else "bf16")
+    projector, fmt = (None, "gguf-text-only") if text_only else ("f32" if quant == "f32" else "bf16", "gguf")
     out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
     target = out / f"{run}-gguf"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     llama_cpp.source_dir(say=say)  # fetched before the long merge, so a network problem shows at once
-    vocab = vocab_files(run_base_model(info["dir"], run, model), family)  # a missing one fails before the merge too
+    vocab = vocab_files(base, family)  # a missing one fails before the merge too
     recover_staging(target)  # a killed export's merged copy (gigabytes) goes before the disk is checked
-    base_bytes = merged_size_bytes(run_base_model(info["dir"], run, model))
+    base_bytes = merged_size_bytes(base)
     check_free_space(out, 2 * base_bytes * (2 if quant == "f32" else 1), f"the GGUF export of run `{run}` "
                      "(the merged model and its GGUF side by side)")
     say("Merging the adapter into the base model…")
     done = merged_tutor(workspace, run, device=device, model=model, out_dir=out,
                         dtype="float32" if quant == "f32" else "bfloat16")
     notes = list(done["notes"])
-    warning = long_clip_warning(workspace, quant)
-    if warning:
+    for warning in filter(None, (long_clip_warning(workspace, quant), llama_cpp_load_warning(base, family))):
         say("⚠ " + warning)
         notes.append(warning)
     if text_only and family.gguf_audio:
@@ -408,7 +433,8 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     elif text_only:
         notes.append(GEMMA3N_DEAF.split(" A text-only")[0].format(run=run) + " This is the text-only GGUF you asked for.")
     # named as the target's staging path (with this pid), so the next export removes it if this one is killed
-    merged_dir = Path(tempfile.mkdtemp(prefix=staging_prefix(target) + "merged-", dir=out))
+    merged_root = Path(tempfile.mkdtemp(prefix=staging_prefix(target) + "merged-", dir=out))
+    merged_dir = merged_root / run  # the converter names the GGUF (general.name, ...) after this folder
     try:
         done["model"].save_pretrained(str(merged_dir))
         done["processor"].save_pretrained(str(merged_dir))
@@ -431,16 +457,17 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
             if projector:
                 _convert(merged_dir, staging / f"mmproj-{run}.gguf", projector, mmproj=True, say=say)
             atomic_write_text(staging / "Modelfile", modelfile(
-                run, SYSTEM_PROMPT, projector=bool(projector), asked_with=asked_with,
+                run, SYSTEM_PROMPT, projector=bool(projector), asked_with=asked_with, turn_start=family.turn_start,
+                turn_end=family.turn_end, system_turn=family.system_turn,
                 num_ctx=int(info["settings"].get("max_length") or 512) + DEFAULT_MAX_NEW_TOKENS))
             atomic_write_text(staging / "system_prompt.txt", SYSTEM_PROMPT + "\n")
             atomic_write_text(staging / "README.md", _readme(info, run, quant, bool(projector), notes))
-            atomic_write_json(staging / "export.json", dict(_provenance(info, "gguf"), quant=quant, projector=projector,
+            atomic_write_json(staging / "export.json", dict(_provenance(info, fmt), quant=quant, projector=projector,
                                                             llama_cpp_python=llama_cpp.LLAMA_CPP_PYTHON, notes=notes))
     finally:
-        shutil.rmtree(merged_dir, ignore_errors=True)
+        shutil.rmtree(merged_root, ignore_errors=True)
     files = {p.name: p.stat().st_size for p in sorted(target.iterdir()) if p.is_file()}
-    return {"format": "gguf", "run": run, "path": str(target), "bytes": folder_bytes(target),
+    return {"format": fmt, "run": run, "path": str(target), "bytes": folder_bytes(target),
             "base_model": info["settings"].get("model"), "quant": quant, "projector": projector, "files": files,
             "seconds": round(time.monotonic() - started, 1),
             "llama_cpp": f"llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON} sdist ({llama_cpp.cache_dir() / 'src'})",
@@ -453,7 +480,7 @@ def gguf_summary(result: dict) -> list[str]:
              if name.endswith(".gguf")]
     run = result["run"]
     if not result.get("projector"):
-        lines.append(f"  {TEXT_ONLY}: llama-cli -m {run}.gguf --jinja -p TEXT")
+        lines.append(f"  {TEXT_ONLY}: llama-completion -m {run}.gguf --jinja -cnv -st -n 256 -p QUESTION")
     if result.get("projector"):
         lines.append(f"  llama.cpp: llama-mtmd-cli -m {run}.gguf --mmproj mmproj-{run}.gguf --jinja --audio CLIP.wav -p TEXT")
     lines.append(f"  Ollama:    ollama create {run} -f Modelfile   (in {result['path']})")

@@ -197,7 +197,7 @@ def _download_sdist(folder: Path, say: Callable[[str], None] | None) -> Path:
 
 
 def converter_command(model_dir: str | os.PathLike, outfile: str | os.PathLike, outtype: str, *,
-                      mmproj: bool = False) -> list[str]:
+                      mmproj: bool = False, model_name: str | None = None) -> list[str]:
     """The command line of llama.cpp's own converter for a Hugging Face model folder.
 
     Args:
@@ -206,10 +206,11 @@ def converter_command(model_dir: str | os.PathLike, outfile: str | os.PathLike, 
         outtype: `f32`, `f16`, `bf16` or `q8_0` (the converter's `--outtype`).
         mmproj: write the multimodal projector (Gemma 4: the vision and `gemma4a` audio encoders) instead
             of the language model (`--mmproj`).
+        model_name: the GGUF's `general.name` (`--model-name`; default: the converter's guess from the folder).
     """
     command = [sys.executable, str(source_dir() / "convert_hf_to_gguf.py"), str(model_dir),
                "--outfile", str(outfile), "--outtype", outtype]
-    return command + (["--mmproj"] if mmproj else [])
+    return command + (["--mmproj"] if mmproj else []) + (["--model-name", model_name] if model_name else [])
 
 
 def converter_env() -> dict[str, str]:

@@ -65,6 +65,11 @@ class ModelFamily:
         gguf_placeholder_tensors(config) -> {name: shape}: tensors llama.cpp's loader requires that the saved
             model lacks and that llama.cpp never reads (Gemma 3n's KV-shared layers' k/v projections); the GGUF
             export adds them as zeros. None: none.
+        gguf_misfit(config) -> why llama.cpp cannot load a GGUF of a model of that config, or None (Gemma 3n:
+            llama.cpp fixes E2B's per-layer width and KV-sharing start); None: every config loads.
+    Chat template:
+        system_turn: whether the template has a system turn of its own (Gemma 4); False: it folds the system
+            prompt into the first user turn (Gemma 3n), as the GGUF export's Ollama template must too.
     Around a clip:
         clip_marker_tokens: tokens `audio_span` adds around the audio positions (markers, blank lines).
     Thinking:
@@ -105,7 +110,9 @@ class ModelFamily:
     gguf_audio: bool
     clip_marker_tokens: int = 2
     gguf_vocab_files: tuple[str, ...] = ()
+    system_turn: bool = True
     gguf_placeholder_tensors: Callable[[dict], dict] | None = None
+    gguf_misfit: Callable[[dict], str | None] | None = None
     thought_channel: tuple[str, ...] = ()
     estimate_only: tuple[str, ...] = ()
 

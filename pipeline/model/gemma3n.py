@@ -95,6 +95,22 @@ def make_tiny(out_dir: str | Path, *, seed: int = 0) -> Path:
     return make_tiny_gemma3n(out_dir, seed=seed)
 
 
+def gguf_misfit(model_config: dict) -> str | None:
+    """Why llama.cpp cannot load this Gemma 3n's GGUF, or None when it can: its Gemma 3n graph takes E2B's
+    per-layer width and KV-sharing start as fixed numbers (`pipeline.model.tiny_gemma3n.LLAMA_CPP_PER_LAYER_INPUT`,
+    `LLAMA_CPP_KV_FROM_START`), which E2B and E4B have and the small tiny stand-in has not.
+    `model_config`: config.json as a dict."""
+    from pipeline.model.tiny_gemma3n import LLAMA_CPP_KV_FROM_START, LLAMA_CPP_PER_LAYER_INPUT  # noqa: PLC0415
+
+    text = model_config.get("text_config", model_config)
+    width, layers = text.get("hidden_size_per_layer_input"), int(text.get("num_hidden_layers") or 0)
+    if width != LLAMA_CPP_PER_LAYER_INPUT:
+        return f"its per-layer input width is {width}, where llama.cpp's Gemma 3n graph fixes {LLAMA_CPP_PER_LAYER_INPUT}"
+    if layers <= LLAMA_CPP_KV_FROM_START:
+        return f"it has {layers} layers, where llama.cpp's Gemma 3n graph shares KV from layer {LLAMA_CPP_KV_FROM_START}"
+    return None
+
+
 def gguf_placeholder_tensors(model_config: dict) -> dict[str, tuple[int, ...]]:
     """The tensors llama.cpp's Gemma 3n loader requires and transformers no longer saves, by name -> shape: the
     key/value projections and key norm of each layer that reuses another layer's KV (the last
@@ -216,9 +232,11 @@ GEMMA3N = gemma_family(
     quantization_skip_extra=ALTUP_MODULES,
     audio_blocks="conformer",
     audio_lora_projections=AUDIO_LORA_PROJECTIONS,
-    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class, gguf_placeholder_tensors),
+    functions=(audio_tokens, audio_span, shape, part_params, make_tiny, model_class, gguf_placeholder_tensors,
+               gguf_misfit),
     gguf_audio=False,
     gguf_vocab_files=("tokenizer.model",),
+    system_turn=False,  # its chat template folds a system message into the first user turn
     clip_marker_tokens=4,
 )
 """Gemma 3n E2B / E4B (`google/gemma-3n-E2B-it`, gated: accept the licence on the hub)."""

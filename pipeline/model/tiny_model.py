@@ -261,6 +261,7 @@ def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Pat
         `...ForConditionalGeneration.from_pretrained`.
 
     Raises:
+        ConfigError: `out_dir` is a file, or a folder holding other things than an earlier stand-in.
         ModelLoadError: a package the family's stand-in needs is missing (from `spec.config`).
         RuntimeError: the tokenizer learned more tokens than `spec.text_vocab` holds.
     """
@@ -268,6 +269,7 @@ def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Pat
     import transformers
 
     out = Path(out_dir)
+    _check_replaceable(out)
     tokenizer = _build_tokenizer(spec)
     config = spec.config(tokenizer.convert_tokens_to_ids, spec)
     torch.manual_seed(seed)
@@ -280,6 +282,21 @@ def build_stand_in(out_dir: str | Path, spec: TinySpec, *, seed: int = 0) -> Pat
         processor.tokenizer.add_special_tokens({"extra_special_tokens": list(spec.control_tokens)},
                                                replace_extra_special_tokens=False)
     return _save(out, model, config.text_config, processor, spec, seed)
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to write a stand-in over anything but nothing, an empty folder or an earlier stand-in (its marker):
+    the stand-in replaces its folder whole, and a teacher's folder given by mistake would be lost.
+
+    Raises:
+        ConfigError: `out` is a file, or a folder holding other things (named, with what to do)."""
+    from pipeline.errors import ConfigError
+
+    if out.is_file() or out.is_symlink() and not out.is_dir():
+        raise ConfigError(f"`{out}` is a file: the tiny stand-in is a folder. Give a new folder's path.")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER_FILE).is_file():
+        raise ConfigError(f"`{out}` already holds files and is not a tiny stand-in (no {MARKER_FILE}); writing the "
+                          "stand-in there would replace them. Give a new or empty folder, or move them away first.")
 
 
 def _build_tokenizer(spec: TinySpec):
