@@ -47,3 +47,10 @@ def test_a_gguf_of_the_small_gemma3n_stand_in_warns_that_llama_cpp_will_not_load
     assert gemma3n.gguf_misfit({"text_config": llama_cpp_text_shapes()}) is None
     for real in ("google/gemma-3n-E2B-it", "google/gemma-3n-E4B-it"):  # the hub's configs, shipped in assets/
         assert gemma3n.gguf_misfit(json.loads(shipped_config_path(real).read_text())) is None, real
+
+
+def test_export_from_a_workspace_that_does_not_exist_says_so(tmp_path):
+    from pipeline.export.tutor import read_run
+
+    with pytest.raises(ExportError, match="workspace .* does not exist"):
+        read_run(tmp_path / "nows", "try1")

@@ -53,10 +53,14 @@ def read_run(workspace, run: str, *, need_adapter: bool = True) -> dict[str, Any
     "result" (result.json dict or {}), "adapter_dir" (Path or None)}`.
 
     Raises:
-        ExportError: the run does not exist, has no config.json, or (with `need_adapter`) no adapter.
+        ExportError: the workspace or the run does not exist, the run has no config.json, or (with
+            `need_adapter`) no adapter.
     """
     ws = _ws(workspace)
     run_dir = ws.run_dir(run)
+    if not ws.root.is_dir():
+        raise ExportError(f"The workspace `{ws.root}` does not exist: give `--workspace` the folder the run was "
+                          "trained in (the app's is ~/pronunciation-tutor unless $TUTOR_WORKSPACE says otherwise).")
     if not (run_dir / RUN_FILES["config"]).is_file():
         known = (sorted(p.name for p in ws.runs_dir.iterdir() if (p / RUN_FILES["config"]).is_file())
                  if ws.runs_dir.is_dir() else [])
