@@ -107,21 +107,6 @@ GEMMA3N_DEAF = (
 )
 
 
-def _base_file(base: str, name: str) -> Path | None:
-    """`name` as the base model `base` ships it: in its folder, or in this computer's Hugging Face cache (never
-    downloaded here: the base was downloaded whole before it was trained). None where it has no such file."""
-    folder = Path(base).expanduser()
-    if folder.is_dir():
-        return folder / name if (folder / name).is_file() else None
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        cached = try_to_load_from_cache(base, name)
-    except Exception:  # noqa: BLE001 - not a hub id: no such file
-        return None
-    return Path(cached) if isinstance(cached, str) else None
-
-
 def vocab_files(base: str, family) -> dict[str, Path]:
     """Where the base `base` keeps the files llama.cpp's converter reads for the vocabulary and `save_pretrained`
     does not write (`ModelFamily.gguf_vocab_files`: Gemma 3n's `tokenizer.model`, without which the converter
@@ -129,9 +114,11 @@ def vocab_files(base: str, family) -> dict[str, Path]:
 
     Raises:
         ExportError: the base has no such file here (named, with how to get it)."""
+    from pipeline.model.hub import model_file
+
     found = {}
     for name in family.gguf_vocab_files:
-        source = _base_file(base, name)
+        source = model_file(base, name)
         if source is None:
             from pipeline.model.tiny_model import STAND_IN_MAKER, is_tiny_random_model
 

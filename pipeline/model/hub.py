@@ -85,6 +85,22 @@ def is_local_model(model_id: str | os.PathLike) -> bool:
             or foreign_path_reason(text) is not None)
 
 
+def model_file(model_id: str | os.PathLike, name: str) -> Path | None:
+    """The file `name` of model `model_id` on this computer, never downloaded: in its folder when `model_id` is a
+    local model (`is_local_model`), else in the Hugging Face cache (`try_to_load_from_cache`). None where it has
+    no such file here."""
+    path = Path(str(model_id)).expanduser()
+    if is_local_model(model_id):
+        return path / name if (path / name).is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(str(model_id), name)
+    except Exception:  # noqa: BLE001 - not a valid hub id either: no such file
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
 def check_local_folder(model_id: str) -> Path:
     """The local model folder `model_id`, checked to hold a checkpoint.
 

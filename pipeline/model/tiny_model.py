@@ -353,24 +353,12 @@ def _save(out: Path, model, token_config, processor, spec: TinySpec, seed: int) 
 def is_tiny_random_model(model: str | Path) -> bool:
     """True when `model` holds the marker `build_stand_in` writes (random weights): a local folder, or a hub id
     whose files in the Hugging Face cache include it (a stand-in served from a hub, as the download tests do)."""
-    path = Path(str(model)).expanduser()
-    marker = path / MARKER_FILE
-    if not marker.is_file():
-        from pipeline.model.hub import is_local_model
+    from pipeline.model.hub import model_file
 
-        if is_local_model(str(model)):
-            return False
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(str(model), MARKER_FILE)
-        except Exception:  # noqa: BLE001 - not a hub id either: not the stand-in
-            return False
-        if not isinstance(cached, str):
-            return False
-        marker = Path(cached)
+    marker = model_file(model, MARKER_FILE)
+    if marker is None:
+        return False
     try:
         return bool(json.loads(marker.read_text(encoding="utf-8")).get("tiny_random_model"))
     except (OSError, ValueError):
         return False
-
