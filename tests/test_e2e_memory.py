@@ -81,9 +81,13 @@ def test_memory_tab_simple_first_presets_and_verdict(studio_page):
 
     # The plan table: a sign of work, then columns that read at 1280 px.
     page.get_by_text("What else fits this machine?").click()
-    page.evaluate("""() => { window.sawWorking = false; const table = document.querySelector('#plan-table');
-        new MutationObserver(() => { if (table.innerText.includes('Working out what fits')) window.sawWorking = true; })
-            .observe(table, {subtree: true, childList: true, characterData: true}); }""")
+    # The accordion may render its table after the click returns, and re-render it: watch the page,
+    # and look the table up at each change rather than holding one node.
+    page.locator("#plan-table").wait_for(state="attached", timeout=30_000)
+    page.evaluate("""() => { window.sawWorking = false;
+        const seen = () => { const table = document.querySelector('#plan-table');
+            if (table && table.innerText.includes('Working out what fits')) window.sawWorking = true; };
+        new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true}); }""")
     page.click("#estimate")
     deadline = time.time() + 120
     while not (page.evaluate("window.sawWorking") and "fine-tune" in page.locator("#plan-table").inner_text()):
