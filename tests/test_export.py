@@ -156,16 +156,82 @@ def test_a_failed_export_leaves_nothing_and_keeps_the_previous_one(tuned, tmp_pa
     assert not (tmp_path / "full").exists() or not any((tmp_path / "full").iterdir())
 
 
+def _export_into(target, *names, record="export.json"):
+    with staging.staged_folder(target, record=record) as folder:
+        for name in names:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(b"1")
+        (folder / record).write_text('{"format": "test"}')
+
+
 def test_staged_folder_publishes_whole_or_not_at_all(tmp_path):
     target = tmp_path / "model"
-    with staging.staged_folder(target) as folder:
-        (folder / "a.bin").write_bytes(b"1")
+    _export_into(target, "a.bin")
     with pytest.raises(RuntimeError):
         with staging.staged_folder(target) as folder:
             (folder / "b.bin").write_bytes(b"2")
             raise RuntimeError("killed mid-write")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
-    assert sorted(p.name for p in target.iterdir()) == ["a.bin"]
+    assert sorted(p.name for p in target.iterdir()) == ["a.bin", "export.json"]
+    assert json.loads((target / "export.json").read_text())["files"] == ["a.bin"]
+
+
+def test_a_re_export_replaces_only_what_an_export_wrote(tmp_path):
+    target = tmp_path / "run-gguf"
+    _export_into(target, "run.gguf", "sub/mmproj.gguf")
+    assert staging.check_replaceable(target, "export.json") == f"Replaced the earlier export in {target}."
+    (target / ".DS_Store").write_bytes(b"finder")  # a file browser's litter is nobody's work
+    (target / "sub" / "._run.gguf").write_bytes(b"apple double")
+    _export_into(target, "run.gguf")  # the new export has no projector: the old one goes with the rest
+    assert json.loads((target / "export.json").read_text())["files"] == ["run.gguf"]
+    assert sorted(p.name for p in target.rglob("*")) == ["export.json", "run.gguf"]
+
+    (target / "my notes.txt").write_text("what the class said")  # a teacher's own file
+    with pytest.raises(ExportError, match=r"`my notes.txt`, which the earlier export there did not write.*--out"):
+        _export_into(target, "run.gguf")
+    assert (target / "my notes.txt").read_text() == "what the class said"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run-gguf"], "no staging left"
+
+    with pytest.raises(ExportError, match=r"no export wrote it \(it has no bundle.json\); it holds `a.txt`"):
+        other = tmp_path / "photos"
+        other.mkdir()
+        (other / "a.txt").write_text("x")
+        _export_into(other, "b", record="bundle.json")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ExportError, match=r"`.*a-file` is a file, where this export writes a folder"):
+        _export_into(tmp_path / "a-file", "b")
+    old = tmp_path / "old-export"  # written before exports listed their files: it is the export's whole folder
+    old.mkdir()
+    (old / "export.json").write_text('{"format": "merged"}')
+    (old / "model.safetensors").write_bytes(b"1")
+    _export_into(old, "model.safetensors")
+    assert (old / "model.safetensors").exists()
+
+
+def test_files_added_while_an_export_ran_are_kept_and_named(tmp_path):
+    target = tmp_path / "run-merged"
+    _export_into(target, "model.safetensors")
+    with pytest.raises(ExportError, match="`late.txt`"):
+        with staging.staged_folder(target) as folder:
+            (folder / "export.json").write_text("{}")
+            (target / "late.txt").write_text("added during the hour the merge took")
+    assert (target / "late.txt").exists() and (target / "model.safetensors").exists()
+
+
+def test_a_refused_export_leaves_no_folder_it_made(tmp_path):
+    from pipeline.export.cli import export_run
+
+    ws = tmp_path / "ws"
+    (ws / "runs" / "started").mkdir(parents=True)
+    (ws / "runs" / "started" / "config.json").write_text(json.dumps(TrainConfig().to_dict()))
+    (tmp_path / "kept").mkdir()
+    for out in (tmp_path / "kept" / "new" / "deeper", None):
+        with pytest.raises(ExportError, match="no adapter yet"):
+            export_run(ws, "started", "adapter", out)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["config.json", "kept", "runs", "started", "ws"]
+    with pytest.raises(ExportError, match="workspace .* does not exist"):
+        export_run(tmp_path / "missing", "started", "adapter")
+    assert not (tmp_path / "missing").exists()
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ExportError
-from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
+from pipeline.export.staging import check_free_space, check_replaceable, folder_bytes, staged_file, staged_folder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = REPO_ROOT / "pipeline"
@@ -342,7 +342,8 @@ def export_bundle(workspace, run: str, out_dir: str | os.PathLike | None = None)
     needed = folder_bytes(ws.dataset_dir) + (folder_bytes(Path(model_id).expanduser()) if local_model else 0) + 5_000_000
     check_free_space(out, 2 * needed, f"the bundle of run `{run}` (folder and .tar.gz)")
     name = f"{run}-bundle"
-    with staged_folder(out / name) as staging:
+    replaced = check_replaceable(out / name, "bundle.json")
+    with staged_folder(out / name, record="bundle.json") as staging:
         dataset = write_portable_dataset(ws, staging / "dataset")
         if local_model:
             shutil.copytree(Path(model_id).expanduser(), staging / "model",
@@ -371,6 +372,7 @@ def export_bundle(workspace, run: str, out_dir: str | os.PathLike | None = None)
                 tar.add(staging, arcname=name, filter=_tar_member)
     archive_path = out / f"{name}.tar.gz"
     notes = [] if local_model else [f"The GPU machine downloads `{model_id}` from the hub (set HF_TOKEN there)."]
+    notes += [replaced] if replaced else []
     return {"format": "bundle", "run": run, "path": str(out / name), "archive": str(archive_path),
             "bytes": archive_path.stat().st_size, "base_model": model_id, "model_bundled": local_model,
             "dataset": dataset, "notes": notes}

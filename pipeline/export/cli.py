@@ -39,7 +39,19 @@ def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cp
     `quant` (gguf): the language model's weight type (`pipeline.export.gguf.QUANTS`); `progress` (gguf):
     called with a line per stage."""
     from pipeline.errors import ConfigError
+    from pipeline.export.staging import out_folder
+    from pipeline.export.tutor import default_out_dir, read_run
 
+    if fmt not in FORMATS:
+        raise ConfigError(f"`--format` must be one of {', '.join(FORMATS)}, got {fmt!r}.")
+    read_run(workspace, run, need_adapter=False)  # a missing workspace or run is said before any folder is made
+    with out_folder(out_dir if out_dir is not None else default_out_dir(workspace, run)) as out:
+        return _export(workspace, run, fmt, out, device=device, model=model, quant=quant, progress=progress)
+
+
+def _export(workspace, run: str, fmt: str, out_dir: Path, *, device: str, model: str | None, quant: str | None,
+            progress) -> dict:
+    """`export_run` once its folder is made: the exporter of `fmt`."""
     if fmt in ("gguf", "gguf-text-only"):
         from pipeline.export.gguf import DEFAULT_QUANT, export_gguf
 
@@ -58,7 +70,6 @@ def export_run(workspace, run: str, fmt: str, out_dir=None, *, device: str = "cp
         from pipeline.export.bundle import export_bundle
 
         return export_bundle(workspace, run, out_dir)
-    raise ConfigError(f"`--format` must be one of {', '.join(FORMATS)}, got {fmt!r}.")
 
 
 def summary_text(result: dict) -> str:

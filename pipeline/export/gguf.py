@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from pipeline.errors import ExportError
 from pipeline.export import llama_cpp
-from pipeline.export.staging import check_free_space, folder_bytes, staged_folder
+from pipeline.export.staging import check_free_space, check_replaceable, folder_bytes, staged_folder
 from pipeline.export.tutor import _provenance, default_out_dir, merged_size_bytes, merged_tutor, read_run
 from pipeline.fileio import atomic_write_json, atomic_write_text, recover_staging, staging_prefix
 from pipeline.tutor.infer import DEFAULT_MAX_NEW_TOKENS  # the tutor's longest answer: Ollama's num_predict
@@ -400,6 +400,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     projector, fmt = (None, "gguf-text-only") if text_only else ("f32" if quant == "f32" else "bf16", "gguf")
     out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
     target = out / f"{run}-gguf"
+    replaced = check_replaceable(target, "export.json")  # before the merge, which takes minutes
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     llama_cpp.source_dir(say=say)  # fetched before the long merge, so a network problem shows at once
@@ -411,7 +412,7 @@ def export_gguf(workspace, run: str, out_dir: str | os.PathLike | None = None, *
     say("Merging the adapter into the base model…")
     done = merged_tutor(workspace, run, device=device, model=model, out_dir=out,
                         dtype="float32" if quant == "f32" else "bfloat16")
-    notes = list(done["notes"])
+    notes = list(done["notes"]) + ([replaced] if replaced else [])
     for warning in filter(None, (long_clip_warning(workspace, quant), llama_cpp_load_warning(base, family))):
         say("⚠ " + warning)
         notes.append(warning)

@@ -177,7 +177,7 @@ def import_run(workspace, source: str | os.PathLike, *, name: str | None = None,
                                      "right model back, or import anyway with --force.", "other_base_model",
                                      path=str(run_dir), model=report["model"])
             check_free_space(ws.runs_dir, folder_bytes(run_dir), f"run `{name}`")
-            with staged_folder(target) as staging:
+            with staged_folder(target, record=None) as staging:
                 shutil.copytree(run_dir, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*LEFT_BEHIND))
                 config = _read_json(staging / RUN_FILES["config"])
                 if config.get("model") != report["model"]:

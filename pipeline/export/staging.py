@@ -15,6 +15,7 @@ full disk is refused before writing with `ExportError` (`check_free_space`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -52,14 +53,109 @@ def _readable(folder: Path) -> None:
             path.chmod(0o755 if path.is_dir() else path.stat().st_mode & 0o777 | 0o644)
 
 
+SYSTEM_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+"""Files a file browser leaves in a folder it showed (macOS Finder, Windows Explorer): never a person's work."""
+
+
+def _files_in(folder: Path) -> set[str]:
+    """Relative POSIX paths of the files (and links) under `folder`, less `SYSTEM_LITTER` and macOS `._*` files."""
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*")
+            if (path.is_file() or path.is_symlink()) and path.name not in SYSTEM_LITTER
+            and not path.name.startswith("._")}
+
+
+def _record_files(folder: Path, record: str) -> None:
+    """Add `"files"`, the sorted list of what `folder` holds, to its JSON `record` (export.json, bundle.json):
+    what the next export of the same target may replace (`check_replaceable`)."""
+    data = json.loads((folder / record).read_text(encoding="utf-8"))
+    data["files"] = sorted(_files_in(folder) - {record})
+    fileio.atomic_write_json(folder / record, data)
+
+
+def check_replaceable(target: str | os.PathLike, record: str) -> str | None:
+    """Refuse, before any work, to replace a `target` folder that holds something an earlier export did not write.
+
+    An export replaces its earlier self whole (`staged_folder`). That is safe only for the files it wrote, which
+    its `record` (export.json, bundle.json) lists under "files". `SYSTEM_LITTER` does not count.
+
+    Returns:
+        None when `target` is missing or empty; otherwise the note "Replaced the earlier export in TARGET."
+
+    Raises:
+        ExportError: `target` is a file; it is a folder that no export wrote (no readable `record`); or it holds
+            files that its record does not list (a person's own, named). A record without "files" (written
+            before exports listed theirs) is taken as the export's whole folder.
+    """
+    target = Path(target)
+    if not target.exists():
+        return None
+    move_it = "Move what you want to keep out of it, or give --out another folder."
+    if not target.is_dir():
+        raise ExportError(f"`{target}` is a file, where this export writes a folder. {move_it}")
+    present = _files_in(target)
+    if not present:
+        return None
+    try:
+        listed = json.loads((target / record).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        raise ExportError(f"`{target}` already exists and no export wrote it (it has no {record}); it holds "
+                          f"{_some(present)}. {move_it}") from None
+    added = sorted(present - set(listed) - {record}) if isinstance(listed, list) else []
+    if added:
+        raise ExportError(f"`{target}` holds {_some(added)}, which the earlier export there did not write; this "
+                          f"export would replace the folder whole. {move_it}")
+    return f"Replaced the earlier export in {target}."
+
+
+def _some(names) -> str:
+    """Up to five names, then how many more."""
+    names = sorted(names)
+    shown = ", ".join(f"`{name}`" for name in names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 @contextlib.contextmanager
-def staged_folder(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty staging folder beside `target`; when the block ends without error it is made
-    readable (`_readable`) and becomes `target` (an existing `target` is replaced,
-    `pipeline.fileio.staged_folder`), otherwise it is removed and `target` is untouched."""
+def staged_folder(target: str | os.PathLike, record: str | None = "export.json") -> Iterator[Path]:
+    """Yield an empty staging folder beside `target`; when the block ends without error its files are listed
+    in its JSON `record` (`_record_files`), it is made readable (`_readable`) and it becomes `target` (an
+    earlier export there is replaced, `pipeline.fileio.staged_folder`), otherwise it is removed and `target`
+    is untouched. `record=None` (a folder that is not an export: an imported run) skips the listing and the checks.
+
+    Raises:
+        ExportError: `target` holds what no export wrote (`check_replaceable`, checked on entry and again
+            before the swap: the block may take an hour); the block's own errors.
+    """
+    if record:
+        check_replaceable(target, record)
     with fileio.staged_folder(target) as folder:
         yield folder
+        if record:
+            _record_files(folder, record)
         _readable(folder)
+        if record:
+            check_replaceable(target, record)
+
+
+@contextlib.contextmanager
+def out_folder(out: str | os.PathLike) -> Iterator[Path]:
+    """Make the export folder `out` (and its missing parents) for the block; if the block fails, remove again
+    those it made that are still empty, so that a refused export leaves no empty folder behind."""
+    out = Path(out)
+    made = []
+    folder = out
+    while not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        yield out
+    except BaseException:
+        for folder in made:  # the deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ExportError, PipelineError
-from pipeline.export.staging import check_free_space, folder_bytes, staged_file, staged_folder
+from pipeline.export.staging import check_free_space, check_replaceable, folder_bytes, staged_file, staged_folder
 from pipeline.fileio import atomic_write_json, atomic_write_text
 from pipeline.training.run_folder import RUN_FILES, has_adapter
 from pipeline.units import format_loss, format_bytes
@@ -285,8 +285,9 @@ def export_merged(workspace, run: str, out_dir: str | os.PathLike | None = None,
     """
     out = Path(out_dir) if out_dir is not None else default_out_dir(workspace, run)
     target = out / f"{run}-merged"
+    replaced = check_replaceable(target, "export.json")  # before the merge, which takes minutes
     done = merged_tutor(workspace, run, device=device, model=model, out_dir=out)
-    info, notes, exact = done["info"], done["notes"], done["exact_bytes"]
+    info, notes, exact = done["info"], done["notes"] + ([replaced] if replaced else []), done["exact_bytes"]
     check_free_space(out, exact, f"the merged model of run `{run}` ({format_bytes(exact)} in bf16)")
     with staged_folder(target) as staging:
         done["model"].save_pretrained(str(staging))
