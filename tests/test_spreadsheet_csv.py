@@ -24,7 +24,10 @@ Sources for how each program writes (each fixture names its own):
   (enlyze/S7-Project-Explorer issue #4: Google Sheets reads UTF-8 without one, and writes it).
 - [NUMBERS] khiav223577.github.io/blog/2018/07/11 (Numbers on a Mac writes UTF-8 by default); its export's Advanced
   Options offer the other text encodings (Western (Mac OS Roman), Windows Latin 1). Numbers' line ending is not
-  documented in any source found: LF, a macOS text file's, is used.
+  documented in any source found: LF, a macOS text file's, is used. Its CSV export's "Include table names" writes
+  the table's name on a line above the table (support.apple.com, "Export to Excel or another file format in
+  Numbers on Mac"; Laravel-Excel issue #1003 shows the "Table 1" line).
+- [SEP] A file made for Excel may start with `sep=;`, the line Excel reads as the delimiter to use (and then hides).
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ FIXTURES = [
     Fixture("Numbers", "Export To > CSV, Unicode (UTF-8)", _csv(eol="\n").encode("utf-8"), "[NUMBERS]"),
     Fixture("Numbers", "Export To > CSV, Western (Mac OS Roman)", _csv(eol="\n").encode("mac_roman"), "[NUMBERS]"),
     Fixture("Numbers", "Export To > CSV, Windows Latin 1", _csv(eol="\n").encode("cp1252"), "[NUMBERS]"),
+    Fixture("Numbers", "Export To > CSV, Include table names", ("Table 1\n" + _csv(eol="\n")).encode("utf-8"), "[NUMBERS]"),
+    Fixture("A file made for Excel", "a `sep=;` first line", ("sep=;\r\n" + _csv(";")).encode("utf-8"), "[SEP]"),
+    Fixture("A file made for Excel", "a `sep=,` first line, Windows-1252",
+            ("sep=,\r\n" + _csv()).encode("cp1252"), "[SEP] [DONAT]"),
 ]
 
 
@@ -169,3 +176,18 @@ def test_a_common_voice_tsv_saved_again_from_excel_in_its_code_page_imports(tmp_
     report = import_folder(tmp_path / "ws", source)
     assert report.format == "commonvoice" and len(report.imported) == 1, report.skipped
     assert [s.target_text for s in SampleLibrary(tmp_path / "ws").list()] == ["Où est la gare ?"]
+
+
+def test_rows_left_empty_are_not_reported_as_skipped(tmp_path):
+    """Excel writes a row whose cells were only formatted (a border, a colour) as `,,`: it is no sample, and not
+    a skipped one either; a row with something in it and no file is still reported, under its spreadsheet row."""
+    from pipeline.data.importers import import_folder
+    from tests.test_importers import write_audio
+
+    source = tmp_path / "clips"
+    write_audio(source / "a.wav", 300)
+    (source / "metadata.csv").write_bytes(b"Table 1\nfile_name,sentence,feedback,,\r\na.wav,Yes please,ok,,\r\n"
+                                          b",,,,\r\n,Hello there,,,\r\n,,,,\r\n")
+    report = import_folder(tmp_path / "ws", source)
+    assert len(report.imported) == 1
+    assert report.skipped == [{"file": "metadata.csv:4", "reason": "empty `file_name`"}]

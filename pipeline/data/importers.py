@@ -393,6 +393,8 @@ def _read_audiofolder(root: Path) -> Items:
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
             # One bad row (a value no file system takes as a name, a cell of another type) is skipped
             # with its reason and never stops the rows after it; values are shown shortened.
+            if not any(cell_text(value) for value in row.values()):
+                continue  # a row with nothing in it: Excel writes ",,," for rows whose cells were only formatted
             try:
                 item = metadata_row_item(row, number, metadata, root, resolver, file_col)
             except (ValueError, TypeError, OSError, PipelineError) as error:

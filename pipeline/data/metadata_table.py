@@ -86,7 +86,7 @@ def sniff_delimiter(header_line: str) -> str:
     try:
         return csv.Sniffer().sniff(header_line, delimiters=",;\t|").delimiter
     except csv.Error:
-        counts = {d: header_line.count(d) for d in (",", ";", "\t", "|")}
+        counts = {d: header_line.count(d) for d in DELIMITERS}
         return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
@@ -189,6 +189,31 @@ def read_spreadsheet_text(metadata: Path) -> str:
     return decoded[0].replace("\r\n", "\n").replace("\r", "\n")
 
 
+DELIMITERS = (",", ";", "\t", "|")
+"""The field delimiters a spreadsheet program writes (`sniff_delimiter`)."""
+
+
+def table_start(text: str) -> tuple[str, str | None]:
+    """`text` (a decoded CSV) from its header row on, and the delimiter its first line names, if any.
+
+    What may stand above the header:
+    - a line `sep=;` (Excel reads it as the delimiter to use, and a file made for Excel may start with it): it
+      names the delimiter;
+    - a title with no delimiter above a line that has one: a table's name, which Numbers writes above each table
+      with its CSV export's "Include table names" (support.apple.com, "Export to Excel or another file format in
+      Numbers on Mac"), or a blank line.
+    Spreadsheet row numbers are counted from the header, as the program shows them.
+    """
+    lines = text.split("\n")
+    delimiter = None
+    first = lines[0].strip().strip('"') if lines else ""
+    if len(first) == 5 and first.lower().startswith("sep=") and first[4] in DELIMITERS:
+        delimiter, lines = first[4], lines[1:]
+    while len(lines) > 1 and not any(d in lines[0] for d in DELIMITERS) and any(d in lines[1] for d in DELIMITERS):
+        lines = lines[1:]
+    return "\n".join(lines), delimiter
+
+
 def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
     """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
     import pandas as pd
@@ -213,11 +238,10 @@ def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[di
                 rows.append(row)
                 columns.extend(k for k in row if k not in columns)
             return rows, columns, bad
-        text = read_spreadsheet_text(metadata)
-        header = text.split("\n", 1)[0]
+        text, delimiter = table_start(read_spreadsheet_text(metadata))
         frame = pd.read_csv(
-            io.StringIO(text), sep=sniff_delimiter(header), dtype=str, keep_default_na=False,
-            skipinitialspace=True, engine="python",
+            io.StringIO(text), sep=delimiter or sniff_delimiter(text.split("\n", 1)[0]), dtype=str,
+            keep_default_na=False, skipinitialspace=True, engine="python",
         )
     except UnicodeDecodeError as error:  # a metadata.jsonl is JSON Lines, which is UTF-8 by definition
         raise ImportFormatError(
