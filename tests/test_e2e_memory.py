@@ -15,6 +15,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import calm, fill_number, open_tab, pick, shot, wait_text
 
@@ -62,9 +63,11 @@ def test_memory_tab_simple_first_presets_and_verdict(studio_page):
 
     # Advanced settings: each setting with its sentence; the machine set the device and its default.
     page.locator("#memory-advanced").get_by_text("Advanced settings", exact=True).click()
-    time.sleep(0.8)
-    for selector in ADVANCED:
-        assert page.locator(selector).is_visible(), f"{selector} hidden after opening Advanced settings"
+    for selector in ADVANCED:  # the accordion opens with an animation, later on a loaded machine
+        try:
+            page.locator(selector).first.wait_for(state="visible", timeout=15_000)
+        except PlaywrightTimeout:
+            raise AssertionError(f"{selector} hidden after opening Advanced settings") from None
     assert page.locator("#device input").first.input_value() == "mps"
     assert page.locator("#set-quantization input[value='none']").is_checked()
     assert "a quarter of the memory" in page.locator("#set-quantization").inner_text()
