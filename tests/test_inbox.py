@@ -125,6 +125,19 @@ def test_accept_makes_a_sample_of_its_kind_with_the_student_as_speaker(inbox_ws,
     assert len(inbox.list()) == 3
 
 
+def test_a_not_scored_answer_is_never_accepted_as_feedback(inbox_ws, speechocean_dir):
+    """A new user's finding: the classical scorer's "Not scored: ..." answer, accepted from the inbox, became a
+    sample's feedback and then a training row; Accept draft already refused it."""
+    inbox = Inbox(inbox_ws)
+    before = len(SampleLibrary(inbox_ws).list())
+    tried = inbox.add(speechocean_dir / CLIPS[0], student="kim", kind="read_aloud", exercise="I have 3 cats",
+                      answer="Not scored: The recording does not fit the sentence.")
+    with pytest.raises(SampleError, match="is not feedback .*Not scored: The recording.*type the feedback"):
+        inbox.accept(tried.id)
+    assert inbox.get(tried.id).status == "pending" and len(SampleLibrary(inbox_ws).list()) == before
+    assert inbox.accept(tried.id, "Scores (0-10): accuracy 7, fluency 8, prosody 8, total 7")[1].feedback.startswith("Scores")
+
+
 @pytest.mark.slow
 def test_setup_from_the_session_list_or_a_file_and_its_errors(trained, tmp_path):
     with pytest.raises(ConfigError, match="no trained adapter.*r1"):

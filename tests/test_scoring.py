@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.conversation.feedback import parse_feedback, render_feedback
+from pipeline.errors import ScoringError
 from pipeline.scoring import engine
 from pipeline.scoring.scorer import SCORER_MODEL_ID, Scorer, ScorerTutor, load_default_map, load_scorer
 
@@ -82,7 +83,9 @@ def test_a_word_outside_every_dictionary_is_named_not_scored_and_a_lexicon_word_
     assert missing and not missing[0]["scored"] and missing[0]["note"] == "not scored: not in the dictionary"
     assert missing[0]["accuracy"] is None and not missing[0]["phones"]
     assert '"zorbleck": not scored: not in the dictionary' in clip.notes
-    assert "ZORBLECK" not in clip.text
+    assert "ZORBLECK" not in parse_feedback(clip.text).flagged_words, "never a word to practise"
+    assert clip.text.splitlines()[-1] == "Not checked: ZORBLECK (not in the dictionary)", "said where it is read"
+    assert parse_feedback(clip.text) == parse_feedback("\n".join(clip.text.splitlines()[:-1]))
     with_lexicon = Scorer(scorer.score_map, {"zorbleck": ["IH"]}).score(path, "We call it zorbleck bear")
     word = next(w for w in with_lexicon.words if w["word"] == "zorbleck")
     assert word["scored"] and [p["phone"] for p in word["phones"]] == ["IH"]
@@ -218,6 +221,7 @@ def test_score_command_prints_json_with_words_phones_and_the_template(tmp_path, 
     from pipeline.scoring.cli import score_main
 
     path, text = _pack_clips()[1]
+    (tmp_path / "ws").mkdir()
     assert score_main(["--workspace", str(tmp_path / "ws"), "--audio", str(path), "--text", text, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"scores", "words", "text", "scored", "notes"} <= set(out) and out["scored"]
@@ -430,3 +434,80 @@ def test_the_api_lists_and_answers_with_the_scorer(tmp_path):
         thread.join(timeout=30)
         served[SCORER_MODEL_ID].worker.close(timeout_s=10)
         sock.close()
+
+
+def test_accented_words_stay_whole_and_are_found_folded(scorer):
+    """A new user's finding: "résumé" was scored as the words R and SUM, "café" looked up as "caf"."""
+    assert engine.prompt_words("Un café, s'il vous plaît: résumé Straße naïve Zoë 3 cats") == [
+        "Un", "café", "s'il", "vous", "plaît", "résumé", "Straße", "naïve", "Zoë", "3", "cats"]
+    found = engine.pronounce(["café", "RÉSUMÉ", "naïve", "Zoë"], {})
+    assert all(p.source == "cmudict" for p in found), found
+    assert engine.pronounce(["Ærøskøbing"], {"aeroskobing": ["EH", "R"]})[0].source == "lexicon"
+    path, _ = _pack_clips()[0]  # "WE CALL IT BEAR"
+    clip = scorer.score(path, "We call it café")
+    assert [w["word"] for w in clip.words] == ["We", "call", "it", "café"] and all(w["scored"] for w in clip.words)
+
+
+def test_a_bad_lexicon_line_is_named_and_left_out_never_a_crash(tmp_path, scorer):
+    """A new user's finding: a phone typo (`QQ`) crashed scoring, drafting and the app with a RuntimeError."""
+    lexicon_path = tmp_path / "lexicon.txt"
+    lexicon_path.write_bytes("ZORBLAX Z QQ R B L AE K S\nGLORP G L AO1 R P  # a teacher's word\nLONELY\n"
+                             "CAFÉ K AE F EY\n".encode("cp1252"))  # saved by an "ANSI" editor
+    problems = []
+    lexicon = engine.read_lexicon(lexicon_path, problems)
+    assert lexicon == {"glorp": ["G", "L", "AO", "R", "P"], "cafe": ["K", "AE", "F", "EY"]}, lexicon
+    assert len(problems) == 2 and "line 1" in problems[0] and "`QQ` is not an ARPAbet phone" in problems[0], problems
+    assert "line 3" in problems[1] and "needs its phones" in problems[1]
+    broken = Scorer(scorer.score_map, {"zorblax": ["Z", "QQ", "R"]}, problems)  # a lexicon not read by read_lexicon
+    path, _ = _pack_clips()[0]
+    clip = broken.score(path, "We call it zorblax")
+    assert clip.scored and not next(w for w in clip.words if w["word"] == "zorblax")["scored"]
+    assert problems[0] in clip.notes
+    (tmp_path / "utf16.txt").write_bytes(b"\xff\xfe" + "GLORP G L AO R P\n".encode("utf-16-le"))
+    assert engine.read_lexicon(tmp_path / "utf16.txt") == {"glorp": ["G", "L", "AO", "R", "P"]}
+
+
+def test_numbers_are_named_not_scored_with_the_fix(scorer):
+    path, _ = _pack_clips()[0]
+    clip = scorer.score(path, "We call it bear 2")
+    assert clip.text.splitlines()[-1] == "Not checked: 2 (a number: write it in words)"
+    digits = scorer.score(path, "0 3 5 1")
+    assert not digits.scored and "write numbers in words (three, not 3)" in digits.text
+
+
+def test_the_score_command_fails_for_what_it_cannot_score_and_for_a_mistyped_workspace(tmp_path, capsys):
+    from pipeline.scoring.cli import score_main
+
+    (tmp_path / "ws").mkdir()
+    assert score_main(["--workspace", str(tmp_path / "ws"), "--audio", str(tmp_path / "nope.wav"), "--text", "hi"]) == 1
+    assert capsys.readouterr().out.startswith("Not scored:")
+    path, text = _pack_clips()[0]
+    with pytest.raises(ScoringError, match="There is no workspace at .*wsx"):
+        score_main(["--workspace", str(tmp_path / "wsx"), "--audio", str(path), "--text", text])
+
+
+def test_judging_never_grades_the_scorer_on_clips_its_map_was_fitted_on(built_ws, monkeypatch):
+    """A new user's finding: after a rebuild moved learners between the splits, the Judge scored the eval split
+    with a map fitted on some of those very clips, and said nothing."""
+    from pipeline.data.dataset import build_identity
+    from pipeline.errors import ScoringError
+    from pipeline.scoring import fit
+    from pipeline.tutor.evaluate import evaluate_tutor
+
+    saved = built_ws.scorer_map_path.read_text(encoding="utf-8") if built_ws.scorer_map_path.exists() else None
+    evals = build_identity(built_ws)["row_ids"]["eval"]
+    leaked = load_default_map().to_dict() | {"default": False, "build": {"fingerprint": "0" * 64, "clip_ids": evals[:3]}}
+    built_ws.scoring_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        built_ws.scorer_map_path.write_text(json.dumps(leaked), encoding="utf-8")
+        with pytest.raises(ScoringError, match=r"fitted on 3 clips judged here .* fitting it again failed: Only"):
+            evaluate_tutor(built_ws, scorer=True)  # 10 train clips: too few to fit again
+        monkeypatch.setattr(fit, "MIN_FIT_CLIPS", 5)
+        result = evaluate_tutor(built_ws, scorer=True, limit=2)
+        assert "fitted again before this judgement: the saved map had been fitted on 2 clips judged here" in result["note"]
+        assert fit.clips_seen_by_map(built_ws, evals) == []
+    finally:
+        if saved is None:
+            built_ws.scorer_map_path.unlink(missing_ok=True)
+        else:
+            built_ws.scorer_map_path.write_text(saved, encoding="utf-8")

@@ -115,7 +115,7 @@ def test_every_spreadsheet_program_s_csv_reads_into_the_same_rows(tmp_path, fixt
 
 SHORT_CELLS = ["a.wav,Café au lait,Très bien\r\n", "a.wav,naïve,Über gut\r\n", "x,Ærøskøbing façade,déjà vu\n",
                "a,Yes please — “quoted” €5\n", "a,é\n", "a,Ça va? Où est la gare?\n", "a,señor niño\n", "a,Straße groß\n",
-               "x,l'élève a été très sérieux\n"]
+               "x,l'élève a été très sérieux\n", "CAFÉ K AE F EY\n", "a,ÉCOLE,NAÏVE\n"]
 
 
 @pytest.mark.parametrize("code_page", ["cp1252", "mac_roman"])

@@ -287,6 +287,16 @@ def feedback_from_scores(target_text: str, scores: dict) -> str:
     return render_feedback(summarize_scores(target_text, scores))
 
 
+NOT_SCORED_PREFIX = "Not scored:"
+"""How an answer that holds no feedback begins: the classical scorer's one sentence why a clip could not be scored
+(`pipeline.scoring.scorer`). Never a sample's feedback (`is_not_scored`)."""
+
+
+def is_not_scored(text: str | None) -> bool:
+    """Whether `text` is a "Not scored: ..." answer rather than feedback (a draft, a practice attempt's answer)."""
+    return (text or "").strip().startswith(NOT_SCORED_PREFIX)
+
+
 # ----------------------------------------------------------------------------- reading
 _NUMBER = r"(\d+(?:[.,]\d+)?)"
 _SCORE_PATTERNS = {

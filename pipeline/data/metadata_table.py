@@ -114,8 +114,8 @@ RESAVE_AS_UTF8 = (
 def _plausibility(text: str) -> int:
     """How much `text` reads as Western European writing, summed over its non-ASCII characters:
     common typography (`TYPOGRAPHY`) +1, or -1 wedged between two letters ("se–or" is a misread "señor");
-    a Latin-1 letter +1, but -1 as a capital after a small letter ("CafŽ", "lÈve") and 0 as a capital that
-    starts no word ("Ä5") or a letter beyond Latin-1 ("Ž", "œ"); anything else -1 (symbols, box drawing, Greek:
+    a Latin-1 letter +1, but -1 as a capital after a small letter ("CafŽ", "lÈve"), +1 after a capital ("CAFÉ")
+    and 0 as a capital that starts no word ("Ä5") or a letter beyond Latin-1 ("Ž", "œ"); anything else -1 (symbols, box drawing, Greek:
     a wrong code page's marks); and -1 in the middle of a run of three non-ASCII characters (a double-byte
     code page such as Shift-JIS read a byte at a time)."""
     score = 0
@@ -131,6 +131,8 @@ def _plausibility(text: str) -> int:
         elif char.isalpha() and ord(char) < 0x250 and unicodedata.category(char).startswith("L"):
             if char.isupper() and before.isalpha() and before.islower():
                 score -= 1
+            elif char.isupper() and before.isalpha() and before.isupper() and ord(char) <= 0xFF:
+                score += 1  # inside a word in capitals: "CAFÉ", "ÉCOLE"
             elif ord(char) > 0xFF or (char.isupper() and not after.isalpha()):
                 continue
             else:

@@ -243,9 +243,10 @@ class Inbox:
                 library refuses the sample (the message says why).
             AudioError: the stored clip fails a check.
         """
+        from pipeline.conversation.feedback import is_not_scored
         from pipeline.data.audio import load_audio
         from pipeline.data.samples import SampleLibrary
-        from pipeline.errors import PipelineError
+        from pipeline.errors import PipelineError, shorten
 
         try:  # decoded before the locks are taken: the other accepts wait only for the writes
             clip = load_audio(self.root / "audio" / f"{self._path(attempt_id).stem}.wav")
@@ -258,6 +259,9 @@ class Inbox:
             if not text:
                 raise SampleError(f"The feedback of attempt `{attempt_id}` is empty; type the feedback to keep, "
                                   "or reject the attempt.")
+            if is_not_scored(text):
+                raise SampleError(f"The answer to attempt `{attempt_id}` is not feedback ({shorten(text, 160)}); type "
+                                  "the feedback to keep, or reject the attempt.")
             library = SampleLibrary(self.workspace)
             source = f"{INBOX_DIR}/{attempt.id}"
             with library.locked():

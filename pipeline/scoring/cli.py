@@ -29,6 +29,9 @@ def score_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     ws = Workspace(args.workspace)
+    if args.workspace != DEFAULT_WORKSPACE and not ws.root.is_dir():  # a mistyped folder: never the default map silently
+        raise ScoringError(f"There is no workspace at `{ws.root}`: give --workspace the folder your recordings are in, "
+                           f"or leave it out for the default map ({DEFAULT_WORKSPACE}).")
     if args.fit:
         from pipeline.scoring.fit import fit_workspace, stale_map_warning
 
@@ -58,8 +61,9 @@ def score_main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(result, ensure_ascii=False))
         else:
-            print(f"drafted {len(result['drafted'])} clips without feedback into {result['path']} (drafts are not "
-                  "trained on until accepted)")
+            scored = len(result["drafted"]) - len(result["not_scored"])
+            print(f"drafted feedback for {scored} clips without any into {result['path']} (drafts are not trained on "
+                  "until accepted)" + (f"; {len(result['not_scored'])} could not be scored:" if result["not_scored"] else ""))
             for sample_id, reason in result["not_scored"].items():
                 print(f"  {sample_id}: {reason}")
         return 0
@@ -74,4 +78,4 @@ def score_main(argv: list[str] | None = None) -> int:
         print(clip.text)
         for note in clip.notes:
             print(f"note: {note}")
-    return 0
+    return 0 if clip.scored else 1  # "Not scored: ..." (a missing file, silence, another sentence): a script can tell

@@ -82,14 +82,16 @@ def accept_draft(workspace: Workspace | str | os.PathLike, sample_id: str, text:
         SampleError: no draft for `sample_id` and no `text`, a "Not scored" draft accepted unedited, an
             unknown sample, or text the library refuses (`SampleLibrary.update`'s checks).
     """
+    from pipeline.conversation.feedback import is_not_scored
     from pipeline.data.samples import SampleLibrary
 
     ws = _ws(workspace)
     draft = load_drafts(ws).get(sample_id)
     feedback = (text if text is not None else (draft or {}).get("text") or "").replace(DRAFT_MARK, "").strip()
     if not feedback:
-        raise SampleError(f"No draft feedback for sample `{sample_id}`; press Draft feedback first, or type the feedback.")
-    if feedback.startswith("Not scored:"):
+        raise SampleError(f"The feedback for sample `{sample_id}` is empty; type the feedback to keep." if draft else
+                          f"No draft feedback for sample `{sample_id}`; press Draft feedback first, or type the feedback.")
+    if is_not_scored(feedback):
         raise SampleError(f"The draft of `{sample_id}` is not feedback ({feedback}); write the feedback yourself, "
                           "or record the clip again.")
     sample = SampleLibrary(ws).update(sample_id, feedback=feedback)

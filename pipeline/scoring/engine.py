@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,30 +70,87 @@ def _phone_loop():
                    cmn="batch", loglevel="FATAL")
 
 
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
 def prompt_words(text: str) -> list[str]:
-    """The words of a prompt as written, in order: `"We call it 'bear'."` -> `["We", "call", "it", "bear"]`
-    (letters, digits and inner apostrophes; punctuation dropped)."""
-    return re.findall(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*", str(text or ""))
+    """The words of a prompt as written, in order: `"We call it 'bear'."` -> `["We", "call", "it", "bear"]`;
+    `"Un café, s'il vous plaît"` -> `["Un", "café", "s'il", "vous", "plaît"]` (letters of any alphabet, digits and
+    inner apostrophes; punctuation and hyphens divide words)."""
+    return _WORD.findall(str(text or ""))
+
+
+_FOLDED_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "đ": "d", "ð": "d", "þ": "th",
+                                 "ł": "l", "ı": "i"})
+"""Letters that Unicode does not decompose into a Latin letter and a mark, as English spells them."""
 
 
 def _key(word: str) -> str:
-    return word.lower().replace("’", "'")
+    """How a word is looked up: lower case, the curly apostrophe straight, accents folded ("Café" -> "cafe",
+    "Straße" -> "strasse", as CMUdict spells borrowed words)."""
+    folded = unicodedata.normalize("NFKD", word.lower().replace("’", "'").translate(_FOLDED_LETTERS))
+    return "".join(char for char in folded if not unicodedata.combining(char))
 
 
-def read_lexicon(path: str | os.PathLike) -> dict[str, list[str]]:
+def is_number(word: str) -> bool:
+    """Whether a prompt word is written with digits ("3", "1999", "2nd"): no dictionary says how it is read."""
+    return any(char.isdigit() for char in word)
+
+
+@functools.lru_cache(maxsize=1)
+def arpabet_phones() -> frozenset[str]:
+    """The 39 ARPAbet phones (no stress digits) the acoustic model knows: those of the CMUdict it ships with
+    (`cmudict-en-us.dict`), AA ... ZH."""
+    phones: set[str] = set()
+    with open(_model_path() / "cmudict-en-us.dict", encoding="utf-8") as dictionary:
+        for line in dictionary:
+            phones.update(re.sub(r"\d", "", phone) for phone in line.split()[1:])
+    return frozenset(phones)
+
+
+def read_lexicon(path: str | os.PathLike, problems: list[str] | None = None) -> dict[str, list[str]]:
     """A lexicon file (speechocean762's `resource/lexicon.txt`: `WORD<tab or space>PH1 PH2 ...` per line,
-    ARPAbet with or without stress digits) -> lower-cased word -> phones without stress digits (the first
-    pronunciation of a word wins). Unreadable lines are skipped; a missing file gives {}."""
+    ARPAbet with or without stress digits, `WORD(2)` for a second pronunciation, `#` comments) -> the word's
+    lookup key (`_key`: "CAFÉ" -> "cafe") -> phones without stress digits (the first pronunciation wins).
+
+    Read as UTF-8 (or UTF-16 with a byte-order mark), else in the Western code page its letters read as
+    (`pipeline.data.metadata_table.decode_legacy`: a file saved by an "ANSI" editor). A line that is no entry
+    (one word alone, a phone the acoustic model does not know: `arpabet_phones`) is left out and named in
+    `problems` ("lexicon.txt line 3: `QQ` is not an ARPAbet phone ..."), as is a file that cannot be read; a
+    missing file gives {} with no problem. Never raises.
+    """
+    from pipeline.data.metadata_table import decode_legacy
+    from pipeline.fileio import read_text
+
+    problems = problems if problems is not None else []
+    path = Path(path)
     lexicon: dict[str, list[str]] = {}
     try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError):
+        text = read_text(path)
+    except FileNotFoundError:
         return lexicon
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 2 or not all(re.fullmatch(r"[A-Za-z]{1,2}[0-2]?", p) for p in parts[1:]):
+    except UnicodeDecodeError:
+        decoded = decode_legacy(path.read_bytes())
+        if decoded is None:
+            problems.append(f"The lexicon {path} is not UTF-8 text and was left out; save it as UTF-8.")
+            return lexicon
+        text = decoded[0]
+    except OSError as error:
+        problems.append(f"The lexicon {path} cannot be read ({error.strerror or error}) and was left out.")
+        return lexicon
+    known = arpabet_phones()
+    for number, line in enumerate(text.splitlines(), start=1):
+        parts = line.split("#", 1)[0].split()
+        if not parts:
             continue
-        lexicon.setdefault(_key(re.sub(r"\(\d+\)$", "", parts[0])), [re.sub(r"\d", "", p).upper() for p in parts[1:]])
+        phones = [re.sub(r"[0-2]$", "", p).upper() for p in parts[1:]]
+        unknown = [p for p, phone in zip(parts[1:], phones) if phone not in known]
+        if len(parts) < 2 or unknown:
+            why = (f"`{unknown[0]}` is not an ARPAbet phone (AA, AE, ... ZH)" if unknown
+                   else "a word needs its phones after it")
+            problems.append(f"{path.name} line {number} (`{' '.join(parts)[:60]}`) was left out: {why}.")
+            continue
+        lexicon.setdefault(_key(re.sub(r"\(\d+\)$", "", parts[0])), phones)
     return lexicon
 
 
@@ -231,6 +289,13 @@ def _force_align(pcm: np.ndarray, text: str) -> list[tuple[str, int, int, list[t
                            "was found (another sentence, or words left out).") from None
 
 
+def _spoken_noise_word(decoder) -> str:
+    """The decoder's private word aligned as spoken noise (`SPOKEN_NOISE`), added once."""
+    if not decoder.lookup_word("x__spn"):
+        decoder.add_word("x__spn", SPOKEN_NOISE, True)
+    return "x__spn"
+
+
 def align(samples: np.ndarray, pronunciations: list[Pronunciation]) -> Alignment:
     """Force-align 16 kHz mono float32 `samples` (n,) in [-1, 1] to the words of `pronunciations`.
 
@@ -246,14 +311,19 @@ def align(samples: np.ndarray, pronunciations: list[Pronunciation]) -> Alignment
         raise NotAlignable("The sentence has no words to listen for; type the sentence the learner read.")
     decoder = _aligner()
     names = []
-    for item in pronunciations:
+    pronunciations = list(pronunciations)
+    for index, item in enumerate(pronunciations):
         if item.source == "cmudict":
             names.append(_key(item.word))
         else:  # a word of the lexicon, or none: a private entry in the decoder's dictionary
             phones = " ".join(item.phones) if item.phones else SPOKEN_NOISE
             name = f"{re.sub(r'[^a-z0-9]', '', _key(item.word)) or 'x'}__{re.sub(r'[^a-z]+', '_', phones.lower()).strip('_')}"
             if not decoder.lookup_word(name):  # the name carries the phones: one entry per pronunciation
-                decoder.add_word(name, phones, True)
+                try:
+                    decoder.add_word(name, phones, True)
+                except RuntimeError:  # a phone the model lacks (read_lexicon leaves such lines out): unscored
+                    name = _spoken_noise_word(decoder)
+                    pronunciations[index] = Pronunciation(item.word, [], "none")
             names.append(name)
     pcm = np.clip(np.round(np.asarray(samples, dtype=np.float64) * 32768.0), -32768, 32767).astype(np.int16)
     aligned = _force_align(pcm, " ".join(names))

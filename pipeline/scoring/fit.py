@@ -126,7 +126,7 @@ def fit_workspace(workspace: Workspace | str | os.PathLike,
         raise ScoringError(
             f"Only {plural(len(items), 'expert-scored training clip')} could be aligned in the build in {ws.dataset_dir}; "
             f"fitting the scorer needs at least {MIN_FIT_CLIPS}. It keeps using the default map fitted on the sample "
-            "data; import or score more clips, rebuild, and fit again.")
+            "data; import more clips that have expert scores, rebuild, and fit again.")
     speakers = sorted({i["speaker"] for i in items})
     note = (f"Classical scorer map fitted on this workspace's training split: {plural(len(items), 'clip')} of "
             f"{plural(len(speakers), 'learner')}")
@@ -138,6 +138,18 @@ def fit_workspace(workspace: Workspace | str | os.PathLike,
     ws.scoring_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(ws.scorer_map_path, score_map.to_dict())
     return score_map
+
+
+def clips_seen_by_map(workspace: Workspace | str | os.PathLike, clip_ids: Iterable[str]) -> list[str]:
+    """The ids among `clip_ids` (dataset row ids) that the workspace's saved map was fitted on (its
+    `build.clip_ids`), in order: what a judgement of those clips with that map would grade on its own training
+    data. [] when there is no saved map, or it cannot be read."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    try:
+        fitted = set((json.loads(ws.scorer_map_path.read_text(encoding="utf-8")).get("build") or {}).get("clip_ids") or [])
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [str(i) for i in clip_ids if str(i) in fitted]
 
 
 def stale_map_warning(workspace: Workspace | str | os.PathLike) -> str | None:

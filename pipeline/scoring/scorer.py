@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.conversation.feedback import SENTENCE_KEYS, feedback_from_scores
+from pipeline.conversation.feedback import NOT_SCORED_PREFIX, SENTENCE_KEYS, feedback_from_scores
 from pipeline.errors import AudioError, ScoringError
 from pipeline.scoring import engine
 from pipeline.scoring.features import phone_features, sentence_features, word_features
@@ -83,15 +83,18 @@ class ScoredClip:
 
 
 def _not_scored(reason: str, notes: list[str], duration_s: float = 0.0) -> ScoredClip:
-    return ScoredClip(text=f"Not scored: {reason}", scored=False, reason=reason, notes=notes, duration_s=duration_s)
+    return ScoredClip(text=f"{NOT_SCORED_PREFIX} {reason}", scored=False, reason=reason, notes=notes, duration_s=duration_s)
 
 
 class Scorer:
     """Scores clips with one map and one lexicon (see the module docstring)."""
 
-    def __init__(self, score_map: ScoreMap, lexicon: dict[str, list[str]] | None = None):
+    def __init__(self, score_map: ScoreMap, lexicon: dict[str, list[str]] | None = None,
+                 lexicon_problems: list[str] | None = None):
         self.score_map = score_map
         self.lexicon = lexicon or {}
+        self.lexicon_problems = list(lexicon_problems or [])
+        """What `engine.read_lexicon` left out of the workspace lexicon (a line each): in every answer's notes."""
 
     @property
     def note(self) -> str:
@@ -110,7 +113,8 @@ class Scorer:
         """
         from pipeline.data.audio import load_audio
 
-        notes = [self.note]
+        notes = [self.note] + self.lexicon_problems[:3] + (
+            [f"... and {len(self.lexicon_problems) - 3} more lexicon lines left out."] if len(self.lexicon_problems) > 3 else [])
         try:
             clip = load_audio(audio)
         except AudioError as error:
@@ -118,10 +122,12 @@ class Scorer:
         words = engine.prompt_words(text)
         pronunciations = engine.pronounce(words, self.lexicon)
         missing = [p.word for p in pronunciations if not p.scored]
-        notes += [f'"{word}": {engine.NOT_IN_DICTIONARY}' for word in missing]
+        notes += [f'"{word}": not scored: {unscored_reason(word)}' for word in missing]
         if words and not any(p.scored for p in pronunciations):
-            return _not_scored("None of the sentence's words is in the dictionary, so none can be scored; "
-                               "add their pronunciations to the workspace lexicon.", notes, clip.duration_s)
+            fix = ("write numbers in words (three, not 3)" if all(engine.is_number(word) for word in missing) else
+                   "add their pronunciations to the workspace lexicon (WS/scoring/lexicon.txt)")
+            return _not_scored(f"None of the sentence's words is in the dictionary, so none can be scored; {fix}.",
+                               notes, clip.duration_s)
         try:
             alignment = engine.align(clip.samples, pronunciations)
         except engine.NotAlignable as error:
@@ -155,8 +161,21 @@ class Scorer:
             words.append(entry)
         expert_layout = {"accuracy": scores["accuracy"], "fluency": scores["fluency"], "prosodic": scores["prosody"],
                          "total": scores["total"], "words": template_words}
-        return ScoredClip(text=feedback_from_scores(text, expert_layout), scored=True, scores=scores, words=words,
-                          notes=notes, duration_s=duration_s)
+        answer = feedback_from_scores(text, expert_layout)
+        unscored = [word.word for word in alignment.words if not word.scored]
+        if unscored:  # said on every surface, not only in the notes: these scores leave the words out
+            answer += f"\n{NOT_CHECKED_PREFIX} " + ", ".join(f"{word.upper()} ({unscored_reason(word)})" for word in unscored)
+        return ScoredClip(text=answer, scored=True, scores=scores, words=words, notes=notes, duration_s=duration_s)
+
+
+NOT_CHECKED_PREFIX = "Not checked:"
+"""The answer's last line when words of the sentence could not be scored: `Not checked: CAFÉ (not in the
+dictionary), 3 (a number: write it in words)`; `parse_feedback` passes over it."""
+
+
+def unscored_reason(word: str) -> str:
+    """Why a prompt word is not scored: a number written with digits, or a word no dictionary pronounces."""
+    return "a number: write it in words" if engine.is_number(word) else "not in the dictionary"
 
 
 def load_default_map() -> ScoreMap:
@@ -168,17 +187,16 @@ def load_default_map() -> ScoreMap:
 
 
 def _read_map(path: Path) -> ScoreMap:
+    fix = ("restore it from the repository (`git checkout -- assets/`)" if path == DEFAULT_MAP_PATH else
+           "fit it again with `python -m pipeline score --workspace WS --fit`")
     try:
         score_map = ScoreMap.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ScoringError(f"The scorer map `{path}` cannot be read ({type(error).__name__}: {error}); fit it again "
-                           "with `python -m pipeline score --workspace WS --fit`, or restore the file from the "
-                           "repository.") from None
+        raise ScoringError(f"The scorer map `{path}` cannot be read ({type(error).__name__}: {error}); {fix}.") from None
     wrong = score_map.wrong_signs()
     if wrong:  # a better sound scoring lower: never used (fit_map drops such weights; this file was edited)
         raise ScoringError(f"The scorer map `{path}` has weights of the wrong sign or unknown features ({', '.join(wrong)}): "
-                           "a reader who sounds better would score lower. Fit it again with `python -m pipeline score "
-                           "--workspace WS --fit`, or restore the file from the repository.")
+                           f"a reader who sounds better would score lower; {fix}.")
     return score_map
 
 
@@ -200,7 +218,9 @@ def load_scorer(workspace: Workspace | str | os.PathLike | None = None) -> Score
     else:
         score_map = load_default_map()
         score_map.note += " (this workspace has no map of its own yet: `python -m pipeline score --fit`)"
-    return Scorer(score_map, engine.read_lexicon(ws.lexicon_path))
+    problems: list[str] = []
+    lexicon = engine.read_lexicon(ws.lexicon_path, problems)
+    return Scorer(score_map, lexicon, problems)
 
 
 @dataclass

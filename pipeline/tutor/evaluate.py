@@ -43,6 +43,7 @@ from pipeline.tutor.metrics import (  # noqa: F401  (re-exported: the metrics' h
     spearman,
     summary,
 )
+from pipeline.units import plural
 from pipeline.workspace import Workspace
 
 RUN_EVAL_DIR = "eval"
@@ -244,10 +245,8 @@ def evaluate_tutor(
     if progress is not None:
         progress(0, planned_total, f"loading {who}")
     if scorer:
-        from pipeline.scoring.scorer import ScorerTutor, load_scorer
-
         run = None
-        tutor = ScorerTutor(load_scorer(ws))
+        tutor = _scorer_for(ws, rows, progress, planned_total)
     else:
         tutor = load_tutor(model or (None if run else DEFAULT_MODEL), run=run, workspace=ws, device=device,
                            quantization=quantization)
@@ -285,6 +284,35 @@ def _split_rows(ws: Workspace, split: str, limit: int | None) -> tuple[Any, Any,
             f"(`python -m pipeline build --workspace {shlex.quote(str(ws.root))} --eval-fraction 0.2`)."
         )
     return data, rows, split_key(ws, split, limit if limit is not None and limit < len(data[split]) else None)
+
+
+def _scorer_for(ws: Workspace, rows, progress, planned_total: int):
+    """The classical scorer as a tutor for judging `rows`: with the workspace's map, fitted again first on this
+    build's train split when the saved map was fitted on any of `rows` (the dataset was rebuilt since, and its
+    split moved): a yardstick is never graded on its own training clips.
+
+    Raises:
+        ScoringError: the map must be fitted again and cannot be (too few scored train clips), or cannot be read.
+    """
+    from pipeline.errors import ScoringError
+    from pipeline.scoring.fit import clips_seen_by_map, fit_workspace
+    from pipeline.scoring.scorer import ScorerTutor, load_scorer
+
+    seen = clips_seen_by_map(ws, rows["id"]) if "id" in rows.column_names else []
+    if seen:
+        if progress is not None:
+            progress(0, planned_total, "fitting the classical scorer's map again on this build's train split")
+        try:
+            fit_workspace(ws)
+        except ScoringError as error:
+            raise ScoringError(f"The classical scorer's map was fitted on {plural(len(seen), 'clip')} judged here (the "
+                               f"dataset was rebuilt since), so it cannot judge them, and fitting it again failed: "
+                               f"{error}") from None
+    scorer = load_scorer(ws)
+    if seen:
+        scorer.score_map.note += (f" (fitted again before this judgement: the saved map had been fitted on "
+                                  f"{plural(len(seen), 'clip')} judged here)")
+    return ScorerTutor(scorer)
 
 
 class _Evaluation:
