@@ -106,6 +106,7 @@ def test_a_clip_the_product_refuses_gets_one_sentence_why(scorer, make, words):
     clip = scorer.score(make(), "We call it bear")
     assert not clip.scored and words in clip.reason and clip.text == f"Not scored: {clip.reason}"
     assert clip.reason.count(". ") == 0  # one sentence
+    assert "Gemma" not in clip.reason, "the limit is the product's; the scorer is no Gemma"
 
 
 @pytest.mark.parametrize("text, words", [
@@ -511,3 +512,12 @@ def test_judging_never_grades_the_scorer_on_clips_its_map_was_fitted_on(built_ws
             built_ws.scorer_map_path.unlink(missing_ok=True)
         else:
             built_ws.scorer_map_path.write_text(saved, encoding="utf-8")
+
+
+@pytest.mark.parametrize("text", ["A", "We", "bear"])
+def test_a_sentence_that_is_only_part_of_what_was_said_is_not_scored(scorer, text):
+    """A new user's finding: "A" or "We" typed for a clip of "WE CALL IT BEAR" scored "Excellent reading"."""
+    path, full = _pack_clips()[0]
+    clip = scorer.score(path, text)
+    assert not clip.scored and "holds more than the sentence" in clip.reason and "whole sentence" in clip.reason
+    assert scorer.score(path, full).scored

@@ -224,36 +224,52 @@ class AlignedWord:
 @dataclass
 class Alignment:
     """A clip aligned to its prompt: the words in reading order, the silences between and around them
-    (`pauses_s`: each internal silence, seconds), and the clip's length in seconds."""
+    (`pauses_s`: each internal silence, seconds), the clip's length in seconds, and the speech heard outside
+    the words."""
 
     words: list[AlignedWord]
     pauses_s: list[float]
     leading_s: float
     trailing_s: float
     duration_s: float
+    speech_outside_s: float = 0.0
+    """Seconds of speech the phone loop heard outside every word of the sentence (`_speech_outside_s`)."""
 
 
 class NotAlignable(Exception):
     """The clip cannot be aligned to the prompt; `str(error)` is one sentence saying why (shown as is)."""
 
 
-def _loop_segments(pcm: np.ndarray) -> list[tuple[int, int, float]]:
-    """The free phone loop over the clip: `(first_frame, last_frame, log score)` per phone segment."""
+def _loop_segments(pcm: np.ndarray) -> list[tuple[int, int, float, bool]]:
+    """The free phone loop over the clip: `(first_frame, last_frame, log score, is_speech)` per segment
+    (`is_speech`: a phone, not a silence or a filler such as `+NSN+`)."""
     decoder = _phone_loop()
     decoder.reinit_feat()  # the noise and CMN estimates start afresh: the same clip always scores the same
     decoder.start_utt()
     decoder.process_raw(pcm.tobytes(), full_utt=True)
     decoder.end_utt()
     log = decoder.logmath.log
-    return [(s.start_frame, s.end_frame, float(log(s.ascore)) if s.ascore > 0 else 0.0) for s in decoder.seg()]
+    return [(s.start_frame, s.end_frame, float(log(s.ascore)) if s.ascore > 0 else 0.0,
+             s.word not in _SILENCES and not s.word.startswith("+")) for s in decoder.seg()]
 
 
-def _loop_score(segments: list[tuple[int, int, float]], start: int, frames: int) -> float:
+def _speech_outside_s(segments: list[tuple[int, int, float, bool]], words: list[AlignedWord], total_frames: int) -> float:
+    """Seconds the phone loop heard speech where the alignment put no word of the sentence (before, between or
+    after them): words said that the sentence does not hold."""
+    outside = np.zeros(total_frames + 1, dtype=bool)
+    for first, last, _score, is_speech in segments:
+        outside[first:last + 1] |= is_speech
+    for word in words:
+        outside[round(word.start_s / FRAME_S):round((word.start_s + word.duration_s) / FRAME_S)] = False
+    return float(outside.sum()) * FRAME_S
+
+
+def _loop_score(segments: list[tuple[int, int, float, bool]], start: int, frames: int) -> float:
     """The phone loop's score over frames [start, start + frames): each overlapping segment's score,
     pro rata of the frames it shares."""
     end = start + frames
     total = 0.0
-    for first, last, score in segments:
+    for first, last, score, _is_speech in segments:
         overlap = min(end, last + 1) - max(start, first)
         if overlap > 0:
             total += score * overlap / max(1, last + 1 - first)
@@ -342,4 +358,5 @@ def align(samples: np.ndarray, pronunciations: list[Pronunciation]) -> Alignment
     leading = sum(f for _, f, before in silences if before == 0) * FRAME_S
     trailing = sum(f for _, f, before in silences if before == len(words)) * FRAME_S
     pauses = [f * FRAME_S for _, f, before in silences if 0 < before < len(words)]
-    return Alignment(words, pauses, leading, trailing, total_frames * FRAME_S)
+    return Alignment(words, pauses, leading, trailing, total_frames * FRAME_S,
+                     _speech_outside_s(loop, words, total_frames))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.conversation.feedback import NOT_SCORED_PREFIX, SENTENCE_KEYS, feedback_from_scores
-from pipeline.errors import AudioError, ScoringError
+from pipeline.errors import AudioError, ClipTooLongError, ScoringError
 from pipeline.scoring import engine
 from pipeline.scoring.features import phone_features, sentence_features, word_features
 from pipeline.scoring.score_map import MAP_VERSION, ScoreMap
@@ -45,6 +45,12 @@ clips the template says `weak` twice: the N of WENT in 000050122 (experts: 0.8 o
 of SEVEN in 000050028 (experts: 1.8, right with an accent), so right 1 time of 2; rare on children who read well."""
 WRONG_TEXT_GOP = -45.0
 """A clip whose phones' mean GOP is below this does not sound like its sentence (module docstring)."""
+EXTRA_SPEECH_S = 0.8
+"""A clip is refused as holding more than its sentence when the phone loop hears more speech outside the
+sentence's aligned words than this many seconds and than the words themselves take. Measured on
+speechocean762-mini: read against its own sentence, no clip of the 60 had more than 0.63 s outside (the most
+beside its words' length: 0.37 s beside 0.73 s, a one-word clip); read against its first word only, 52 of the 57
+clips of several words were refused, and "A" or "We" on "WE CALL IT BEAR" no longer scores "Excellent"."""
 SCORER_NAME = "Classical scorer (no fine-tuning)"
 """How every surface names the scorer as a tutor."""
 SCORER_MODEL_ID = "classical-scorer"
@@ -112,11 +118,15 @@ class Scorer:
             `ScoredClip`; never raises for a bad clip or text (the reason is in the answer).
         """
         from pipeline.data.audio import load_audio
+        from pipeline.data.audio_decode import MAX_DURATION_S
 
         notes = [self.note] + self.lexicon_problems[:3] + (
             [f"... and {len(self.lexicon_problems) - 3} more lexicon lines left out."] if len(self.lexicon_problems) > 3 else [])
         try:
             clip = load_audio(audio)
+        except ClipTooLongError as error:  # the limit is the product's, not the scorer's own hearing
+            return _not_scored(f"The clip is {error.duration_s:.1f} s; the product takes clips of at most "
+                               f"{MAX_DURATION_S:.0f} s: trim it or split it into shorter clips.", notes)
         except AudioError as error:
             return _not_scored(_first_sentence(str(error)), notes)
         words = engine.prompt_words(text)
@@ -133,6 +143,11 @@ class Scorer:
         except engine.NotAlignable as error:
             return _not_scored(str(error), notes, clip.duration_s)
         sentence = sentence_features(alignment)
+        spoken_s = sum(word.duration_s for word in alignment.words)
+        if alignment.speech_outside_s > max(EXTRA_SPEECH_S, spoken_s):
+            return _not_scored(f"The recording holds more than the sentence: about {alignment.speech_outside_s:.1f} s of "
+                               f"speech lies outside its words (the sentence's words take {spoken_s:.1f} s); type the "
+                               "whole sentence the learner read.", notes, clip.duration_s)
         if sentence["gop"] < WRONG_TEXT_GOP:
             return _not_scored("The recording does not sound like the sentence (its sounds match the sentence's far "
                                "less than any clip read right); check the sentence typed, or record it again.",
