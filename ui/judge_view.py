@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from pipeline.conversation.messages import KIND_LABELS
-from pipeline.tutor.metrics import NOT_MEASURABLE
+from pipeline.tutor.metrics import NO_LIKELY_RANGE, NOT_MEASURABLE
 from pipeline.units import format_seconds, plural
 
 ASPECTS = ("total", "accuracy", "fluency", "prosody")
@@ -86,7 +86,7 @@ def _num(value: float | None, digits: int = 2) -> str:
 def _with_ci(value: float | None, interval: Sequence[float] | None, reason: str | None = None) -> str:
     if value is None:
         return f"– ({reason})" if reason else "–"
-    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " [no likely range: too few clips]")
+    return _num(value) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else f" [{NO_LIKELY_RANGE}]")
 
 
 def unreadable(result: Mapping[str, Any]) -> bool:

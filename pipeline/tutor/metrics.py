@@ -213,6 +213,11 @@ def _bootstrap_indices(n: int, resamples: int, seed: int):
     return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
 
 
+NO_LIKELY_RANGE = "no likely range: too few clips, or scores that hardly vary"
+"""Said where an interval is None (`correlation_intervals`: under `MIN_CORRELATION_PAIRS` pairs, or over 10 % of the
+resamples undefined because one side's scores are (nearly) all the same)."""
+
+
 def _interval(values) -> list[float] | None:
     """The 2.5th and 97.5th percentiles of the defined bootstrap values; None when over 10 % are undefined."""
     import numpy as np

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from pipeline.tutor.metrics import NO_LIKELY_RANGE
+
 VERDICT_ASPECT = "total"
 """The sentence score the verdict rests on (the experts' overall judgement of a clip)."""
 
@@ -104,7 +106,7 @@ def _figure(result: Mapping[str, Any]) -> str:
         return (f"no readable total score ({result.get('unparsed', '?')} of its {result.get('clips', '?')} answers to "
                 "read-aloud recordings could not be read)")
     interval = score.get("pcc_ci")
-    return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else " (no likely range: too few clips)")
+    return f"{score['pcc']:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else f" ({NO_LIKELY_RANGE})")
 
 
 def verdict(run_result: Mapping[str, Any], base_result: Mapping[str, Any] | None) -> dict[str, Any]:
