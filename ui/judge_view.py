@@ -441,8 +441,12 @@ def saved_status_markdown(shown: Sequence[Mapping[str, Any]], key: str, others: 
         status += ("\n\n⚠ Partial: " + ", ".join(
             f"{model_label(r)} ({how.get(r['partial'].get('reason'), 'its evaluation stopped before the end')})"
             for r in ended) + ". What was answered is kept; Evaluate again for all the test recordings.")
-    if any(r.get("note") for r in shown):
-        status += "\n\n⚠ " + next(r["note"] for r in shown if r.get("note"))
+    notes = {}  # each note once: a stand-in's answers warn; the classical scorer's map note only informs
+    for result in shown:
+        if result.get("note"):
+            scorer = result.get("scorer") or result.get("model") == "classical-scorer"
+            notes.setdefault(result["note"], "About the classical scorer: " if scorer else "⚠ ")
+    status += "".join(f"\n\n{prefix}{note}" for note, prefix in notes.items())
     other_data = other_builds_markdown(others, key)
     if other_data:
         status += "\n\n" + other_data
