@@ -31,8 +31,13 @@ def test_draft_feedback_edit_accept_then_build(module_app, module_page, speechoc
     sentence = texts["000010053"].strip()
     sample = SampleLibrary(workspace).add(speechocean_dir / NEW_CLIP[0], target_text=sentence, feedback="",
                                           speaker="new-learner")
+    from pipeline.scoring.drafts import draft_all
+
+    assert draft_all(workspace)["drafted"] == [sample.id]  # `score --draft` on the command line
     open_tab(page, "2 · Dataset")
-    page.click("#dataset-drafts")  # the accordion
+    page.click("#dataset-drafts")  # the accordion: opened, it lists the drafts waiting, the command line's too
+    page.wait_for_function(f"() => (document.querySelector('#draft-pick input') || {{}}).value?.startsWith('{sample.id}')",
+                           timeout=WAIT_MS)
     page.click("#draft-feedback")
     wait_text(page, "#draft-status", r"Drafted feedback for 1 recording.*draft", timeout_s=120)
     box = page.locator("#draft-text textarea").first

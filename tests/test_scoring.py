@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.conversation.feedback import parse_feedback, render_feedback
-from pipeline.errors import ScoringError
+from pipeline.errors import SampleError, ScoringError
 from pipeline.scoring import engine
 from pipeline.scoring.scorer import SCORER_MODEL_ID, Scorer, ScorerTutor, load_default_map, load_scorer
 
@@ -196,7 +196,7 @@ def test_the_shipped_default_map_is_labelled_and_monotone():
 
 
 def test_a_saved_map_with_a_wrong_sign_is_refused_and_an_old_one_is_named(tmp_path):
-    from pipeline.errors import ScoringError
+    from pipeline.errors import SampleError, ScoringError
     from pipeline.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws")
@@ -250,7 +250,7 @@ def test_the_import_keeps_the_corpus_lexicon_for_the_scorer(built_ws):
 
 def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
     from pipeline.data.dataset import build_identity
-    from pipeline.errors import ScoringError
+    from pipeline.errors import SampleError, ScoringError
     from pipeline.scoring import fit
 
     with pytest.raises(ScoringError, match="needs at least 20"):  # 10 train clips: too few, the default stays
@@ -275,7 +275,7 @@ def test_the_fitted_map_never_sees_an_eval_clip(built_ws, monkeypatch):
 
 
 def test_score_fit_warns_when_the_saved_map_was_fitted_on_an_older_build(built_ws, capsys):
-    from pipeline.errors import ScoringError
+    from pipeline.errors import SampleError, ScoringError
     from pipeline.scoring.cli import score_main
     from pipeline.scoring.fit import stale_map_warning
 
@@ -338,7 +338,12 @@ def test_draft_writes_feedback_for_clips_without_any_never_trained_on_until_acce
     assert "**Drafts:** 1 recording with draft feedback waiting" in summary_markdown(report.to_dict())
     assert sample.id not in report.row_ids["train"] + report.row_ids["eval"]  # never trained on
     edited = drafts[sample.id]["text"].replace("Advice:", "Advice: Well read.", 1)
-    assert accept_draft(ws, sample.id, edited).feedback == edited
+    with pytest.raises(SampleError, match="is empty; type the feedback"):  # the box cleared: not "no draft"
+        accept_draft(ws, sample.id, "  ")
+    from pipeline.scoring.cli import score_main
+
+    assert score_main(["--workspace", str(ws.root), "--accept", sample.id, "--feedback", edited]) == 0  # the CLI
+    assert SampleLibrary(ws).get(sample.id).feedback == edited
     assert json.loads(ws.drafts_path.read_text(encoding="utf-8")) == {}  # accepted: no longer a draft
 
 
@@ -491,7 +496,7 @@ def test_judging_never_grades_the_scorer_on_clips_its_map_was_fitted_on(built_ws
     """A new user's finding: after a rebuild moved learners between the splits, the Judge scored the eval split
     with a map fitted on some of those very clips, and said nothing."""
     from pipeline.data.dataset import build_identity
-    from pipeline.errors import ScoringError
+    from pipeline.errors import SampleError, ScoringError
     from pipeline.scoring import fit
     from pipeline.tutor.evaluate import evaluate_tutor
 

@@ -33,6 +33,10 @@ class DraftHandlers(TabHandlers):
                    for i in waiting]
         return gr.update(choices=choices, value=selected if selected in waiting else (waiting[0] if waiting else None))
 
+    def listed(self, selected: str | None = None) -> Any:
+        """The drafts waiting, as the section opens: those written by `score --draft` on the command line too."""
+        return self._choices(selected)
+
     @ui_errors(message_at=0, outputs=2)
     def draft(self) -> tuple[str, Any]:
         """Draft feedback for every read-aloud recording without any: (status, the drafts to check)."""
@@ -79,7 +83,7 @@ def drafts_section(handlers: DraftHandlers) -> SimpleNamespace:
     from pipeline.scoring.drafts import DRAFT_MARK
 
     with gr.Accordion("Draft feedback for recordings without any (Classical scorer, no fine-tuning)", open=False,
-                      elem_id="dataset-drafts"):
+                      elem_id="dataset-drafts") as section:
         gr.Markdown("Recordings with no feedback are left out of the build. The **Classical scorer** can draft their "
                     "feedback in the tutor's format: check each draft, edit it, and accept it. A draft is never "
                     "trained on until you accept it.")
@@ -90,6 +94,7 @@ def drafts_section(handlers: DraftHandlers) -> SimpleNamespace:
         audio = gr.Audio(label="Recording", interactive=False, elem_id="draft-audio")
         text = gr.Textbox(label=f"Feedback {DRAFT_MARK}", lines=4, elem_id="draft-text")
         accept_button = gr.Button("Accept draft", variant="primary", elem_id="accept-draft")
+    section.expand(handlers.listed, inputs=pick, outputs=pick, show_progress="hidden")
     draft_button.click(handlers.draft, outputs=[status, pick])
     pick.change(handlers.show, inputs=pick, outputs=[text, audio, sentence], show_progress="hidden")
     accept_button.click(handlers.accept, inputs=[pick, text], outputs=[status, pick])

@@ -3,6 +3,7 @@
     python -m pipeline score --workspace WS --fit                          fit the map on the build's train split
     python -m pipeline score --workspace WS --audio CLIP --text "PROMPT"   score one clip ([--json])
     python -m pipeline score --workspace WS --draft                        draft feedback for clips without any
+    python -m pipeline score --workspace WS --accept SAMPLE [--feedback T] accept a draft (or your edit of it)
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pipeline.workspace import DEFAULT_WORKSPACE, Workspace
 
 
 def score_main(argv: list[str] | None = None) -> int:
-    """`python -m pipeline score --workspace WS (--fit | --audio CLIP --text PROMPT [--json] | --draft)`."""
+    """`python -m pipeline score --workspace WS (--fit | --audio CLIP --text PROMPT [--json] | --draft |
+    --accept SAMPLE [--feedback TEXT])`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline score",
                                      description="The classical pronunciation scorer (pocketsphinx; no fine-tuning).")
     parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, help="workspace folder")
@@ -25,6 +27,9 @@ def score_main(argv: list[str] | None = None) -> int:
     what.add_argument("--fit", action="store_true", help="fit the map on the built dataset's train split and save it")
     what.add_argument("--audio", default=None, help="score this clip (any format the app reads); needs --text")
     what.add_argument("--draft", action="store_true", help="draft feedback for every clip of the library without any")
+    what.add_argument("--accept", default=None, metavar="SAMPLE",
+                      help="make SAMPLE's draft its feedback (as drafted, or --feedback TEXT, your edit of it)")
+    parser.add_argument("--feedback", default=None, help="with --accept: the feedback to keep instead of the draft")
     parser.add_argument("--text", default=None, help="the sentence the learner read (with --audio)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -66,6 +71,13 @@ def score_main(argv: list[str] | None = None) -> int:
                   "until accepted)" + (f"; {len(result['not_scored'])} could not be scored:" if result["not_scored"] else ""))
             for sample_id, reason in result["not_scored"].items():
                 print(f"  {sample_id}: {reason}")
+        return 0
+    if args.accept:
+        from pipeline.scoring.drafts import accept_draft
+
+        sample = accept_draft(ws, args.accept, args.feedback)
+        print(json.dumps({"sample": sample.id, "feedback": sample.feedback}, ensure_ascii=False) if args.json else
+              f"Accepted the feedback of {sample.id}; it joins the next build.")
         return 0
     if not (args.text or "").strip():
         raise ScoringError("`--audio` needs `--text \"SENTENCE\"`: the sentence the learner read.")
