@@ -138,6 +138,9 @@ def test_a_tutor_flagging_th_everywhere_shows_in_the_per_phone_table():
     assert w["expert_flags"] == 12 and w["tutor_flags"] == 0 and w["recall"] == 0.0
     assert [row["phone"] for row in gr.overblamed_phones(table)] == ["TH"]
     assert "TH is flagged in 12 clips, the experts flag it in 0" in gr.blame_summary({"per_phone": table})
+    unflagged = [dict(row, tutor_clips=0) for row in table]  # a tutor that flags nothing lists no phone as "flagged most"
+    assert "phones the tutor flags: none" in gr.blame_summary({"per_phone": unflagged})
+    assert "flags most" not in gr.blame_summary({"per_phone": unflagged})
 
 
 def test_the_phone_table_counts_agreement_per_clip():

@@ -339,10 +339,14 @@ def blame_summary(result: dict, *, top: int = 5) -> str:
     (`overblamed_phones`), and the learners it judges worst."""
     lines = []
     table = result.get("per_phone") or []
-    if table:
+    flagged = [row for row in table if row["tutor_clips"]]
+    if table and not flagged:
+        lines.append(f"phones the tutor flags: none, in {table[0]['clips']} clips (the experts flag "
+                     + ", ".join(f"{row['phone']} in {row['expert_clips']}" for row in table[:top]) + ")")
+    if flagged:
         lines.append("phones the tutor flags most (tutor / experts, in how many clips of "
                      f"{table[0]['clips']}; precision, recall):")
-        for row in table[:top]:
+        for row in flagged[:top]:
             p = "n/a" if row["precision"] is None else f"{row['precision']:.2f}"
             r = "n/a" if row["recall"] is None else f"{row['recall']:.2f}"
             lines.append(f"  {row['phone']:<3} {row['tutor_clips']} / {row['expert_clips']} clips; precision {p}, recall {r}")
