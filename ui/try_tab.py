@@ -120,7 +120,7 @@ def try_tab(handlers: TryHandlers, export_handlers=None, model=None) -> SimpleNa
         dialogue = dialogue_section(handlers.dialogue)
         try_note = gr.Markdown(elem_id="try-note")
         with gr.Row() as single_outputs:
-            tuned_out = gr.Textbox(label="Your tuned tutor", lines=8, elem_id="tuned-feedback")
+            tuned_out = gr.Textbox(label="Your tutor (the tuned run or the classical scorer picked)", lines=8, elem_id="tuned-feedback")
             base_out = gr.Textbox(label="Base model (before your training)", lines=8, elem_id="base-feedback")
         exports = None
         if export_handlers is not None:

@@ -30,7 +30,8 @@ def headline_markdown(tutors: Sequence[str]) -> str:
     first): how many there are to try and the newest, or where to make one (Markdown)."""
     if not tutors:
         return ("No tuned tutor yet: train one on the **4 · Train** tab (a stopped run has a tutor too), then "
-                "speak to it here and compare it with the base model.")
+                "speak to it here and compare it with the base model. Until then, pick the **Classical scorer (no "
+                "fine-tuning)**, last in the tutor list: it gives scores and words to practise from day one.")
     return (f"**{plural(len(tutors), 'tuned tutor')} to try** (newest: **{tutors[0]}**). Speak as a learner "
             "would; each answer comes from your tutor and, beside it, from the base model it was tuned from.")
 
