@@ -188,7 +188,7 @@ def check_model(body: Any, served: list[str]) -> str:
     _require(isinstance(body, dict), "The request body must be a JSON object (a chat-completions request).", None)
     model = body.get("model")
     _require(isinstance(model, str) and model.strip() != "",
-             "`model` is missing: name the run to ask (GET /v1/models lists them), e.g. \"model\": \"base\".",
+             f"`model` is missing: name the run to ask (GET /v1/models lists them), e.g. \"model\": \"{served[0] if served else 'base'}\".",
              "model", "missing_required_parameter")
     if model not in served:
         shown = model if len(model) <= 80 else model[:80] + "..."
