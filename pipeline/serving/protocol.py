@@ -245,7 +245,7 @@ def _decode_audio(part: dict, where: str, max_s: float | None = None, limits: Re
                        "with base64 (Python: base64.b64encode(open(path, 'rb').read()).decode()).",
                        param=f"{where}.input_audio.data", code="invalid_base64") from None
     try:
-        return load_audio(raw, name=f"The audio of {where}", max_duration_s=max_s)
+        return load_audio(raw, name=where, max_duration_s=max_s)
     except ClipTooLongError as error:
         if max_s < MAX_DURATION_S and limits is not None:
             raise ApiError(f"The request's clips last more than {limits.max_audio_s:g} s in all (this server's "
