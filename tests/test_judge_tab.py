@@ -523,7 +523,7 @@ def test_judge_and_try_speak_a_teachers_words(tmp_path):
                       (scored(0.5, [0.2, 0.7]), None)):
         texts.append(verdict(run, base)["line"])
     said = "\n".join(texts).lower()
-    assert "your tuned tutor" in said and "likely ranges overlap" in said  # the texts were read
+    assert "your tutor (the tuned run" in said and "likely ranges overlap" in said  # the texts were read
     found = [word for word in ENGINEER_WORDS if word in said]
     assert not found, found
 
