@@ -32,6 +32,7 @@ Sources for how each program writes (each fixture names its own):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,3 +192,59 @@ def test_rows_left_empty_are_not_reported_as_skipped(tmp_path):
     report = import_folder(tmp_path / "ws", source)
     assert len(report.imported) == 1
     assert report.skipped == [{"file": "metadata.csv:4", "reason": "empty `file_name`"}]
+
+
+def _import(tmp_path, data: bytes, clips=("a.wav", "b.wav", "c.wav"), **kwargs):
+    from pipeline.data.importers import import_folder
+    from tests.test_importers import write_audio
+
+    source = tmp_path / "clips"
+    for index, name in enumerate(clips):
+        write_audio(source / name, 300 + 30 * index)
+    (source / "metadata.csv").write_bytes(data)
+    return import_folder(tmp_path / "ws", source, **kwargs)
+
+
+@pytest.mark.parametrize("data, imported, reported", [
+    # a stray trailing comma on one row: its empty extra cell is dropped, nothing shifts
+    (b"file_name,sentence,feedback\na.wav,hello there,good,\nb.wav,a b,ok\nc.wav,c d,fine\n", 3, []),
+    # an unquoted comma inside one sentence: that row alone is reported, under its spreadsheet row
+    (b"file_name,sentence,feedback\na.wav,Hello, world,good\nb.wav,a b,ok\nc.wav,c d,fine\n", 2, ["metadata.csv:2"]),
+    # rows of every length: a short row has its last cells empty, a long one is reported
+    (b"file_name,sentence,feedback\na.wav,hi there,good,extra,stuff\nb.wav,only two\nc.wav\n", 1,
+     ["metadata.csv:2", "c.wav"]),  # c.wav: no sentence (said as such)
+])
+def test_one_bad_row_costs_one_row_never_the_columns_of_the_others(tmp_path, data, imported, reported):
+    """A new user's finding: one row with an extra cell made the reader take the first column as an index for every
+    row (every sentence read as a file name: nothing imported), and rows of other lengths vanished unreported."""
+    report = _import(tmp_path, data)
+    assert len(report.imported) == imported, report.skipped
+    assert [s["file"] for s in report.skipped] == reported, report.skipped
+    if reported and "Hello, world" in data.decode():
+        assert "has 4 cells where the header has 3" in report.skipped[0]["reason"]
+        assert "quotes" in report.skipped[0]["reason"]
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "is empty: write a header row"),
+    (b"\r\n\r\n", "is empty: write a header row"),
+    (b"file_name,sentence,feedback\r\n", "has its header (file_name, sentence, feedback) but no rows"),
+])
+def test_an_empty_csv_or_one_with_no_rows_says_so(tmp_path, data, words):
+    with pytest.raises(ImportFormatError, match=re.escape(words)):
+        _import(tmp_path, data)
+
+
+def test_a_shared_studio_imports_no_file_outside_its_workspace(tmp_path):
+    """A new user's finding: in a shared studio a metadata.csv inside the workspace could name `/abs/x.wav` or
+    `../../x.wav` and import it, although a typed folder outside the workspace is refused."""
+    from tests.test_importers import write_audio
+
+    outside = tmp_path / "elsewhere" / "secret.wav"
+    write_audio(outside, 440)
+    data = (f"file_name,sentence\na.wav,inside\n{outside},absolute\n../elsewhere/secret.wav,climbing out\n").encode()
+    confined = _import(tmp_path, data, clips=("a.wav",), confine_to=tmp_path / "clips")
+    assert len(confined.imported) == 1 and len(confined.skipped) == 2, confined.skipped
+    assert all("outside the workspace" in s["reason"] for s in confined.skipped)
+    free = _import(tmp_path / "desk", data.replace(b"../elsewhere", b"../../elsewhere"), clips=("a.wav",))
+    assert len(free.imported) == 2, free.skipped  # on one's own computer a CSV may name any file (one is a duplicate)

@@ -198,7 +198,7 @@ class SamplesHandlers(TabHandlers):
             raise ImportFormatError("No folder given: type the path of a folder on this computer, "
                                     "e.g. /home/me/recordings.")
         report = import_folder(self.ws, source, format=format_name or "auto", progress=progress_callback(progress),
-                               trim=bool(trim))
+                               trim=bool(trim), confine_to=self.ws.root if self.state.shared else None)
         report.skipped = [{**entry, "reason": app_wording(entry.get("reason"), markdown=False, here=self.here)} for entry in report.skipped]
         return (view.import_summary(report, source), gr.Dataframe(view.import_report_frame(report), visible=True),
                 self.samples_table())

@@ -557,6 +557,21 @@ TOO_LONG_IMPORT_HINT = "Or import again with `--trim` to keep its first 30 s."
 """Added to the reason of a clip skipped as longer than 30 s (the import's own way to keep it)."""
 
 
+def _confined(items: list[dict], skipped: list[dict], folder: Path) -> tuple[list[dict], list[dict]]:
+    """`items` whose audio file lies inside `folder` (embedded audio always), and the others added to `skipped`."""
+    inside = folder.resolve()
+    kept = []
+    for item in items:
+        audio = item.get("audio")
+        if isinstance(audio, (str, Path)) and not Path(audio).resolve().is_relative_to(inside):
+            skipped.append({"file": str(item.get("file") or audio),
+                            "reason": f"it names a file outside the workspace `{folder}`; a shared studio reads "
+                                      f"only files inside it: copy the file into the folder you import"})
+        else:
+            kept.append(item)
+    return kept, skipped
+
+
 def import_folder(
     workspace: Workspace | str | Path,
     source: str | Path,
@@ -564,6 +579,7 @@ def import_folder(
     progress: Callable[[int, int], None] | None = None,
     *,
     trim: bool = False,
+    confine_to: str | Path | None = None,
 ) -> ImportReport:
     """Import every clip of the folder `source` into the workspace's sample library.
 
@@ -573,6 +589,9 @@ def import_folder(
         format: one of `FORMATS`, or "auto" (`detect_format`).
         progress: called as `progress(done, total)` while clips are checked and stored.
         trim: keep the first 30 s of longer clips instead of skipping them.
+        confine_to: a folder (the workspace of a studio shared beyond this computer) outside which no file is read:
+            a row of the metadata naming a file elsewhere (`/abs/path.wav`, `../../x.wav`) is skipped with the
+            reason, whether that file exists or not. None: metadata may name files anywhere.
 
     Returns:
         `ImportReport` with the ids added and `{file, reason}` for every file skipped (missing
@@ -590,6 +609,8 @@ def import_folder(
     if format not in _READERS:
         raise ImportFormatError(f"Unknown import format `{format}`; expected auto or one of {', '.join(FORMATS)}.")
     items, skipped = _READERS[format](root)
+    if confine_to is not None:
+        items, skipped = _confined(items, skipped, Path(confine_to))
     if format == "kaldi":
         _keep_lexicon(workspace, root)
     for item in items:

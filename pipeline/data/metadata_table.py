@@ -241,10 +241,7 @@ def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[di
                 columns.extend(k for k in row if k not in columns)
             return rows, columns, bad
         text, delimiter = table_start(read_spreadsheet_text(metadata))
-        frame = pd.read_csv(
-            io.StringIO(text), sep=delimiter or sniff_delimiter(text.split("\n", 1)[0]), dtype=str,
-            keep_default_na=False, skipinitialspace=True, engine="python",
-        )
+        return csv_rows(text, delimiter or sniff_delimiter(text.split("\n", 1)[0]), metadata.name)
     except UnicodeDecodeError as error:  # a metadata.jsonl is JSON Lines, which is UTF-8 by definition
         raise ImportFormatError(
             f"`{metadata}` is not UTF-8 text (from {where_not_utf8(metadata, error)}); JSON Lines are UTF-8: save it "
@@ -258,7 +255,56 @@ def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[di
                "delimiter `\"` (LibreOffice Calc: File > Save As > 'Text CSV' with 'Edit filter settings'), then "
                "import again.")
         raise ImportFormatError(f"`{metadata}` cannot be parsed: {shorten(str(error), 300)}. {fix}") from None
-    return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
+    raise AssertionError("unreachable")  # every format returned above
+
+
+def csv_rows(text: str, delimiter: str, name: str) -> tuple[list[dict[str, str]], list[str], list[dict[str, str]]]:
+    """A decoded CSV's rows (dicts keyed by the header's names), its header, and its rows that cannot be read.
+
+    Read with the standard library's `csv` (RFC 4180 quoting; a space after a delimiter dropped). One row per
+    spreadsheet row after the header, so the caller's row numbers (the header is row 1) are the program's:
+    - a row with fewer cells than the header has the rest empty (a spreadsheet leaves trailing empty cells out);
+    - a row with more: empty extra cells are dropped (a stray trailing comma); otherwise the row is one of the
+      rows that cannot be read, with the reason (a comma inside a cell not in quotes), and stands in the rows
+      as an empty row (passed over), so one bad row costs one row, never the columns of the others;
+    - the header's empty trailing cells are dropped; an empty name is `Unnamed: N` and a repeated one `NAME.1`.
+
+    Raises:
+        ImportFormatError: the file has no header (empty), or a header and no row; `csv.Error` as that error.
+    """
+    try:
+        records = list(csv.reader(io.StringIO(text), delimiter=delimiter, skipinitialspace=True))
+    except csv.Error as error:
+        raise ImportFormatError(f"`{name}` cannot be parsed as CSV ({error}); save it again from the spreadsheet "
+                                "program as CSV, then import again.") from None
+    start = next((i for i, cells in enumerate(records) if any(c.strip() for c in cells)), None)
+    if start is None:
+        raise ImportFormatError(f"`{name}` is empty: write a header row (e.g. file_name,sentence,feedback) and one "
+                                "row per clip, then import again.")
+    header = list(records[start])
+    while header and not header[-1].strip():
+        header.pop()
+    columns: list[str] = []
+    for index, cell in enumerate(header):
+        column = cell.strip() or f"Unnamed: {index}"
+        while column in columns:
+            column += ".1"
+        columns.append(column)
+    rows, bad = [], []
+    for number, cells in enumerate(records[start + 1:], start=2):
+        if any(c.strip() for c in cells[len(columns):]):
+            bad.append({"file": f"{name}:{number}", "reason": (
+                f"row {number} has {len(cells)} cells where the header has {len(columns)}: a `{delimiter}` inside a "
+                "cell that is not in quotes? Put that cell in quotes (a spreadsheet program does it when it saves), "
+                "or remove the extra cell")})
+            rows.append(dict.fromkeys(columns, ""))
+            continue
+        cells = cells[:len(columns)]
+        rows.append(dict(zip(columns, cells + [""] * (len(columns) - len(cells)))))
+    if not any(any(c.strip() for c in row.values()) for row in rows) and not bad:
+        raise ImportFormatError(f"`{name}` has its header ({', '.join(columns)}) but no rows: add one row per clip, "
+                                "then import again.")
+    return rows, columns, bad
 
 
 def _audio_cell(row: dict[str, Any]) -> tuple[Any, str | None]:
