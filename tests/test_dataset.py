@@ -123,6 +123,19 @@ def test_split_is_speaker_disjoint_and_reproducible():
     assert len(choices) > 1
 
 
+def test_a_learner_whose_name_is_written_in_several_ways_stays_on_one_side():
+    """A new user's finding: "Kate", "kate" and "KATE" were three learners, two in train and one in the test set."""
+    rows = [(f"k{i}", name) for i, name in enumerate(["Kate", "kate", "KATE", "Kate ", " kate"])]
+    rows += [(f"t{i}", name) for i, name in enumerate(["Tom", "tom", "Tom"])] + [(f"a{i}", "Ann") for i in range(4)]
+    for seed in range(6):
+        split = ds.split_ids(rows, eval_fraction=0.3, seed=seed)
+        for group in ("k", "t", "a"):
+            sides = {side for side, ids in (("train", split.train), ("eval", split.eval))
+                     for i in ids if i.startswith(group)}
+            assert len(sides) == 1, (seed, group, split)
+    assert "KATE and Kate and kate are taken as one learner" in " ".join(split.notes)
+
+
 def test_split_keeps_a_speaker_on_each_side_even_with_a_large_fraction():
     rows = rows_for({"a": 3, "b": 3})
     split = ds.split_ids(rows, eval_fraction=0.9, seed=1)

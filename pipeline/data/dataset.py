@@ -151,8 +151,9 @@ def split_ids(
 
     Speaker-disjoint when at least two speakers are known: whole speakers go to eval, chosen in a
     seeded shuffle, each added if it brings the eval row count closer to `eval_fraction * n`; at
-    least one speaker stays on each side. Samples without a speaker are then split at sample level
-    (a note says so). With one known speaker or none, the split is sample-level, with a note.
+    least one speaker stays on each side. Speakers are compared without regard to case or spacing ("Kate",
+    "kate " and "KATE" are one learner; a note names such spellings). Samples without a speaker are then split
+    at sample level (a note says so). With one known speaker or none, the split is sample-level, with a note.
     The result depends only on the set of pairs, `eval_fraction` and `seed` (not their order).
 
     Raises `DatasetError` when `eval_fraction` is outside [0, 1).
@@ -164,15 +165,20 @@ def split_ids(
         )
     rng = random.Random(seed)
     by_speaker: dict[str, list[str]] = {}
+    spellings: dict[str, set[str]] = {}
     unknown: list[str] = []
     for sample_id, speaker in sorted(rows, key=lambda r: r[0]):
-        speaker = (speaker or "").strip()
+        written = " ".join((speaker or "").split())
+        speaker = written.casefold()  # "Kate", "kate" and "KATE " are one learner, on one side of the split
         if speaker:
             by_speaker.setdefault(speaker, []).append(sample_id)
+            spellings.setdefault(speaker, set()).add(written)
         else:
             unknown.append(sample_id)
     n = len(rows)
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{' and '.join(sorted(names))} are taken as one learner (names are compared without regard to case)."
+        for names in spellings.values() if len(names) > 1]
     if eval_fraction == 0 or n < 2:
         if eval_fraction > 0:
             notes.append(f"Only {plural(n, 'trainable row')}: nothing held out for evaluation; add more samples.")
