@@ -248,3 +248,22 @@ def test_a_shared_studio_imports_no_file_outside_its_workspace(tmp_path):
     assert all("outside the workspace" in s["reason"] for s in confined.skipped)
     free = _import(tmp_path / "desk", data.replace(b"../elsewhere", b"../../elsewhere"), clips=("a.wav",))
     assert len(free.imported) == 2, free.skipped  # on one's own computer a CSV may name any file (one is a duplicate)
+
+
+@pytest.mark.parametrize("text, code_page", [
+    ('c0.wav,We call it bear,"Хорошо, но звук TH"\n', "cp1251"),   # Excel in Russian: was read as "Õîðîøî"
+    ("a,Добрий день, Київ\n", "cp1251"),                             # Ukrainian
+    ("a,Güzel. Şu sesi düzelt: ğ ı\n", "cp1254"),                    # Excel in Turkish: was read as "Þu ... ð ý"
+    ("a,Çok güzel, teşekkürler\n", "cp1254"),
+])
+def test_excels_cyrillic_and_turkish_code_pages_read_as_written(text, code_page):
+    """A new user's finding: a Russian or Turkish Excel's CSV imported as Western-looking gibberish, unwarned."""
+    assert decode_legacy(text.encode(code_page)) == (text, code_page)
+
+
+@pytest.mark.parametrize("text, code_page", [
+    ("a,Καλημέρα κόσμε\n", "cp1253"), ("a,Привет\n", "koi8_r"), ("a,中文句子你好世界\n", "gbk"),
+    ("a,Zażółć gęślą jaźń\n", "cp1250"),
+])
+def test_other_code_pages_are_refused_rather_than_misread(text, code_page):
+    assert decode_legacy(text.encode(code_page)) is None

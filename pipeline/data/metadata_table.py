@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any, Callable
@@ -90,14 +91,26 @@ def sniff_delimiter(header_line: str) -> str:
         return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
-LEGACY_CODE_PAGES = ("cp1252", "mac_roman", "cp437")
+LEGACY_CODE_PAGES = ("cp1252", "mac_roman", "cp437", "cp1254", "cp1251")
 """The 8-bit code pages a spreadsheet program writes a CSV in when it is not told to write Unicode, tried in
 this order: Windows-1252 (Excel for Windows' "CSV (Comma delimited)" and LibreOffice's "System" character set
 on a Western Windows), Mac OS Roman (Excel for Mac's "Comma Separated Values" and Windows Excel's "CSV
 (Macintosh)"), code page 437 (Excel's "CSV (MS-DOS)"). Sources: donatstudios.com/CSV-An-Encoding-Nightmare
 ("it uses your locale's Windows or Mac codepage. Win-1252 and MacRoman respectively"), Microsoft's
 `XlFileFormat` (xlCSV, xlCSVMac, xlCSVMSDOS, xlCSVUTF8). ISO-8859-1 (LibreOffice's and Numbers' "Western")
-decodes as Windows-1252 for every letter."""
+decodes as Windows-1252 for every letter. Then the system code pages of two other Excel locales whose text the
+Western ones turn into Western-looking letters rather than refuse: Windows-1254 (Turkish: ş, ğ, ı read as þ, ð, ý)
+and Windows-1251 (Cyrillic: "Хорошо" read as "Õîðîøî"). Other code pages (Central European, Greek, East Asian)
+read as no Western writing and are refused with the setting that writes UTF-8."""
+
+_MOJIBAKE_WORD = re.compile(r"[\u00c0-\u00ff]{3,}")
+"""A word of three or more Latin-1 letters with no ASCII letter: a Cyrillic word read in a Western code page."""
+_CYRILLIC_WORD = re.compile(r"[\u0400-\u04ff]+")
+"""A run of Cyrillic letters: a word of a Windows-1251 file, or of another code page read as one."""
+_TURKISH_ONLY = set("ĞğİıŞş")
+"""Turkish letters that Windows-1254 has and Windows-1252 has not (there: Ð ð Ý ý Þ þ)."""
+_ICELANDIC_ONLY = set("ÐðÝýÞþ")
+"""Windows-1252's letters in Windows-1254's places for `_TURKISH_ONLY`: in a Western file, Icelandic alone."""
 
 TYPOGRAPHY = set("\u201c\u201d\u2018\u2019\u2014\u2013\u2026\u20ac\u00ab\u00bb\u00b0\u00a3\u00a7\u00a9\u00ae\u00b7\u00bf\u00a1\u00a0")
 """Non-ASCII characters that are not letters yet common in a teacher's text: curly quotes, dashes, the ellipsis,
@@ -117,14 +130,27 @@ def _plausibility(text: str) -> int:
     a Latin-1 letter +1, but -1 as a capital after a small letter ("CafŽ", "lÈve"), +1 after a capital ("CAFÉ")
     and 0 as a capital that starts no word ("Ä5") or a letter beyond Latin-1 ("Ž", "œ"); anything else -1 (symbols, box drawing, Greek:
     a wrong code page's marks); and -1 in the middle of a run of three non-ASCII characters (a double-byte
-    code page such as Shift-JIS read a byte at a time)."""
-    score = 0
+    code page such as Shift-JIS read a byte at a time). A word of 3+ Latin-1 letters and no ASCII one counts -2
+    per letter (Cyrillic read as Western); a Cyrillic word +1 per letter when it is cased as words are (lower,
+    Capitalised, CAPITALS), else -2 (Greek, KOI8-R or Chinese read as Windows-1251), and -2 wedged into a Latin
+    word; a Turkish letter of Windows-1254 +1, an Icelandic one of Windows-1252 in its place 0."""
+    score = -2 * sum(len(word) for word in _MOJIBAKE_WORD.findall(text))
+    for word in _CYRILLIC_WORD.findall(text):  # written as words are: lower case, Capitalised or in CAPITALS
+        cased = word.islower() or word.isupper() or (word[:1].isupper() and word[1:].islower())
+        score += len(word) if cased else -2 * len(word)
     for index, char in enumerate(text):
         if ord(char) < 128:
             continue
         before = text[index - 1] if index else ""
         after = text[index + 1] if index + 1 < len(text) else ""
-        if before > "\x7f" and after > "\x7f":  # inside a run of three: East Asian code pages, not Western words
+        if "\u0400" <= char <= "\u04ff":  # Cyrillic (scored by its words above): never wedged into a Latin word
+            score -= 2 if (before.isascii() and before.isalpha()) or (after.isascii() and after.isalpha()) else 0
+        elif char in _TURKISH_ONLY:
+            score += 1
+        elif char in _ICELANDIC_ONLY:
+            continue
+        elif before > "\x7f" and after > "\x7f" and not _MOJIBAKE_WORD.fullmatch(before + char + after):
+            # inside a run of three: East Asian code pages, not Western words
             score -= 1
         elif char in TYPOGRAPHY:
             score += -1 if before.isalpha() and after.isalpha() else 1
