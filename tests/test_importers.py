@@ -492,6 +492,17 @@ def test_a_legacy_code_page_file_imports_with_its_accents(tmp_path):
     assert (sample.target_text, sample.feedback) == ("Café au lait", "Très bien")
 
 
+def test_a_sidecar_saved_by_an_ansi_editor_imports_with_its_accents(tmp_path):
+    """A new user's finding: a clip's `.txt` had to be UTF-8 while the CSV beside it could be Windows-1252."""
+    source = tmp_path / "clips"
+    source.mkdir()
+    _voiced_wav(source / "a.wav")
+    (source / "a.txt").write_bytes("Café au lait".encode("cp1252"))  # Notepad's "ANSI"
+    report = import_folder(tmp_path / "ws", source)
+    assert len(report.imported) == 1, report.skipped
+    assert [s.target_text for s in SampleLibrary(tmp_path / "ws").list()] == ["Café au lait"]
+
+
 def test_a_session_list_saved_as_unicode_text_is_read(tmp_path):
     from pipeline.data.session import parse_items
     from pipeline.errors import SampleError

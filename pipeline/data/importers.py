@@ -56,6 +56,7 @@ from pipeline.data.chat_import import is_chat_metadata, read_chat_source
 from pipeline.data.metadata_table import (
     COLUMN_ALIASES,
     cell_text,
+    decode_legacy,
     metadata_row_item,
     norm_header,
     pick_column,
@@ -482,7 +483,19 @@ def _read_commonvoice(root: Path) -> Items:
 
 
 def _read_sidecar(path: Path) -> str:
-    return read_person_text(path, ImportFormatError, name=f"`{path.name}`").strip()
+    """A `.txt` beside a clip (its sentence or feedback), as a person's editor saved it: UTF-8 (or UTF-16 with a
+    byte-order mark), else the code page its letters read as (`decode_legacy`, as for a CSV: Notepad's "ANSI").
+
+    Raises:
+        ImportFormatError: in no readable encoding (the setting that writes UTF-8), or cannot be read.
+    """
+    try:
+        return read_person_text(path, ImportFormatError, name=f"`{path.name}`").strip()
+    except ImportFormatError:
+        decoded = decode_legacy(path.read_bytes()) if path.is_file() else None
+        if decoded is None:
+            raise
+        return decoded[0].strip()
 
 
 def _read_folder(root: Path) -> Items:
