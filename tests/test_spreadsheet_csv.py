@@ -267,3 +267,15 @@ def test_excels_cyrillic_and_turkish_code_pages_read_as_written(text, code_page)
 ])
 def test_other_code_pages_are_refused_rather_than_misread(text, code_page):
     assert decode_legacy(text.encode(code_page)) is None
+
+
+def test_columns_the_import_does_not_read_are_named_and_common_names_are_read(tmp_path):
+    """A new user's finding: feedback in a `comments` column and learners in `name` were dropped without a word."""
+    from pipeline.data.samples import SampleLibrary
+
+    report = _import(tmp_path, b"file_name,Target Sentence,comments,name,mood\na.wav,Hello there,Good,Kate,happy\n",
+                     clips=("a.wav",))
+    (sample,) = SampleLibrary(tmp_path / "ws").list()
+    assert (sample.target_text, sample.feedback, sample.speaker) == ("Hello there", "Good", "Kate")
+    assert len(report.notes) == 1 and "`mood` was not read" in report.notes[0], report.notes
+    assert report.to_dict()["notes"] == report.notes

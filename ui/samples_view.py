@@ -177,7 +177,7 @@ def import_summary(report: Any, source: str) -> str:
     line = f"Imported **{plural(imported, 'recording')}** from `{source}`{fmt_text}; skipped **{skipped}**."
     if skipped:
         line += " The table below lists the skipped files first, each with why it was left out."
-    return line
+    return line + "".join(f"\n\n⚠ {note}" for note in get_field(report, "notes") or [])
 
 
 KIND_WORDS = (("read_aloud", "read aloud", "read aloud"), ("free_speech", "free speech answer", None),

@@ -49,6 +49,8 @@ def import_main(argv: list[str] | None = None) -> int:
         )
         for entry in report.skipped:
             print(f"  skipped {entry['file']}: {entry['reason']}")
+        for note in report.notes:
+            print(f"  note: {note}")
     if failed:
         print("error: nothing was imported; see the reasons above.", file=sys.stderr)
     return 1 if failed else 0

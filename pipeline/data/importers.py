@@ -63,6 +63,7 @@ from pipeline.data.metadata_table import (
     read_spreadsheet_text,
     read_table,
     rel_path,
+    unread_columns,
 )
 from pipeline.data.paths import PathResolver
 from pipeline.errors import ImportFormatError, PipelineError, in_words, shorten
@@ -89,6 +90,8 @@ class ImportReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     rows: list[dict[str, str]] = field(default_factory=list)
     """One `{"id", "kind", "source"}` per imported sample, in order."""
+    notes: list[str] = field(default_factory=list)
+    """What the teacher should know about the import as a whole (e.g. metadata columns that were not read)."""
 
     @property
     def total(self) -> int:
@@ -106,6 +109,7 @@ class ImportReport:
             "rows": list(self.rows),
             "kinds": self.kind_counts(),
             "skipped": list(self.skipped),
+            "notes": list(self.notes),
             "total": self.total,
         }
 
@@ -257,8 +261,7 @@ def _check_source(source: str | Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- readers
-# Each reader returns (items for SampleLibrary.add_many, skipped [{file, reason}]).
-Items = tuple[list[dict[str, Any]], list[dict[str, str]]]
+Items = tuple  # (items for SampleLibrary.add_many, skipped [{file, reason}]), and optionally notes [str]
 
 
 def _top(root: Path) -> Path:
@@ -374,10 +377,16 @@ def _read_audiofolder(root: Path) -> Items:
         raise ImportFormatError(
             f"No metadata.csv, metadata.jsonl or metadata.parquet in `{root}` or its subfolders. Found: {_found(root)}."
         )
-    items, skipped = [], []
+    items, skipped, notes = [], [], []
     for metadata in metadata_files:
         rows, columns, bad = read_table(metadata)
         skipped.extend(bad)
+        unread = unread_columns(rows, columns)
+        if unread:
+            notes.append(f"`{rel_path(metadata, root)}`: the column{'s' if len(unread) > 1 else ''} "
+                         f"{in_words([f'`{c}`' for c in unread], limit=8)} {'were' if len(unread) > 1 else 'was'} not "
+                         f"read. Feedback is read from a column named feedback, the learner from speaker, the sentence "
+                         f"from sentence: rename the column and import again before the clips are in the library.")
         resolver = PathResolver([metadata.parent, root])
         shown = [c.replace("\ufeff", "").strip() for c in columns]
         file_col = pick_column(columns, "file")
@@ -405,7 +414,7 @@ def _read_audiofolder(root: Path) -> Items:
                 skipped.append({"file": shorten(label, 160), "reason": item["skip"]})
             else:
                 items.append(item)
-    return items, skipped
+    return items, skipped, notes
 
 
 def _read_ljspeech(root: Path) -> Items:
@@ -621,7 +630,7 @@ def import_folder(
         format = detect_format(root)
     if format not in _READERS:
         raise ImportFormatError(f"Unknown import format `{format}`; expected auto or one of {', '.join(FORMATS)}.")
-    items, skipped = _READERS[format](root)
+    items, skipped, *notes = _READERS[format](root)  # a reader may add notes about the import as a whole
     if confine_to is not None:
         items, skipped = _confined(items, skipped, Path(confine_to))
     if format == "kaldi":
@@ -637,4 +646,5 @@ def import_folder(
     # Every reason is bounded, whoever wrote it: a message never prints a value of unbounded size.
     skipped = [{"file": shorten(str(s["file"]), 200), "reason": shorten(str(s["reason"]), 800)} for s in skipped + failed]
     return ImportReport(source=str(root), format=format, imported=[s.id for s in added], skipped=skipped,
-                        rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added])
+                        rows=[{"id": s.id, "kind": s.kind, "source": s.source or ""} for s in added],
+                        notes=list(notes[0]) if notes else [])

@@ -25,15 +25,25 @@ from pipeline.fileio import jsonl_lines, read_text, where_not_utf8
 
 COLUMN_ALIASES = {
     "file": ("file_name", "filename", "file", "audio", "audio_file", "audio_path", "path", "wav", "clip"),
-    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription"),
+    "target_text": ("target_text", "target", "sentence", "text", "reference", "transcription", "target_sentence",
+                    "phrase"),
     "prompt": ("prompt", "question", "topic"),
     "kind": ("kind", "sample_kind"),
-    "feedback": ("feedback", "tutor_feedback", "answer", "response"),
-    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student"),
+    "feedback": ("feedback", "tutor_feedback", "answer", "response", "teacher_feedback", "comments", "comment",
+                 "notes", "note"),
+    "speaker": ("speaker", "speaker_id", "client_id", "learner", "student", "student_name", "learner_name",
+                "speaker_name", "name"),
     "transcript": ("transcript", "transcription", "heard"),
     "scores": ("scores",),
 }
 """Accepted column names (compared lower-case, with spaces and `-` read as `_`), in order of preference."""
+
+
+def unread_columns(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """The columns no role takes (`COLUMN_ALIASES`) that hold something in some row: what an import leaves out."""
+    known = {alias for aliases in COLUMN_ALIASES.values() for alias in aliases}
+    return [c for c in columns if norm_header(c) not in known and not norm_header(c).startswith("unnamed:")
+            and any(cell_text(row.get(c)) for row in rows)]
 
 
 def rel_path(path: Path, root: Path) -> str:
