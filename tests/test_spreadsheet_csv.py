@@ -279,3 +279,18 @@ def test_columns_the_import_does_not_read_are_named_and_common_names_are_read(tm
     assert (sample.target_text, sample.feedback, sample.speaker) == ("Hello there", "Good", "Kate")
     assert len(report.notes) == 1 and "`mood` was not read" in report.notes[0], report.notes
     assert report.to_dict()["notes"] == report.notes
+
+
+def test_a_metadata_file_named_in_capitals_is_read_and_a_spreadsheet_file_is_named(tmp_path):
+    """A new user's finding: `Metadata.CSV` (as Windows may name it) and `metadata.xlsx` were passed over, and the
+    import then spoke of missing `.txt` files."""
+    from pipeline.data.importers import import_folder
+    from tests.test_importers import write_audio
+
+    source = tmp_path / "clips"
+    write_audio(source / "a.wav", 300)
+    (source / "Metadata.CSV").write_bytes(b"file_name,sentence\na.wav,Hello there\n")
+    assert len(import_folder(tmp_path / "ws", source).imported) == 1
+    (source / "Metadata.CSV").rename(source / "metadata.xlsx")
+    with pytest.raises(ImportFormatError, match=r"`metadata.xlsx` is a spreadsheet program's own file.*CSV UTF-8"):
+        import_folder(tmp_path / "ws2", source)

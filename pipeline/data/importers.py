@@ -162,9 +162,8 @@ def _metadata_files(source: Path) -> list[Path]:
     of a Hugging Face dataset download (`data/train-00000-of-00001.parquet`, audio embedded)."""
     out = []
     for folder in [source] + sorted(p for p in source.iterdir() if p.is_dir()):
-        for name in ("metadata.csv", "metadata.jsonl", "metadata.parquet"):
-            if (folder / name).is_file():
-                out.append(folder / name)
+        by_name = {p.name.lower(): p for p in sorted(folder.iterdir()) if p.is_file()}  # `Metadata.CSV` from Windows
+        out += [by_name[name] for name in ("metadata.csv", "metadata.jsonl", "metadata.parquet") if name in by_name]
     return out or [path for path in sorted(source.glob("*.parquet")) + sorted(source.glob("*/*.parquet"))
                    if _has_audio_column(path)]
 
@@ -206,6 +205,10 @@ def _cv_tsvs(source: Path) -> list[Path]:
     return validated or usable
 
 
+SPREADSHEET_SUFFIXES = (".xlsx", ".xls", ".xlsm", ".ods", ".numbers")
+"""A spreadsheet program's own files: a `metadata` one is named as the reason no metadata was read."""
+
+
 def detect_format(source: str | Path) -> str:
     """Which of `FORMATS` the folder `source` is in.
 
@@ -229,6 +232,12 @@ def detect_format(source: str | Path) -> str:
         return "ljspeech"
     if _metadata_files(root):
         return "audiofolder"
+    spreadsheet = next((p for p in sorted(root.iterdir()) if p.is_file() and p.stem.lower() == "metadata"
+                        and p.suffix.lower() in SPREADSHEET_SUFFIXES), None)
+    if spreadsheet is not None:
+        raise ImportFormatError(f"`{spreadsheet.name}` is a spreadsheet program's own file, which the import does not "
+                                "read: save it as CSV named metadata.csv beside it (Excel: File > Save As > 'CSV UTF-8'; "
+                                "LibreOffice: 'Text CSV'; Numbers: File > Export To > CSV), then import again.")
     if _audio_files(root):
         return "folder"
     conversations = sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in CHAT_SUFFIXES)
