@@ -294,3 +294,18 @@ def test_a_metadata_file_named_in_capitals_is_read_and_a_spreadsheet_file_is_nam
     (source / "Metadata.CSV").rename(source / "metadata.xlsx")
     with pytest.raises(ImportFormatError, match=r"`metadata.xlsx` is a spreadsheet program's own file.*CSV UTF-8"):
         import_folder(tmp_path / "ws2", source)
+
+
+@pytest.mark.parametrize("above", ["Table 1;;\n", "Table 1;;\n\n", "Class 3 - week 2\n\n", "\n\n", '"Table 1",,\n'])
+def test_titles_and_blank_lines_above_the_header_are_passed_over(tmp_path, above):
+    """A new user's finding: only Numbers' plain `Table 1` line was passed over; `Table 1;;`, a report title or a
+    blank line after it made the title the header ("Rename that column")."""
+    delimiter = ";" if ";" in above else ","
+    rows, columns, bad = _read(tmp_path, (above + f"file_name{delimiter}sentence\na.wav{delimiter}Hello\n").encode())
+    assert columns == ["file_name", "sentence"] and rows == [{"file_name": "a.wav", "sentence": "Hello"}] and not bad
+
+
+def _read(tmp_path, data: bytes):
+    path = tmp_path / "metadata.csv"
+    path.write_bytes(data)
+    return read_table(path)

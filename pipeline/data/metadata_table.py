@@ -237,9 +237,10 @@ def table_start(text: str) -> tuple[str, str | None]:
     What may stand above the header:
     - a line `sep=;` (Excel reads it as the delimiter to use, and a file made for Excel may start with it): it
       names the delimiter;
-    - a title with no delimiter above a line that has one: a table's name, which Numbers writes above each table
-      with its CSV export's "Include table names" (support.apple.com, "Export to Excel or another file format in
-      Numbers on Mac"), or a blank line.
+    - titles with at most one filled cell above the first line with two or more: a table's name, which Numbers
+      writes above each table with its CSV export's "Include table names" (support.apple.com, "Export to Excel or
+      another file format in Numbers on Mac"), `Table 1;;` as a program pads it to the table's width, a report's
+      title, and blank lines between.
     Spreadsheet row numbers are counted from the header, as the program shows them.
     """
     lines = text.split("\n")
@@ -247,9 +248,12 @@ def table_start(text: str) -> tuple[str, str | None]:
     first = lines[0].strip().strip('"') if lines else ""
     if len(first) == 5 and first.lower().startswith("sep=") and first[4] in DELIMITERS:
         delimiter, lines = first[4], lines[1:]
-    while len(lines) > 1 and not any(d in lines[0] for d in DELIMITERS) and any(d in lines[1] for d in DELIMITERS):
-        lines = lines[1:]
-    return "\n".join(lines), delimiter
+
+    def filled(line: str) -> int:
+        return sum(1 for cell in re.split(r"[,;\t|]", line) if cell.strip().strip('"').strip())
+
+    header_at = next((i for i, line in enumerate(lines) if filled(line) >= 2), 0)
+    return "\n".join(lines[header_at:]), delimiter
 
 
 def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
