@@ -406,7 +406,8 @@ def _read_audiofolder(root: Path) -> Items:
             extra = "" if file_col is None else " (or `prompt` for free speech: the question the learner answered)"
             raise ImportFormatError(
                 f"`{rel_path(metadata, root)}` has no column for {role}: expected one of {', '.join(expected)}{extra}; "
-                f"columns found: {in_words(shown, limit=20)}. Rename that column in the header row (and delete any title line above it), then import again."
+                f"columns found: {in_words(shown, limit=20)}. Rename that column in the header row (and delete any "
+                "title line above it), then import again."
             )
         where = rel_path(metadata, root)
         for number, row in enumerate(rows, start=2 if metadata.suffix.lower() == ".csv" else 1):
