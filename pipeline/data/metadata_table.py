@@ -258,12 +258,12 @@ def table_start(text: str) -> tuple[str, str | None]:
 
 def read_table(metadata: Path) -> tuple[list[dict[str, Any]], list[str], list[dict[str, str]]]:
     """Rows (dicts keyed by the original headers), the headers, and rows that failed to parse."""
-    import pandas as pd
-
     bad: list[dict[str, str]] = []
     suffix = metadata.suffix.lower()
     try:
         if suffix == ".parquet":
+            import pandas as pd  # only here: a CSV is read with the standard library's csv (`csv_rows`)
+
             frame = pd.read_parquet(metadata)
             return frame.to_dict(orient="records"), [str(c) for c in frame.columns], bad
         if suffix == ".jsonl":

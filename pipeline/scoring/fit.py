@@ -144,12 +144,18 @@ def clips_seen_by_map(workspace: Workspace | str | os.PathLike, clip_ids: Iterab
     """The ids among `clip_ids` (dataset row ids) that the workspace's saved map was fitted on (its
     `build.clip_ids`), in order: what a judgement of those clips with that map would grade on its own training
     data. [] when there is no saved map, or it cannot be read."""
+    fitted = set(_saved_build(workspace).get("clip_ids") or [])
+    return [str(i) for i in clip_ids if str(i) in fitted]
+
+
+def _saved_build(workspace: Workspace | str | os.PathLike) -> dict:
+    """The saved map's `build` record (fingerprint, clip ids...); {} without a saved map or one that cannot be read."""
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
     try:
-        fitted = set((json.loads(ws.scorer_map_path.read_text(encoding="utf-8")).get("build") or {}).get("clip_ids") or [])
-    except (OSError, ValueError, AttributeError, TypeError):
-        return []
-    return [str(i) for i in clip_ids if str(i) in fitted]
+        build = json.loads(ws.scorer_map_path.read_text(encoding="utf-8")).get("build") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return build if isinstance(build, dict) else {}
 
 
 def stale_map_warning(workspace: Workspace | str | os.PathLike) -> str | None:
@@ -159,10 +165,10 @@ def stale_map_warning(workspace: Workspace | str | os.PathLike) -> str | None:
     from pipeline.data.dataset import build_identity
 
     ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
+    saved = _saved_build(ws)
     try:
-        saved = (json.loads(ws.scorer_map_path.read_text(encoding="utf-8")).get("build") or {})
         current = build_identity(ws)
-    except (OSError, ValueError, AttributeError, DatasetError):
+    except (OSError, ValueError, DatasetError):
         return None
     if not saved.get("fingerprint") or saved["fingerprint"] == current["fingerprint"]:
         return None
